@@ -1,0 +1,43 @@
+#include "app/cli_args.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+namespace deltaserve {
+
+Result<long long> parse_int(const std::string& option, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE)
+    return error("--", option, ": '", text, "' is not an integer");
+  return v;
+}
+
+Result<double> parse_double(const std::string& option, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+    return error("--", option, ": '", text, "' is not a finite number");
+  return v;
+}
+
+Result<std::vector<int>> parse_int_list(const std::string& option, const std::string& text) {
+  std::vector<int> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t comma = text.find(',', pos);
+    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    auto v = parse_int(option, item);
+    if (!v) return v.status();
+    if (*v < INT32_MIN || *v > INT32_MAX) return error("--", option, ": ", item, " out of range");
+    out.push_back(static_cast<int>(*v));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace deltaserve

@@ -1,0 +1,71 @@
+// A small option parser for subcommands: `--name value`, `--name=value` and boolean `--name`.
+// Every option must be declared; an unknown one is an error naming it.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace deltaserve {
+
+class CliArgs {
+ public:
+  // value_options take a value; flag_options are booleans.
+  CliArgs(std::set<std::string> value_options, std::set<std::string> flag_options)
+      : value_options_(std::move(value_options)), flag_options_(std::move(flag_options)) {}
+
+  Status parse(const std::vector<std::string>& args) {
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const std::string& a = args[i];
+      if (a.rfind("--", 0) != 0) return error("unexpected argument '", a, "'");
+      std::string name = a.substr(2), value;
+      bool has_value = false;
+      if (auto eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        has_value = true;
+      }
+      if (flag_options_.count(name)) {
+        if (has_value) return error("option --", name, " takes no value");
+        flags_.insert(name);
+      } else if (value_options_.count(name)) {
+        if (!has_value) {
+          if (i + 1 >= args.size()) return error("option --", name, " needs a value");
+          value = args[++i];
+        }
+        values_[name] = value;
+      } else {
+        return error("unknown option --", name);
+      }
+    }
+    return Status::ok();
+  }
+
+  bool has(const std::string& name) const { return values_.count(name) || flags_.count(name); }
+  bool flag(const std::string& name) const { return flags_.count(name) > 0; }
+  std::optional<std::string> get(const std::string& name) const {
+    auto it = values_.find(name);
+    if (it == values_.end()) return std::nullopt;
+    return it->second;
+  }
+  std::string get_or(const std::string& name, const std::string& fallback) const {
+    auto v = get(name);
+    return v ? *v : fallback;
+  }
+
+ private:
+  std::set<std::string> value_options_, flag_options_;
+  std::map<std::string, std::string> values_;
+  std::set<std::string> flags_;
+};
+
+// Strict numeric parsing with an error that names the option.
+Result<long long> parse_int(const std::string& option, const std::string& text);
+Result<double> parse_double(const std::string& option, const std::string& text);
+Result<std::vector<int>> parse_int_list(const std::string& option, const std::string& text);
+
+}  // namespace deltaserve

@@ -1,0 +1,47 @@
+// deltaserve: one binary, subcommands. This table is the only place that maps a subcommand name to
+// its implementation (src/app/cmd_*.cpp).
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "app/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(const deltaserve::Args&);
+  const char* summary;
+};
+
+constexpr Command kCommands[] = {
+    {"logits", deltaserve::cmd_logits, "write f32 logits (and MTP logits) for a token list"},
+    {"generate", deltaserve::cmd_generate, "offline prefill + decode through the engine"},
+    {"bench-offline", deltaserve::cmd_bench_offline, "offline decode/prefill throughput"},
+};
+
+void print_usage() {
+  std::printf("usage: deltaserve <command> [options]\n\ncommands:\n");
+  for (const auto& c : kCommands) std::printf("  %-16s %s\n", c.name, c.summary);
+  std::printf("\nRun `deltaserve <command> --help` for a command's options.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    print_usage();
+    return argc < 2 ? 2 : 0;
+  }
+  if (std::strcmp(argv[1], "--version") == 0) {
+    std::printf("deltaserve %s\n", DELTASERVE_VERSION);
+    return 0;
+  }
+  deltaserve::Args args(argv + 2, argv + argc);
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) == 0) return c.run(args);
+  }
+  std::fprintf(stderr, "deltaserve: unknown command '%s' (see `deltaserve --help`)\n", argv[1]);
+  return 2;
+}

@@ -1,0 +1,84 @@
+// Backend: one per device. Owns allocation, host<->device copies and the Kernels. The model and
+// engine see only this interface, so model code is identical on the CPU and on CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/kernels.h"
+#include "core/tensor.h"
+
+namespace deltaserve {
+
+// RAII owner of one backend allocation. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(void* ptr, std::size_t bytes, Device device, std::function<void(void*)> free_fn)
+      : ptr_(ptr), bytes_(bytes), device_(device), free_(std::move(free_fn)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      device_ = o.device_;
+      free_ = std::move(o.free_);
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+  void reset() {
+    if (ptr_ && free_) free_(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  void* data() const { return ptr_; }
+  std::size_t size() const { return bytes_; }
+  Device device() const { return device_; }
+  Tensor view(DType dtype, std::initializer_list<int64_t> shape, std::size_t byte_offset = 0) const {
+    Tensor t(static_cast<char*>(ptr_) + byte_offset, dtype, shape, device_);
+    DS_CHECK(byte_offset + t.nbytes() <= bytes_, "view ", t.shape_string(), " overruns buffer");
+    return t;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+  Device device_ = Device::Cpu;
+  std::function<void(void*)> free_;
+};
+
+struct MemoryInfo {
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string description() const = 0;   // e.g. "cpu (avx2, 2 threads)"
+  virtual DType activation_dtype() const = 0;      // dtype of hidden states / KV on this backend
+  virtual MemoryInfo memory_info() const = 0;
+  virtual DeviceBuffer allocate(std::size_t bytes) = 0;  // zero-filled
+  // Matmul weight [n, k] from host memory (bf16/f16/f32), in the backend's preferred layout.
+  virtual std::unique_ptr<LinearWeight> make_linear(const void* host, DType dtype, int64_t n,
+                                                    int64_t k) = 0;
+  virtual void copy_to_device(Tensor dst, const void* host_src) = 0;
+  virtual void copy_to_host(void* host_dst, const Tensor& src) = 0;
+  virtual void copy(Tensor dst, const Tensor& src) = 0;  // device to device, same bytes
+  virtual void synchronize() = 0;
+  virtual Kernels& kernels() = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+
+}  // namespace deltaserve

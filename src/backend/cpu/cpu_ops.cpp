@@ -1,0 +1,80 @@
+// Small CPU ops: embedding, RMSNorm, SwiGLU, row gather, GDN snapshot restore.
+// Reference semantics: HF Qwen3_5RMSNorm / Qwen3RMSNorm (f32 compute), Qwen3MLP act.
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vec.h"
+
+namespace deltaserve {
+
+void CpuKernels::embed(const Tensor& table, const Tensor& ids, Tensor out) {
+  const int64_t vocab = table.dim(0), h = table.dim(1), n = ids.numel();
+  DS_CHECK(out.rows() == n && out.cols() == h, "embed shapes");
+  for (int64_t t = 0; t < n; ++t) {
+    int32_t id = ids.i32()[t];
+    DS_CHECK(id >= 0 && id < vocab, "token id ", id, " out of range");
+    float* dst = out.f32() + t * h;
+    if (table.dtype == DType::BF16) {
+      const uint16_t* src = table.u16() + int64_t(id) * h;
+      for (int64_t i = 0; i < h; ++i) dst[i] = bf16_to_f32(src[i]);
+    } else {
+      std::memcpy(dst, table.f32() + int64_t(id) * h, h * sizeof(float));
+    }
+  }
+}
+
+void CpuKernels::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out,
+                          int64_t out_stride) {
+  const int64_t rows = x.rows(), d = x.cols();
+  if (out_stride == 0) out_stride = d;
+  DS_CHECK(weight.numel() == d, "rms_norm weight size");
+  const float* w = weight.f32();
+  auto body = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x.f32() + r * d;
+      float* o = out.f32() + r * out_stride;
+      float inv = 1.0f / std::sqrt(vec::sum_squares(xr, d) / float(d) + eps);
+      for (int64_t i = 0; i < d; ++i) o[i] = xr[i] * inv * w[i];
+    }
+  };
+  if (rows * d < 65536) body(0, rows);
+  else pool_.parallel_for(rows, 8, [&](int, int64_t a, int64_t b) { body(a, b); });
+}
+
+void CpuKernels::silu_mul(const Tensor& gate_up, Tensor out) {
+  const int64_t rows = gate_up.rows(), inter = out.cols();
+  DS_CHECK(gate_up.cols() == 2 * inter, "silu_mul shapes");
+  auto body = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* g = gate_up.f32() + r * 2 * inter;
+      const float* u = g + inter;
+      float* o = out.f32() + r * inter;
+      for (int64_t i = 0; i < inter; ++i) o[i] = vec::silu(g[i]) * u[i];
+    }
+  };
+  if (rows * inter < 65536) body(0, rows);
+  else pool_.parallel_for(rows, 4, [&](int, int64_t a, int64_t b) { body(a, b); });
+}
+
+void CpuKernels::gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) {
+  const int64_t d = src.cols();
+  DS_CHECK(dst.cols() == d && dst.rows() >= n_rows, "gather_rows shapes");
+  for (int i = 0; i < n_rows; ++i) {
+    DS_CHECK(rows[i] >= 0 && rows[i] < src.rows(), "gather row out of range");
+    std::memcpy(dst.f32() + int64_t(i) * d, src.f32() + int64_t(rows[i]) * d, d * sizeof(float));
+  }
+}
+
+void CpuKernels::restore_snapshot(const StateLayerView& state, int slot, int snapshot) {
+  DS_CHECK(snapshot >= 0 && snapshot < state.snapshot_depth, "snapshot index");
+  const int64_t conv_elems = state.conv.numel() / state.conv.dim(0);
+  const int64_t rec_elems = state.recurrent.numel() / state.recurrent.dim(0);
+  const int64_t depth = state.snapshot_depth;
+  std::memcpy(state.conv.f32() + slot * conv_elems,
+              state.conv_snap.f32() + (slot * depth + snapshot) * conv_elems, conv_elems * 4);
+  std::memcpy(state.recurrent.f32() + slot * rec_elems,
+              state.recurrent_snap.f32() + (slot * depth + snapshot) * rec_elems, rec_elems * 4);
+}
+
+}  // namespace deltaserve

@@ -1,0 +1,32 @@
+// Small f32 vector helpers for the CPU ops (attention, GDN, norms). Written with independent
+// per-lane accumulators so the compiler vectorises them without -ffast-math; DS_VEC_CLONES builds
+// AVX-512, AVX2+FMA and baseline versions of a function and picks one at run time.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define DS_VEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define DS_VEC_CLONES
+#endif
+
+namespace deltaserve::vec {
+
+float dot(const float* a, const float* b, int64_t n);
+float sum_squares(const float* a, int64_t n);
+// y += alpha * x
+void axpy(float* y, float alpha, const float* x, int64_t n);
+// y = y * s
+void scale(float* y, float s, int64_t n);
+// y = y * s; returns dot(y_after, k)  (one pass over a state row: decay then read)
+float scale_dot(float* y, float s, const float* k, int64_t n);
+// y += alpha * x; returns dot(y_after, q)
+float axpy_dot(float* y, float alpha, const float* x, const float* q, int64_t n);
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+}  // namespace deltaserve::vec

@@ -1,0 +1,131 @@
+// Kernels: one virtual per op family. Every op exists on every backend; the CPU version
+// (backend/cpu/) is the reference the others are tested against.
+//
+// Conventions: activations are in Backend::activation_dtype() (f32 on the CPU); small parameter
+// vectors (norm weights, conv weights, A, dt_bias) are f32; matmul weights are LinearWeight.
+// Zero-centred RMSNorm weights are stored as (1 + w) at load, so every norm here is x̂ · w.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace deltaserve {
+
+// A matmul weight [n, k] in a backend-private layout. out = x · wᵀ.
+class LinearWeight {
+ public:
+  virtual ~LinearWeight() = default;
+  virtual int64_t n() const = 0;
+  virtual int64_t k() const = 0;
+  virtual std::size_t nbytes() const = 0;
+};
+
+// Per-forward batch metadata. Sequence s owns token rows [seq_start[s], seq_start[s+1]); its
+// tokens sit at consecutive positions ending at context_len[s] - 1. Host arrays are always valid
+// (the CPU reads them; GPU backends size launches from them); the d_* tensors mirror them on the
+// device (on the CPU they view the same memory).
+struct BatchMeta {
+  int n_tokens = 0;
+  int n_seqs = 0;
+  const int32_t* positions = nullptr;    // [n_tokens]
+  const int32_t* seq_start = nullptr;    // [n_seqs + 1]
+  const int32_t* context_len = nullptr;  // [n_seqs] KV length after this step
+  const int32_t* block_table = nullptr;  // [n_seqs, max_blocks] KV block ids, -1 = unused
+  const int32_t* state_slot = nullptr;   // [n_seqs] GDN state slot
+  int max_blocks = 0;
+  int block_size = 0;
+  int max_seq_tokens = 0;                // longest token run of one sequence in this batch
+  int max_context = 0;                   // largest context_len
+  // Speculative verification: when set, GDN layers also write the state after each token j of a
+  // sequence into snapshot j of its slot (j < snapshot_depth), so rollback can pick any of them.
+  bool write_snapshots = false;
+  Tensor d_positions, d_seq_start, d_context_len, d_block_table, d_state_slot;  // i32 mirrors
+};
+
+// KV storage of one attention layer: [n_blocks, block_size, n_kv_heads, head_dim] each.
+struct KvLayerView {
+  Tensor k;
+  Tensor v;
+};
+
+// GDN state of one linear-attention layer.
+struct StateLayerView {
+  Tensor conv;           // [n_slots, conv_dim, K-1]       f32: last K-1 pre-conv inputs, oldest first
+  Tensor recurrent;      // [n_slots, Hv, Dv, Dk]          f32: Sᵀ, row j = value dim j
+  Tensor conv_snap;      // [n_slots, depth, conv_dim, K-1] f32 (empty when no speculation)
+  Tensor recurrent_snap; // [n_slots, depth, Hv, Dv, Dk]   f32
+  int snapshot_depth = 0;
+};
+
+struct AttentionParams {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int rotary_dim = 0;      // RoPE on the first rotary_dim dims (rotate-half layout)
+  float rope_theta = 1e4f;
+  bool output_gate = false;  // Qwen3.5: q_proj rows are [q | gate] per head; o *= sigmoid(gate)
+  float eps = 1e-6f;
+  Tensor q_norm;           // [head_dim] f32
+  Tensor k_norm;           // [head_dim] f32
+  float scale = 0.f;       // softmax scale (head_dim^-0.5)
+};
+
+struct GdnParams {
+  int n_k_heads = 0;   // Hk
+  int n_v_heads = 0;   // Hv
+  int k_head_dim = 0;  // Dk
+  int v_head_dim = 0;  // Dv
+  int conv_kernel = 0; // K
+  float eps = 1e-6f;   // gated RMSNorm eps
+  Tensor conv_weight;  // [conv_dim, K] f32
+  Tensor neg_exp_a;    // [Hv] f32: -exp(A_log)
+  Tensor dt_bias;      // [Hv] f32
+  Tensor norm;         // [Dv] f32 (plain weight)
+  int64_t conv_dim() const { return 2LL * n_k_heads * k_head_dim + int64_t(n_v_heads) * v_head_dim; }
+  int64_t value_dim() const { return int64_t(n_v_heads) * v_head_dim; }
+  // Columns of the fused input projection: [qkv (conv_dim) | z (value_dim) | b (Hv) | a (Hv)].
+  int64_t proj_dim() const { return conv_dim() + value_dim() + 2LL * n_v_heads; }
+};
+
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+
+  // out[t] = table[ids[t]]. table [V, H] bf16/f32; ids [T] i32; out [T, H].
+  virtual void embed(const Tensor& table, const Tensor& ids, Tensor out) = 0;
+
+  // out[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * w. x [R, D]; w [D] f32.
+  // out_stride: elements between output rows (0 = D), so two norms can fill halves of one row.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out,
+                        int64_t out_stride = 0) = 0;
+
+  // out (= or +=) x · wᵀ. x [T, K]; out [T, N].
+  virtual void matmul(const Tensor& x, const LinearWeight& w, Tensor out, bool accumulate = false) = 0;
+
+  // out = silu(gu[:, :I]) * gu[:, I:]. gu [T, 2I]; out [T, I].
+  virtual void silu_mul(const Tensor& gate_up, Tensor out) = 0;
+
+  // Gated attention core after the fused projection.
+  //   qkv [T, n_heads*head_dim*(gate?2:1) + 2*n_kv_heads*head_dim]: [q(+gate) | k | v]
+  // Applies q/k norm and partial RoPE, writes k, v into the paged cache at each token's position,
+  // attends causally over the sequence's whole context, applies the output gate. out [T, n_heads*head_dim].
+  virtual void attention(const AttentionParams& p, const Tensor& qkv, const KvLayerView& kv,
+                         const BatchMeta& meta, Tensor out) = 0;
+
+  // Gated DeltaNet core after the fused projection.
+  //   proj [T, proj_dim()]: [qkv | z | b | a]. Causal conv (with the slot's conv state), SiLU,
+  //   L2-norm q and k, q *= Dk^-0.5, gating, delta-rule recurrence on the slot's state, gated
+  //   RMSNorm with silu(z). out [T, value_dim()].
+  virtual void gated_delta_net(const GdnParams& p, const Tensor& proj, const StateLayerView& state,
+                               const BatchMeta& meta, Tensor out) = 0;
+
+  // dst[i] = src[rows[i]]. src [T, D]; rows [R] i32 (host memory); dst [R, D].
+  virtual void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) = 0;
+
+  // Rollback after verification: for each (slot, snapshot) pair, copy snapshot j of the slot
+  // into its live state, for every given layer.
+  virtual void restore_snapshot(const StateLayerView& state, int slot, int snapshot) = 0;
+};
+
+}  // namespace deltaserve

@@ -1,0 +1,32 @@
+#include "engine/backend_factory.h"
+
+#include "backend/cpu/cpu_backend.h"
+
+#ifdef DELTASERVE_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace deltaserve {
+
+bool cuda_available() {
+#ifdef DELTASERVE_WITH_CUDA
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+Result<std::unique_ptr<Backend>> make_backend(const std::string& device, int n_threads) {
+  if (device == "cpu") return make_cpu_backend(n_threads);
+  if (device == "cuda") {
+#ifdef DELTASERVE_WITH_CUDA
+    if (!cuda_available()) return error("--device cuda: no CUDA device found");
+    return make_cuda_backend(0);
+#else
+    return error("--device cuda: this build has no CUDA backend (configure with -DDELTASERVE_CUDA=ON)");
+#endif
+  }
+  return error("--device: unknown device '", device, "' (expected cpu or cuda)");
+}
+
+}  // namespace deltaserve

@@ -1,0 +1,38 @@
+// EngineConfig: everything the engine needs to start, as native values. The app fills it from the
+// flag table (serve/generate options) and the memory plan; the engine never parses flags.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace deltaserve {
+
+struct EngineConfig {
+  std::filesystem::path model_dir;
+  bool dummy_weights = false;        // --load-format dummy: random weights shaped by config.json
+  Device device = Device::Cpu;
+  int n_threads = 0;                 // CPU threads for kernels; 0 = all usable CPUs
+
+  // Capacity (0 = derive from the memory plan).
+  int max_running_requests = 0;      // sequences decoding at once
+  int max_waiting_requests = 0;      // queue bound; a full queue rejects new requests
+  int64_t context_length = 0;        // prompt + generated tokens per sequence
+  int64_t kv_tokens = 0;             // KV cache capacity in tokens (over all sequences)
+  int kv_block_size = 16;            // tokens per KV block
+  int state_slots = 0;               // GDN state slots (Qwen3.5 only)
+
+  // Per-step token budget (continuous batching).
+  int chunked_prefill_size = 0;      // longest prefill chunk of one sequence per step
+  int max_prefill_tokens = 0;        // prefill tokens per step over all sequences
+
+  // Speculative decoding (MTP / NEXTN): 0 = off.
+  int spec_num_steps = 0;
+
+  std::vector<int32_t> extra_eos_token_ids;  // e.g. from generation_config.json
+};
+
+}  // namespace deltaserve

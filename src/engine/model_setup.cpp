@@ -1,0 +1,34 @@
+#include "engine/model_setup.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "engine/backend_factory.h"
+
+namespace deltaserve {
+
+std::string default_model_dir() {
+  if (const char* env = std::getenv("DELTASERVE_MODEL"); env && *env) return env;
+  return std::string(DELTASERVE_SOURCE_DIR) + "/models/tiny-coder";
+}
+
+Result<std::unique_ptr<ModelSetup>> ModelSetup::create(const SetupOptions& o, int max_tokens,
+                                                       int max_seqs, int max_context,
+                                                       int max_logit_rows) {
+  auto s = std::make_unique<ModelSetup>();
+  DS_ASSIGN_OR_RETURN(s->backend, make_backend(o.device, o.n_threads));
+  ModelLoadOptions lo;
+  lo.dummy_weights = o.dummy_weights;
+  DS_ASSIGN_OR_RETURN(s->model, load_model(o.model_dir, *s->backend, lo));
+  CacheConfig cc;
+  cc.block_size = 16;
+  const int blocks_per_seq = (max_context + cc.block_size - 1) / cc.block_size;
+  cc.n_blocks = blocks_per_seq * max_seqs;
+  cc.n_slots = max_seqs;
+  s->cache = std::make_unique<CacheMemory>(*s->backend, s->model->memory_spec(), cc);
+  RunnerLimits lim{max_tokens, max_seqs, blocks_per_seq, max_logit_rows};
+  s->runner = std::make_unique<ModelRunner>(*s->backend, *s->model, *s->cache, lim);
+  return s;
+}
+
+}  // namespace deltaserve

@@ -1,0 +1,38 @@
+// ModelSetup: backend + model + cache + runner for the offline commands that drive the model
+// directly (logits, tests). The server and `generate` go through Engine instead.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "cache/cache_memory.h"
+#include "engine/model_runner.h"
+#include "model/model.h"
+
+namespace deltaserve {
+
+struct SetupOptions {
+  std::string model_dir;
+  int n_threads = 0;
+  std::string device = "cpu";
+  bool dummy_weights = false;
+};
+
+// models/tiny-coder next to the binary's source tree, or $DELTASERVE_MODEL.
+std::string default_model_dir();
+
+struct ModelSetup {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<CacheMemory> cache;
+  std::unique_ptr<ModelRunner> runner;
+  int blocks_for(int n_tokens) const {
+    const int bs = cache->config().block_size;
+    return (n_tokens + bs - 1) / bs;
+  }
+  static Result<std::unique_ptr<ModelSetup>> create(const SetupOptions& o, int max_tokens, int max_seqs,
+                                                    int max_context, int max_logit_rows);
+};
+
+}  // namespace deltaserve

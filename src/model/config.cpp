@@ -1,0 +1,183 @@
+#include "model/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "util/mmap_file.h"
+
+namespace deltaserve {
+
+using nlohmann::json;
+
+int ModelConfig::n_attention_layers() const {
+  int n = 0;
+  for (auto t : layer_types) n += t == LayerType::FullAttention;
+  return n;
+}
+int ModelConfig::n_linear_layers() const {
+  return static_cast<int>(layer_types.size()) - n_attention_layers();
+}
+int64_t ModelConfig::kv_bytes_per_token(int64_t elem_bytes, bool with_mtp) const {
+  int layers = n_attention_layers() + (with_mtp ? mtp_n_layers : 0);
+  return int64_t(layers) * n_kv_heads * head_dim * 2 * elem_bytes;
+}
+int64_t ModelConfig::state_bytes_per_sequence() const {
+  int64_t conv = linear_conv_dim() * (linear_conv_kernel - 1) * 4;
+  int64_t rec = int64_t(linear_n_value_heads) * linear_key_head_dim * linear_value_head_dim * 4;
+  return int64_t(n_linear_layers()) * (conv + rec);
+}
+
+namespace {
+
+template <typename T>
+Status get_required(const json& obj, const char* key, T& out, const std::string& source) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return error(source, ": missing required key '", key, "'");
+  try {
+    out = it->get<T>();
+  } catch (const std::exception& e) {
+    return error(source, ": key '", key, "' has the wrong type (", e.what(), ")");
+  }
+  return Status::ok();
+}
+
+template <typename T>
+Status get_optional(const json& obj, const char* key, T& out, const std::string& source) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return Status::ok();
+  try {
+    out = it->get<T>();
+  } catch (const std::exception& e) {
+    return error(source, ": key '", key, "' has the wrong type (", e.what(), ")");
+  }
+  return Status::ok();
+}
+
+std::vector<int32_t> token_id_list(const json& v) {
+  std::vector<int32_t> out;
+  if (v.is_number_integer()) out.push_back(v.get<int32_t>());
+  if (v.is_array())
+    for (const auto& x : v)
+      if (x.is_number_integer()) out.push_back(x.get<int32_t>());
+  return out;
+}
+
+}  // namespace
+
+Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source) {
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const std::exception& e) {
+    return error(source, ": invalid JSON: ", e.what());
+  }
+  if (!root.is_object()) return error(source, ": expected a JSON object");
+
+  ModelConfig c;
+  auto arch = root.find("architectures");
+  if (arch == root.end() || !arch->is_array() || arch->empty() || !(*arch)[0].is_string())
+    return error(source, ": missing 'architectures'");
+  c.architecture = (*arch)[0].get<std::string>();
+
+  const json* text = &root;
+  if (auto tc = root.find("text_config"); tc != root.end() && tc->is_object()) {
+    text = &*tc;
+    c.nested_layout = true;
+  }
+  const json& t = *text;
+  std::string model_type;
+  DS_RETURN_IF_ERROR(get_optional(t, "model_type", model_type, source));
+  c.family = (model_type.rfind("qwen3_5", 0) == 0 || model_type.rfind("qwen3_6", 0) == 0 ||
+              t.contains("linear_num_value_heads"))
+                 ? ModelFamily::Qwen3_5
+                 : ModelFamily::Qwen3;
+
+  DS_RETURN_IF_ERROR(get_required(t, "vocab_size", c.vocab_size, source));
+  DS_RETURN_IF_ERROR(get_required(t, "hidden_size", c.hidden_size, source));
+  DS_RETURN_IF_ERROR(get_required(t, "intermediate_size", c.intermediate_size, source));
+  DS_RETURN_IF_ERROR(get_required(t, "num_hidden_layers", c.n_layers, source));
+  DS_RETURN_IF_ERROR(get_required(t, "num_attention_heads", c.n_heads, source));
+  c.n_kv_heads = c.n_heads;
+  DS_RETURN_IF_ERROR(get_optional(t, "num_key_value_heads", c.n_kv_heads, source));
+  DS_RETURN_IF_ERROR(get_optional(t, "rms_norm_eps", c.rms_norm_eps, source));
+  DS_RETURN_IF_ERROR(get_optional(t, "max_position_embeddings", c.max_position_embeddings, source));
+  c.head_dim = c.n_heads > 0 ? static_cast<int>(c.hidden_size / c.n_heads) : 0;
+  DS_RETURN_IF_ERROR(get_optional(t, "head_dim", c.head_dim, source));
+
+  // tie_word_embeddings may sit at either level; the text level wins.
+  DS_RETURN_IF_ERROR(get_optional(root, "tie_word_embeddings", c.tie_word_embeddings, source));
+  DS_RETURN_IF_ERROR(get_optional(t, "tie_word_embeddings", c.tie_word_embeddings, source));
+
+  // RoPE: rope_parameters (new transformers) or top-level rope_theta / partial_rotary_factor.
+  DS_RETURN_IF_ERROR(get_optional(t, "rope_theta", c.rope_theta, source));
+  DS_RETURN_IF_ERROR(get_optional(t, "partial_rotary_factor", c.partial_rotary_factor, source));
+  if (auto rp = t.find("rope_parameters"); rp != t.end() && rp->is_object()) {
+    DS_RETURN_IF_ERROR(get_optional(*rp, "rope_theta", c.rope_theta, source));
+    DS_RETURN_IF_ERROR(get_optional(*rp, "partial_rotary_factor", c.partial_rotary_factor, source));
+  }
+  c.rotary_dim = static_cast<int>(c.head_dim * c.partial_rotary_factor);
+  if (c.rotary_dim % 2) return error(source, ": rotary dimension ", c.rotary_dim, " is odd");
+
+  if (c.family == ModelFamily::Qwen3_5) {
+    c.attn_output_gate = true;
+    DS_RETURN_IF_ERROR(get_optional(t, "attn_output_gate", c.attn_output_gate, source));
+    DS_RETURN_IF_ERROR(get_required(t, "linear_num_key_heads", c.linear_n_key_heads, source));
+    DS_RETURN_IF_ERROR(get_required(t, "linear_num_value_heads", c.linear_n_value_heads, source));
+    DS_RETURN_IF_ERROR(get_required(t, "linear_key_head_dim", c.linear_key_head_dim, source));
+    DS_RETURN_IF_ERROR(get_required(t, "linear_value_head_dim", c.linear_value_head_dim, source));
+    DS_RETURN_IF_ERROR(get_required(t, "linear_conv_kernel_dim", c.linear_conv_kernel, source));
+    DS_RETURN_IF_ERROR(get_optional(t, "mtp_num_hidden_layers", c.mtp_n_layers, source));
+    if (c.linear_n_key_heads <= 0 || c.linear_n_value_heads % c.linear_n_key_heads != 0)
+      return error(source, ": linear_num_value_heads must be a multiple of linear_num_key_heads");
+  }
+
+  // Layer types: explicit list, else every full_attention_interval-th layer is full attention.
+  if (auto lt = t.find("layer_types"); lt != t.end() && lt->is_array()) {
+    for (const auto& v : *lt) {
+      std::string s = v.is_string() ? v.get<std::string>() : "";
+      if (s == "full_attention" || s == "sliding_attention") c.layer_types.push_back(LayerType::FullAttention);
+      else if (s == "linear_attention") c.layer_types.push_back(LayerType::LinearAttention);
+      else return error(source, ": unknown layer type '", s, "' in layer_types");
+    }
+    if (static_cast<int>(c.layer_types.size()) != c.n_layers)
+      return error(source, ": layer_types has ", c.layer_types.size(), " entries for ", c.n_layers,
+                   " layers");
+  } else if (c.family == ModelFamily::Qwen3_5) {
+    int interval = 4;
+    DS_RETURN_IF_ERROR(get_optional(t, "full_attention_interval", interval, source));
+    if (interval <= 0) return error(source, ": full_attention_interval must be positive");
+    for (int i = 0; i < c.n_layers; ++i)
+      c.layer_types.push_back((i + 1) % interval == 0 ? LayerType::FullAttention
+                                                      : LayerType::LinearAttention);
+  } else {
+    c.layer_types.assign(c.n_layers, LayerType::FullAttention);
+  }
+  if (c.family == ModelFamily::Qwen3) {
+    for (auto lt : c.layer_types)
+      if (lt != LayerType::FullAttention) return error(source, ": Qwen3 has only attention layers");
+  }
+
+  for (const json* obj : std::initializer_list<const json*>{&root, text}) {
+    if (auto e = obj->find("eos_token_id"); e != obj->end()) {
+      auto ids = token_id_list(*e);
+      if (!ids.empty()) c.eos_token_ids = ids;
+    }
+    if (auto b = obj->find("bos_token_id"); b != obj->end() && b->is_number_integer())
+      c.bos_token_id = b->get<int32_t>();
+  }
+
+  if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.n_layers <= 0 || c.n_heads <= 0 ||
+      c.n_kv_heads <= 0 || c.head_dim <= 0 || c.n_heads % c.n_kv_heads != 0)
+    return error(source, ": inconsistent sizes (vocab, hidden, layers or heads)");
+  return c;
+}
+
+Result<ModelConfig> load_model_config(const std::filesystem::path& dir_or_file) {
+  std::filesystem::path file = dir_or_file;
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir_or_file, ec)) file = dir_or_file / "config.json";
+  if (!std::filesystem::exists(file, ec)) return error(file.string(), ": missing config file");
+  DS_ASSIGN_OR_RETURN(std::string text, read_text_file(file));
+  return parse_model_config(text, file.string());
+}
+
+}  // namespace deltaserve

@@ -1,0 +1,39 @@
+#include "model/layers/attention_layer.h"
+
+#include <cmath>
+
+namespace deltaserve {
+
+Result<AttentionLayer> AttentionLayer::load(WeightLoader& w, const std::string& prefix,
+                                            const ModelConfig& c, bool zero_centred_norm) {
+  AttentionLayer l;
+  const std::string p = prefix + ".self_attn.";
+  const int64_t H = c.hidden_size, hd = c.head_dim;
+  const int64_t q_rows = int64_t(c.n_heads) * hd * (c.attn_output_gate ? 2 : 1);
+  const int64_t kv_rows = int64_t(c.n_kv_heads) * hd;
+  DS_ASSIGN_OR_RETURN(l.qkv_proj, w.linear({p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"},
+                                           {q_rows, kv_rows, kv_rows}, H));
+  DS_ASSIGN_OR_RETURN(l.o_proj, w.linear({p + "o_proj.weight"}, {H}, int64_t(c.n_heads) * hd));
+  DS_ASSIGN_OR_RETURN(l.q_norm, w.f32(p + "q_norm.weight", {hd}, zero_centred_norm));
+  DS_ASSIGN_OR_RETURN(l.k_norm, w.f32(p + "k_norm.weight", {hd}, zero_centred_norm));
+  l.params.n_heads = c.n_heads;
+  l.params.n_kv_heads = c.n_kv_heads;
+  l.params.head_dim = c.head_dim;
+  l.params.rotary_dim = c.rotary_dim;
+  l.params.rope_theta = static_cast<float>(c.rope_theta);
+  l.params.output_gate = c.attn_output_gate;
+  l.params.eps = c.rms_norm_eps;
+  l.params.q_norm = l.q_norm.view;
+  l.params.k_norm = l.k_norm.view;
+  l.params.scale = 1.0f / std::sqrt(float(c.head_dim));
+  return l;
+}
+
+void AttentionLayer::forward(Kernels& k, const Tensor& x, const KvLayerView& kv,
+                             const BatchMeta& meta, Tensor proj, Tensor attn, Tensor residual) const {
+  k.matmul(x, *qkv_proj, proj);
+  k.attention(params, proj, kv, meta, attn);
+  k.matmul(attn, *o_proj, residual, /*accumulate=*/true);
+}
+
+}  // namespace deltaserve

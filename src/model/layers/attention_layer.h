@@ -1,0 +1,28 @@
+// Full (gated) attention mixer: fused q(+gate)/k/v projection, the attention kernel, o_proj.
+// Checkpoint names: <prefix>.self_attn.{q_proj,k_proj,v_proj,o_proj,q_norm,k_norm}.weight
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/config.h"
+#include "model/weight_loader.h"
+
+namespace deltaserve {
+
+struct AttentionLayer {
+  std::unique_ptr<LinearWeight> qkv_proj;  // [q_cols + 2*kv_cols, H]
+  std::unique_ptr<LinearWeight> o_proj;    // [H, n_heads*head_dim]
+  DeviceTensor q_norm, k_norm;             // [head_dim] f32
+  AttentionParams params;
+
+  static Result<AttentionLayer> load(WeightLoader& w, const std::string& prefix,
+                                     const ModelConfig& c, bool zero_centred_norm);
+  int64_t proj_cols() const { return qkv_proj->n(); }
+  // residual += o_proj(attention(x)). x [T, H] (normed input); proj scratch [T, proj_cols()];
+  // attn scratch [T, n_heads*head_dim].
+  void forward(Kernels& k, const Tensor& x, const KvLayerView& kv, const BatchMeta& meta,
+               Tensor proj, Tensor attn, Tensor residual) const;
+};
+
+}  // namespace deltaserve

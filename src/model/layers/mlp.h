@@ -1,0 +1,23 @@
+// SwiGLU MLP: down(silu(gate(x)) * up(x)) with gate and up fused into one projection.
+// Checkpoint names: <prefix>.mlp.{gate_proj,up_proj,down_proj}.weight
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/config.h"
+#include "model/weight_loader.h"
+
+namespace deltaserve {
+
+struct Mlp {
+  std::unique_ptr<LinearWeight> gate_up;  // [2I, H]
+  std::unique_ptr<LinearWeight> down;     // [H, I]
+
+  static Result<Mlp> load(WeightLoader& w, const std::string& prefix, const ModelConfig& c);
+  int64_t intermediate() const { return down->k(); }
+  // residual += down(silu(gate(x)) * up(x)). gu scratch [T, 2I]; act scratch [T, I].
+  void forward(Kernels& k, const Tensor& x, Tensor gu, Tensor act, Tensor residual) const;
+};
+
+}  // namespace deltaserve

@@ -1,0 +1,82 @@
+// Model: knows layers and weights; never scheduling, HTTP, or a concrete backend.
+// The engine hands it a batch (BatchMeta + token ids) and views of its cache memory.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+namespace deltaserve {
+
+// What the model needs from cache/: one KV layer per attention layer (the MTP layer last), one
+// state layer per Gated DeltaNet layer.
+struct MemorySpec {
+  int n_kv_layers = 0;        // main attention layers + MTP attention layers
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int n_state_layers = 0;     // GDN layers
+  int64_t conv_dim = 0;       // GDN conv state [conv_dim, conv_kernel - 1]
+  int conv_kernel = 0;
+  int n_v_heads = 0;          // GDN recurrent state [n_v_heads, v_head_dim, k_head_dim]
+  int k_head_dim = 0;
+  int v_head_dim = 0;
+};
+
+struct MemoryViews {
+  std::vector<KvLayerView> kv;        // [n_kv_layers]
+  std::vector<StateLayerView> state;  // [n_state_layers]
+};
+
+// Called with the residual stream after each layer (layer = -1: the embeddings). Off unless set.
+using LayerObserver = std::function<void(int layer, const Tensor& residual /*[T, H]*/)>;
+
+struct ForwardArgs {
+  const BatchMeta* meta = nullptr;
+  Tensor ids;                          // [T] i32 (device)
+  const MemoryViews* memory = nullptr;
+  const int32_t* output_rows = nullptr;  // host; rows of the batch that need logits
+  int n_output_rows = 0;
+  Tensor logits;                       // [n_output_rows, vocab] f32 (device)
+  Tensor hidden;                       // optional [T, H]: final-normed hidden of every row
+  const LayerObserver* observer = nullptr;
+};
+
+// MTP draft step (NEXTN): row p takes the token after p (ids) and the main model's (or the
+// previous MTP step's) final hidden at p, and predicts the token two after p.
+struct MtpArgs {
+  const BatchMeta* meta = nullptr;     // positions p; the MTP layer's KV uses the same block tables
+  Tensor ids;                          // [T] i32: t_{p+1}
+  Tensor hidden_in;                    // [T, H]
+  const MemoryViews* memory = nullptr;
+  const int32_t* output_rows = nullptr;
+  int n_output_rows = 0;
+  Tensor logits;                       // [n_output_rows, vocab]
+  Tensor hidden_out;                   // optional [T, H]: mtp.norm output (the next step's hidden)
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual MemorySpec memory_spec() const = 0;
+  virtual bool has_mtp() const = 0;
+  // Sizes the internal activation buffers for batches of up to max_tokens tokens (call once).
+  virtual void reserve(int max_tokens) = 0;
+  virtual void forward(const ForwardArgs& args) = 0;
+  virtual void forward_mtp(const MtpArgs& args) = 0;
+  virtual std::size_t weight_bytes() const = 0;
+};
+
+struct ModelLoadOptions {
+  bool dummy_weights = false;  // random weights from config.json alone
+  bool load_mtp = true;
+};
+
+// The registry: reads config.json, picks the architecture, loads weights onto the backend.
+Result<std::unique_ptr<Model>> load_model(const std::filesystem::path& dir, Backend& backend,
+                                          const ModelLoadOptions& options);
+
+}  // namespace deltaserve

@@ -1,0 +1,184 @@
+#include "model/weight_loader.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace deltaserve {
+
+namespace {
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+}  // namespace
+
+WeightLoader::WeightLoader(const Checkpoint* checkpoint, Backend& backend, std::string source,
+                           uint64_t seed)
+    : checkpoint_(checkpoint), backend_(backend), source_(std::move(source)), rng_(seed) {}
+
+bool WeightLoader::has(const std::string& name) const {
+  return checkpoint_ == nullptr || checkpoint_->find(name) != nullptr;
+}
+
+Status WeightLoader::check(const std::string& name, const std::vector<int64_t>& shape,
+                           const TensorEntry** out) {
+  const TensorEntry* e = checkpoint_->find(name);
+  if (!e) return error(source_, ": missing tensor '", name, "'");
+  // Squeeze-equivalent shapes are fine (conv1d.weight [C, 1, K] read as [C, K]).
+  if (e->numel() != numel(shape)) {
+    return error(checkpoint_->file_of(*e).string(), ": tensor '", name, "' has shape ",
+                 shape_str(e->shape), ", expected ", shape_str(shape));
+  }
+  std::vector<int64_t> a, b;
+  for (auto d : e->shape) if (d != 1) a.push_back(d);
+  for (auto d : shape) if (d != 1) b.push_back(d);
+  if (a != b)
+    return error(checkpoint_->file_of(*e).string(), ": tensor '", name, "' has shape ",
+                 shape_str(e->shape), ", expected ", shape_str(shape));
+  if (e->dtype != DType::BF16 && e->dtype != DType::F16 && e->dtype != DType::F32)
+    return error(checkpoint_->file_of(*e).string(), ": tensor '", name, "' has unsupported dtype ",
+                 dtype_name(e->dtype));
+  used_.insert(name);
+  *out = e;
+  return Status::ok();
+}
+
+std::vector<uint16_t> WeightLoader::random_bf16(int64_t n, float scale) {
+  std::vector<uint16_t> v(static_cast<std::size_t>(n));
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  // Fill a block with fresh randoms and tile it: generating billions of values one by one would
+  // dominate start-up for the 27B shape, and the numbers only need to be non-degenerate.
+  const int64_t block = std::min<int64_t>(n, 1 << 20);
+  for (int64_t i = 0; i < block; ++i) v[i] = f32_to_bf16(dist(rng_));
+  for (int64_t i = block; i < n; i += block)
+    std::memcpy(v.data() + i, v.data(), static_cast<std::size_t>(std::min(block, n - i)) * 2);
+  return v;
+}
+
+Result<std::vector<float>> WeightLoader::host_f32(const std::string& name,
+                                                  const std::vector<int64_t>& shape) {
+  std::vector<float> out(static_cast<std::size_t>(numel(shape)));
+  if (!checkpoint_) {
+    std::uniform_real_distribution<float> dist(-0.1f, 0.1f);
+    for (auto& x : out) x = bf16_to_f32(f32_to_bf16(dist(rng_)));
+    return out;
+  }
+  const TensorEntry* e = nullptr;
+  DS_RETURN_IF_ERROR(check(name, shape, &e));
+  const int64_t n = e->numel();
+  if (e->dtype == DType::F32) std::memcpy(out.data(), e->data, n * 4);
+  else if (e->dtype == DType::BF16)
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(static_cast<const uint16_t*>(e->data)[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(static_cast<const uint16_t*>(e->data)[i]);
+  return out;
+}
+
+Result<DeviceTensor> WeightLoader::f32(const std::string& name, const std::vector<int64_t>& shape,
+                                       bool add_one) {
+  DS_ASSIGN_OR_RETURN(std::vector<float> host, host_f32(name, shape));
+  if (add_one)
+    for (auto& x : host) x += 1.0f;
+  DeviceTensor t;
+  t.buffer = backend_.allocate(host.size() * 4);
+  t.view = t.buffer.view(DType::F32, {static_cast<int64_t>(host.size())});
+  backend_.copy_to_device(t.view, host.data());
+  bytes_loaded_ += host.size() * 4;
+  return t;
+}
+
+Result<DeviceTensor> WeightLoader::neg_exp(const std::string& name, int64_t n) {
+  DS_ASSIGN_OR_RETURN(std::vector<float> host, host_f32(name, {n}));
+  for (auto& x : host) x = -std::exp(x);
+  DeviceTensor t;
+  t.buffer = backend_.allocate(host.size() * 4);
+  t.view = t.buffer.view(DType::F32, {n});
+  backend_.copy_to_device(t.view, host.data());
+  return t;
+}
+
+Result<DeviceTensor> WeightLoader::embedding(const std::string& name, int64_t v, int64_t h) {
+  DeviceTensor t;
+  if (!checkpoint_) {
+    auto host = random_bf16(v * h, 0.05f);
+    t.buffer = backend_.allocate(host.size() * 2);
+    t.view = t.buffer.view(DType::BF16, {v, h});
+    backend_.copy_to_device(t.view, host.data());
+    bytes_loaded_ += host.size() * 2;
+    return t;
+  }
+  const TensorEntry* e = nullptr;
+  DS_RETURN_IF_ERROR(check(name, {v, h}, &e));
+  if (e->dtype == DType::BF16 || e->dtype == DType::F32) {
+    t.buffer = backend_.allocate(e->nbytes);
+    t.view = t.buffer.view(e->dtype, {v, h});
+    backend_.copy_to_device(t.view, e->data);
+    bytes_loaded_ += e->nbytes;
+    return t;
+  }
+  DS_ASSIGN_OR_RETURN(std::vector<float> host, host_f32(name, {v, h}));
+  t.buffer = backend_.allocate(host.size() * 4);
+  t.view = t.buffer.view(DType::F32, {v, h});
+  backend_.copy_to_device(t.view, host.data());
+  bytes_loaded_ += host.size() * 4;
+  return t;
+}
+
+Result<std::unique_ptr<LinearWeight>> WeightLoader::linear(const std::vector<std::string>& names,
+                                                           const std::vector<int64_t>& rows,
+                                                           int64_t k) {
+  DS_CHECK(names.size() == rows.size() && !names.empty(), "linear: names/rows mismatch");
+  int64_t n = 0;
+  for (auto r : rows) n += r;
+  if (!checkpoint_) {
+    auto host = random_bf16(n * k, 1.0f / std::sqrt(float(k)));
+    bytes_loaded_ += host.size() * 2;
+    return backend_.make_linear(host.data(), DType::BF16, n, k);
+  }
+  // One source tensor in its own dtype: hand it over directly (no extra host copy).
+  std::vector<const TensorEntry*> entries;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const TensorEntry* e = nullptr;
+    DS_RETURN_IF_ERROR(check(names[i], {rows[i], k}, &e));
+    entries.push_back(e);
+  }
+  bool same_dtype = true;
+  for (auto* e : entries) same_dtype &= e->dtype == entries[0]->dtype;
+  DType dtype = same_dtype ? entries[0]->dtype : DType::F32;
+  bytes_loaded_ += static_cast<std::size_t>(n * k) * dtype_size(dtype);
+  if (entries.size() == 1) return backend_.make_linear(entries[0]->data, dtype, n, k);
+  std::vector<uint8_t> host(static_cast<std::size_t>(n * k) * dtype_size(dtype));
+  std::size_t off = 0;
+  for (auto* e : entries) {
+    if (e->dtype == dtype) {
+      std::memcpy(host.data() + off, e->data, e->nbytes);
+      off += e->nbytes;
+    } else {
+      DS_ASSIGN_OR_RETURN(std::vector<float> f, host_f32(e->name, e->shape));
+      std::memcpy(host.data() + off, f.data(), f.size() * 4);
+      off += f.size() * 4;
+    }
+  }
+  return backend_.make_linear(host.data(), dtype, n, k);
+}
+
+std::vector<std::string> WeightLoader::unused(const std::vector<std::string>& ignore_prefixes) const {
+  std::vector<std::string> out;
+  if (!checkpoint_) return out;
+  for (const auto& [name, e] : checkpoint_->tensors()) {
+    if (used_.count(name)) continue;
+    bool ignored = false;
+    for (const auto& p : ignore_prefixes) ignored |= name.rfind(p, 0) == 0;
+    if (name.find("rotary_emb.inv_freq") != std::string::npos) ignored = true;
+    if (!ignored) out.push_back(name);
+  }
+  return out;
+}
+
+}  // namespace deltaserve

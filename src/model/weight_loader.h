@@ -1,0 +1,60 @@
+// WeightLoader: turns checkpoint tensors (or, with dummy weights, random values) into backend
+// weights, checking every name and shape, and remembering which tensors were used so that
+// leftovers (other than the vision tower) are reported.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/safetensors.h"
+
+namespace deltaserve {
+
+// An owned device tensor (buffer + view).
+struct DeviceTensor {
+  DeviceBuffer buffer;
+  Tensor view;
+};
+
+class WeightLoader {
+ public:
+  // checkpoint == nullptr: dummy mode (random weights shaped by the config, as vLLM/SGLang's
+  // --load-format dummy).
+  WeightLoader(const Checkpoint* checkpoint, Backend& backend, std::string source, uint64_t seed = 1234);
+
+  // A matmul weight made of one or more [n_i, k] tensors stacked along n (fused projections).
+  Result<std::unique_ptr<LinearWeight>> linear(const std::vector<std::string>& names,
+                                               const std::vector<int64_t>& rows, int64_t k);
+  // An f32 vector/matrix of the given shape; add_one stores (1 + w) for zero-centred norms.
+  Result<DeviceTensor> f32(const std::string& name, const std::vector<int64_t>& shape,
+                           bool add_one = false);
+  // -exp(A_log) as f32.
+  Result<DeviceTensor> neg_exp(const std::string& name, int64_t n);
+  // An embedding table [v, h] kept in its checkpoint dtype (bf16 stays bf16; f16 becomes f32).
+  Result<DeviceTensor> embedding(const std::string& name, int64_t v, int64_t h);
+
+  bool has(const std::string& name) const;
+  // Tensors never asked for, except those matching ignore_prefixes.
+  std::vector<std::string> unused(const std::vector<std::string>& ignore_prefixes) const;
+  std::size_t bytes_loaded() const { return bytes_loaded_; }
+
+ private:
+  // Host f32 copy of a tensor, checking its shape.
+  Result<std::vector<float>> host_f32(const std::string& name, const std::vector<int64_t>& shape);
+  Status check(const std::string& name, const std::vector<int64_t>& shape, const TensorEntry** out);
+  std::vector<uint16_t> random_bf16(int64_t n, float scale);
+
+  const Checkpoint* checkpoint_;
+  Backend& backend_;
+  std::string source_;
+  std::set<std::string> used_;
+  std::mt19937_64 rng_;
+  std::size_t bytes_loaded_ = 0;
+};
+
+}  // namespace deltaserve

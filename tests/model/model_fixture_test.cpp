@@ -1,0 +1,261 @@
+// The CPU engine against the Hugging Face reference for every fixture model: logits of every
+// position, MTP logits, per-layer residual streams (naming the first bad layer), greedy tokens
+// through prefill + incremental decode, chunked vs one-shot vs token-by-token prefill, and batched
+// vs alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+
+#include "engine/model_setup.h"
+#include "fixture.h"
+
+namespace deltaserve::test {
+namespace {
+
+constexpr float kLogitTol = 2e-3f;  // qwen3_5-model.md: a correct float32 engine meets this
+// Same engine, different batch shapes: only the matmul kernels' f32 summation order changes with
+// the number of rows (GEMV vs blocked GEMM paths). The random-weight qwen35-tiny amplifies that to
+// a few 1e-4 over 8 layers; a real indexing or state bug is off by O(1).
+constexpr float kShapeTol = 1e-3f;
+
+struct ModelCase {
+  std::string name;
+  std::string dir;  // relative to the source dir
+};
+
+std::ostream& operator<<(std::ostream& os, const ModelCase& m) { return os << m.name; }
+
+class FixtureModelTest : public ::testing::TestWithParam<ModelCase> {
+ protected:
+  void SetUp() override {
+    dir_ = source_dir() / GetParam().dir;
+    fixture_ = std::make_unique<Fixture>(dir_);
+    int max_t = 0;
+    for (const auto& c : fixture_->cases()) max_t = std::max<int>(max_t, c.tokens.size());
+    max_t_ = max_t;
+    SetupOptions o;
+    o.model_dir = dir_.string();
+    o.n_threads = 2;
+    const int n_cases = static_cast<int>(fixture_->cases().size());
+    auto s = ModelSetup::create(o, /*max_tokens=*/max_t * n_cases, /*max_seqs=*/n_cases + 1,
+                                /*max_context=*/max_t + 16, /*max_logit_rows=*/max_t * n_cases);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    setup_ = std::move(*s);
+  }
+
+  // A fresh sequence: blocks for max_t_ + 16 tokens and a zeroed state slot.
+  struct Seq {
+    std::vector<int32_t> blocks;
+    int slot = -1;
+  };
+  Seq new_seq() {
+    Seq s;
+    s.slot = setup_->cache->acquire_slot();
+    EXPECT_GE(s.slot, 0);
+    EXPECT_TRUE(setup_->cache->blocks().allocate(setup_->blocks_for(max_t_ + 16), s.blocks));
+    return s;
+  }
+  void free_seq(Seq& s) {
+    for (auto b : s.blocks) setup_->cache->blocks().release(b);
+    setup_->cache->release_slot(s.slot);
+    s.blocks.clear();
+  }
+  // Logits of all positions of `tokens`, fed in chunks of the given sizes (0 = all at once).
+  std::vector<float> logits_chunked(const std::vector<int32_t>& tokens, int chunk) {
+    Seq s = new_seq();
+    const int64_t V = setup_->model->config().vocab_size;
+    std::vector<float> out;
+    int pos = 0;
+    const int T = static_cast<int>(tokens.size());
+    while (pos < T) {
+      int n = chunk == 0 ? T : std::min(chunk, T - pos);
+      RunItem it{std::span<const int32_t>(tokens).subspan(pos, n), pos, s.blocks, s.slot, true, false};
+      setup_->runner->run(std::span<const RunItem>(&it, 1));
+      out.insert(out.end(), setup_->runner->logits(0), setup_->runner->logits(0) + int64_t(n) * V);
+      pos += n;
+    }
+    free_seq(s);
+    return out;
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Fixture> fixture_;
+  std::unique_ptr<ModelSetup> setup_;
+  int max_t_ = 0;
+};
+
+float max_abs_diff(const float* a, const float* b, int64_t n) {
+  float m = 0.f;
+  for (int64_t i = 0; i < n; ++i) {
+    float d = std::fabs(a[i] - b[i]);
+    if (!(d <= m)) m = std::isnan(d) ? INFINITY : d;
+  }
+  return m;
+}
+
+TEST_P(FixtureModelTest, LogitsOfEveryPositionMatchReference) {
+  const int64_t V = setup_->model->config().vocab_size;
+  for (const auto& c : fixture_->cases()) {
+    auto got = logits_chunked(c.tokens, 0);
+    const float* ref = fixture_->f32(c.name + ".logits");
+    ASSERT_NE(ref, nullptr);
+    for (size_t t = 0; t < c.tokens.size(); ++t) {
+      float d = max_abs_diff(got.data() + t * V, ref + t * V, V);
+      ASSERT_LE(d, kLogitTol) << c.name << " position " << t;
+    }
+  }
+}
+
+TEST_P(FixtureModelTest, ResidualStreamOfEveryLayerMatchesReference) {
+  const int64_t H = setup_->model->config().hidden_size;
+  int checked = 0;
+  for (const auto& c : fixture_->cases()) {
+    if (!fixture_->tensor(c.name + ".embeddings")) continue;
+    Seq s = new_seq();
+    std::vector<std::pair<int, std::vector<float>>> dumps;
+    LayerObserver obs = [&](int layer, const Tensor& x) {
+      dumps.emplace_back(layer, std::vector<float>(x.f32(), x.f32() + x.numel()));
+    };
+    RunItem it{c.tokens, 0, s.blocks, s.slot, true, false};
+    setup_->runner->run(std::span<const RunItem>(&it, 1), false, {}, &obs);
+    free_seq(s);
+    for (const auto& [layer, got] : dumps) {
+      std::string name = layer < 0 ? c.name + ".embeddings" : c.name + ".layer" + std::to_string(layer) + ".out";
+      const TensorEntry* ref = fixture_->tensor(name);
+      if (!ref) continue;
+      ASSERT_EQ(ref->numel(), int64_t(c.tokens.size()) * H) << name;
+      // The residual stream grows with depth; compare relative to its scale.
+      const float* r = static_cast<const float*>(ref->data);
+      float scale = 1e-6f;
+      for (int64_t i = 0; i < ref->numel(); ++i) scale = std::max(scale, std::fabs(r[i]));
+      float d = max_abs_diff(got.data(), r, ref->numel());
+      // HF's chunked GDN itself differs from an exact recurrence by up to ~1e-3 (reference.json),
+      // so allow 2e-4 of the stream's scale; a wrong layer is off by O(scale).
+      const float tol = 2e-4f * scale + 2e-4f;
+      EXPECT_LE(d, tol) << "first divergence at " << name << " (scale " << scale << ")";
+      if (d > tol) return;
+      ++checked;
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "fixture has no per-layer dump";
+}
+
+TEST_P(FixtureModelTest, MtpLogitsMatchReference) {
+  if (!setup_->model->has_mtp()) GTEST_SKIP() << "model has no MTP head";
+  const int64_t V = setup_->model->config().vocab_size, H = setup_->model->config().hidden_size;
+  for (const auto& c : fixture_->cases()) {
+    const float* ref = fixture_->f32(c.name + ".mtp_logits");
+    ASSERT_NE(ref, nullptr);
+    const int T = static_cast<int>(c.tokens.size());
+    Seq s = new_seq();
+    DeviceBuffer hidden = setup_->backend->allocate(int64_t(T) * H * 4);
+    RunItem it{c.tokens, 0, s.blocks, s.slot, false, false};
+    setup_->runner->run(std::span<const RunItem>(&it, 1), false, hidden.view(DType::F32, {T, H}));
+    const float* ref_h = fixture_->f32(c.name + ".final_hidden");
+    ASSERT_LE(max_abs_diff(hidden.view(DType::F32, {T, H}).f32(), ref_h, int64_t(T) * H), 1e-3f);
+    std::vector<int32_t> next(c.tokens.begin() + 1, c.tokens.end());
+    RunItem mi{next, 0, s.blocks, s.slot, true, false};
+    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), hidden.view(DType::F32, {T - 1, H}));
+    for (int p = 0; p < T - 1; ++p) {
+      float d = max_abs_diff(setup_->runner->logits(p), ref + int64_t(p) * V, V);
+      ASSERT_LE(d, kLogitTol) << c.name << " MTP row " << p;
+    }
+    free_seq(s);
+  }
+}
+
+// Reference top-2 margin at a row of the reference logits.
+float ref_margin(const float* row, int64_t V) {
+  float a = -INFINITY, b = -INFINITY;
+  for (int64_t i = 0; i < V; ++i) {
+    if (row[i] > a) { b = a; a = row[i]; }
+    else if (row[i] > b) b = row[i];
+  }
+  return a - b;
+}
+
+TEST_P(FixtureModelTest, GreedyTokensThroughPrefillAndIncrementalDecode) {
+  const int64_t V = setup_->model->config().vocab_size;
+  for (const auto& c : fixture_->cases()) {
+    const float* ref = fixture_->f32(c.name + ".logits");
+    Seq s = new_seq();
+    const int T = static_cast<int>(c.tokens.size());
+    std::span<const int32_t> toks(c.tokens);
+    RunItem pre{toks.first(c.prompt_len), 0, s.blocks, s.slot, false, false};
+    setup_->runner->run(std::span<const RunItem>(&pre, 1));
+    int compared = 0;
+    for (int p = c.prompt_len - 1; p < T - 1; ++p) {
+      const float* lg = setup_->runner->logits(0);
+      int32_t best = static_cast<int32_t>(std::max_element(lg, lg + V) - lg);
+      if (ref_margin(ref + int64_t(p) * V, V) > 1e-3f) {
+        EXPECT_EQ(best, c.tokens[p + 1]) << c.name << " position " << p + 1;
+        ++compared;
+      }
+      // Teacher-force the reference token so one near-tie cannot derail the rest.
+      RunItem step{toks.subspan(p + 1, 1), p + 1, s.blocks, s.slot, false, false};
+      setup_->runner->run(std::span<const RunItem>(&step, 1));
+    }
+    EXPECT_GT(compared, (T - c.prompt_len) / 2) << c.name;
+    free_seq(s);
+  }
+}
+
+TEST_P(FixtureModelTest, ChunkedAndTokenByTokenPrefillEqualOneShot) {
+  const int64_t V = setup_->model->config().vocab_size;
+  const auto& c = *std::max_element(fixture_->cases().begin(), fixture_->cases().end(),
+                                    [](auto& a, auto& b) { return a.tokens.size() < b.tokens.size(); });
+  auto one = logits_chunked(c.tokens, 0);
+  for (int chunk : {1, 3, 16}) {
+    auto got = logits_chunked(c.tokens, chunk);
+    ASSERT_EQ(got.size(), one.size());
+    EXPECT_LE(max_abs_diff(got.data(), one.data(), int64_t(got.size())), kShapeTol) << "chunk " << chunk;
+  }
+  (void)V;
+}
+
+TEST_P(FixtureModelTest, BatchedSequencesEqualEachAlone) {
+  const int64_t V = setup_->model->config().vocab_size;
+  std::vector<std::vector<float>> alone;
+  for (const auto& c : fixture_->cases()) alone.push_back(logits_chunked(c.tokens, 0));
+  // All cases in one forward, then one decode step for all of them together.
+  std::vector<Seq> seqs;
+  std::vector<RunItem> items;
+  for (const auto& c : fixture_->cases()) {
+    seqs.push_back(new_seq());
+    const int n = static_cast<int>(c.tokens.size()) - 1;  // leave the last token for a batched decode
+    items.push_back(RunItem{std::span<const int32_t>(c.tokens).first(n), 0, seqs.back().blocks,
+                            seqs.back().slot, true, false});
+  }
+  setup_->runner->run(items);
+  int row = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    for (size_t t = 0; t < items[i].tokens.size(); ++t, ++row) {
+      ASSERT_LE(max_abs_diff(setup_->runner->logits(row), alone[i].data() + t * V, V), kShapeTol)
+          << fixture_->cases()[i].name << " position " << t;
+    }
+  }
+  std::vector<RunItem> decode;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& c = fixture_->cases()[i];
+    decode.push_back(RunItem{std::span<const int32_t>(c.tokens).last(1), int32_t(c.tokens.size() - 1),
+                             seqs[i].blocks, seqs[i].slot, false, false});
+  }
+  setup_->runner->run(decode);
+  for (size_t i = 0; i < decode.size(); ++i) {
+    const size_t last = fixture_->cases()[i].tokens.size() - 1;
+    EXPECT_LE(max_abs_diff(setup_->runner->logits(static_cast<int>(i)), alone[i].data() + last * V, V), kShapeTol);
+  }
+  for (auto& s : seqs) free_seq(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureModelTest,
+                         ::testing::Values(ModelCase{"qwen35_tiny", "tests/fixtures/qwen35-tiny"},
+                                           ModelCase{"qwen3_tiny", "tests/fixtures/qwen3-tiny"},
+                                           ModelCase{"tiny_coder", "models/tiny-coder"}),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace deltaserve::test

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the build dependencies (Debian/Ubuntu packages), configures and builds into build/.
+# Used by tools/serve.sh and tools/test.sh; safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev
+      libboost-dev libsqlite3-dev libtoml11-dev libgtest-dev libgmock-dev libbenchmark-dev curl)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+BUILD_DIR="${BUILD_DIR:-build}"
+JOBS="${JOBS:-$(nproc)}"
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+cmake --build "$BUILD_DIR" -j "$JOBS"
