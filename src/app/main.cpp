@@ -16,9 +16,17 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
+    {"serve", deltaserve::cmd_serve, "OpenAI-compatible HTTP server (SGLang flags)"},
     {"logits", deltaserve::cmd_logits, "write f32 logits (and MTP logits) for a token list"},
     {"generate", deltaserve::cmd_generate, "offline prefill + decode through the engine"},
     {"bench-offline", deltaserve::cmd_bench_offline, "offline decode/prefill throughput"},
+    {"plan", deltaserve::cmd_plan, "the memory plan serve would use for these flags, explained"},
+    {"history", deltaserve::cmd_history, "recorded serve launches with key settings and best throughput"},
+    {"config", deltaserve::cmd_config, "config diff A B / config show A (launch ids, unit files, commands, TOML)"},
+    {"bench", deltaserve::cmd_bench, "HTTP load generator against a running server (/v1/completions)"},
+    {"systemd-unit", deltaserve::cmd_systemd_unit, "write a systemd unit that runs serve with these flags"},
+    {"chat-template", deltaserve::cmd_chat_template, "render a conversation with the model's chat template"},
+    {"tokenize", deltaserve::cmd_tokenize, "encode a text with a model's tokenizer, print {\"ids\": [...]}"},
 };
 
 void print_usage() {

@@ -70,6 +70,8 @@ class Backend {
   virtual MemoryInfo memory_info() const = 0;
   virtual DeviceBuffer allocate(std::size_t bytes) = 0;  // zero-filled
   // Matmul weight [n, k] from host memory (bf16/f16/f32), in the backend's preferred layout.
+  // host == nullptr (GPU backends only; used by dummy weights): uniform random values in
+  // ±1/sqrt(k), generated on the device.
   virtual std::unique_ptr<LinearWeight> make_linear(const void* host, DType dtype, int64_t n,
                                                     int64_t k) = 0;
   virtual void copy_to_device(Tensor dst, const void* host_src) = 0;

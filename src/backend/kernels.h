@@ -38,7 +38,9 @@ struct BatchMeta {
   int max_seq_tokens = 0;                // longest token run of one sequence in this batch
   int max_context = 0;                   // largest context_len
   // Speculative verification: when set, GDN layers also write the state after each token j of a
-  // sequence into snapshot j of its slot (j < snapshot_depth), so rollback can pick any of them.
+  // sequence into snapshot j of its slot, so rollback can pick any of them. Only sequences with at
+  // most snapshot_depth tokens in the batch get snapshots (prefill chunks batched with
+  // verifications need none).
   bool write_snapshots = false;
   Tensor d_positions, d_seq_start, d_context_len, d_block_table, d_state_slot;  // i32 mirrors
 };
@@ -53,8 +55,8 @@ struct KvLayerView {
 struct StateLayerView {
   Tensor conv;           // [n_slots, conv_dim, K-1]       f32: last K-1 pre-conv inputs, oldest first
   Tensor recurrent;      // [n_slots, Hv, Dv, Dk]          f32: Sᵀ, row j = value dim j
-  Tensor conv_snap;      // [n_slots, depth, conv_dim, K-1] f32 (empty when no speculation)
-  Tensor recurrent_snap; // [n_slots, depth, Hv, Dv, Dk]   f32
+  Tensor conv_snap;      // [n_slots * depth, conv_dim, K-1] f32 (empty when no speculation)
+  Tensor recurrent_snap; // [n_slots * depth, Hv, Dv, Dk]  f32
   int snapshot_depth = 0;
 };
 

@@ -37,8 +37,8 @@ CacheMemory::CacheMemory(Backend& backend, const MemorySpec& spec, const CacheCo
       v.conv = alloc({ns, spec.conv_dim, km1});
       v.recurrent = alloc({ns, spec.n_v_heads, spec.v_head_dim, spec.k_head_dim});
       if (d > 0) {
-        v.conv_snap = alloc({ns, d, spec.conv_dim, km1});
-        v.recurrent_snap = alloc({ns, d, spec.n_v_heads, spec.v_head_dim, spec.k_head_dim});
+        v.conv_snap = alloc({ns * d, spec.conv_dim, km1});
+        v.recurrent_snap = alloc({ns * d, spec.n_v_heads, spec.v_head_dim, spec.k_head_dim});
       }
       v.snapshot_depth = static_cast<int>(d);
       views_.state.push_back(v);

@@ -137,6 +137,12 @@ Result<std::unique_ptr<LinearWeight>> WeightLoader::linear(const std::vector<std
   int64_t n = 0;
   for (auto r : rows) n += r;
   if (!checkpoint_) {
+    // GPU backends generate dummy weights on the device (host == nullptr, see Backend::make_linear):
+    // no round trip of tens of GB through host memory for the large shapes.
+    if (backend_.device() != Device::Cpu) {
+      bytes_loaded_ += static_cast<std::size_t>(n * k) * 2;
+      return backend_.make_linear(nullptr, DType::BF16, n, k);
+    }
     auto host = random_bf16(n * k, 1.0f / std::sqrt(float(k)));
     bytes_loaded_ += host.size() * 2;
     return backend_.make_linear(host.data(), DType::BF16, n, k);

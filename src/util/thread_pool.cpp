@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -12,6 +13,17 @@
 #endif
 
 namespace deltaserve {
+
+namespace {
+
+// A worker spins this long after its last job before it sleeps: a forward pass issues kernels
+// microseconds apart, and decode steps follow each other within a few hundred microseconds.
+constexpr auto kSpinBeforeSleep = std::chrono::milliseconds(2);
+// The caller waiting for a worker still inside its share yields after this many pauses (the
+// machine may be oversubscribed, and a preempted worker needs a core back).
+constexpr int kJoinSpinsBeforeYield = 1 << 12;
+
+}  // namespace
 
 int hardware_threads() {
   cpu_set_t set;
@@ -25,70 +37,108 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_.store(true);
-    generation_.fetch_add(1);
-  }
-  cv_.notify_all();
+  stop_.store(true, std::memory_order_seq_cst);
+  generation_.fetch_add(1, std::memory_order_seq_cst);  // claim_ keeps the old generation: no share
+  generation_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::worker_loop(int idx) {
-  uint64_t seen = 0;
+  (void)idx;
+  uint32_t seen = 0;
   for (;;) {
-    // Spin first: kernels in a forward pass follow each other within microseconds.
-    uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < 200000; ++spin) {
-      DS_PAUSE();
-      gen = generation_.load(std::memory_order_acquire);
-    }
+    uint32_t gen = generation_.load(std::memory_order_acquire);
     if (gen == seen) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-      gen = generation_.load(std::memory_order_acquire);
+      // Spin, checking the clock only every 256 pauses.
+      auto deadline = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+      for (int spin = 1; gen == seen; ++spin) {
+        DS_PAUSE();
+        gen = generation_.load(std::memory_order_acquire);
+        if ((spin & 255) == 0 && gen == seen && std::chrono::steady_clock::now() > deadline) {
+          // Sleep. Dekker with run(): we publish n_sleeping_ before re-reading generation_
+          // (inside wait), run() bumps generation_ before reading n_sleeping_; seq_cst on both
+          // sides means at least one of us sees the other, so no wake-up is lost.
+          n_sleeping_.fetch_add(1, std::memory_order_seq_cst);
+          generation_.wait(seen, std::memory_order_seq_cst);
+          n_sleeping_.fetch_sub(1, std::memory_order_seq_cst);
+          gen = generation_.load(std::memory_order_acquire);
+          deadline = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+        }
+      }
     }
     seen = gen;
-    if (stop_.load()) return;
-    (*job_)(idx, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    if (stop_.load(std::memory_order_acquire)) return;
+    run_shares(gen);
+  }
+}
+
+// Claims and runs shares of job `gen` until none is left. A claim of a finished or newer job
+// fails on the generation half of claim_, so job_fn_ is only read while its job is live.
+void ThreadPool::run_shares(uint32_t gen) {
+  const uint64_t n_shares = static_cast<uint64_t>(n_threads_);
+  uint64_t c = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((c >> 32) != gen || (c & 0xffffffffu) >= n_shares) return;
+    if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+      continue;  // c was reloaded
+    job_fn_(job_ctx_, static_cast<int>(c & 0xffffffffu), n_threads_);
+    done_.fetch_add(1, std::memory_order_release);
+    c = claim_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::run(JobFn fn, const void* ctx) {
+  if (n_threads_ == 1) {
+    fn(ctx, 0, 1);
+    return;
+  }
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  job_fn_ = fn;
+  job_ctx_ = ctx;
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store(static_cast<uint64_t>(gen) << 32 | 1u, std::memory_order_relaxed);  // share 0: us
+  generation_.store(gen, std::memory_order_seq_cst);  // publishes job_*, done_, claim_
+  if (n_sleeping_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
+  fn(ctx, 0, n_threads_);
+  done_.fetch_add(1, std::memory_order_release);
+  run_shares(gen);  // whatever the workers have not claimed yet
+  for (int spin = 1; done_.load(std::memory_order_acquire) != n_threads_; ++spin) {
+    DS_PAUSE();
+    if (spin % kJoinSpinsBeforeYield == 0) sched_yield();
   }
 }
 
 void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
-  if (n_threads_ == 1) {
-    fn(0, 1);
-    return;
-  }
-  job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
-  }
-  cv_.notify_all();
-  fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) DS_PAUSE();
-  job_ = nullptr;
+  run([](const void* ctx, int idx, int n) {
+        (*static_cast<const std::function<void(int, int)>*>(ctx))(idx, n);
+      },
+      &fn);
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int, int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  int64_t n_chunks = (n + grain - 1) / grain;
-  int used = static_cast<int>(std::min<int64_t>(n_threads_, n_chunks));
+  const int64_t n_chunks = (n + grain - 1) / grain;
+  const int used = static_cast<int>(std::min<int64_t>(n_threads_, n_chunks));
   if (used <= 1) {
     fn(0, 0, n);
     return;
   }
-  run_on_all([&](int idx, int) {
-    if (idx >= used) return;
-    int64_t c0 = n_chunks * idx / used;
-    int64_t c1 = n_chunks * (idx + 1) / used;
-    int64_t b = c0 * grain, e = std::min(n, c1 * grain);
-    if (b < e) fn(idx, b, e);
-  });
+  struct Split {
+    int64_t n, grain, n_chunks;
+    int used;
+    const std::function<void(int, int64_t, int64_t)>* fn;
+  } split{n, grain, n_chunks, used, &fn};
+  run([](const void* ctx, int idx, int) {
+        const Split& s = *static_cast<const Split*>(ctx);
+        if (idx >= s.used) return;
+        const int64_t c0 = s.n_chunks * idx / s.used, c1 = s.n_chunks * (idx + 1) / s.used;
+        const int64_t b = c0 * s.grain, e = std::min(s.n, c1 * s.grain);
+        if (b < e) (*s.fn)(idx, b, e);
+      },
+      &split);
 }
 
 }  // namespace deltaserve

@@ -24,9 +24,12 @@ void CpuKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const S
   const int T = meta.n_tokens;
   DS_CHECK(proj.cols() == row && proj.rows() == T, "gdn proj ", proj.shape_string());
   DS_CHECK(out.cols() == value_dim && out.rows() == T, "gdn out ", out.shape_string());
-  DS_CHECK(!meta.write_snapshots || state.snapshot_depth >= meta.max_seq_tokens,
-           "snapshot depth ", state.snapshot_depth, " < tokens ", meta.max_seq_tokens);
   const int depth = state.snapshot_depth;
+  // Snapshots go to sequences with at most `depth` tokens in this batch (verification runs);
+  // longer runs (prefill chunks batched with them) need none.
+  auto snapshots_for = [&](int s) {
+    return meta.write_snapshots && meta.seq_start[s + 1] - meta.seq_start[s] <= depth;
+  };
 
   // Phase 1: causal conv + SiLU for every (sequence, channel); updates the conv state.
   float* conv_out = scratch_f32(0, int64_t(T) * conv_dim);  // [T, conv_dim]
@@ -41,13 +44,14 @@ void CpuKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const S
       DS_CHECK(K <= 16, "conv kernel too wide");
       std::copy_n(st, Km1, window);
       const float* w = cw + c * K;
+      const bool snap = snapshots_for(s);
       for (int t = meta.seq_start[s], j = 0; t < meta.seq_start[s + 1]; ++t, ++j) {
         window[Km1] = proj.f32()[int64_t(t) * row + c];
         float acc = 0.f;
         for (int q = 0; q < K; ++q) acc += w[q] * window[q];
         conv_out[int64_t(t) * conv_dim + c] = vec::silu(acc);
         std::copy(window + 1, window + K, window);  // shift: drop the oldest input
-        if (meta.write_snapshots)
+        if (snap)
           std::copy_n(window, Km1,
                       state.conv_snap.f32() + ((int64_t(slot) * depth + j) * conv_dim + c) * Km1);
       }
@@ -69,6 +73,7 @@ void CpuKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const S
       const int32_t slot = meta.state_slot[s];
       float* S = state.recurrent.f32() + (int64_t(slot) * Hv + hv) * head_state;  // [Dv, Dk]
       const float neg_a = p.neg_exp_a.f32()[hv], dt_bias = p.dt_bias.f32()[hv];
+      const bool snap = snapshots_for(s);
       for (int t = meta.seq_start[s], j = 0; t < meta.seq_start[s + 1]; ++t, ++j) {
         const float* c = conv_out + int64_t(t) * conv_dim;
         const float* v = c + 2 * key_dim + int64_t(hv) * Dv;
@@ -91,7 +96,7 @@ void CpuKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const S
           const float delta = (v[jv] - kv_mem) * beta;
           o[jv] = vec::axpy_dot(Sj, delta, k, q, Dk);
         }
-        if (meta.write_snapshots)
+        if (snap)
           std::memcpy(state.recurrent_snap.f32() + ((int64_t(slot) * depth + j) * Hv + hv) * head_state,
                       S, head_state * sizeof(float));
         // Gated RMSNorm over Dv with silu(z).

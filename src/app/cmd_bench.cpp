@@ -1,0 +1,135 @@
+// `deltaserve bench`: HTTP load generator against a running server's /v1/completions.
+//   deltaserve bench --url http://127.0.0.1:30000 [--concurrency 1,4,16]
+//                    [--input-len N --output-len M | --dataset FILE] [--num-prompts N]
+#include <cstdio>
+#include <fstream>
+
+#include "app/cli_args.h"
+#include "app/commands.h"
+#include "app/serve_options.h"
+#include "deploy/bench.h"
+#include "deploy/launch_db.h"
+
+namespace deltaserve {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: deltaserve bench [--url http://127.0.0.1:30000] [--concurrency 1,4,16]\n"
+    "                        [--input-len 256 --output-len 128 | --dataset FILE] [--num-prompts N]\n"
+    "                        [--model NAME] [--output bench.json] [--svg bench.svg] [--state-dir DIR]\n"
+    "                        [--no-record] [--temperature 0] [--seed 1] [--timeout 600]\n"
+    "Streams /v1/completions at each concurrency (num-prompts per level; default max(8, 4 x level)),\n"
+    "prints output tok/s, requests/s, TTFT/ITL/E2E percentiles and the server's accept length, writes\n"
+    "JSON and an SVG plot, and attaches the results to the launch the server reports at\n"
+    "/v1/server_info (in the local launch database).\n"
+    "Dataset: JSON lines or a JSON array of {\"prompt\": ..., \"output_len\": N} or ShareGPT conversations.\n";
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  return static_cast<bool>(out);
+}
+
+}  // namespace
+
+int cmd_bench(const Args& args) {
+  CliArgs cli({"url", "concurrency", "input-len", "output-len", "dataset", "num-prompts", "model", "output", "svg",
+               "state-dir", "temperature", "seed", "timeout"},
+              {"no-record", "help"});
+  if (Status s = cli.parse(args); !s) {
+    std::fprintf(stderr, "deltaserve bench: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (cli.flag("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  BenchOptions opts;
+  auto url = parse_local_http_url(cli.get_or("url", "http://127.0.0.1:30000"));
+  if (!url) {
+    std::fprintf(stderr, "deltaserve bench: %s\n", url.status().message().c_str());
+    return 2;
+  }
+  opts.url = *url;
+  opts.model = cli.get_or("model", "");
+  opts.dataset = cli.get_or("dataset", "");
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "deltaserve bench: %s\n", s.message().c_str());
+    return 2;
+  };
+  if (auto c = cli.get("concurrency")) {
+    auto v = parse_int_list("concurrency", *c);
+    if (!v) return fail(v.status());
+    for (int x : *v)
+      if (x < 1 || x > 4096) return fail(error("--concurrency values must be 1..4096"));
+    opts.concurrency = *v;
+  }
+  struct IntOpt { const char* name; int64_t* dst; int64_t min; };
+  for (IntOpt o : {IntOpt{"input-len", &opts.input_len, 1}, IntOpt{"output-len", &opts.output_len, 1},
+                   IntOpt{"num-prompts", &opts.num_prompts, 1}}) {
+    if (auto v = cli.get(o.name)) {
+      auto n = parse_int(o.name, *v);
+      if (!n) return fail(n.status());
+      if (*n < o.min) return fail(error("--", o.name, " must be at least ", o.min));
+      *o.dst = *n;
+    }
+  }
+  if (auto v = cli.get("temperature")) {
+    auto t = parse_double("temperature", *v);
+    if (!t) return fail(t.status());
+    opts.temperature = *t;
+  }
+  if (auto v = cli.get("seed")) {
+    auto s = parse_int("seed", *v);
+    if (!s) return fail(s.status());
+    opts.seed = static_cast<uint64_t>(*s);
+  }
+  if (auto v = cli.get("timeout")) {
+    auto t = parse_double("timeout", *v);
+    if (!t) return fail(t.status());
+    opts.timeout_s = *t;
+  }
+  if (!opts.dataset.empty()) {  // fail early on a bad dataset
+    auto ds = load_bench_dataset(opts.dataset, opts.output_len);
+    if (!ds) return fail(ds.status());
+  }
+  auto report = run_bench(opts);
+  if (!report) {
+    std::fprintf(stderr, "deltaserve bench: %s\n", report.status().message().c_str());
+    return 1;
+  }
+  std::fputs(bench_table(*report).c_str(), stdout);
+  const std::string stamp = report->started_at;
+  std::string base = "bench-" + stamp.substr(0, 10) + "-" + stamp.substr(11, 2) + stamp.substr(14, 2) + stamp.substr(17, 2);
+  const std::string json_path = cli.get_or("output", base + ".json");
+  const std::string svg_path = cli.get_or("svg", json_path.size() > 5 && json_path.substr(json_path.size() - 5) == ".json"
+                                                     ? json_path.substr(0, json_path.size() - 5) + ".svg"
+                                                     : json_path + ".svg");
+  if (!write_file(json_path, bench_json(*report) + "\n")) std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+  else std::printf("wrote %s\n", json_path.c_str());
+  if (!write_file(svg_path, bench_svg(*report))) std::fprintf(stderr, "cannot write %s\n", svg_path.c_str());
+  else std::printf("wrote %s\n", svg_path.c_str());
+
+  if (cli.flag("no-record")) return 0;
+  if (report->launch_id <= 0) {
+    std::printf("not attached to a launch: the server did not report a launch_id at /v1/server_info\n");
+    return 0;
+  }
+  const std::filesystem::path dir = cli.has("state-dir") ? std::filesystem::path(*cli.get("state-dir")) : default_state_dir();
+  auto db = LaunchDb::open(dir);
+  if (!db) {
+    std::fprintf(stderr, "deltaserve bench: results not attached: %s\n", db.status().message().c_str());
+    return 0;
+  }
+  for (const auto& m : bench_measurements(*report)) {
+    if (Status s = (*db)->add_measurement(m); !s) {
+      std::fprintf(stderr, "deltaserve bench: results not attached: %s (is the server using another --state-dir?)\n",
+                   s.message().c_str());
+      return 0;
+    }
+  }
+  std::printf("attached to launch #%lld in %s\n", static_cast<long long>(report->launch_id), (*db)->path().c_str());
+  return 0;
+}
+
+}  // namespace deltaserve

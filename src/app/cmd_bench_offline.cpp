@@ -1,0 +1,135 @@
+// deltaserve bench-offline [--model DIR] [--load-format dummy] [--batch 1,8] [--threads 1,2]
+//     [--prompt-len 128] [--gen-len 128] [--speculative-num-steps K] [--json]
+// Offline throughput through the Engine (no HTTP): prefill tokens/s for one prompt, and decode
+// tokens/s with B concurrent sequences, plus the weight-streaming bandwidth at batch 1.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "app/cli_args.h"
+#include "app/commands.h"
+#include "engine/engine.h"
+#include "engine/model_setup.h"
+#include "util/timer.h"
+
+namespace deltaserve {
+
+namespace {
+
+struct RunResult {
+  double prefill_tok_s = 0, decode_tok_s = 0, accept_length = 0;
+  int generated = 0;
+};
+
+// B requests of `prompt_len` random tokens each, `gen_len` tokens each (ignore_eos, greedy).
+RunResult run_batch(Engine& e, int batch, int prompt_len, int gen_len, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int64_t V = e.model_config().vocab_size;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  const double t0 = now_seconds();
+  for (int b = 0; b < batch; ++b) {
+    GenerateRequest r;
+    r.id = e.next_request_id();
+    for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>(rng() % std::min<int64_t>(V, 4096)));
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = gen_len;
+    r.sampling.ignore_eos = true;
+    streams.push_back(e.submit(std::move(r)));
+  }
+  // Decode time: from the moment every sequence has its first token to the last token.
+  std::vector<double> first(batch, 0), last(batch, 0);
+  RunResult res;
+  double accept = 0;
+  for (int b = 0; b < batch; ++b) {
+    while (auto ev = streams[b]->events.pop()) {
+      if (!ev->tokens.empty() && first[b] == 0) first[b] = now_seconds();
+      res.generated += static_cast<int>(ev->tokens.size());
+      if (ev->finish != FinishReason::None) {
+        last[b] = now_seconds();
+        accept += ev->accept_length;
+        break;
+      }
+    }
+  }
+  const double all_first = *std::max_element(first.begin(), first.end());
+  const double end = *std::max_element(last.begin(), last.end());
+  const double first_any = *std::min_element(first.begin(), first.end());
+  res.prefill_tok_s = double(batch) * prompt_len / (first_any - t0);
+  // Tokens generated after every sequence started decoding, over that span.
+  const double span = end - all_first;
+  res.decode_tok_s = span > 0 ? double(res.generated - batch) / (end - first_any) : 0;
+  res.accept_length = accept / batch;
+  return res;
+}
+
+}  // namespace
+
+int cmd_bench_offline(const Args& args) {
+  CliArgs cli({"model", "load-format", "batch", "threads", "prompt-len", "gen-len", "speculative-num-steps",
+               "device", "prefill-len"},
+              {"json", "help"});
+  if (Status s = cli.parse(args); !s) {
+    std::fprintf(stderr, "deltaserve bench-offline: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (cli.flag("help")) {
+    std::printf("usage: deltaserve bench-offline [--model DIR] [--load-format dummy] [--batch 1,8] [--threads 1,2]\n"
+                "         [--prompt-len 16] [--gen-len 128] [--prefill-len 512] [--speculative-num-steps K] [--json]\n");
+    return 0;
+  }
+  auto batches = parse_int_list("batch", cli.get_or("batch", "1,8"));
+  auto threads = parse_int_list("threads", cli.get_or("threads", "1,2"));
+  auto prompt_len = parse_int("prompt-len", cli.get_or("prompt-len", "16"));
+  auto gen_len = parse_int("gen-len", cli.get_or("gen-len", "128"));
+  auto prefill_len = parse_int("prefill-len", cli.get_or("prefill-len", "512"));
+  auto spec = parse_int("speculative-num-steps", cli.get_or("speculative-num-steps", "0"));
+  for (const Status* s : {&batches.status(), &threads.status(), &prompt_len.status(), &gen_len.status(),
+                          &prefill_len.status(), &spec.status()})
+    if (!s->is_ok() && !s->message().empty()) {
+      std::fprintf(stderr, "deltaserve bench-offline: %s\n", s->message().c_str());
+      return 2;
+    }
+  if (!batches || !threads || !prompt_len || !gen_len || !prefill_len || !spec) return 2;
+  nlohmann::json results = nlohmann::json::array();
+  std::printf("%-8s %-6s %14s %14s %14s %12s\n", "threads", "batch", "prefill tok/s", "decode tok/s", "weights GB/s", "accept len");
+  for (int t : *threads) {
+    EngineConfig ec;
+    ec.model_dir = cli.get_or("model", default_model_dir());
+    ec.dummy_weights = cli.get_or("load-format", "auto") == "dummy";
+    ec.device = cli.get_or("device", "cpu") == "cuda" ? Device::Cuda : Device::Cpu;
+    ec.n_threads = t;
+    ec.max_running_requests = *std::max_element(batches->begin(), batches->end());
+    ec.context_length = std::max<int64_t>(*prompt_len + *gen_len, *prefill_len) + 16;
+    ec.kv_tokens = ec.context_length * ec.max_running_requests;
+    ec.chunked_prefill_size = static_cast<int>(std::max<long long>(*prefill_len, 16));
+    ec.max_prefill_tokens = static_cast<int>(std::max<long long>(*prefill_len, *prompt_len * ec.max_running_requests));
+    ec.spec_num_steps = static_cast<int>(*spec);
+    auto engine = Engine::create(ec);
+    if (!engine) {
+      std::fprintf(stderr, "deltaserve bench-offline: %s\n", engine.status().message().c_str());
+      return 1;
+    }
+    Engine& e = **engine;
+    e.start();
+    run_batch(e, 1, 16, 8, 1);  // warm-up: buffers reach their steady size
+    // Prefill: one long prompt, one generated token.
+    RunResult pre = run_batch(e, 1, static_cast<int>(*prefill_len), 1, 2);
+    for (int b : *batches) {
+      RunResult r = run_batch(e, b, static_cast<int>(*prompt_len), static_cast<int>(*gen_len), 3 + b);
+      // At batch 1 every decode step streams all weights once (MTP verification streams them
+      // once per step too, so divide by the accept length when speculating).
+      const double steps_per_s = r.decode_tok_s / b / (r.accept_length > 0 ? r.accept_length : 1.0);
+      const double gbps = b == 1 ? steps_per_s * double(e.weight_bytes()) / 1e9 : 0.0;
+      std::printf("%-8d %-6d %14.0f %14.1f %14.2f %12.2f\n", t, b, pre.prefill_tok_s, r.decode_tok_s, gbps, r.accept_length);
+      results.push_back({{"threads", t}, {"batch", b}, {"prefill_tokens_per_second", pre.prefill_tok_s},
+                         {"decode_tokens_per_second", r.decode_tok_s}, {"weight_gb_per_second", gbps},
+                         {"accept_length", r.accept_length}, {"weight_bytes", e.weight_bytes()},
+                         {"backend", e.backend_description()}});
+    }
+    e.stop();
+  }
+  if (cli.flag("json")) std::printf("%s\n", results.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace deltaserve

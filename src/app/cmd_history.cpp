@@ -1,0 +1,91 @@
+// `deltaserve history`: recorded launches with their key settings and best measured throughput.
+//   deltaserve history [--model SUBSTRING] [--json] [--state-dir DIR] [--limit N]
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "app/commands.h"
+#include "app/serve_options.h"
+#include "deploy/cli_split.h"
+#include "deploy/launch_db.h"
+
+namespace deltaserve {
+
+int cmd_history(const Args& in_args) {
+  std::vector<std::string> args = in_args;
+  auto help = take_last(args, "help", false);
+  auto json = help ? take_last(args, "json", false) : help;
+  auto model = json ? take_last(args, "model", true) : json;
+  auto state_dir = model ? take_last(args, "state-dir", true) : model;
+  auto limit = state_dir ? take_last(args, "limit", true) : state_dir;
+  if (!limit) {
+    std::fprintf(stderr, "deltaserve history: %s\n", limit.status().message().c_str());
+    return 2;
+  }
+  if (!args.empty()) {
+    std::fprintf(stderr, "deltaserve history: unknown argument '%s'\n", args[0].c_str());
+    return 2;
+  }
+  if (help->has_value()) {
+    std::printf("usage: deltaserve history [--model SUBSTRING] [--json] [--state-dir DIR] [--limit N]\n"
+                "Lists recorded `serve` launches (newest first) with key settings and the best measured\n"
+                "output throughput (from `deltaserve bench`).\n");
+    return 0;
+  }
+  int n = 50;
+  if (limit->has_value()) n = std::atoi((*limit)->c_str());
+  auto db = LaunchDb::open(state_dir->has_value() ? std::filesystem::path(**state_dir) : default_state_dir());
+  if (!db) {
+    std::fprintf(stderr, "deltaserve history: %s\n", db.status().message().c_str());
+    return 1;
+  }
+  auto launches = (*db)->list(model->value_or(""), n > 0 ? n : 50);
+  if (!launches) {
+    std::fprintf(stderr, "deltaserve history: %s\n", launches.status().message().c_str());
+    return 1;
+  }
+  if (json->has_value()) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& l : *launches) {
+      nlohmann::ordered_json cfg = nlohmann::ordered_json::object(), derived = nlohmann::ordered_json::object();
+      for (const auto& [k, v] : l.config) cfg[k] = v;
+      for (const auto& [k, v] : l.derived) derived[k] = v;
+      out.push_back({{"launch_id", l.id}, {"started_at", l.started_at}, {"stopped_at", l.stopped_at},
+                     {"exit_status", l.exit_status}, {"hostname", l.hostname}, {"hardware", l.host_summary},
+                     {"version", l.version}, {"model_path", l.model.path}, {"model_config_hash", l.model.config_hash},
+                     {"weight_index_hash", l.model.weight_index_hash},
+                     {"best_output_tokens_per_s", l.best_output_tokens_per_s},
+                     {"best_concurrency", l.best_concurrency}, {"measurements", l.n_measurements},
+                     {"args", l.args}, {"config", cfg}, {"derived", derived}});
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  if (launches->empty()) {
+    std::printf("no launches recorded in %s\n", (*db)->path().c_str());
+    return 0;
+  }
+  std::printf("%4s  %-20s  %-9s  %-28s  %2s  %4s  %7s  %7s  %5s  %5s  %s\n", "id", "started (UTC)", "status", "model",
+              "tp", "mtp", "context", "running", "mem", "ratio", "best tok/s");
+  for (const auto& l : *launches) {
+    auto get = [&](const char* k) {
+      std::string v = l.config_value(k);
+      return v.empty() ? std::string("-") : v;
+    };
+    std::string model_name = l.model.path;
+    if (model_name.size() > 28) model_name = "..." + model_name.substr(model_name.size() - 25);
+    std::string status = l.stopped_at.empty() ? "running?" : (l.exit_status.empty() ? "stopped" : l.exit_status);
+    std::string spec = get("speculative-algorithm") == "-" ? "off" : get("speculative-num-steps");
+    std::string best = l.n_measurements ? std::to_string(static_cast<long long>(l.best_output_tokens_per_s + 0.5)) +
+                                              " @" + std::to_string(l.best_concurrency)
+                                        : "-";
+    std::printf("%4lld  %-20s  %-9s  %-28s  %2s  %4s  %7s  %7s  %5s  %5s  %s\n", static_cast<long long>(l.id),
+                l.started_at.c_str(), status.c_str(), model_name.c_str(), get("tp-size").c_str(), spec.c_str(),
+                get("context-length").c_str(), get("max-running-requests").c_str(), get("mem-fraction-static").c_str(),
+                get("mamba-full-memory-ratio").c_str(), best.c_str());
+  }
+  std::printf("(%s; `deltaserve config diff ID1 ID2` compares two launches)\n", (*db)->path().c_str());
+  return 0;
+}
+
+}  // namespace deltaserve

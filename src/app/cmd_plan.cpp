@@ -1,0 +1,99 @@
+// `deltaserve plan`: the memory plan `serve` would use for these flags, explained.
+//   deltaserve plan --model DIR | --model-config FILE [--gpu-memory 48GiB|detect] [--tp-size N]
+//                   [serve flags...] [--json]
+#include <cstdio>
+
+#include "app/commands.h"
+#include "app/serve_options.h"
+#include "deploy/cli_split.h"
+#include "deploy/hardware.h"
+#include "deploy/plan_input.h"
+#include "engine/memory_plan.h"
+#include "model/config.h"
+
+namespace deltaserve {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: deltaserve plan --model DIR | --model-config FILE [--gpu-memory SIZE|detect]\n"
+    "                       [--tp-size N] [serve flags...] [--json]\n"
+    "Prints the memory plan `deltaserve serve` would use with these flags: weights, KV bytes per\n"
+    "token, GDN state per request, activation reserve, then KV tokens, state slots, max running\n"
+    "requests and context length, each with the limit that bound it and what to change to raise it.\n"
+    "  --model-config FILE   a config.json instead of a model directory\n"
+    "  --gpu-memory SIZE     memory of each GPU (e.g. 48GiB), or `detect` (nvidia-smi); implies cuda\n"
+    "  --json                machine-readable output\n"
+    "Exit status 1 when an explicit setting cannot fit (the message says what would).\n"
+    "Serve flags: see `deltaserve serve --help`.\n";
+
+}  // namespace
+
+int cmd_plan(const Args& in_args) {
+  std::vector<std::string> args = in_args;
+  auto json = take_last(args, "json", false);
+  auto config_file = json ? take_last(args, "model-config", true) : json;
+  auto gpu_memory = config_file ? take_last(args, "gpu-memory", true) : config_file;
+  if (!gpu_memory) {
+    std::fprintf(stderr, "deltaserve plan: %s\n", gpu_memory.status().message().c_str());
+    return 2;
+  }
+  auto opts_r = parse_serve_options(args);
+  if (!opts_r) {
+    std::fprintf(stderr, "deltaserve plan: %s\n", opts_r.status().message().c_str());
+    return 2;
+  }
+  ServeOptions opts = std::move(*opts_r);
+  if (opts.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::string model_source = config_file->value_or(opts.model_path);
+  if (model_source.empty()) {
+    std::fprintf(stderr, "deltaserve plan: pass --model DIR or --model-config FILE\n%s", kUsage);
+    return 2;
+  }
+  auto config = load_model_config(model_source);
+  if (!config) {
+    std::fprintf(stderr, "deltaserve plan: %s\n", config.status().message().c_str());
+    return 2;
+  }
+  HostInfo host = detect_host();
+  PlanDevice device;
+  int64_t device_memory = 0;
+  if (gpu_memory->has_value() && opts.device != "cpu") {
+    device = PlanDevice::Cuda;
+    if (**gpu_memory != "detect") {
+      auto bytes = parse_byte_size("gpu-memory", **gpu_memory);
+      if (!bytes || *bytes <= 0) {
+        std::fprintf(stderr, "deltaserve plan: %s\n",
+                     bytes ? "--gpu-memory must be positive" : bytes.status().message().c_str());
+        return 2;
+      }
+      device_memory = *bytes;
+    } else if (host.gpus.empty()) {
+      std::fprintf(stderr, "deltaserve plan: --gpu-memory detect: no GPU found (nvidia-smi); pass "
+                           "--gpu-memory SIZE, or --device cpu\n");
+      return 2;
+    }
+  } else {
+    // No --gpu-memory: plan for the GPUs of this host when there are any (and --device allows).
+    device = opts.device == "cuda" ? PlanDevice::Cuda : resolve_plan_device(opts, host, true);
+    if (device == PlanDevice::Cuda && host.gpus.empty()) {
+      std::fprintf(stderr, "deltaserve plan: --device cuda: no GPU found (nvidia-smi); pass --gpu-memory SIZE\n");
+      return 2;
+    }
+  }
+  MemoryPlanInput input = memory_plan_input(opts, device, device_memory, host);
+  MemoryPlan plan = plan_memory(*config, input);
+  if (json->has_value()) {
+    std::printf("%s\n", memory_plan_json(plan, input).c_str());
+  } else {
+    std::printf("model %s (%s)\n", model_source.c_str(), config->architecture.c_str());
+    if (device == PlanDevice::Cpu) std::printf("device cpu\n");
+    std::fputs(render_memory_plan(plan).c_str(), stdout);
+    for (const auto& w : unsupported_option_warnings(opts)) std::printf("warning: %s\n", w.c_str());
+  }
+  return plan.ok() ? 0 : 1;
+}
+
+}  // namespace deltaserve

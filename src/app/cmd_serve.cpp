@@ -1,0 +1,173 @@
+// deltaserve serve --model-path DIR [--host H] [--port P] [SGLang flags...]
+// The OpenAI-compatible server: flags (serve_options) → memory plan → Engine thread, tokenizer,
+// chat template → OpenAiServer (HTTP threads). Runs until SIGINT/SIGTERM.
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <mutex>
+#include <pthread.h>
+#include <thread>
+
+#include "app/commands.h"
+#include "app/serve_options.h"
+#include "chat/chat_template.h"
+#include "deploy/hardware.h"
+#include "deploy/plan_input.h"
+#include "engine/backend_factory.h"
+#include "engine/engine.h"
+#include "engine/memory_plan.h"
+#include "model/config.h"
+#include "server/openai_server.h"
+#include "tokenizer/tokenizer.h"
+#include "util/log.h"
+
+namespace deltaserve {
+
+namespace {
+
+int fail(const std::string& msg, int code) {
+  std::fprintf(stderr, "deltaserve serve: %s\n", msg.c_str());
+  return code;
+}
+
+// The server's view of the flags.
+ServerConfig server_config_from(const ServeOptions& opts) {
+  ServerConfig sc;
+  sc.host = opts.host.empty() ? "127.0.0.1" : opts.host;
+  sc.port = static_cast<int>(opts.port);
+  sc.api_key = opts.api_key;
+  sc.served_model_name = opts.served_model_name.empty() ? opts.model_path : opts.served_model_name;
+  if (opts.max_request_bytes > 0) sc.max_request_bytes = static_cast<std::size_t>(opts.max_request_bytes);
+  sc.reasoning_parser = opts.reasoning_parser;
+  sc.tool_call_parser = opts.tool_call_parser;
+  return sc;
+}
+
+}  // namespace
+
+int cmd_serve(const Args& args) {
+  std::vector<std::string> warnings;
+  Result<ServeOptions> parsed = parse_serve_options(args, &warnings);
+  if (!parsed) return fail(parsed.status().message(), 2);
+  ServeOptions opts = *parsed;
+  if (opts.help) {
+    std::fputs(serve_options_help().c_str(), stdout);
+    return 0;
+  }
+  if (opts.log_level == "debug") set_log_level(LogLevel::Debug);
+  if (opts.log_level == "warning") set_log_level(LogLevel::Warn);
+  if (opts.log_level == "error") set_log_level(LogLevel::Error);
+  for (const auto& w : warnings) log_warn(w);
+  if (opts.model_path.empty()) return fail("--model-path is required", 2);
+
+  // Parsers are checked before the (slow) model load.
+  if (auto k = tool_parser_kind_from_name(opts.tool_call_parser); !k) return fail(k.status().message(), 2);
+
+  auto model_config = load_model_config(opts.model_path);
+  if (!model_config) return fail(model_config.status().message(), 1);
+
+  // Memory plan → engine capacities.
+  HostInfo host = detect_host(cuda_available());
+  PlanDevice device = resolve_plan_device(opts, host, cuda_available());
+  MemoryPlanInput plan_in = memory_plan_input(opts, device, 0, host);
+  MemoryPlan plan = plan_memory(*model_config, plan_in);
+  if (!plan.ok()) return fail(plan.status().message(), 1);
+  std::fprintf(stderr, "%s", render_memory_plan(plan).c_str());
+  for (const auto& w : plan.warnings) log_warn(w);
+
+  SamplingDefaults defaults = SamplingDefaults::load(opts.model_path);
+
+  EngineConfig ec;
+  ec.model_dir = opts.model_path;
+  ec.dummy_weights = opts.load_format == "dummy";
+  ec.device = device == PlanDevice::Cuda ? Device::Cuda : Device::Cpu;
+  ec.n_threads = static_cast<int>(opts.threads);
+  ec.max_running_requests = static_cast<int>(plan.max_running_requests);
+  ec.max_waiting_requests = std::max<int>(1024, 4 * ec.max_running_requests);
+  ec.context_length = plan.context_length;
+  ec.kv_tokens = plan.kv_tokens;
+  if (opts.page_size > 0) ec.kv_block_size = static_cast<int>(opts.page_size);
+  ec.state_slots = static_cast<int>(plan.state_slots);
+  ec.chunked_prefill_size = static_cast<int>(opts.chunked_prefill_size);
+  ec.max_prefill_tokens = static_cast<int>(opts.max_prefill_tokens);
+  ec.spec_num_steps = opts.speculative_enabled() ? static_cast<int>(opts.speculative_num_steps) : 0;
+  ec.extra_eos_token_ids = defaults.eos_token_ids;
+
+  auto tokenizer = Tokenizer::load(opts.tokenizer_path.empty() ? opts.model_path : opts.tokenizer_path);
+  if (!tokenizer) return fail(tokenizer.status().message(), 1);
+  std::optional<std::filesystem::path> template_override;
+  if (!opts.chat_template.empty()) template_override = opts.chat_template;
+  auto chat_template = ChatTemplate::load(opts.model_path, template_override);
+  if (!chat_template) return fail(chat_template.status().message(), 1);
+  std::optional<std::string> bos, eos;
+  if (!tokenizer->bos_token().empty()) bos = tokenizer->bos_token();
+  if (!tokenizer->eos_token().empty()) eos = tokenizer->eos_token();
+  const ChatTemplate& tmpl = *chat_template;
+  ChatRenderFn render = [&tmpl, bos, eos](const nlohmann::ordered_json& messages,
+                                          const nlohmann::ordered_json& tools,
+                                          const nlohmann::ordered_json& kwargs) -> Result<std::string> {
+    ChatTemplate::Input in;
+    in.messages = messages;
+    in.tools = tools;
+    in.add_generation_prompt = true;
+    in.kwargs = kwargs;
+    in.bos_token = bos;
+    in.eos_token = eos;
+    return tmpl.render(in);
+  };
+
+  // Block the stop signals before any thread starts (every thread inherits the mask), and take
+  // them on one thread: during start-up a signal exits at once (the engine may be allocating);
+  // once serving, it asks main to shut down in order.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  static std::atomic<bool> serving{false};
+  static std::mutex stop_mutex;
+  static std::condition_variable stop_cv;
+  static int stop_signal = 0;
+  std::thread([signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (!serving.load()) {
+      std::fprintf(stderr, "deltaserve serve: signal %d during start-up, exiting\n", sig);
+      std::_Exit(128 + sig);
+    }
+    {
+      std::lock_guard<std::mutex> lock(stop_mutex);
+      stop_signal = sig;
+    }
+    stop_cv.notify_all();
+  }).detach();
+
+  auto engine = Engine::create(ec);
+  if (!engine) return fail(engine.status().message(), 1);
+  (*engine)->start();
+  std::fprintf(stderr, "%s\n", (*engine)->plan_summary().c_str());
+
+  OpenAiServer server(server_config_from(opts), **engine, *tokenizer, render, defaults);
+  if (Status s = server.start(); !s) {
+    (*engine)->stop();
+    return fail(s.message(), 1);
+  }
+  // The e2e tests and launchers wait for this line.
+  std::fprintf(stderr, "deltaserve: listening on http://%s:%d (model %s, context %lld)\n",
+               opts.host.empty() ? "127.0.0.1" : opts.host.c_str(), server.port(),
+               opts.model_path.c_str(), static_cast<long long>(plan.context_length));
+  std::fflush(stderr);
+
+  serving.store(true);
+  {
+    std::unique_lock<std::mutex> lock(stop_mutex);
+    stop_cv.wait(lock, [] { return stop_signal != 0; });
+  }
+  log_info("deltaserve: signal ", stop_signal, ", shutting down");
+  server.stop();
+  (*engine)->stop();
+  return 0;
+}
+
+}  // namespace deltaserve

@@ -1,0 +1,88 @@
+// `deltaserve systemd-unit [serve flags...]`: a unit file that runs `deltaserve serve` with these
+// settings.
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <fstream>
+
+#include "app/commands.h"
+#include "app/serve_options.h"
+#include "deploy/cli_split.h"
+#include "deploy/systemd_unit.h"
+
+namespace deltaserve {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: deltaserve systemd-unit [serve flags...] [--output FILE] [--user NAME] [--description TEXT]\n"
+    "                               [--executable PATH] [--env NAME=VALUE]... [--working-directory DIR]\n"
+    "                               [--user-unit]\n"
+    "Writes a systemd unit (stdout, or FILE) whose ExecStart runs `deltaserve serve` with the given\n"
+    "serve flags (or --config FILE.toml's settings). Install: sudo cp FILE /etc/systemd/system/ &&\n"
+    "sudo systemctl daemon-reload && sudo systemctl enable --now NAME.\n";
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "/usr/local/bin/deltaserve";
+}
+
+}  // namespace
+
+int cmd_systemd_unit(const Args& in_args) {
+  std::vector<std::string> args = in_args;
+  UnitFileOptions unit;
+  auto output = take_last(args, "output", true);
+  auto user = output ? take_last(args, "user", true) : output;
+  auto desc = user ? take_last(args, "description", true) : user;
+  auto exe = desc ? take_last(args, "executable", true) : desc;
+  auto wd = exe ? take_last(args, "working-directory", true) : exe;
+  auto user_unit = wd ? take_last(args, "user-unit", false) : wd;
+  auto env = user_unit ? take_option(args, "env", true) : Result<std::vector<std::string>>(user_unit.status());
+  if (!env) {
+    std::fprintf(stderr, "deltaserve systemd-unit: %s\n", env.status().message().c_str());
+    return 2;
+  }
+  for (const auto& e : *env)
+    if (e.find('=') == std::string::npos || e.front() == '=') {
+      std::fprintf(stderr, "deltaserve systemd-unit: --env wants NAME=VALUE, got '%s'\n", e.c_str());
+      return 2;
+    }
+  std::vector<std::string> warnings;
+  auto opts = parse_serve_options(args, &warnings);
+  if (!opts) {
+    std::fprintf(stderr, "deltaserve systemd-unit: %s\n", opts.status().message().c_str());
+    return 2;
+  }
+  if (opts->help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (opts->model_path.empty()) {
+    std::fprintf(stderr, "deltaserve systemd-unit: pass --model-path (the unit must say what it serves)\n");
+    return 2;
+  }
+  for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  unit.executable = exe->value_or(self_exe());
+  unit.user = user->value_or("");
+  unit.description = desc->value_or("");
+  unit.working_directory = wd->value_or("");
+  unit.user_unit = user_unit->has_value();
+  unit.environment = *env;
+  const std::string text = make_systemd_unit(*opts, unit);
+  if (output->has_value()) {
+    std::ofstream out(**output, std::ios::binary);
+    out << text;
+    if (!out) {
+      std::fprintf(stderr, "deltaserve systemd-unit: cannot write %s\n", (*output)->c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "wrote %s\n", (*output)->c_str());
+  } else {
+    std::fputs(text.c_str(), stdout);
+  }
+  return 0;
+}
+
+}  // namespace deltaserve

@@ -1,0 +1,615 @@
+// The serve flag table: the only place a serve flag is defined. Each row binds a FlagSpec to the
+// ServeOptions field that holds its typed value.
+#include "app/serve_options.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <variant>
+
+#include <toml.hpp>
+
+namespace deltaserve {
+namespace {
+
+using Field = std::variant<std::string ServeOptions::*, int64_t ServeOptions::*,
+                           double ServeOptions::*, bool ServeOptions::*>;
+
+struct Row {
+  FlagSpec spec;
+  Field field;
+};
+
+constexpr FlagType S = FlagType::String, C = FlagType::Choice, I = FlagType::Int,
+                   F = FlagType::Float, B = FlagType::Bytes, BOOL = FlagType::Bool;
+constexpr FlagSupport YES = FlagSupport::Yes, NOT_YET = FlagSupport::NotYet,
+                      IGNORED = FlagSupport::Ignored;
+constexpr bool PERF = true, NO_PERF = false;
+
+// clang-format off
+const std::vector<Row>& rows() {
+  static const std::vector<Row> kRows = {
+    // Model and API.
+    {{"model-path", "model", S, "", "", "model directory (HF layout: config.json, *.safetensors)", YES, NO_PERF}, &ServeOptions::model_path},
+    {{"tokenizer-path", "", S, "", "", "tokenizer directory (default: the model directory)", YES, NO_PERF}, &ServeOptions::tokenizer_path},
+    {{"served-model-name", "", S, "", "", "model name reported by /v1/models (default: the model path)", YES, NO_PERF}, &ServeOptions::served_model_name},
+    {{"chat-template", "", S, "", "", "Jinja chat template file (default: the model's own)", YES, NO_PERF}, &ServeOptions::chat_template},
+    {{"reasoning-parser", "", S, "", "", "split <think> reasoning into reasoning_content (qwen3)", YES, NO_PERF}, &ServeOptions::reasoning_parser},
+    {{"tool-call-parser", "", S, "", "", "parse tool calls from the output (qwen3_coder, qwen25)", YES, NO_PERF}, &ServeOptions::tool_call_parser},
+    {{"load-format", "", C, "auto", "auto,dummy", "auto: read the safetensors; dummy: random weights shaped by config.json", YES, NO_PERF}, &ServeOptions::load_format},
+    {{"dtype", "", C, "auto", "auto,bfloat16,float16,float32", "weight/activation dtype (auto: bfloat16 on GPU, float32 on CPU)", NOT_YET, PERF}, &ServeOptions::dtype},
+    {{"kv-cache-dtype", "", C, "auto", "auto,bf16,bfloat16,fp8_e4m3,fp8_e5m2", "KV cache dtype (auto: the model dtype)", NOT_YET, PERF}, &ServeOptions::kv_cache_dtype},
+    {{"quantization", "", S, "", "", "weight quantization method", NOT_YET, PERF}, &ServeOptions::quantization},
+    {{"trust-remote-code", "", BOOL, "false", "", "accepted for SGLang compatibility; no remote code is ever run", IGNORED, NO_PERF}, &ServeOptions::trust_remote_code},
+    // HTTP.
+    {{"host", "", S, "127.0.0.1", "", "address to listen on", YES, NO_PERF}, &ServeOptions::host},
+    {{"port", "", I, "30000", "", "port to listen on", YES, NO_PERF}, &ServeOptions::port},
+    {{"api-key", "", S, "", "", "require `Authorization: Bearer KEY` (default: no auth)", YES, NO_PERF}, &ServeOptions::api_key},
+    {{"max-request-bytes", "", B, "32MiB", "", "largest accepted request body", YES, NO_PERF}, &ServeOptions::max_request_bytes},
+    // Hardware.
+    {{"device", "", C, "auto", "auto,cpu,cuda", "where to run (auto: cuda when built with CUDA and a GPU is present)", YES, PERF}, &ServeOptions::device},
+    {{"tp-size", "tensor-parallel-size,tp", I, "1", "", "tensor parallel: GPUs per model replica", NOT_YET, PERF}, &ServeOptions::tp_size},
+    {{"dp-size", "data-parallel-size,dp", I, "1", "", "data parallel: model replicas", NOT_YET, PERF}, &ServeOptions::dp_size},
+    {{"threads", "", I, "0", "", "CPU kernel threads (0: all usable CPUs)", YES, PERF}, &ServeOptions::threads},
+    {{"max-memory", "", B, "auto", "", "CPU: bytes for weights + KV + state (auto: 70% of available RAM)", YES, PERF}, &ServeOptions::max_memory},
+    {{"mem-fraction-static", "", F, "auto", "", "GPU: fraction of GPU memory for weights + KV + state (auto: by GPU size)", YES, PERF}, &ServeOptions::mem_fraction_static},
+    // Capacity.
+    {{"context-length", "", I, "auto", "", "max prompt + output tokens per request (auto: the model's, capped to what fits)", YES, PERF}, &ServeOptions::context_length},
+    {{"max-running-requests", "", I, "auto", "", "requests decoding at once (auto: what the memory plan fits)", YES, PERF}, &ServeOptions::max_running_requests},
+    {{"max-total-tokens", "", I, "auto", "", "KV cache capacity in tokens (auto: what the memory plan fits)", YES, PERF}, &ServeOptions::max_total_tokens},
+    {{"max-mamba-cache-size", "", I, "auto", "", "GDN state slots (auto: what the memory plan fits)", YES, PERF}, &ServeOptions::max_mamba_cache_size},
+    {{"mamba-full-memory-ratio", "", F, "0.9", "", "state-slot memory / KV memory: splits the cache budget (SGLang meaning)", YES, PERF}, &ServeOptions::mamba_full_memory_ratio},
+    {{"mamba-scheduler-strategy", "", C, "auto", "auto,no_buffer,extra_buffer", "how GDN state slots are kept for prefix caching", NOT_YET, PERF}, &ServeOptions::mamba_scheduler_strategy},
+    {{"page-size", "", I, "16", "", "tokens per KV block", YES, PERF}, &ServeOptions::page_size},
+    {{"chunked-prefill-size", "", I, "auto", "", "longest prefill chunk per request per step (auto: 8192 GPU, 512 CPU)", YES, PERF}, &ServeOptions::chunked_prefill_size},
+    {{"max-prefill-tokens", "", I, "16384", "", "prefill tokens per step over all requests", YES, PERF}, &ServeOptions::max_prefill_tokens},
+    {{"schedule-policy", "", C, "fcfs", "fcfs,lpm", "waiting-queue order", NOT_YET, PERF}, &ServeOptions::schedule_policy},
+    {{"disable-radix-cache", "", BOOL, "false", "", "turn prefix caching off", YES, PERF}, &ServeOptions::disable_radix_cache},
+    // Speculative decoding.
+    {{"speculative-algorithm", "", C, "", "NEXTN,MTP,EAGLE", "speculative decoding with the model's MTP head (NEXTN; MTP and EAGLE are aliases)", YES, PERF}, &ServeOptions::speculative_algorithm},
+    {{"speculative-num-steps", "", I, "auto", "", "draft steps per verification, 1..8 (auto: 3 when speculative decoding is on)", YES, PERF}, &ServeOptions::speculative_num_steps},
+    {{"speculative-eagle-topk", "", I, "auto", "", "drafts per step; only 1 is supported (auto: 1)", YES, PERF}, &ServeOptions::speculative_eagle_topk},
+    {{"speculative-num-draft-tokens", "", I, "auto", "", "tokens verified per step: num-steps + 1 when topk is 1 (auto: derived)", YES, PERF}, &ServeOptions::speculative_num_draft_tokens},
+    // GPU execution.
+    {{"disable-cuda-graph", "", BOOL, "false", "", "run decode without CUDA graphs", NOT_YET, PERF}, &ServeOptions::disable_cuda_graph},
+    {{"cuda-graph-max-bs", "", I, "auto", "", "largest batch captured in a CUDA graph", NOT_YET, PERF}, &ServeOptions::cuda_graph_max_bs},
+    {{"attention-backend", "", S, "", "", "attention kernel family (default: the built-in one)", IGNORED, PERF}, &ServeOptions::attention_backend},
+    {{"enable-torch-compile", "", BOOL, "false", "", "accepted for SGLang compatibility; no effect", IGNORED, NO_PERF}, &ServeOptions::enable_torch_compile},
+    // Operations.
+    {{"state-dir", "", S, "", "", "launch records database folder (default: $XDG_STATE_HOME/deltaserve or ~/.local/state/deltaserve)", YES, NO_PERF}, &ServeOptions::state_dir},
+    {{"config", "", S, "", "", "read settings from a TOML file (keys are these flag names); flags given on the command line win", YES, NO_PERF}, &ServeOptions::config},
+    {{"log-level", "", C, "info", "debug,info,warning,error", "log verbosity", YES, NO_PERF}, &ServeOptions::log_level},
+    {{"log-requests", "", BOOL, "false", "", "log every request and response", NOT_YET, NO_PERF}, &ServeOptions::log_requests},
+    {{"enable-metrics", "", BOOL, "false", "", "Prometheus /metrics", NOT_YET, NO_PERF}, &ServeOptions::enable_metrics},
+    {{"random-seed", "", I, "0", "", "seed for sampling without a per-request seed (0: random)", YES, NO_PERF}, &ServeOptions::random_seed},
+    {{"skip-server-warmup", "", BOOL, "false", "", "skip the warm-up request at start-up", YES, NO_PERF}, &ServeOptions::skip_server_warmup},
+    {{"watchdog-timeout", "", F, "300", "", "seconds a stuck engine step may take before the server exits", NOT_YET, NO_PERF}, &ServeOptions::watchdog_timeout},
+    {{"help", "h", BOOL, "false", "", "print this help", YES, NO_PERF}, &ServeOptions::help},
+  };
+  return kRows;
+}
+// clang-format on
+
+std::string normalize_name(std::string_view name) {
+  while (!name.empty() && name.front() == '-') name.remove_prefix(1);
+  std::string out(name);
+  for (char& c : out) {
+    if (c == '_') c = '-';
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::vector<std::string> split_commas(std::string_view s) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos < s.size()) {
+    std::size_t comma = s.find(',', pos);
+    if (comma == std::string_view::npos) comma = s.size();
+    if (comma > pos) out.emplace_back(s.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+const Row* find_row(std::string_view name) {
+  std::string n = normalize_name(name);
+  for (const Row& r : rows()) {
+    if (n == r.spec.name) return &r;
+    for (const auto& a : split_commas(r.spec.aliases))
+      if (n == a) return &r;
+  }
+  return nullptr;
+}
+
+bool default_is_auto(const FlagSpec& s) { return std::string_view(s.default_value) == "auto"; }
+
+Result<int64_t> parse_int_text(const FlagSpec& s, std::string_view text) {
+  std::string t(text);
+  if (lower(t) == "auto" && default_is_auto(s)) return int64_t{0};
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(t.c_str(), &end, 10);
+  if (t.empty() || *end != '\0' || errno == ERANGE)
+    return error("--", s.name, ": '", t, "' is not an integer",
+                 default_is_auto(s) ? " (or auto)" : "");
+  return static_cast<int64_t>(v);
+}
+
+Result<double> parse_float_text(const FlagSpec& s, std::string_view text) {
+  std::string t(text);
+  if (lower(t) == "auto" && default_is_auto(s)) return 0.0;
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+    return error("--", s.name, ": '", t, "' is not a number", default_is_auto(s) ? " (or auto)" : "");
+  return v;
+}
+
+Result<bool> parse_bool_text(const FlagSpec& s, std::string_view text) {
+  std::string t = lower(text);
+  if (t.empty() || t == "true" || t == "1" || t == "yes" || t == "on") return true;
+  if (t == "false" || t == "0" || t == "no" || t == "off") return false;
+  return error("--", s.name, ": '", std::string(text), "' is not a boolean (true or false)");
+}
+
+Result<std::string> parse_choice_text(const FlagSpec& s, std::string_view text) {
+  std::string t = lower(text);
+  if (t.empty() && std::string_view(s.default_value).empty()) return std::string();
+  for (const auto& c : split_commas(s.choices))
+    if (lower(c) == t) return c;
+  return error("--", s.name, ": '", std::string(text), "' is not one of ", s.choices);
+}
+
+std::string format_double(double v) {
+  std::ostringstream os;
+  os.precision(6);
+  os << v;
+  return os.str();
+}
+
+Status apply_text(const Row& row, ServeOptions& opts, std::string_view value) {
+  const FlagSpec& s = row.spec;
+  return std::visit(
+      [&](auto member) -> Status {
+        using T = std::remove_reference_t<decltype(opts.*member)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          if (s.type == FlagType::Choice) {
+            auto v = parse_choice_text(s, value);
+            if (!v) return v.status();
+            opts.*member = *v;
+          } else {
+            opts.*member = std::string(value);
+          }
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          auto v = s.type == FlagType::Bytes ? parse_byte_size(s.name, value) : parse_int_text(s, value);
+          if (!v) return v.status();
+          opts.*member = *v;
+        } else if constexpr (std::is_same_v<T, double>) {
+          auto v = parse_float_text(s, value);
+          if (!v) return v.status();
+          opts.*member = *v;
+        } else {
+          auto v = parse_bool_text(s, value);
+          if (!v) return v.status();
+          opts.*member = *v;
+        }
+        return Status::ok();
+      },
+      row.field);
+}
+
+std::string render(const Row& row, const ServeOptions& opts) {
+  const FlagSpec& s = row.spec;
+  return std::visit(
+      [&](auto member) -> std::string {
+        using T = std::remove_cvref_t<decltype(opts.*member)>;
+        const T& v = opts.*member;
+        if constexpr (std::is_same_v<T, std::string>) {
+          return v;
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          if (v == 0 && default_is_auto(s)) return "auto";
+          return s.type == FlagType::Bytes ? format_byte_size(v) : std::to_string(v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (v == 0 && default_is_auto(s)) return "auto";
+          return format_double(v);
+        } else {
+          return v ? "true" : "false";
+        }
+      },
+      row.field);
+}
+
+bool is_default(const Row& row, const ServeOptions& opts) {
+  static const ServeOptions kDefaults;
+  return render(row, opts) == render(row, kDefaults);
+}
+
+Status apply_args(const std::vector<std::string>& args, ServeOptions& opts) {
+  // --config first, so that the command line overrides the file.
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string_view a = args[i];
+    if (a == "--config") {
+      if (i + 1 >= args.size()) return error("option --config needs a value (a TOML file)");
+      DS_RETURN_IF_ERROR(load_serve_config_toml(args[i + 1], opts));
+      opts.config = args[i + 1];
+    } else if (a.rfind("--config=", 0) == 0) {
+      std::string file(a.substr(9));
+      DS_RETURN_IF_ERROR(load_serve_config_toml(file, opts));
+      opts.config = file;
+    }
+  }
+  bool seen_positional = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() < 2 || a[0] != '-') {
+      if (seen_positional)
+        return error("unexpected argument '", a, "' (only the model path may be given without a flag)");
+      seen_positional = true;
+      DS_RETURN_IF_ERROR(set_serve_option(opts, "model-path", a));
+      continue;
+    }
+    std::string name = a, value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    const Row* row = find_row(name);
+    if (!row) return error("unknown flag ", name, " (see `deltaserve serve --help`)");
+    if (std::string_view(row->spec.name) == "config") {
+      if (!has_value) ++i;  // already read above
+      continue;
+    }
+    if (row->spec.type == FlagType::Bool) {
+      DS_RETURN_IF_ERROR(set_serve_option(opts, row->spec.name, has_value ? value : "true"));
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) return error("flag --", row->spec.name, " needs a value");
+      value = args[++i];
+    }
+    DS_RETURN_IF_ERROR(set_serve_option(opts, row->spec.name, value));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+std::span<const FlagSpec> serve_flag_specs() {
+  static const std::vector<FlagSpec> kSpecs = [] {
+    std::vector<FlagSpec> out;
+    for (const Row& r : rows()) out.push_back(r.spec);
+    return out;
+  }();
+  return kSpecs;
+}
+
+const FlagSpec* find_serve_flag(std::string_view name) {
+  const Row* r = find_row(name);
+  if (!r) return nullptr;
+  return &serve_flag_specs()[static_cast<std::size_t>(r - rows().data())];
+}
+
+ServeOptions::ServeOptions() {
+  for (const Row& r : rows()) {
+    Status s = apply_text(r, *this, r.spec.default_value);
+    DS_CHECK(s.is_ok(), "bad default for --", r.spec.name, ": ", s.message());
+  }
+}
+
+bool ServeOptions::is_explicit(std::string_view canonical_name) const {
+  return explicit_keys.count(std::string(canonical_name)) > 0;
+}
+
+Status set_serve_option(ServeOptions& opts, std::string_view name, std::string_view value) {
+  const Row* row = find_row(name);
+  if (!row) return error("unknown flag --", normalize_name(name), " (see `deltaserve serve --help`)");
+  DS_RETURN_IF_ERROR(apply_text(*row, opts, value));
+  opts.explicit_keys.insert(row->spec.name);
+  return Status::ok();
+}
+
+Result<ServeOptions> parse_serve_args_raw(const std::vector<std::string>& args) {
+  ServeOptions opts;
+  DS_RETURN_IF_ERROR(apply_args(args, opts));
+  return opts;
+}
+
+Result<ServeOptions> parse_serve_options(const std::vector<std::string>& args,
+                                         std::vector<std::string>* warnings) {
+  ServeOptions opts;
+  DS_RETURN_IF_ERROR(apply_args(args, opts));
+  if (opts.help) return opts;
+  DS_RETURN_IF_ERROR(validate_serve_options(opts));
+  if (warnings) {
+    auto w = unsupported_option_warnings(opts);
+    warnings->insert(warnings->end(), w.begin(), w.end());
+  }
+  return opts;
+}
+
+Status parse_serve_config_toml_text(const std::string& text, const std::string& source,
+                                    ServeOptions& opts) {
+  toml::value root;
+  try {
+    std::istringstream is(text);
+    root = toml::parse(is, source);
+  } catch (const std::exception& e) {
+    return error(source, ": not valid TOML: ", e.what());
+  }
+  if (!root.is_table()) return error(source, ": expected key = value lines");
+  // Accept flags at the top level, or under a [serve] table.
+  std::vector<std::pair<std::string, const toml::value*>> items;
+  for (const auto& [key, value] : root.as_table()) {
+    if (key == "serve" && value.is_table()) {
+      for (const auto& [k2, v2] : value.as_table()) items.emplace_back(k2, &v2);
+    } else {
+      items.emplace_back(key, &value);
+    }
+  }
+  for (const auto& [key, vp] : items) {
+    const toml::value& v = *vp;
+    const Row* row = find_row(key);
+    if (!row) return error(source, ": unknown setting '", key, "' (keys are serve flag names)");
+    if (std::string_view(row->spec.name) == "config")
+      return error(source, ": 'config' cannot be set inside a config file");
+    std::string text;
+    if (v.is_string()) {
+      text = v.as_string().str;
+    } else if (v.is_integer()) {
+      text = std::to_string(v.as_integer());
+    } else if (v.is_floating()) {
+      text = format_double(v.as_floating());
+    } else if (v.is_boolean()) {
+      text = v.as_boolean() ? "true" : "false";
+    } else {
+      return error(source, ": setting '", key, "' must be a string, number or boolean");
+    }
+    Status s = set_serve_option(opts, row->spec.name, text);
+    if (!s) return error(source, ": ", s.message());
+  }
+  return Status::ok();
+}
+
+Status load_serve_config_toml(const std::filesystem::path& file, ServeOptions& opts) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return error("cannot read config file ", file.string());
+  std::ostringstream os;
+  os << in.rdbuf();
+  return parse_serve_config_toml_text(os.str(), file.string(), opts);
+}
+
+void resolve_serve_defaults(ServeOptions& o) {
+  if (o.speculative_algorithm.empty() &&
+      (o.speculative_num_steps > 0 || o.speculative_num_draft_tokens > 0)) {
+    // SGLang requires the algorithm; we infer it, since the MTP head is the only drafter.
+    o.speculative_algorithm = "NEXTN";
+  }
+  if (o.speculative_algorithm == "MTP" || o.speculative_algorithm == "EAGLE")
+    o.speculative_algorithm = "NEXTN";
+  if (o.speculative_enabled()) {
+    if (o.speculative_num_steps == 0) o.speculative_num_steps = 3;
+    if (o.speculative_eagle_topk == 0) o.speculative_eagle_topk = 1;
+    if (o.speculative_num_draft_tokens == 0 && o.speculative_eagle_topk == 1)
+      o.speculative_num_draft_tokens = o.speculative_num_steps + 1;
+  }
+}
+
+Status validate_serve_options(ServeOptions& o) {
+  resolve_serve_defaults(o);
+  if (o.port < 1 || o.port > 65535) return error("--port must be 1..65535 (got ", o.port, ")");
+  if (o.tp_size < 1) return error("--tp-size must be at least 1 (got ", o.tp_size, ")");
+  if (o.dp_size < 1) return error("--dp-size must be at least 1 (got ", o.dp_size, ")");
+  if (o.threads < 0) return error("--threads must be 0 (all CPUs) or more (got ", o.threads, ")");
+  if (o.mem_fraction_static < 0 || o.mem_fraction_static >= 1)
+    return error("--mem-fraction-static must be in (0, 1), e.g. 0.88 (got ", o.mem_fraction_static, ")");
+  if (o.mamba_full_memory_ratio <= 0 || o.mamba_full_memory_ratio > 100)
+    return error("--mamba-full-memory-ratio must be a positive ratio such as 0.9 (got ",
+                 o.mamba_full_memory_ratio, ")");
+  if (o.context_length < 0) return error("--context-length must be positive (got ", o.context_length, ")");
+  if (o.max_running_requests < 0)
+    return error("--max-running-requests must be positive (got ", o.max_running_requests, ")");
+  if (o.max_total_tokens < 0) return error("--max-total-tokens must be positive");
+  if (o.max_mamba_cache_size < 0) return error("--max-mamba-cache-size must be positive");
+  if (o.max_memory < 0) return error("--max-memory must be positive");
+  if (o.page_size < 1 || o.page_size > 4096)
+    return error("--page-size must be 1..4096 (got ", o.page_size, ")");
+  if (o.chunked_prefill_size < 0 && o.chunked_prefill_size != -1)
+    return error("--chunked-prefill-size must be positive");
+  if (o.max_prefill_tokens < 1) return error("--max-prefill-tokens must be positive");
+  if (o.max_request_bytes < 1024) return error("--max-request-bytes must be at least 1KiB");
+  if (!o.speculative_enabled()) {
+    if (o.speculative_eagle_topk != 0)
+      return error("--speculative-eagle-topk is set but speculative decoding is off: add "
+                   "--speculative-algorithm NEXTN");
+    return Status::ok();
+  }
+  if (o.speculative_num_steps < 1 || o.speculative_num_steps > 8)
+    return error("--speculative-num-steps must be 1..8 (got ", o.speculative_num_steps, ")");
+  if (o.speculative_eagle_topk != 1)
+    return error("--speculative-eagle-topk ", o.speculative_eagle_topk,
+                 ": not supported yet (only 1, chained drafts); remove it or set it to 1");
+  if (o.speculative_num_draft_tokens != o.speculative_num_steps + 1)
+    return error("--speculative-num-draft-tokens must be --speculative-num-steps + 1 when "
+                 "--speculative-eagle-topk is 1: set --speculative-num-draft-tokens ",
+                 o.speculative_num_steps + 1, " (or leave it out), got ",
+                 o.speculative_num_draft_tokens);
+  return Status::ok();
+}
+
+std::vector<std::string> unsupported_option_warnings(const ServeOptions& opts) {
+  std::vector<std::string> out;
+  std::string names;
+  for (const Row& r : rows()) {
+    if (r.spec.support != FlagSupport::NotYet || is_default(r, opts)) continue;
+    if (!names.empty()) names += ", ";
+    names += str_cat("--", r.spec.name, "=", render(r, opts));
+  }
+  if (!names.empty()) out.push_back("accepted but not supported yet (no effect): " + names);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> effective_config(const ServeOptions& opts) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Row& r : rows()) {
+    if (std::string_view(r.spec.name) == "help") continue;
+    std::string v = render(r, opts);
+    if (std::string_view(r.spec.name) == "state-dir" && v.empty()) v = default_state_dir().string();
+    out.emplace_back(r.spec.name, v);
+  }
+  return out;
+}
+
+std::string serve_option_text(const ServeOptions& opts, std::string_view canonical_name) {
+  const Row* r = find_row(canonical_name);
+  return r ? render(*r, opts) : std::string();
+}
+
+std::vector<std::string> explicit_args(const ServeOptions& opts) {
+  std::vector<std::string> out;
+  for (const Row& r : rows()) {
+    if (!opts.is_explicit(r.spec.name) || std::string_view(r.spec.name) == "help") continue;
+    std::string v = render(r, opts);
+    if (r.spec.type == FlagType::Bool) {
+      out.push_back(str_cat("--", r.spec.name) + (v == "true" ? "" : "=false"));
+    } else {
+      out.push_back(str_cat("--", r.spec.name));
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+namespace {
+std::string toml_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') { out += "\\n"; continue; }
+    out += c;
+  }
+  return out + "\"";
+}
+}  // namespace
+
+std::string serve_options_to_toml(const ServeOptions& opts, bool all) {
+  std::string out = "# deltaserve serve settings (keys are `deltaserve serve` flags)\n";
+  for (const Row& r : rows()) {
+    std::string_view name = r.spec.name;
+    if (name == "help" || name == "config") continue;
+    if (!all && !opts.is_explicit(name)) continue;
+    std::string v = render(r, opts);
+    std::string key(name);
+    std::replace(key.begin(), key.end(), '-', '_');
+    bool bare = (r.spec.type == FlagType::Bool) ||
+                ((r.spec.type == FlagType::Int || r.spec.type == FlagType::Float) && v != "auto");
+    out += key + " = " + (bare ? v : toml_quote(v)) + "\n";
+  }
+  return out;
+}
+
+std::string serve_options_help() {
+  std::string out =
+      "usage: deltaserve serve --model-path DIR [flags]\n"
+      "Flags use SGLang's names; `--name value`, `--name=value`; `--config FILE.toml` holds the\n"
+      "same keys. (*) changes speed or memory; [not yet] is accepted with a warning.\n\n";
+  for (const Row& r : rows()) {
+    const FlagSpec& s = r.spec;
+    std::string left = str_cat("  --", s.name);
+    if (s.type != FlagType::Bool) {
+      left += s.type == FlagType::Choice ? str_cat(" {", s.choices, "}")
+              : s.type == FlagType::Int   ? " N"
+              : s.type == FlagType::Float ? " X"
+              : s.type == FlagType::Bytes ? " BYTES"
+                                          : " TEXT";
+    }
+    out += left;
+    out += std::string(left.size() < 44 ? 44 - left.size() : 1, ' ');
+    out += s.help;
+    if (*s.default_value) out += str_cat(" [default ", s.default_value, "]");
+    if (s.affects_performance) out += " (*)";
+    if (s.support == FlagSupport::NotYet) out += " [not yet]";
+    if (*s.aliases) {
+      out += " (also";
+      for (const auto& a : split_commas(s.aliases)) out += " --" + a;
+      out += ")";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+Result<int64_t> parse_byte_size(std::string_view option, std::string_view text) {
+  std::string t = lower(text);
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+  if (t == "auto") return int64_t{0};
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || end == t.c_str() || errno == ERANGE || !std::isfinite(v) || v < 0)
+    return error("--", std::string(option), ": '", std::string(text),
+                 "' is not a size (e.g. 64GiB, 512MiB, 4096)");
+  std::string unit(end);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  double mult = 1;
+  if (unit.empty() || unit == "b") mult = 1;
+  else if (unit == "k" || unit == "kib") mult = 1024.0;
+  else if (unit == "m" || unit == "mib") mult = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb") mult = 1e3;
+  else if (unit == "mb") mult = 1e6;
+  else if (unit == "gb") mult = 1e9;
+  else if (unit == "tb") mult = 1e12;
+  else
+    return error("--", std::string(option), ": unknown size unit '", unit, "' in '",
+                 std::string(text), "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+  double bytes = v * mult;
+  if (bytes > 9.0e18) return error("--", std::string(option), ": '", std::string(text), "' is too large");
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
+std::string format_byte_size(int64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  if (bytes == 0) return "0";
+  int u = 0;
+  int64_t v = bytes;
+  while (u < 4 && v % 1024 == 0) {
+    v /= 1024;
+    ++u;
+  }
+  if (u > 0 || bytes < 1024) return std::to_string(v) + kUnits[u];
+  double d = static_cast<double>(bytes);
+  u = 0;
+  while (u < 4 && d >= 1024) {
+    d /= 1024;
+    ++u;
+  }
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(2);
+  os << d << kUnits[u];
+  return os.str();
+}
+
+std::filesystem::path default_state_dir() {
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x)
+    return std::filesystem::path(x) / "deltaserve";
+  if (const char* h = std::getenv("HOME"); h && *h)
+    return std::filesystem::path(h) / ".local" / "state" / "deltaserve";
+  return std::filesystem::path(".deltaserve-state");
+}
+
+}  // namespace deltaserve

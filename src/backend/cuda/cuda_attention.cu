@@ -1,0 +1,269 @@
+// Gated attention over the paged KV cache on CUDA. Reference: backend/cpu/cpu_attention.cpp.
+//
+// Kernel 1 (one block per token): per-head RMSNorm of q and k, partial RoPE (rotate-half, inv_freq
+//   computed on the host exactly as the CPU does), q -> scratch, k and v -> the paged cache.
+// Kernel 2 (one block per (token, kv head); one warp per query head of the GQA group): causal
+//   attention with an online softmax over key tiles of 32 staged in shared memory (each lane
+//   scores one key of the tile, then every lane accumulates its head_dim/32 output dims),
+//   then the sigmoid output gate.
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_launch.h"
+
+namespace deltaserve::cuda {
+
+namespace {
+
+constexpr int kTile = 32;
+
+__device__ __forceinline__ int seq_of(const int32_t* seq_start, int n_seqs, int t) {
+  int lo = 0, hi = n_seqs - 1;  // largest s with seq_start[s] <= t
+  while (lo < hi) {
+    int mid = (lo + hi + 1) >> 1;
+    if (seq_start[mid] <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Dynamic shared memory: per warp, head_dim floats.
+__global__ void qk_prep_kernel(AttnArgs a) {
+  extern __shared__ float sm[];
+  const int t = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const int hd = a.head_dim, nh = a.n_heads, nkv = a.n_kv_heads;
+  const int q_width = a.output_gate ? 2 * hd : hd;
+  const int64_t q_cols = int64_t(nh) * q_width, kv_cols = int64_t(nkv) * hd;
+  const int64_t row = q_cols + 2 * kv_cols;
+  const int s = seq_of(a.seq_start, a.n_seqs, t);
+  const int32_t pos = a.positions[t];
+  const int32_t block = a.block_table[int64_t(s) * a.max_blocks + pos / a.block_size];
+  const int64_t cache_base = (int64_t(block) * a.block_size + pos % a.block_size) * nkv;
+  float* buf = sm + warp * hd;
+  const float* r = a.qkv + int64_t(t) * row;
+  const int half = a.rotary_dim / 2;
+  for (int hh = warp; hh < nh + nkv; hh += nw) {
+    const bool is_q = hh < nh;
+    const int kvh = hh - nh;
+    if (!is_q && block < 0) continue;
+    const float* src = is_q ? r + int64_t(hh) * q_width : r + q_cols + int64_t(kvh) * hd;
+    float* dst = is_q ? a.q_scratch + (int64_t(t) * nh + hh) * hd : a.k_cache + (cache_base + kvh) * hd;
+    const float* w = is_q ? a.q_norm : a.k_norm;
+    float ss = 0.f;
+    for (int d = lane; d < hd; d += 32) {
+      const float v = src[d];
+      buf[d] = v;
+      ss += v * v;
+    }
+    ss = warp_sum(ss);
+    const float inv = 1.0f / sqrtf(ss / float(hd) + a.eps);
+    __syncwarp();
+    for (int d = lane; d < hd; d += 32) buf[d] = buf[d] * inv * w[d];
+    __syncwarp();
+    for (int d = lane; d < hd; d += 32) {
+      float o = buf[d];
+      if (d < half) {
+        const float ang = float(pos) * a.inv_freq[d];
+        o = buf[d] * cosf(ang) - buf[d + half] * sinf(ang);
+      } else if (d < 2 * half) {
+        const float ang = float(pos) * a.inv_freq[d - half];
+        o = buf[d] * cosf(ang) + buf[d - half] * sinf(ang);
+      }
+      dst[d] = o;
+    }
+    __syncwarp();
+    if (!is_q) {
+      const float* vs = r + q_cols + kv_cols + int64_t(kvh) * hd;
+      float* vd = a.v_cache + (cache_base + kvh) * hd;
+      for (int d = lane; d < hd; d += 32) vd[d] = vs[d];
+    }
+  }
+}
+
+// Shared memory: K tile [kTile][HD + 4] | V tile [kTile][HD] | q [G][HD].
+template <int HD>
+__global__ void attn_kernel(AttnArgs a) {
+  extern __shared__ float sm[];
+  constexpr int KS = HD + 4;  // padded K row: lane j's float4 reads hit distinct banks
+  constexpr int NI = (HD + 31) / 32;  // output dims per lane (lanes >= HD idle when HD < 32)
+  float* Ks = sm;
+  float* Vs = Ks + kTile * KS;
+  float* Qs = Vs + kTile * HD;
+  const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int nh = a.n_heads, nkv = a.n_kv_heads, G = nh / nkv;
+  const int h = kvh * G + warp;
+  const int s = seq_of(a.seq_start, a.n_seqs, t);
+  const int n_keys = a.positions[t] + 1;
+  // This block's key range: whole tiles, split evenly (a split may get none).
+  const int n_tiles = (n_keys + kTile - 1) / kTile;
+  const int per_split = (n_tiles + a.n_split - 1) / a.n_split;
+  const int j_begin = split * per_split * kTile;
+  const int n_ctx = min(n_keys, (split + 1) * per_split * kTile);
+  const int32_t* bt = a.block_table + int64_t(s) * a.max_blocks;
+  const int bs = a.block_size;
+
+  float* q = Qs + warp * HD;
+  const float* qsrc = a.q_scratch + (int64_t(t) * nh + h) * HD;
+  for (int d = lane; d < HD; d += 32) q[d] = qsrc[d];
+
+  float m = -INFINITY, l = 0.f, o[NI];
+#pragma unroll
+  for (int i = 0; i < NI; ++i) o[i] = 0.f;
+
+  const int nthreads = blockDim.x;
+  __syncthreads();  // q written (also when this split has no keys)
+  for (int j0 = j_begin; j0 < n_ctx; j0 += kTile) {
+    __syncthreads();  // previous tile fully consumed
+    const int nk = min(kTile, n_ctx - j0);
+    for (int idx = threadIdx.x; idx < nk * (HD / 4); idx += nthreads) {
+      const int j = idx / (HD / 4), c = idx % (HD / 4);
+      const int pos = j0 + j;
+      const int32_t block = bt[pos / bs];
+      const int64_t off = ((int64_t(block) * bs + pos % bs) * nkv + kvh) * HD + c * 4;
+      const float4 kv4 = *reinterpret_cast<const float4*>(a.k_cache + off);
+      const float4 vv4 = *reinterpret_cast<const float4*>(a.v_cache + off);
+      *reinterpret_cast<float4*>(Ks + j * KS + c * 4) = kv4;
+      *reinterpret_cast<float4*>(Vs + j * HD + c * 4) = vv4;
+    }
+    __syncthreads();
+    float sc = -INFINITY;
+    if (lane < nk) {
+      const float* kr = Ks + lane * KS;
+      float acc0 = 0.f, acc1 = 0.f;
+#pragma unroll 8
+      for (int d = 0; d < HD; d += 8) {
+        const float4 k0 = *reinterpret_cast<const float4*>(kr + d);
+        const float4 k1 = *reinterpret_cast<const float4*>(kr + d + 4);
+        const float4 q0 = *reinterpret_cast<const float4*>(q + d);
+        const float4 q1 = *reinterpret_cast<const float4*>(q + d + 4);
+        acc0 = fmaf(q0.x, k0.x, acc0); acc0 = fmaf(q0.y, k0.y, acc0);
+        acc0 = fmaf(q0.z, k0.z, acc0); acc0 = fmaf(q0.w, k0.w, acc0);
+        acc1 = fmaf(q1.x, k1.x, acc1); acc1 = fmaf(q1.y, k1.y, acc1);
+        acc1 = fmaf(q1.z, k1.z, acc1); acc1 = fmaf(q1.w, k1.w, acc1);
+      }
+      sc = (acc0 + acc1) * a.scale;
+    }
+    const float m_new = fmaxf(m, warp_max(sc));
+    const float p = lane < nk ? expf(sc - m_new) : 0.f;
+    const float corr = expf(m - m_new);  // 0 on the first tile (m = -inf)
+    l = l * corr + warp_sum(p);
+#pragma unroll
+    for (int i = 0; i < NI; ++i) o[i] *= corr;
+    for (int j = 0; j < nk; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, p, j);
+      const float* vr = Vs + j * HD + lane;
+#pragma unroll
+      for (int i = 0; i < NI; ++i)
+        if (HD >= 32 || lane < HD) o[i] = fmaf(pj, vr[i * 32], o[i]);
+    }
+    m = m_new;
+  }
+
+  if (a.n_split > 1) {  // partial result; attn_combine_kernel finishes
+    const int64_t pi = (int64_t(t) * nh + h) * a.n_split + split;
+    if (lane == 0) {
+      a.part_ml[pi * 2] = m;
+      a.part_ml[pi * 2 + 1] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      const int d = lane + 32 * i;
+      if (d < HD) a.part_o[pi * HD + d] = o[i];
+    }
+    return;
+  }
+  const float inv = 1.0f / l;
+  const int q_width = a.output_gate ? 2 * HD : HD;
+  const int64_t row = int64_t(nh) * q_width + 2 * int64_t(nkv) * HD;
+  float* dst = a.out + int64_t(t) * nh * HD + int64_t(h) * HD;
+#pragma unroll
+  for (int i = 0; i < NI; ++i) {
+    const int d = lane + 32 * i;
+    if (d >= HD) break;
+    float v = o[i] * inv;
+    if (a.output_gate) {
+      const float g = a.qkv[int64_t(t) * row + int64_t(h) * q_width + HD + d];
+      v *= 1.0f / (1.0f + expf(-g));
+    }
+    dst[d] = v;
+  }
+}
+
+// One block per (token, head): out = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s, then the gate.
+__global__ void attn_combine_kernel(AttnArgs a) {
+  const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim, nh = a.n_heads, ns = a.n_split;
+  const int64_t base = (int64_t(t) * nh + h) * ns;
+  float M = -INFINITY;
+  for (int sp = 0; sp < ns; ++sp) M = fmaxf(M, a.part_ml[(base + sp) * 2]);
+  float L = 0.f;
+  for (int sp = 0; sp < ns; ++sp) {
+    const float l = a.part_ml[(base + sp) * 2 + 1];
+    if (l > 0.f) L += expf(a.part_ml[(base + sp) * 2] - M) * l;
+  }
+  const int q_width = a.output_gate ? 2 * hd : hd;
+  const int64_t row = int64_t(nh) * q_width + 2 * int64_t(a.n_kv_heads) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float acc = 0.f;
+    for (int sp = 0; sp < ns; ++sp) {
+      const float l = a.part_ml[(base + sp) * 2 + 1];
+      if (l > 0.f) acc += expf(a.part_ml[(base + sp) * 2] - M) * a.part_o[(base + sp) * hd + d];
+    }
+    float v = acc / L;
+    if (a.output_gate) {
+      const float g = a.qkv[int64_t(t) * row + int64_t(h) * q_width + hd + d];
+      v *= 1.0f / (1.0f + expf(-g));
+    }
+    a.out[int64_t(t) * nh * hd + int64_t(h) * hd + d] = v;
+  }
+}
+
+template <int HD>
+void run_attn(const AttnArgs& a, cudaStream_t s) {
+  const int G = a.n_heads / a.n_kv_heads;
+  const size_t smem = (size_t(kTile) * (HD + 4) + size_t(kTile) * HD + size_t(G) * HD) * sizeof(float);
+  static size_t configured = 0;  // opt in to > 48 KB of dynamic shared memory once per size
+  if (smem > configured) {
+    DS_CUDA_CHECK(cudaFuncSetAttribute(attn_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    configured = smem;
+  }
+  dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
+            static_cast<unsigned>(a.n_split));
+  attn_kernel<HD><<<grid, 32 * G, smem, s>>>(a);
+  DS_CUDA_LAUNCH_CHECK();
+  if (a.n_split > 1) {
+    attn_combine_kernel<<<dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads)),
+                          HD < 128 ? HD : 128, 0, s>>>(a);
+    DS_CUDA_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace
+
+void launch_attention(const AttnArgs& a, cudaStream_t s) {
+  if (a.n_tokens == 0) return;
+  const int warps = 4;
+  qk_prep_kernel<<<static_cast<unsigned>(a.n_tokens), 32 * warps, warps * a.head_dim * sizeof(float), s>>>(a);
+  DS_CUDA_LAUNCH_CHECK();
+  switch (a.head_dim) {
+    case 16: run_attn<16>(a, s); break;
+    case 32: run_attn<32>(a, s); break;
+    case 64: run_attn<64>(a, s); break;
+    case 128: run_attn<128>(a, s); break;
+    case 256: run_attn<256>(a, s); break;
+    default: cuda_fail("attention", "head_dim must be 16, 32, 64, 128 or 256", __FILE__, __LINE__);
+  }
+}
+
+}  // namespace deltaserve::cuda

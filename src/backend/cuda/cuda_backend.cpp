@@ -1,0 +1,423 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_launch.h"
+
+namespace deltaserve {
+
+namespace {
+
+class CudaLinear final : public LinearWeight {
+ public:
+  CudaLinear(DeviceBuffer buf, int64_t n, int64_t k) : buf_(std::move(buf)), n_(n), k_(k) {}
+  int64_t n() const override { return n_; }
+  int64_t k() const override { return k_; }
+  std::size_t nbytes() const override { return static_cast<std::size_t>(n_ * k_) * 2; }
+  const uint16_t* data() const { return static_cast<const uint16_t*>(buf_.data()); }
+
+ private:
+  DeviceBuffer buf_;
+  int64_t n_, k_;
+};
+
+class CudaBackend;
+
+class CudaKernels final : public Kernels {
+ public:
+  explicit CudaKernels(CudaBackend& b) : b_(b) {}
+  ~CudaKernels() override;
+  void embed(const Tensor& table, const Tensor& ids, Tensor out) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out, int64_t out_stride) override;
+  void matmul(const Tensor& x, const LinearWeight& w, Tensor out, bool accumulate) override;
+  void silu_mul(const Tensor& gate_up, Tensor out) override;
+  void attention(const AttentionParams& p, const Tensor& qkv, const KvLayerView& kv, const BatchMeta& meta,
+                 Tensor out) override;
+  void gated_delta_net(const GdnParams& p, const Tensor& proj, const StateLayerView& state,
+                       const BatchMeta& meta, Tensor out) override;
+  void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) override;
+  void restore_snapshot(const StateLayerView& state, int slot, int snapshot) override;
+
+  void set_timing(bool on) { timing_ = on; }
+  std::vector<CudaOpTime> take_times();
+
+ private:
+  // Scratch device memory that only grows (the first large batch sizes it).
+  void* scratch(int idx, std::size_t bytes);
+  const float* inv_freq(int rotary_dim, float theta);
+  // Times one op when timing is on.
+  template <typename F>
+  void timed(const std::string& name, F&& f);
+  cudaStream_t stream() const;
+
+  CudaBackend& b_;
+  DeviceBuffer scratch_[7];
+  std::map<std::pair<int, float>, DeviceBuffer> inv_freq_;
+  bool timing_ = false;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
+  std::vector<std::string> pending_;  // name of each used event pair
+  std::map<std::string, CudaOpTime> times_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device), kernels_(*this) {
+    DS_CUDA_CHECK(cudaSetDevice(device));
+    DS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    DS_CUBLAS_CHECK(cublasCreate(&cublas_));
+    DS_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    cudaDeviceProp prop{};
+    DS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    name_ = prop.name;
+    cc_ = prop.major * 10 + prop.minor;
+    const char* g = std::getenv("DELTASERVE_CUDA_GEMM");
+    exact_gemm_ = !(g && std::strcmp(g, "bf16") == 0);
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    cublasDestroy(cublas_);
+  }
+  Device device() const override { return Device::Cuda; }
+  std::string description() const override {
+    const MemoryInfo m = memory_info();
+    return str_cat("cuda (", name_, ", sm_", cc_, ", ", m.total_bytes >> 30, " GiB",
+                   exact_gemm_ ? ", exact GEMM" : ", bf16 GEMM", ")");
+  }
+  DType activation_dtype() const override { return DType::F32; }
+  MemoryInfo memory_info() const override {
+    std::size_t f = 0, t = 0;
+    DS_CUDA_CHECK(cudaMemGetInfo(&f, &t));
+    return MemoryInfo{f, t};
+  }
+  DeviceBuffer allocate(std::size_t bytes) override {
+    const std::size_t rounded = std::max<std::size_t>((bytes + 255) / 256 * 256, 256);
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, rounded);
+    DS_CHECK(e == cudaSuccess, "cudaMalloc of ", bytes, " bytes failed: ", cudaGetErrorString(e));
+    DS_CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, stream_));
+    return DeviceBuffer(p, bytes, Device::Cuda, [](void* q) { cudaFree(q); });
+  }
+  std::unique_ptr<LinearWeight> make_linear(const void* host, DType dtype, int64_t n, int64_t k) override {
+    DeviceBuffer buf = allocate(static_cast<std::size_t>(n * k) * 2);
+    uint16_t* d = static_cast<uint16_t*>(buf.data());
+    if (host == nullptr) {  // dummy weights: uniform(-1/sqrt(k), 1/sqrt(k)), generated on the device
+      cuda::launch_random_bf16(d, n * k, 1.0f / std::sqrt(float(k)), 0x5eed0000ull + (seed_++) * 7919ull, stream_);
+    } else if (dtype == DType::BF16) {
+      DS_CUDA_CHECK(cudaMemcpyAsync(d, host, static_cast<std::size_t>(n * k) * 2, cudaMemcpyHostToDevice, stream_));
+    } else {
+      // f32 / f16 checkpoints: converted to bf16 (the matmul kernels stream bf16 weights).
+      DS_CHECK(dtype == DType::F32 || dtype == DType::F16, "make_linear: unsupported dtype");
+      const int64_t total = n * k, chunk = int64_t(1) << 22;
+      std::vector<uint16_t> tmp(static_cast<std::size_t>(std::min(total, chunk)));
+      for (int64_t i = 0; i < total; i += chunk) {
+        const int64_t m = std::min(chunk, total - i);
+        for (int64_t j = 0; j < m; ++j) {
+          const float f = dtype == DType::F32 ? static_cast<const float*>(host)[i + j]
+                                              : f16_to_f32(static_cast<const uint16_t*>(host)[i + j]);
+          tmp[j] = f32_to_bf16(f);
+        }
+        DS_CUDA_CHECK(cudaMemcpyAsync(d + i, tmp.data(), m * 2, cudaMemcpyHostToDevice, stream_));
+        DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      }
+    }
+    DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return std::make_unique<CudaLinear>(std::move(buf), n, k);
+  }
+  void copy_to_device(Tensor dst, const void* host_src) override {
+    DS_CUDA_CHECK(cudaMemcpyAsync(dst.data, host_src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+    DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy_to_host(void* host_dst, const Tensor& src) override {
+    DS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy(Tensor dst, const Tensor& src) override {
+    DS_CHECK(dst.nbytes() == src.nbytes(), "copy size mismatch");
+    if (dst.nbytes() == 0) return;
+    DS_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDefault, stream_));
+    if (dst.device == Device::Cpu || src.device == Device::Cpu) DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void synchronize() override { DS_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  Kernels& kernels() override { return kernels_; }
+
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  bool exact_gemm() const { return exact_gemm_; }
+  const std::string& name() const { return name_; }
+  CudaKernels& cuda_kernels() { return kernels_; }
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::string name_;
+  int cc_ = 0;
+  bool exact_gemm_ = true;
+  uint64_t seed_ = 1;
+  CudaKernels kernels_;
+};
+
+cudaStream_t CudaKernels::stream() const { return b_.stream(); }
+
+CudaKernels::~CudaKernels() {
+  for (auto& [a, b] : events_) {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+}
+
+void* CudaKernels::scratch(int idx, std::size_t bytes) {
+  if (scratch_[idx].size() < bytes) {
+    b_.synchronize();  // the old buffer may still be in use by queued work
+    scratch_[idx] = DeviceBuffer();
+    scratch_[idx] = b_.allocate(bytes + bytes / 4);
+  }
+  return scratch_[idx].data();
+}
+
+const float* CudaKernels::inv_freq(int rotary_dim, float theta) {
+  auto key = std::make_pair(rotary_dim, theta);
+  auto it = inv_freq_.find(key);
+  if (it == inv_freq_.end()) {
+    std::vector<float> h(std::max(rotary_dim / 2, 1));
+    for (int i = 0; i < rotary_dim / 2; ++i) h[i] = 1.0f / std::pow(theta, float(2 * i) / float(rotary_dim));
+    DeviceBuffer buf = b_.allocate(h.size() * 4);
+    b_.copy_to_device(buf.view(DType::F32, {int64_t(h.size())}), h.data());
+    it = inv_freq_.emplace(key, std::move(buf)).first;
+  }
+  return static_cast<const float*>(it->second.data());
+}
+
+template <typename F>
+void CudaKernels::timed(const std::string& name, F&& f) {
+  if (!timing_) {
+    f();
+    return;
+  }
+  const std::size_t i = pending_.size();
+  if (events_.size() <= i) {
+    cudaEvent_t a, b;
+    DS_CUDA_CHECK(cudaEventCreate(&a));
+    DS_CUDA_CHECK(cudaEventCreate(&b));
+    events_.emplace_back(a, b);
+  }
+  DS_CUDA_CHECK(cudaEventRecord(events_[i].first, stream()));
+  f();
+  DS_CUDA_CHECK(cudaEventRecord(events_[i].second, stream()));
+  pending_.push_back(name);
+}
+
+std::vector<CudaOpTime> CudaKernels::take_times() {
+  DS_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  for (std::size_t i = 0; i < pending_.size(); ++i) {
+    float ms = 0;
+    DS_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i].first, events_[i].second));
+    auto& t = times_[pending_[i]];
+    t.name = pending_[i];
+    t.calls++;
+    t.ms += ms;
+  }
+  pending_.clear();
+  std::vector<CudaOpTime> out;
+  for (auto& [k, v] : times_) out.push_back(v);
+  times_.clear();
+  std::sort(out.begin(), out.end(), [](const CudaOpTime& a, const CudaOpTime& b) { return a.ms > b.ms; });
+  return out;
+}
+
+void CudaKernels::embed(const Tensor& table, const Tensor& ids, Tensor out) {
+  const int64_t h = table.dim(1), n = ids.numel();
+  DS_CHECK(out.rows() == n && out.cols() == h && out.dtype == DType::F32, "embed shapes");
+  DS_CHECK(table.dtype == DType::BF16 || table.dtype == DType::F32, "embed table dtype");
+  timed("embed", [&] {
+    cuda::launch_embed(table.data, table.dtype == DType::BF16, table.dim(0), h, ids.i32(), n, out.f32(), stream());
+  });
+}
+
+void CudaKernels::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out, int64_t out_stride) {
+  DS_CHECK(weight.numel() == x.cols(), "rms_norm weight size");
+  timed("rms_norm", [&] {
+    cuda::launch_rms_norm(x.f32(), x.rows(), x.cols(), weight.f32(), eps, out.f32(), out_stride, stream());
+  });
+}
+
+void CudaKernels::matmul(const Tensor& x, const LinearWeight& w, Tensor out, bool accumulate) {
+  const auto& cw = static_cast<const CudaLinear&>(w);
+  const int64_t T = x.rows(), K = x.cols(), N = cw.n();
+  DS_CHECK(K == cw.k() && out.cols() == N && T == out.rows(), "matmul shapes ", x.shape_string(), " x [", N,
+           ", ", cw.k(), "] -> ", out.shape_string());
+  if (T == 0) return;
+  const bool small = T <= cuda::kGemvMaxRows;
+  timed(timing_ ? str_cat(small ? "matmul gemv " : "matmul cublas ", N, "x", K) : std::string(), [&] {
+    if (small && cuda::launch_gemv(x.f32(), static_cast<int>(T), K, cw.data(), N, out.f32(), accumulate, stream()))
+      return;
+    // cuBLAS, bf16 x bf16 -> f32. Exact mode (default): x = hi + mid + lo, three bf16 parts
+    // (24 mantissa bits, i.e. f32), stacked as 3T rows of one GEMM (the weights are read once)
+    // and summed per row afterwards. bf16 mode: x rounded to bf16 once (DELTASERVE_CUDA_GEMM=bf16).
+    const int parts = b_.exact_gemm() ? 3 : 1;
+    const int64_t rows = T * parts;
+    uint16_t* xb = static_cast<uint16_t*>(scratch(0, static_cast<std::size_t>(rows * K) * 2));
+    float* dst = out.f32();
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (parts == 3) {
+      cuda::launch_split_bf16x3(x.f32(), T * K, xb, stream());
+      dst = static_cast<float*>(scratch(4, static_cast<std::size_t>(rows * N) * 4));
+      beta = 0.0f;
+    } else {
+      cuda::launch_f32_to_bf16(x.f32(), T * K, xb, stream());
+    }
+    const float alpha = 1.0f;
+    // Column-major view: out^T [N, rows] = W [N, K] (row-major = K x N col-major, transposed) * x^T [K, rows].
+    DS_CUBLAS_CHECK(cublasGemmEx(b_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(rows),
+                                 static_cast<int>(K), &alpha, cw.data(), CUDA_R_16BF, static_cast<int>(K), xb,
+                                 CUDA_R_16BF, static_cast<int>(K), &beta, dst, CUDA_R_32F, static_cast<int>(N),
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (parts == 3) cuda::launch_sum_parts3(dst, T * N, out.f32(), accumulate, stream());
+  });
+}
+
+void CudaKernels::silu_mul(const Tensor& gate_up, Tensor out) {
+  DS_CHECK(gate_up.cols() == 2 * out.cols() && gate_up.rows() == out.rows(), "silu_mul shapes");
+  timed("silu_mul", [&] { cuda::launch_silu_mul(gate_up.f32(), gate_up.rows(), out.cols(), out.f32(), stream()); });
+}
+
+void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const KvLayerView& kv,
+                            const BatchMeta& meta, Tensor out) {
+  const int nh = p.n_heads, nkv = p.n_kv_heads, hd = p.head_dim;
+  const int64_t row = int64_t(nh) * (p.output_gate ? 2 : 1) * hd + 2LL * nkv * hd;
+  DS_CHECK(qkv.cols() == row && qkv.rows() == meta.n_tokens, "attention qkv ", qkv.shape_string());
+  DS_CHECK(out.cols() == int64_t(nh) * hd, "attention out ", out.shape_string());
+  DS_CHECK(kv.k.dtype == DType::F32, "CUDA attention expects an f32 KV cache");
+  DS_CHECK(nh % nkv == 0 && nh / nkv <= 32, "attention: GQA group of ", nh / nkv);
+  DS_CHECK(p.rotary_dim % 2 == 0 && p.rotary_dim <= hd, "rotary_dim");
+  const int T = meta.n_tokens;
+  if (T == 0) return;
+  cuda::AttnArgs a;
+  a.n_tokens = T;
+  a.n_seqs = meta.n_seqs;
+  a.n_heads = nh;
+  a.n_kv_heads = nkv;
+  a.head_dim = hd;
+  a.rotary_dim = p.rotary_dim;
+  a.output_gate = p.output_gate;
+  a.eps = p.eps;
+  a.scale = p.scale;
+  a.q_norm = p.q_norm.f32();
+  a.k_norm = p.k_norm.f32();
+  a.inv_freq = inv_freq(p.rotary_dim, p.rope_theta);
+  a.qkv = qkv.f32();
+  a.k_cache = kv.k.f32();
+  a.v_cache = kv.v.f32();
+  a.q_scratch = static_cast<float*>(scratch(2, static_cast<std::size_t>(T) * nh * hd * 4));
+  a.positions = meta.d_positions.i32();
+  a.seq_start = meta.d_seq_start.i32();
+  a.block_table = meta.d_block_table.i32();
+  a.max_blocks = meta.max_blocks;
+  a.block_size = meta.block_size;
+  a.out = out.f32();
+  // Few (token, kv head) blocks (decode, verification): split each context over 8 blocks.
+  // Depends only on the batch shape, so a captured graph stays valid as contexts grow.
+  if (int64_t(T) * nkv < 128) {
+    a.n_split = 8;
+    a.part_ml = static_cast<float*>(scratch(5, static_cast<std::size_t>(T) * nh * a.n_split * 2 * 4));
+    a.part_o = static_cast<float*>(scratch(6, static_cast<std::size_t>(T) * nh * a.n_split * hd * 4));
+  }
+  timed("attention", [&] { cuda::launch_attention(a, stream()); });
+}
+
+void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const StateLayerView& state,
+                                  const BatchMeta& meta, Tensor out) {
+  const int T = meta.n_tokens;
+  DS_CHECK(proj.cols() == p.proj_dim() && proj.rows() == T, "gdn proj ", proj.shape_string());
+  DS_CHECK(out.cols() == p.value_dim() && out.rows() == T, "gdn out ", out.shape_string());
+  DS_CHECK(!meta.write_snapshots || state.snapshot_depth == 0 || state.recurrent_snap.data, "snapshots missing");
+  if (T == 0) return;
+  const int64_t conv_dim = p.conv_dim();
+  cuda::GdnArgs a;
+  a.n_tokens = T;
+  a.n_seqs = meta.n_seqs;
+  a.Hk = p.n_k_heads;
+  a.Hv = p.n_v_heads;
+  a.Dk = p.k_head_dim;
+  a.Dv = p.v_head_dim;
+  a.K = p.conv_kernel;
+  a.eps = p.eps;
+  a.conv_weight = p.conv_weight.f32();
+  a.neg_exp_a = p.neg_exp_a.f32();
+  a.dt_bias = p.dt_bias.f32();
+  a.norm = p.norm.f32();
+  a.proj = proj.f32();
+  a.conv_state = state.conv.f32();
+  a.rec_state = state.recurrent.f32();
+  a.conv_snap = state.conv_snap.data ? state.conv_snap.f32() : nullptr;
+  a.rec_snap = state.recurrent_snap.data ? state.recurrent_snap.f32() : nullptr;
+  a.depth = state.snapshot_depth;
+  a.write_snapshots = meta.write_snapshots;
+  a.seq_start = meta.d_seq_start.i32();
+  a.state_slot = meta.d_state_slot.i32();
+  a.conv_out = static_cast<float*>(scratch(1, static_cast<std::size_t>(T) * conv_dim * 4));
+  a.gb = static_cast<float*>(scratch(3, static_cast<std::size_t>(T) * p.n_v_heads * 2 * 4));
+  a.out = out.f32();
+  timed("gated_delta_net", [&] {
+    DS_CHECK(cuda::launch_gated_delta_net(a, stream()), "CUDA gated_delta_net: unsupported head sizes (Dk ",
+             a.Dk, ", conv kernel ", a.K, ")");
+  });
+}
+
+void CudaKernels::gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) {
+  const int64_t d = src.cols();
+  DS_CHECK(dst.cols() == d && dst.rows() >= n_rows, "gather_rows shapes");
+  for (int i = 0; i < n_rows; ++i) DS_CHECK(rows[i] >= 0 && rows[i] < src.rows(), "gather row out of range");
+  timed("gather_rows", [&] { cuda::launch_gather_rows(src.f32(), d, rows, n_rows, dst.f32(), stream()); });
+}
+
+void CudaKernels::restore_snapshot(const StateLayerView& state, int slot, int snapshot) {
+  DS_CHECK(snapshot >= 0 && snapshot < state.snapshot_depth, "snapshot index");
+  const int64_t conv_elems = state.conv.numel() / state.conv.dim(0);
+  const int64_t rec_elems = state.recurrent.numel() / state.recurrent.dim(0);
+  const int64_t depth = state.snapshot_depth;
+  timed("restore_snapshot", [&] {
+    DS_CUDA_CHECK(cudaMemcpyAsync(state.conv.f32() + slot * conv_elems,
+                                  state.conv_snap.f32() + (slot * depth + snapshot) * conv_elems, conv_elems * 4,
+                                  cudaMemcpyDeviceToDevice, stream()));
+    DS_CUDA_CHECK(cudaMemcpyAsync(state.recurrent.f32() + slot * rec_elems,
+                                  state.recurrent_snap.f32() + (slot * depth + snapshot) * rec_elems,
+                                  rec_elems * 4, cudaMemcpyDeviceToDevice, stream()));
+  });
+}
+
+CudaBackend& as_cuda(Backend& b) {
+  DS_CHECK(b.device() == Device::Cuda, "not a CUDA backend");
+  return static_cast<CudaBackend&>(b);
+}
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index) {
+  return std::make_unique<CudaBackend>(device_index);
+}
+
+void cuda_set_op_timing(Backend& backend, bool on) { as_cuda(backend).cuda_kernels().set_timing(on); }
+std::vector<CudaOpTime> cuda_take_op_times(Backend& backend) { return as_cuda(backend).cuda_kernels().take_times(); }
+void* cuda_stream(Backend& backend) { return as_cuda(backend).stream(); }
+std::string cuda_device_name(Backend& backend) { return as_cuda(backend).name(); }
+
+}  // namespace deltaserve

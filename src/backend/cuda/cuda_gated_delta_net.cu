@@ -1,0 +1,212 @@
+// Gated DeltaNet on CUDA. Reference: backend/cpu/cpu_gated_delta_net.cpp (same formulas, f32).
+//
+//   1. conv:   one thread per (sequence, channel): causal depthwise conv with the slot's conv state,
+//              SiLU -> conv_out [T, conv_dim]; conv state (and per-token snapshots) updated.
+//   2. prep:   per token: L2-normalise q (times Dk^-0.5) and k in place in conv_out; beta = sigmoid(b)
+//              and decay = exp(-exp(A_log) * softplus(a + dt_bias)) per value head -> gb.
+//   3. delta:  one thread per (sequence, value head, value dim jv) owns row jv of Sᵀ (Dk floats in
+//              registers) and runs the tokens in order: S *= decay; δ = (v - S·k)·beta;
+//              S += δ k; o = S·q. Writes o (pre-norm) into out, snapshots if asked.
+//   4. norm:   gated RMSNorm over Dv with silu(z), in place.
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_launch.h"
+
+namespace deltaserve::cuda {
+
+namespace {
+
+constexpr int kMaxConv = 8;
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void conv_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= int64_t(a.n_seqs) * conv_dim) return;
+  const int s = static_cast<int>(i / conv_dim);
+  const int64_t c = i - int64_t(s) * conv_dim;
+  const int K = a.K, Km1 = K - 1;
+  const int32_t slot = a.state_slot[s];
+  float* st = a.conv_state + (int64_t(slot) * conv_dim + c) * Km1;
+  float win[kMaxConv], w[kMaxConv];
+#pragma unroll
+  for (int q = 0; q < kMaxConv; ++q) {
+    win[q] = q < Km1 ? st[q] : 0.f;
+    w[q] = q < K ? a.conv_weight[c * K + q] : 0.f;
+  }
+  const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
+  const bool snap = a.write_snapshots && t1 - t0 <= a.depth;  // verification runs only
+  for (int t = t0, j = 0; t < t1; ++t, ++j) {
+    const float x = a.proj[int64_t(t) * row + c];
+#pragma unroll
+    for (int q = 0; q < kMaxConv; ++q)
+      if (q == Km1) win[q] = x;
+    float acc = 0.f;
+#pragma unroll
+    for (int q = 0; q < kMaxConv; ++q)
+      if (q < K) acc += w[q] * win[q];
+    a.conv_out[int64_t(t) * conv_dim + c] = silu(acc);
+#pragma unroll
+    for (int q = 0; q + 1 < kMaxConv; ++q)
+      if (q < Km1) win[q] = win[q + 1];
+    if (snap) {
+      float* sn = a.conv_snap + ((int64_t(slot) * a.depth + j) * conv_dim + c) * Km1;
+#pragma unroll
+      for (int q = 0; q < kMaxConv; ++q)
+        if (q < Km1) sn[q] = win[q];
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < kMaxConv; ++q)
+    if (q < Km1) st[q] = win[q];
+}
+
+__global__ void prep_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
+  const int t = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const int Hk = a.Hk, Dk = a.Dk;
+  const int64_t key_dim = int64_t(Hk) * Dk;
+  float* c = a.conv_out + int64_t(t) * conv_dim;
+  const float q_scale = 1.0f / sqrtf(float(Dk));
+  for (int item = warp; item < 2 * Hk; item += nw) {
+    const bool is_q = item < Hk;
+    float* v = c + (is_q ? int64_t(item) * Dk : key_dim + int64_t(item - Hk) * Dk);
+    float ss = 0.f;
+    for (int d = lane; d < Dk; d += 32) ss += v[d] * v[d];
+    ss = warp_sum(ss);
+    const float n = (is_q ? q_scale : 1.0f) / sqrtf(ss + 1e-6f);
+    for (int d = lane; d < Dk; d += 32) v[d] *= n;
+  }
+  const float* pr = a.proj + int64_t(t) * row;
+  const int64_t value_dim = int64_t(a.Hv) * a.Dv;
+  for (int hv = threadIdx.x; hv < a.Hv; hv += blockDim.x) {
+    const float b = pr[conv_dim + value_dim + hv];
+    const float x = pr[conv_dim + value_dim + a.Hv + hv] + a.dt_bias[hv];
+    const float sp = x > 20.0f ? x : log1pf(expf(x));
+    a.gb[(int64_t(t) * a.Hv + hv) * 2 + 0] = 1.0f / (1.0f + expf(-b));
+    a.gb[(int64_t(t) * a.Hv + hv) * 2 + 1] = expf(a.neg_exp_a[hv] * sp);
+  }
+}
+
+template <int DK>
+__global__ void __launch_bounds__(32) delta_kernel(GdnArgs a, int64_t conv_dim) {
+  const int s = blockIdx.x / a.Hv, hv = blockIdx.x % a.Hv;
+  const int jv = blockIdx.y * blockDim.x + threadIdx.x;  // blockDim.x divides Dv (no idle rows)
+  const int hk = hv / (a.Hv / a.Hk);
+  const int Dv = a.Dv;
+  const int64_t key_dim = int64_t(a.Hk) * DK, value_dim = int64_t(a.Hv) * Dv;
+  const int32_t slot = a.state_slot[s];
+  const int64_t head_state = int64_t(Dv) * DK;
+  float* Srow = a.rec_state + (int64_t(slot) * a.Hv + hv) * head_state + int64_t(jv) * DK;
+  float S[DK];
+#pragma unroll
+  for (int d = 0; d < DK; d += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(Srow + d);
+    S[d] = v.x; S[d + 1] = v.y; S[d + 2] = v.z; S[d + 3] = v.w;
+  }
+  // q and k of the current token, staged in shared memory: reading them from global memory inside
+  // the unrolled loops let the compiler hoist all the loads and spill the state row.
+  __shared__ float4 q4[DK / 4], k4[DK / 4];
+  const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
+  const bool snap = a.write_snapshots && t1 - t0 <= a.depth;
+  for (int t = t0, j = 0; t < t1; ++t, ++j) {
+    const float* c = a.conv_out + int64_t(t) * conv_dim;
+    __syncthreads();  // previous token's q/k consumed
+    for (int i = threadIdx.x; i < DK / 4; i += blockDim.x) {
+      q4[i] = reinterpret_cast<const float4*>(c + int64_t(hk) * DK)[i];
+      k4[i] = reinterpret_cast<const float4*>(c + key_dim + int64_t(hk) * DK)[i];
+    }
+    __syncthreads();
+    const float v = c[2 * key_dim + int64_t(hv) * Dv + jv];
+    const float beta = a.gb[(int64_t(t) * a.Hv + hv) * 2 + 0];
+    const float decay = a.gb[(int64_t(t) * a.Hv + hv) * 2 + 1];
+    float p0 = 0.f, p1 = 0.f, p2 = 0.f, p3 = 0.f;
+#pragma unroll
+    for (int d = 0; d < DK; d += 4) {
+      if (d % 32 == 0) asm volatile("" ::: "memory");  // bound load hoisting (register pressure)
+      const float4 k = k4[d / 4];
+      S[d] *= decay; S[d + 1] *= decay; S[d + 2] *= decay; S[d + 3] *= decay;
+      p0 = fmaf(S[d], k.x, p0); p1 = fmaf(S[d + 1], k.y, p1);
+      p2 = fmaf(S[d + 2], k.z, p2); p3 = fmaf(S[d + 3], k.w, p3);
+    }
+    const float delta = (v - ((p0 + p1) + (p2 + p3))) * beta;
+    p0 = p1 = p2 = p3 = 0.f;
+#pragma unroll
+    for (int d = 0; d < DK; d += 4) {
+      if (d % 32 == 0) asm volatile("" ::: "memory");
+      const float4 k = k4[d / 4];
+      const float4 q = q4[d / 4];
+      S[d] = fmaf(delta, k.x, S[d]); S[d + 1] = fmaf(delta, k.y, S[d + 1]);
+      S[d + 2] = fmaf(delta, k.z, S[d + 2]); S[d + 3] = fmaf(delta, k.w, S[d + 3]);
+      p0 = fmaf(S[d], q.x, p0); p1 = fmaf(S[d + 1], q.y, p1);
+      p2 = fmaf(S[d + 2], q.z, p2); p3 = fmaf(S[d + 3], q.w, p3);
+    }
+    a.out[int64_t(t) * value_dim + int64_t(hv) * Dv + jv] = (p0 + p1) + (p2 + p3);
+    if (snap) {
+      float* sn = a.rec_snap + ((int64_t(slot) * a.depth + j) * a.Hv + hv) * head_state + int64_t(jv) * DK;
+#pragma unroll
+      for (int d = 0; d < DK; d += 4)
+        *reinterpret_cast<float4*>(sn + d) = make_float4(S[d], S[d + 1], S[d + 2], S[d + 3]);
+    }
+  }
+#pragma unroll
+  for (int d = 0; d < DK; d += 4)
+    *reinterpret_cast<float4*>(Srow + d) = make_float4(S[d], S[d + 1], S[d + 2], S[d + 3]);
+}
+
+__global__ void gated_norm_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
+  const int t = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const int Dv = a.Dv;
+  const int64_t value_dim = int64_t(a.Hv) * Dv;
+  for (int hv = warp; hv < a.Hv; hv += nw) {
+    float* o = a.out + int64_t(t) * value_dim + int64_t(hv) * Dv;
+    const float* z = a.proj + int64_t(t) * row + conv_dim + int64_t(hv) * Dv;
+    float ss = 0.f;
+    for (int d = lane; d < Dv; d += 32) ss += o[d] * o[d];
+    ss = warp_sum(ss);
+    const float inv = 1.0f / sqrtf(ss / float(Dv) + a.eps);
+    for (int d = lane; d < Dv; d += 32) o[d] = o[d] * inv * a.norm[d] * silu(z[d]);
+  }
+}
+
+template <int DK>
+void run_delta(const GdnArgs& a, int64_t conv_dim, cudaStream_t s) {
+  const int rb = a.Dv < 32 ? a.Dv : 32;  // 32 rows per block: Hv * Dv/32 blocks at decode
+  dim3 grid(static_cast<unsigned>(a.n_seqs * a.Hv), static_cast<unsigned>((a.Dv + rb - 1) / rb));
+  delta_kernel<DK><<<grid, rb, 0, s>>>(a, conv_dim);
+  DS_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s) {
+  if (a.K > kMaxConv || a.K < 2) return false;
+  if (a.Dk != 16 && a.Dk != 32 && a.Dk != 64 && a.Dk != 128) return false;
+  if (a.Dv > 32 && a.Dv % 32 != 0) return false;  // delta_kernel: blocks of 32 value rows
+  if (a.n_tokens == 0) return true;
+  const int64_t key_dim = int64_t(a.Hk) * a.Dk, value_dim = int64_t(a.Hv) * a.Dv;
+  const int64_t conv_dim = 2 * key_dim + value_dim;
+  const int64_t row = conv_dim + value_dim + 2LL * a.Hv;
+  const int64_t n = int64_t(a.n_seqs) * conv_dim;
+  conv_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(a, conv_dim, row);
+  DS_CUDA_LAUNCH_CHECK();
+  prep_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row);
+  DS_CUDA_LAUNCH_CHECK();
+  switch (a.Dk) {
+    case 16: run_delta<16>(a, conv_dim, s); break;
+    case 32: run_delta<32>(a, conv_dim, s); break;
+    case 64: run_delta<64>(a, conv_dim, s); break;
+    default: run_delta<128>(a, conv_dim, s); break;
+  }
+  gated_norm_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row);
+  DS_CUDA_LAUNCH_CHECK();
+  return true;
+}
+
+}  // namespace deltaserve::cuda

@@ -1,0 +1,90 @@
+// Launchers of the CUDA kernels (defined in the .cu files), on raw device pointers. Only this
+// header is shared between nvcc-compiled files and cuda_backend.cpp, so nvcc never sees the
+// project's C++20 headers. All launches are asynchronous on the given stream.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace deltaserve::cuda {
+
+// ---- cuda_ops.cu -------------------------------------------------------------------------------
+void launch_embed(const void* table, bool table_bf16, int64_t vocab, int64_t h, const int32_t* ids, int64_t n,
+                  float* out, cudaStream_t s);
+void launch_rms_norm(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* out,
+                     int64_t out_stride, cudaStream_t s);
+void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, cudaStream_t s);
+// rows: host array; passed by value in the launch (graph-capture safe).
+void launch_gather_rows(const float* src, int64_t d, const int32_t* rows_host, int n_rows, float* dst,
+                        cudaStream_t s);
+void launch_f32_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t s);
+// x [n] -> parts [3, n] bf16 with x = hi + mid + lo exactly (up to f32 denormals): exact GEMM.
+void launch_split_bf16x3(const float* x, int64_t n, uint16_t* parts, cudaStream_t s);
+// out[i] (=|+=) (p[i] + p[n + i]) + p[2n + i].
+void launch_sum_parts3(const float* p, int64_t n, float* out, bool accumulate, cudaStream_t s);
+// Deterministic uniform(-scale, scale) bf16 values (dummy weights).
+void launch_random_bf16(uint16_t* w, int64_t n, float scale, uint64_t seed, cudaStream_t s);
+
+// ---- cuda_linear.cu ----------------------------------------------------------------------------
+// out[T, N] (=|+=) x[T, K] (f32) · w[N, K]ᵀ (bf16), f32 accumulation. For small T (decode): each
+// warp streams a few weight rows with 16-byte loads. Returns false when the shape is not handled
+// (T > kGemvMaxRows or K % 8 != 0); the caller then uses cuBLAS.
+constexpr int kGemvMaxRows = 8;
+bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out,
+                 bool accumulate, cudaStream_t s);
+
+// ---- cuda_attention.cu -------------------------------------------------------------------------
+struct AttnArgs {
+  int n_tokens = 0, n_seqs = 0;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0, rotary_dim = 0;
+  bool output_gate = false;
+  float eps = 1e-6f, scale = 0.f;
+  const float* q_norm = nullptr;  // [head_dim]
+  const float* k_norm = nullptr;
+  const float* inv_freq = nullptr; // [rotary_dim / 2] device
+  const float* qkv = nullptr;      // [T, row]
+  float* k_cache = nullptr;        // [n_blocks, bs, nkv, hd]
+  float* v_cache = nullptr;
+  float* q_scratch = nullptr;      // [T, nh, hd]
+  int32_t* tok_seq = nullptr;      // [T] scratch
+  const int32_t* positions = nullptr;  // [T]
+  const int32_t* seq_start = nullptr;  // [S+1]
+  const int32_t* block_table = nullptr;  // [S, max_blocks]
+  int max_blocks = 0, block_size = 0;
+  float* out = nullptr;            // [T, nh*hd]
+  // Split-KV (decode): the context is cut into n_split ranges scored by separate blocks; their
+  // partial (max, sum, unnormalised output) land in part_ml [T, nh, n_split, 2] / part_o
+  // [T, nh, n_split, hd] and a second kernel combines them. n_split = 1: no partials.
+  int n_split = 1;
+  float* part_ml = nullptr;
+  float* part_o = nullptr;
+};
+void launch_attention(const AttnArgs& a, cudaStream_t s);
+
+// ---- cuda_gated_delta_net.cu -------------------------------------------------------------------
+struct GdnArgs {
+  int n_tokens = 0, n_seqs = 0;
+  int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
+  float eps = 1e-6f;
+  const float* conv_weight = nullptr;  // [conv_dim, K]
+  const float* neg_exp_a = nullptr;    // [Hv]
+  const float* dt_bias = nullptr;      // [Hv]
+  const float* norm = nullptr;         // [Dv]
+  const float* proj = nullptr;         // [T, proj_dim]
+  float* conv_state = nullptr;         // [slots, conv_dim, K-1]
+  float* rec_state = nullptr;          // [slots, Hv, Dv, Dk]
+  float* conv_snap = nullptr;          // [slots, depth, conv_dim, K-1]
+  float* rec_snap = nullptr;           // [slots, depth, Hv, Dv, Dk]
+  int depth = 0;
+  bool write_snapshots = false;
+  const int32_t* seq_start = nullptr;  // [S+1]
+  const int32_t* state_slot = nullptr; // [S]
+  float* conv_out = nullptr;           // scratch [T, conv_dim]
+  float* gb = nullptr;                 // scratch [T, Hv, 2]: beta, decay
+  float* out = nullptr;                // [T, Hv*Dv]
+};
+// Returns false when the head sizes have no compiled kernel.
+bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s);
+
+}  // namespace deltaserve::cuda

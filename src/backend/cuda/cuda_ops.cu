@@ -1,0 +1,187 @@
+// Small CUDA ops: embedding, RMSNorm, SwiGLU, row gather, f32->bf16, dummy-weight init.
+// Reference: backend/cpu/cpu_ops.cpp (same formulas, f32 compute).
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_launch.h"
+
+namespace deltaserve::cuda {
+
+namespace {
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+
+__device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024). Every thread gets the result.
+__device__ float block_sum(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  __syncthreads();  // red may still be read by a previous call
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float t = 0.f;
+  for (int i = 0; i < nw; ++i) t += red[i];
+  return t;
+}
+
+__global__ void embed_kernel(const void* table, bool bf16, int64_t vocab, int64_t h, const int32_t* ids,
+                             float* out) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  float* dst = out + t * h;
+  if (id < 0 || id >= vocab) {  // the CPU reference rejects these; poison the row
+    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) dst[i] = __int_as_float(0x7fc00000);
+    return;
+  }
+  if (bf16) {
+    const uint16_t* src = static_cast<const uint16_t*>(table) + int64_t(id) * h;
+    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) dst[i] = bf16_bits_to_f32(src[i]);
+  } else {
+    const float* src = static_cast<const float*>(table) + int64_t(id) * h;
+    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
+__global__ void rms_norm_kernel(const float* x, int64_t d, const float* w, float eps, float* out,
+                                int64_t out_stride) {
+  __shared__ float red[32];
+  const float* xr = x + int64_t(blockIdx.x) * d;
+  float* o = out + int64_t(blockIdx.x) * out_stride;
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / float(d) + eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) o[i] = xr[i] * inv * w[i];
+}
+
+__global__ void silu_mul_kernel(const float* gu, int64_t rows, int64_t inter, float* out) {
+  const int64_t n = rows * inter;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / inter, c = i - r * inter;
+    const float g = gu[r * 2 * inter + c], u = gu[r * 2 * inter + inter + c];
+    out[i] = g / (1.0f + expf(-g)) * u;
+  }
+}
+
+constexpr int kGatherChunk = 64;
+struct GatherRows {
+  int32_t rows[kGatherChunk];
+};
+
+__global__ void gather_rows_kernel(const float* src, int64_t d, GatherRows r, float* dst) {
+  const float* s = src + int64_t(r.rows[blockIdx.x]) * d;
+  float* o = dst + int64_t(blockIdx.x) * d;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) o[i] = s[i];
+}
+
+__global__ void f32_to_bf16_kernel(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = f32_to_bf16_bits(x[i]);
+}
+
+__global__ void split_bf16x3_kernel(const float* x, int64_t n, uint16_t* parts) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = x[i];
+    const uint16_t hi = f32_to_bf16_bits(v);
+    const float r1 = v - bf16_bits_to_f32(hi);  // exact in f32
+    const uint16_t mid = f32_to_bf16_bits(r1);
+    const float r2 = r1 - bf16_bits_to_f32(mid);
+    parts[i] = hi;
+    parts[n + i] = mid;
+    parts[2 * n + i] = f32_to_bf16_bits(r2);
+  }
+}
+
+__global__ void sum_parts3_kernel(const float* p, int64_t n, float* out, bool accumulate) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = (p[i] + p[n + i]) + p[2 * n + i];
+    out[i] = accumulate ? out[i] + v : v;
+  }
+}
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__global__ void random_bf16_kernel(uint16_t* w, int64_t n, float scale, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = splitmix64(seed ^ (uint64_t(i) * 0xd1b54a32d192ed03ull));
+    const float u = float(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    w[i] = f32_to_bf16_bits((2.0f * u - 1.0f) * scale);
+  }
+}
+
+int grid_for(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  return static_cast<int>(b < 1 ? 1 : (b > 65536 ? 65536 : b));
+}
+
+}  // namespace
+
+void launch_embed(const void* table, bool table_bf16, int64_t vocab, int64_t h, const int32_t* ids,
+                  int64_t n, float* out, cudaStream_t s) {
+  if (n == 0) return;
+  embed_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(table, table_bf16, vocab, h, ids, out);
+  DS_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rms_norm(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* out,
+                     int64_t out_stride, cudaStream_t s) {
+  if (rows == 0) return;
+  const int threads = d >= 2048 ? 512 : (d >= 512 ? 256 : 128);
+  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(x, d, w, eps, out,
+                                                                   out_stride == 0 ? d : out_stride);
+  DS_CUDA_LAUNCH_CHECK();
+}
+
+void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, cudaStream_t s) {
+  if (rows * inter == 0) return;
+  silu_mul_kernel<<<grid_for(rows * inter, 256), 256, 0, s>>>(gu, rows, inter, out);
+  DS_CUDA_LAUNCH_CHECK();
+}
+
+void launch_gather_rows(const float* src, int64_t d, const int32_t* rows_host, int n_rows, float* dst,
+                        cudaStream_t s) {
+  for (int i0 = 0; i0 < n_rows; i0 += kGatherChunk) {
+    GatherRows r{};
+    const int n = n_rows - i0 < kGatherChunk ? n_rows - i0 : kGatherChunk;
+    for (int i = 0; i < n; ++i) r.rows[i] = rows_host[i0 + i];
+    gather_rows_kernel<<<n, 256, 0, s>>>(src, d, r, dst + int64_t(i0) * d);
+    DS_CUDA_LAUNCH_CHECK();
+  }
+}
+
+void launch_f32_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t s) {
+  if (n == 0) return;
+  f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, out);
+  DS_CUDA_LAUNCH_CHECK();
+}
+
+void launch_split_bf16x3(const float* x, int64_t n, uint16_t* parts, cudaStream_t s) {
+  if (n == 0) return;
+  split_bf16x3_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, parts);
+  DS_CUDA_LAUNCH_CHECK();
+}
+
+void launch_sum_parts3(const float* p, int64_t n, float* out, bool accumulate, cudaStream_t s) {
+  if (n == 0) return;
+  sum_parts3_kernel<<<grid_for(n, 256), 256, 0, s>>>(p, n, out, accumulate);
+  DS_CUDA_LAUNCH_CHECK();
+}
+
+void launch_random_bf16(uint16_t* w, int64_t n, float scale, uint64_t seed, cudaStream_t s) {
+  if (n == 0) return;
+  random_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(w, n, scale, seed);
+  DS_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace deltaserve::cuda

@@ -1,0 +1,142 @@
+#include "chat/chat_template.h"
+
+#include "util/mmap_file.h"
+
+namespace deltaserve {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// vLLM's _postprocess_messages: string arguments -> parsed JSON, missing/empty -> {}.
+Status normalize_tool_call_arguments(ojson& messages) {
+  if (!messages.is_array()) return Status::ok();
+  for (std::size_t m = 0; m < messages.size(); ++m) {
+    ojson& msg = messages[m];
+    if (!msg.is_object() || msg.value("role", "") != "assistant") continue;
+    auto calls = msg.find("tool_calls");
+    if (calls == msg.end() || !calls->is_array()) continue;
+    for (std::size_t c = 0; c < calls->size(); ++c) {
+      ojson& call = (*calls)[c];
+      if (!call.is_object()) continue;
+      auto fn = call.find("function");
+      if (fn == call.end() || !fn->is_object()) continue;
+      auto args = fn->find("arguments");
+      if (args == fn->end() || args->is_null() || (args->is_string() && args->get<std::string>().empty())) {
+        (*fn)["arguments"] = ojson::object();
+        continue;
+      }
+      if (!args->is_string()) continue;
+      ojson parsed = ojson::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_discarded())
+        return error("messages[", m, "].tool_calls[", c, "].function.arguments is not valid JSON");
+      *args = std::move(parsed);
+    }
+  }
+  return Status::ok();
+}
+
+// True if some assistant tool call has `arguments` that normalize_tool_call_arguments rewrites;
+// lets render() skip copying the messages in the common case.
+bool needs_argument_normalization(const ojson& messages) {
+  if (!messages.is_array()) return false;
+  for (const auto& msg : messages) {
+    if (!msg.is_object()) continue;
+    auto calls = msg.find("tool_calls");
+    if (calls == msg.end() || !calls->is_array()) continue;
+    for (const auto& call : *calls) {
+      if (!call.is_object()) continue;
+      auto fn = call.find("function");
+      if (fn == call.end() || !fn->is_object()) continue;
+      auto args = fn->find("arguments");
+      if (args == fn->end() || args->is_null() || args->is_string()) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<std::string> special_token_text(const ojson& config, const char* key) {
+  auto it = config.find(key);
+  if (it == config.end()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object()) {
+    auto content = it->find("content");
+    if (content != it->end() && content->is_string()) return content->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+Result<ChatTemplate> ChatTemplate::parse(std::string source) {
+  auto t = jinja::Template::parse(source);
+  if (!t) return t.status();
+  ChatTemplate ct;
+  ct.source_ = std::move(source);
+  ct.template_ = std::move(t).value();
+  return ct;
+}
+
+Result<ChatTemplate> ChatTemplate::load(const std::filesystem::path& model_dir,
+                                        const std::optional<std::filesystem::path>& override_file) {
+  auto from_file = [](const std::filesystem::path& path) -> Result<ChatTemplate> {
+    auto text = read_text_file(path);
+    if (!text) return text.status();
+    auto ct = parse(std::move(text).value());
+    if (!ct) return error(path.string(), ": ", ct.status().message());
+    return ct;
+  };
+  if (override_file) return from_file(*override_file);
+  std::error_code ec;
+  if (std::filesystem::exists(model_dir / "chat_template.jinja", ec)) return from_file(model_dir / "chat_template.jinja");
+  const auto config_path = model_dir / "tokenizer_config.json";
+  if (!std::filesystem::exists(config_path, ec))
+    return error(model_dir.string(), ": no chat_template.jinja or tokenizer_config.json");
+  auto text = read_text_file(config_path);
+  if (!text) return text.status();
+  ojson config = ojson::parse(*text, nullptr, false);
+  if (config.is_discarded() || !config.is_object()) return error(config_path.string(), ": not a JSON object");
+  auto it = config.find("chat_template");
+  if (it == config.end() || it->is_null()) return error(model_dir.string(), ": the model has no chat template");
+  std::string source;
+  if (it->is_string()) {
+    source = it->get<std::string>();
+  } else if (it->is_array()) {
+    for (const auto& entry : *it) {
+      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
+          entry["template"].is_string())
+        source = entry["template"].get<std::string>();
+    }
+    if (source.empty()) return error(config_path.string(), ": chat_template list has no \"default\" entry");
+  } else {
+    return error(config_path.string(), ": chat_template must be a string or a list");
+  }
+  auto ct = parse(std::move(source));
+  if (!ct) return error(config_path.string(), ": ", ct.status().message());
+  return ct;
+}
+
+Result<std::string> ChatTemplate::render(const Input& input) const {
+  jinja::Object ctx;
+  if (needs_argument_normalization(input.messages)) {
+    ojson messages = input.messages;
+    DS_RETURN_IF_ERROR(normalize_tool_call_arguments(messages));
+    ctx.set("messages", jinja::Value::from_json(messages));
+  } else {
+    ctx.set("messages", jinja::Value::from_json(input.messages));
+  }
+  ctx.set("tools", jinja::Value::from_json(input.tools));  // null -> None, as transformers passes
+  ctx.set("documents", jinja::Value::none());
+  ctx.set("add_generation_prompt", jinja::Value(input.add_generation_prompt));
+  if (input.bos_token) ctx.set("bos_token", jinja::Value(*input.bos_token));
+  if (input.eos_token) ctx.set("eos_token", jinja::Value(*input.eos_token));
+  if (input.kwargs.is_object()) {
+    for (auto it = input.kwargs.begin(); it != input.kwargs.end(); ++it)
+      ctx.set(it.key(), jinja::Value::from_json(it.value()));
+  } else if (!input.kwargs.is_null()) {
+    return error("chat template kwargs must be a JSON object");
+  }
+  return template_.render(ctx);
+}
+
+}  // namespace deltaserve

@@ -1,0 +1,437 @@
+#include "deploy/bench.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+namespace deltaserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+std::string fmt(double v, int digits = 1) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+const char* kWords[] = {"the", "model", "serves", "tokens", "quickly", "while", "state", "slots", "hold",
+                        "each", "request", "and", "kernels", "compute", "attention", "over", "cached",
+                        "keys", "values", "python", "function", "returns", "list", "of", "numbers"};
+
+void find_number(const nlohmann::json& j, const std::vector<std::string>& keys, double* out) {
+  if (j.is_object()) {
+    for (auto& [k, v] : j.items()) {
+      if (v.is_number() && std::find(keys.begin(), keys.end(), k) != keys.end() && *out == 0) *out = v.get<double>();
+      find_number(v, keys, out);
+    }
+  } else if (j.is_array()) {
+    for (auto& v : j) find_number(v, keys, out);
+  }
+}
+
+}  // namespace
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  double idx = p / 100.0 * double(v.size() - 1);
+  size_t lo = static_cast<size_t>(std::floor(idx)), hi = static_cast<size_t>(std::ceil(idx));
+  return v[lo] + (v[hi] - v[lo]) * (idx - double(lo));
+}
+
+void parse_server_info(const std::string& text, int64_t* launch_id, double* accept_length) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) return;
+  double id = 0;
+  find_number(j, {"launch_id"}, &id);
+  *launch_id = static_cast<int64_t>(id);
+  double acc = 0;
+  find_number(j, {"accept_length", "avg_spec_accept_length", "spec_accept_length", "mean_accept_length"}, &acc);
+  *accept_length = acc;
+}
+
+Result<std::vector<BenchPrompt>> load_bench_dataset(const std::string& path, int64_t default_output_len) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return error("cannot read dataset ", path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  const std::string text = os.str();
+  std::vector<nlohmann::json> items;
+  auto whole = nlohmann::json::parse(text, nullptr, false);
+  if (whole.is_array()) {
+    for (auto& x : whole) items.push_back(x);
+  } else {
+    std::stringstream ss(text);
+    std::string line;
+    int n = 0;
+    while (std::getline(ss, line)) {
+      ++n;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) return error(path, ":", n, ": not JSON (expected JSON lines or a JSON array)");
+      items.push_back(j);
+    }
+  }
+  std::vector<BenchPrompt> out;
+  for (auto& x : items) {
+    BenchPrompt p;
+    p.max_tokens = default_output_len;
+    if (!x.is_object()) continue;
+    if (x.contains("prompt") && x["prompt"].is_string()) {
+      p.text = x["prompt"].get<std::string>();
+    } else if (x.contains("conversations") && x["conversations"].is_array()) {  // ShareGPT
+      for (auto& turn : x["conversations"])
+        if (turn.is_object() && turn.value("from", "") == "human" && turn.contains("value")) {
+          p.text = turn["value"].get<std::string>();
+          break;
+        }
+    }
+    for (const char* k : {"output_len", "max_tokens"})
+      if (x.contains(k) && x[k].is_number_integer()) p.max_tokens = x[k].get<int64_t>();
+    if (!p.text.empty()) out.push_back(std::move(p));
+  }
+  if (out.empty()) return error(path, ": no prompts found (objects with \"prompt\" or ShareGPT \"conversations\")");
+  return out;
+}
+
+Result<std::vector<BenchPrompt>> make_bench_prompts(const BenchOptions& opts, int64_t n) {
+  std::vector<BenchPrompt> out;
+  if (!opts.dataset.empty()) {
+    auto ds = load_bench_dataset(opts.dataset, opts.output_len);
+    if (!ds) return ds.status();
+    for (int64_t i = 0; i < n; ++i) out.push_back((*ds)[static_cast<size_t>(i) % ds->size()]);
+    return out;
+  }
+  std::mt19937_64 rng(opts.seed);
+  const size_t n_words = sizeof kWords / sizeof kWords[0];
+  for (int64_t i = 0; i < n; ++i) {
+    BenchPrompt p;
+    p.max_tokens = opts.output_len;
+    for (int64_t w = 0; w < opts.input_len; ++w) {
+      if (w) p.text += ' ';
+      p.text += kWords[rng() % n_words];
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+RequestResult run_completion(const BenchOptions& opts, const std::string& model, const BenchPrompt& prompt) {
+  RequestResult r;
+  nlohmann::json body = {{"model", model},
+                         {"prompt", prompt.text},
+                         {"max_tokens", prompt.max_tokens},
+                         {"temperature", opts.temperature},
+                         {"stream", true},
+                         {"stream_options", {{"include_usage", true}}}};
+  if (opts.ignore_eos) body["ignore_eos"] = true;
+  const auto t0 = Clock::now();
+  double last = -1;
+  int64_t chunks = 0;
+  std::string server_error;
+  SseParser sse([&](const std::string& data) {
+    if (data == "[DONE]") return;
+    auto j = nlohmann::json::parse(data, nullptr, false);
+    if (j.is_discarded()) return;
+    if (j.contains("error")) {
+      server_error = j["error"].is_object() ? j["error"].value("message", j["error"].dump()) : j["error"].dump();
+      return;
+    }
+    if (j.contains("usage") && j["usage"].is_object()) {
+      r.prompt_tokens = j["usage"].value("prompt_tokens", r.prompt_tokens);
+      r.output_tokens = j["usage"].value("completion_tokens", r.output_tokens);
+    }
+    bool has_text = false;
+    if (j.contains("choices") && j["choices"].is_array())
+      for (auto& c : j["choices"])
+        if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) has_text = true;
+    if (!has_text) return;
+    const double now = ms_since(t0);
+    if (last < 0) r.ttft_ms = now;
+    else r.itl_ms.push_back(now - last);
+    last = now;
+    ++chunks;
+  });
+  std::string error_body;
+  int status = 0;
+  auto resp = http_request(
+      opts.url, "POST", "/v1/completions", body.dump(),
+      [&](std::string_view piece) {
+        if (status == 0) status = 200;  // callback only runs after headers; status checked below
+        sse.feed(piece);
+        if (error_body.size() < 2000) error_body.append(piece);
+        return true;
+      },
+      opts.timeout_s);
+  r.e2e_ms = ms_since(t0);
+  if (!resp) {
+    r.error = resp.status().message();
+    return r;
+  }
+  sse.finish();
+  if (resp->status != 200) {
+    r.error = "HTTP " + std::to_string(resp->status) + ": " + error_body.substr(0, 300);
+    return r;
+  }
+  if (!server_error.empty()) {
+    r.error = "server error: " + server_error;
+    return r;
+  }
+  if (r.output_tokens == 0) r.output_tokens = chunks;  // no usage: count streamed chunks
+  if (chunks == 0) {
+    r.error = "no tokens streamed";
+    return r;
+  }
+  r.ok = true;
+  return r;
+}
+
+Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose) {
+  BenchReport report;
+  report.url = opts.url.to_string();
+  report.started_at = utc_now_iso();
+  report.model = opts.model;
+  if (report.model.empty()) {
+    auto models = http_request(opts.url, "GET", "/v1/models", "", nullptr, 30);
+    if (!models) return models.status();
+    auto j = nlohmann::json::parse(models->body, nullptr, false);
+    if (models->status != 200 || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
+      return error(report.url, "/v1/models did not list a model (HTTP ", models->status, "); pass --model NAME");
+    report.model = j["data"][0].value("id", "");
+  }
+  auto info_before = http_request(opts.url, "GET", "/v1/server_info", "", nullptr, 30);
+  if (info_before && info_before->status == 200) {
+    double ignored = 0;
+    parse_server_info(info_before->body, &report.launch_id, &ignored);
+  }
+  for (int c : opts.concurrency) {
+    const int64_t n = opts.num_prompts > 0 ? opts.num_prompts : std::max<int64_t>(8, 4 * int64_t(c));
+    auto prompts = make_bench_prompts(opts, n);
+    if (!prompts) return prompts.status();
+    std::vector<RequestResult> results(static_cast<size_t>(n));
+    std::atomic<int64_t> next{0};
+    const auto t0 = Clock::now();
+    std::vector<std::thread> workers;
+    for (int w = 0; w < c; ++w)
+      workers.emplace_back([&] {
+        for (int64_t i; (i = next.fetch_add(1)) < n;)
+          results[static_cast<size_t>(i)] = run_completion(opts, report.model, (*prompts)[static_cast<size_t>(i)]);
+      });
+    for (auto& t : workers) t.join();
+    LevelResult L;
+    L.concurrency = c;
+    L.duration_s = ms_since(t0) / 1000.0;
+    std::vector<double> ttft, itl, e2e;
+    for (const auto& r : results) {
+      if (!r.ok) {
+        ++L.n_failed;
+        if (L.first_error.empty()) L.first_error = r.error;
+        continue;
+      }
+      ++L.n_requests;
+      L.input_tokens += r.prompt_tokens;
+      L.output_tokens += r.output_tokens;
+      ttft.push_back(r.ttft_ms);
+      e2e.push_back(r.e2e_ms);
+      itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
+    }
+    if (L.duration_s > 0) {
+      L.output_tokens_per_s = double(L.output_tokens) / L.duration_s;
+      L.request_throughput = double(L.n_requests) / L.duration_s;
+    }
+    L.ttft_p50 = percentile(ttft, 50), L.ttft_p90 = percentile(ttft, 90), L.ttft_p99 = percentile(ttft, 99);
+    L.itl_p50 = percentile(itl, 50), L.itl_p90 = percentile(itl, 90), L.itl_p99 = percentile(itl, 99);
+    L.e2e_p50 = percentile(e2e, 50), L.e2e_p90 = percentile(e2e, 90), L.e2e_p99 = percentile(e2e, 99);
+    auto info = http_request(opts.url, "GET", "/v1/server_info", "", nullptr, 30);
+    if (info && info->status == 200) {
+      int64_t id = 0;
+      parse_server_info(info->body, &id, &L.accept_length);
+      if (id > 0) report.launch_id = id;
+    }
+    if (verbose)
+      std::fprintf(stderr, "concurrency %d: %lld ok, %lld failed, %.1f output tok/s%s%s\n", c,
+                   static_cast<long long>(L.n_requests), static_cast<long long>(L.n_failed), L.output_tokens_per_s,
+                   L.first_error.empty() ? "" : "; first error: ", L.first_error.c_str());
+    report.levels.push_back(std::move(L));
+  }
+  return report;
+}
+
+std::string bench_table(const BenchReport& rep) {
+  std::string out = "bench " + rep.url + " model " + rep.model +
+                    (rep.launch_id > 0 ? " launch #" + std::to_string(rep.launch_id) : " (launch id not reported)") + "\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%5s %6s %5s %10s %8s %9s %9s %9s %9s %9s %9s %7s\n", "conc", "ok", "fail",
+                "out tok/s", "req/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "E2E p50", "E2E p99", "accept");
+  out += line;
+  for (const auto& L : rep.levels) {
+    std::snprintf(line, sizeof line, "%5d %6lld %5lld %10.1f %8.2f %9.1f %9.1f %9.2f %9.2f %9.0f %9.0f %7s\n",
+                  L.concurrency, static_cast<long long>(L.n_requests), static_cast<long long>(L.n_failed),
+                  L.output_tokens_per_s, L.request_throughput, L.ttft_p50, L.ttft_p99, L.itl_p50, L.itl_p99, L.e2e_p50,
+                  L.e2e_p99, L.accept_length > 0 ? fmt(L.accept_length, 2).c_str() : "-");
+    out += line;
+  }
+  out += "(latencies in ms; ITL = gap between streamed chunks)\n";
+  return out;
+}
+
+std::string bench_json(const BenchReport& rep) {
+  nlohmann::ordered_json j;
+  j["url"] = rep.url;
+  j["model"] = rep.model;
+  j["started_at"] = rep.started_at;
+  j["launch_id"] = rep.launch_id;
+  auto levels = nlohmann::ordered_json::array();
+  for (const auto& L : rep.levels)
+    levels.push_back({{"concurrency", L.concurrency},
+                      {"completed", L.n_requests},
+                      {"failed", L.n_failed},
+                      {"duration_s", L.duration_s},
+                      {"input_tokens", L.input_tokens},
+                      {"output_tokens", L.output_tokens},
+                      {"output_tokens_per_s", L.output_tokens_per_s},
+                      {"request_throughput", L.request_throughput},
+                      {"ttft_ms", {{"p50", L.ttft_p50}, {"p90", L.ttft_p90}, {"p99", L.ttft_p99}}},
+                      {"itl_ms", {{"p50", L.itl_p50}, {"p90", L.itl_p90}, {"p99", L.itl_p99}}},
+                      {"e2e_ms", {{"p50", L.e2e_p50}, {"p90", L.e2e_p90}, {"p99", L.e2e_p99}}},
+                      {"accept_length", L.accept_length},
+                      {"first_error", L.first_error}});
+  j["levels"] = levels;
+  return j.dump(2);
+}
+
+namespace {
+
+// One line chart: x = concurrency levels (evenly spaced), y from 0 to the max of the series.
+struct Series {
+  std::string name, color;
+  std::vector<double> y;
+};
+
+std::string chart(double ox, double oy, double w, double h, const std::string& title, const std::string& y_label,
+                  const std::vector<int>& xs, const std::vector<Series>& series) {
+  std::ostringstream s;
+  double ymax = 0;
+  for (const auto& se : series)
+    for (double v : se.y) ymax = std::max(ymax, v);
+  if (ymax <= 0) ymax = 1;
+  // A round top: 1, 2 or 5 x 10^k above ymax.
+  double mag = std::pow(10.0, std::floor(std::log10(ymax)));
+  double top = mag;
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * mag >= ymax) { top = m * mag; break; }
+  const double left = ox + 60, right = ox + w - 10, bottom = oy + h - 40, upper = oy + 30;
+  auto X = [&](size_t i) { return xs.size() == 1 ? (left + right) / 2 : left + (right - left) * double(i) / double(xs.size() - 1); };
+  auto Y = [&](double v) { return bottom - (bottom - upper) * v / top; };
+  s << "<text x=\"" << ox + w / 2 << "\" y=\"" << oy + 18 << "\" text-anchor=\"middle\" font-size=\"14\" font-weight=\"bold\">"
+    << title << "</text>\n";
+  s << "<line x1=\"" << left << "\" y1=\"" << bottom << "\" x2=\"" << right << "\" y2=\"" << bottom << "\" stroke=\"#333\"/>\n";
+  s << "<line x1=\"" << left << "\" y1=\"" << upper << "\" x2=\"" << left << "\" y2=\"" << bottom << "\" stroke=\"#333\"/>\n";
+  for (int t = 0; t <= 4; ++t) {
+    double v = top * t / 4;
+    s << "<line x1=\"" << left << "\" y1=\"" << Y(v) << "\" x2=\"" << right << "\" y2=\"" << Y(v)
+      << "\" stroke=\"#ddd\"/>\n<text x=\"" << left - 6 << "\" y=\"" << Y(v) + 4
+      << "\" text-anchor=\"end\" font-size=\"11\">" << fmt(v, v < 10 ? 1 : 0) << "</text>\n";
+  }
+  for (size_t i = 0; i < xs.size(); ++i)
+    s << "<text x=\"" << X(i) << "\" y=\"" << bottom + 16 << "\" text-anchor=\"middle\" font-size=\"11\">" << xs[i]
+      << "</text>\n";
+  s << "<text x=\"" << (left + right) / 2 << "\" y=\"" << bottom + 32
+    << "\" text-anchor=\"middle\" font-size=\"12\">concurrency</text>\n";
+  s << "<text x=\"" << ox + 14 << "\" y=\"" << (upper + bottom) / 2 << "\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 "
+    << ox + 14 << " " << (upper + bottom) / 2 << ")\">" << y_label << "</text>\n";
+  double ly = upper + 4;
+  for (const auto& se : series) {
+    s << "<polyline fill=\"none\" stroke=\"" << se.color << "\" stroke-width=\"2\" points=\"";
+    for (size_t i = 0; i < se.y.size(); ++i) s << X(i) << "," << Y(se.y[i]) << " ";
+    s << "\"/>\n";
+    for (size_t i = 0; i < se.y.size(); ++i)
+      s << "<circle cx=\"" << X(i) << "\" cy=\"" << Y(se.y[i]) << "\" r=\"3\" fill=\"" << se.color << "\"><title>"
+        << se.name << " at " << xs[i] << ": " << fmt(se.y[i], 2) << "</title></circle>\n";
+    s << "<rect x=\"" << left + 10 << "\" y=\"" << ly - 8 << "\" width=\"10\" height=\"10\" fill=\"" << se.color
+      << "\"/><text x=\"" << left + 24 << "\" y=\"" << ly + 1 << "\" font-size=\"11\">" << se.name << "</text>\n";
+    ly += 14;
+  }
+  return s.str();
+}
+
+std::string xml_escape(const std::string& in) {
+  std::string out;
+  for (char c : in) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else if (c == '"') out += "&quot;";
+    else out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string bench_svg(const BenchReport& rep) {
+  std::vector<int> xs;
+  Series tput{"output tok/s", "#1f77b4", {}}, ttft{"TTFT p50", "#d62728", {}}, itl{"ITL p50", "#2ca02c", {}},
+      e2e{"E2E p50 / 10", "#9467bd", {}};
+  for (const auto& L : rep.levels) {
+    xs.push_back(L.concurrency);
+    tput.y.push_back(L.output_tokens_per_s);
+    ttft.y.push_back(L.ttft_p50);
+    itl.y.push_back(L.itl_p50);
+    e2e.y.push_back(L.e2e_p50 / 10);
+  }
+  const double W = 900, H = 360;
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H + 30 << "\" viewBox=\"0 0 " << W
+    << " " << H + 30 << "\" font-family=\"sans-serif\">\n";
+  s << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s << "<text x=\"10\" y=\"" << H + 20 << "\" font-size=\"11\" fill=\"#555\">"
+    << xml_escape("deltaserve bench " + rep.url + " model " + rep.model + " " + rep.started_at +
+                  (rep.launch_id > 0 ? " launch #" + std::to_string(rep.launch_id) : ""))
+    << "</text>\n";
+  s << chart(0, 0, W / 2, H, "Throughput", "output tokens/s", xs, {tput});
+  s << chart(W / 2, 0, W / 2, H, "Latency", "ms", xs, {ttft, itl, e2e});
+  s << "</svg>\n";
+  return s.str();
+}
+
+std::vector<Measurement> bench_measurements(const BenchReport& rep) {
+  std::vector<Measurement> out;
+  for (const auto& L : rep.levels) {
+    Measurement m;
+    m.launch_id = rep.launch_id;
+    m.source = "bench";
+    m.concurrency = L.concurrency;
+    m.n_requests = L.n_requests;
+    m.output_tokens_per_s = L.output_tokens_per_s;
+    m.request_throughput = L.request_throughput;
+    m.ttft_p50_ms = L.ttft_p50;
+    m.ttft_p99_ms = L.ttft_p99;
+    m.itl_p50_ms = L.itl_p50;
+    m.itl_p99_ms = L.itl_p99;
+    m.e2e_p50_ms = L.e2e_p50;
+    m.e2e_p99_ms = L.e2e_p99;
+    m.accept_length = L.accept_length;
+    nlohmann::json d = {{"url", rep.url}, {"model", rep.model}, {"failed", L.n_failed},
+                        {"input_tokens", L.input_tokens}, {"output_tokens", L.output_tokens},
+                        {"duration_s", L.duration_s}};
+    m.details_json = d.dump();
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+}  // namespace deltaserve

@@ -1,0 +1,83 @@
+// `deltaserve bench`: an HTTP load generator in the spirit of sglang.bench_serving. Streams
+// /v1/completions at each concurrency level and reports output tokens/s, request throughput,
+// TTFT / ITL / end-to-end percentiles and the server's accept length, as a table, JSON and an SVG
+// plot; the results are attached to the launch the server reports at /v1/server_info.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "deploy/http_client.h"
+#include "deploy/launch_db.h"
+#include "util/status.h"
+
+namespace deltaserve {
+
+struct BenchPrompt {
+  std::string text;
+  int64_t max_tokens = 0;  // output length
+};
+
+struct BenchOptions {
+  HttpUrl url;
+  std::string model;                   // "" = first id of /v1/models
+  std::vector<int> concurrency = {1, 4, 16};
+  int64_t num_prompts = 0;             // per level; 0 = max(8, 4 x concurrency)
+  int64_t input_len = 256, output_len = 128;
+  std::string dataset;                 // JSONL/JSON of {"prompt", "output_len"} or ShareGPT
+  bool ignore_eos = true;
+  double temperature = 0;
+  uint64_t seed = 1;
+  double timeout_s = 600;
+};
+
+struct RequestResult {
+  bool ok = false;
+  std::string error;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  double ttft_ms = 0, e2e_ms = 0;
+  std::vector<double> itl_ms;  // gaps between streamed chunks after the first
+};
+
+struct LevelResult {
+  int concurrency = 0;
+  int64_t n_requests = 0, n_failed = 0;
+  double duration_s = 0;
+  int64_t input_tokens = 0, output_tokens = 0;
+  double output_tokens_per_s = 0, request_throughput = 0;
+  double ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0;
+  double itl_p50 = 0, itl_p90 = 0, itl_p99 = 0;
+  double e2e_p50 = 0, e2e_p90 = 0, e2e_p99 = 0;
+  double accept_length = 0;  // from /v1/server_info, 0 = not reported
+  std::string first_error;
+};
+
+struct BenchReport {
+  std::string url, model, started_at;
+  int64_t launch_id = 0;  // from /v1/server_info
+  std::vector<LevelResult> levels;
+};
+
+// Prompts for one level: from the dataset (cycled) or synthetic text of about input_len words.
+Result<std::vector<BenchPrompt>> make_bench_prompts(const BenchOptions& opts, int64_t n);
+Result<std::vector<BenchPrompt>> load_bench_dataset(const std::string& path, int64_t default_output_len);
+
+// One streaming request against /v1/completions.
+RequestResult run_completion(const BenchOptions& opts, const std::string& model, const BenchPrompt& prompt);
+// The whole benchmark; progress lines go to stderr when verbose.
+Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose = true);
+
+// p in [0, 100], linear interpolation; 0 for an empty list.
+double percentile(std::vector<double> values, double p);
+
+std::string bench_table(const BenchReport& report);
+std::string bench_json(const BenchReport& report);
+std::string bench_svg(const BenchReport& report);
+// One Measurement per level, for LaunchDb::add_measurement.
+std::vector<Measurement> bench_measurements(const BenchReport& report);
+
+// Looks for the launch id and an accept length in /v1/server_info JSON text.
+void parse_server_info(const std::string& json_text, int64_t* launch_id, double* accept_length);
+
+}  // namespace deltaserve

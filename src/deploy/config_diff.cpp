@@ -1,0 +1,485 @@
+#include "deploy/config_diff.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "deploy/launch_db.h"
+
+namespace deltaserve {
+namespace fs = std::filesystem;
+namespace {
+
+bool read_file(const fs::path& p, std::string* out) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream os;
+  os << in.rdbuf();
+  *out = os.str();
+  return true;
+}
+
+std::string trim(const std::string& s) {
+  size_t a = 0, b = s.size();
+  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
+  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
+  return s.substr(a, b - a);
+}
+
+bool is_var_assignment(const std::string& w) {
+  auto eq = w.find('=');
+  if (eq == std::string::npos || eq == 0) return false;
+  for (size_t i = 0; i < eq; ++i) {
+    char c = w[i];
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  }
+  return !std::isdigit(static_cast<unsigned char>(w[0]));
+}
+
+std::string basename_of(const std::string& w) {
+  auto slash = w.rfind('/');
+  return slash == std::string::npos ? w : w.substr(slash + 1);
+}
+
+// Notes for settings that change speed or memory.
+const std::map<std::string, std::string>& perf_notes() {
+  static const std::map<std::string, std::string> k = {
+      {"speculative-num-steps", "MTP draft steps per verification: more steps, more tokens per step when drafts are accepted (speed)"},
+      {"speculative-num-draft-tokens", "tokens verified per step (speed, state snapshots)"},
+      {"speculative-algorithm", "speculative decoding on/off (speed)"},
+      {"speculative-eagle-topk", "drafts per step (speed)"},
+      {"context-length", "longest request; bounds KV the scheduler reserves (memory)"},
+      {"mem-fraction-static", "GPU memory for weights + KV + state (memory, concurrency)"},
+      {"max-running-requests", "requests decoding at once (throughput under load)"},
+      {"tp-size", "GPUs per replica (speed, memory per GPU)"},
+      {"mamba-full-memory-ratio", "state slots vs KV split (concurrency vs context)"},
+      {"max-total-tokens", "KV capacity (memory)"},
+      {"max-mamba-cache-size", "GDN state slots (concurrency)"},
+      {"chunked-prefill-size", "prefill chunk (TTFT vs decode stalls, activation memory)"},
+      {"max-prefill-tokens", "prefill tokens per step (TTFT vs ITL)"},
+      {"max-memory", "CPU memory budget (memory)"},
+      {"kv-cache-dtype", "KV bytes per token (memory, accuracy)"},
+      {"dtype", "weight/activation precision (speed, memory)"},
+      {"disable-cuda-graph", "decode launch overhead (speed)"},
+      {"cuda-graph-max-bs", "largest graph-captured batch (speed)"},
+      {"disable-radix-cache", "prefix reuse (TTFT for shared prompts)"},
+      {"device", "CPU vs GPU (speed)"},
+      {"threads", "CPU kernel threads (speed)"},
+  };
+  return k;
+}
+
+Result<ConfigSource> from_args(const std::vector<std::string>& args, const std::string& label,
+                               const std::string& kind, KeyValues env) {
+  auto opts = parse_serve_args_raw(args);
+  if (!opts) return error(label, ": ", opts.status().message());
+  ConfigSource src;
+  src.label = label;
+  src.kind = kind;
+  src.options = std::move(*opts);
+  ServeOptions check = src.options;
+  Status v = validate_serve_options(check);
+  if (!v) src.notes.push_back("this configuration would not start: " + v.message());
+  resolve_serve_defaults(src.options);
+  src.settings = effective_config(src.options);
+  src.environment = std::move(env);
+  return src;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> split_command_words(const std::string& text,
+                                                     const std::vector<std::pair<std::string, std::string>>& vars) {
+  std::vector<std::string> words;
+  std::string cur;
+  bool in_word = false;
+  auto lookup = [&](const std::string& name, std::string* out) {
+    for (auto it = vars.rbegin(); it != vars.rend(); ++it)
+      if (it->first == name) {
+        *out = it->second;
+        return true;
+      }
+    return false;
+  };
+  auto expand = [&](size_t& i) {  // text[i] == '$'
+    std::string name;
+    size_t j = i + 1;
+    if (j < text.size() && text[j] == '{') {
+      size_t close = text.find('}', j);
+      if (close == std::string::npos) return false;
+      name = text.substr(j + 1, close - j - 1);
+      j = close + 1;
+    } else {
+      while (j < text.size() && (std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_')) name += text[j++];
+    }
+    std::string value;
+    if (name.empty() || !lookup(name, &value)) return false;
+    cur += value;
+    in_word = true;
+    i = j - 1;
+    return true;
+  };
+  bool skip_next_word = false;  // the target of a redirection
+  auto finish = [&]() {
+    if (!in_word) return;
+    if (skip_next_word) {
+      skip_next_word = false;
+    } else {
+      words.push_back(cur);
+    }
+    cur.clear();
+    in_word = false;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '\\') {
+      if (i + 1 < text.size() && text[i + 1] == '\n') { ++i; continue; }
+      if (i + 2 < text.size() && text[i + 1] == '\r' && text[i + 2] == '\n') { i += 2; continue; }
+      if (i + 1 < text.size()) { cur += text[++i]; in_word = true; }
+      continue;
+    }
+    if (c == '\'') {
+      size_t close = text.find('\'', i + 1);
+      if (close == std::string::npos) return error("unterminated ' quote");
+      cur += text.substr(i + 1, close - i - 1);
+      in_word = true;
+      i = close;
+      continue;
+    }
+    if (c == '"') {
+      in_word = true;
+      size_t j = i + 1;
+      for (; j < text.size() && text[j] != '"'; ++j) {
+        if (text[j] == '\\' && j + 1 < text.size() && std::string("\"\\$`\n").find(text[j + 1]) != std::string::npos) {
+          if (text[j + 1] != '\n') cur += text[j + 1];
+          ++j;
+        } else if (text[j] == '$') {
+          if (!expand(j)) cur += '$';
+        } else {
+          cur += text[j];
+        }
+      }
+      if (j >= text.size()) return error("unterminated \" quote");
+      i = j;
+      continue;
+    }
+    if (c == '$') {
+      if (!expand(i)) { cur += '$'; in_word = true; }
+      continue;
+    }
+    if (c == '#' && !in_word) {  // comment to end of line
+      while (i < text.size() && text[i] != '\n') ++i;
+      finish();
+      if (!words.empty()) break;
+      continue;
+    }
+    if (c == '\n' || c == ';' || c == '|' || c == '&') {
+      // "2>&1" is a redirection, not a control operator.
+      if (c == '&' && !cur.empty() && cur.back() == '>') { cur += c; continue; }
+      finish();
+      if (!words.empty()) break;
+      continue;
+    }
+    if (c == '>' || c == '<') {
+      // Redirections: drop "N>file", "> file", ">>file", "2>&1".
+      bool digits = !cur.empty() && std::all_of(cur.begin(), cur.end(), ::isdigit);
+      if (digits) { cur.clear(); in_word = false; }
+      else finish();
+      size_t j = i;
+      while (j + 1 < text.size() && (text[j + 1] == '>' || text[j + 1] == '&')) ++j;
+      i = j;
+      if (text[j] == '&') {  // >&1
+        while (i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1]))) ++i;
+      } else {
+        skip_next_word = true;
+      }
+      continue;
+    }
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      finish();
+      continue;
+    }
+    cur += c;
+    in_word = true;
+  }
+  finish();
+  return words;
+}
+
+bool find_server_args(const std::vector<std::string>& words, std::vector<std::string>* args, KeyValues* env) {
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    const std::string base = basename_of(w);
+    if (w == "-m" && i + 1 < words.size() &&
+        (words[i + 1] == "sglang.launch_server" || words[i + 1] == "sglang_router.launch_server")) {
+      args->assign(words.begin() + static_cast<long>(i) + 2, words.end());
+    } else if ((base == "sglang" || base == "deltaserve") && i + 1 < words.size() && words[i + 1] == "serve") {
+      args->assign(words.begin() + static_cast<long>(i) + 2, words.end());
+    } else {
+      continue;
+    }
+    if (env)
+      for (size_t k = 0; k < i; ++k)
+        if (is_var_assignment(words[k])) {
+          auto eq = words[k].find('=');
+          env->emplace_back("env:" + words[k].substr(0, eq), words[k].substr(eq + 1));
+        }
+    return true;
+  }
+  return false;
+}
+
+Result<ConfigSource> config_source_from_unit(const std::string& text, const std::string& name) {
+  // Join continuation lines, then read [Service] Environment= and ExecStart=.
+  std::vector<std::string> lines;
+  {
+    std::stringstream ss(text);
+    std::string line, acc;
+    while (std::getline(ss, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty() && line.back() == '\\') {
+        acc += line.substr(0, line.size() - 1) + " ";
+        continue;
+      }
+      lines.push_back(acc + line);
+      acc.clear();
+    }
+    if (!acc.empty()) lines.push_back(acc);
+  }
+  std::string section, exec;
+  std::vector<std::pair<std::string, std::string>> vars;
+  KeyValues env;
+  std::vector<std::string> notes;
+  for (const auto& raw : lines) {
+    std::string line = trim(raw);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[') {
+      section = line;
+      continue;
+    }
+    if (section != "[Service]") continue;
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
+    if (key == "Environment") {
+      auto words = split_command_words(value);
+      if (!words) return error(name, ": Environment=: ", words.status().message());
+      for (const auto& w : *words) {
+        auto e = w.find('=');
+        if (e == std::string::npos) continue;
+        vars.emplace_back(w.substr(0, e), w.substr(e + 1));
+        env.emplace_back("env:" + w.substr(0, e), w.substr(e + 1));
+      }
+    } else if (key == "EnvironmentFile") {
+      notes.push_back("EnvironmentFile=" + value + " was not read");
+    } else if (key == "ExecStart" && !value.empty()) {
+      exec = value;
+    }
+  }
+  if (exec.empty()) return error(name, ": no ExecStart= line in a [Service] section");
+  while (!exec.empty() && std::string("-@+!:").find(exec.front()) != std::string::npos) exec.erase(0, 1);
+  auto words = split_command_words(exec, vars);
+  if (!words) return error(name, ": ExecStart=: ", words.status().message());
+  std::vector<std::string> args;
+  if (!find_server_args(*words, &args, &env))
+    return error(name, ": ExecStart= does not run sglang.launch_server, `sglang serve` or `deltaserve serve`");
+  auto src = from_args(args, name, "systemd-unit", env);
+  if (!src) return error(src.status().message() + " (in ExecStart=)");
+  for (auto& n : notes) src->notes.push_back(n);
+  return src;
+}
+
+Result<ConfigSource> config_source_from_script(const std::string& text, const std::string& name) {
+  // Simple VAR=value assignments (and `export VAR=value`) before the launch line are substituted.
+  std::vector<std::pair<std::string, std::string>> vars;
+  std::string joined;
+  {
+    std::stringstream ss(text);
+    std::string line, acc;
+    std::vector<std::string> logical;
+    while (std::getline(ss, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty() && line.back() == '\\') {
+        acc += line.substr(0, line.size() - 1) + " ";
+        continue;
+      }
+      logical.push_back(acc + line);
+      acc.clear();
+    }
+    if (!acc.empty()) logical.push_back(acc);
+    std::vector<std::string> exported;
+    for (const auto& l : logical) {
+      std::string t = trim(l);
+      if (t.empty() || t[0] == '#') continue;
+      bool is_export = t.rfind("export ", 0) == 0;
+      if (is_export) t = trim(t.substr(7));
+      auto words = split_command_words(t, vars);
+      if (!words) return error(name, ": ", words.status().message());
+      if (words->empty()) continue;
+      std::vector<std::string> args;
+      KeyValues env;
+      if (find_server_args(*words, &args, &env)) {
+        for (const auto& [k, v] : vars)  // exported variables reach the server's environment
+          if (std::find(exported.begin(), exported.end(), k) != exported.end()) env.emplace_back("env:" + k, v);
+        return from_args(args, name, "command", env);
+      }
+      if (words->size() == 1 && is_var_assignment((*words)[0])) {
+        auto eq = (*words)[0].find('=');
+        vars.emplace_back((*words)[0].substr(0, eq), (*words)[0].substr(eq + 1));
+        if (is_export) exported.push_back((*words)[0].substr(0, eq));
+      }
+    }
+  }
+  return error(name, ": no `python -m sglang.launch_server`, `sglang serve` or `deltaserve serve` command found");
+}
+
+Result<ConfigSource> config_source_from_toml(const std::string& text, const std::string& name) {
+  ConfigSource src;
+  src.label = name;
+  src.kind = "toml";
+  Status s = parse_serve_config_toml_text(text, name, src.options);
+  if (!s) return s;
+  ServeOptions check = src.options;
+  Status v = validate_serve_options(check);
+  if (!v) src.notes.push_back("this configuration would not start: " + v.message());
+  resolve_serve_defaults(src.options);
+  src.settings = effective_config(src.options);
+  return src;
+}
+
+ConfigSource config_source_from_settings(const KeyValues& settings, const std::vector<std::string>& args,
+                                         const std::string& label) {
+  ConfigSource src;
+  src.label = label;
+  src.kind = "launch";
+  // Explicit settings first (so is_explicit holds), then the recorded effective values win.
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].rfind("--", 0) != 0) continue;
+    const FlagSpec* f = find_serve_flag(args[i]);
+    if (f && f->type != FlagType::Bool && i + 1 < args.size()) {
+      Status ignored = set_serve_option(src.options, f->name, args[++i]);
+      (void)ignored;
+    }
+  }
+  for (const auto& [k, v] : settings) {
+    const FlagSpec* f = find_serve_flag(k);
+    if (!f) {
+      src.notes.push_back("recorded setting '" + k + "' is unknown to this deltaserve");
+      continue;
+    }
+    ServeOptions probe = src.options;
+    if (set_serve_option(probe, k, v)) {
+      const bool was_explicit = src.options.is_explicit(f->name);
+      src.options = std::move(probe);
+      if (!was_explicit) src.options.explicit_keys.erase(f->name);
+    }
+  }
+  src.settings = settings;  // exactly what that launch ran with
+  return src;
+}
+
+Result<ConfigSource> load_config_source(const std::string& spec, const fs::path& state_dir) {
+  const bool digits = !spec.empty() && std::all_of(spec.begin(), spec.end(), ::isdigit);
+  std::error_code ec;
+  if (digits && !fs::exists(spec, ec)) {
+    auto db = LaunchDb::open(state_dir);
+    if (!db) return db.status();
+    auto rec = (*db)->get(std::stoll(spec));
+    if (!rec) return rec.status();
+    return config_source_from_settings(rec->config, rec->args, "launch #" + spec);
+  }
+  if (fs::exists(spec, ec)) {
+    std::string text;
+    if (fs::is_directory(spec, ec) || !read_file(spec, &text)) return error("cannot read ", spec);
+    const std::string label = fs::path(spec).filename().string();
+    const std::string ext = fs::path(spec).extension().string();
+    if (ext == ".toml") return config_source_from_toml(text, label);
+    if (ext == ".service" || text.find("[Service]") != std::string::npos) return config_source_from_unit(text, label);
+    return config_source_from_script(text, label);
+  }
+  if (spec.find(' ') != std::string::npos) return config_source_from_script(spec, "command line");
+  return error("'", spec, "' is not a launch id, a readable file, or a command line");
+}
+
+std::vector<DiffRow> diff_settings(const KeyValues& a, const KeyValues& b) {
+  std::vector<DiffRow> rows;
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : a) keys.push_back(k);
+  for (const auto& [k, v] : b)
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  auto get = [](const KeyValues& kv, const std::string& key, bool* found) {
+    for (const auto& [k, v] : kv)
+      if (k == key) {
+        *found = true;
+        return v;
+      }
+    *found = false;
+    return std::string("(unset)");
+  };
+  for (const auto& k : keys) {
+    if (k == "config" || k == "state-dir") continue;  // where it came from, not what it is
+    bool fa, fb;
+    std::string va = get(a, k, &fa), vb = get(b, k, &fb);
+    if (va == vb) continue;
+    DiffRow r;
+    r.key = k;
+    r.a = va.empty() ? "(none)" : va;
+    r.b = vb.empty() ? "(none)" : vb;
+    const FlagSpec* f = find_serve_flag(k);
+    r.affects_performance = f && f->affects_performance;
+    if (auto it = perf_notes().find(k); it != perf_notes().end()) r.note = it->second;
+    else if (r.affects_performance) r.note = "changes speed or memory";
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::vector<DiffRow> diff_sources(const ConfigSource& a, const ConfigSource& b) {
+  std::vector<DiffRow> rows = diff_settings(a.settings, b.settings);
+  for (auto& r : diff_settings(a.environment, b.environment)) {
+    r.note = r.key.find("CUDA_VISIBLE_DEVICES") != std::string::npos ? "which GPUs (speed, memory)" : "environment";
+    r.affects_performance = r.key.find("CUDA_VISIBLE_DEVICES") != std::string::npos;
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::string render_diff(const std::vector<DiffRow>& rows, const std::string& label_a, const std::string& label_b) {
+  if (rows.empty()) return "no differences: every setting, defaults included, is the same\n";
+  size_t wk = 7, wa = label_a.size(), wb = label_b.size();
+  for (const auto& r : rows) {
+    wk = std::max(wk, r.key.size());
+    wa = std::max(wa, r.a.size());
+    wb = std::max(wb, r.b.size());
+  }
+  wa = std::min<size_t>(wa, 40);
+  wb = std::min<size_t>(wb, 40);
+  auto pad = [](const std::string& s, size_t w) { return s + std::string(w > s.size() ? w - s.size() : 0, ' '); };
+  std::string out = "  " + pad("setting", wk) + "  " + pad(label_a, wa) + "  " + pad(label_b, wb) + "  note\n";
+  int n_perf = 0;
+  for (const auto& r : rows) {
+    out += (r.affects_performance ? "* " : "  ") + pad(r.key, wk) + "  " + pad(r.a, wa) + "  " + pad(r.b, wb) + "  " +
+           r.note + "\n";
+    n_perf += r.affects_performance;
+  }
+  out += std::to_string(rows.size()) + " setting(s) differ; " + std::to_string(n_perf) +
+         " marked * change speed or memory\n";
+  return out;
+}
+
+std::string diff_json(const std::vector<DiffRow>& rows, const ConfigSource& a, const ConfigSource& b) {
+  nlohmann::ordered_json j;
+  j["a"] = {{"label", a.label}, {"kind", a.kind}, {"notes", a.notes}};
+  j["b"] = {{"label", b.label}, {"kind", b.kind}, {"notes", b.notes}};
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+  for (const auto& r : rows)
+    arr.push_back({{"setting", r.key}, {"a", r.a}, {"b", r.b}, {"affects_performance", r.affects_performance}, {"note", r.note}});
+  j["differences"] = arr;
+  return j.dump(2);
+}
+
+}  // namespace deltaserve

@@ -1,0 +1,62 @@
+// Config sources and their diff: `deltaserve config diff A B` where each side is a launch id, a
+// systemd unit file, a shell command line or script (SGLang `python -m sglang.launch_server`,
+// `sglang serve`, or `deltaserve serve`, backslash-continued), or a TOML config file. Both sides
+// are resolved to every setting (defaults included) before they are compared.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "app/serve_options.h"
+#include "util/status.h"
+
+namespace deltaserve {
+
+using KeyValues = std::vector<std::pair<std::string, std::string>>;
+
+struct ConfigSource {
+  std::string label;               // "launch #3", "sglang.service", ...
+  std::string kind;                // launch | systemd-unit | command | toml
+  ServeOptions options;            // defaults resolved (resolve_serve_defaults)
+  KeyValues settings;              // effective settings, table order
+  KeyValues environment;           // Environment= / VAR=value assignments, "env:NAME"
+  std::vector<std::string> notes;  // e.g. a validation problem of that configuration
+};
+
+// `spec`: digits = launch id (read from <state_dir>/launches.sqlite); an existing file = unit,
+// TOML or script (by content); anything else = a command line given as text.
+Result<ConfigSource> load_config_source(const std::string& spec, const std::filesystem::path& state_dir);
+// The same from text already read (`name` labels errors).
+Result<ConfigSource> config_source_from_unit(const std::string& text, const std::string& name);
+Result<ConfigSource> config_source_from_script(const std::string& text, const std::string& name);
+Result<ConfigSource> config_source_from_toml(const std::string& text, const std::string& name);
+ConfigSource config_source_from_settings(const KeyValues& settings, const std::vector<std::string>& args,
+                                         const std::string& label);
+
+// Shell-style word splitting: quotes, backslash escapes, backslash-newline continuation, comments.
+// Stops at the first unquoted control operator (|, ;, &&, ||, &) and drops redirections.
+// $VAR and ${VAR} are replaced from `vars` (unknown ones stay literal).
+Result<std::vector<std::string>> split_command_words(
+    const std::string& text, const std::vector<std::pair<std::string, std::string>>& vars = {});
+// Finds the server launcher in a command's words and returns the arguments after it:
+// [env VAR=x ...] python[3] -m sglang.launch_server ARGS | sglang serve ARGS | deltaserve serve ARGS.
+// Leading VAR=value words are returned in `env`.
+bool find_server_args(const std::vector<std::string>& words, std::vector<std::string>* args,
+                      KeyValues* env = nullptr);
+
+struct DiffRow {
+  std::string key;
+  std::string a, b;
+  bool affects_performance = false;
+  std::string note;  // why it matters, for performance settings
+};
+
+// Settings that differ (table order; keys only on one side appear with "(unset)").
+std::vector<DiffRow> diff_settings(const KeyValues& a, const KeyValues& b);
+std::vector<DiffRow> diff_sources(const ConfigSource& a, const ConfigSource& b);
+std::string render_diff(const std::vector<DiffRow>& rows, const std::string& label_a, const std::string& label_b);
+std::string diff_json(const std::vector<DiffRow>& rows, const ConfigSource& a, const ConfigSource& b);
+
+}  // namespace deltaserve

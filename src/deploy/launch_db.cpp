@@ -1,0 +1,463 @@
+#include "deploy/launch_db.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <ctime>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "deploy/config_diff.h"
+#include "deploy/hardware.h"
+
+namespace deltaserve {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int kSchemaVersion = 1;
+
+const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS launches (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  started_at TEXT NOT NULL,
+  stopped_at TEXT NOT NULL DEFAULT '',
+  exit_status TEXT NOT NULL DEFAULT '',
+  hostname TEXT NOT NULL DEFAULT '',
+  host_summary TEXT NOT NULL DEFAULT '',
+  cpu_model TEXT NOT NULL DEFAULT '',
+  gpus TEXT NOT NULL DEFAULT '',
+  version TEXT NOT NULL DEFAULT '',
+  model_path TEXT NOT NULL DEFAULT '',
+  model_config_hash TEXT NOT NULL DEFAULT '',
+  weight_index_hash TEXT NOT NULL DEFAULT '',
+  config_json TEXT NOT NULL DEFAULT '{}',
+  args_json TEXT NOT NULL DEFAULT '[]',
+  derived_json TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS measurements (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  launch_id INTEGER NOT NULL REFERENCES launches(id),
+  measured_at TEXT NOT NULL,
+  source TEXT NOT NULL,
+  concurrency INTEGER NOT NULL DEFAULT 0,
+  n_requests INTEGER NOT NULL DEFAULT 0,
+  output_tokens_per_s REAL NOT NULL DEFAULT 0,
+  request_throughput REAL NOT NULL DEFAULT 0,
+  ttft_p50_ms REAL NOT NULL DEFAULT 0, ttft_p99_ms REAL NOT NULL DEFAULT 0,
+  itl_p50_ms REAL NOT NULL DEFAULT 0, itl_p99_ms REAL NOT NULL DEFAULT 0,
+  e2e_p50_ms REAL NOT NULL DEFAULT 0, e2e_p99_ms REAL NOT NULL DEFAULT 0,
+  accept_length REAL NOT NULL DEFAULT 0,
+  details_json TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS measurements_launch ON measurements(launch_id);
+)sql";
+
+// RAII prepared statement.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  std::string error() const { return sqlite3_errmsg(db_); }
+  void bind(int i, const std::string& v) { sqlite3_bind_text(s_, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT); }
+  void bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
+  void bind(int i, double v) { sqlite3_bind_double(s_, i, v); }
+  int step() { return sqlite3_step(s_); }
+  std::string text(int col) const {
+    const unsigned char* t = sqlite3_column_text(s_, col);
+    return t ? reinterpret_cast<const char*>(t) : "";
+  }
+  int64_t i64(int col) const { return sqlite3_column_int64(s_, col); }
+  double f64(int col) const { return sqlite3_column_double(s_, col); }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* s_ = nullptr;
+  int rc_;
+};
+
+std::string kv_to_json(const KeyValues& kv) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : kv) j[k] = v;
+  return j.dump();
+}
+
+KeyValues kv_from_json(const std::string& text) {
+  KeyValues out;
+  auto j = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (!j.is_object()) return out;
+  for (auto& [k, v] : j.items()) out.emplace_back(k, v.is_string() ? v.get<std::string>() : v.dump());
+  return out;
+}
+
+std::vector<std::string> list_from_json(const std::string& text) {
+  std::vector<std::string> out;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_array()) return out;
+  for (auto& v : j)
+    if (v.is_string()) out.push_back(v.get<std::string>());
+  return out;
+}
+
+const char* kLaunchColumns =
+    "l.id, l.started_at, l.stopped_at, l.exit_status, l.hostname, l.host_summary, l.cpu_model, l.gpus, "
+    "l.version, l.model_path, l.model_config_hash, l.weight_index_hash, l.config_json, l.args_json, "
+    "l.derived_json, "
+    "(SELECT MAX(output_tokens_per_s) FROM measurements m WHERE m.launch_id = l.id), "
+    "(SELECT concurrency FROM measurements m WHERE m.launch_id = l.id ORDER BY output_tokens_per_s DESC LIMIT 1), "
+    "(SELECT COUNT(*) FROM measurements m WHERE m.launch_id = l.id)";
+
+LaunchRecord read_launch(const Stmt& s) {
+  LaunchRecord r;
+  r.id = s.i64(0);
+  r.started_at = s.text(1);
+  r.stopped_at = s.text(2);
+  r.exit_status = s.text(3);
+  r.hostname = s.text(4);
+  r.host_summary = s.text(5);
+  r.cpu_model = s.text(6);
+  r.gpus = s.text(7);
+  r.version = s.text(8);
+  r.model.path = s.text(9);
+  r.model.config_hash = s.text(10);
+  r.model.weight_index_hash = s.text(11);
+  r.config = kv_from_json(s.text(12));
+  r.args = list_from_json(s.text(13));
+  r.derived = kv_from_json(s.text(14));
+  r.best_output_tokens_per_s = s.f64(15);
+  r.best_concurrency = s.i64(16);
+  r.n_measurements = s.i64(17);
+  return r;
+}
+
+}  // namespace
+
+std::string utc_now_iso() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string LaunchRecord::config_value(const std::string& key) const {
+  for (const auto& [k, v] : config)
+    if (k == key) return v;
+  return "";
+}
+
+ModelIdentity identify_model(const std::string& model_path) {
+  ModelIdentity id;
+  std::error_code ec;
+  fs::path p(model_path);
+  id.path = fs::exists(p, ec) ? fs::absolute(p, ec).lexically_normal().string() : model_path;
+  if (fs::is_directory(p, ec)) {
+    id.config_hash = file_fingerprint((p / "config.json").string());
+    std::string index = file_fingerprint((p / "model.safetensors.index.json").string());
+    if (index.empty()) {
+      std::vector<std::string> parts;
+      for (const auto& e : fs::directory_iterator(p, ec))
+        if (e.path().extension() == ".safetensors")
+          parts.push_back(e.path().filename().string() + ":" + std::to_string(e.file_size(ec)));
+      std::sort(parts.begin(), parts.end());
+      std::string joined;
+      for (const auto& s : parts) joined += s + "\n";
+      if (!joined.empty()) index = text_fingerprint(joined);
+    }
+    id.weight_index_hash = index;
+  } else if (fs::is_regular_file(p, ec)) {
+    id.config_hash = file_fingerprint(p.string());
+  }
+  return id;
+}
+
+Result<std::unique_ptr<LaunchDb>> LaunchDb::open(const fs::path& state_dir) {
+  std::error_code ec;
+  fs::create_directories(state_dir, ec);
+  if (ec) return error("cannot create state folder ", state_dir.string(), ": ", ec.message());
+  std::unique_ptr<LaunchDb> db(new LaunchDb());
+  db->path_ = state_dir / "launches.sqlite";
+  if (sqlite3_open_v2(db->path_.c_str(), &db->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK)
+    return error("cannot open launch database ", db->path_.string(), ": ",
+                 db->db_ ? sqlite3_errmsg(db->db_) : "out of memory");
+  sqlite3_busy_timeout(db->db_, 5000);
+  // A corrupt or foreign file fails here ("file is not a database").
+  Status s = db->exec(kSchema);
+  if (!s) return error("launch database ", db->path_.string(), " is unusable (", s.message(),
+                       "); move it aside to start a new one");
+  {
+    Stmt q(db->db_, "SELECT value FROM meta WHERE key = 'schema_version'");
+    if (!q.ok()) return error("launch database ", db->path_.string(), ": ", q.error());
+    if (q.step() == SQLITE_ROW) {
+      if (q.text(0) != std::to_string(kSchemaVersion))
+        return error("launch database ", db->path_.string(), " has schema version ", q.text(0),
+                     ", this deltaserve reads ", kSchemaVersion);
+    } else {
+      DS_RETURN_IF_ERROR(db->exec("INSERT INTO meta(key, value) VALUES('schema_version', '1')"));
+    }
+  }
+  return db;
+}
+
+LaunchDb::~LaunchDb() {
+  if (db_) sqlite3_close(db_);
+}
+
+Status LaunchDb::exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : sqlite3_errmsg(db_);
+    sqlite3_free(err);
+    return Status::error(msg);
+  }
+  return Status::ok();
+}
+
+Result<int64_t> LaunchDb::insert_launch(const LaunchRecord& r) {
+  Stmt s(db_,
+         "INSERT INTO launches(started_at, stopped_at, exit_status, hostname, host_summary, cpu_model, gpus, "
+         "version, model_path, model_config_hash, weight_index_hash, config_json, args_json, derived_json) "
+         "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  if (!s.ok()) return error("launch database: ", s.error());
+  s.bind(1, r.started_at.empty() ? utc_now_iso() : r.started_at);
+  s.bind(2, r.stopped_at);
+  s.bind(3, r.exit_status);
+  s.bind(4, r.hostname);
+  s.bind(5, r.host_summary);
+  s.bind(6, r.cpu_model);
+  s.bind(7, r.gpus);
+  s.bind(8, r.version);
+  s.bind(9, r.model.path);
+  s.bind(10, r.model.config_hash);
+  s.bind(11, r.model.weight_index_hash);
+  s.bind(12, kv_to_json(r.config));
+  s.bind(13, nlohmann::json(r.args).dump());
+  s.bind(14, kv_to_json(r.derived));
+  if (s.step() != SQLITE_DONE) return error("launch database: cannot record the launch: ", s.error());
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+Status LaunchDb::set_stopped(int64_t id, const std::string& stopped_at, const std::string& exit_status) {
+  Stmt s(db_, "UPDATE launches SET stopped_at = ?, exit_status = ? WHERE id = ?");
+  if (!s.ok()) return error("launch database: ", s.error());
+  s.bind(1, stopped_at);
+  s.bind(2, exit_status);
+  s.bind(3, id);
+  if (s.step() != SQLITE_DONE) return error("launch database: ", s.error());
+  return Status::ok();
+}
+
+Status LaunchDb::add_measurement(const Measurement& m) {
+  {
+    Stmt q(db_, "SELECT COUNT(*) FROM launches WHERE id = ?");
+    if (!q.ok()) return error("launch database: ", q.error());
+    q.bind(1, m.launch_id);
+    if (q.step() != SQLITE_ROW || q.i64(0) == 0)
+      return error("launch #", m.launch_id, " is not in ", path_.string());
+  }
+  Stmt s(db_,
+         "INSERT INTO measurements(launch_id, measured_at, source, concurrency, n_requests, output_tokens_per_s, "
+         "request_throughput, ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms, e2e_p50_ms, e2e_p99_ms, "
+         "accept_length, details_json) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  if (!s.ok()) return error("launch database: ", s.error());
+  s.bind(1, m.launch_id);
+  s.bind(2, m.measured_at.empty() ? utc_now_iso() : m.measured_at);
+  s.bind(3, m.source);
+  s.bind(4, m.concurrency);
+  s.bind(5, m.n_requests);
+  s.bind(6, m.output_tokens_per_s);
+  s.bind(7, m.request_throughput);
+  s.bind(8, m.ttft_p50_ms);
+  s.bind(9, m.ttft_p99_ms);
+  s.bind(10, m.itl_p50_ms);
+  s.bind(11, m.itl_p99_ms);
+  s.bind(12, m.e2e_p50_ms);
+  s.bind(13, m.e2e_p99_ms);
+  s.bind(14, m.accept_length);
+  s.bind(15, m.details_json.empty() ? std::string("{}") : m.details_json);
+  if (s.step() != SQLITE_DONE) return error("launch database: ", s.error());
+  return Status::ok();
+}
+
+Result<std::vector<LaunchRecord>> LaunchDb::list(const std::string& model_filter, int limit) {
+  std::string sql = std::string("SELECT ") + kLaunchColumns +
+                    " FROM launches l WHERE instr(l.model_path, ?) > 0 ORDER BY l.id DESC LIMIT ?";
+  Stmt s(db_, sql.c_str());
+  if (!s.ok()) return error("launch database: ", s.error());
+  s.bind(1, model_filter);
+  s.bind(2, static_cast<int64_t>(limit));
+  std::vector<LaunchRecord> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_launch(s));
+  if (rc != SQLITE_DONE) return error("launch database: ", s.error());
+  return out;
+}
+
+Result<LaunchRecord> LaunchDb::get(int64_t id) {
+  std::string sql = std::string("SELECT ") + kLaunchColumns + " FROM launches l WHERE l.id = ?";
+  Stmt s(db_, sql.c_str());
+  if (!s.ok()) return error("launch database: ", s.error());
+  s.bind(1, id);
+  if (s.step() != SQLITE_ROW) return error("launch #", id, " is not in ", path_.string());
+  return read_launch(s);
+}
+
+Result<std::vector<Measurement>> LaunchDb::measurements(int64_t id) {
+  Stmt s(db_,
+         "SELECT launch_id, measured_at, source, concurrency, n_requests, output_tokens_per_s, request_throughput, "
+         "ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms, e2e_p50_ms, e2e_p99_ms, accept_length, details_json "
+         "FROM measurements WHERE launch_id = ? ORDER BY id");
+  if (!s.ok()) return error("launch database: ", s.error());
+  s.bind(1, id);
+  std::vector<Measurement> out;
+  while (s.step() == SQLITE_ROW) {
+    Measurement m;
+    m.launch_id = s.i64(0);
+    m.measured_at = s.text(1);
+    m.source = s.text(2);
+    m.concurrency = s.i64(3);
+    m.n_requests = s.i64(4);
+    m.output_tokens_per_s = s.f64(5);
+    m.request_throughput = s.f64(6);
+    m.ttft_p50_ms = s.f64(7);
+    m.ttft_p99_ms = s.f64(8);
+    m.itl_p50_ms = s.f64(9);
+    m.itl_p99_ms = s.f64(10);
+    m.e2e_p50_ms = s.f64(11);
+    m.e2e_p99_ms = s.f64(12);
+    m.accept_length = s.f64(13);
+    m.details_json = s.text(14);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::string performance_fingerprint(const KeyValues& config) {
+  std::string joined;
+  for (const auto& [k, v] : config) {
+    const FlagSpec* f = find_serve_flag(k);
+    if (f && f->affects_performance) joined += k + "=" + v + "\n";
+  }
+  return text_fingerprint(joined);
+}
+
+std::optional<std::string> faster_launch_warning(const LaunchRecord& current,
+                                                 const std::vector<LaunchRecord>& launches) {
+  const std::string fp = performance_fingerprint(current.config);
+  double mine = 0;
+  const LaunchRecord* best = nullptr;
+  for (const auto& l : launches) {
+    if (l.id == current.id || l.model.config_hash != current.model.config_hash ||
+        l.host_summary != current.host_summary || l.n_measurements == 0)
+      continue;
+    if (performance_fingerprint(l.config) == fp) {
+      mine = std::max(mine, l.best_output_tokens_per_s);
+    } else if (!best || l.best_output_tokens_per_s > best->best_output_tokens_per_s) {
+      best = &l;
+    }
+  }
+  if (!best || best->best_output_tokens_per_s <= mine) return std::nullopt;
+  char head[512];
+  if (mine > 0)
+    std::snprintf(head, sizeof head,
+                  "launch #%lld of this model on this host measured %.1f output tok/s (concurrency %lld, %s); "
+                  "this configuration measured at best %.1f. Differences (that launch -> this one):\n",
+                  static_cast<long long>(best->id), best->best_output_tokens_per_s,
+                  static_cast<long long>(best->best_concurrency), best->started_at.c_str(), mine);
+  else
+    std::snprintf(head, sizeof head,
+                  "launch #%lld of this model on this host measured %.1f output tok/s (concurrency %lld, %s); "
+                  "this configuration has never been measured. Differences (that launch -> this one):\n",
+                  static_cast<long long>(best->id), best->best_output_tokens_per_s,
+                  static_cast<long long>(best->best_concurrency), best->started_at.c_str());
+  auto rows = diff_settings(best->config, current.config);
+  return std::string(head) + render_diff(rows, "launch #" + std::to_string(best->id), "this launch") +
+         "(`deltaserve config diff " + std::to_string(best->id) + " <this config>` shows it again)";
+}
+
+// ---- LaunchRecorder ----
+
+LaunchRecorder::LaunchRecorder(LaunchRecorder&& o) noexcept { *this = std::move(o); }
+LaunchRecorder& LaunchRecorder::operator=(LaunchRecorder&& o) noexcept {
+  if (this != &o) {
+    db_ = std::move(o.db_);
+    launch_id_ = o.launch_id_;
+    warning_ = std::move(o.warning_);
+    faster_warning_ = std::move(o.faster_warning_);
+    stopped_ = o.stopped_;
+    o.launch_id_ = 0;
+    o.stopped_ = true;
+  }
+  return *this;
+}
+
+LaunchRecorder::~LaunchRecorder() {
+  if (!stopped_) stop("exited");
+}
+
+LaunchRecorder LaunchRecorder::start(const ServeOptions& opts, const MemoryPlan* plan, KeyValues derived,
+                                     const std::string& version) {
+  LaunchRecorder rec;
+  const fs::path dir = opts.state_dir.empty() ? default_state_dir() : fs::path(opts.state_dir);
+  auto db = LaunchDb::open(dir);
+  if (!db) {
+    rec.warning_ = "launch not recorded: " + db.status().message();
+    rec.stopped_ = true;
+    return rec;
+  }
+  rec.db_ = std::move(*db);
+  HostInfo host = detect_host();
+  LaunchRecord r;
+  r.started_at = utc_now_iso();
+  r.hostname = host.hostname;
+  r.host_summary = host.summary();
+  r.cpu_model = host.cpu_model;
+  for (const auto& g : host.gpus) r.gpus += g.name + "=" + std::to_string(g.memory_bytes) + ";";
+  r.version = version;
+  r.model = identify_model(opts.model_path);
+  r.config = effective_config(opts);
+  r.args = explicit_args(opts);
+  if (plan) {
+    derived.emplace_back("plan.weights_bytes_per_gpu", std::to_string(plan->weights_bytes_per_gpu));
+    derived.emplace_back("plan.kv_bytes_per_token_per_gpu", std::to_string(plan->kv_bytes_per_token_per_gpu));
+    derived.emplace_back("plan.state_bytes_per_request_per_gpu", std::to_string(plan->state_bytes_per_request_per_gpu));
+    derived.emplace_back("plan.mem_fraction_static", std::to_string(plan->mem_fraction_static));
+    derived.emplace_back("plan.kv_tokens", std::to_string(plan->kv_tokens));
+    derived.emplace_back("plan.state_slots", std::to_string(plan->state_slots));
+    derived.emplace_back("plan.max_running_requests", std::to_string(plan->max_running_requests));
+    derived.emplace_back("plan.context_length", std::to_string(plan->context_length));
+  }
+  r.derived = std::move(derived);
+  auto id = rec.db_->insert_launch(r);
+  if (!id) {
+    rec.warning_ = "launch not recorded: " + id.status().message();
+    rec.stopped_ = true;
+    return rec;
+  }
+  rec.launch_id_ = *id;
+  r.id = *id;
+  if (auto all = rec.db_->list("", 1000)) rec.faster_warning_ = faster_launch_warning(r, *all);
+  return rec;
+}
+
+void LaunchRecorder::record_measurement(Measurement m) {
+  if (!db_ || launch_id_ == 0) return;
+  m.launch_id = launch_id_;
+  if (m.source.empty()) m.source = "server";
+  Status s = db_->add_measurement(m);
+  if (!s) warning_ = s.message();
+}
+
+void LaunchRecorder::stop(const std::string& exit_status) {
+  if (stopped_) return;
+  stopped_ = true;
+  if (db_ && launch_id_ > 0) {
+    Status s = db_->set_stopped(launch_id_, utc_now_iso(), exit_status);
+    if (!s) warning_ = s.message();
+  }
+}
+
+}  // namespace deltaserve

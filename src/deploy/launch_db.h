@@ -1,0 +1,138 @@
+// Launch records: every `serve` start stores its effective configuration, the model's identity,
+// the hardware, the version, start/stop times and measured figures in SQLite under --state-dir
+// (<state-dir>/launches.sqlite). `deltaserve history` lists them, `config diff` compares them, and
+// a new launch is warned when a faster configuration of the same model on this host is on record.
+//
+// Server side (cmd_serve.cpp):
+//
+//   LaunchRecorder rec = LaunchRecorder::start(opts, &plan, {{"device", "cuda"}}, DELTASERVE_VERSION);
+//   if (!rec.warning().empty()) log_warn(rec.warning());          // DB trouble never stops serve
+//   if (auto w = rec.faster_config_warning()) log_warn(*w);       // "launch #3 measured 71 tok/s ..."
+//   ... GET /v1/server_info returns {"launch_id": rec.launch_id(), ...} (0 = not recorded)
+//   rec.stop("ok");                                               // at shutdown (the destructor
+//                                                                 // records "exited" otherwise)
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "app/serve_options.h"
+#include "engine/memory_plan.h"
+#include "util/status.h"
+
+struct sqlite3;
+
+namespace deltaserve {
+
+using KeyValues = std::vector<std::pair<std::string, std::string>>;
+
+struct ModelIdentity {
+  std::string path;               // as given (absolute when it is a local directory)
+  std::string config_hash;        // FNV-1a 64 of config.json ("" when not readable)
+  std::string weight_index_hash;  // of model.safetensors.index.json, else of the safetensors names+sizes
+};
+ModelIdentity identify_model(const std::string& model_path);
+
+struct Measurement {
+  int64_t launch_id = 0;
+  std::string measured_at;        // UTC ISO 8601
+  std::string source = "bench";   // bench | server
+  int64_t concurrency = 0;
+  int64_t n_requests = 0;
+  double output_tokens_per_s = 0;
+  double request_throughput = 0;  // requests/s
+  double ttft_p50_ms = 0, ttft_p99_ms = 0;
+  double itl_p50_ms = 0, itl_p99_ms = 0;
+  double e2e_p50_ms = 0, e2e_p99_ms = 0;
+  double accept_length = 0;       // 0 = not reported
+  std::string details_json;       // everything else
+};
+
+struct LaunchRecord {
+  int64_t id = 0;
+  std::string started_at, stopped_at, exit_status;  // UTC ISO 8601
+  std::string hostname, host_summary, cpu_model, gpus;  // gpus: "name=bytes;..."
+  std::string version;
+  ModelIdentity model;
+  KeyValues config;               // effective serve settings, every flag (table order)
+  std::vector<std::string> args;  // the explicit settings as a command line
+  KeyValues derived;              // plan figures and other derived values
+  // Filled by LaunchDb::list/get from the measurements.
+  double best_output_tokens_per_s = 0;
+  int64_t best_concurrency = 0;
+  int64_t n_measurements = 0;
+
+  std::string config_value(const std::string& key) const;  // "" if absent
+};
+
+class LaunchDb {
+ public:
+  // Opens (creating the folder and schema) <state_dir>/launches.sqlite. A file that is not a
+  // SQLite database, or one with a foreign schema, is a clear error.
+  static Result<std::unique_ptr<LaunchDb>> open(const std::filesystem::path& state_dir);
+  ~LaunchDb();
+  LaunchDb(const LaunchDb&) = delete;
+  LaunchDb& operator=(const LaunchDb&) = delete;
+
+  Result<int64_t> insert_launch(const LaunchRecord& record);
+  Status set_stopped(int64_t launch_id, const std::string& stopped_at, const std::string& exit_status);
+  Status add_measurement(const Measurement& m);
+  // Newest first; model_filter matches a substring of the model path ("" = all).
+  Result<std::vector<LaunchRecord>> list(const std::string& model_filter = "", int limit = 1000);
+  Result<LaunchRecord> get(int64_t launch_id);
+  Result<std::vector<Measurement>> measurements(int64_t launch_id);
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  LaunchDb() = default;
+  Status exec(const char* sql);
+  sqlite3* db_ = nullptr;
+  std::filesystem::path path_;
+};
+
+// UTC now as "2026-11-30T01:02:03Z".
+std::string utc_now_iso();
+
+class LaunchRecorder {
+ public:
+  // Records the launch. Never fails: a DB problem leaves launch_id() 0 and sets warning().
+  static LaunchRecorder start(const ServeOptions& opts, const MemoryPlan* plan, KeyValues derived,
+                              const std::string& version);
+  LaunchRecorder(LaunchRecorder&&) noexcept;
+  LaunchRecorder& operator=(LaunchRecorder&&) noexcept;
+  ~LaunchRecorder();
+
+  int64_t launch_id() const { return launch_id_; }
+  const std::string& warning() const { return warning_; }
+  // When this model on this host has a recorded launch that measured faster than this
+  // configuration did (or this configuration was never measured), a warning with the diff.
+  std::optional<std::string> faster_config_warning() const { return faster_warning_; }
+  // Server-side figures (e.g. average throughput at shutdown).
+  void record_measurement(Measurement m);
+  void stop(const std::string& exit_status = "ok");
+
+ private:
+  LaunchRecorder() = default;
+  std::unique_ptr<LaunchDb> db_;
+  int64_t launch_id_ = 0;
+  std::string warning_;
+  std::optional<std::string> faster_warning_;
+  bool stopped_ = false;
+};
+
+// The comparison the recorder makes, exposed for tests and `history`: among `launches` of the same
+// model (config hash) on the same host, the fastest one measured faster than the best measurement
+// of launches whose performance settings equal `current`'s. Returns the warning text.
+std::optional<std::string> faster_launch_warning(const LaunchRecord& current,
+                                                 const std::vector<LaunchRecord>& launches);
+
+// A stable key over the settings that change speed or memory (for "same configuration").
+std::string performance_fingerprint(const KeyValues& config);
+
+}  // namespace deltaserve

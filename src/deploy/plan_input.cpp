@@ -1,0 +1,82 @@
+#include "deploy/plan_input.h"
+
+#include <nlohmann/json.hpp>
+
+namespace deltaserve {
+
+PlanDevice resolve_plan_device(const ServeOptions& opts, const HostInfo& host, bool cuda_built) {
+  if (opts.device == "cpu") return PlanDevice::Cpu;
+  if (opts.device == "cuda") return PlanDevice::Cuda;
+  return cuda_built && !host.gpus.empty() ? PlanDevice::Cuda : PlanDevice::Cpu;
+}
+
+MemoryPlanInput memory_plan_input(const ServeOptions& o, PlanDevice device, int64_t device_memory_bytes,
+                                  const HostInfo& host) {
+  MemoryPlanInput in;
+  in.device = device;
+  in.tp_size = static_cast<int>(o.tp_size);
+  if (device_memory_bytes <= 0) {
+    if (device == PlanDevice::Cuda) {
+      int64_t smallest = 0;
+      for (const auto& g : host.gpus)
+        if (smallest == 0 || g.memory_bytes < smallest) smallest = g.memory_bytes;
+      device_memory_bytes = smallest;
+    } else {
+      device_memory_bytes = host.ram_available_bytes;
+    }
+  }
+  in.device_memory_bytes = device_memory_bytes;
+  in.mem_fraction_static = o.mem_fraction_static;
+  in.max_memory_bytes = o.max_memory;
+  const bool cuda = device == PlanDevice::Cuda;
+  in.weight_bytes_per_param = o.dtype == "float32" ? 4 : 2;
+  if (o.kv_cache_dtype.rfind("fp8", 0) == 0) in.kv_bytes_per_elem = 1;
+  else if (o.kv_cache_dtype == "bf16" || o.kv_cache_dtype == "bfloat16") in.kv_bytes_per_elem = 2;
+  else in.kv_bytes_per_elem = cuda && o.dtype != "float32" ? 2 : 4;  // the CPU cache is f32
+  in.state_bytes_per_elem = 4;
+  in.kv_block_size = static_cast<int>(o.page_size);
+  in.context_length = o.context_length;
+  in.max_running_requests = o.max_running_requests;
+  in.max_total_tokens = o.max_total_tokens;
+  in.max_state_slots = o.max_mamba_cache_size;
+  in.mamba_full_memory_ratio = o.mamba_full_memory_ratio;
+  in.mamba_full_memory_ratio_explicit = o.is_explicit("mamba-full-memory-ratio");
+  in.spec_num_steps = o.speculative_enabled() ? static_cast<int>(o.speculative_num_steps) : 0;
+  in.chunked_prefill_size = o.chunked_prefill_size > 0 ? o.chunked_prefill_size : 0;
+  in.max_prefill_tokens = o.max_prefill_tokens;
+  in.cuda_graphs = cuda && !o.disable_cuda_graph;
+  return in;
+}
+
+std::string memory_plan_json(const MemoryPlan& p, const MemoryPlanInput& in) {
+  nlohmann::ordered_json j;
+  j["device"] = in.device == PlanDevice::Cuda ? "cuda" : "cpu";
+  j["tp_size"] = in.tp_size;
+  j["device_memory_bytes"] = in.device_memory_bytes;
+  j["budget_bytes"] = p.budget_bytes;
+  j["mem_fraction_static"] = p.mem_fraction_static;
+  j["n_params"] = p.n_params;
+  j["weights_bytes_per_gpu"] = p.weights_bytes_per_gpu;
+  j["activation_reserve_bytes"] = p.activation_reserve_bytes;
+  j["cache_bytes"] = p.cache_bytes;
+  j["kv_budget_bytes"] = p.kv_budget_bytes;
+  j["state_budget_bytes"] = p.state_budget_bytes;
+  j["kv_bytes_per_token_per_gpu"] = p.kv_bytes_per_token_per_gpu;
+  j["state_bytes_per_request_per_gpu"] = p.state_bytes_per_request_per_gpu;
+  j["state_snapshot_depth"] = p.snapshot_depth;
+  j["kv_tokens"] = p.kv_tokens;
+  j["state_slots"] = p.state_slots;
+  j["max_running_requests"] = p.max_running_requests;
+  j["context_length"] = p.context_length;
+  j["ok"] = p.ok();
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const auto& r : p.rows)
+    rows.push_back({{"item", r.item}, {"value", r.value}, {"detail", r.detail}, {"bound_by", r.bound_by},
+                    {"to_raise", r.to_raise}});
+  j["rows"] = rows;
+  j["warnings"] = p.warnings;
+  j["errors"] = p.errors;
+  return j.dump(2);
+}
+
+}  // namespace deltaserve

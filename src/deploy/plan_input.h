@@ -1,0 +1,27 @@
+// Glue between the serve flags and the memory plan: which device, how much memory, and the
+// MemoryPlanInput that serve, `deltaserve plan` and the launch records all compute the same way.
+#pragma once
+
+#include <string>
+
+#include "app/serve_options.h"
+#include "deploy/hardware.h"
+#include "engine/memory_plan.h"
+#include "model/config.h"
+
+namespace deltaserve {
+
+// --device auto: cuda when the host has GPUs (and the build has CUDA: `cuda_built`), else cpu.
+PlanDevice resolve_plan_device(const ServeOptions& opts, const HostInfo& host, bool cuda_built = true);
+
+// device_memory_bytes: per GPU for Cuda (0 = take it from host.gpus), RAM for Cpu (0 = host
+// available RAM).
+MemoryPlanInput memory_plan_input(const ServeOptions& opts, PlanDevice device,
+                                  int64_t device_memory_bytes, const HostInfo& host);
+
+// The plan as JSON (keys relied on outside the repo: weights_bytes_per_gpu,
+// kv_bytes_per_token_per_gpu, state_bytes_per_request_per_gpu, kv_tokens, max_running_requests,
+// context_length), plus rows, warnings and errors.
+std::string memory_plan_json(const MemoryPlan& plan, const MemoryPlanInput& input);
+
+}  // namespace deltaserve

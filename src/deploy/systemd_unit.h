@@ -1,0 +1,29 @@
+// `deltaserve systemd-unit`: a unit file that runs `deltaserve serve` with the current settings,
+// so the configuration lives in one reviewed file instead of in shell history.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "app/serve_options.h"
+
+namespace deltaserve {
+
+struct UnitFileOptions {
+  std::string executable;         // absolute path of the deltaserve binary
+  std::string description;        // "" = "deltaserve (<model>)"
+  std::string user;               // "" = no User= line (root for system units)
+  std::string working_directory;  // "" = none
+  std::vector<std::string> environment;  // "NAME=value"
+  bool user_unit = false;         // WantedBy=default.target instead of multi-user.target
+};
+
+// Every explicit setting appears as a flag in ExecStart=; --state-dir is pinned to the resolved
+// folder so that launches of the service are recorded in a known place.
+std::string make_systemd_unit(const ServeOptions& opts, const UnitFileOptions& unit);
+
+// Quotes one word for ExecStart= (systemd's own quoting rules: "…" with \" and \\; $ as $$,
+// % as %%).
+std::string systemd_quote(const std::string& word);
+
+}  // namespace deltaserve

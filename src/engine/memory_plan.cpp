@@ -1,0 +1,451 @@
+// Memory plan arithmetic. Shapes follow docs qwen3_5-model.md (HF Qwen3_5ForCausalLM); the
+// budget split between GDN state and KV follows SGLang's --mamba-full-memory-ratio
+// (state = cache * r / (1 + r), KV = cache / (1 + r)).
+#include "engine/memory_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace deltaserve {
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr int64_t kGiB = int64_t{1} << 30;
+constexpr int64_t kMaxRunningCuda = 256;  // decode batch beyond which more requests rarely help
+constexpr int64_t kMaxRunningCpu = 64;
+constexpr int64_t kCudaRuntimeReserve = 512 * kMiB;  // CUDA context, cuBLAS workspaces
+constexpr int64_t kCudaGraphReserve = 512 * kMiB;    // graph memory pool for decode buckets
+constexpr double kAutoFractionMargin = 0.02;
+constexpr double kAutoFractionMin = 0.5, kAutoFractionMax = 0.9;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+std::string commas(int64_t v) {
+  std::string s = std::to_string(v < 0 ? -v : v);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return (v < 0 ? "-" : "") + s;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+int64_t attention_layer_params(const ModelConfig& c) {
+  const int64_t h = c.hidden_size, hd = c.head_dim;
+  const int64_t q_out = int64_t(c.n_heads) * hd * (c.attn_output_gate ? 2 : 1);
+  const int64_t kv_out = int64_t(c.n_kv_heads) * hd;
+  return h * q_out + 2 * h * kv_out + int64_t(c.n_heads) * hd * h + 2 * hd;  // q,k,v,o, q/k norm
+}
+
+int64_t linear_layer_params(const ModelConfig& c) {
+  const int64_t h = c.hidden_size, hv = c.linear_n_value_heads;
+  return h * c.linear_conv_dim()                   // in_proj_qkv
+         + h * c.linear_value_dim()                // in_proj_z
+         + 2 * h * hv                              // in_proj_b, in_proj_a
+         + c.linear_conv_dim() * c.linear_conv_kernel  // conv1d
+         + 2 * hv                                  // A_log, dt_bias
+         + c.linear_value_head_dim                 // gated norm
+         + c.linear_value_dim() * h;               // out_proj
+}
+
+int64_t mlp_params(const ModelConfig& c) { return 3 * c.hidden_size * c.intermediate_size; }
+
+}  // namespace
+
+std::string human_bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (std::llabs(bytes) >= kGiB) return fixed(b / kGiB, 2) + " GiB";
+  if (std::llabs(bytes) >= kMiB) return fixed(b / kMiB, 1) + " MiB";
+  if (std::llabs(bytes) >= 1024) return fixed(b / 1024, 1) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+Status MemoryPlan::status() const {
+  if (errors.empty()) return Status::ok();
+  std::string msg = "memory plan: ";
+  for (size_t i = 0; i < errors.size(); ++i) msg += (i ? "\n  " : "") + errors[i];
+  return Status::error(msg);
+}
+
+ParamCount count_params(const ModelConfig& c) {
+  ParamCount p;
+  p.embedding = c.vocab_size * c.hidden_size;
+  p.lm_head = c.tie_word_embeddings ? 0 : c.vocab_size * c.hidden_size;
+  const int n_attn = c.n_attention_layers(), n_lin = c.n_linear_layers();
+  p.attention_layers = n_attn * attention_layer_params(c);
+  p.linear_layers = n_lin * linear_layer_params(c);
+  p.mlp = int64_t(c.n_layers) * mlp_params(c);
+  p.norms = int64_t(c.n_layers) * 2 * c.hidden_size + c.hidden_size;  // per layer 2, final 1
+  // MTP head: pre_fc_norm_embedding, pre_fc_norm_hidden, fc [H, 2H], one full-attention decoder
+  // layer (attention + MLP + its 2 norms), mtp.norm; embed_tokens and lm_head are shared.
+  const int64_t h = c.hidden_size;
+  p.mtp = int64_t(c.mtp_n_layers) *
+          (2 * h + 2 * h * h + attention_layer_params(c) + mlp_params(c) + 2 * h + h);
+  return p;
+}
+
+int64_t kv_bytes_per_token_per_gpu(const ModelConfig& c, int tp_size, int64_t elem_bytes,
+                                   bool with_mtp) {
+  const int64_t n_layers = c.n_attention_layers() + (with_mtp ? c.mtp_n_layers : 0);
+  // KV heads are split over TP; with more GPUs than KV heads each GPU keeps one replica.
+  const int64_t heads_per_gpu = std::max<int64_t>(1, ceil_div(c.n_kv_heads, std::max(1, tp_size)));
+  return n_layers * heads_per_gpu * c.head_dim * 2 /*K,V*/ * elem_bytes;
+}
+
+int64_t state_bytes_per_sequence_per_gpu(const ModelConfig& c, int tp_size, int64_t elem_bytes) {
+  const int64_t tp = std::max(1, tp_size);
+  // Per GDN layer: conv state [conv_dim, K-1] + recurrent state [Hv, Dk, Dv]; both split over TP
+  // by heads (conv channels follow their heads).
+  const int64_t conv = ceil_div(c.linear_conv_dim(), tp) * std::max(0, c.linear_conv_kernel - 1);
+  const int64_t rec = ceil_div(c.linear_n_value_heads, tp) * int64_t(c.linear_key_head_dim) *
+                      c.linear_value_head_dim;
+  return int64_t(c.n_linear_layers()) * (conv + rec) * elem_bytes;
+}
+
+namespace {
+
+struct Ctx {
+  const ModelConfig& c;
+  const MemoryPlanInput& in;
+  MemoryPlan& p;
+  bool cuda() const { return in.device == PlanDevice::Cuda; }
+  std::string per() const { return cuda() ? "per GPU" : "per process"; }
+  void row(std::string item, std::string value, std::string detail, std::string bound = "",
+           std::string raise = "") {
+    p.rows.push_back({std::move(item), std::move(value), std::move(detail), std::move(bound),
+                      std::move(raise)});
+  }
+};
+
+int64_t activation_reserve(const Ctx& x) {
+  const ModelConfig& c = x.c;
+  const int64_t tp = std::max(1, x.in.tp_size);
+  int64_t chunk = x.in.chunked_prefill_size > 0 ? x.in.chunked_prefill_size : (x.cuda() ? 8192 : 512);
+  chunk = std::min(chunk, std::max<int64_t>(1, x.in.max_prefill_tokens));
+  const int64_t act_elem = x.cuda() ? 2 : 4;
+  const int64_t q_out = int64_t(c.n_heads) * c.head_dim * (c.attn_output_gate ? 2 : 1);
+  const int64_t widest_proj = std::max(q_out, c.linear_conv_dim() + c.linear_value_dim());
+  // Residual, normed input, mixer output, MLP out (4H) + gate/up/act (3I) + widest projection.
+  const int64_t per_token = (4 * c.hidden_size + 3 * ceil_div(c.intermediate_size, tp) +
+                             2 * ceil_div(widest_proj, tp)) * act_elem;
+  // f32 logits for a decode batch of 64 requests x (k+1) verified positions, vocab split over TP.
+  const int64_t logits = 64 * (x.in.spec_num_steps + 1) * ceil_div(c.vocab_size, tp) * 4;
+  int64_t reserve = chunk * per_token + logits;
+  if (x.cuda()) reserve += kCudaRuntimeReserve + (x.in.cuda_graphs ? kCudaGraphReserve : 0);
+  return reserve;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
+  MemoryPlan p;
+  Ctx x{c, in, p};
+  const int tp = std::max(1, in.tp_size);
+  const bool spec = in.spec_num_steps > 0;
+  const bool hybrid = c.n_linear_layers() > 0;
+  const std::string PER = x.per();
+
+  if (!x.cuda() && tp != 1)
+    p.errors.push_back("--tp-size " + std::to_string(tp) + " splits a model over GPUs; on the CPU use 1");
+  if (spec && c.mtp_n_layers == 0)
+    p.errors.push_back("speculative decoding needs the model's MTP head, and this config has "
+                       "none (mtp_num_hidden_layers = 0): remove --speculative-algorithm");
+  if (in.device_memory_bytes <= 0) {
+    p.errors.push_back(x.cuda() ? "GPU memory size unknown: pass --gpu-memory SIZE (e.g. 48GiB)"
+                                : "RAM size unknown: pass --max-memory SIZE");
+    return p;
+  }
+
+  // 1. Budget and activation reserve.
+  p.activation_reserve_bytes = activation_reserve(x);
+  if (x.cuda()) {
+    double frac = in.mem_fraction_static;
+    std::string how = "--mem-fraction-static " + fixed(frac, 2);
+    if (frac <= 0) {
+      frac = 1.0 - static_cast<double>(p.activation_reserve_bytes) / in.device_memory_bytes -
+             kAutoFractionMargin;
+      frac = std::clamp(std::floor(frac * 100) / 100, kAutoFractionMin, kAutoFractionMax);
+      how = "auto: leaves the activation reserve + 2%, within [0.50, 0.90]";
+    }
+    p.mem_fraction_static = frac;
+    p.budget_bytes = static_cast<int64_t>(in.device_memory_bytes * frac);
+    x.row("GPU memory", human_bytes(in.device_memory_bytes), "per GPU, x" + std::to_string(tp) + " (--tp-size)");
+    x.row("static budget", human_bytes(p.budget_bytes),
+          human_bytes(in.device_memory_bytes) + " x " + fixed(frac, 2) + " (" + how + ")",
+          "--mem-fraction-static", "raise --mem-fraction-static (the rest must hold activations)");
+    const int64_t outside = in.device_memory_bytes - p.budget_bytes;
+    x.row("activation reserve", human_bytes(p.activation_reserve_bytes),
+          "prefill chunk activations + logits + CUDA context" +
+              std::string(in.cuda_graphs ? " + CUDA graphs" : "") + "; outside the budget (" +
+              human_bytes(outside) + " left)",
+          "", "lower --chunked-prefill-size");
+    if (outside < p.activation_reserve_bytes)
+      p.warnings.push_back("--mem-fraction-static " + fixed(frac, 2) + " leaves " + human_bytes(outside) +
+                           " per GPU outside the budget, but activations need about " +
+                           human_bytes(p.activation_reserve_bytes) +
+                           ": expect out-of-memory under load; set --mem-fraction-static " +
+                           fixed(std::floor((1.0 - double(p.activation_reserve_bytes) /
+                                                       in.device_memory_bytes) * 100) / 100, 2) +
+                           " or lower --chunked-prefill-size");
+  } else {
+    const bool auto_budget = in.max_memory_bytes <= 0;
+    p.budget_bytes = auto_budget ? static_cast<int64_t>(in.device_memory_bytes * MemoryPlanInput::kCpuAutoShare)
+                                 : in.max_memory_bytes;
+    x.row("RAM", human_bytes(in.device_memory_bytes), "available to this process");
+    x.row("budget", human_bytes(p.budget_bytes),
+          auto_budget ? "auto: 70% of RAM (--max-memory)" : "--max-memory",
+          "--max-memory", "raise --max-memory");
+    x.row("activation reserve", human_bytes(p.activation_reserve_bytes),
+          "prefill chunk activations + logits (f32), inside the budget", "", "lower --chunked-prefill-size");
+    if (in.max_memory_bytes > in.device_memory_bytes)
+      p.warnings.push_back("--max-memory " + human_bytes(in.max_memory_bytes) + " exceeds the RAM (" +
+                           human_bytes(in.device_memory_bytes) + "): the machine will swap");
+  }
+
+  // 2. Weights.
+  const ParamCount pc = count_params(c);
+  p.n_params = pc.total();
+  const int64_t replicated = pc.norms;  // norms are copied to every GPU; the rest is split
+  p.weights_bytes_per_gpu = ((p.n_params - replicated + tp - 1) / tp + replicated) * in.weight_bytes_per_param;
+  x.row("weights", human_bytes(p.weights_bytes_per_gpu),
+        fixed(double(p.n_params) / 1e9, 2) + "B params (MTP head " + fixed(double(pc.mtp) / 1e9, 2) +
+            "B) x " + std::to_string(in.weight_bytes_per_param) + " B" +
+            (tp > 1 ? " / TP " + std::to_string(tp) : "") + ", " + PER,
+        "", x.cuda() ? "raise --tp-size to split them" : "");
+
+  // 3. What is left for caches.
+  p.cache_bytes = p.budget_bytes - p.weights_bytes_per_gpu - (x.cuda() ? 0 : p.activation_reserve_bytes);
+  if (p.cache_bytes <= 0) {
+    std::string fix;
+    if (x.cuda()) {
+      int need_tp = tp;
+      while (need_tp < 64) {
+        need_tp *= 2;
+        const int64_t w = ((p.n_params - replicated + need_tp - 1) / need_tp + replicated) * in.weight_bytes_per_param;
+        if (w < p.budget_bytes * 0.8) break;
+      }
+      fix = "use --tp-size " + std::to_string(need_tp) + " or GPUs with more memory";
+    } else {
+      fix = "raise --max-memory above " + human_bytes(p.weights_bytes_per_gpu + p.activation_reserve_bytes);
+    }
+    p.errors.push_back("the weights (" + human_bytes(p.weights_bytes_per_gpu) + " " + PER +
+                       ") do not fit in the budget (" + human_bytes(p.budget_bytes) + "): " + fix);
+    p.cache_bytes = 0;
+    return p;
+  }
+  x.row("cache (KV + state)", human_bytes(p.cache_bytes),
+        x.cuda() ? "budget - weights" : "budget - weights - activation reserve", "",
+        x.cuda() ? "raise --mem-fraction-static or --tp-size" : "raise --max-memory");
+
+  // 4. Per-token and per-request sizes.
+  p.kv_bytes_per_token_per_gpu = kv_bytes_per_token_per_gpu(c, tp, in.kv_bytes_per_elem, spec);
+  {
+    const int64_t heads = std::max<int64_t>(1, ceil_div(c.n_kv_heads, tp));
+    x.row("KV bytes per token", human_bytes(p.kv_bytes_per_token_per_gpu),
+          std::to_string(c.n_attention_layers()) + " attention layers" +
+              (spec ? " + " + std::to_string(c.mtp_n_layers) + " MTP layer" : "") + " x " +
+              std::to_string(heads) + " KV heads x " + std::to_string(c.head_dim) + " x 2 (K,V) x " +
+              std::to_string(in.kv_bytes_per_elem) + " B, " + PER +
+              (spec ? "" : " (no MTP layer: speculative decoding off)"));
+  }
+  if (hybrid) {
+    p.state_bytes_per_slot_base = state_bytes_per_sequence_per_gpu(c, tp, in.state_bytes_per_elem);
+    p.snapshot_depth = spec ? in.spec_num_steps + 1 : 0;
+    p.state_bytes_per_request_per_gpu = p.state_bytes_per_slot_base * (1 + p.snapshot_depth);
+    x.row("state bytes per request", human_bytes(p.state_bytes_per_request_per_gpu),
+          std::to_string(c.n_linear_layers()) + " GDN layers x (conv + recurrent, f32) = " +
+              human_bytes(p.state_bytes_per_slot_base) +
+              (spec ? " x (1 + " + std::to_string(p.snapshot_depth) + " snapshots for " +
+                          std::to_string(in.spec_num_steps) + " speculative steps)"
+                    : "") +
+              ", " + PER,
+          "", spec ? "fewer --speculative-num-steps" : "");
+  }
+
+  // 5. Split the cache between state slots and KV (SGLang: ratio = state bytes / KV bytes).
+  const double r = in.mamba_full_memory_ratio > 0 ? in.mamba_full_memory_ratio : 0.9;
+  int64_t state_budget = hybrid ? static_cast<int64_t>(double(p.cache_bytes) * r / (1 + r)) : 0;
+  std::string split_note = hybrid ? "cache x " + fixed(r, 2) + " / (1 + " + fixed(r, 2) +
+                                        ") (--mamba-full-memory-ratio " + fixed(r, 2) + ")"
+                                  : "no GDN layers: all of the cache is KV";
+  const int64_t per_req = std::max<int64_t>(1, p.state_bytes_per_request_per_gpu);
+  const int64_t block = std::max(1, in.kv_block_size);
+  auto kv_tokens_for = [&](int64_t kv_budget) {
+    int64_t t = kv_budget / std::max<int64_t>(1, p.kv_bytes_per_token_per_gpu);
+    return t / block * block;
+  };
+  const int64_t running_cap = x.cuda() ? kMaxRunningCuda : kMaxRunningCpu;
+
+  if (hybrid) {
+    const int64_t fit_slots = state_budget / per_req;
+    int64_t want = 0;  // slots the user asked for, if any
+    std::string want_flag;
+    if (in.max_running_requests > 0) want = in.max_running_requests, want_flag = "--max-running-requests";
+    if (in.max_state_slots > 0 && in.max_state_slots > want) want = in.max_state_slots, want_flag = "--max-mamba-cache-size";
+    if (want > fit_slots) {
+      const int64_t need_state = want * per_req;
+      const int64_t kv_left = p.cache_bytes - need_state;
+      const int64_t min_kv_tokens = std::max<int64_t>(in.context_length > 0 ? in.context_length : 0, want * block);
+      const bool kv_ok = kv_left > 0 && kv_tokens_for(kv_left) >= std::max<int64_t>(min_kv_tokens, block);
+      const double r_need = kv_left > 0 ? double(need_state) / double(kv_left) : 0;
+      if (kv_ok && !in.mamba_full_memory_ratio_explicit) {
+        state_budget = need_state;
+        split_note = "raised to fit " + want_flag + " " + std::to_string(want) +
+                     " (as --mamba-full-memory-ratio " + fixed(r_need, 2) + "; the default " + fixed(r, 2) +
+                     " fits " + std::to_string(fit_slots) + ")";
+        p.warnings.push_back(want_flag + " " + std::to_string(want) + " needs more state memory than the default split (" +
+                             std::to_string(fit_slots) + " fit at --mamba-full-memory-ratio " + fixed(r, 2) +
+                             "): the plan uses --mamba-full-memory-ratio " + fixed(r_need, 2) + ", leaving KV for " +
+                             commas(kv_tokens_for(kv_left)) + " tokens");
+      } else {
+        std::string msg = want_flag + " " + std::to_string(want) + " does not fit: each request needs " +
+                          human_bytes(per_req) + " of GDN state " + PER + ", and --mamba-full-memory-ratio " +
+                          fixed(r, 2) + " gives state " + human_bytes(state_budget) + ", room for " +
+                          std::to_string(fit_slots) + ". Set " + want_flag + " " + std::to_string(std::max<int64_t>(fit_slots, 0));
+        if (kv_ok) msg += ", or --mamba-full-memory-ratio " + fixed(std::ceil(r_need * 100) / 100, 2) +
+                          " (leaves KV for " + commas(kv_tokens_for(kv_left)) + " tokens)";
+        if (spec) msg += ", or fewer --speculative-num-steps (each step adds a state snapshot)";
+        msg += x.cuda() ? ", or raise --mem-fraction-static / --tp-size" : ", or raise --max-memory";
+        p.errors.push_back(msg);
+      }
+    }
+    int64_t slots = state_budget / per_req;
+    std::string slots_bound = "state budget (--mamba-full-memory-ratio)";
+    if (in.max_state_slots > 0 && in.max_state_slots <= slots) slots = in.max_state_slots, slots_bound = "--max-mamba-cache-size";
+    const int64_t cap_running = in.max_running_requests > 0 ? in.max_running_requests : running_cap;
+    if (slots > cap_running) {
+      slots = cap_running;
+      slots_bound = in.max_running_requests > 0 ? "--max-running-requests" : "running-request cap " + std::to_string(running_cap);
+    }
+    p.state_slots = std::max<int64_t>(slots, 0);
+    const int64_t unused = state_budget - p.state_slots * per_req;
+    p.state_budget_bytes = p.state_slots * per_req;
+    p.kv_budget_bytes = p.cache_bytes - p.state_budget_bytes;
+    x.row("state budget", human_bytes(state_budget), split_note);
+    x.row("state slots", commas(p.state_slots),
+          "state budget / state bytes per request" +
+              (unused >= per_req ? "; unused " + human_bytes(unused) + " given to KV" : std::string()),
+          slots_bound, "raise --mamba-full-memory-ratio, or fewer --speculative-num-steps");
+  } else {
+    p.kv_budget_bytes = p.cache_bytes;
+  }
+
+  // 6. KV tokens.
+  {
+    const int64_t fit = kv_tokens_for(p.kv_budget_bytes);
+    p.kv_tokens = fit;
+    std::string bound = hybrid ? "KV budget (cache - state slots)" : "KV budget";
+    // No more KV than every running request at full length could use (a small model would
+    // otherwise take the whole budget): cap at running x context.
+    const int64_t model_ctx = in.context_length > 0 ? in.context_length : c.max_position_embeddings;
+    const int64_t running_est = hybrid ? p.state_slots : (in.max_running_requests > 0 ? in.max_running_requests : running_cap);
+    if (in.max_total_tokens <= 0 && model_ctx > 0 && running_est > 0 && running_est * model_ctx < fit) {
+      p.kv_tokens = ceil_div(running_est * model_ctx, block) * block;
+      bound = "running requests x context length";
+    }
+    if (in.max_total_tokens > 0) {
+      if (in.max_total_tokens > fit)
+        p.errors.push_back("--max-total-tokens " + commas(in.max_total_tokens) + " does not fit: the KV budget " +
+                           human_bytes(p.kv_budget_bytes) + " holds " + commas(fit) + " tokens at " +
+                           human_bytes(p.kv_bytes_per_token_per_gpu) + " each; set --max-total-tokens " +
+                           commas(fit) + " or leave it out");
+      else
+        p.kv_tokens = in.max_total_tokens / block * block, bound = "--max-total-tokens";
+    }
+    x.row("KV tokens", commas(p.kv_tokens),
+          human_bytes(p.kv_budget_bytes) + " / " + human_bytes(p.kv_bytes_per_token_per_gpu) +
+              ", in blocks of " + std::to_string(block),
+          bound, hybrid ? "lower --mamba-full-memory-ratio or --max-running-requests; raise memory"
+                        : "raise --mem-fraction-static / --max-memory or --tp-size");
+  }
+
+  // 7. Max running requests.
+  {
+    const int64_t by_kv = p.kv_tokens / block;  // every running request holds at least one block
+    int64_t running = hybrid ? p.state_slots : std::min(running_cap, by_kv);
+    std::string bound = hybrid ? "state slots" : (running == running_cap ? "running-request cap" : "KV tokens");
+    if (in.max_running_requests > 0 && in.max_running_requests <= running) {
+      running = in.max_running_requests;
+      bound = "--max-running-requests";
+    } else if (in.max_running_requests > 0 && !hybrid) {
+      p.errors.push_back("--max-running-requests " + std::to_string(in.max_running_requests) +
+                         " does not fit: the KV cache holds " + commas(p.kv_tokens) + " tokens, room for " +
+                         std::to_string(running) + " requests; set --max-running-requests " + std::to_string(running));
+    }
+    if (running > by_kv) running = by_kv, bound = "KV tokens (one block each)";
+    p.max_running_requests = std::max<int64_t>(running, 0);
+    x.row("max running requests", commas(p.max_running_requests),
+          hybrid ? "one state slot each" : "one KV block each at least", bound,
+          hybrid ? "raise --mamba-full-memory-ratio (or set --max-running-requests: the plan re-splits)"
+                 : "raise memory");
+    if (p.max_running_requests == 0 && p.errors.empty())
+      p.errors.push_back("no request fits: the cache " + human_bytes(p.cache_bytes) + " " + PER +
+                         " holds no state slot and KV; add memory or GPUs");
+  }
+
+  // 8. Context length.
+  {
+    const int64_t model_max = c.max_position_embeddings > 0 ? c.max_position_embeddings : p.kv_tokens;
+    int64_t ctx = std::min(model_max, p.kv_tokens);
+    std::string bound = ctx == model_max ? "model (max_position_embeddings)" : "KV tokens";
+    std::string raise = ctx == model_max ? "" : "more KV: lower --mamba-full-memory-ratio, raise memory or --tp-size";
+    if (in.context_length > 0) {
+      if (in.context_length > p.kv_tokens) {
+        std::string msg = "--context-length " + commas(in.context_length) + " does not fit: one request of that length needs " +
+                          human_bytes(in.context_length * p.kv_bytes_per_token_per_gpu) + " of KV " + PER +
+                          ", and the plan holds " + commas(p.kv_tokens) + " tokens. Set --context-length " +
+                          commas(p.kv_tokens);
+        if (hybrid && p.state_budget_bytes > 0) {
+          const int64_t need_kv = in.context_length * p.kv_bytes_per_token_per_gpu;
+          const int64_t state_left = p.cache_bytes - need_kv;
+          if (state_left >= per_req)
+            msg += ", or --mamba-full-memory-ratio " + fixed(std::floor(double(state_left) / need_kv * 100) / 100, 2) +
+                   " (" + commas(state_left / per_req) + " state slots)";
+        }
+        msg += x.cuda() ? ", or raise --mem-fraction-static / --tp-size" : ", or raise --max-memory";
+        p.errors.push_back(msg);
+      } else {
+        ctx = in.context_length;
+        bound = "--context-length";
+        raise = "";
+      }
+      if (in.context_length > model_max)
+        p.warnings.push_back("--context-length " + commas(in.context_length) + " exceeds the model's " +
+                             commas(model_max) + " (max_position_embeddings): quality beyond it is untested");
+    }
+    p.context_length = ctx;
+    x.row("context length", commas(p.context_length),
+          "tokens per request; " + (p.context_length > 0 ? commas(p.kv_tokens / std::max<int64_t>(1, p.context_length)) : "0") +
+              " requests of full length fit in KV at once",
+          bound, raise);
+  }
+  return p;
+}
+
+std::string render_memory_plan(const MemoryPlan& plan) {
+  size_t w_item = 4, w_value = 5, w_bound = 8;
+  for (const auto& r : plan.rows) {
+    w_item = std::max(w_item, r.item.size());
+    w_value = std::max(w_value, r.value.size());
+    w_bound = std::max(w_bound, r.bound_by.size());
+  }
+  auto pad = [](const std::string& s, size_t w) { return s + std::string(w > s.size() ? w - s.size() : 0, ' '); };
+  std::ostringstream os;
+  os << "memory plan\n";
+  os << "  " << pad("item", w_item) << "  " << pad("value", w_value) << "  " << pad("bound by", w_bound) << "  how / to raise\n";
+  for (const auto& r : plan.rows) {
+    os << "  " << pad(r.item, w_item) << "  " << pad(r.value, w_value) << "  " << pad(r.bound_by, w_bound) << "  "
+       << r.detail;
+    if (!r.to_raise.empty()) os << " [to raise: " << r.to_raise << "]";
+    os << "\n";
+  }
+  for (const auto& w : plan.warnings) os << "warning: " << w << "\n";
+  for (const auto& e : plan.errors) os << "error: " << e << "\n";
+  return os.str();
+}
+
+}  // namespace deltaserve

@@ -1,0 +1,43 @@
+// Sequence: what the scheduler moves around. Tokens are prompt + generated; the first n_computed
+// of them have their KV (and GDN state) in the cache. A decoding sequence has exactly one token
+// not yet computed: the one it sampled last.
+#pragma once
+
+#include <memory>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/events.h"
+
+namespace deltaserve {
+
+enum class SeqStatus : uint8_t { Waiting, Running, Finished };
+
+struct Sequence {
+  RequestId id = 0;
+  std::shared_ptr<RequestStream> stream;
+  SamplingParams params;
+  std::vector<int32_t> tokens;      // prompt then generated
+  int n_prompt = 0;
+  int n_computed = 0;               // tokens whose KV/state is in the cache
+  std::vector<int32_t> blocks;      // KV block table
+  int slot = -1;                    // GDN state slot (-1: none held)
+  SeqStatus status = SeqStatus::Waiting;
+  std::mt19937_64 rng;
+  int64_t max_total_tokens = 0;     // prompt + max generated (bounded by the context length)
+  uint64_t admit_order = 0;         // for preemption: the newest running sequence goes first
+  // Speculative decoding.
+  std::vector<int32_t> drafts;      // draft tokens proposed for the next verification
+  std::vector<std::vector<float>> draft_probs;  // q for each draft (sampling mode only)
+  std::vector<int32_t> feed;        // this step's input: [last token, drafts...]
+  uint64_t spec_steps = 0, spec_accepted = 0;  // verification steps, tokens emitted by them
+
+  int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }
+  std::span<const int32_t> prompt() const { return {tokens.data(), static_cast<size_t>(n_prompt)}; }
+  std::span<const int32_t> generated() const {
+    return {tokens.data() + n_prompt, tokens.size() - static_cast<size_t>(n_prompt)};
+  }
+};
+
+}  // namespace deltaserve

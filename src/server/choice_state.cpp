@@ -1,0 +1,127 @@
+#include "server/choice_state.h"
+
+namespace deltaserve {
+
+std::string finish_reason_text(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::None: return "";
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Abort: return "abort";
+    case FinishReason::Error: return "error";
+  }
+  return "";
+}
+
+ChoiceState::ChoiceState(const Tokenizer& tokenizer, ChoiceOptions options)
+    : tokenizer_(tokenizer),
+      options_(std::move(options)),
+      detok_(tokenizer, options_.skip_special),
+      stop_(options_.stop) {
+  if (options_.chat && options_.reasoning) reasoning_.emplace(options_.start_in_reasoning);
+  if (options_.chat && options_.tool_parser != ToolParserKind::None && !options_.tools.is_null()) {
+    tools_ = make_tool_call_parser(options_.tool_parser, options_.tools);
+  }
+}
+
+void ChoiceState::route_text(std::string text, bool at_end, ChoiceDelta& out) {
+  if (!options_.chat) {
+    out.text += text;
+    return;
+  }
+  std::string content;
+  if (reasoning_) {
+    ReasoningDelta r = reasoning_->push(text);
+    if (at_end) {
+      ReasoningDelta tail = reasoning_->finish();
+      r.reasoning += tail.reasoning;
+      r.content += tail.content;
+    }
+    out.reasoning += r.reasoning;
+    content = std::move(r.content);
+  } else {
+    content = std::move(text);
+  }
+  if (tools_) {
+    ToolParseDelta t = tools_->push(content);
+    if (at_end) t.append(tools_->finish());
+    out.text += t.content;
+    for (auto& c : t.calls) out.tool_calls.push_back(std::move(c));
+  } else {
+    out.text += content;
+  }
+}
+
+void ChoiceState::finish(ChoiceDelta& out, std::string reason) {
+  if (reason == "stop" && saw_tool_call()) reason = "tool_calls";
+  finished_ = true;
+  finish_reason_ = reason;
+  out.finished = true;
+  out.finish_reason = std::move(reason);
+}
+
+ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
+  ChoiceDelta out;
+  if (finished_) {
+    // Only the bookkeeping of the final event after our own cancel (stop string) matters.
+    if (event.finish != FinishReason::None && event.n_prompt_tokens > 0) {
+      n_prompt_ = event.n_prompt_tokens;
+    }
+    return out;
+  }
+  std::string text;
+  for (std::size_t k = 0; k < event.tokens.size(); ++k) {
+    TokenId id = event.tokens[k];
+    ++n_generated_;
+    if (options_.count_reasoning_tokens && !think_ended_) {
+      ++n_reasoning_;
+      if (options_.think_end_id && id == *options_.think_end_id) think_ended_ = true;
+    }
+    if (k < event.logprobs.size()) out.logprobs.push_back(event.logprobs[k]);
+    if (options_.hidden_ids.count(id)) continue;
+    text += detok_.push(id);
+  }
+  bool at_end = event.finish != FinishReason::None;
+  if (at_end) {
+    text += detok_.flush();
+    if (event.n_prompt_tokens > 0) n_prompt_ = event.n_prompt_tokens;
+    accept_length_ = event.accept_length;
+  }
+  StopMatcher::Output s = stop_.push(text);
+  if (s.stopped) {
+    stop_matched_ = true;
+    route_text(std::move(s.text), true, out);
+    finish(out, "stop");
+  } else {
+    std::string safe = std::move(s.text);
+    if (at_end) safe += stop_.flush();
+    route_text(std::move(safe), at_end, out);
+    if (at_end) {
+      if (event.finish == FinishReason::Error) out.error = event.error;
+      finish(out, finish_reason_text(event.finish));
+    }
+  }
+  accumulate(out);
+  return out;
+}
+
+ChoiceDelta ChoiceState::on_closed(const std::string& reason) {
+  ChoiceDelta out;
+  if (finished_) return out;
+  std::string text = detok_.flush();
+  StopMatcher::Output s = stop_.push(text);
+  text = s.text + (s.stopped ? "" : stop_.flush());
+  route_text(std::move(text), true, out);
+  finish(out, reason);
+  accumulate(out);
+  return out;
+}
+
+void ChoiceState::accumulate(const ChoiceDelta& d) {
+  acc_text_ += d.text;
+  acc_reasoning_ += d.reasoning;
+  acc_calls_.insert(acc_calls_.end(), d.tool_calls.begin(), d.tool_calls.end());
+  acc_logprobs_.insert(acc_logprobs_.end(), d.logprobs.begin(), d.logprobs.end());
+}
+
+}  // namespace deltaserve

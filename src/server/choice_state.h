@@ -1,0 +1,103 @@
+// ChoiceState: one choice's output pipeline, fed the engine's TokenEvents in order:
+//   token ids → IncrementalDetokenizer → StopMatcher → [chat: ReasoningParser → ToolCallParser]
+// Each event yields a ChoiceDelta (what to stream now); the same deltas, accumulated, give the
+// non-streaming message. Not thread-safe: one owner (the request's connection strand).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/events.h"
+#include "server/reasoning_parser.h"
+#include "server/tool_call_parser.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/stop_matcher.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deltaserve {
+
+struct ChoiceOptions {
+  bool chat = true;
+  std::vector<std::string> stop;
+  bool reasoning = false;           // run the reasoning parser
+  bool start_in_reasoning = false;  // thinking on: the prompt opened <think>
+  ToolParserKind tool_parser = ToolParserKind::None;
+  nlohmann::ordered_json tools;             // for schema-typed tool arguments
+  std::unordered_set<TokenId> hidden_ids;  // EOS / stop-token ids: counted, never detokenized
+  bool skip_special = false;        // also drop every special token from the text
+  std::optional<TokenId> think_end_id;     // counts reasoning tokens up to and including it
+  bool count_reasoning_tokens = false;
+};
+
+struct ChoiceDelta {
+  std::string text;       // completions: text; chat: content
+  std::string reasoning;  // chat only
+  std::vector<ToolCallDelta> tool_calls;
+  std::vector<TokenLogprob> logprobs;
+  bool finished = false;
+  std::string finish_reason;  // "stop" | "length" | "tool_calls" | "abort" | "error"
+  std::string error;          // engine error message (finish_reason "error")
+  bool empty() const {
+    return text.empty() && reasoning.empty() && tool_calls.empty() && logprobs.empty() && !finished;
+  }
+};
+
+class ChoiceState {
+ public:
+  ChoiceState(const Tokenizer& tokenizer, ChoiceOptions options);
+
+  // Processes one event. After a stop-string match the delta is finished ("stop") and
+  // stop_matched() is true: the caller cancels the engine request and ignores later events.
+  ChoiceDelta on_event(const TokenEvent& event);
+  // The engine stream ended without a final event (closed): finish with `reason`.
+  ChoiceDelta on_closed(const std::string& reason);
+
+  bool finished() const { return finished_; }
+  bool stop_matched() const { return stop_matched_; }
+  int n_generated() const { return n_generated_; }
+  int n_prompt() const { return n_prompt_; }
+  int n_reasoning_tokens() const { return n_reasoning_; }
+  double accept_length() const { return accept_length_; }
+  bool saw_tool_call() const { return tools_ && tools_->saw_tool_call(); }
+
+  // Accumulated output (for non-streaming responses).
+  const std::string& text() const { return acc_text_; }
+  const std::string& reasoning() const { return acc_reasoning_; }
+  const std::vector<ToolCallDelta>& tool_call_deltas() const { return acc_calls_; }
+  const std::vector<TokenLogprob>& logprobs() const { return acc_logprobs_; }
+  const std::string& finish_reason() const { return finish_reason_; }
+
+ private:
+  void route_text(std::string text, bool at_end, ChoiceDelta& out);
+  void finish(ChoiceDelta& out, std::string reason);
+  void accumulate(const ChoiceDelta& d);
+
+  const Tokenizer& tokenizer_;
+  ChoiceOptions options_;
+  IncrementalDetokenizer detok_;
+  StopMatcher stop_;
+  std::optional<ReasoningParser> reasoning_;
+  std::unique_ptr<ToolCallParser> tools_;
+
+  bool finished_ = false;
+  bool stop_matched_ = false;
+  bool think_ended_ = false;
+  int n_generated_ = 0;
+  int n_prompt_ = 0;
+  int n_reasoning_ = 0;
+  double accept_length_ = 0.0;
+  std::string finish_reason_;
+
+  std::string acc_text_, acc_reasoning_;
+  std::vector<ToolCallDelta> acc_calls_;
+  std::vector<TokenLogprob> acc_logprobs_;
+};
+
+std::string finish_reason_text(FinishReason reason);
+
+}  // namespace deltaserve

@@ -1,0 +1,451 @@
+#include "server/generation_job.h"
+
+#include <random>
+
+#include "server/json_util.h"
+#include "util/log.h"
+
+namespace deltaserve {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+std::string random_hex(int n) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s;
+  uint64_t bits = 0;
+  for (int i = 0; i < n; ++i) {
+    if (i % 16 == 0) bits = rng();
+    s += kHex[bits & 0xF];
+    bits >>= 4;
+  }
+  return s;
+}
+
+json token_bytes(const std::string& raw) {
+  json b = json::array();
+  for (unsigned char c : raw) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+std::string token_string(const Tokenizer& tok, TokenId id) {
+  TokenId ids[1] = {id};
+  return tok.decode(ids, false);
+}
+
+double clamp_logprob(float lp) {
+  // JSON has no -inf; OpenAI clients expect a number.
+  return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0;
+}
+
+json chat_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& lps) {
+  json content = json::array();
+  for (const auto& lp : lps) {
+    json top = json::array();
+    for (const auto& [id, v] : lp.top) {
+      top.push_back({{"token", token_string(tok, id)},
+                     {"logprob", clamp_logprob(v)},
+                     {"bytes", token_bytes(tok.token_text(id))}});
+    }
+    content.push_back({{"token", token_string(tok, lp.token)},
+                       {"logprob", clamp_logprob(lp.logprob)},
+                       {"bytes", token_bytes(tok.token_text(lp.token))},
+                       {"top_logprobs", top}});
+  }
+  return json{{"content", content}};
+}
+
+json completion_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& lps,
+                         int64_t& text_offset, bool with_top) {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
+       offsets = json::array();
+  for (const auto& lp : lps) {
+    std::string t = token_string(tok, lp.token);
+    tokens.push_back(t);
+    token_lps.push_back(clamp_logprob(lp.logprob));
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(t.size());
+    if (with_top) {
+      json top = json::object();
+      for (const auto& [id, v] : lp.top) top[token_string(tok, id)] = clamp_logprob(v);
+      tops.push_back(top);
+    }
+  }
+  return json{{"tokens", tokens},
+              {"token_logprobs", token_lps},
+              {"top_logprobs", with_top ? tops : json(nullptr)},
+              {"text_offset", offsets}};
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls) {
+  json arr = json::array();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    arr.push_back({{"id", calls[i].id},
+                   {"index", static_cast<int>(i)},
+                   {"type", "function"},
+                   {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}});
+  }
+  return arr;
+}
+
+// Streamed tool-call deltas of one chunk, merged per call index.
+json tool_call_deltas_json(const std::vector<ToolCallDelta>& deltas) {
+  json arr = json::array();
+  for (const auto& d : deltas) {
+    if (!arr.empty() && arr.back()["index"] == d.index && d.id.empty()) {
+      arr.back()["function"]["arguments"] =
+          arr.back()["function"]["arguments"].get<std::string>() + d.arguments;
+      continue;
+    }
+    json item = {{"index", d.index}};
+    json fn = {{"arguments", d.arguments}};
+    if (!d.id.empty()) {
+      item["id"] = d.id;
+      item["type"] = "function";
+      fn["name"] = d.name;
+    }
+    item["function"] = fn;
+    arr.push_back(item);
+  }
+  return arr;
+}
+
+void append_sse(const json& payload, std::string& out) {
+  out += "data: ";
+  out += safe_dump(payload);
+  out += "\n\n";
+}
+
+json usage_json(int prompt_tokens, int completion_tokens, int reasoning_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", nullptr},
+          {"reasoning_tokens", reasoning_tokens},
+          {"completion_tokens_details", {{"reasoning_tokens", reasoning_tokens}}}};
+}
+
+int status_for_engine_error(const std::string& message) {
+  if (message.find("context") != std::string::npos || message.find("too long") != std::string::npos)
+    return 400;
+  return 503;
+}
+
+}  // namespace
+
+GenerationJob::GenerationJob(JobEnv env, OpenAiRequest request, std::vector<TokenId> prompt,
+                             ChoiceOptions options, std::shared_ptr<HttpExchange> exchange,
+                             Clock::time_point arrival)
+    : env_(std::move(env)),
+      request_(std::move(request)),
+      prompt_(std::move(prompt)),
+      options_(std::move(options)),
+      exchange_(std::move(exchange)),
+      arrival_(arrival) {
+  response_id_ = (request_.kind == ApiKind::Chat ? "chatcmpl-" : "cmpl-") + random_hex(32);
+  created_ = std::chrono::duration_cast<std::chrono::seconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+  if (env_.active_jobs) env_.active_jobs->fetch_add(1);
+}
+
+GenerationJob::~GenerationJob() {
+  if (env_.active_jobs) env_.active_jobs->fetch_sub(1);
+}
+
+void GenerationJob::start() {
+  self_ = shared_from_this();
+  std::weak_ptr<GenerationJob> weak = self_;
+  exchange_->on_disconnect([weak] {
+    if (auto job = weak.lock()) job->on_disconnect();
+  });
+  if (request_.stream) env_.metrics->stream_opened();
+  choices_.resize(static_cast<std::size_t>(request_.n));
+  for (auto& c : choices_) c.state = std::make_unique<ChoiceState>(*env_.tokenizer, options_);
+  for (std::size_t i = 0; i < choices_.size(); ++i) {
+    GenerateRequest g;
+    g.id = env_.engine->next_request_id();
+    g.prompt = prompt_;
+    g.sampling = request_.sampling;
+    if (g.sampling.seed && i > 0) g.sampling.seed = *g.sampling.seed + i;
+    choices_[i].id = g.id;
+    choices_[i].stream = env_.engine->submit(std::move(g));
+  }
+  // Hooks after all submits: the first drain sees every choice's stream.
+  for (auto& c : choices_) {
+    c.stream->events.set_notify([weak] {
+      if (auto job = weak.lock()) job->schedule_drain();
+    });
+  }
+}
+
+void GenerationJob::schedule_drain() {
+  if (drain_scheduled_.exchange(true)) return;
+  exchange_->post([job = shared_from_this()] { job->drain(); });
+}
+
+void GenerationJob::drain() {
+  drain_scheduled_.store(false);
+  if (released_) return;
+  std::string out;
+  for (std::size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    while (!c.engine_done) {
+      auto event = c.stream->events.try_pop();
+      if (!event) {
+        if (c.stream->events.closed()) {
+          c.engine_done = true;
+          ChoiceDelta d = c.state->on_closed("abort");
+          handle_delta(i, d, out);
+        }
+        break;
+      }
+      process(i, *event, out);
+      if (released_) return;
+    }
+  }
+  if (request_.stream && head_sent_ && !responded_ && !out.empty()) exchange_->write(std::move(out));
+  if (all_finished()) finish();
+}
+
+void GenerationJob::process(std::size_t i, const TokenEvent& event, std::string& out) {
+  Choice& c = choices_[i];
+  if (event.finish != FinishReason::None) c.engine_done = true;
+  auto now = Clock::now();
+  if (!event.tokens.empty() && !c.state->finished()) {
+    if (!c.got_token) {
+      env_.metrics->observe_ttft(std::chrono::duration<double>(now - arrival_).count());
+      for (std::size_t k = 1; k < event.tokens.size(); ++k) env_.metrics->observe_itl(0.0);
+    } else {
+      double dt = std::chrono::duration<double>(now - c.last_token_time).count() /
+                  static_cast<double>(event.tokens.size());
+      for (std::size_t k = 0; k < event.tokens.size(); ++k) env_.metrics->observe_itl(dt);
+    }
+    c.got_token = true;
+    c.last_token_time = now;
+  }
+  if (event.finish != FinishReason::None && event.accept_length > 0.0) {
+    env_.metrics->observe_accept_length(event.accept_length);
+  }
+  // An engine error before any output (queue full, prompt too long): an HTTP error, if nothing
+  // has been sent yet.
+  if (event.finish == FinishReason::Error && c.state->n_generated() == 0 && event.tokens.empty() &&
+      !head_sent_ && !responded_) {
+    send_error_response(event.error.empty() ? "the engine could not serve the request"
+                                            : event.error);
+    return;
+  }
+  bool was_finished = c.state->finished();
+  ChoiceDelta d = c.state->on_event(event);
+  if (!was_finished && c.state->stop_matched()) cancel_choice(c);
+  handle_delta(i, d, out);
+}
+
+void GenerationJob::handle_delta(std::size_t i, const ChoiceDelta& d, std::string& out) {
+  if (d.finished) env_.metrics->count_finish(d.finish_reason);
+  if (!request_.stream || responded_) return;
+  if (!head_sent_) {
+    head_sent_ = true;
+    exchange_->begin_stream(200, "text/event-stream");
+    if (request_.kind == ApiKind::Completion && request_.echo) {
+      for (std::size_t k = 0; k < choices_.size(); ++k) {
+        ChoiceDelta echo;
+        echo.text = request_.prompt_text;
+        append_completion_chunk(k, echo, out);
+      }
+    }
+  }
+  if (request_.kind == ApiKind::Chat) {
+    append_chat_chunk(i, d, out);
+  } else {
+    append_completion_chunk(i, d, out);
+  }
+}
+
+void GenerationJob::append_chat_chunk(std::size_t i, const ChoiceDelta& d, std::string& out) {
+  Choice& c = choices_[i];
+  auto chunk = [&](json delta, json finish, json logprobs) {
+    json choice = {{"index", static_cast<int>(i)},
+                   {"delta", std::move(delta)},
+                   {"logprobs", std::move(logprobs)},
+                   {"finish_reason", std::move(finish)}};
+    json payload = {{"id", response_id_},
+                    {"object", "chat.completion.chunk"},
+                    {"created", created_},
+                    {"model", env_.model_name},
+                    {"choices", json::array({choice})}};
+    if (request_.continuous_usage_stats) payload["usage"] = current_usage();
+    append_sse(payload, out);
+  };
+  if (!c.role_sent) {
+    c.role_sent = true;
+    chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
+  }
+  json delta = json::object();
+  if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+  if (!d.text.empty()) delta["content"] = d.text;
+  if (!d.tool_calls.empty()) delta["tool_calls"] = tool_call_deltas_json(d.tool_calls);
+  json lp = request_.logprobs && !d.logprobs.empty() ? chat_logprobs(*env_.tokenizer, d.logprobs)
+                                                     : json(nullptr);
+  if (!delta.empty() || !lp.is_null()) chunk(delta, nullptr, lp);
+  if (d.finished) {
+    if (!d.error.empty()) {
+      append_sse({{"error", {{"message", d.error}, {"type", "server_error"}, {"param", nullptr},
+                             {"code", "engine_error"}}}},
+                 out);
+    }
+    chunk(json::object(), d.finish_reason, nullptr);
+  }
+}
+
+void GenerationJob::append_completion_chunk(std::size_t i, const ChoiceDelta& d,
+                                            std::string& out) {
+  if (d.text.empty() && d.logprobs.empty() && !d.finished) return;
+  static thread_local int64_t unused_offset = 0;
+  unused_offset = 0;
+  json lp = request_.logprobs && !d.logprobs.empty()
+                ? completion_logprobs(*env_.tokenizer, d.logprobs, unused_offset,
+                                      request_.top_logprobs > 0)
+                : json(nullptr);
+  json choice = {{"index", static_cast<int>(i)},
+                 {"text", d.text},
+                 {"logprobs", lp},
+                 {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
+  json payload = {{"id", response_id_},
+                  {"object", "text_completion"},
+                  {"created", created_},
+                  {"model", env_.model_name},
+                  {"choices", json::array({choice})}};
+  if (request_.continuous_usage_stats) payload["usage"] = current_usage();
+  append_sse(payload, out);
+}
+
+nlohmann::ordered_json GenerationJob::current_usage() const {
+  int completion = 0, reasoning = 0;
+  for (const auto& c : choices_) {
+    completion += c.state->n_generated();
+    reasoning += c.state->n_reasoning_tokens();
+  }
+  return usage_json(static_cast<int>(prompt_.size()), completion, reasoning);
+}
+
+void GenerationJob::append_usage_chunk(std::string& out) {
+  append_sse({{"id", response_id_},
+              {"object", request_.kind == ApiKind::Chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created_},
+              {"model", env_.model_name},
+              {"choices", json::array()},
+              {"usage", current_usage()}},
+             out);
+}
+
+std::string GenerationJob::full_response() const {
+  json choices = json::array();
+  int completion = 0, reasoning = 0;
+  for (std::size_t i = 0; i < choices_.size(); ++i) {
+    const ChoiceState& s = *choices_[i].state;
+    completion += s.n_generated();
+    reasoning += s.n_reasoning_tokens();
+    if (request_.kind == ApiKind::Chat) {
+      json message = {{"role", "assistant"}, {"content", s.text()}};
+      message["reasoning_content"] = s.reasoning().empty() ? json(nullptr) : json(s.reasoning());
+      auto calls = merge_tool_call_deltas(s.tool_call_deltas());
+      if (!calls.empty()) message["tool_calls"] = tool_calls_json(calls);
+      json lp = request_.logprobs ? chat_logprobs(*env_.tokenizer, s.logprobs()) : json(nullptr);
+      choices.push_back({{"index", static_cast<int>(i)},
+                         {"message", message},
+                         {"logprobs", lp},
+                         {"finish_reason", s.finish_reason()}});
+    } else {
+      int64_t offset = request_.echo ? static_cast<int64_t>(request_.prompt_text.size()) : 0;
+      json lp = request_.logprobs ? completion_logprobs(*env_.tokenizer, s.logprobs(), offset,
+                                                        request_.top_logprobs > 0)
+                                  : json(nullptr);
+      choices.push_back({{"index", static_cast<int>(i)},
+                         {"text", request_.echo ? request_.prompt_text + s.text() : s.text()},
+                         {"logprobs", lp},
+                         {"finish_reason", s.finish_reason()}});
+    }
+  }
+  json body = {{"id", response_id_},
+               {"object", request_.kind == ApiKind::Chat ? "chat.completion" : "text_completion"},
+               {"created", created_},
+               {"model", env_.model_name},
+               {"choices", choices},
+               {"usage", usage_json(static_cast<int>(prompt_.size()), completion, reasoning)}};
+  return safe_dump(body);
+}
+
+void GenerationJob::send_error_response(const std::string& message) {
+  int status = status_for_engine_error(message);
+  ApiError e = status == 400 ? ApiError::bad_request(message, "", "context_length_exceeded")
+                             : ApiError::overloaded(message);
+  env_.metrics->count_request(request_.kind == ApiKind::Chat ? "/v1/chat/completions"
+                                                             : "/v1/completions",
+                              status);
+  exchange_->respond(status, "application/json", e.to_json());
+  responded_ = true;
+  for (auto& c : choices_) {
+    if (!c.engine_done) cancel_choice(c);
+    if (!c.state->finished()) c.state->on_closed("error");
+  }
+}
+
+bool GenerationJob::all_finished() const {
+  for (const auto& c : choices_) {
+    if (!c.state->finished()) return false;
+  }
+  return true;
+}
+
+void GenerationJob::cancel_choice(Choice& c) {
+  if (c.cancelled || c.engine_done) return;
+  c.cancelled = true;
+  env_.engine->cancel(c.id);
+}
+
+void GenerationJob::on_disconnect() {
+  if (responded_ || disconnected_) return;
+  disconnected_ = true;
+  env_.metrics->add_abandoned();
+  for (auto& c : choices_) cancel_choice(c);
+}
+
+void GenerationJob::finish() {
+  if (released_) return;
+  if (!responded_ && !disconnected_) {
+    if (request_.stream) {
+      std::string out;
+      if (request_.include_usage) append_usage_chunk(out);
+      out += "data: [DONE]\n\n";
+      exchange_->write(std::move(out));
+      exchange_->end_stream();
+    } else {
+      // Every choice failed in the engine: an error instead of empty choices.
+      bool all_error = true;
+      std::string message;
+      for (const auto& c : choices_) {
+        if (c.state->finish_reason() != "error" || c.state->n_generated() > 0) all_error = false;
+      }
+      if (all_error) {
+        exchange_->respond(500, "application/json",
+                           ApiError::internal("generation failed").to_json());
+      } else {
+        exchange_->respond(200, "application/json", full_response());
+      }
+    }
+    env_.metrics->count_request(request_.kind == ApiKind::Chat ? "/v1/chat/completions"
+                                                               : "/v1/completions",
+                                200);
+    responded_ = true;
+  }
+  env_.metrics->observe_e2e(std::chrono::duration<double>(Clock::now() - arrival_).count());
+  if (request_.stream) env_.metrics->stream_closed();
+  released_ = true;
+  for (auto& c : choices_) c.stream->events.set_notify(nullptr);
+  exchange_->post([job = std::move(self_)] {});  // drop the self-reference outside our frame
+}
+
+}  // namespace deltaserve

@@ -1,0 +1,91 @@
+// GenerationJob: one accepted /v1/chat/completions or /v1/completions request in flight.
+//
+// It submits n sequences to the engine and installs a notification hook on each RequestStream's
+// channel. A hook only posts "drain" to the connection's strand (coalesced by a flag), so the
+// engine thread never formats or writes anything. drain() pops every queued TokenEvent, runs each
+// choice's ChoiceState, and writes the SSE chunks (streaming) or, once every choice is finished,
+// the whole JSON response. A client that disconnects cancels every unfinished sequence; the job
+// stays alive (owning itself) until the engine has finished them, writing nothing.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine_service.h"
+#include "server/choice_state.h"
+#include "server/http_server.h"
+#include "server/openai_request.h"
+#include "server/server_metrics.h"
+
+namespace deltaserve {
+
+struct JobEnv {
+  EngineService* engine = nullptr;
+  const Tokenizer* tokenizer = nullptr;
+  ServerMetrics* metrics = nullptr;
+  std::atomic<int>* active_jobs = nullptr;  // incremented while a job lives
+  std::string model_name;
+};
+
+class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  GenerationJob(JobEnv env, OpenAiRequest request, std::vector<TokenId> prompt,
+                ChoiceOptions options, std::shared_ptr<HttpExchange> exchange,
+                Clock::time_point arrival);
+  ~GenerationJob();
+
+  // Call on the exchange's strand (the HTTP handler). Submits the sequences.
+  void start();
+
+ private:
+  struct Choice {
+    RequestId id = 0;
+    std::shared_ptr<RequestStream> stream;
+    std::unique_ptr<ChoiceState> state;
+    bool engine_done = false;  // the engine's final event (or close) arrived
+    bool cancelled = false;
+    bool role_sent = false;
+    Clock::time_point last_token_time;
+    bool got_token = false;
+  };
+
+  void schedule_drain();
+  void drain();
+  void process(std::size_t i, const TokenEvent& event, std::string& out);
+  void handle_delta(std::size_t i, const ChoiceDelta& delta, std::string& out);
+  void on_disconnect();
+  void cancel_choice(Choice& c);
+  void finish();
+  bool all_finished() const;
+  void send_error_response(const std::string& message);
+
+  void append_chat_chunk(std::size_t i, const ChoiceDelta& d, std::string& out);
+  void append_completion_chunk(std::size_t i, const ChoiceDelta& d, std::string& out);
+  void append_usage_chunk(std::string& out);
+  nlohmann::ordered_json current_usage() const;  // usage over all choices so far
+  std::string full_response() const;
+
+  JobEnv env_;
+  OpenAiRequest request_;
+  std::vector<TokenId> prompt_;
+  ChoiceOptions options_;
+  std::shared_ptr<HttpExchange> exchange_;
+  Clock::time_point arrival_;
+  std::string response_id_;
+  int64_t created_ = 0;
+
+  std::vector<Choice> choices_;
+  std::shared_ptr<GenerationJob> self_;  // keeps the job alive until every sequence has ended
+  std::atomic<bool> drain_scheduled_{false};
+  bool head_sent_ = false;
+  bool responded_ = false;     // the HTTP response is complete (or abandoned)
+  bool disconnected_ = false;
+  bool released_ = false;
+};
+
+}  // namespace deltaserve

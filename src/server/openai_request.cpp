@@ -1,0 +1,444 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include "server/json_util.h"
+
+namespace deltaserve {
+
+using json = nlohmann::ordered_json;
+
+// --- generation_config.json ---
+
+SamplingDefaults SamplingDefaults::from_json(const json& j) {
+  SamplingDefaults d;
+  if (!j.is_object()) return d;
+  auto num = [&](const char* key) -> std::optional<double> {
+    if (j.contains(key) && j[key].is_number()) return j[key].get<double>();
+    return std::nullopt;
+  };
+  if (auto v = num("temperature")) d.temperature = static_cast<float>(*v);
+  if (auto v = num("top_p")) d.top_p = static_cast<float>(*v);
+  if (auto v = num("top_k")) d.top_k = static_cast<int>(*v);
+  if (auto v = num("min_p")) d.min_p = static_cast<float>(*v);
+  if (auto v = num("repetition_penalty")) d.repetition_penalty = static_cast<float>(*v);
+  if (j.contains("eos_token_id")) {
+    const json& e = j["eos_token_id"];
+    if (e.is_number_integer()) d.eos_token_ids.push_back(e.get<TokenId>());
+    if (e.is_array()) {
+      for (const auto& x : e) {
+        if (x.is_number_integer()) d.eos_token_ids.push_back(x.get<TokenId>());
+      }
+    }
+  }
+  return d;
+}
+
+SamplingDefaults SamplingDefaults::load(const std::string& model_dir) {
+  std::ifstream in(model_dir + "/generation_config.json");
+  if (!in) return {};
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded()) return {};
+  return from_json(j);
+}
+
+namespace {
+
+// Small typed getters. Each returns an ApiError naming `key` on a wrong type or range.
+struct Fields {
+  const json& body;
+  std::optional<ApiError> err;
+
+  bool has(const char* key) const { return body.contains(key) && !body[key].is_null(); }
+
+  std::optional<double> number(const char* key, double lo, double hi) {
+    if (err || !has(key)) return std::nullopt;
+    const json& v = body[key];
+    if (!v.is_number()) {
+      err = ApiError::bad_request(std::string("'") + key + "' must be a number", key);
+      return std::nullopt;
+    }
+    double d = v.get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi) {
+      err = ApiError::bad_request(std::string("'") + key + "' must be a finite number in [" +
+                                      fmt(lo) + ", " + fmt(hi) + "], got " + v.dump(),
+                                  key);
+      return std::nullopt;
+    }
+    return d;
+  }
+  std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) {
+    if (err || !has(key)) return std::nullopt;
+    const json& v = body[key];
+    bool whole_float = v.is_number_float() && std::isfinite(v.get<double>()) &&
+                       std::floor(v.get<double>()) == v.get<double>() &&
+                       std::fabs(v.get<double>()) < 9e18;
+    if (!v.is_number_integer() && !whole_float) {
+      err = ApiError::bad_request(std::string("'") + key + "' must be an integer", key);
+      return std::nullopt;
+    }
+    int64_t i = v.is_number_unsigned()
+                    ? static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX))
+                : v.is_number_integer() ? v.get<int64_t>()
+                                        : static_cast<int64_t>(v.get<double>());
+    if (i < lo || i > hi) {
+      err = ApiError::bad_request(std::string("'") + key + "' must be in [" + std::to_string(lo) +
+                                      ", " + std::to_string(hi) + "], got " + v.dump(),
+                                  key);
+      return std::nullopt;
+    }
+    return i;
+  }
+  std::optional<bool> boolean(const char* key) {
+    if (err || !has(key)) return std::nullopt;
+    if (!body[key].is_boolean()) {
+      err = ApiError::bad_request(std::string("'") + key + "' must be a boolean", key);
+      return std::nullopt;
+    }
+    return body[key].get<bool>();
+  }
+  std::optional<std::string> string(const char* key) {
+    if (err || !has(key)) return std::nullopt;
+    if (!body[key].is_string()) {
+      err = ApiError::bad_request(std::string("'") + key + "' must be a string", key);
+      return std::nullopt;
+    }
+    return body[key].get<std::string>();
+  }
+  static std::string fmt(double d) {
+    if (d == std::numeric_limits<double>::max()) return "inf";
+    if (d == -std::numeric_limits<double>::max()) return "-inf";
+    std::string s = json(d).dump();
+    return s;
+  }
+};
+
+constexpr double kInf = std::numeric_limits<double>::max();
+
+// Fields shared by chat and completions: sampling, n, stream, stop, max_tokens.
+std::optional<ApiError> parse_common(const json& body, const SamplingDefaults& defaults,
+                                     OpenAiRequest& out) {
+  Fields f{body, std::nullopt};
+  if (auto m = f.string("model")) out.model = *m;
+  SamplingParams& s = out.sampling;
+  s.temperature = defaults.temperature.value_or(1.0f);
+  s.top_p = defaults.top_p.value_or(1.0f);
+  s.top_k = defaults.top_k.value_or(-1);
+  s.min_p = defaults.min_p.value_or(0.0f);
+  s.repetition_penalty = defaults.repetition_penalty.value_or(1.0f);
+
+  if (auto v = f.number("temperature", 0.0, kInf)) s.temperature = static_cast<float>(*v);
+  if (auto v = f.number("top_p", 0.0, 1.0)) {
+    if (*v <= 0.0) return ApiError::bad_request("'top_p' must be in (0, 1], got 0", "top_p");
+    s.top_p = static_cast<float>(*v);
+  }
+  if (auto v = f.integer("top_k", -1, INT32_MAX)) s.top_k = static_cast<int>(*v);
+  if (auto v = f.number("min_p", 0.0, 1.0)) s.min_p = static_cast<float>(*v);
+  if (auto v = f.number("presence_penalty", -2.0, 2.0)) s.presence_penalty = static_cast<float>(*v);
+  if (auto v = f.number("frequency_penalty", -2.0, 2.0)) s.frequency_penalty = static_cast<float>(*v);
+  if (auto v = f.number("repetition_penalty", 0.0, kInf)) {
+    if (*v <= 0.0)
+      return ApiError::bad_request("'repetition_penalty' must be > 0", "repetition_penalty");
+    s.repetition_penalty = static_cast<float>(*v);
+  }
+  if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) s.seed = static_cast<uint64_t>(*v);
+  if (auto v = f.integer("n", 1, kMaxChoices)) out.n = static_cast<int>(*v);
+  if (auto v = f.integer("max_tokens", 1, INT32_MAX)) out.max_tokens = static_cast<int>(*v);
+  if (auto v = f.integer("max_completion_tokens", 1, INT32_MAX)) {
+    out.max_tokens = static_cast<int>(*v);
+  }
+  if (auto v = f.boolean("stream")) out.stream = *v;
+  if (auto v = f.boolean("ignore_eos")) s.ignore_eos = *v;
+  if (auto v = f.boolean("skip_special_tokens")) out.skip_special_tokens = *v;
+  if (f.err) return f.err;
+
+  if (f.has("stream_options")) {
+    const json& so = body["stream_options"];
+    if (!so.is_object())
+      return ApiError::bad_request("'stream_options' must be an object", "stream_options");
+    if (!out.stream)
+      return ApiError::bad_request("'stream_options' is only allowed when 'stream' is true",
+                                   "stream_options");
+    Fields g{so, std::nullopt};
+    if (auto v = g.boolean("include_usage")) out.include_usage = *v;
+    if (auto v = g.boolean("continuous_usage_stats")) out.continuous_usage_stats = *v;
+    if (g.err) {
+      g.err->param = "stream_options." + g.err->param;
+      return g.err;
+    }
+  }
+
+  if (f.has("stop")) {
+    const json& st = body["stop"];
+    if (st.is_string()) {
+      if (!st.get<std::string>().empty()) out.stop.push_back(st.get<std::string>());
+    } else if (st.is_array()) {
+      if (st.size() > 16) return ApiError::bad_request("'stop' has more than 16 strings", "stop");
+      for (const auto& x : st) {
+        if (!x.is_string())
+          return ApiError::bad_request("'stop' must be a string or a list of strings", "stop");
+        if (!x.get<std::string>().empty()) out.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      return ApiError::bad_request("'stop' must be a string or a list of strings", "stop");
+    }
+  }
+  if (f.has("stop_token_ids")) {
+    const json& st = body["stop_token_ids"];
+    if (!st.is_array())
+      return ApiError::bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids");
+    for (const auto& x : st) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+        return ApiError::bad_request("'stop_token_ids' must be a list of token ids",
+                                     "stop_token_ids");
+      s.stop_token_ids.push_back(x.get<TokenId>());
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> flatten_text_parts(const json& content, const std::string& param,
+                                           std::string& out) {
+  for (std::size_t k = 0; k < content.size(); ++k) {
+    const json& part = content[k];
+    std::string p = param + "[" + std::to_string(k) + "]";
+    if (part.is_string()) {
+      out += part.get<std::string>();
+      continue;
+    }
+    if (!part.is_object())
+      return ApiError::bad_request("content parts must be objects", p);
+    std::string type = part.value("type", "text");
+    if (type == "text" || type == "input_text") {
+      if (!part.contains("text") || !part["text"].is_string())
+        return ApiError::bad_request("a text content part needs a string 'text'", p + ".text");
+      out += part["text"].get<std::string>();
+    } else {
+      return ApiError::bad_request("content part type '" + type + "' is not supported by this model",
+                                   p + ".type");
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> normalize_message(const json& m, std::size_t i, json& out) {
+  std::string param = "messages[" + std::to_string(i) + "]";
+  if (!m.is_object()) return ApiError::bad_request(param + " must be an object", param);
+  if (!m.contains("role") || !m["role"].is_string())
+    return ApiError::bad_request(param + ".role is required", param + ".role");
+  std::string role = m["role"].get<std::string>();
+  if (role == "developer") role = "system";
+  if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+    return ApiError::bad_request("unknown role '" + role + "' in " + param +
+                                     " (expected system, developer, user, assistant or tool)",
+                                 param + ".role");
+  }
+  out = json::object();
+  out["role"] = role;
+  // content
+  std::string text;
+  if (!m.contains("content") || m["content"].is_null()) {
+    if (role != "assistant")
+      return ApiError::bad_request(param + ".content is required", param + ".content");
+  } else if (m["content"].is_string()) {
+    text = m["content"].get<std::string>();
+  } else if (m["content"].is_array()) {
+    if (auto e = flatten_text_parts(m["content"], param + ".content", text)) return e;
+  } else {
+    return ApiError::bad_request(param + ".content must be a string or a list of parts",
+                                 param + ".content");
+  }
+  out["content"] = text;
+  if (role == "assistant") {
+    for (const char* key : {"reasoning_content", "reasoning"}) {
+      if (m.contains(key) && m[key].is_string()) {
+        out["reasoning_content"] = m[key];
+        break;
+      }
+    }
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      const json& calls = m["tool_calls"];
+      if (!calls.is_array())
+        return ApiError::bad_request(param + ".tool_calls must be a list", param + ".tool_calls");
+      json norm = json::array();
+      for (std::size_t k = 0; k < calls.size(); ++k) {
+        std::string cp = param + ".tool_calls[" + std::to_string(k) + "]";
+        const json& c = calls[k];
+        if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+          return ApiError::bad_request(cp + " needs a 'function' object", cp + ".function");
+        const json& fn = c["function"];
+        if (!fn.contains("name") || !fn["name"].is_string())
+          return ApiError::bad_request(cp + ".function.name is required", cp + ".function.name");
+        json args = json::object();
+        if (fn.contains("arguments")) {
+          if (fn["arguments"].is_string()) {
+            args = json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+            if (args.is_discarded())
+              return ApiError::bad_request(cp + ".function.arguments must be valid JSON",
+                                           cp + ".function.arguments");
+          } else {
+            args = fn["arguments"];
+          }
+          if (!args.is_object())
+            return ApiError::bad_request(cp + ".function.arguments must be a JSON object",
+                                         cp + ".function.arguments");
+        }
+        json nc = c;
+        nc["function"] = {{"name", fn["name"]}, {"arguments", args}};
+        norm.push_back(nc);
+      }
+      out["tool_calls"] = norm;
+    }
+  }
+  if (role == "tool") {
+    if (m.contains("tool_call_id")) out["tool_call_id"] = m["tool_call_id"];
+    if (m.contains("name")) out["name"] = m["name"];
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_tools(const json& body, OpenAiRequest& out) {
+  out.tools = nullptr;
+  if (!body.contains("tools") || body["tools"].is_null()) return std::nullopt;
+  const json& tools = body["tools"];
+  if (!tools.is_array()) return ApiError::bad_request("'tools' must be a list", "tools");
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    std::string p = "tools[" + std::to_string(i) + "]";
+    const json& t = tools[i];
+    if (!t.is_object() || t.value("type", "function") != "function" || !t.contains("function") ||
+        !t["function"].is_object())
+      return ApiError::bad_request(p + " must be {\"type\": \"function\", \"function\": {...}}", p);
+    const json& fn = t["function"];
+    if (!fn.contains("name") || !fn["name"].is_string() || fn["name"].get<std::string>().empty())
+      return ApiError::bad_request(p + ".function.name is required", p + ".function.name");
+    if (fn.contains("parameters") && !fn["parameters"].is_null() && !fn["parameters"].is_object())
+      return ApiError::bad_request(p + ".function.parameters must be an object",
+                                   p + ".function.parameters");
+  }
+  json selected = tools;
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+    const json& tc = body["tool_choice"];
+    if (tc.is_string()) {
+      std::string c = tc.get<std::string>();
+      if (c == "none") return std::nullopt;  // tools not rendered, no parsing
+      if (c != "auto" && c != "required")
+        return ApiError::bad_request("'tool_choice' must be none, auto, required or a function",
+                                     "tool_choice");
+    } else if (tc.is_object() && tc.contains("function") && tc["function"].is_object() &&
+               tc["function"].contains("name") && tc["function"]["name"].is_string()) {
+      std::string name = tc["function"]["name"];
+      selected = json::array();
+      for (const auto& t : tools) {
+        if (t["function"]["name"] == name) selected.push_back(t);
+      }
+      if (selected.empty())
+        return ApiError::bad_request("tool_choice names unknown function '" + name + "'",
+                                     "tool_choice");
+    } else {
+      return ApiError::bad_request("'tool_choice' must be none, auto, required or a function",
+                                   "tool_choice");
+    }
+  }
+  if (!selected.empty()) out.tools = selected;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefaults& defaults,
+                                           OpenAiRequest& out) {
+  out = OpenAiRequest{};
+  out.kind = ApiKind::Chat;
+  if (!body.is_object()) return ApiError::bad_request("the request body must be a JSON object");
+  if (auto e = parse_common(body, defaults, out)) return e;
+  if (!body.contains("messages"))
+    return ApiError::bad_request("'messages' is required", "messages", "missing_required_field");
+  const json& msgs = body["messages"];
+  if (!msgs.is_array() || msgs.empty())
+    return ApiError::bad_request("'messages' must be a non-empty list", "messages");
+  out.messages = json::array();
+  for (std::size_t i = 0; i < msgs.size(); ++i) {
+    json m;
+    if (auto e = normalize_message(msgs[i], i, m)) return e;
+    out.messages.push_back(std::move(m));
+  }
+  if (auto e = parse_tools(body, out)) return e;
+
+  Fields f{body, std::nullopt};
+  if (auto v = f.boolean("logprobs")) out.logprobs = *v;
+  if (auto v = f.integer("top_logprobs", 0, kMaxTopLogprobs)) {
+    if (!out.logprobs && *v > 0)
+      return ApiError::bad_request("'top_logprobs' requires 'logprobs': true", "top_logprobs");
+    out.top_logprobs = static_cast<int>(*v);
+  }
+  if (auto v = f.boolean("separate_reasoning")) out.separate_reasoning = *v;
+  if (f.err) return f.err;
+  if (out.logprobs) out.sampling.top_logprobs = out.top_logprobs;
+
+  out.template_kwargs = json::object();
+  if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
+    if (!body["chat_template_kwargs"].is_object())
+      return ApiError::bad_request("'chat_template_kwargs' must be an object",
+                                   "chat_template_kwargs");
+    out.template_kwargs = body["chat_template_kwargs"];
+  }
+  // reasoning_effort "none" turns thinking off unless the kwargs say otherwise.
+  std::string effort;
+  if (body.contains("reasoning_effort") && body["reasoning_effort"].is_string()) {
+    effort = body["reasoning_effort"];
+  } else if (body.contains("reasoning") && body["reasoning"].is_object() &&
+             body["reasoning"].contains("effort") && body["reasoning"]["effort"].is_string()) {
+    effort = body["reasoning"]["effort"];
+  }
+  if (!effort.empty() && !out.template_kwargs.contains("enable_thinking")) {
+    out.template_kwargs["enable_thinking"] = effort != "none";
+  }
+  const json& et = out.template_kwargs.contains("enable_thinking")
+                       ? out.template_kwargs["enable_thinking"]
+                       : json();
+  out.enable_thinking = !(et.is_boolean() && !et.get<bool>());
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_completion_request(const json& body,
+                                                 const SamplingDefaults& defaults,
+                                                 OpenAiRequest& out) {
+  out = OpenAiRequest{};
+  out.kind = ApiKind::Completion;
+  if (!body.is_object()) return ApiError::bad_request("the request body must be a JSON object");
+  if (auto e = parse_common(body, defaults, out)) return e;
+  if (!body.contains("prompt") || body["prompt"].is_null())
+    return ApiError::bad_request("'prompt' is required", "prompt", "missing_required_field");
+  const json* p = &body["prompt"];
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
+    p = &(*p)[0];
+  }
+  if (p->is_string()) {
+    out.prompt_text = p->get<std::string>();
+  } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
+    out.prompt_is_ids = true;
+    for (const auto& x : *p) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+        return ApiError::bad_request("'prompt' token ids must be non-negative integers", "prompt");
+      out.prompt_ids.push_back(x.get<TokenId>());
+    }
+  } else if (p->is_array() && p->size() > 1) {
+    return ApiError::bad_request("batched prompts (a list of several prompts) are not supported",
+                                 "prompt");
+  } else {
+    return ApiError::bad_request("'prompt' must be a string or a list of token ids", "prompt");
+  }
+  Fields f{body, std::nullopt};
+  if (auto v = f.integer("logprobs", 0, kMaxTopLogprobs)) {
+    out.logprobs = true;
+    out.top_logprobs = static_cast<int>(*v);
+  }
+  if (auto v = f.boolean("echo")) out.echo = *v;
+  if (f.err) return f.err;
+  if (out.logprobs) out.sampling.top_logprobs = out.top_logprobs;
+  return std::nullopt;
+}
+
+}  // namespace deltaserve

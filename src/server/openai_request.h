@@ -1,0 +1,75 @@
+// OpenAI request bodies → native, validated requests. Every error is an ApiError (400) naming the
+// offending field in `param`. JSON stays in server/: the engine later gets SamplingParams.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampling_params.h"
+#include "server/api_error.h"
+#include "tokenizer/token_id.h"
+
+namespace deltaserve {
+
+// Sampling defaults from the model's generation_config.json (a request value wins over these,
+// and these win over the OpenAI defaults), as SGLang applies them.
+struct SamplingDefaults {
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int> top_k;
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
+  std::vector<TokenId> eos_token_ids;
+
+  // Reads model_dir/generation_config.json; a missing file gives empty defaults.
+  static SamplingDefaults load(const std::string& model_dir);
+  static SamplingDefaults from_json(const nlohmann::ordered_json& j);
+};
+
+enum class ApiKind { Chat, Completion };
+
+struct OpenAiRequest {
+  ApiKind kind = ApiKind::Chat;
+  std::string model;
+
+  // Chat: messages normalized for the chat template (developer→system, string tool arguments
+  // parsed to objects, text parts flattened, `reasoning` → `reasoning_content`).
+  nlohmann::ordered_json messages;
+  nlohmann::ordered_json tools;            // the tools rendered and parsed; null when none / tool_choice none
+  nlohmann::ordered_json template_kwargs;  // chat_template_kwargs (object, maybe empty)
+  bool enable_thinking = true;     // chat_template_kwargs.enable_thinking, reasoning_effort "none"
+  bool separate_reasoning = true;
+
+  // Completion: either text or ids.
+  std::string prompt_text;
+  std::vector<TokenId> prompt_ids;
+  bool prompt_is_ids = false;
+  bool echo = false;
+
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;
+  bool continuous_usage_stats = false;
+  std::vector<std::string> stop;
+  bool logprobs = false;
+  int top_logprobs = 0;
+  bool skip_special_tokens = true;
+  std::optional<int> max_tokens;   // absent: up to the context length
+  SamplingParams sampling;         // max_tokens filled in later, once the prompt length is known
+};
+
+// Parse and validate. `body` must already be parsed JSON (the caller rejects bad/too-deep JSON).
+std::optional<ApiError> parse_chat_request(const nlohmann::ordered_json& body,
+                                           const SamplingDefaults& defaults, OpenAiRequest& out);
+std::optional<ApiError> parse_completion_request(const nlohmann::ordered_json& body,
+                                                 const SamplingDefaults& defaults,
+                                                 OpenAiRequest& out);
+
+constexpr int kMaxChoices = 64;
+constexpr int kMaxTopLogprobs = 20;
+
+}  // namespace deltaserve

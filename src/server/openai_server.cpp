@@ -1,0 +1,255 @@
+#include "server/openai_server.h"
+
+#include "server/generation_job.h"
+#include "server/json_util.h"
+#include "util/log.h"
+
+namespace deltaserve {
+
+using json = nlohmann::ordered_json;
+
+OpenAiServer::OpenAiServer(ServerConfig config, EngineService& engine, Tokenizer tokenizer,
+                           ChatRenderFn render_chat, SamplingDefaults defaults)
+    : config_(std::move(config)),
+      engine_(engine),
+      tokenizer_(std::move(tokenizer)),
+      render_chat_(std::move(render_chat)),
+      defaults_(std::move(defaults)) {
+  created_ = std::chrono::duration_cast<std::chrono::seconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+  think_end_id_ = tokenizer_.token_id("</think>");
+  if (auto eos = tokenizer_.eos_token_id()) {
+    bool have = false;
+    for (TokenId id : defaults_.eos_token_ids) have = have || id == *eos;
+    if (!have) defaults_.eos_token_ids.push_back(*eos);
+  }
+}
+
+OpenAiServer::~OpenAiServer() { stop(); }
+
+Status OpenAiServer::start() {
+  auto kind = tool_parser_kind_from_name(config_.tool_call_parser);
+  if (!kind) return kind.status();
+  tool_parser_ = *kind;
+  if (!config_.reasoning_parser.empty()) {
+    if (config_.reasoning_parser != "qwen3" && config_.reasoning_parser != "qwen3-thinking" &&
+        config_.reasoning_parser != "deepseek-r1") {
+      return error("unknown --reasoning-parser '", config_.reasoning_parser,
+                   "' (supported: qwen3)");
+    }
+    reasoning_parser_ = true;
+  }
+  HttpServerConfig hc;
+  hc.host = config_.host;
+  hc.port = config_.port;
+  hc.n_threads = config_.n_http_threads;
+  hc.max_body_bytes = config_.max_request_bytes;
+  hc.error_body = [](int status, const std::string& message) {
+    ApiError e = status == 413 ? ApiError::too_large(message) : ApiError::bad_request(message);
+    e.status = status;
+    return e.to_json();
+  };
+  http_ = std::make_unique<HttpServer>(hc, [this](HttpRequest&& req,
+                                                  std::shared_ptr<HttpExchange> exchange) {
+    handle(std::move(req), std::move(exchange));
+  });
+  return http_->start();
+}
+
+int OpenAiServer::port() const { return http_ ? http_->port() : 0; }
+
+void OpenAiServer::stop() {
+  if (http_) http_->stop();
+}
+
+void OpenAiServer::wait() {
+  if (http_) http_->wait();
+}
+
+bool OpenAiServer::authorized(const HttpRequest& request) const {
+  if (config_.api_key.empty()) return true;
+  std::string auth = request.header("authorization");
+  const std::string prefix = "Bearer ";
+  if (auth.size() <= prefix.size() || auth.compare(0, prefix.size(), prefix) != 0) return false;
+  std::string token = auth.substr(prefix.size());
+  // Constant-time compare.
+  if (token.size() != config_.api_key.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < token.size(); ++i) {
+    diff |= static_cast<unsigned char>(token[i] ^ config_.api_key[i]);
+  }
+  return diff == 0;
+}
+
+void OpenAiServer::send_error(HttpExchange& exchange, const std::string& route,
+                              const ApiError& error) {
+  metrics_.count_request(route, error.status);
+  HttpHeaders headers;
+  if (error.status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
+  exchange.respond(error.status, "application/json", error.to_json(), std::move(headers));
+}
+
+void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> exchange) {
+  const std::string& path = req.path;
+  bool get = req.method == "GET" || req.method == "HEAD";
+  bool post = req.method == "POST";
+  if (path == "/health" || path == "/v1/health") {
+    if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
+    metrics_.count_request("/health", 200);
+    return exchange->respond(200, "application/json", "{}");
+  }
+  if (path == "/metrics") {
+    if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
+    metrics_.count_request("/metrics", 200);
+    return exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8",
+                             metrics_.render(engine_.stats()));
+  }
+  bool known = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||
+               path.rfind("/v1/models/", 0) == 0;
+  if (!known) {
+    return send_error(*exchange, "other",
+                      ApiError::not_found("no route for " + req.method + " " + path));
+  }
+  if (!authorized(req)) {
+    return send_error(*exchange, path,
+                      ApiError::unauthorized("missing or invalid API key: send "
+                                             "'Authorization: Bearer <key>'"));
+  }
+  if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
+    if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
+    json model = {{"id", config_.served_model_name},
+                  {"object", "model"},
+                  {"created", created_},
+                  {"owned_by", "deltaserve"},
+                  {"root", config_.served_model_name},
+                  {"max_model_len", engine_.context_length()}};
+    if (path != "/v1/models") {
+      std::string id = path.substr(std::string("/v1/models/").size());
+      if (id != config_.served_model_name)
+        return send_error(*exchange, "/v1/models", ApiError::not_found("model '" + id + "' not found"));
+      metrics_.count_request("/v1/models", 200);
+      return exchange->respond(200, "application/json", safe_dump(model));
+    }
+    metrics_.count_request("/v1/models", 200);
+    return exchange->respond(200, "application/json",
+                             safe_dump(json{{"object", "list"}, {"data", json::array({model})}}));
+  }
+  if (!post) {
+    return send_error(*exchange, path,
+                      {405, "use POST for " + path, "invalid_request_error", "", ""});
+  }
+  handle_generate(path == "/v1/chat/completions" ? ApiKind::Chat : ApiKind::Completion, req,
+                  std::move(exchange));
+}
+
+void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
+                                   std::shared_ptr<HttpExchange> exchange) {
+  auto arrival = GenerationJob::Clock::now();
+  const std::string route = kind == ApiKind::Chat ? "/v1/chat/completions" : "/v1/completions";
+  if (req.body.size() > config_.max_request_bytes) {
+    return send_error(*exchange, route, ApiError::too_large("request body too large"));
+  }
+  if (json_nesting_depth(req.body, config_.max_json_depth) > config_.max_json_depth) {
+    return send_error(*exchange, route,
+                      ApiError::bad_request("JSON nesting deeper than " +
+                                                std::to_string(config_.max_json_depth) + " levels",
+                                            "", "invalid_json"));
+  }
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) {
+    // Say why: re-parse with exceptions for the message (rare path).
+    std::string why = "malformed JSON";
+    try {
+      (void)json::parse(req.body);
+    } catch (const json::exception& e) {
+      why = std::string("malformed JSON: ") + e.what();
+    }
+    return send_error(*exchange, route, ApiError::bad_request(why, "", "invalid_json"));
+  }
+  OpenAiRequest request;
+  std::optional<ApiError> err = kind == ApiKind::Chat
+                                    ? parse_chat_request(body, defaults_, request)
+                                    : parse_completion_request(body, defaults_, request);
+  if (err) return send_error(*exchange, route, *err);
+
+  // Prompt → token ids.
+  std::vector<TokenId> prompt;
+  const char* prompt_param = kind == ApiKind::Chat ? "messages" : "prompt";
+  if (kind == ApiKind::Chat) {
+    if (!render_chat_) return send_error(*exchange, route, ApiError::internal("no chat template"));
+    // Tools are rendered whenever the request has them (tool_choice "none" already dropped them).
+    Result<std::string> text =
+        render_chat_(request.messages, request.tools, request.template_kwargs);
+    if (!text) {
+      return send_error(*exchange, route,
+                        ApiError::bad_request("chat template: " + text.status().message(),
+                                              "messages"));
+    }
+    prompt = tokenizer_.encode(*text, true);
+  } else if (request.prompt_is_ids) {
+    prompt = request.prompt_ids;
+    int vocab = tokenizer_.vocab_size();
+    for (TokenId id : prompt) {
+      if (id >= vocab)
+        return send_error(*exchange, route,
+                          ApiError::bad_request("token id " + std::to_string(id) +
+                                                    " is outside the vocabulary",
+                                                "prompt"));
+    }
+    if (request.echo) request.prompt_text = tokenizer_.decode(prompt, false);
+  } else {
+    prompt = tokenizer_.encode(request.prompt_text, true);
+  }
+  if (prompt.empty()) {
+    return send_error(*exchange, route, ApiError::bad_request("the prompt is empty", prompt_param));
+  }
+  int64_t context = engine_.context_length();
+  int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  if (context > 0 && n_prompt >= context) {
+    return send_error(*exchange, route,
+                      ApiError::bad_request("the prompt has " + std::to_string(n_prompt) +
+                                                " tokens but the context length is " +
+                                                std::to_string(context) + " tokens",
+                                            prompt_param, "context_length_exceeded"));
+  }
+  if (request.max_tokens) {
+    if (context > 0 && n_prompt + *request.max_tokens > context) {
+      return send_error(
+          *exchange, route,
+          ApiError::bad_request("max_tokens is " + std::to_string(*request.max_tokens) +
+                                    " but the prompt has " + std::to_string(n_prompt) +
+                                    " tokens and the context length is " + std::to_string(context) +
+                                    " (at most " + std::to_string(context - n_prompt) +
+                                    " new tokens)",
+                                "max_tokens", "context_length_exceeded"));
+    }
+    request.sampling.max_tokens = *request.max_tokens;
+  } else {
+    request.sampling.max_tokens =
+        context > 0 ? static_cast<int>(std::min<int64_t>(context - n_prompt, INT32_MAX)) : 16;
+  }
+
+  ChoiceOptions options;
+  options.chat = kind == ApiKind::Chat;
+  options.stop = request.stop;
+  options.reasoning = options.chat && reasoning_parser_ && request.separate_reasoning;
+  options.start_in_reasoning = request.enable_thinking;
+  options.count_reasoning_tokens = options.chat && reasoning_parser_ && request.enable_thinking;
+  options.think_end_id = think_end_id_;
+  options.tool_parser = options.chat ? tool_parser_ : ToolParserKind::None;
+  options.tools = request.tools;
+  bool parsers = options.reasoning ||
+                 (options.tool_parser != ToolParserKind::None && !request.tools.is_null());
+  // The parsers need <think>/<tool_call> in the text, and some tokenizers mark them special.
+  options.skip_special = request.skip_special_tokens && !parsers;
+  for (TokenId id : defaults_.eos_token_ids) options.hidden_ids.insert(id);
+  for (TokenId id : request.sampling.stop_token_ids) options.hidden_ids.insert(id);
+
+  JobEnv env{&engine_, &tokenizer_, &metrics_, &active_jobs_, config_.served_model_name};
+  auto job = std::make_shared<GenerationJob>(std::move(env), std::move(request), std::move(prompt),
+                                             std::move(options), std::move(exchange), arrival);
+  job->start();
+}
+
+}  // namespace deltaserve

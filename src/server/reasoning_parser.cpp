@@ -1,0 +1,100 @@
+#include "server/reasoning_parser.h"
+
+#include <algorithm>
+
+namespace deltaserve {
+
+namespace {
+
+constexpr std::string_view kThinkStart = "<think>";
+constexpr std::string_view kThinkEnd = "</think>";
+constexpr std::string_view kToolCall = "<tool_call>";
+
+bool is_proper_prefix(std::string_view text, std::string_view tag) {
+  return text.size() < tag.size() && tag.substr(0, text.size()) == text;
+}
+
+// Length of the longest suffix of `text` that is a proper prefix of one of the tags.
+std::size_t held_suffix(std::string_view text) {
+  std::size_t best = 0;
+  for (std::string_view tag : {kThinkEnd, kToolCall}) {
+    std::size_t max_len = std::min(text.size(), tag.size() - 1);
+    for (std::size_t len = max_len; len > best; --len) {
+      if (text.substr(text.size() - len) == tag.substr(0, len)) {
+        best = len;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+void ReasoningParser::step(ReasoningDelta& out, bool at_end) {
+  if (state_ == State::Start) {
+    // Skip leading whitespace only for the purpose of finding an opening <think>.
+    std::string_view view = buffer_;
+    if (view.substr(0, kThinkStart.size()) == kThinkStart) {
+      buffer_.erase(0, kThinkStart.size());
+      state_ = State::Reasoning;
+    } else if (!at_end && is_proper_prefix(view, kThinkStart)) {
+      return;  // wait for more
+    } else {
+      state_ = force_ ? State::Reasoning : State::Content;
+    }
+  }
+  if (state_ == State::Content) {
+    out.content += buffer_;
+    buffer_.clear();
+    return;
+  }
+  // In reasoning: find the earliest end marker.
+  std::size_t end_pos = buffer_.find(kThinkEnd);
+  std::size_t tool_pos = buffer_.find(kToolCall);
+  if (end_pos != std::string::npos && (tool_pos == std::string::npos || end_pos < tool_pos)) {
+    out.reasoning += buffer_.substr(0, end_pos);
+    out.content += buffer_.substr(end_pos + kThinkEnd.size());
+    buffer_.clear();
+    state_ = State::Content;
+    return;
+  }
+  if (tool_pos != std::string::npos) {
+    out.reasoning += buffer_.substr(0, tool_pos);
+    out.content += buffer_.substr(tool_pos);
+    buffer_.clear();
+    state_ = State::Content;
+    return;
+  }
+  std::size_t hold = at_end ? 0 : held_suffix(buffer_);
+  out.reasoning += buffer_.substr(0, buffer_.size() - hold);
+  buffer_.erase(0, buffer_.size() - hold);
+}
+
+ReasoningDelta ReasoningParser::push(std::string_view text) {
+  ReasoningDelta out;
+  if (state_ == State::Content) {
+    out.content.assign(text);
+    return out;
+  }
+  buffer_ += text;
+  step(out, false);
+  return out;
+}
+
+ReasoningDelta ReasoningParser::finish() {
+  ReasoningDelta out;
+  step(out, true);
+  return out;
+}
+
+ReasoningDelta ReasoningParser::parse(std::string_view text, bool start_in_reasoning) {
+  ReasoningParser p(start_in_reasoning);
+  ReasoningDelta a = p.push(text);
+  ReasoningDelta b = p.finish();
+  a.reasoning += b.reasoning;
+  a.content += b.content;
+  return a;
+}
+
+}  // namespace deltaserve

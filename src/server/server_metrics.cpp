@@ -1,0 +1,136 @@
+#include "server/server_metrics.h"
+
+#include <cstdio>
+
+namespace deltaserve {
+
+namespace {
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+void add_count(std::vector<std::pair<std::string, uint64_t>>& counts, const std::string& key) {
+  for (auto& [k, v] : counts) {
+    if (k == key) {
+      ++v;
+      return;
+    }
+  }
+  counts.emplace_back(key, 1);
+}
+
+void gauge(std::string& out, const char* name, const char* help, double v) {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " +
+         num(v) + "\n";
+}
+void counter(std::string& out, const char* name, const char* help, double v) {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name +
+         " " + num(v) + "\n";
+}
+
+}  // namespace
+
+void Histogram::observe(double v) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+void Histogram::render(const std::string& name, const std::string& help, std::string& out) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += name + "_bucket{le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  cumulative += counts_.back();
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+  out += name + "_sum " + num(sum_) + "\n";
+  out += name + "_count " + std::to_string(count_) + "\n";
+}
+
+ServerMetrics::ServerMetrics()
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+             10.0, 20.0, 40.0, 80.0}),
+      itl_({0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2,
+            0.3, 0.4, 0.5, 0.75, 1.0, 2.5}),
+      e2e_({0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0}),
+      accept_length_({1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0}) {}
+
+void ServerMetrics::count_request(const std::string& route, int status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  add_count(requests_, "route=\"" + route + "\",code=\"" + std::to_string(status) + "\"");
+}
+
+void ServerMetrics::count_finish(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  add_count(finishes_, "reason=\"" + reason + "\"");
+}
+
+void ServerMetrics::stream_opened() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++open_streams_;
+}
+void ServerMetrics::stream_closed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  --open_streams_;
+}
+
+std::string ServerMetrics::render(const EngineStats& s) const {
+  std::string out;
+  out.reserve(8192);
+  gauge(out, "deltaserve_requests_running", "Sequences being decoded or prefilled.",
+        s.requests_running);
+  gauge(out, "deltaserve_requests_waiting", "Sequences queued for admission.", s.requests_waiting);
+  gauge(out, "deltaserve_kv_tokens_used", "KV cache token slots held by live requests.",
+        static_cast<double>(s.kv_tokens_used));
+  gauge(out, "deltaserve_kv_tokens_total", "KV cache capacity in tokens.",
+        static_cast<double>(s.kv_tokens_total));
+  gauge(out, "deltaserve_kv_usage_ratio", "Fraction of the KV cache in use.",
+        s.kv_tokens_total > 0 ? static_cast<double>(s.kv_tokens_used) / s.kv_tokens_total : 0.0);
+  gauge(out, "deltaserve_state_slots_used", "Recurrent (GDN) state slots in use.",
+        s.state_slots_used);
+  gauge(out, "deltaserve_state_slots_total", "Recurrent (GDN) state slots.", s.state_slots_total);
+  counter(out, "deltaserve_prompt_tokens_total", "Prompt tokens processed.",
+          static_cast<double>(s.prompt_tokens_total));
+  counter(out, "deltaserve_generation_tokens_total", "Tokens generated.",
+          static_cast<double>(s.generated_tokens_total));
+  counter(out, "deltaserve_spec_draft_tokens_total", "Speculative draft tokens proposed.",
+          static_cast<double>(s.spec_draft_tokens_total));
+  counter(out, "deltaserve_spec_accepted_tokens_total", "Speculative draft tokens accepted.",
+          static_cast<double>(s.spec_accepted_tokens_total));
+  counter(out, "deltaserve_spec_verify_steps_total", "Speculative verification steps.",
+          static_cast<double>(s.spec_verify_steps_total));
+  ttft_.render("deltaserve_time_to_first_token_seconds",
+               "Time from request arrival to its first generated token.", out);
+  itl_.render("deltaserve_inter_token_latency_seconds", "Time between generated tokens.", out);
+  e2e_.render("deltaserve_e2e_request_latency_seconds", "Time from request arrival to its end.",
+              out);
+  accept_length_.render("deltaserve_spec_accept_length",
+                        "Mean tokens accepted per verification step, per request.", out);
+  std::lock_guard<std::mutex> lock(mutex_);
+  out += "# HELP deltaserve_http_requests_total HTTP requests by route and status.\n";
+  out += "# TYPE deltaserve_http_requests_total counter\n";
+  for (const auto& [k, v] : requests_) {
+    out += "deltaserve_http_requests_total{" + k + "} " + std::to_string(v) + "\n";
+  }
+  out += "# HELP deltaserve_request_finish_total Finished choices by finish reason.\n";
+  out += "# TYPE deltaserve_request_finish_total counter\n";
+  for (const auto& [k, v] : finishes_) {
+    out += "deltaserve_request_finish_total{" + k + "} " + std::to_string(v) + "\n";
+  }
+  counter(out, "deltaserve_requests_abandoned_total",
+          "Requests whose client disconnected before the end.", static_cast<double>(n_abandoned_));
+  gauge(out, "deltaserve_http_streams_open", "Responses in progress.",
+        static_cast<double>(open_streams_));
+  return out;
+}
+
+}  // namespace deltaserve

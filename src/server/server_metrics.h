@@ -1,0 +1,55 @@
+// ServerMetrics: Prometheus text exposition for /metrics. Gauges and engine counters come from
+// EngineStats at scrape time; latency histograms and request counters are observed by the server.
+// Thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/engine_service.h"
+
+namespace deltaserve {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
+  void observe(double v);
+  // Appends `# TYPE` and the _bucket/_sum/_count lines.
+  void render(const std::string& name, const std::string& help, std::string& out) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative); last = +Inf
+  double sum_ = 0.0;
+  uint64_t count_ = 0;
+};
+
+class ServerMetrics {
+ public:
+  ServerMetrics();
+  void observe_ttft(double seconds) { ttft_.observe(seconds); }
+  void observe_itl(double seconds) { itl_.observe(seconds); }
+  void observe_e2e(double seconds) { e2e_.observe(seconds); }
+  void observe_accept_length(double tokens) { accept_length_.observe(tokens); }
+  void count_request(const std::string& route, int status);
+  void count_finish(const std::string& reason);
+  void add_abandoned() { std::lock_guard<std::mutex> l(mutex_); ++n_abandoned_; }
+  void stream_opened();
+  void stream_closed();
+
+  std::string render(const EngineStats& stats) const;
+
+ private:
+  Histogram ttft_, itl_, e2e_, accept_length_;
+  mutable std::mutex mutex_;
+  std::vector<std::pair<std::string, uint64_t>> requests_;  // "route\tstatus" → count
+  std::vector<std::pair<std::string, uint64_t>> finishes_;
+  uint64_t n_abandoned_ = 0;
+  int64_t open_streams_ = 0;
+};
+
+}  // namespace deltaserve

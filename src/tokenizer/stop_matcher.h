@@ -1,0 +1,37 @@
+// Stop strings over streamed text. Text is fed in pieces (any split, e.g. per token); the matcher
+// returns what is safe to emit and holds back the longest suffix that could still grow into a stop
+// string. On a match, the text before the stop string is emitted and the stop string (and anything
+// after it) is not.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deltaserve {
+
+class StopMatcher {
+ public:
+  struct Output {
+    std::string text;      // safe to emit now
+    bool stopped = false;  // a stop string matched; further input is ignored
+    int stop_idx = -1;     // which stop string (index into the constructor's list)
+  };
+
+  // Empty stop strings are ignored.
+  explicit StopMatcher(std::vector<std::string> stops);
+
+  Output push(std::string_view text);
+  // End of stream without a match: the held-back text.
+  std::string flush();
+  bool stopped() const { return stopped_; }
+  std::size_t n_held_bytes() const { return held_.size(); }
+
+ private:
+  std::vector<std::string> stops_;
+  std::size_t max_stop_len_ = 0;
+  std::string held_;
+  bool stopped_ = false;
+};
+
+}  // namespace deltaserve

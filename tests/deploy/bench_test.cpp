@@ -1,0 +1,223 @@
+// The bench client against a fake local OpenAI server (chunked SSE), percentiles, SVG, and
+// attaching results to the launch the server reports.
+#include "deploy/bench.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace deltaserve {
+namespace {
+
+// Minimal HTTP server: one thread per connection, Connection: close.
+class FakeServer {
+ public:
+  explicit FakeServer(int64_t launch_id) : launch_id_(launch_id) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = 0;
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 64), 0);
+    socklen_t len = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    accept_thread_ = std::thread([this] { loop(); });
+  }
+  ~FakeServer() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    accept_thread_.join();
+    for (auto& t : conns_) t.join();
+  }
+  int port() const { return port_; }
+  std::atomic<int> completions{0};
+
+ private:
+  void loop() {
+    while (!stop_) {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      conns_.emplace_back([this, c] { handle(c); });
+    }
+  }
+  static void send_all(int c, const std::string& s) {
+    size_t off = 0;
+    while (off < s.size()) {
+      ssize_t n = ::send(c, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      off += static_cast<size_t>(n);
+    }
+  }
+  static std::string chunk(const std::string& s) {
+    char head[32];
+    std::snprintf(head, sizeof head, "%zx\r\n", s.size());
+    return head + s + "\r\n";
+  }
+  void handle(int c) {
+    std::string req;
+    char buf[4096];
+    size_t he;
+    while ((he = req.find("\r\n\r\n")) == std::string::npos) {
+      ssize_t n = ::recv(c, buf, sizeof buf, 0);
+      if (n <= 0) { ::close(c); return; }
+      req.append(buf, static_cast<size_t>(n));
+    }
+    size_t cl = 0;
+    if (auto p = req.find("Content-Length: "); p != std::string::npos) cl = std::stoul(req.substr(p + 16));
+    while (req.size() < he + 4 + cl) {
+      ssize_t n = ::recv(c, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      req.append(buf, static_cast<size_t>(n));
+    }
+    auto reply = [&](const std::string& body) {
+      send_all(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                      std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+    };
+    if (req.rfind("GET /v1/models", 0) == 0) {
+      reply(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})");
+    } else if (req.rfind("GET /v1/server_info", 0) == 0) {
+      reply(R"({"launch_id":)" + std::to_string(launch_id_) +
+            R"(,"internal_states":[{"avg_spec_accept_length":2.75}]})");
+    } else if (req.rfind("POST /v1/completions", 0) == 0) {
+      auto body = nlohmann::json::parse(req.substr(he + 4));
+      const int n = body["max_tokens"].get<int>();
+      ++completions;
+      send_all(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                  "Connection: close\r\n\r\n");
+      for (int i = 0; i < n; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        // Split one event across two HTTP chunks to exercise the SSE reassembly.
+        std::string ev = R"(data: {"choices":[{"index":0,"text":"tok"}]})" "\n\n";
+        send_all(c, chunk(ev.substr(0, 10)) + chunk(ev.substr(10)));
+      }
+      send_all(c, chunk(R"(data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":)" + std::to_string(n) +
+                        "}}\n\n") +
+                      chunk("data: [DONE]\n\n") + "0\r\n\r\n");
+    } else {
+      send_all(c, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    }
+    ::close(c);
+  }
+  int fd_ = -1;
+  int port_ = 0;
+  int64_t launch_id_;
+  std::atomic<bool> stop_{false};
+  std::thread accept_thread_;
+  std::vector<std::thread> conns_;
+};
+
+TEST(Bench, Percentiles) {
+  EXPECT_DOUBLE_EQ(percentile({}, 50), 0);
+  EXPECT_DOUBLE_EQ(percentile({3, 1, 2}, 50), 2);
+  EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4}, 50), 2.5);
+  EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4}, 100), 4);
+}
+
+TEST(Bench, UrlsAreLocalOnly) {
+  EXPECT_TRUE(parse_local_http_url("http://127.0.0.1:30000"));
+  auto v1 = parse_local_http_url("http://localhost:8000/v1");
+  ASSERT_TRUE(v1);
+  EXPECT_EQ(v1->host, "127.0.0.1");
+  EXPECT_EQ(v1->base_path, "");
+  EXPECT_FALSE(parse_local_http_url("https://127.0.0.1:30000"));
+  EXPECT_FALSE(parse_local_http_url("http://example.com:30000"));
+  EXPECT_FALSE(parse_local_http_url("http://127.0.0.1:99999"));
+}
+
+TEST(Bench, AgainstAFakeServerAttachesToItsLaunch) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ds-bench-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto db = LaunchDb::open(dir);
+  ASSERT_TRUE(db) << db.status().message();
+  LaunchRecord r;
+  r.model.path = "fake";
+  auto id = (*db)->insert_launch(r);
+  ASSERT_TRUE(id);
+
+  FakeServer server(*id);
+  BenchOptions opts;
+  auto url = parse_local_http_url("http://127.0.0.1:" + std::to_string(server.port()));
+  ASSERT_TRUE(url);
+  opts.url = *url;
+  opts.concurrency = {1, 4};
+  opts.num_prompts = 8;
+  opts.input_len = 16;
+  opts.output_len = 6;
+  auto rep = run_bench(opts, /*verbose=*/false);
+  ASSERT_TRUE(rep) << rep.status().message();
+  EXPECT_EQ(server.completions.load(), 16);
+  EXPECT_EQ(rep->model, "fake-model");
+  EXPECT_EQ(rep->launch_id, *id);
+  ASSERT_EQ(rep->levels.size(), 2u);
+  for (const auto& L : rep->levels) {
+    EXPECT_EQ(L.n_requests, 8);
+    EXPECT_EQ(L.n_failed, 0) << L.first_error;
+    EXPECT_EQ(L.output_tokens, 8 * 6);
+    EXPECT_EQ(L.input_tokens, 8 * 7);
+    EXPECT_GT(L.output_tokens_per_s, 0);
+    EXPECT_GT(L.ttft_p50, 0);
+    EXPECT_GE(L.itl_p50, 1.0);  // the server sleeps 2 ms between tokens
+    EXPECT_GE(L.e2e_p50, L.ttft_p50);
+    EXPECT_DOUBLE_EQ(L.accept_length, 2.75);
+  }
+  const std::string svg = bench_svg(*rep);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  auto j = nlohmann::json::parse(bench_json(*rep));
+  EXPECT_EQ(j["levels"].size(), 2u);
+  EXPECT_EQ(j["launch_id"], *id);
+  EXPECT_NE(bench_table(*rep).find("out tok/s"), std::string::npos);
+
+  for (const auto& m : bench_measurements(*rep)) ASSERT_TRUE((*db)->add_measurement(m));
+  auto got = (*db)->get(*id);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->n_measurements, 2);
+  EXPECT_GT(got->best_output_tokens_per_s, 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Bench, DatasetsAndErrors) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ds-bench-ds-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "p.jsonl") << "{\"prompt\": \"def f(x):\", \"output_len\": 32}\n\n{\"prompt\": \"hi\"}\n";
+  auto ds = load_bench_dataset((dir / "p.jsonl").string(), 64);
+  ASSERT_TRUE(ds) << ds.status().message();
+  ASSERT_EQ(ds->size(), 2u);
+  EXPECT_EQ((*ds)[0].max_tokens, 32);
+  EXPECT_EQ((*ds)[1].max_tokens, 64);
+  std::ofstream(dir / "sharegpt.json")
+      << R"([{"conversations":[{"from":"human","value":"Hello?"},{"from":"gpt","value":"Hi"}]}])";
+  auto sg = load_bench_dataset((dir / "sharegpt.json").string(), 16);
+  ASSERT_TRUE(sg);
+  EXPECT_EQ((*sg)[0].text, "Hello?");
+  std::ofstream(dir / "bad.jsonl") << "{\"prompt\": 1\nnot json\n";
+  EXPECT_FALSE(load_bench_dataset((dir / "bad.jsonl").string(), 16));
+  EXPECT_FALSE(load_bench_dataset((dir / "missing.jsonl").string(), 16));
+  std::filesystem::remove_all(dir);
+
+  // Nobody listening: a clear error, not a crash.
+  BenchOptions opts;
+  opts.url = *parse_local_http_url("http://127.0.0.1:1");
+  auto rep = run_bench(opts, false);
+  ASSERT_FALSE(rep);
+  EXPECT_NE(rep.status().message().find("cannot connect"), std::string::npos) << rep.status().message();
+}
+
+}  // namespace
+}  // namespace deltaserve

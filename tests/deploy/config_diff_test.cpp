@@ -1,0 +1,197 @@
+// Config sources (unit file, shell script, TOML, launch id) and their diff, on the story's fixtures:
+// the tuned SGLang unit file vs the relaunch typed after a reboot.
+#include "deploy/config_diff.h"
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "deploy/launch_db.h"
+
+namespace deltaserve {
+namespace {
+
+const std::string kFixtures = std::string(DELTASERVE_SOURCE_DIR) + "/tests/deploy/fixtures/";
+
+std::map<std::string, DiffRow> by_key(const std::vector<DiffRow>& rows) {
+  std::map<std::string, DiffRow> m;
+  for (const auto& r : rows) m[r.key] = r;
+  return m;
+}
+
+std::string setting(const ConfigSource& s, const std::string& key) {
+  for (const auto& [k, v] : s.settings)
+    if (k == key) return v;
+  return "(missing)";
+}
+
+class TempDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ds-config-diff-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TEST(ShellWords, QuotesContinuationsVariablesRedirections) {
+  auto w = split_command_words(
+      "CUDA_VISIBLE_DEVICES=0,1 nohup python3 -m sglang.launch_server --model-path \"$MODEL\" \\\n"
+      "  --served-model-name 'qwen 27b' --api-key ${KEY} > /var/log/x.log 2>&1 &",
+      {{"MODEL", "Qwen/Qwen3.6-27B"}, {"KEY", "sk-1"}});
+  ASSERT_TRUE(w) << w.status().message();
+  std::vector<std::string> expected = {"CUDA_VISIBLE_DEVICES=0,1", "nohup", "python3", "-m", "sglang.launch_server",
+                                       "--model-path", "Qwen/Qwen3.6-27B", "--served-model-name", "qwen 27b",
+                                       "--api-key", "sk-1"};
+  EXPECT_EQ(*w, expected);
+  std::vector<std::string> args;
+  KeyValues env;
+  ASSERT_TRUE(find_server_args(*w, &args, &env));
+  EXPECT_EQ(args.front(), "--model-path");
+  ASSERT_EQ(env.size(), 1u);
+  EXPECT_EQ(env[0].first, "env:CUDA_VISIBLE_DEVICES");
+  EXPECT_FALSE(split_command_words("python -m x --a \"unterminated"));
+}
+
+TEST(ConfigSources, LaunchersAreRecognised) {
+  for (const char* cmd : {"python -m sglang.launch_server --model-path /m --tp 2",
+                          "python3 -m sglang.launch_server --model-path /m --tp 2",
+                          "sglang serve --model-path /m --tp-size 2",
+                          "/opt/venv/bin/sglang serve --model-path /m --tensor-parallel-size 2",
+                          "/usr/local/bin/deltaserve serve --model-path /m --tp-size=2"}) {
+    auto s = config_source_from_script(cmd, "cmd");
+    ASSERT_TRUE(s) << cmd << ": " << s.status().message();
+    EXPECT_EQ(s->options.tp_size, 2) << cmd;
+    EXPECT_EQ(s->options.model_path, "/m") << cmd;
+  }
+  EXPECT_FALSE(config_source_from_script("python train.py --lr 3", "cmd"));
+}
+
+TEST(ConfigSources, StoryUnitFile) {
+  auto unit = load_config_source(kFixtures + "sglang-qwen36-27b.service", "/nonexistent");
+  ASSERT_TRUE(unit) << unit.status().message();
+  EXPECT_EQ(unit->kind, "systemd-unit");
+  EXPECT_EQ(unit->options.model_path, "Qwen/Qwen3.6-27B");  // ${MODEL} from Environment=
+  EXPECT_EQ(setting(*unit, "speculative-num-steps"), "3");
+  EXPECT_EQ(setting(*unit, "context-length"), "131072");
+  EXPECT_EQ(setting(*unit, "max-running-requests"), "16");
+  EXPECT_EQ(setting(*unit, "mem-fraction-static"), "0.88");
+  EXPECT_EQ(setting(*unit, "mamba-full-memory-ratio"), "0.5");
+  EXPECT_EQ(setting(*unit, "tp-size"), "2");
+  EXPECT_EQ(setting(*unit, "port"), "30000");
+  EXPECT_TRUE(unit->notes.empty());
+  bool saw_cuda = false;
+  for (const auto& [k, v] : unit->environment) saw_cuda |= (k == "env:CUDA_VISIBLE_DEVICES" && v == "0,1");
+  EXPECT_TRUE(saw_cuda);
+}
+
+TEST(ConfigDiff, UnitFileVsRelaunchListsEverySpeedSetting) {
+  auto a = load_config_source(kFixtures + "sglang-qwen36-27b.service", "/nonexistent");
+  auto b = load_config_source(kFixtures + "relaunch.sh", "/nonexistent");
+  ASSERT_TRUE(a) << a.status().message();
+  ASSERT_TRUE(b) << b.status().message();
+  EXPECT_EQ(b->kind, "command");
+  auto rows = by_key(diff_sources(*a, *b));
+  struct Want { const char* key; const char* a; const char* b; };
+  for (Want w : {Want{"speculative-num-steps", "3", "1"}, Want{"speculative-num-draft-tokens", "4", "2"},
+                 Want{"context-length", "131072", "auto"}, Want{"max-running-requests", "16", "auto"},
+                 Want{"mem-fraction-static", "0.88", "auto"}, Want{"mamba-full-memory-ratio", "0.5", "0.9"}}) {
+    ASSERT_TRUE(rows.count(w.key)) << w.key;
+    EXPECT_EQ(rows[w.key].a, w.a) << w.key;
+    EXPECT_EQ(rows[w.key].b, w.b) << w.key;
+    EXPECT_TRUE(rows[w.key].affects_performance) << w.key;
+    EXPECT_FALSE(rows[w.key].note.empty()) << w.key;
+  }
+  // Same on both sides: not listed.
+  for (const char* same : {"tp-size", "model-path", "port", "host", "speculative-algorithm", "reasoning-parser"})
+    EXPECT_FALSE(rows.count(same)) << same;
+  // Six settings plus the unit's other environment (HF_HOME, HF_HUB_OFFLINE, MODEL); CUDA_VISIBLE_DEVICES
+  // is 0,1 on both sides.
+  int n_perf = 0;
+  for (auto& [k, r] : rows) n_perf += r.affects_performance;
+  EXPECT_EQ(n_perf, 6);
+  EXPECT_EQ(rows.size(), 9u);
+  EXPECT_TRUE(rows.count("env:HF_HOME"));
+  std::string table = render_diff(diff_sources(*a, *b), "A", "B");
+  EXPECT_NE(table.find("* speculative-num-steps"), std::string::npos) << table;
+  auto j = nlohmann::json::parse(diff_json(diff_sources(*a, *b), *a, *b));
+  EXPECT_EQ(j["differences"].size(), 9u);
+}
+
+TEST(ConfigDiff, TomlEqualsTheUnitFile) {
+  auto a = load_config_source(kFixtures + "sglang-qwen36-27b.service", "/nonexistent");
+  auto t = load_config_source(kFixtures + "qwen36-27b.toml", "/nonexistent");
+  ASSERT_TRUE(a) << a.status().message();
+  ASSERT_TRUE(t) << t.status().message();
+  EXPECT_EQ(t->kind, "toml");
+  EXPECT_TRUE(diff_settings(a->settings, t->settings).empty())
+      << render_diff(diff_settings(a->settings, t->settings), "unit", "toml");
+}
+
+TEST_F(TempDir, LaunchIdAsASource) {
+  auto db = LaunchDb::open(dir_);
+  ASSERT_TRUE(db) << db.status().message();
+  auto unit = load_config_source(kFixtures + "sglang-qwen36-27b.service", dir_);
+  ASSERT_TRUE(unit);
+  LaunchRecord r;
+  r.model.path = "Qwen/Qwen3.6-27B";
+  r.config = unit->settings;
+  r.args = explicit_args(unit->options);
+  auto id = (*db)->insert_launch(r);
+  ASSERT_TRUE(id) << id.status().message();
+  auto from_db = load_config_source(std::to_string(*id), dir_);
+  ASSERT_TRUE(from_db) << from_db.status().message();
+  EXPECT_EQ(from_db->label, "launch #" + std::to_string(*id));
+  EXPECT_TRUE(diff_settings(unit->settings, from_db->settings).empty());
+  EXPECT_EQ(from_db->options.speculative_num_steps, 3);
+  auto missing = load_config_source("999", dir_);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.status().message().find("launch #999"), std::string::npos);
+}
+
+TEST_F(TempDir, BadInputsGiveClearErrors) {
+  auto bad = load_config_source(kFixtures + "bad-flag.service", dir_);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("--enable-hyperdrive"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("bad-flag.service"), std::string::npos);
+
+  auto missing = load_config_source((dir_ / "nope.service").string(), dir_);
+  ASSERT_FALSE(missing);
+
+  auto unreadable = dir_ / "locked.service";
+  std::ofstream(unreadable) << "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m\n";
+  std::filesystem::permissions(unreadable, std::filesystem::perms::none);
+  auto r = load_config_source(unreadable.string(), dir_);
+  if (::geteuid() != 0) {  // root reads anything
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.status().message().find("cannot read"), std::string::npos) << r.status().message();
+  }
+
+  auto no_exec = config_source_from_unit("[Unit]\nDescription=x\n[Service]\nType=simple\n", "empty.service");
+  ASSERT_FALSE(no_exec);
+  EXPECT_NE(no_exec.status().message().find("no ExecStart"), std::string::npos);
+
+  auto other = config_source_from_unit("[Service]\nExecStart=/usr/bin/nginx -g daemon\n", "nginx.service");
+  ASSERT_FALSE(other);
+  EXPECT_NE(other.status().message().find("does not run"), std::string::npos);
+
+  // A configuration that parses but would not start is reported, not refused.
+  auto invalid = config_source_from_script(
+      "python -m sglang.launch_server --model-path /m --speculative-algorithm NEXTN --speculative-num-steps 3 "
+      "--speculative-num-draft-tokens 8", "cmd");
+  ASSERT_TRUE(invalid) << invalid.status().message();
+  ASSERT_FALSE(invalid->notes.empty());
+  EXPECT_NE(invalid->notes[0].find("set --speculative-num-draft-tokens 4"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace deltaserve

@@ -1,0 +1,205 @@
+// Launch records: SQLite round trip, measurements, the "a faster configuration is on record"
+// warning, corrupt databases, the recorder API serve uses, and the systemd unit writer.
+#include "deploy/launch_db.h"
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "deploy/config_diff.h"
+#include "deploy/systemd_unit.h"
+
+namespace deltaserve {
+namespace {
+
+const std::string kFixtures = std::string(DELTASERVE_SOURCE_DIR) + "/tests/deploy/fixtures/";
+
+class LaunchDbTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ds-launch-db-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+ServeOptions options_of(const std::string& fixture) {
+  auto src = load_config_source(kFixtures + fixture, "/nonexistent");
+  EXPECT_TRUE(src) << src.status().message();
+  return src->options;
+}
+
+TEST_F(LaunchDbTest, RoundTripAndMeasurements) {
+  auto db = LaunchDb::open(dir_);
+  ASSERT_TRUE(db) << db.status().message();
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "launches.sqlite"));
+  LaunchRecord r;
+  r.hostname = "gpu-box";
+  r.host_summary = "2x NVIDIA RTX A6000 (47.99 GiB)";
+  r.version = "0.1.0";
+  r.model = {"/srv/models/Qwen3.6-27B", "abc", "def"};
+  r.config = {{"model-path", "/srv/models/Qwen3.6-27B"}, {"tp-size", "2"}};
+  r.args = {"--tp-size", "2"};
+  r.derived = {{"plan.kv_tokens", "348976"}};
+  auto id = (*db)->insert_launch(r);
+  ASSERT_TRUE(id) << id.status().message();
+  Measurement m;
+  m.launch_id = *id;
+  m.concurrency = 1;
+  m.output_tokens_per_s = 70.5;
+  ASSERT_TRUE((*db)->add_measurement(m));
+  m.concurrency = 4;
+  m.output_tokens_per_s = 180;
+  ASSERT_TRUE((*db)->add_measurement(m));
+  m.launch_id = 12345;
+  Status bad = (*db)->add_measurement(m);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.message().find("launch #12345"), std::string::npos);
+  ASSERT_TRUE((*db)->set_stopped(*id, "2026-11-30T02:00:00Z", "ok"));
+
+  auto got = (*db)->get(*id);
+  ASSERT_TRUE(got) << got.status().message();
+  EXPECT_EQ(got->model.path, "/srv/models/Qwen3.6-27B");
+  EXPECT_EQ(got->config_value("tp-size"), "2");
+  EXPECT_EQ(got->args, r.args);
+  EXPECT_EQ(got->derived, r.derived);
+  EXPECT_EQ(got->stopped_at, "2026-11-30T02:00:00Z");
+  EXPECT_DOUBLE_EQ(got->best_output_tokens_per_s, 180);
+  EXPECT_EQ(got->best_concurrency, 4);
+  EXPECT_EQ(got->n_measurements, 2);
+  auto ms = (*db)->measurements(*id);
+  ASSERT_TRUE(ms);
+  EXPECT_EQ(ms->size(), 2u);
+  auto filtered = (*db)->list("Qwen3.6");
+  ASSERT_TRUE(filtered);
+  EXPECT_EQ(filtered->size(), 1u);
+  auto none = (*db)->list("Llama");
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->empty());
+}
+
+TEST_F(LaunchDbTest, CorruptDatabaseIsAClearError) {
+  std::filesystem::create_directories(dir_);
+  std::ofstream(dir_ / "launches.sqlite") << "this is not a database, just some bytes that are long enough "
+                                             "to fill a header of one hundred bytes or so..........................";
+  auto db = LaunchDb::open(dir_);
+  ASSERT_FALSE(db);
+  EXPECT_NE(db.status().message().find("unusable"), std::string::npos) << db.status().message();
+  EXPECT_NE(db.status().message().find("move it aside"), std::string::npos);
+  // The recorder turns it into a warning; serve goes on.
+  ServeOptions opts;
+  ASSERT_TRUE(set_serve_option(opts, "state-dir", dir_.string()));
+  LaunchRecorder rec = LaunchRecorder::start(opts, nullptr, {}, "test");
+  EXPECT_EQ(rec.launch_id(), 0);
+  EXPECT_NE(rec.warning().find("launch not recorded"), std::string::npos);
+}
+
+TEST_F(LaunchDbTest, StateDirThatIsAFile) {
+  std::ofstream(dir_.string()) << "x";
+  auto db = LaunchDb::open(dir_ / "sub");
+  EXPECT_FALSE(db);
+  std::filesystem::remove(dir_);
+}
+
+TEST_F(LaunchDbTest, RecorderAndFasterConfigWarning) {
+  // The tuned unit file was launched and measured at 70 tok/s; then the relaunch starts.
+  ServeOptions tuned = options_of("sglang-qwen36-27b.service");
+  ASSERT_TRUE(set_serve_option(tuned, "state-dir", dir_.string()));
+  int64_t tuned_id = 0;
+  {
+    LaunchRecorder rec = LaunchRecorder::start(tuned, nullptr, {{"device", "cuda"}}, "0.1.0");
+    ASSERT_EQ(rec.warning(), "");
+    ASSERT_GT(rec.launch_id(), 0);
+    EXPECT_FALSE(rec.faster_config_warning());  // nothing measured yet
+    tuned_id = rec.launch_id();
+    Measurement m;
+    m.concurrency = 1;
+    m.output_tokens_per_s = 70;
+    rec.record_measurement(m);
+    rec.stop("ok");
+  }
+  ServeOptions relaunch = options_of("relaunch.sh");
+  ASSERT_TRUE(set_serve_option(relaunch, "state-dir", dir_.string()));
+  LaunchRecorder rec = LaunchRecorder::start(relaunch, nullptr, {}, "0.1.0");
+  ASSERT_GT(rec.launch_id(), tuned_id);
+  auto w = rec.faster_config_warning();
+  ASSERT_TRUE(w);
+  EXPECT_NE(w->find("launch #" + std::to_string(tuned_id)), std::string::npos) << *w;
+  EXPECT_NE(w->find("70.0 output tok/s"), std::string::npos) << *w;
+  EXPECT_NE(w->find("never been measured"), std::string::npos) << *w;
+  EXPECT_NE(w->find("speculative-num-steps"), std::string::npos) << *w;
+  EXPECT_NE(w->find("max-running-requests"), std::string::npos) << *w;
+
+  // Once this configuration is measured at 40 tok/s, the warning compares the two figures.
+  Measurement m;
+  m.concurrency = 1;
+  m.output_tokens_per_s = 40;
+  rec.record_measurement(m);
+  rec.stop();
+  LaunchRecorder again = LaunchRecorder::start(relaunch, nullptr, {}, "0.1.0");
+  auto w2 = again.faster_config_warning();
+  ASSERT_TRUE(w2);
+  EXPECT_NE(w2->find("measured at best 40.0"), std::string::npos) << *w2;
+  again.stop();
+
+  // The tuned configuration itself gets no warning (it is the fastest).
+  LaunchRecorder best = LaunchRecorder::start(tuned, nullptr, {}, "0.1.0");
+  EXPECT_FALSE(best.faster_config_warning()) << *best.faster_config_warning();
+
+  auto db = LaunchDb::open(dir_);
+  ASSERT_TRUE(db);
+  auto first = (*db)->get(tuned_id);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->exit_status, "ok");
+  EXPECT_FALSE(first->stopped_at.empty());
+  EXPECT_EQ(first->config_value("speculative-num-steps"), "3");
+  EXPECT_FALSE(first->started_at.empty());
+}
+
+TEST_F(LaunchDbTest, SystemdUnitRoundTripAndVerify) {
+  ServeOptions tuned = options_of("qwen36-27b.toml");
+  UnitFileOptions u;
+  u.executable = "/usr/local/bin/deltaserve";
+  u.user = "llm";
+  u.environment = {"CUDA_VISIBLE_DEVICES=0,1"};
+  std::string text = make_systemd_unit(tuned, u);
+  EXPECT_NE(text.find("ExecStart=/usr/local/bin/deltaserve serve"), std::string::npos) << text;
+  EXPECT_NE(text.find("--speculative-num-steps 3"), std::string::npos) << text;
+  // The unit reads back to the same settings (state-dir pinned, config dropped).
+  auto back = config_source_from_unit(text, "deltaserve.service");
+  ASSERT_TRUE(back) << back.status().message() << "\n" << text;
+  ServeOptions resolved = tuned;
+  resolve_serve_defaults(resolved);
+  auto rows = diff_settings(effective_config(resolved), back->settings);
+  for (const auto& r : rows) EXPECT_TRUE(r.key == "state-dir" || r.key == "config") << r.key;
+  EXPECT_EQ(systemd_quote("a b$%\""), "\"a b$$%%\\\"\"");
+
+  // systemd-analyze verify, when available; ExecStart must name an existing executable.
+  if (std::system("command -v systemd-analyze >/dev/null 2>&1") != 0) GTEST_SKIP() << "systemd-analyze missing";
+  std::filesystem::create_directories(dir_);
+  u.executable = "/bin/true";
+  u.user.clear();
+  const auto unit_path = dir_ / "deltaserve-test.service";
+  std::ofstream(unit_path) << make_systemd_unit(tuned, u);
+  const std::string cmd = "systemd-analyze verify " + unit_path.string() + " > " + (dir_ / "verify.log").string() + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::ifstream log(dir_ / "verify.log");
+  std::string out((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  if (rc != 0 && (out.find("bus") != std::string::npos || out.find("Failed to initialize manager") != std::string::npos ||
+                  out.find("Failed to setup working directory") != std::string::npos))
+    GTEST_SKIP() << "systemd-analyze cannot run here: " << out;
+  EXPECT_EQ(rc, 0) << out;
+  // Whatever the exit code, it must not complain about our unit's syntax.
+  EXPECT_EQ(out.find("Unknown key"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Invalid"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace deltaserve

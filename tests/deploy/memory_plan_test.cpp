@@ -1,0 +1,264 @@
+// Memory plan figures for real configs, checked by hand in the comments.
+#include "engine/memory_plan.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <fstream>
+
+#include "app/serve_options.h"
+#include "deploy/hardware.h"
+#include "deploy/plan_input.h"
+
+namespace deltaserve {
+namespace {
+
+const std::string kSrc = DELTASERVE_SOURCE_DIR;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+ModelConfig load(const std::string& rel) {
+  auto c = load_model_config(kSrc + "/" + rel);
+  EXPECT_TRUE(c) << c.status().message();
+  return *c;
+}
+
+ModelConfig qwen36_27b() { return load("tests/fixtures/qwen3.6-27b-config.json"); }
+
+// Parameters stored in a safetensors file (vision tower excluded), read from its JSON header.
+int64_t safetensors_params(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(n));
+  auto j = nlohmann::json::parse(header);
+  int64_t total = 0;
+  for (auto& [name, t] : j.items()) {
+    if (name == "__metadata__" || name.find("visual") != std::string::npos) continue;
+    int64_t c = 1;
+    for (auto d : t["shape"]) c *= d.get<int64_t>();
+    total += c;
+  }
+  return total;
+}
+
+TEST(MemoryPlan, ParamCountMatchesRealCheckpoints) {
+  // The tiny fixtures are real checkpoints: the count from config.json must equal the tensors.
+  EXPECT_EQ(count_params(load("tests/fixtures/qwen35-tiny")).total(),
+            safetensors_params(kSrc + "/tests/fixtures/qwen35-tiny/model.safetensors"));  // 1,033,128
+  EXPECT_EQ(count_params(load("tests/fixtures/qwen3-tiny")).total(),
+            safetensors_params(kSrc + "/tests/fixtures/qwen3-tiny/model.safetensors"));   // 180,928 (tied)
+}
+
+TEST(MemoryPlan, Qwen36_27bParams) {
+  // H=5120, I=17408, V=248320; attention: 24 heads x 256 (q_proj doubled for the gate), 4 KV heads;
+  // GDN: Hk=16, Hv=48, Dk=Dv=128, conv_dim = 2*2048 + 6144 = 10240, K=4.
+  //   attention layer = 5120*12288 + 2*5120*1024 + 6144*5120 + 2*256          = 104,858,112
+  //   GDN layer = 5120*10240 + 5120*6144 + 2*5120*48 + 10240*4 + 96 + 128 + 6144*5120 = 115,876,064
+  //   MLP = 3*5120*17408 = 267,386,880; norms = 64*2*5120 + 5120 = 660,480
+  //   embed + lm_head = 2 * 248320*5120 = 2,542,796,800
+  //   text = 2,542,796,800 + 16*104,858,112 + 48*115,876,064 + 64*267,386,880 + 660,480 = 26,895,998,464
+  //   MTP = 2*5120 + 2*5120*5120 + 104,858,112 + 267,386,880 + 3*5120               = 424,699,392
+  ModelConfig c = qwen36_27b();
+  ParamCount p = count_params(c);
+  EXPECT_EQ(p.attention_layers, 16 * int64_t{104858112});
+  EXPECT_EQ(p.linear_layers, 48 * int64_t{115876064});
+  EXPECT_EQ(p.mtp, 424699392);
+  EXPECT_EQ(p.total(), int64_t{27320697856});
+}
+
+TEST(MemoryPlan, Qwen36_27bKvAndStatePerGpu) {
+  ModelConfig c = qwen36_27b();
+  // 16 attention layers x 4 KV heads x 256 x 2 (K,V) x 2 B = 65,536 = 64 KiB per token.
+  EXPECT_EQ(kv_bytes_per_token_per_gpu(c, 1, 2, false), 64 * 1024);
+  // TP=2: 2 KV heads per GPU -> 32 KiB; with speculative decoding the MTP layer adds
+  // 1 x 2 x 256 x 2 x 2 = 2 KiB -> 34 KiB.
+  EXPECT_EQ(kv_bytes_per_token_per_gpu(c, 2, 2, false), 32 * 1024);
+  EXPECT_EQ(kv_bytes_per_token_per_gpu(c, 2, 2, true), 34 * 1024);
+  // TP=8 > 4 KV heads: each GPU keeps one head: 16 x 1 x 256 x 2 x 2 = 16 KiB.
+  EXPECT_EQ(kv_bytes_per_token_per_gpu(c, 8, 2, false), 16 * 1024);
+  // GDN state, f32: 48 layers x (48*128*128 + 10240*3) x 4 B = 48 x 3,268,608 = 156,893,184
+  // (~150 MiB per sequence); half per GPU at TP=2.
+  EXPECT_EQ(state_bytes_per_sequence_per_gpu(c, 1, 4), 156893184);
+  EXPECT_EQ(state_bytes_per_sequence_per_gpu(c, 2, 4), 78446592);
+}
+
+// The unit file of the story on 2x RTX A6000 (48 GiB each).
+MemoryPlanInput story_input() {
+  MemoryPlanInput in;
+  in.device = PlanDevice::Cuda;
+  in.device_memory_bytes = 48 * kGiB;
+  in.tp_size = 2;
+  in.mem_fraction_static = 0.88;
+  in.mamba_full_memory_ratio = 0.5;
+  in.mamba_full_memory_ratio_explicit = true;
+  in.spec_num_steps = 3;
+  in.context_length = 131072;
+  in.max_running_requests = 16;
+  return in;
+}
+
+TEST(MemoryPlan, StoryUnitFileOnTwoA6000s) {
+  ModelConfig c = qwen36_27b();
+  MemoryPlan p = plan_memory(c, story_input());
+  // budget = 48 GiB x 0.88 = 51,539,607,552 x 0.88 = 45,354,854,645 (truncated)
+  EXPECT_EQ(p.budget_bytes, int64_t{45354854645});
+  // weights per GPU = ((27,320,697,856 - 660,480 norms) / 2 + 660,480) x 2 B = 27,321,358,336 (25.44 GiB)
+  EXPECT_EQ(p.weights_bytes_per_gpu, int64_t{27321358336});
+  // cache = 45,354,854,645 - 27,321,358,336 = 18,033,496,309
+  EXPECT_EQ(p.cache_bytes, int64_t{18033496309});
+  // state per request = 78,446,592 x (1 + 4 snapshots for 3 steps) = 392,232,960
+  EXPECT_EQ(p.state_bytes_per_request_per_gpu, 392232960);
+  EXPECT_EQ(p.kv_bytes_per_token_per_gpu, 34 * 1024);
+  // state budget = cache x 0.5 / 1.5 = 6,011,165,436 -> 15 slots (15.3): 16 does not fit, and
+  // the ratio was given explicitly, so this is an error naming 15, not a silent cap.
+  EXPECT_EQ(p.state_slots, 15);
+  EXPECT_EQ(p.max_running_requests, 15);
+  ASSERT_FALSE(p.ok());
+  const std::string err = p.status().message();
+  EXPECT_NE(err.find("--max-running-requests 16 does not fit"), std::string::npos) << err;
+  EXPECT_NE(err.find("Set --max-running-requests 15"), std::string::npos) << err;
+  EXPECT_NE(err.find("--mamba-full-memory-ratio 0.54"), std::string::npos) << err;
+  // KV = 18,033,496,309 - 15 x 392,232,960 = 12,150,001,909 / 34,816 = 348,977 -> 348,976 (blocks of 16)
+  EXPECT_EQ(p.kv_tokens, 348976);
+  EXPECT_EQ(p.context_length, 131072);
+
+  // With the ratio left at its default, the plan re-splits to honour 16 and says so.
+  MemoryPlanInput in = story_input();
+  in.mamba_full_memory_ratio_explicit = false;
+  MemoryPlan q = plan_memory(c, in);
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  EXPECT_EQ(q.max_running_requests, 16);
+  ASSERT_FALSE(q.warnings.empty());
+  EXPECT_NE(q.warnings[0].find("--max-running-requests 16"), std::string::npos);
+  // KV = 18,033,496,309 - 16 x 392,232,960 = 11,757,768,949 / 34,816 = 337,711 -> 337,696
+  EXPECT_EQ(q.kv_tokens, 337696);
+}
+
+TEST(MemoryPlan, RelaunchWithDefaults) {
+  // --speculative-num-steps 1, everything else default, same GPUs.
+  ModelConfig c = qwen36_27b();
+  MemoryPlanInput in;
+  in.device_memory_bytes = 48 * kGiB;
+  in.tp_size = 2;
+  in.spec_num_steps = 1;
+  MemoryPlan p = plan_memory(c, in);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  // activation reserve: 8192 tokens x (4*5120 + 3*8704 + 2*8192) x 2 B = 1,031,798,784
+  //   + logits 64 x 2 x 124,160 x 4 B = 63,569,920 + 1 GiB CUDA context and graphs = 2,169,110,528
+  EXPECT_EQ(p.activation_reserve_bytes, int64_t{2169110528});
+  // auto fraction: 1 - 2.17/51.54 - 0.02 = 0.938 -> capped at 0.90
+  EXPECT_DOUBLE_EQ(p.mem_fraction_static, 0.9);
+  // cache = 46,385,646,796 - 27,321,358,336 = 19,064,288,460; state = x 0.9/1.9 = 9,030,452,428
+  // per request 78,446,592 x 3 = 235,339,776 -> 38 slots
+  EXPECT_EQ(p.state_slots, 38);
+  EXPECT_EQ(p.max_running_requests, 38);
+  // KV = 19,064,288,460 - 38 x 235,339,776 = 10,121,376,972 / 34,816 = 290,710 -> 290,704
+  EXPECT_EQ(p.kv_tokens, 290704);
+  EXPECT_EQ(p.context_length, 262144);  // the model's max_position_embeddings
+  std::string table = render_memory_plan(p);
+  EXPECT_NE(table.find("KV tokens"), std::string::npos);
+  EXPECT_NE(table.find("model (max_position_embeddings)"), std::string::npos);
+}
+
+TEST(MemoryPlan, ExplicitContextThatCannotFitNamesTheMax) {
+  ModelConfig c = qwen36_27b();
+  MemoryPlanInput in;
+  in.device_memory_bytes = 48 * kGiB;
+  in.tp_size = 2;
+  in.spec_num_steps = 1;
+  in.context_length = 1000000;
+  MemoryPlan p = plan_memory(c, in);
+  ASSERT_FALSE(p.ok());
+  const std::string err = p.status().message();
+  EXPECT_NE(err.find("--context-length 1,000,000 does not fit"), std::string::npos) << err;
+  EXPECT_NE(err.find("Set --context-length 290,704"), std::string::npos) << err;
+  ASSERT_FALSE(p.warnings.empty());  // also beyond the model's 262,144
+}
+
+TEST(MemoryPlan, WeightsThatDoNotFitSayWhichTp) {
+  MemoryPlanInput in;
+  in.device_memory_bytes = 24 * kGiB;
+  in.tp_size = 1;
+  MemoryPlan p = plan_memory(qwen36_27b(), in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("use --tp-size 4"), std::string::npos) << p.status().message();
+}
+
+TEST(MemoryPlan, CpuBudgetAndDenseModel) {
+  // qwen3-tiny: dense, tied, 4 layers x 2 KV heads x 16 x 2 x 4 B (f32 CPU cache) = 1,024 B/token.
+  ModelConfig c = load("tests/fixtures/qwen3-tiny");
+  MemoryPlanInput in;
+  in.device = PlanDevice::Cpu;
+  in.device_memory_bytes = 16 * kGiB;
+  in.max_memory_bytes = 64 << 20;  // 64 MiB
+  in.kv_bytes_per_elem = 4;
+  MemoryPlan p = plan_memory(c, in);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p.kv_bytes_per_token_per_gpu, 1024);
+  EXPECT_EQ(p.state_slots, 0);
+  EXPECT_EQ(p.weights_bytes_per_gpu, 180928 * 2);
+  // cache = 64 MiB - 361,856 - reserve(512 x (4*64 + 3*128 + 2*64) x 4 + 64 x 512 x 4 = 1,703,936)
+  //       = 67,108,864 - 361,856 - 1,703,936 = 65,043,072 -> 63,518 tokens -> 63,504 (blocks of 16)
+  EXPECT_EQ(p.activation_reserve_bytes, 1703936);
+  EXPECT_EQ(p.kv_tokens, 63504);
+  EXPECT_EQ(p.max_running_requests, 64);  // CPU running-request cap
+  EXPECT_EQ(p.context_length, 4096);
+  // The CPU refuses TP.
+  in.tp_size = 2;
+  EXPECT_FALSE(plan_memory(c, in).ok());
+}
+
+TEST(MemoryPlan, SmallModelKvIsCappedAtRunningTimesContext) {
+  // qwen35-tiny on a 1 GiB CPU budget: the KV that fits (~hundreds of thousands of tokens) is more
+  // than 64 state slots x 4,096 tokens of context could ever use, so it stops at 262,144.
+  MemoryPlanInput in;
+  in.device = PlanDevice::Cpu;
+  in.device_memory_bytes = 16 * kGiB;
+  in.max_memory_bytes = kGiB;
+  in.kv_bytes_per_elem = 4;
+  MemoryPlan p = plan_memory(load("tests/fixtures/qwen35-tiny"), in);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p.state_slots, 64);
+  EXPECT_EQ(p.kv_tokens, 64 * 4096);
+  EXPECT_NE(render_memory_plan(p).find("running requests x context length"), std::string::npos);
+}
+
+TEST(MemoryPlan, FromServeFlagsAndJson) {
+  auto opts = parse_serve_options({"--model-path", "x", "--tp-size", "2", "--mem-fraction-static", "0.88",
+                                   "--mamba-full-memory-ratio", "0.5", "--speculative-algorithm", "NEXTN",
+                                   "--speculative-num-steps", "3", "--context-length", "131072",
+                                   "--max-running-requests", "15"});
+  ASSERT_TRUE(opts) << opts.status().message();
+  HostInfo host;
+  MemoryPlanInput in = memory_plan_input(*opts, PlanDevice::Cuda, 48 * kGiB, host);
+  EXPECT_EQ(in.spec_num_steps, 3);
+  EXPECT_TRUE(in.mamba_full_memory_ratio_explicit);
+  MemoryPlan p = plan_memory(qwen36_27b(), in);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  auto j = nlohmann::json::parse(memory_plan_json(p, in));
+  EXPECT_EQ(j["weights_bytes_per_gpu"], int64_t{27321358336});
+  EXPECT_EQ(j["kv_bytes_per_token_per_gpu"], 34816);
+  EXPECT_EQ(j["state_bytes_per_request_per_gpu"], 392232960);
+  EXPECT_EQ(j["kv_tokens"], 348976);
+  EXPECT_EQ(j["max_running_requests"], 15);
+  EXPECT_EQ(j["context_length"], 131072);
+}
+
+TEST(Hardware, ParsesNvidiaSmiAndMeminfo) {
+  auto gpus = parse_nvidia_smi_csv("NVIDIA RTX A6000, 49140\nNVIDIA RTX A6000, 49140\n");
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0].name, "NVIDIA RTX A6000");
+  EXPECT_EQ(gpus[0].memory_bytes, int64_t{49140} << 20);
+  int64_t total = 0, avail = 0;
+  parse_meminfo("MemTotal:       131072000 kB\nMemFree: 1 kB\nMemAvailable:   65536000 kB\n", &total, &avail);
+  EXPECT_EQ(total, int64_t{131072000} * 1024);
+  EXPECT_EQ(avail, int64_t{65536000} * 1024);
+  HostInfo h;
+  h.gpus = gpus;
+  EXPECT_EQ(h.summary(), "2x NVIDIA RTX A6000 (47.99 GiB)");
+}
+
+}  // namespace
+}  // namespace deltaserve

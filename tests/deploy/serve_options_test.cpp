@@ -1,0 +1,258 @@
+// The serve flag table: argv and TOML parsing, defaults, validation messages, rendering.
+#include "app/serve_options.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+namespace deltaserve {
+namespace {
+
+using Args = std::vector<std::string>;
+
+std::map<std::string, std::string> as_map(const ServeOptions& o) {
+  std::map<std::string, std::string> m;
+  for (auto& [k, v] : effective_config(o)) m[k] = v;
+  return m;
+}
+
+TEST(ServeOptions, DefaultsComeFromTheTable) {
+  ServeOptions o;
+  EXPECT_EQ(o.port, 30000);
+  EXPECT_EQ(o.host, "127.0.0.1");
+  EXPECT_EQ(o.tp_size, 1);
+  EXPECT_EQ(o.max_request_bytes, 32 << 20);
+  EXPECT_EQ(o.mem_fraction_static, 0.0);  // auto
+  EXPECT_DOUBLE_EQ(o.mamba_full_memory_ratio, 0.9);
+  EXPECT_EQ(o.load_format, "auto");
+  EXPECT_EQ(o.device, "auto");
+  EXPECT_FALSE(o.speculative_enabled());
+  EXPECT_TRUE(o.explicit_keys.empty());
+  auto m = as_map(o);
+  EXPECT_EQ(m["mem-fraction-static"], "auto");
+  EXPECT_EQ(m["max-request-bytes"], "32MiB");
+  EXPECT_EQ(m["context-length"], "auto");
+  EXPECT_FALSE(m["state-dir"].empty());  // resolved default path
+  // Every table row is rendered (except --help).
+  EXPECT_EQ(effective_config(o).size(), serve_flag_specs().size() - 1);
+}
+
+TEST(ServeOptions, ParsesSpaceEqualsAndBooleans) {
+  auto r = parse_serve_options({"--model-path", "/m", "--port=8080", "--tp", "2",
+                                "--mem-fraction-static", "0.88", "--trust-remote-code",
+                                "--disable-radix-cache=false", "--max-memory", "64GiB"});
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->model_path, "/m");
+  EXPECT_EQ(r->port, 8080);
+  EXPECT_EQ(r->tp_size, 2);
+  EXPECT_DOUBLE_EQ(r->mem_fraction_static, 0.88);
+  EXPECT_TRUE(r->trust_remote_code);
+  EXPECT_FALSE(r->disable_radix_cache);
+  EXPECT_EQ(r->max_memory, int64_t(64) << 30);
+  EXPECT_TRUE(r->is_explicit("tp-size"));
+  EXPECT_TRUE(r->is_explicit("disable-radix-cache"));
+  EXPECT_FALSE(r->is_explicit("host"));
+}
+
+TEST(ServeOptions, AliasesAndPositionalModel) {
+  auto r = parse_serve_options({"Qwen/Qwen3.6-27B", "--tensor-parallel-size", "2",
+                                "--speculative-algorithm", "mtp"});
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->model_path, "Qwen/Qwen3.6-27B");
+  EXPECT_EQ(r->tp_size, 2);
+  EXPECT_EQ(r->speculative_algorithm, "NEXTN");
+  EXPECT_EQ(r->speculative_num_steps, 3);
+  EXPECT_EQ(r->speculative_eagle_topk, 1);
+  EXPECT_EQ(r->speculative_num_draft_tokens, 4);
+  auto m = parse_serve_options({"--model", "/x", "--speculative-algorithm", "EAGLE",
+                                "--speculative-num-steps", "1"});
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_EQ(m->model_path, "/x");
+  EXPECT_EQ(m->speculative_num_draft_tokens, 2);
+}
+
+TEST(ServeOptions, UnknownFlagIsNamed) {
+  auto r = parse_serve_options({"--model-path", "/m", "--enable-turbo", "1"});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("--enable-turbo"), std::string::npos);
+  auto r2 = parse_serve_options({"--port"});
+  ASSERT_FALSE(r2);
+  EXPECT_NE(r2.status().message().find("needs a value"), std::string::npos);
+  auto r3 = parse_serve_options({"--port", "eighty"});
+  ASSERT_FALSE(r3);
+  EXPECT_NE(r3.status().message().find("--port"), std::string::npos);
+  auto r4 = parse_serve_options({"--device", "tpu"});
+  ASSERT_FALSE(r4);
+  EXPECT_NE(r4.status().message().find("auto,cpu,cuda"), std::string::npos);
+  auto r5 = parse_serve_options({"a", "b"});
+  EXPECT_FALSE(r5);
+}
+
+TEST(ServeOptions, SpeculativeValidationSaysWhatToSet) {
+  auto r = parse_serve_options({"--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+                                "--speculative-num-draft-tokens", "3"});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("set --speculative-num-draft-tokens 4"), std::string::npos)
+      << r.status().message();
+
+  auto topk = parse_serve_options({"--speculative-algorithm", "NEXTN", "--speculative-eagle-topk", "4"});
+  ASSERT_FALSE(topk);
+  EXPECT_NE(topk.status().message().find("not supported yet"), std::string::npos);
+
+  auto steps = parse_serve_options({"--speculative-algorithm", "NEXTN", "--speculative-num-steps", "9"});
+  ASSERT_FALSE(steps);
+  EXPECT_NE(steps.status().message().find("1..8"), std::string::npos);
+
+  // SGLang-style relaunch with only num-steps: the algorithm is inferred (MTP is our only drafter).
+  auto only = parse_serve_options({"--speculative-num-steps", "1"});
+  ASSERT_TRUE(only) << only.status().message();
+  EXPECT_EQ(only->speculative_algorithm, "NEXTN");
+  EXPECT_EQ(only->speculative_num_draft_tokens, 2);
+}
+
+TEST(ServeOptions, OtherValidation) {
+  EXPECT_FALSE(parse_serve_options({"--mem-fraction-static", "1.5"}));
+  EXPECT_FALSE(parse_serve_options({"--port", "0"}));
+  EXPECT_FALSE(parse_serve_options({"--tp-size", "0"}));
+  EXPECT_FALSE(parse_serve_options({"--max-memory", "12 parsecs"}));
+  EXPECT_TRUE(parse_serve_options({"--context-length", "auto"}));
+}
+
+TEST(ServeOptions, UnsupportedFlagsWarnByName) {
+  std::vector<std::string> warnings;
+  auto r = parse_serve_options({"--enable-metrics", "--cuda-graph-max-bs", "32", "--trust-remote-code"},
+                               &warnings);
+  ASSERT_TRUE(r) << r.status().message();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("--enable-metrics"), std::string::npos);
+  EXPECT_NE(warnings[0].find("--cuda-graph-max-bs=32"), std::string::npos);
+  EXPECT_EQ(warnings[0].find("trust-remote-code"), std::string::npos);  // ignored, not "not yet"
+  warnings.clear();
+  ASSERT_TRUE(parse_serve_options({"--port", "1234"}, &warnings));
+  EXPECT_TRUE(warnings.empty());
+}
+
+TEST(ServeOptions, TableIsWellFormed) {
+  std::set<std::string> names;
+  for (const auto& s : serve_flag_specs()) {
+    EXPECT_TRUE(names.insert(s.name).second) << s.name;
+    EXPECT_NE(std::string(s.help), "") << s.name;
+    EXPECT_EQ(find_serve_flag(s.name), &s);
+    EXPECT_EQ(find_serve_flag(std::string("--") + s.name), &s);
+  }
+  EXPECT_EQ(find_serve_flag("mem_fraction_static"), find_serve_flag("mem-fraction-static"));
+  EXPECT_EQ(find_serve_flag("nope"), nullptr);
+  // SGLang names the brief lists are all present.
+  for (const char* n :
+       {"model-path", "model", "port", "host", "tp-size", "tensor-parallel-size", "mem-fraction-static",
+        "context-length", "max-running-requests", "mamba-full-memory-ratio", "mamba-scheduler-strategy",
+        "reasoning-parser", "tool-call-parser", "speculative-algorithm", "speculative-num-steps",
+        "speculative-eagle-topk", "speculative-num-draft-tokens", "served-model-name", "api-key",
+        "chunked-prefill-size", "max-prefill-tokens", "max-request-bytes", "device", "load-format",
+        "threads", "max-memory", "state-dir", "config", "log-level", "chat-template",
+        "trust-remote-code", "dtype", "kv-cache-dtype", "enable-metrics", "disable-cuda-graph",
+        "cuda-graph-max-bs", "attention-backend"})
+    EXPECT_NE(find_serve_flag(n), nullptr) << n;
+  std::string help = serve_options_help();
+  EXPECT_NE(help.find("--mem-fraction-static"), std::string::npos);
+  EXPECT_NE(help.find("[not yet]"), std::string::npos);
+}
+
+class TempDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ds-serve-opts-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+            "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path write(const std::string& name, const std::string& text) {
+    auto p = dir_ / name;
+    std::ofstream(p) << text;
+    return p;
+  }
+  std::filesystem::path dir_;
+};
+
+using ServeOptionsToml = TempDir;
+
+TEST_F(ServeOptionsToml, ConfigFileThenCommandLineWins) {
+  auto file = write("serve.toml",
+                    "model_path = \"/models/qwen3.6-27b\"\n"
+                    "tp-size = 2\n"
+                    "mem_fraction_static = 0.88\n"
+                    "speculative_algorithm = \"NEXTN\"\n"
+                    "speculative_num_steps = 3\n"
+                    "trust_remote_code = true\n"
+                    "max_request_bytes = \"64MiB\"\n");
+  auto r = parse_serve_options({"--config", file.string(), "--speculative-num-steps", "2"});
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->model_path, "/models/qwen3.6-27b");
+  EXPECT_EQ(r->tp_size, 2);
+  EXPECT_DOUBLE_EQ(r->mem_fraction_static, 0.88);
+  EXPECT_EQ(r->speculative_num_steps, 2);  // command line wins
+  EXPECT_EQ(r->speculative_num_draft_tokens, 3);
+  EXPECT_TRUE(r->trust_remote_code);
+  EXPECT_EQ(r->max_request_bytes, 64 << 20);
+  EXPECT_EQ(r->config, file.string());
+}
+
+TEST_F(ServeOptionsToml, RoundTripThroughToml) {
+  auto a = parse_serve_options({"--model-path", "/m", "--port", "31000", "--max-memory", "48GiB",
+                                "--disable-radix-cache", "--context-length", "131072"});
+  ASSERT_TRUE(a) << a.status().message();
+  auto file = write("rt.toml", serve_options_to_toml(*a));
+  auto b = parse_serve_options({"--config", file.string()});
+  ASSERT_TRUE(b) << b.status().message();
+  auto ma = as_map(*a), mb = as_map(*b);
+  ma.erase("config");
+  mb.erase("config");
+  for (auto& [k, v] : ma) EXPECT_EQ(v, mb[k]) << k;
+  // The full dump parses back too.
+  auto full = write("all.toml", serve_options_to_toml(*a, /*all=*/true));
+  auto c = parse_serve_options({"--config", full.string()});
+  ASSERT_TRUE(c) << c.status().message();
+  auto mc = as_map(*c);
+  mc.erase("config");
+  for (auto& [k, v] : ma) EXPECT_EQ(v, mc[k]) << k;
+}
+
+TEST_F(ServeOptionsToml, BadFilesGiveClearErrors) {
+  auto missing = parse_serve_options({"--config", (dir_ / "nope.toml").string()});
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.status().message().find("cannot read config file"), std::string::npos);
+
+  auto bad = write("bad.toml", "port = = 3\n");
+  auto r = parse_serve_options({"--config", bad.string()});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("not valid TOML"), std::string::npos);
+
+  auto unknown = write("unknown.toml", "warp_drive = true\n");
+  auto u = parse_serve_options({"--config", unknown.string()});
+  ASSERT_FALSE(u);
+  EXPECT_NE(u.status().message().find("warp_drive"), std::string::npos);
+
+  auto typed = write("typed.toml", "port = \"abc\"\n");
+  auto t = parse_serve_options({"--config", typed.string()});
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.status().message().find("--port"), std::string::npos);
+}
+
+TEST(ByteSize, ParseAndFormat) {
+  EXPECT_EQ(*parse_byte_size("x", "4096"), 4096);
+  EXPECT_EQ(*parse_byte_size("x", "512MiB"), int64_t(512) << 20);
+  EXPECT_EQ(*parse_byte_size("x", "48GiB"), int64_t(48) << 30);
+  EXPECT_EQ(*parse_byte_size("x", "1.5GB"), int64_t(1500000000));
+  EXPECT_EQ(*parse_byte_size("x", "auto"), 0);
+  EXPECT_FALSE(parse_byte_size("x", "-3GiB"));
+  EXPECT_FALSE(parse_byte_size("x", "GiB"));
+  EXPECT_EQ(format_byte_size(int64_t(32) << 20), "32MiB");
+  EXPECT_EQ(format_byte_size(1000), "1000B");
+  EXPECT_EQ(format_byte_size(1500000000), "1.40GiB");
+}
+
+}  // namespace
+}  // namespace deltaserve

@@ -1,0 +1,321 @@
+// End-to-end: start `deltaserve serve` on 127.0.0.1 (a free port) with models/tiny-coder and drive
+// it with the official openai client and with curl. The binary comes from $DELTASERVE_BIN.
+// The tiny model is not chat-trained: tests check protocol shape and invariants, not wording.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFile } from 'node:child_process';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.resolve(here, '../..');
+const BIN = process.env.DELTASERVE_BIN ?? path.join(repo, 'build/src/app/deltaserve');
+const MODEL = process.env.DELTASERVE_E2E_MODEL ?? path.join(repo, 'models/tiny-coder');
+const CONTEXT = 512;
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+    srv.on('error', reject);
+  });
+}
+
+async function startServer(extraArgs = []) {
+  const port = await freePort();
+  const args = ['serve', '--model-path', MODEL, '--host', '127.0.0.1', '--port', String(port),
+    '--context-length', String(CONTEXT), '--max-running-requests', '16', '--max-total-tokens', '65536',
+    '--reasoning-parser', 'qwen3', '--tool-call-parser', 'qwen3_coder',
+    '--served-model-name', 'tiny-coder', ...extraArgs];
+  const child = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let log = '';
+  const ready = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 120000);
+    const onData = (d) => {
+      log += d.toString();
+      if (log.includes('listening on')) { clearTimeout(timer); resolve(); }
+    };
+    child.stdout.on('data', onData);
+    child.stderr.on('data', onData);
+    child.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}:\n${log}`)); });
+  });
+  await ready;
+  child.removeAllListeners('exit');
+  const base = `http://127.0.0.1:${port}`;
+  return { child, port, base, log: () => log };
+}
+
+function stopServer(server) {
+  if (!server) return Promise.resolve();
+  return new Promise((resolve) => {
+    server.child.on('exit', () => resolve());
+    server.child.kill('SIGTERM');
+    setTimeout(() => { server.child.kill('SIGKILL'); resolve(); }, 10000).unref();
+  });
+}
+
+function curl(args) {
+  return new Promise((resolve) => {
+    execFile('curl', ['-s', '-o', '-', '-w', '\n%{http_code}', ...args], { maxBuffer: 64 << 20 },
+      (err, stdout) => {
+        const nl = stdout.lastIndexOf('\n');
+        resolve({ status: Number(stdout.slice(nl + 1)), body: stdout.slice(0, nl) });
+      });
+  });
+}
+
+async function metrics(base) {
+  const r = await fetch(`${base}/metrics`);
+  const text = await r.text();
+  const value = (name) => {
+    const m = text.match(new RegExp(`^${name} (\\S+)$`, 'm'));
+    return m ? Number(m[1]) : NaN;
+  };
+  return { text, value };
+}
+
+async function waitIdle(base, timeoutMs = 20000) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < deadline) {
+    last = await metrics(base);
+    const busy = ['deltaserve_requests_running', 'deltaserve_requests_waiting',
+      'deltaserve_kv_tokens_used', 'deltaserve_state_slots_used'].map(last.value);
+    if (busy.every((v) => v === 0)) return last;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.fail(`gauges did not return to 0:\n${last.text}`);
+}
+
+let server;
+let client;
+
+before(async () => {
+  server = await startServer();
+  client = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+});
+
+after(async () => { await stopServer(server); });
+
+test('models and health', async () => {
+  const models = await client.models.list();
+  assert.equal(models.data[0].id, 'tiny-coder');
+  const h = await curl([`${server.base}/health`]);
+  assert.equal(h.status, 200);
+});
+
+test('chat, non-streaming, usage with reasoning tokens', async () => {
+  const r = await client.chat.completions.create({
+    model: 'tiny-coder', messages: [{ role: 'user', content: 'Write a haiku.' }], max_tokens: 12,
+    temperature: 0,
+  });
+  assert.equal(r.object, 'chat.completion');
+  const c = r.choices[0];
+  assert.ok(['stop', 'length', 'tool_calls'].includes(c.finish_reason));
+  assert.equal(c.message.role, 'assistant');
+  assert.ok(r.usage.completion_tokens > 0 && r.usage.completion_tokens <= 12);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  assert.equal(r.usage.reasoning_tokens, r.usage.completion_tokens_details.reasoning_tokens);
+  assert.ok(r.usage.reasoning_tokens <= r.usage.completion_tokens);
+  // Thinking on: the output starts in reasoning.
+  if (!(c.message.content ?? '').length) assert.ok(typeof c.message.reasoning_content === 'string');
+});
+
+test('chat, thinking off: no reasoning', async () => {
+  const r = await client.chat.completions.create({
+    model: 'tiny-coder', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 8, temperature: 0,
+    chat_template_kwargs: { enable_thinking: false },
+  });
+  assert.equal(r.usage.reasoning_tokens, 0);
+  assert.equal(r.choices[0].message.reasoning_content ?? null, null);
+  assert.equal(typeof r.choices[0].message.content, 'string');
+});
+
+test('chat, streaming with include_usage matches non-streaming (greedy)', async () => {
+  const req = {
+    model: 'tiny-coder', messages: [{ role: 'user', content: 'Count to five.' }], max_tokens: 16,
+    temperature: 0, chat_template_kwargs: { enable_thinking: false },
+  };
+  const full = await client.chat.completions.create(req);
+  const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  let content = '';
+  let finish = null;
+  let usage = null;
+  let first = true;
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    if (chunk.usage) { usage = chunk.usage; assert.equal(chunk.choices.length, 0); continue; }
+    const ch = chunk.choices[0];
+    if (first) { assert.equal(ch.delta.role, 'assistant'); first = false; }
+    content += ch.delta.content ?? '';
+    if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  assert.equal(content, full.choices[0].message.content);
+  assert.equal(finish, full.choices[0].finish_reason);
+  assert.equal(usage.completion_tokens, full.usage.completion_tokens);
+});
+
+test('text completions, plain and streamed', async () => {
+  const r = await client.completions.create({ model: 'tiny-coder', prompt: 'def fib(n):', max_tokens: 10, temperature: 0 });
+  assert.equal(r.object, 'text_completion');
+  assert.equal(typeof r.choices[0].text, 'string');
+  const stream = await client.completions.create({ model: 'tiny-coder', prompt: 'def fib(n):', max_tokens: 10, temperature: 0, stream: true });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+  assert.equal(text, r.choices[0].text);
+});
+
+test('seeds: same seed, same sample; n > 1', async () => {
+  const req = { model: 'tiny-coder', prompt: 'import numpy as', max_tokens: 12, temperature: 1.0, seed: 1234 };
+  const a = await client.completions.create(req);
+  const b = await client.completions.create(req);
+  assert.equal(a.choices[0].text, b.choices[0].text);
+  const n = await client.completions.create({ ...req, n: 3 });
+  assert.equal(n.choices.length, 3);
+  assert.deepEqual(n.choices.map((c) => c.index), [0, 1, 2]);
+});
+
+test('logprobs (chat and completions)', async () => {
+  const r = await client.chat.completions.create({
+    model: 'tiny-coder', messages: [{ role: 'user', content: 'x' }], max_tokens: 4, temperature: 0,
+    logprobs: true, top_logprobs: 3,
+  });
+  const lp = r.choices[0].logprobs.content;
+  assert.equal(lp.length, r.usage.completion_tokens);
+  for (const t of lp) {
+    assert.equal(typeof t.token, 'string');
+    assert.ok(t.logprob <= 0);
+    assert.equal(t.top_logprobs.length, 3);
+  }
+  const c = await client.completions.create({ model: 'tiny-coder', prompt: 'a', max_tokens: 3, temperature: 0, logprobs: 2 });
+  assert.equal(c.choices[0].logprobs.tokens.length, c.usage.completion_tokens);
+  assert.equal(Object.keys(c.choices[0].logprobs.top_logprobs[0]).length, 2);
+});
+
+test('stop strings end the text before the match', async () => {
+  const req = { model: 'tiny-coder', prompt: 'for i in range(10):', max_tokens: 40, temperature: 0, ignore_eos: true };
+  const full = (await client.completions.create(req)).choices[0].text;
+  if (full.length < 8) return;  // nothing to cut
+  const stop = full.slice(4, 7);
+  const cut = full.indexOf(stop);
+  const r = await client.completions.create({ ...req, stop: [stop] });
+  assert.equal(r.choices[0].text, full.slice(0, cut));
+  assert.equal(r.choices[0].finish_reason, 'stop');
+});
+
+test('tools: request with tools is served; parsed shape is OpenAI', async () => {
+  const r = await client.chat.completions.create({
+    model: 'tiny-coder', messages: [{ role: 'user', content: 'weather in Paris?' }], max_tokens: 16,
+    temperature: 0,
+    tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }],
+  });
+  const c = r.choices[0];
+  assert.ok(['stop', 'length', 'tool_calls'].includes(c.finish_reason));
+  for (const tc of c.message.tool_calls ?? []) {
+    assert.equal(tc.type, 'function');
+    JSON.parse(tc.function.arguments);
+  }
+});
+
+test('cancellation: aborting a stream frees the engine', async () => {
+  const controller = new AbortController();
+  const stream = await client.chat.completions.create({
+    model: 'tiny-coder', messages: [{ role: 'user', content: 'Tell a long story.' }], max_tokens: 400,
+    stream: true, ignore_eos: true,
+  }, { signal: controller.signal });
+  let got = 0;
+  try {
+    // The client swallows its own AbortError and ends the iteration.
+    for await (const _ of stream) { if (++got === 3) controller.abort(); }
+  } catch (e) {
+    assert.equal(e.name, 'AbortError');
+  }
+  assert.ok(got < 50, `stream went on after abort (${got} chunks)`);
+  const m = await waitIdle(server.base);
+  assert.match(m.text, /deltaserve_requests_abandoned_total [1-9]/);
+});
+
+test('64 concurrent streams, half abandoned, gauges back to 0', async () => {
+  const jobs = [];
+  for (let i = 0; i < 64; i++) {
+    jobs.push((async () => {
+      const controller = new AbortController();
+      const stream = await client.completions.create({
+        model: 'tiny-coder', prompt: `# task ${i}\n`, max_tokens: i % 2 ? 200 : 16, stream: true,
+        ignore_eos: true,
+      }, { signal: controller.signal });
+      let n = 0;
+      try {
+        for await (const _ of stream) { if (i % 2 && ++n === 2) controller.abort(); }
+        return i % 2 ? 'aborted-late' : 'done';
+      } catch { return 'aborted'; }
+    })());
+  }
+  const results = await Promise.all(jobs);
+  assert.equal(results.filter((r) => r === 'done').length, 32);
+  const m = await waitIdle(server.base);
+  assert.ok(m.value('deltaserve_generation_tokens_total') > 0);
+  assert.match(m.text, /deltaserve_time_to_first_token_seconds_count [1-9]/);
+  assert.match(m.text, /deltaserve_inter_token_latency_seconds_count [1-9]/);
+});
+
+test('errors: OpenAI error bodies with the right status', async () => {
+  const url = `${server.base}/v1/chat/completions`;
+  const post = (body, extra = []) => curl(['-X', 'POST', '-H', 'Content-Type: application/json', ...extra, '--data-binary', body, url]);
+  const expectError = async (p, status, param) => {
+    const r = await p;
+    assert.equal(r.status, status, r.body);
+    const e = JSON.parse(r.body).error;
+    for (const k of ['message', 'type', 'param', 'code']) assert.ok(k in e, r.body);
+    if (param !== undefined) assert.equal(e.param, param, r.body);
+  };
+  const msgs = '"messages":[{"role":"user","content":"hi"}]';
+  await expectError(post('{"messages": ['), 400);
+  await expectError(post(`{${msgs},"temperature":-1}`), 400, 'temperature');
+  await expectError(post(`{${msgs},"temperature":NaN}`), 400);
+  await expectError(post('{"messages":[{"role":"wizard","content":"hi"}]}'), 400, 'messages[0].role');
+  await expectError(post(`{${msgs},"max_tokens":${CONTEXT * 4}}`), 400, 'max_tokens');
+  await expectError(post(`{"messages":[{"role":"user","content":"${'word '.repeat(CONTEXT * 2)}"}]}`), 400, 'messages');
+  const fs = await import('node:fs');
+  const os = await import('node:os');
+  // Invalid UTF-8 inside a JSON string: raw bytes from a file (argv would re-encode them).
+  const badFile = path.join(os.tmpdir(), `ds-e2e-bad-${process.pid}.json`);
+  fs.writeFileSync(badFile, Buffer.concat([Buffer.from('{"messages":[{"role":"user","content":"'),
+    Buffer.from([0xff, 0xfe, 0xc3]), Buffer.from('"}]}')]));
+  await expectError(post(`@${badFile}`), 400);
+  fs.unlinkSync(badFile);
+  // Nesting far deeper than any real request.
+  fs.writeFileSync(badFile, '['.repeat(100000) + ']'.repeat(100000));
+  await expectError(post(`@${badFile}`), 400);
+  fs.unlinkSync(badFile);
+  await expectError(curl([`${server.base}/v1/nothing`]), 404);
+  // Over --max-request-bytes (32 MiB default).
+  const big = `{"messages":[{"role":"user","content":"${'a'.repeat(33 << 20)}"}]}`;
+  const file = path.join(os.tmpdir(), `ds-e2e-big-${process.pid}.json`);
+  fs.writeFileSync(file, big);
+  await expectError(curl(['-X', 'POST', '-H', 'Content-Type: application/json', '--data-binary', `@${file}`, url]), 413);
+  fs.unlinkSync(file);
+  // The openai client raises BadRequestError for 400.
+  await assert.rejects(client.chat.completions.create({ model: 'tiny-coder', messages: [{ role: 'user', content: 'x' }], temperature: -2 }),
+    (e) => e.status === 400);
+  await waitIdle(server.base);
+});
+
+test('api key: 401 without a valid token; health open', async () => {
+  const keyed = await startServer(['--api-key', 'sekret']);
+  try {
+    const noKey = new OpenAI({ baseURL: `${keyed.base}/v1`, apiKey: 'wrong', maxRetries: 0 });
+    await assert.rejects(noKey.models.list(), (e) => e.status === 401);
+    const withKey = new OpenAI({ baseURL: `${keyed.base}/v1`, apiKey: 'sekret', maxRetries: 0 });
+    assert.equal((await withKey.models.list()).data.length, 1);
+    assert.equal((await curl([`${keyed.base}/health`])).status, 200);
+    assert.equal((await curl([`${keyed.base}/v1/models`])).status, 401);
+  } finally {
+    await stopServer(keyed);
+  }
+});

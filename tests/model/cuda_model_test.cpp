@@ -1,0 +1,184 @@
+// The fixture models on the CUDA backend against the Hugging Face reference: logits of every
+// position (prefill: cuBLAS with bf16-rounded activations), greedy tokens through prefill +
+// token-by-token decode (the f32 GEMV path), and MTP logits (snapshots and rollback are covered by
+// tests/ops/cuda_ops_test.cpp). Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cmath>
+#include <memory>
+
+#include "backend/cuda/cuda_backend.h"
+#include "engine/model_setup.h"
+#include "fixture.h"
+
+namespace deltaserve::test {
+namespace {
+
+// qwen3_5-model.md: an f32 engine is within 2e-3. Decode (GEMV on f32 activations) and prefill
+// (exact GEMM: three bf16 parts of each activation) are f32-accurate up to summation order.
+// DELTASERVE_CUDA_GEMM=bf16 rounds prefill activations to bf16 once (as vLLM/SGLang do): the
+// random-weight qwen35-tiny amplifies that to O(1) logit errors, so that mode is only checked on
+// tiny-coder, and only to a few 1e-2.
+constexpr float kPrefillTol = 5e-3f;
+constexpr float kDecodeTol = 5e-3f;
+constexpr float kBf16PrefillTol = 1e-1f;
+
+struct ModelCase {
+  std::string name;
+  std::string dir;
+};
+std::ostream& operator<<(std::ostream& os, const ModelCase& m) { return os << m.name; }
+
+float max_abs_diff(const float* a, const float* b, int64_t n) {
+  float m = 0.f;
+  for (int64_t i = 0; i < n; ++i) {
+    float d = std::fabs(a[i] - b[i]);
+    if (!(d <= m)) m = std::isnan(d) ? INFINITY : d;
+  }
+  return m;
+}
+float ref_margin(const float* row, int64_t V) {
+  float a = -INFINITY, b = -INFINITY;
+  for (int64_t i = 0; i < V; ++i) {
+    if (row[i] > a) { b = a; a = row[i]; }
+    else if (row[i] > b) b = row[i];
+  }
+  return a - b;
+}
+
+class CudaModelTest : public ::testing::TestWithParam<ModelCase> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    // The default (exact) GEMM splits activations into three bf16 parts: f32-accurate. The
+    // *Bf16Gemm test runs the fast mode (activations rounded to bf16 once).
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    bf16_gemm_ = test.find("Bf16Gemm") != std::string::npos;
+    if (bf16_gemm_) setenv("DELTASERVE_CUDA_GEMM", "bf16", 1);
+    else unsetenv("DELTASERVE_CUDA_GEMM");
+    dir_ = source_dir() / GetParam().dir;
+    fixture_ = std::make_unique<Fixture>(dir_);
+    for (const auto& c : fixture_->cases()) max_t_ = std::max<int>(max_t_, c.tokens.size());
+    SetupOptions o;
+    o.model_dir = dir_.string();
+    o.device = "cuda";
+    auto s = ModelSetup::create(o, max_t_, 2, max_t_ + 16, max_t_);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    setup_ = std::move(*s);
+  }
+  struct Seq {
+    std::vector<int32_t> blocks;
+    int slot = -1;
+  };
+  Seq new_seq() {
+    Seq s;
+    s.slot = setup_->cache->acquire_slot();
+    EXPECT_GE(s.slot, 0);
+    EXPECT_TRUE(setup_->cache->blocks().allocate(setup_->blocks_for(max_t_ + 16), s.blocks));
+    return s;
+  }
+  void free_seq(Seq& s) {
+    for (auto b : s.blocks) setup_->cache->blocks().release(b);
+    setup_->cache->release_slot(s.slot);
+    s.blocks.clear();
+  }
+  // Logits of every position of each case, one prefill forward per case; returns the max error.
+  float prefill_max_diff(float tol) {
+    const int64_t V = setup_->model->config().vocab_size;
+    float worst = 0;
+    for (const auto& c : fixture_->cases()) {
+      Seq s = new_seq();
+      RunItem it{c.tokens, 0, s.blocks, s.slot, true, false};
+      setup_->runner->run(std::span<const RunItem>(&it, 1));
+      const float* ref = fixture_->f32(c.name + ".logits");
+      EXPECT_NE(ref, nullptr);
+      if (!ref) return INFINITY;
+      for (size_t t = 0; t < c.tokens.size(); ++t) {
+        float d = max_abs_diff(setup_->runner->logits(static_cast<int>(t)), ref + t * V, V);
+        worst = std::max(worst, d);
+        EXPECT_LE(d, tol) << c.name << " position " << t;
+      }
+      free_seq(s);
+    }
+    return worst;
+  }
+  std::filesystem::path dir_;
+  std::unique_ptr<Fixture> fixture_;
+  std::unique_ptr<ModelSetup> setup_;
+  int max_t_ = 0;
+  bool bf16_gemm_ = false;
+};
+
+TEST_P(CudaModelTest, PrefillLogitsOfEveryPositionMatchReference) {
+  const float worst = prefill_max_diff(kPrefillTol);
+  std::printf("[ %s ] prefill logits (exact GEMM): max |diff| %.3g\n", GetParam().name.c_str(), worst);
+}
+
+TEST_P(CudaModelTest, PrefillLogitsWithinFewHundredthsBf16Gemm) {
+  if (GetParam().name != "tiny_coder") GTEST_SKIP() << "random-weight fixture: bf16 activations are O(1) off";
+  const float worst = prefill_max_diff(kBf16PrefillTol);
+  std::printf("[ %s ] prefill logits (bf16 GEMM): max |diff| %.3g\n", GetParam().name.c_str(), worst);
+}
+
+TEST_P(CudaModelTest, GreedyTokensThroughTokenByTokenDecode) {
+  const int64_t V = setup_->model->config().vocab_size;
+  float worst = 0;
+  int compared = 0;
+  for (const auto& c : fixture_->cases()) {
+    const float* ref = fixture_->f32(c.name + ".logits");
+    Seq s = new_seq();
+    const int T = static_cast<int>(c.tokens.size());
+    std::span<const int32_t> toks(c.tokens);
+    // Every token alone (GEMV path, exact f32 activations): logits and greedy choice per position.
+    for (int p = 0; p < T; ++p) {
+      RunItem step{toks.subspan(p, 1), p, s.blocks, s.slot, false, false};
+      setup_->runner->run(std::span<const RunItem>(&step, 1));
+      const float* lg = setup_->runner->logits(0);
+      const float d = max_abs_diff(lg, ref + int64_t(p) * V, V);
+      worst = std::max(worst, d);
+      EXPECT_LE(d, kDecodeTol) << c.name << " position " << p;
+      if (p + 1 < T && p + 1 >= c.prompt_len && ref_margin(ref + int64_t(p) * V, V) > 1e-2f) {
+        const int32_t best = static_cast<int32_t>(std::max_element(lg, lg + V) - lg);
+        EXPECT_EQ(best, c.tokens[p + 1]) << c.name << " position " << p + 1;
+        ++compared;
+      }
+    }
+    free_seq(s);
+  }
+  std::printf("[ %s ] decode logits: max |diff| %.3g, %d greedy tokens compared\n", GetParam().name.c_str(),
+              worst, compared);
+  EXPECT_GT(compared, 0);
+}
+
+TEST_P(CudaModelTest, MtpLogitsMatchReference) {
+  if (!setup_->model->has_mtp()) GTEST_SKIP() << "model has no MTP head";
+  const int64_t V = setup_->model->config().vocab_size, H = setup_->model->config().hidden_size;
+  for (const auto& c : fixture_->cases()) {
+    const float* ref = fixture_->f32(c.name + ".mtp_logits");
+    ASSERT_NE(ref, nullptr);
+    const int T = static_cast<int>(c.tokens.size());
+    Seq s = new_seq();
+    DeviceBuffer hidden = setup_->backend->allocate(int64_t(T) * H * 4);
+    RunItem it{c.tokens, 0, s.blocks, s.slot, false, false};
+    setup_->runner->run(std::span<const RunItem>(&it, 1), false, hidden.view(DType::F32, {T, H}));
+    std::vector<int32_t> next(c.tokens.begin() + 1, c.tokens.end());
+    RunItem mi{next, 0, s.blocks, s.slot, true, false};
+    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), hidden.view(DType::F32, {T - 1, H}));
+    for (int p = 0; p < T - 1; ++p) {
+      float d = max_abs_diff(setup_->runner->logits(p), ref + int64_t(p) * V, V);
+      ASSERT_LE(d, kPrefillTol) << c.name << " MTP row " << p;
+    }
+    free_seq(s);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelTest,
+                         ::testing::Values(ModelCase{"tiny_coder", "models/tiny-coder"},
+                                           ModelCase{"qwen35_tiny", "tests/fixtures/qwen35-tiny"},
+                                           ModelCase{"qwen3_tiny", "tests/fixtures/qwen3-tiny"}),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace deltaserve::test

@@ -1,0 +1,380 @@
+// Every Kernels op on the CUDA backend against the CPU backend (the reference) on random inputs.
+// Outputs are poisoned (NaN) before each op so unwritten elements fail. Skipped without a GPU.
+//
+// Tolerances (max |gpu - cpu| / max |cpu|, per tensor):
+//   exact copies (embed, gather, snapshots restore): 0
+//   f32 elementwise / norms: 1e-5
+//   matmul, T <= 8 (f32 x, bf16 w, GEMV): 2e-5 (summation order only)
+//   matmul, T > 8 (cuBLAS, exact mode: x split into three bf16 parts): 1e-4
+//   attention, gated delta net (f32; order of sums and expf/cosf ulps): 1e-4
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+
+namespace deltaserve {
+namespace {
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  // DS_CUDA_OPS_TEST_CPU_ONLY=1 runs the harness with a second CPU backend in place of the GPU
+  // (checks the test itself on machines without a GPU).
+  static bool cpu_only() { return std::getenv("DS_CUDA_OPS_TEST_CPU_ONLY") != nullptr; }
+  static void SetUpTestSuite() {
+    if (cuda_device_count() == 0 && !cpu_only()) return;
+    cpu_ = make_cpu_backend(0).release();
+    gpu_ = cpu_only() ? make_cpu_backend(0).release() : make_cuda_backend(0).release();
+  }
+  static void TearDownTestSuite() {
+    delete cpu_;
+    delete gpu_;
+    cpu_ = gpu_ = nullptr;
+  }
+  void SetUp() override {
+    if (cuda_device_count() == 0 && !cpu_only()) GTEST_SKIP() << "no CUDA device";
+  }
+
+  // A tensor on both backends with the same contents.
+  struct Pair {
+    DeviceBuffer c, g;
+    Tensor tc, tg;
+  };
+  Pair make(DType dt, std::initializer_list<int64_t> shape, const void* host) {
+    Pair p;
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    const std::size_t bytes = std::max<std::size_t>(static_cast<std::size_t>(n) * dtype_size(dt), 4);
+    p.c = cpu_->allocate(bytes);
+    p.g = gpu_->allocate(bytes);
+    p.tc = p.c.view(dt, shape);
+    p.tg = p.g.view(dt, shape);
+    if (host) {
+      cpu_->copy_to_device(p.tc, host);
+      gpu_->copy_to_device(p.tg, host);
+    }
+    return p;
+  }
+  Pair make_f32(std::initializer_list<int64_t> shape, const std::vector<float>& v) {
+    return make(DType::F32, shape, v.data());
+  }
+  Pair poisoned(std::initializer_list<int64_t> shape) {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    std::vector<float> nan(n, std::numeric_limits<float>::quiet_NaN());
+    return make_f32(shape, nan);
+  }
+  std::vector<float> rnd(int64_t n, float lo = -1.f, float hi = 1.f) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng_);
+    return v;
+  }
+  std::vector<float> host_of(const Tensor& t, Backend& b) {
+    std::vector<float> v(t.numel());
+    b.copy_to_host(v.data(), t);
+    return v;
+  }
+  // max |gpu - cpu| / max |cpu|; NaN anywhere -> infinity.
+  double rel_err(const Pair& p) {
+    gpu_->synchronize();
+    auto c = host_of(p.tc, *cpu_), g = host_of(p.tg, *gpu_);
+    double md = 0, mr = 1e-30;
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      if (std::isnan(g[i]) || std::isnan(c[i])) return INFINITY;
+      md = std::max(md, double(std::fabs(g[i] - c[i])));
+      mr = std::max(mr, double(std::fabs(c[i])));
+    }
+    return md / mr;
+  }
+
+  static Backend* cpu_;
+  static Backend* gpu_;
+  std::mt19937 rng_{42};
+};
+Backend* CudaOpsTest::cpu_ = nullptr;
+Backend* CudaOpsTest::gpu_ = nullptr;
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = f32_to_bf16(v[i]);
+  return r;
+}
+
+TEST_F(CudaOpsTest, Embed) {
+  for (bool bf16 : {true, false}) {
+    const int64_t V = 1000, H = 384, T = 37;
+    auto table = rnd(V * H);
+    auto tb = to_bf16(table);
+    Pair tab = bf16 ? make(DType::BF16, {V, H}, tb.data()) : make_f32({V, H}, table);
+    std::vector<int32_t> ids(T);
+    for (auto& i : ids) i = static_cast<int32_t>(rng_() % V);
+    Pair id = make(DType::I32, {T}, ids.data());
+    Pair out = poisoned({T, H});
+    cpu_->kernels().embed(tab.tc, id.tc, out.tc);
+    gpu_->kernels().embed(tab.tg, id.tg, out.tg);
+    EXPECT_EQ(rel_err(out), 0.0) << "bf16=" << bf16;
+  }
+}
+
+TEST_F(CudaOpsTest, RmsNorm) {
+  for (auto [R, D] : {std::pair<int64_t, int64_t>{1, 5120}, {7, 256}, {33, 1000}, {300, 17408}}) {
+    auto x = rnd(R * D, -3.f, 3.f);
+    Pair px = make_f32({R, D}, x), w = make_f32({D}, rnd(D, 0.5f, 1.5f)), out = poisoned({R, D});
+    cpu_->kernels().rms_norm(px.tc, w.tc, 1e-6f, out.tc, 0);
+    gpu_->kernels().rms_norm(px.tg, w.tg, 1e-6f, out.tg, 0);
+    EXPECT_LE(rel_err(out), 1e-5) << R << "x" << D;
+  }
+  // out_stride: two norms fill the halves of one [R, 2D] row (the MTP input).
+  const int64_t R = 5, D = 640;
+  Pair a = make_f32({R, D}, rnd(R * D)), b = make_f32({R, D}, rnd(R * D));
+  Pair wa = make_f32({D}, rnd(D)), wb = make_f32({D}, rnd(D)), out = poisoned({R, 2 * D});
+  for (int side = 0; side < 2; ++side) {
+    Pair& x = side ? b : a;
+    Pair& w = side ? wb : wa;
+    Tensor oc(out.tc.f32() + side * D, DType::F32, {R, D}, Device::Cpu);
+    Tensor og(out.tg.f32() + side * D, DType::F32, {R, D}, gpu_->device());
+    cpu_->kernels().rms_norm(x.tc, w.tc, 1e-6f, oc, 2 * D);
+    gpu_->kernels().rms_norm(x.tg, w.tg, 1e-6f, og, 2 * D);
+  }
+  EXPECT_LE(rel_err(out), 1e-5);
+}
+
+TEST_F(CudaOpsTest, SiluMul) {
+  for (auto [R, I] : {std::pair<int64_t, int64_t>{1, 17408}, {9, 768}, {130, 1000}}) {
+    Pair gu = make_f32({R, 2 * I}, rnd(R * 2 * I, -6.f, 6.f)), out = poisoned({R, I});
+    cpu_->kernels().silu_mul(gu.tc, out.tc);
+    gpu_->kernels().silu_mul(gu.tg, out.tg);
+    EXPECT_LE(rel_err(out), 1e-5) << R << "x" << I;
+  }
+}
+
+TEST_F(CudaOpsTest, Matmul) {
+  struct Shape { int64_t n, k; };
+  for (Shape s : {Shape{777, 256}, Shape{5120, 640}, Shape{1000, 17408}, Shape{48, 5120}}) {
+    auto w = to_bf16(rnd(s.n * s.k));
+    auto wc = cpu_->make_linear(w.data(), DType::BF16, s.n, s.k);
+    auto wg = gpu_->make_linear(w.data(), DType::BF16, s.n, s.k);
+    for (int64_t T : {1, 2, 3, 4, 5, 8, 9, 16, 17, 70}) {
+      for (bool acc : {false, true}) {
+        Pair x = make_f32({T, s.k}, rnd(T * s.k));
+        Pair out = acc ? make_f32({T, s.n}, rnd(T * s.n)) : poisoned({T, s.n});
+        cpu_->kernels().matmul(x.tc, *wc, out.tc, acc);
+        gpu_->kernels().matmul(x.tg, *wg, out.tg, acc);
+        const double tol = T <= 8 ? 2e-5 : 1e-4;  // GEMV (kGemvMaxRows) or exact cuBLAS
+        EXPECT_LE(rel_err(out), tol) << "T=" << T << " N=" << s.n << " K=" << s.k << " acc=" << acc;
+      }
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, MatmulDecodeShape27B) {  // the 27B down_proj at batch 1
+  const int64_t N = 5120, K = 17408;
+  auto w = to_bf16(rnd(N * K));
+  auto wc = cpu_->make_linear(w.data(), DType::BF16, N, K);
+  auto wg = gpu_->make_linear(w.data(), DType::BF16, N, K);
+  Pair x = make_f32({1, K}, rnd(K)), out = poisoned({1, N});
+  cpu_->kernels().matmul(x.tc, *wc, out.tc, false);
+  gpu_->kernels().matmul(x.tg, *wg, out.tg, false);
+  EXPECT_LE(rel_err(out), 2e-5);
+}
+
+TEST_F(CudaOpsTest, GatherRows) {
+  const int64_t T = 150, D = 333;
+  Pair src = make_f32({T, D}, rnd(T * D));
+  std::vector<int32_t> rows(100);
+  for (auto& r : rows) r = static_cast<int32_t>(rng_() % T);
+  Pair out = poisoned({100, D});
+  cpu_->kernels().gather_rows(src.tc, rows.data(), 100, out.tc);
+  gpu_->kernels().gather_rows(src.tg, rows.data(), 100, out.tg);
+  EXPECT_EQ(rel_err(out), 0.0);
+}
+
+// Batch metadata for sequences (n_past, n_new) with shuffled (non-contiguous) KV blocks.
+struct Meta {
+  std::vector<int32_t> positions, seq_start, context_len, block_table, slots;
+  BatchMeta cpu, gpu;
+  DeviceBuffer dpos, dstart, dctx, dbt, dslot;
+};
+std::unique_ptr<Meta> build_meta(Backend& gpu, const std::vector<std::pair<int, int>>& seqs, int block_size,
+                                 int max_blocks, const std::vector<int32_t>& block_perm,
+                                 const std::vector<int32_t>& slots, bool snapshots) {
+  auto m = std::make_unique<Meta>();
+  const int S = static_cast<int>(seqs.size());
+  m->block_table.assign(int64_t(S) * max_blocks, -1);
+  int t = 0, max_tok = 0, max_ctx = 0, next_block = 0;
+  for (int s = 0; s < S; ++s) {
+    auto [past, n] = seqs[s];
+    m->seq_start.push_back(t);
+    for (int j = 0; j < n; ++j) m->positions.push_back(past + j);
+    m->context_len.push_back(past + n);
+    const int nb = (past + n + block_size - 1) / block_size;
+    for (int b = 0; b < nb; ++b) m->block_table[int64_t(s) * max_blocks + b] = block_perm[next_block++];
+    t += n;
+    max_tok = std::max(max_tok, n);
+    max_ctx = std::max(max_ctx, past + n);
+  }
+  m->seq_start.push_back(t);
+  m->slots = slots;
+  BatchMeta b;
+  b.n_tokens = t;
+  b.n_seqs = S;
+  b.positions = m->positions.data();
+  b.seq_start = m->seq_start.data();
+  b.context_len = m->context_len.data();
+  b.block_table = m->block_table.data();
+  b.state_slot = m->slots.data();
+  b.max_blocks = max_blocks;
+  b.block_size = block_size;
+  b.max_seq_tokens = max_tok;
+  b.max_context = max_ctx;
+  b.write_snapshots = snapshots;
+  m->cpu = b;
+  m->cpu.d_positions = Tensor(m->positions.data(), DType::I32, {t});
+  m->cpu.d_seq_start = Tensor(m->seq_start.data(), DType::I32, {S + 1});
+  m->cpu.d_context_len = Tensor(m->context_len.data(), DType::I32, {S});
+  m->cpu.d_block_table = Tensor(m->block_table.data(), DType::I32, {S, max_blocks});
+  m->cpu.d_state_slot = Tensor(m->slots.data(), DType::I32, {S});
+  m->gpu = b;
+  auto up = [&](DeviceBuffer& buf, std::vector<int32_t>& v, Tensor& dst) {
+    buf = gpu.allocate(v.size() * 4);
+    dst = buf.view(DType::I32, {int64_t(v.size())});
+    gpu.copy_to_device(dst, v.data());
+  };
+  up(m->dpos, m->positions, m->gpu.d_positions);
+  up(m->dstart, m->seq_start, m->gpu.d_seq_start);
+  up(m->dctx, m->context_len, m->gpu.d_context_len);
+  up(m->dbt, m->block_table, m->gpu.d_block_table);
+  m->gpu.d_block_table = m->gpu.d_block_table.reshaped({S, max_blocks});
+  up(m->dslot, m->slots, m->gpu.d_state_slot);
+  return m;
+}
+
+struct AttnShape {
+  int nh, nkv, hd, rd;
+  bool gate;
+};
+
+TEST_F(CudaOpsTest, Attention) {
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{0, 37}, {0, 5}, {20, 11}},   // prefill: fresh prompts + a continued chunk
+      {{0, 1}, {63, 1}, {130, 1}},   // decode
+      {{45, 4}, {100, 4}},           // verification (4 tokens on a context)
+  };
+  for (AttnShape sh : {AttnShape{4, 2, 64, 16, true}, AttnShape{24, 4, 256, 64, true},
+                       AttnShape{16, 8, 128, 128, false}, AttnShape{6, 2, 32, 8, true},
+                       AttnShape{4, 2, 16, 16, false}}) {
+    for (const auto& seqs : batches) {
+      const int bs = 16, max_blocks = 16, n_blocks = 64;
+      std::vector<int32_t> perm(n_blocks);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng_);
+      auto m = build_meta(*gpu_, seqs, bs, max_blocks, perm, {0, 0, 0}, false);
+      const int T = m->cpu.n_tokens;
+      const int64_t row = int64_t(sh.nh) * sh.hd * (sh.gate ? 2 : 1) + 2LL * sh.nkv * sh.hd;
+      const int64_t cache_n = int64_t(n_blocks) * bs * sh.nkv * sh.hd;
+      Pair kc = make_f32({n_blocks, bs, sh.nkv, sh.hd}, rnd(cache_n));  // the past context
+      Pair vc = make_f32({n_blocks, bs, sh.nkv, sh.hd}, rnd(cache_n));
+      Pair qkv = make_f32({T, row}, rnd(T * row, -2.f, 2.f));
+      Pair qn = make_f32({sh.hd}, rnd(sh.hd, 0.5f, 1.5f)), kn = make_f32({sh.hd}, rnd(sh.hd, 0.5f, 1.5f));
+      Pair out = poisoned({T, int64_t(sh.nh) * sh.hd});
+      AttentionParams p;
+      p.n_heads = sh.nh;
+      p.n_kv_heads = sh.nkv;
+      p.head_dim = sh.hd;
+      p.rotary_dim = sh.rd;
+      p.rope_theta = 1e7f;
+      p.output_gate = sh.gate;
+      p.eps = 1e-6f;
+      p.scale = 1.0f / std::sqrt(float(sh.hd));
+      p.q_norm = qn.tc;
+      p.k_norm = kn.tc;
+      cpu_->kernels().attention(p, qkv.tc, KvLayerView{kc.tc, vc.tc}, m->cpu, out.tc);
+      p.q_norm = qn.tg;
+      p.k_norm = kn.tg;
+      gpu_->kernels().attention(p, qkv.tg, KvLayerView{kc.tg, vc.tg}, m->gpu, out.tg);
+      const std::string what = "nh=" + std::to_string(sh.nh) + " hd=" + std::to_string(sh.hd) +
+                               " T=" + std::to_string(T) + " first seq past=" + std::to_string(seqs[0].first);
+      EXPECT_LE(rel_err(out), 1e-4) << what;
+      EXPECT_LE(rel_err(kc), 1e-5) << what;
+      EXPECT_EQ(rel_err(vc), 0.0) << what;
+    }
+  }
+}
+
+struct GdnShape {
+  int hk, hv, dk, dv, k;
+};
+
+TEST_F(CudaOpsTest, GatedDeltaNet) {
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{0, 17}, {0, 1}, {9, 5}},  // prefill-like, different lengths
+      {{3, 1}, {8, 1}, {1, 1}},   // decode
+      {{30, 4}, {7, 4}, {2, 2}},  // verification with snapshots
+      {{0, 9}, {7, 4}, {2, 1}},   // a prefill chunk (> depth: no snapshots) beside verifications
+  };
+  for (GdnShape sh : {GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}, GdnShape{16, 48, 128, 128, 4}}) {
+    for (std::size_t bi = 0; bi < batches.size(); ++bi) {
+      const bool snaps = bi != 1;
+      const int n_slots = 5, depth = bi == 3 ? 4 : 17;
+      std::vector<int32_t> perm(64);
+      std::iota(perm.begin(), perm.end(), 0);
+      auto m = build_meta(*gpu_, batches[bi], 16, 8, perm, {3, 0, 4}, snaps);
+      const int T = m->cpu.n_tokens;
+      GdnParams p;
+      p.n_k_heads = sh.hk;
+      p.n_v_heads = sh.hv;
+      p.k_head_dim = sh.dk;
+      p.v_head_dim = sh.dv;
+      p.conv_kernel = sh.k;
+      p.eps = 1e-6f;
+      const int64_t cd = p.conv_dim(), row = p.proj_dim(), vd = p.value_dim();
+      const int64_t rec = int64_t(sh.hv) * sh.dv * sh.dk;
+      Pair cw = make_f32({cd, sh.k}, rnd(cd * sh.k, -0.5f, 0.5f));
+      Pair na = make_f32({sh.hv}, rnd(sh.hv, -2.f, -0.1f)), dtb = make_f32({sh.hv}, rnd(sh.hv));
+      Pair nw = make_f32({sh.dv}, rnd(sh.dv, 0.5f, 1.5f));
+      Pair proj = make_f32({T, row}, rnd(T * row, -2.f, 2.f));
+      Pair conv = make_f32({n_slots, cd, sh.k - 1}, rnd(n_slots * cd * (sh.k - 1)));
+      Pair recs = make_f32({n_slots, sh.hv, sh.dv, sh.dk}, rnd(n_slots * rec, -0.3f, 0.3f));
+      Pair csnap = make_f32({n_slots, depth, cd, sh.k - 1}, std::vector<float>(n_slots * depth * cd * (sh.k - 1), 0.f));
+      Pair rsnap = make(DType::F32, {n_slots * depth, sh.hv, sh.dv, sh.dk}, nullptr);  // Tensor: 4 dims max
+      Pair out = poisoned({T, vd});
+      StateLayerView sc{conv.tc, recs.tc, csnap.tc, rsnap.tc, depth};
+      StateLayerView sg{conv.tg, recs.tg, csnap.tg, rsnap.tg, depth};
+      auto params = [&](bool gpu) {
+        GdnParams q = p;
+        q.conv_weight = gpu ? cw.tg : cw.tc;
+        q.neg_exp_a = gpu ? na.tg : na.tc;
+        q.dt_bias = gpu ? dtb.tg : dtb.tc;
+        q.norm = gpu ? nw.tg : nw.tc;
+        return q;
+      };
+      cpu_->kernels().gated_delta_net(params(false), proj.tc, sc, m->cpu, out.tc);
+      gpu_->kernels().gated_delta_net(params(true), proj.tg, sg, m->gpu, out.tg);
+      const std::string what = "Hv=" + std::to_string(sh.hv) + " batch " + std::to_string(bi);
+      EXPECT_LE(rel_err(out), 1e-4) << what;
+      EXPECT_LE(rel_err(conv), 1e-6) << what;
+      EXPECT_LE(rel_err(recs), 1e-4) << what;
+      if (snaps) {
+        EXPECT_LE(rel_err(csnap), 1e-6) << what;
+        EXPECT_LE(rel_err(rsnap), 1e-4) << what;
+        // Roll slot 3 back to its state after token 2 on both backends.
+        cpu_->kernels().restore_snapshot(sc, 3, 2);
+        gpu_->kernels().restore_snapshot(sg, 3, 2);
+        EXPECT_LE(rel_err(recs), 1e-4) << what;
+        EXPECT_LE(rel_err(conv), 1e-6) << what;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deltaserve

@@ -1,0 +1,506 @@
+// The OpenAI HTTP API against a scripted FakeEngine and the tiny-coder tokenizer: routes, errors,
+// streaming, stop strings, n, parsers, cancellation on disconnect, many concurrent streams.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_server.h"
+#include "test_support.h"
+
+namespace deltaserve {
+namespace {
+
+using json = nlohmann::json;
+using testing::FakeEngine;
+using testing::http;
+using testing::sse_data;
+using testing::wait_until;
+
+const std::string kModelDir = std::string(DELTASERVE_SOURCE_DIR) + "/models/tiny-coder";
+
+Result<std::string> chatml(const nlohmann::ordered_json& messages, const nlohmann::ordered_json&,
+                           const nlohmann::ordered_json& kwargs) {
+  std::string out;
+  for (const auto& m : messages) {
+    out += "<|im_start|>" + m["role"].get<std::string>() + "\n" + m["content"].get<std::string>() +
+           "<|im_end|>\n";
+  }
+  out += "<|im_start|>assistant\n";
+  bool thinking = !(kwargs.contains("enable_thinking") && kwargs["enable_thinking"] == false);
+  out += thinking ? "<think>\n" : "<think>\n\n</think>\n\n";
+  return out;
+}
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  void start(ServerConfig cfg = {}) {
+    auto tok = Tokenizer::load(kModelDir);
+    ASSERT_TRUE(tok.is_ok()) << tok.status().message();
+    tokenizer_ = std::make_unique<Tokenizer>(*tok);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.served_model_name = "tiny";
+    server_ = std::make_unique<OpenAiServer>(cfg, engine_, *tokenizer_, chatml,
+                                             SamplingDefaults::load(kModelDir));
+    auto st = server_->start();
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    port_ = server_->port();
+  }
+  void script(const std::string& text) { engine_.script = tokenizer_->encode(text, true); }
+  void TearDown() override {
+    if (server_) server_->stop();
+  }
+  testing::HttpResult post(const std::string& path, const std::string& body,
+                           std::vector<std::string> headers = {}) {
+    return http(port_, "POST", path, body, headers);
+  }
+  static json error_of(const testing::HttpResult& r) {
+    json j = json::parse(r.body, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r.body;
+    EXPECT_TRUE(j.contains("error")) << r.body;
+    return j.is_discarded() ? json() : j["error"];
+  }
+  void expect_idle() {
+    EXPECT_TRUE(wait_until([&] { return server_->active_jobs() == 0 && engine_.n_live() == 0; }))
+        << "active jobs " << server_->active_jobs() << ", live " << engine_.n_live();
+  }
+
+  FakeEngine engine_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<OpenAiServer> server_;
+  int port_ = 0;
+};
+
+TEST_F(HttpApiTest, HealthModelsMetrics) {
+  start();
+  auto h = http(port_, "GET", "/health");
+  EXPECT_EQ(h.status, 200);
+  auto m = http(port_, "GET", "/v1/models");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_EQ(json::parse(m.body)["data"][0]["id"], "tiny");
+  auto metrics = http(port_, "GET", "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  for (const char* name :
+       {"deltaserve_requests_running", "deltaserve_requests_waiting", "deltaserve_kv_tokens_used",
+        "deltaserve_state_slots_used", "deltaserve_prompt_tokens_total",
+        "deltaserve_generation_tokens_total", "deltaserve_time_to_first_token_seconds_bucket",
+        "deltaserve_inter_token_latency_seconds_count", "deltaserve_spec_accept_length_sum",
+        "deltaserve_spec_accepted_tokens_total", "deltaserve_spec_draft_tokens_total"}) {
+    EXPECT_NE(metrics.body.find(name), std::string::npos) << name;
+  }
+}
+
+TEST_F(HttpApiTest, UnknownRouteAndMethod) {
+  start();
+  auto r = http(port_, "GET", "/v2/nothing");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(error_of(r)["code"], "not_found");
+  EXPECT_EQ(http(port_, "GET", "/v1/chat/completions").status, 405);
+}
+
+TEST_F(HttpApiTest, MalformedAndHostileBodies) {
+  ServerConfig cfg;
+  cfg.max_request_bytes = 4096;
+  start(cfg);
+  auto r = post("/v1/chat/completions", "{\"messages\": [");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(error_of(r)["type"], "invalid_request_error");
+  r = post("/v1/chat/completions", std::string(1500, '[') + std::string(1500, ']'));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r)["message"].get<std::string>().find("nesting"), std::string::npos);
+  r = post("/v1/chat/completions",
+           "{\"messages\": [{\"role\": \"user\", \"content\": \"bad \xFF\xFE utf8\"}]}");
+  EXPECT_EQ(r.status, 400);
+  r = post("/v1/chat/completions", std::string(10000, ' '));
+  EXPECT_EQ(r.status, 413);
+  EXPECT_EQ(error_of(r)["code"], "request_too_large");
+  r = post("/v1/chat/completions", "[1, 2]");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(http(port_, "GET", "/health").status, 200);  // still alive
+}
+
+TEST_F(HttpApiTest, FieldValidationNamesTheField) {
+  start();
+  auto check = [&](const std::string& body, const std::string& param) {
+    auto r = post("/v1/chat/completions", body);
+    EXPECT_EQ(r.status, 400) << body;
+    EXPECT_EQ(error_of(r)["param"], param) << r.body;
+  };
+  std::string msgs = "\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]";
+  check("{" + msgs + ", \"temperature\": -1}", "temperature");
+  check("{" + msgs + ", \"temperature\": \"hot\"}", "temperature");
+  check("{" + msgs + ", \"top_p\": 1.5}", "top_p");
+  check("{" + msgs + ", \"n\": 0}", "n");
+  check("{" + msgs + ", \"max_tokens\": 100000}", "max_tokens");
+  check("{" + msgs + ", \"stop\": 5}", "stop");
+  check("{" + msgs + ", \"top_logprobs\": 3}", "top_logprobs");
+  check("{" + msgs + ", \"stream_options\": {\"include_usage\": true}}", "stream_options");
+  check("{\"messages\": [{\"role\": \"wizard\", \"content\": \"hi\"}]}", "messages[0].role");
+  check("{\"messages\": []}", "messages");
+  check("{}", "messages");
+  std::string long_text;
+  for (int i = 0; i < 400; ++i) long_text += "word ";
+  check("{\"messages\": [{\"role\": \"user\", \"content\": \"" + long_text + "\"}]}",
+        "messages");
+  auto r = post("/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": -3}");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(error_of(r)["param"], "max_tokens");
+  // NaN is not JSON: malformed.
+  EXPECT_EQ(post("/v1/chat/completions", "{" + msgs + ", \"temperature\": NaN}").status, 400);
+}
+
+TEST_F(HttpApiTest, ApiKey) {
+  ServerConfig cfg;
+  cfg.api_key = "sekret";
+  start(cfg);
+  script("Hello");
+  EXPECT_EQ(http(port_, "GET", "/v1/models").status, 401);
+  EXPECT_EQ(http(port_, "GET", "/v1/models", "", {"Authorization: Bearer wrong"}).status, 401);
+  EXPECT_EQ(http(port_, "GET", "/v1/models", "", {"Authorization: Bearer sekret"}).status, 200);
+  EXPECT_EQ(http(port_, "GET", "/health").status, 200);
+  auto r = post("/v1/completions", "{\"prompt\": \"a\", \"max_tokens\": 2}");
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(error_of(r)["type"], "authentication_error");
+}
+
+TEST_F(HttpApiTest, ChatNonStreaming) {
+  start();
+  script("Hello there, friend.");
+  auto r = post("/v1/chat/completions",
+                R"({"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":50,
+                    "chat_template_kwargs":{"enable_thinking":false}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello there, friend.");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["completion_tokens"], engine_.script.size());
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 0);
+  EXPECT_EQ(j["usage"]["total_tokens"],
+            j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>());
+  // generation_config.json defaults reached the engine (temperature 0.6, top_k 20, top_p 0.95).
+  auto sub = engine_.submitted();
+  ASSERT_EQ(sub.size(), 1u);
+  EXPECT_FLOAT_EQ(sub[0].sampling.temperature, 0.6f);
+  EXPECT_EQ(sub[0].sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(sub[0].sampling.top_p, 0.95f);
+  EXPECT_EQ(sub[0].sampling.max_tokens, 50);
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, ChatStreamingWithUsage) {
+  start();
+  script("One two three four.");
+  auto r = post("/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"hi"}],"stream":true,"temperature":0,
+                    "stream_options":{"include_usage":true},"seed":7,
+                    "chat_template_kwargs":{"enable_thinking":false}})");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["content-type"], "text/event-stream");
+  auto events = sse_data(r.body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string content;
+  std::string finish;
+  json usage;
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (c.contains("usage")) {
+      usage = c["usage"];
+      EXPECT_TRUE(c["choices"].empty());
+      continue;
+    }
+    const json& ch = c["choices"][0];
+    if (i == 0) EXPECT_EQ(ch["delta"]["role"], "assistant");
+    if (ch["delta"].contains("content")) content += ch["delta"]["content"].get<std::string>();
+    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+  }
+  EXPECT_EQ(content, "One two three four.");
+  EXPECT_EQ(finish, "stop");
+  EXPECT_EQ(usage["completion_tokens"], engine_.script.size());
+  EXPECT_EQ(usage["reasoning_tokens"], 0);
+  EXPECT_EQ(usage["completion_tokens_details"]["reasoning_tokens"], 0);
+  EXPECT_EQ(engine_.submitted()[0].sampling.seed.value(), 7u);
+  EXPECT_FLOAT_EQ(engine_.submitted()[0].sampling.temperature, 0.0f);
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, CompletionsAndLength) {
+  start();
+  script("alpha beta gamma delta epsilon");
+  auto r = post("/v1/completions", R"({"prompt":"Say:","max_tokens":3,"logprobs":2})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(j["choices"][0]["text"], tokenizer_->decode(std::vector<TokenId>(
+                                         engine_.script.begin(), engine_.script.begin() + 3)));
+  EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"].size(), 3u);
+  EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u);
+
+  auto s = post("/v1/completions", R"({"prompt":"Say:","max_tokens":100,"stream":true})");
+  ASSERT_EQ(s.status, 200);
+  std::string text;
+  for (const auto& e : sse_data(s.body)) {
+    if (e == "[DONE]") break;
+    json c = json::parse(e);
+    text += c["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "alpha beta gamma delta epsilon");
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, StopStringCancelsEngine) {
+  start();
+  engine_.tick = std::chrono::milliseconds(2);
+  script("Hello world and more text that goes on and on and on and on and on");
+  auto r = post("/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"hi"}],"stop":["world"],
+                    "chat_template_kwargs":{"enable_thinking":false}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello ");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(engine_.cancelled().size(), 1u);
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, NChoicesGetDistinctSeeds) {
+  start();
+  script("abc");
+  auto r = post("/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"hi"}],"n":3,"seed":100,
+                    "logprobs":true,"top_logprobs":2})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["logprobs"]["content"].size(), engine_.script.size());
+    EXPECT_EQ(j["choices"][i]["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
+  }
+  auto sub = engine_.submitted();
+  ASSERT_EQ(sub.size(), 3u);
+  EXPECT_EQ(*sub[0].sampling.seed, 100u);
+  EXPECT_EQ(*sub[1].sampling.seed, 101u);
+  EXPECT_EQ(*sub[2].sampling.seed, 102u);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3 * engine_.script.size());
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, ReasoningSplitAndUsage) {
+  ServerConfig cfg;
+  cfg.reasoning_parser = "qwen3";
+  start(cfg);
+  script("Let me think.\n</think>\n\nThe answer.");
+  auto r = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"q"}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "Let me think.\n");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "\n\nThe answer.");
+  int think_tokens = static_cast<int>(tokenizer_->encode("Let me think.\n</think>", true).size());
+  EXPECT_EQ(j["usage"]["reasoning_tokens"], think_tokens);
+  EXPECT_EQ(j["usage"]["completion_tokens_details"]["reasoning_tokens"], think_tokens);
+
+  auto s = post("/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"q"}],"stream":true})");
+  std::string reasoning, content;
+  for (const auto& e : sse_data(s.body)) {
+    if (e == "[DONE]") break;
+    json d = json::parse(e)["choices"][0]["delta"];
+    if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+    if (d.contains("content")) content += d["content"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, "Let me think.\n");
+  EXPECT_EQ(content, "\n\nThe answer.");
+
+  // Thinking off: all content.
+  auto off = post("/v1/chat/completions",
+                  R"({"messages":[{"role":"user","content":"q"}],
+                      "chat_template_kwargs":{"enable_thinking":false}})");
+  json o = json::parse(off.body);
+  EXPECT_TRUE(o["choices"][0]["message"]["reasoning_content"].is_null());
+  EXPECT_EQ(o["usage"]["reasoning_tokens"], 0);
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, ToolCallsQwen3Coder) {
+  ServerConfig cfg;
+  cfg.reasoning_parser = "qwen3";
+  cfg.tool_call_parser = "qwen3_coder";
+  start(cfg);
+  script(
+      "User wants weather.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\n"
+      "Paris\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>");
+  std::string body = R"({"messages":[{"role":"user","content":"weather?"}],
+    "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+      "properties":{"city":{"type":"string"},"days":{"type":"integer"}}}}}]})";
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  ASSERT_TRUE(j["choices"][0]["message"].is_object()) << r.body;
+  const json& msg = j["choices"][0]["message"];
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(msg["reasoning_content"], "User wants weather.\n");
+  ASSERT_EQ(msg["tool_calls"].size(), 1u);
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], R"({"city": "Paris", "days": 3})");
+  EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
+
+  json sbody = json::parse(body);
+  sbody["stream"] = true;
+  auto s = post("/v1/chat/completions", sbody.dump());
+  std::string args, name, id, finish;
+  for (const auto& e : sse_data(s.body)) {
+    if (e == "[DONE]") break;
+    json chunk = json::parse(e);
+    const json& ch = chunk["choices"][0];
+    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    if (!ch["delta"].contains("tool_calls")) continue;
+    for (const auto& tc : ch["delta"]["tool_calls"]) {
+      EXPECT_EQ(tc["index"], 0);
+      if (tc.contains("id")) id = tc["id"];
+      if (tc["function"].contains("name")) name = tc["function"]["name"];
+      args += tc["function"]["arguments"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(id.substr(0, 5), "call_");
+  EXPECT_EQ(args, R"({"city": "Paris", "days": 3})");
+  EXPECT_EQ(finish, "tool_calls");
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, QueueFullIs503) {
+  start();
+  engine_.reject_all = true;
+  auto r = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(error_of(r)["message"].get<std::string>().find("queue"), std::string::npos);
+  auto s = post("/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"hi"}],"stream":true})");
+  EXPECT_EQ(s.status, 503);
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, DisconnectMidStreamCancels) {
+  start();
+  engine_.tick = std::chrono::milliseconds(5);
+  script(std::string(200, 'x'));
+  int fd = testing::connect_local(port_);
+  ASSERT_GE(fd, 0);
+  testing::send_all(fd, testing::build_request(
+                            "POST", "/v1/completions",
+                            R"({"prompt":"go","max_tokens":200,"stream":true})"));
+  char buf[4096];
+  ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);  // headers + first chunk
+  ::close(fd);
+  EXPECT_TRUE(wait_until([&] { return engine_.cancelled().size() == 1; }));
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, ManyConcurrentStreamsWithDisconnects) {
+  start();
+  engine_.tick = std::chrono::milliseconds(2);
+  script("The quick brown fox jumps over the lazy dog again and again and again.");
+  constexpr int kStreams = 64;
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i] {
+      int fd = testing::connect_local(port_);
+      if (fd < 0) return;
+      testing::send_all(fd, testing::build_request(
+                                "POST", "/v1/chat/completions",
+                                R"({"messages":[{"role":"user","content":"hi"}],"stream":true,
+                                    "chat_template_kwargs":{"enable_thinking":false}})"));
+      std::string raw;
+      char buf[4096];
+      for (;;) {
+        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        raw.append(buf, static_cast<std::size_t>(n));
+        if (i % 2 == 1 && raw.size() > 300) break;  // odd clients hang up mid-stream
+      }
+      ::close(fd);
+      if (i % 2 == 0 && raw.find("data: [DONE]") != std::string::npos) ++ok;
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), kStreams / 2);
+  expect_idle();
+  auto metrics = http(port_, "GET", "/metrics");
+  EXPECT_NE(metrics.body.find("deltaserve_requests_running 0\n"), std::string::npos);
+  EXPECT_NE(metrics.body.find("deltaserve_kv_tokens_used 0\n"), std::string::npos);
+  EXPECT_NE(metrics.body.find("deltaserve_state_slots_used 0\n"), std::string::npos);
+}
+
+TEST_F(HttpApiTest, ContinuousUsageAndEcho) {
+  start();
+  script("one two");
+  auto r = post("/v1/completions",
+                R"({"prompt":"Say:","stream":true,"echo":true,
+                    "stream_options":{"include_usage":true,"continuous_usage_stats":true}})");
+  ASSERT_EQ(r.status, 200);
+  auto events = sse_data(r.body);
+  ASSERT_GE(events.size(), 3u);
+  json first = json::parse(events[0]);
+  EXPECT_EQ(first["choices"][0]["text"], "Say:");
+  int last_completion = -1;
+  std::string text;
+  for (const auto& e : events) {
+    if (e == "[DONE]") break;
+    json c = json::parse(e);
+    ASSERT_TRUE(c.contains("usage")) << e;
+    EXPECT_GE(c["usage"]["completion_tokens"].get<int>(), last_completion);
+    last_completion = c["usage"]["completion_tokens"];
+    if (!c["choices"].empty()) text += c["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "Say:one two");
+  EXPECT_EQ(last_completion, static_cast<int>(engine_.script.size()));
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, HermesToolCalls) {
+  ServerConfig cfg;
+  cfg.tool_call_parser = "hermes";
+  start(cfg);
+  script("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>");
+  auto r = post("/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"go"}],
+                    "tools":[{"type":"function","function":{"name":"f","parameters":{}}}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  ASSERT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"x\": 1}");
+  // tool_choice "none": no parsing, the markup stays content.
+  auto n = post("/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"go"}],"tool_choice":"none",
+                    "tools":[{"type":"function","function":{"name":"f","parameters":{}}}]})");
+  json nj = json::parse(n.body);
+  EXPECT_FALSE(nj["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(nj["choices"][0]["finish_reason"], "stop");
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, KeepAliveServesSeveralRequests) {
+  start();
+  script("ok");
+  int fd = testing::connect_local(port_);
+  ASSERT_GE(fd, 0);
+  std::string req = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int i = 0; i < 3; ++i) {
+    testing::send_all(fd, req);
+    char buf[1024];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0);
+    EXPECT_EQ(std::string(buf, 12), "HTTP/1.1 200");
+  }
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace deltaserve

@@ -1,0 +1,281 @@
+// Test support for the HTTP layer: a scripted fake EngineService (own thread, one token per tick),
+// a blocking HTTP/1.1 client over a raw socket, and an SSE reader.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine_service.h"
+
+namespace deltaserve::testing {
+
+// Emits `script` (token ids) one per tick for each request, up to max_tokens, then Stop (or Length).
+class FakeEngine final : public EngineService {
+ public:
+  std::vector<TokenId> script;
+  std::chrono::milliseconds tick{1};
+  int64_t context = 256;
+  bool reject_all = false;  // every request gets Error "queue is full"
+  bool with_logprobs = true;
+
+  FakeEngine() : thread_([this] { loop(); }) {}
+  ~FakeEngine() override {
+    {
+      std::lock_guard<std::mutex> l(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  std::shared_ptr<RequestStream> submit(GenerateRequest request) override {
+    auto stream = std::make_shared<RequestStream>();
+    stream->id = request.id;
+    if (reject_all) {
+      TokenEvent ev;
+      ev.finish = FinishReason::Error;
+      ev.error = "request queue is full (max_waiting_requests reached); retry later";
+      stream->events.push(std::move(ev));
+      stream->events.close();
+      return stream;
+    }
+    std::lock_guard<std::mutex> l(mutex_);
+    live_[request.id] = Live{stream, std::move(request), 0};
+    submitted_.push_back(live_[request.id].request);
+    cv_.notify_all();
+    return stream;
+  }
+  void cancel(RequestId id) override {
+    std::lock_guard<std::mutex> l(mutex_);
+    cancelled_.insert(id);
+    cv_.notify_all();
+  }
+  RequestId next_request_id() override { return next_id_.fetch_add(1); }
+  EngineStats stats() const override {
+    std::lock_guard<std::mutex> l(mutex_);
+    EngineStats s;
+    s.requests_running = static_cast<int>(live_.size());
+    s.kv_tokens_used = 0;
+    for (const auto& [id, live] : live_) {
+      s.kv_tokens_used += static_cast<int64_t>(live.request.prompt.size()) + live.n_emitted;
+    }
+    s.state_slots_used = static_cast<int>(live_.size());
+    s.generated_tokens_total = generated_;
+    return s;
+  }
+  int64_t context_length() const override { return context; }
+
+  int n_live() const {
+    std::lock_guard<std::mutex> l(mutex_);
+    return static_cast<int>(live_.size());
+  }
+  std::set<RequestId> cancelled() const {
+    std::lock_guard<std::mutex> l(mutex_);
+    return cancelled_;
+  }
+  std::vector<GenerateRequest> submitted() const {
+    std::lock_guard<std::mutex> l(mutex_);
+    return submitted_;
+  }
+
+ private:
+  struct Live {
+    std::shared_ptr<RequestStream> stream;
+    GenerateRequest request;
+    int n_emitted = 0;
+  };
+
+  void loop() {
+    std::unique_lock<std::mutex> l(mutex_);
+    while (!stop_) {
+      if (live_.empty()) {
+        cv_.wait(l, [&] { return stop_ || !live_.empty(); });
+        continue;
+      }
+      l.unlock();
+      std::this_thread::sleep_for(tick);
+      l.lock();
+      std::vector<RequestId> done;
+      for (auto& [id, live] : live_) {
+        TokenEvent ev;
+        if (cancelled_.count(id)) {
+          ev.finish = FinishReason::Abort;
+        } else {
+          TokenId tok = live.n_emitted < static_cast<int>(script.size()) ? script[live.n_emitted] : 0;
+          ev.tokens.push_back(tok);
+          if (with_logprobs && live.request.sampling.top_logprobs >= 0) {
+            TokenLogprob lp;
+            lp.token = tok;
+            lp.logprob = -0.5f;
+            for (int k = 0; k < live.request.sampling.top_logprobs; ++k) lp.top.push_back({tok + k, -0.5f - k});
+            ev.logprobs.push_back(lp);
+          }
+          ++live.n_emitted;
+          ++generated_;
+          if (live.n_emitted >= live.request.sampling.max_tokens) {
+            ev.finish = FinishReason::Length;
+          } else if (live.n_emitted >= static_cast<int>(script.size())) {
+            ev.finish = FinishReason::Stop;
+          }
+        }
+        if (ev.finish != FinishReason::None) {
+          ev.n_prompt_tokens = static_cast<int>(live.request.prompt.size());
+          ev.n_generated_tokens = live.n_emitted;
+          done.push_back(id);
+        }
+        live.stream->events.push(std::move(ev));
+      }
+      for (RequestId id : done) {
+        live_[id].stream->events.close();
+        live_.erase(id);
+      }
+    }
+    for (auto& [id, live] : live_) {
+      TokenEvent ev;
+      ev.finish = FinishReason::Abort;
+      live.stream->events.push(std::move(ev));
+      live.stream->events.close();
+    }
+  }
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<RequestId, Live> live_;
+  std::set<RequestId> cancelled_;
+  std::vector<GenerateRequest> submitted_;
+  uint64_t generated_ = 0;
+  bool stop_ = false;
+  std::atomic<RequestId> next_id_{1};
+  std::thread thread_;
+};
+
+struct HttpResult {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;                            // de-chunked
+};
+
+inline int connect_local(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+inline void send_all(int fd, const std::string& data) {
+  std::size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    off += static_cast<std::size_t>(n);
+  }
+}
+
+inline std::string build_request(const std::string& method, const std::string& path,
+                                 const std::string& body,
+                                 const std::vector<std::string>& extra_headers = {}) {
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  for (const auto& h : extra_headers) req += h + "\r\n";
+  if (!body.empty() || method == "POST") {
+    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  }
+  return req + "\r\n" + body;
+}
+
+inline std::string dechunk(const std::string& raw) {
+  std::string out;
+  std::size_t pos = 0;
+  while (pos < raw.size()) {
+    std::size_t eol = raw.find("\r\n", pos);
+    if (eol == std::string::npos) break;
+    std::size_t size = std::stoul(raw.substr(pos, eol - pos), nullptr, 16);
+    if (size == 0) break;
+    out += raw.substr(eol + 2, size);
+    pos = eol + 2 + size + 2;
+  }
+  return out;
+}
+
+inline HttpResult parse_response(const std::string& raw) {
+  HttpResult r;
+  std::size_t head_end = raw.find("\r\n\r\n");
+  if (head_end == std::string::npos) return r;
+  std::string head = raw.substr(0, head_end);
+  r.status = std::stoi(head.substr(9, 3));
+  std::size_t pos = head.find("\r\n");
+  while (pos != std::string::npos) {
+    std::size_t next = head.find("\r\n", pos + 2);
+    std::string line = head.substr(pos + 2, next == std::string::npos ? std::string::npos : next - pos - 2);
+    std::size_t colon = line.find(':');
+    if (colon != std::string::npos) {
+      std::string name = line.substr(0, colon);
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      r.headers[name] = line.substr(colon + 2);
+    }
+    pos = next;
+  }
+  std::string body = raw.substr(head_end + 4);
+  r.body = r.headers["transfer-encoding"] == "chunked" ? dechunk(body) : body;
+  return r;
+}
+
+inline HttpResult http(int port, const std::string& method, const std::string& path,
+                       const std::string& body = "",
+                       const std::vector<std::string>& extra_headers = {}) {
+  int fd = connect_local(port);
+  if (fd < 0) return {};
+  send_all(fd, build_request(method, path, body, extra_headers));
+  std::string raw;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    raw.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return parse_response(raw);
+}
+
+// "data: ..." payloads of an SSE body, in order.
+inline std::vector<std::string> sse_data(const std::string& body) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    std::size_t end = body.find("\n\n", pos);
+    out.push_back(body.substr(pos + 6, end - pos - 6));
+    pos = end;
+  }
+  return out;
+}
+
+template <typename Pred>
+bool wait_until(Pred pred, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
+}  // namespace deltaserve::testing

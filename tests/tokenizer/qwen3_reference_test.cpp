@@ -1,0 +1,132 @@
+// Encodings of tests/fixtures/tokenizer-qwen3/reference.json (produced by transformers
+// AutoTokenizer) must match exactly, and decoding must give back the reference text.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "test_tokenizers.h"
+
+namespace deltaserve::testing {
+namespace {
+
+const nlohmann::json& reference() {
+  static const nlohmann::json ref = read_json(qwen3_dir() / "reference.json");
+  return ref;
+}
+
+std::vector<TokenId> ids_of(const nlohmann::json& j) { return j.get<std::vector<TokenId>>(); }
+
+TEST(Qwen3Reference, EncodeMatchesEveryCase) {
+  const auto& cases = reference().at("encode");
+  ASSERT_GE(cases.size(), 10u);
+  for (const auto& c : cases) {
+    const std::string text = c.at("text").get<std::string>();
+    EXPECT_EQ(qwen3().encode(text), ids_of(c.at("ids"))) << "text: " << text;
+  }
+}
+
+TEST(Qwen3Reference, DecodeMatchesEveryCase) {
+  for (const auto& c : reference().at("encode")) {
+    const auto ids = ids_of(c.at("ids"));
+    EXPECT_EQ(qwen3().decode(ids), c.at("decoded").get<std::string>());
+  }
+}
+
+TEST(Qwen3Reference, EncodeRenderedChatPrompts) {
+  const auto& chats = reference().at("chat");
+  ASSERT_FALSE(chats.empty());
+  for (const auto& c : chats) {
+    const std::string rendered = c.at("rendered").get<std::string>();
+    const auto ids = ids_of(c.at("ids"));
+    EXPECT_EQ(qwen3().encode(rendered), ids) << rendered;
+    EXPECT_EQ(qwen3().decode(ids), rendered);
+  }
+}
+
+TEST(Qwen3Reference, ConcurrentEncodeIsDeterministic) {
+  // Shared tokenizer, shared merge cache: every thread must see the reference ids every time.
+  const auto& cases = reference().at("encode");
+  std::vector<std::thread> threads;
+  std::vector<int> failures(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 50; ++round) {
+        for (const auto& c : cases) {
+          if (qwen3().encode(c.at("text").get<std::string>()) != ids_of(c.at("ids"))) ++failures[t];
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int f : failures) EXPECT_EQ(f, 0);
+}
+
+TEST(Qwen3Reference, SpecialTokensAndMetadata) {
+  const auto& tok = qwen3();
+  // Ids come from the fixture's chat case: "<|im_start|>user\n..." starts with <|im_start|>.
+  const auto chat_ids = ids_of(reference().at("chat")[0].at("ids"));
+  const TokenId im_start = chat_ids[0];
+  EXPECT_EQ(tok.token_id("<|im_start|>"), im_start);
+  EXPECT_TRUE(tok.is_special(im_start));
+  EXPECT_EQ(tok.token_text(im_start), "<|im_start|>");
+  EXPECT_EQ(tok.eos_token(), "<|im_end|>");  // tokenizer_config.json eos_token
+  EXPECT_EQ(tok.eos_token_id(), tok.token_id("<|im_end|>"));
+  EXPECT_EQ(tok.bos_token(), "");
+  EXPECT_FALSE(tok.bos_token_id().has_value());
+
+  // <think> is an added token but not special: kept by skip_special decoding.
+  const auto think = tok.token_id("<think>");
+  ASSERT_TRUE(think.has_value());
+  EXPECT_FALSE(tok.is_special(*think));
+  const auto ids = tok.encode("<|im_start|>user\nhi<|im_end|><think>x</think>");
+  EXPECT_EQ(tok.decode(ids, /*skip_special=*/true), "user\nhi<think>x</think>");
+
+  // vocab_size counts the added tokens (their ids follow the model vocab).
+  const auto json = read_json(qwen3_dir() / "tokenizer.json");
+  TokenId max_id = 0;
+  for (const auto& t : json.at("added_tokens"))
+    max_id = std::max(max_id, t.at("id").get<TokenId>());
+  EXPECT_EQ(tok.vocab_size(), max_id + 1);
+  // Vocab entries are looked up in their tokenizer.json (byte-level) spelling.
+  for (auto it = json["model"]["vocab"].begin(); it != json["model"]["vocab"].end(); ++it) {
+    if (it.value().get<int>() % 997 != 0) continue;
+    EXPECT_EQ(tok.token_id(it.key()), it.value().get<TokenId>()) << it.key();
+  }
+}
+
+TEST(Qwen3Reference, ParseSpecialOffTokenizesMarkersAsText) {
+  const auto& tok = qwen3();
+  const std::string text = "<|im_start|>user";
+  const auto plain = tok.encode(text, /*parse_special=*/false);
+  const auto im_start = tok.token_id("<|im_start|>");
+  ASSERT_TRUE(im_start.has_value());
+  for (TokenId id : plain) EXPECT_NE(id, *im_start);
+  EXPECT_GT(plain.size(), 2u);
+  EXPECT_EQ(tok.decode(plain), text);
+}
+
+TEST(Qwen3Reference, UnknownIdsAreSkippedByDecode) {
+  const auto& tok = qwen3();
+  const std::vector<TokenId> ids = {-5, tok.vocab_size(), 1 << 30};
+  EXPECT_EQ(tok.decode(ids), "");
+  EXPECT_EQ(tok.token_text(-1), "");
+}
+
+TEST(TokenizerLoad, MissingDirectoryNamesTheFile) {
+  auto tok = Tokenizer::load(source_dir() / "no/such/dir");
+  ASSERT_FALSE(tok.is_ok());
+  EXPECT_NE(tok.status().message().find("tokenizer.json"), std::string::npos)
+      << tok.status().message();
+}
+
+TEST(TokenizerLoad, BadJsonIsAnError) {
+  auto tok = Tokenizer::from_json("{ not json", "");
+  ASSERT_FALSE(tok.is_ok());
+  EXPECT_NE(tok.status().message().find("tokenizer.json"), std::string::npos);
+  auto tok2 = Tokenizer::from_json(R"({"model": {"type": "Unigram"}})", "");
+  EXPECT_FALSE(tok2.is_ok());
+}
+
+}  // namespace
+}  // namespace deltaserve::testing
