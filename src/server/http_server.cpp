@@ -72,7 +72,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   // --- called on the strand by HttpExchange ---
   void send_head(int status, const std::string& content_type, const HttpHeaders& headers,
-                 bool chunked, std::size_t content_length) {
+                 bool chunked, std::size_t content_length, std::string body = {}) {
     if (closed_ || head_sent_) return;
     head_sent_ = true;
     std::string head;
@@ -87,11 +87,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     }
     head += keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
     head += "\r\n";
+    head += body;
     queue_write(std::move(head));
-  }
-  void send_body(std::string data) {
-    if (closed_) return;
-    queue_write(std::move(data));
   }
   void send_chunk(const std::string& data) {
     if (closed_ || data.empty()) return;
@@ -228,9 +225,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     keep_alive_ = false;
     std::string body = server_.config.error_body ? server_.config.error_body(status, message)
                                                  : message + "\n";
+    std::size_t length = body.size();
     send_head(status, server_.config.error_body ? "application/json" : "text/plain", {}, false,
-              body.size());
-    queue_write(std::move(body));
+              length, std::move(body));
     response_complete_ = true;
     lingering_close_ = true;
     maybe_finish_exchange();
@@ -340,8 +337,8 @@ void HttpExchange::respond(int status, std::string content_type, std::string bod
                      b = std::move(body), h = std::move(headers)]() mutable {
     HttpConnection& c = *self->connection_;
     if (!c.is_current(self.get())) return;
-    c.send_head(status, ct, h, false, b.size());
-    c.send_body(std::move(b));
+    std::size_t length = b.size();  // before the move below (argument order is unspecified)
+    c.send_head(status, ct, h, false, length, std::move(b));  // one write: head + body
     c.complete_response(false);
   });
 }

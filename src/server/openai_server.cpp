@@ -161,7 +161,8 @@ void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
     // Say why: re-parse with exceptions for the message (rare path).
     std::string why = "malformed JSON";
     try {
-      (void)json::parse(req.body);
+      json ignored = json::parse(req.body);
+      (void)ignored;
     } catch (const json::exception& e) {
       why = std::string("malformed JSON: ") + e.what();
     }

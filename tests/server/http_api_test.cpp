@@ -212,7 +212,9 @@ TEST_F(HttpApiTest, ChatStreamingWithUsage) {
       continue;
     }
     const json& ch = c["choices"][0];
-    if (i == 0) EXPECT_EQ(ch["delta"]["role"], "assistant");
+    if (i == 0) {
+      EXPECT_EQ(ch["delta"]["role"], "assistant");
+    }
     if (ch["delta"].contains("content")) content += ch["delta"]["content"].get<std::string>();
     if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
   }
@@ -491,14 +493,31 @@ TEST_F(HttpApiTest, KeepAliveServesSeveralRequests) {
   script("ok");
   int fd = testing::connect_local(port_);
   ASSERT_GE(fd, 0);
-  std::string req = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
-  for (int i = 0; i < 3; ++i) {
-    testing::send_all(fd, req);
-    char buf[1024];
+  std::string req = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::string raw;
+  for (int i = 0; i < 3; ++i) testing::send_all(fd, req);
+  // Three pipelined responses, each framed by its Content-Length.
+  char buf[4096];
+  int parsed = 0;
+  while (parsed < 3) {
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     ASSERT_GT(n, 0);
-    EXPECT_EQ(std::string(buf, 12), "HTTP/1.1 200");
+    raw.append(buf, static_cast<std::size_t>(n));
+    for (;;) {
+      std::size_t head_end = raw.find("\r\n\r\n");
+      if (head_end == std::string::npos) break;
+      ASSERT_EQ(raw.substr(0, 12), "HTTP/1.1 200") << raw;
+      std::size_t cl = raw.find("Content-Length: ");
+      ASSERT_LT(cl, head_end);
+      std::size_t len = std::stoul(raw.substr(cl + 16));
+      if (raw.size() < head_end + 4 + len) break;
+      json body = json::parse(raw.substr(head_end + 4, len));
+      EXPECT_EQ(body["data"][0]["id"], "tiny");
+      raw.erase(0, head_end + 4 + len);
+      ++parsed;
+    }
   }
+  EXPECT_TRUE(raw.empty());
   ::close(fd);
 }
 

@@ -1,0 +1,145 @@
+// Broken checkpoints give one clear error naming the file and tensor, never a crash: missing
+// tensor, wrong shape, unknown architecture, truncated file, missing config, corrupt index.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "backend/cpu/cpu_backend.h"
+#include "fixture.h"
+#include "model/model.h"
+
+namespace deltaserve::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class BadCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ds_bad_ckpt_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    src_ = source_dir() / "tests/fixtures/qwen3-tiny";
+    fs::copy_file(src_ / "config.json", dir_ / "config.json");
+    backend_ = make_cpu_backend(1);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Rewrites qwen3-tiny's weights as f32, letting `edit` drop or reshape tensors.
+  void write_weights(const std::function<bool(std::string&, std::vector<int64_t>&, std::vector<float>&)>& edit) {
+    auto ck = Checkpoint::open_file(src_ / "model.safetensors");
+    ASSERT_TRUE(ck.is_ok());
+    std::vector<std::string> names;
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<std::vector<float>> data;
+    for (const auto& [name, e] : ck->tensors()) {
+      std::string n = name;
+      std::vector<int64_t> shape = e.shape;
+      std::vector<float> d(e.numel());
+      for (int64_t i = 0; i < e.numel(); ++i) d[i] = bf16_to_f32(static_cast<const uint16_t*>(e.data)[i]);
+      if (!edit(n, shape, d)) continue;
+      names.push_back(n);
+      shapes.push_back(shape);
+      data.push_back(std::move(d));
+    }
+    std::vector<NamedF32> out;
+    for (size_t i = 0; i < names.size(); ++i) out.push_back({names[i], shapes[i], data[i].data()});
+    ASSERT_TRUE(write_safetensors_f32(dir_ / "model.safetensors", out).is_ok());
+  }
+  std::string load_error() {
+    auto m = load_model(dir_, *backend_, {});
+    EXPECT_FALSE(m.is_ok());
+    return m.is_ok() ? "" : m.status().message();
+  }
+
+  fs::path dir_, src_;
+  std::unique_ptr<Backend> backend_;
+};
+
+TEST_F(BadCheckpoint, IntactF32CopyLoads) {
+  write_weights([](auto&, auto&, auto&) { return true; });
+  auto m = load_model(dir_, *backend_, {});
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+}
+
+TEST_F(BadCheckpoint, MissingTensorIsNamed) {
+  write_weights([](std::string& n, auto&, auto&) { return n != "model.layers.2.mlp.up_proj.weight"; });
+  std::string e = load_error();
+  EXPECT_NE(e.find("model.layers.2.mlp.up_proj.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing"), std::string::npos) << e;
+}
+
+TEST_F(BadCheckpoint, WrongShapeNamesTensorAndFile) {
+  write_weights([](std::string& n, std::vector<int64_t>& shape, std::vector<float>& d) {
+    if (n == "model.layers.1.self_attn.k_proj.weight") {
+      shape = {shape[0] / 2, shape[1]};
+      d.resize(shape[0] * shape[1]);
+    }
+    return true;
+  });
+  std::string e = load_error();
+  EXPECT_NE(e.find("model.layers.1.self_attn.k_proj.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected"), std::string::npos) << e;
+}
+
+TEST_F(BadCheckpoint, UnexpectedTensorIsReported) {
+  write_weights([](std::string& n, auto&, auto&) {
+    if (n == "model.norm.weight") n = "model.norm.weight_renamed";
+    return true;
+  });
+  std::string e = load_error();
+  EXPECT_NE(e.find("model.norm.weight"), std::string::npos) << e;
+}
+
+TEST_F(BadCheckpoint, TruncatedFileIsDetected) {
+  fs::copy_file(src_ / "model.safetensors", dir_ / "model.safetensors");
+  fs::resize_file(dir_ / "model.safetensors", fs::file_size(dir_ / "model.safetensors") - 1000);
+  std::string e = load_error();
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+  // Cut inside the header, too.
+  fs::resize_file(dir_ / "model.safetensors", 100);
+  e = load_error();
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+}
+
+TEST_F(BadCheckpoint, UnknownArchitectureIsNamed) {
+  fs::copy_file(src_ / "model.safetensors", dir_ / "model.safetensors");
+  std::ofstream(dir_ / "config.json", std::ios::trunc)
+      << R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 512, "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4})";
+  std::string e = load_error();
+  EXPECT_NE(e.find("LlamaForCausalLM"), std::string::npos) << e;
+  EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+}
+
+TEST_F(BadCheckpoint, MissingOrBrokenConfig) {
+  fs::copy_file(src_ / "model.safetensors", dir_ / "model.safetensors");
+  fs::remove(dir_ / "config.json");
+  std::string e = load_error();
+  EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+  std::ofstream(dir_ / "config.json") << "{\"architectures\": [\"Qwen3ForCausalLM\"], ";
+  e = load_error();
+  EXPECT_NE(e.find("invalid JSON"), std::string::npos) << e;
+  std::ofstream(dir_ / "config.json", std::ios::trunc) << R"({"architectures": ["Qwen3ForCausalLM"]})";
+  e = load_error();
+  EXPECT_NE(e.find("vocab_size"), std::string::npos) << e;
+}
+
+TEST_F(BadCheckpoint, ShardIndexNamingAMissingShard) {
+  std::ofstream(dir_ / "model.safetensors.index.json")
+      << R"({"weight_map": {"model.norm.weight": "model-00001-of-00002.safetensors"}})";
+  std::string e = load_error();
+  EXPECT_NE(e.find("model-00001-of-00002.safetensors"), std::string::npos) << e;
+}
+
+TEST_F(BadCheckpoint, NoWeightsAtAll) {
+  std::string e = load_error();
+  EXPECT_NE(e.find("no model.safetensors"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace deltaserve::test

@@ -1,0 +1,108 @@
+// The command-line forms other tools rely on, run as a user would: `deltaserve logits` against the
+// fixtures' reference logits and MTP logits, `deltaserve generate --json` against the reference
+// greedy continuation, and clear errors with non-zero exits for bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "fixture.h"
+
+namespace deltaserve::test {
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+};
+
+RunResult run(const std::string& args) {
+  RunResult r;
+  std::string cmd = std::string(DELTASERVE_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string join(const std::vector<int32_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+TEST(CliLogits, MatchesReferenceLogitsAndMtpLogits) {
+  for (const char* dir : {"tests/fixtures/qwen35-tiny", "models/tiny-coder"}) {
+    Fixture fx(source_dir() / dir);
+    const auto& c = fx.cases()[1];
+    const auto out = std::filesystem::temp_directory_path() / ("ds_cli_logits_" + std::to_string(::getpid()) + ".safetensors");
+    RunResult r = run(std::string("logits --model ") + (source_dir() / dir).string() + " --tokens " + join(c.tokens) +
+                      " --out " + out.string() + " --mtp");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    auto ck = Checkpoint::open_file(out);
+    ASSERT_TRUE(ck.is_ok()) << ck.status().message();
+    for (const char* name : {"logits", "mtp_logits"}) {
+      const TensorEntry* got = ck->find(name);
+      const TensorEntry* ref = fx.tensor(c.name + "." + name);
+      ASSERT_NE(got, nullptr) << name;
+      ASSERT_NE(ref, nullptr) << name;
+      ASSERT_EQ(got->shape, ref->shape) << name;
+      float maxd = 0;
+      for (int64_t i = 0; i < got->numel(); ++i)
+        maxd = std::max(maxd, std::fabs(static_cast<const float*>(got->data)[i] - static_cast<const float*>(ref->data)[i]));
+      EXPECT_LE(maxd, 2e-3f) << dir << " " << name;
+    }
+    std::filesystem::remove(out);
+  }
+}
+
+TEST(CliGenerate, JsonGreedyContinuationMatchesReference) {
+  Fixture fx(source_dir() / "models/tiny-coder");
+  const auto& c = fx.cases()[0];
+  std::vector<int32_t> prompt(c.tokens.begin(), c.tokens.begin() + c.prompt_len);
+  const int n = static_cast<int>(c.tokens.size()) - c.prompt_len;
+  for (const char* spec : {"", " --speculative-algorithm NEXTN --speculative-num-steps 3"}) {
+    RunResult r = run("generate --prompt-ids " + join(prompt) + " --max-tokens " + std::to_string(n) +
+                      " --temperature 0 --ignore-eos --json" + spec);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    std::vector<int32_t> expect(c.tokens.begin() + c.prompt_len, c.tokens.end());
+    EXPECT_EQ(j["token_ids"].get<std::vector<int32_t>>(), expect) << spec;
+    EXPECT_EQ(j["prompt_tokens"].get<int>(), c.prompt_len);
+    for (const char* k : {"text", "prefill_seconds", "decode_seconds", "decode_tokens_per_second"})
+      EXPECT_TRUE(j.contains(k)) << k;
+    if (*spec) EXPECT_GT(j["accept_length"].get<double>(), 1.5);
+  }
+  // --prompt goes through the tokenizer.
+  RunResult r = run("generate --prompt 'def fibonacci(n):\n' --max-tokens 4 --temperature 0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+}
+
+TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
+  struct Case { std::string args, needle; };
+  const std::vector<Case> cases = {
+      {"logits --model /nonexistent/dir --tokens 1,2 --out /tmp/x.safetensors", "/nonexistent/dir"},
+      {"logits --model " + (source_dir() / "tests/fixtures/qwen3-tiny").string() + " --tokens 1,abc --out /tmp/x.st", "not an integer"},
+      {"logits --model " + (source_dir() / "tests/fixtures/qwen3-tiny").string() + " --tokens 1,99999 --out /tmp/x.st", "out of range"},
+      {"logits --model " + (source_dir() / "tests/fixtures/qwen3-tiny").string() + " --tokens 1,2 --out /tmp/x.st --mtp", "no MTP head"},
+      {"generate --prompt-ids 1,2 --max-tokens 0", "max-tokens"},
+      {"generate --prompt-ids 1,2 --speculative-algorithm NEXTN --speculative-eagle-topk 4", "topk"},
+      {"generate --prompt-ids 1,2 --bogus-flag 3", "bogus-flag"},
+      {"nonsense-command", "unknown command"},
+  };
+  for (const auto& c : cases) {
+    RunResult r = run(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.exit_code, -1) << c.args << " crashed";
+    EXPECT_NE(r.out.find(c.needle), std::string::npos) << c.args << " -> " << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace deltaserve::test
