@@ -13,10 +13,12 @@
 #include "app/serve_options.h"
 #include "chat/chat_template.h"
 #include "deploy/hardware.h"
+#include "deploy/launch_db.h"
 #include "deploy/plan_input.h"
 #include "engine/backend_factory.h"
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
+#include "engine/model_setup.h"
 #include "model/config.h"
 #include "server/openai_server.h"
 #include "tokenizer/tokenizer.h"
@@ -59,7 +61,8 @@ int cmd_serve(const Args& args) {
   if (opts.log_level == "warning") set_log_level(LogLevel::Warn);
   if (opts.log_level == "error") set_log_level(LogLevel::Error);
   for (const auto& w : warnings) log_warn(w);
-  if (opts.model_path.empty()) return fail("--model-path is required", 2);
+  // No model given: the bundled tiny model (models/tiny-coder), as `tools/serve.sh` promises.
+  if (opts.model_path.empty()) opts.model_path = default_model_dir();
 
   // Parsers are checked before the (slow) model load.
   if (auto k = tool_parser_kind_from_name(opts.tool_call_parser); !k) return fail(k.status().message(), 2);
@@ -77,6 +80,13 @@ int cmd_serve(const Args& args) {
   for (const auto& w : plan.warnings) log_warn(w);
 
   SamplingDefaults defaults = SamplingDefaults::load(opts.model_path);
+
+  // Remember this launch (effective config, model identity, hardware) for `history`/`config diff`.
+  LaunchRecorder launch = LaunchRecorder::start(
+      opts, &plan, {{"device", device == PlanDevice::Cuda ? "cuda" : "cpu"}}, DELTASERVE_VERSION);
+  if (!launch.warning().empty()) log_warn(launch.warning());
+  if (auto w = launch.faster_config_warning()) log_warn(*w);
+  if (launch.launch_id() > 0) log_info("launch ", launch.launch_id(), " recorded (deltaserve history)");
 
   EngineConfig ec;
   ec.model_dir = opts.model_path;
@@ -148,9 +158,13 @@ int cmd_serve(const Args& args) {
   (*engine)->start();
   std::fprintf(stderr, "%s\n", (*engine)->plan_summary().c_str());
 
-  OpenAiServer server(server_config_from(opts), **engine, *tokenizer, render, defaults);
+  ServerConfig server_config = server_config_from(opts);
+  server_config.launch_id = launch.launch_id();
+  server_config.speculative_num_steps = ec.spec_num_steps;
+  OpenAiServer server(server_config, **engine, *tokenizer, render, defaults);
   if (Status s = server.start(); !s) {
     (*engine)->stop();
+    launch.stop("failed: " + s.message());
     return fail(s.message(), 1);
   }
   // The e2e tests and launchers wait for this line.
@@ -167,6 +181,7 @@ int cmd_serve(const Args& args) {
   log_info("deltaserve: signal ", stop_signal, ", shutting down");
   server.stop();
   (*engine)->stop();
+  launch.stop("ok");
   return 0;
 }
 

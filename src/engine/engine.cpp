@@ -5,6 +5,7 @@
 
 #include "engine/backend_factory.h"
 #include "util/log.h"
+#include "util/timer.h"
 
 namespace deltaserve {
 
@@ -190,6 +191,22 @@ void Engine::update_stats() {
   stats_ = s;
 }
 
+void Engine::maybe_log_progress() {
+  // A decode log line every 10 s while generating, as SGLang prints (with the accept length).
+  const double now = now_seconds();
+  if (log_.t == 0) log_ = {now, generated_tokens_total_, spec_steps_total_, spec_accepted_total_};
+  if (now - log_.t < 10.0 || generated_tokens_total_ == log_.generated) return;
+  const double dt = now - log_.t;
+  const uint64_t steps = spec_steps_total_ - log_.spec_steps;
+  std::string accept;
+  if (steps > 0)
+    accept = str_cat(", accept len: ", 1.0 + double(spec_accepted_total_ - log_.spec_accepted) / double(steps));
+  log_info("Decode batch. #running-req: ", scheduler_->n_running(), ", #queue-req: ", scheduler_->n_waiting(),
+           ", #token: ", int64_t(cache_->blocks().n_used()) * cache_->config().block_size, accept,
+           ", gen throughput (token/s): ", double(generated_tokens_total_ - log_.generated) / dt);
+  log_ = {now, generated_tokens_total_, spec_steps_total_, spec_accepted_total_};
+}
+
 void Engine::drain_inbox() {
   std::deque<std::pair<std::unique_ptr<Sequence>, int>> incoming;
   std::vector<RequestId> cancels;
@@ -233,6 +250,7 @@ void Engine::loop() {
     drain_inbox();
     if (scheduler_->has_work()) step();
     update_stats();
+    maybe_log_progress();
   }
   // Shutting down: everything still queued or running ends with Abort.
   drain_inbox();
@@ -384,8 +402,6 @@ void Engine::propose_drafts() {
   const int64_t H = model_->config().hidden_size;
   Kernels& kern = backend_->kernels();
   const int n_rows = static_cast<int>(mtp_rows_.size());
-  const int T = runner_->n_tokens();
-  (void)T;
   Tensor in = mtp_in_.view(DType::F32, {n_rows, H});
   kern.gather_rows(hidden_all_.view(DType::F32, {runner_->limits().max_tokens, H}), mtp_rows_.data(), n_rows, in);
   runner_->run_mtp(mtp_items_, in, mtp_out_.view(DType::F32, {n_rows, H}));

@@ -50,6 +50,7 @@ class Engine final : public EngineService {
   void finish(Sequence& seq, FinishReason reason, TokenEvent& ev);
   void emit(Sequence& seq, TokenEvent ev);
   void update_stats();
+  void maybe_log_progress();
   // Speculative decoding (MTP, NEXTN). verify() accepts drafts against the target rows starting
   // at `row`, appends the accepted tokens and the bonus token, and returns how many drafts it kept.
   int verify(Sequence& s, int row, std::vector<TokenLogprob>* logprobs);
@@ -93,6 +94,10 @@ class Engine final : public EngineService {
   EngineStats stats_;
   uint64_t prompt_tokens_total_ = 0, generated_tokens_total_ = 0;
   uint64_t spec_draft_total_ = 0, spec_accepted_total_ = 0, spec_steps_total_ = 0;
+  struct LogMark {
+    double t = 0;
+    uint64_t generated = 0, spec_steps = 0, spec_accepted = 0;
+  } log_;
 };
 
 }  // namespace deltaserve

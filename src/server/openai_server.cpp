@@ -105,6 +105,21 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
     return exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8",
                              metrics_.render(engine_.stats()));
   }
+  if (path == "/v1/server_info" || path == "/server_info") {
+    // What `deltaserve bench` attaches its results to, plus live figures.
+    if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
+    const EngineStats st = engine_.stats();
+    json info = {{"launch_id", config_.launch_id},
+                 {"model", config_.served_model_name},
+                 {"context_length", engine_.context_length()},
+                 {"speculative_num_steps", config_.speculative_num_steps},
+                 {"requests_running", st.requests_running},
+                 {"requests_waiting", st.requests_waiting}};
+    if (st.spec_verify_steps_total > 0)
+      info["accept_length"] = 1.0 + double(st.spec_accepted_tokens_total) / double(st.spec_verify_steps_total);
+    metrics_.count_request("/v1/server_info", 200);
+    return exchange->respond(200, "application/json", info.dump());
+  }
   bool known = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||
                path.rfind("/v1/models/", 0) == 0;
   if (!known) {

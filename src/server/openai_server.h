@@ -32,6 +32,8 @@ struct ServerConfig {
   int max_json_depth = 64;                      // deeper bodies get 400
   std::string reasoning_parser;                 // "" | "qwen3"
   std::string tool_call_parser;                 // "" | "qwen3_coder" | "hermes"
+  int64_t launch_id = 0;                        // this launch's record (0 = not recorded)
+  int speculative_num_steps = 0;                // reported at /v1/server_info
 };
 
 // Renders chat messages (normalized OpenAI messages), tools (array or null) and

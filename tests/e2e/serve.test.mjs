@@ -5,6 +5,8 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFile } from 'node:child_process';
 import net from 'node:net';
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
@@ -26,9 +28,13 @@ function freePort() {
   });
 }
 
+// Launch records go to a private state dir, never the user's ~/.local/state.
+const STATE_DIR = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-e2e-state-'));
+
 async function startServer(extraArgs = []) {
   const port = await freePort();
   const args = ['serve', '--model-path', MODEL, '--host', '127.0.0.1', '--port', String(port),
+    '--state-dir', STATE_DIR,
     '--context-length', String(CONTEXT), '--max-running-requests', '16', '--max-total-tokens', '65536',
     '--reasoning-parser', 'qwen3', '--tool-call-parser', 'qwen3_coder',
     '--served-model-name', 'tiny-coder', ...extraArgs];
@@ -281,8 +287,6 @@ test('errors: OpenAI error bodies with the right status', async () => {
   await expectError(post('{"messages":[{"role":"wizard","content":"hi"}]}'), 400, 'messages[0].role');
   await expectError(post(`{${msgs},"max_tokens":${CONTEXT * 4}}`), 400, 'max_tokens');
   await expectError(post(`{"messages":[{"role":"user","content":"${'word '.repeat(CONTEXT * 2)}"}]}`), 400, 'messages');
-  const fs = await import('node:fs');
-  const os = await import('node:os');
   // Invalid UTF-8 inside a JSON string: raw bytes from a file (argv would re-encode them).
   const badFile = path.join(os.tmpdir(), `ds-e2e-bad-${process.pid}.json`);
   fs.writeFileSync(badFile, Buffer.concat([Buffer.from('{"messages":[{"role":"user","content":"'),
@@ -317,5 +321,30 @@ test('api key: 401 without a valid token; health open', async () => {
     assert.equal((await curl([`${keyed.base}/v1/models`])).status, 401);
   } finally {
     await stopServer(keyed);
+  }
+});
+
+test('serve -> bench -> history: the measurement lands on the launch that served it', async () => {
+  const srv = await startServer(['--speculative-algorithm', 'NEXTN', '--speculative-num-steps', '3']);
+  try {
+    const info = JSON.parse((await curl([`${srv.base}/v1/server_info`])).body);
+    assert.ok(info.launch_id > 0, `server_info: ${JSON.stringify(info)}`);
+    assert.equal(info.speculative_num_steps, 3);
+    const outJson = path.join(STATE_DIR, 'bench.json');
+    const bench = await new Promise((resolve) => execFile(BIN, ['bench', '--url', srv.base, '--concurrency', '1,2',
+      '--num-prompts', '4', '--input-len', '16', '--output-len', '16', '--state-dir', STATE_DIR, '--output', outJson],
+      { timeout: 120000 }, (err, stdout, stderr) => resolve({ err, stdout, stderr })));
+    assert.equal(bench.err, null, bench.stderr);
+    const report = JSON.parse(fs.readFileSync(outJson, 'utf8'));
+    assert.equal(report.launch_id, info.launch_id);
+    const hist = await new Promise((resolve) => execFile(BIN, ['history', '--json', '--state-dir', STATE_DIR],
+      (err, stdout, stderr) => resolve({ err, stdout, stderr })));
+    assert.equal(hist.err, null, hist.stderr);
+    const launch = JSON.parse(hist.stdout).find((l) => l.launch_id === info.launch_id);
+    assert.ok(launch, hist.stdout);
+    assert.ok(launch.best_output_tokens_per_s > 0, JSON.stringify(launch));
+    assert.ok(launch.measurements >= 2);
+  } finally {
+    await stopServer(srv);
   }
 });

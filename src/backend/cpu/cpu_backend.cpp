@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -41,6 +42,13 @@ MemoryInfo CpuBackend::memory_info() const {
 }
 
 DeviceBuffer CpuBackend::allocate(std::size_t bytes) {
+  if (bytes >= (std::size_t(1) << 20)) {
+    // Large buffers (KV cache, state pools) come from anonymous mmap: zero pages are supplied
+    // lazily by the kernel, so a multi-GiB KV budget costs nothing until tokens fill it.
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    DS_CHECK(p != MAP_FAILED, "out of host memory mapping ", bytes, " bytes");
+    return DeviceBuffer(p, bytes, Device::Cpu, [bytes](void* q) { ::munmap(q, bytes); });
+  }
   std::size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   DS_CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
