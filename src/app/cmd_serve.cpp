@@ -96,7 +96,9 @@ int cmd_serve(const Args& args) {
   ec.max_running_requests = static_cast<int>(plan.max_running_requests);
   ec.max_waiting_requests = std::max<int>(1024, 4 * ec.max_running_requests);
   ec.context_length = plan.context_length;
-  ec.kv_tokens = plan.kv_tokens;
+  // Both backends keep the KV cache in f32 today; a plan made for a 2-byte cache would overrun
+  // its budget by 2x, so scale the token count to the bytes the cache really uses.
+  ec.kv_tokens = plan.kv_tokens * plan_in.kv_bytes_per_elem / 4;
   if (opts.page_size > 0) ec.kv_block_size = static_cast<int>(opts.page_size);
   ec.state_slots = static_cast<int>(plan.state_slots);
   ec.chunked_prefill_size = static_cast<int>(opts.chunked_prefill_size);

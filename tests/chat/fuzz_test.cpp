@@ -31,7 +31,9 @@ void exercise(const std::string& src, const Object& ctx) {
   limits.max_steps = 200000;
   limits.max_output_bytes = 1 << 20;
   auto r = t->render(ctx, limits);
-  if (!r) EXPECT_FALSE(r.status().message().empty());
+  if (!r) {
+    EXPECT_FALSE(r.status().message().empty());
+  }
 }
 
 std::string corpus() {
