@@ -1,5 +1,7 @@
 // Beast is used only to parse requests; responses are formatted by hand (status line, headers,
 // chunked framing), which keeps the write path a plain byte queue per connection.
+#include <sys/socket.h>
+#include <cerrno>
 #include "server/http_server.h"
 
 #include <sys/resource.h>
@@ -206,11 +208,14 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void on_peer_readable(beast::error_code ec) {
     if (closed_ || !exchange_) return;
     if (ec == net::error::operation_aborted) return;
-    beast::error_code ec2;
-    std::size_t n = stream_.socket().available(ec2);
-    if (ec || ec2 || n == 0) {
-      return close();
-    }
+    if (ec) return close();
+    // Readiness alone proves nothing: the reactor can report a socket readable when the bytes
+    // that made it so were already consumed (edge-triggered epoll). Peek: 0 bytes means the
+    // peer closed; EAGAIN means nothing happened, so watch again.
+    char byte;
+    const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return close();
+    if (n < 0) return watch_peer();
     // The client sent more bytes (a pipelined request); those wait for the next read. We can no
     // longer detect a hang-up by readiness, but a failing write still will.
   }
