@@ -119,11 +119,11 @@ int cmd_bench_offline(const Args& args) {
       // At batch 1 every decode step streams all weights once (MTP verification streams them
       // once per step too, so divide by the accept length when speculating).
       const double steps_per_s = r.decode_tok_s / b / (r.accept_length > 0 ? r.accept_length : 1.0);
-      const double gbps = b == 1 ? steps_per_s * double(e.weight_bytes()) / 1e9 : 0.0;
+      const double gbps = b == 1 ? steps_per_s * double(e.decode_weight_bytes()) / 1e9 : 0.0;
       std::printf("%-8d %-6d %14.0f %14.1f %14.2f %12.2f\n", t, b, pre.prefill_tok_s, r.decode_tok_s, gbps, r.accept_length);
       results.push_back({{"threads", t}, {"batch", b}, {"prefill_tokens_per_second", pre.prefill_tok_s},
                          {"decode_tokens_per_second", r.decode_tok_s}, {"weight_gb_per_second", gbps},
-                         {"accept_length", r.accept_length}, {"weight_bytes", e.weight_bytes()},
+                         {"accept_length", r.accept_length}, {"weight_bytes", e.weight_bytes()}, {"decode_weight_bytes", e.decode_weight_bytes()},
                          {"backend", e.backend_description()}});
     }
     e.stop();

@@ -39,6 +39,7 @@ class Engine final : public EngineService {
   const EngineConfig& config() const { return config_; }
   std::string backend_description() const { return backend_->description(); }
   std::size_t weight_bytes() const { return model_->weight_bytes(); }
+  std::size_t decode_weight_bytes() const { return model_->decode_weight_bytes(); }
   // Human-readable capacity plan (printed once at start-up).
   std::string plan_summary() const;
 

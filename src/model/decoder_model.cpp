@@ -34,6 +34,7 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const ModelConfig& conf
   const ModelConfig& c = m->config_;
   const int64_t H = c.hidden_size, V = c.vocab_size;
   DS_ASSIGN_OR_RETURN(m->embed_, w.embedding(naming.embed, V, H));
+  const std::size_t embed_bytes = w.bytes_loaded();
   const std::string lm_name =
       (c.tie_word_embeddings || (checkpoint && !w.has(naming.lm_head))) ? naming.embed : naming.lm_head;
   if (!c.tie_word_embeddings && checkpoint && !w.has(naming.lm_head))
@@ -50,6 +51,7 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const ModelConfig& conf
     m->layers_.push_back(std::move(l));
   }
 
+  m->decode_weight_bytes_ = w.bytes_loaded() - embed_bytes;
   std::vector<std::string> ignored = naming.ignored_prefixes;
   if (options.load_mtp && c.mtp_n_layers > 0 && (!checkpoint || w.has(naming.mtp + ".fc.weight"))) {
     if (c.mtp_n_layers != 1) return error(source, ": only one MTP layer is supported (config has ", c.mtp_n_layers, ")");

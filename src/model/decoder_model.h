@@ -48,6 +48,7 @@ class DecoderModel final : public Model {
   void forward(const ForwardArgs& args) override;
   void forward_mtp(const MtpArgs& args) override;
   std::size_t weight_bytes() const override { return weight_bytes_; }
+  std::size_t decode_weight_bytes() const override { return decode_weight_bytes_; }
 
  private:
   struct Layer {
@@ -80,7 +81,7 @@ class DecoderModel final : public Model {
   DeviceTensor final_norm_;               // [H]
   std::vector<Layer> layers_;
   std::optional<MtpHead> mtp_;
-  std::size_t weight_bytes_ = 0;
+  std::size_t weight_bytes_ = 0, decode_weight_bytes_ = 0;
 
   // Activation buffers for up to max_tokens_ rows (sized once by reserve()).
   int max_tokens_ = 0;

@@ -68,6 +68,9 @@ class Model {
   virtual void forward(const ForwardArgs& args) = 0;
   virtual void forward_mtp(const MtpArgs& args) = 0;
   virtual std::size_t weight_bytes() const = 0;
+  // Bytes of weights one decode step reads: everything but the embedding table (one row per
+  // token) and the MTP head.
+  virtual std::size_t decode_weight_bytes() const = 0;
 };
 
 struct ModelLoadOptions {
