@@ -79,7 +79,9 @@ int cmd_serve(const Args& args) {
   std::fprintf(stderr, "%s", render_memory_plan(plan).c_str());
   for (const auto& w : plan.warnings) log_warn(w);
 
-  SamplingDefaults defaults = SamplingDefaults::load(opts.model_path);
+  auto generation_defaults = load_generation_defaults(opts.model_path);
+  if (!generation_defaults) return fail(generation_defaults.status().message(), 1);
+  const SamplingDefaults defaults = *generation_defaults;
 
   // Remember this launch (effective config, model identity, hardware) for `history`/`config diff`.
   LaunchRecorder launch = LaunchRecorder::start(

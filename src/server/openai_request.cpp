@@ -10,40 +10,6 @@ namespace deltaserve {
 
 using json = nlohmann::ordered_json;
 
-// --- generation_config.json ---
-
-SamplingDefaults SamplingDefaults::from_json(const json& j) {
-  SamplingDefaults d;
-  if (!j.is_object()) return d;
-  auto num = [&](const char* key) -> std::optional<double> {
-    if (j.contains(key) && j[key].is_number()) return j[key].get<double>();
-    return std::nullopt;
-  };
-  if (auto v = num("temperature")) d.temperature = static_cast<float>(*v);
-  if (auto v = num("top_p")) d.top_p = static_cast<float>(*v);
-  if (auto v = num("top_k")) d.top_k = static_cast<int>(*v);
-  if (auto v = num("min_p")) d.min_p = static_cast<float>(*v);
-  if (auto v = num("repetition_penalty")) d.repetition_penalty = static_cast<float>(*v);
-  if (j.contains("eos_token_id")) {
-    const json& e = j["eos_token_id"];
-    if (e.is_number_integer()) d.eos_token_ids.push_back(e.get<TokenId>());
-    if (e.is_array()) {
-      for (const auto& x : e) {
-        if (x.is_number_integer()) d.eos_token_ids.push_back(x.get<TokenId>());
-      }
-    }
-  }
-  return d;
-}
-
-SamplingDefaults SamplingDefaults::load(const std::string& model_dir) {
-  std::ifstream in(model_dir + "/generation_config.json");
-  if (!in) return {};
-  json j = json::parse(in, nullptr, false);
-  if (j.is_discarded()) return {};
-  return from_json(j);
-}
-
 namespace {
 
 // Small typed getters. Each returns an ApiError naming `key` on a wrong type or range.

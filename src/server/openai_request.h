@@ -2,6 +2,7 @@
 // offending field in `param`. JSON stays in server/: the engine later gets SamplingParams.
 #pragma once
 
+#include "model/generation_config.h"
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,18 +18,8 @@ namespace deltaserve {
 
 // Sampling defaults from the model's generation_config.json (a request value wins over these,
 // and these win over the OpenAI defaults), as SGLang applies them.
-struct SamplingDefaults {
-  std::optional<float> temperature;
-  std::optional<float> top_p;
-  std::optional<int> top_k;
-  std::optional<float> min_p;
-  std::optional<float> repetition_penalty;
-  std::vector<TokenId> eos_token_ids;
-
-  // Reads model_dir/generation_config.json; a missing file gives empty defaults.
-  static SamplingDefaults load(const std::string& model_dir);
-  static SamplingDefaults from_json(const nlohmann::ordered_json& j);
-};
+// Model defaults from generation_config.json (one loader for the whole program: model/).
+using SamplingDefaults = GenerationDefaults;
 
 enum class ApiKind { Chat, Completion };
 

@@ -41,7 +41,7 @@ class HttpApiTest : public ::testing::Test {
     cfg.port = 0;
     cfg.served_model_name = "tiny";
     server_ = std::make_unique<OpenAiServer>(cfg, engine_, *tokenizer_, chatml,
-                                             SamplingDefaults::load(kModelDir));
+                                             *load_generation_defaults(kModelDir));
     auto st = server_->start();
     ASSERT_TRUE(st.is_ok()) << st.message();
     port_ = server_->port();
