@@ -83,13 +83,13 @@ int cmd_bench_offline(const Args& args) {
   auto gen_len = parse_int("gen-len", cli.get_or("gen-len", "128"));
   auto prefill_len = parse_int("prefill-len", cli.get_or("prefill-len", "512"));
   auto spec = parse_int("speculative-num-steps", cli.get_or("speculative-num-steps", "0"));
-  for (const Status* s : {&batches.status(), &threads.status(), &prompt_len.status(), &gen_len.status(),
-                          &prefill_len.status(), &spec.status()})
-    if (!s->is_ok() && !s->message().empty()) {
-      std::fprintf(stderr, "deltaserve bench-offline: %s\n", s->message().c_str());
+  for (const Status& st : {batches.status(), threads.status(), prompt_len.status(), gen_len.status(),
+                           prefill_len.status(), spec.status()}) {
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "deltaserve bench-offline: %s\n", st.message().c_str());
       return 2;
     }
-  if (!batches || !threads || !prompt_len || !gen_len || !prefill_len || !spec) return 2;
+  }
   nlohmann::json results = nlohmann::json::array();
   std::printf("%-8s %-6s %14s %14s %14s %12s\n", "threads", "batch", "prefill tok/s", "decode tok/s", "weights GB/s", "accept len");
   for (int t : *threads) {

@@ -436,21 +436,21 @@ void Engine::propose_drafts() {
       mtp_items_.push_back(RunItem{std::span<const int32_t>(&s->drafts.back(), 1), pos, s->blocks, s->slot, false, false});
     }
     runner_->run_mtp(mtp_items_, cin, cout);
-    std::vector<Sequence*> next_seqs;
-    std::vector<int32_t> next_rows;
-    std::vector<int> next_left;
+    // Keep the sequences that still need drafts, compacted in place (no allocation per step).
+    int kept = 0;
     for (int i = 0; i < n; ++i) {
       Sequence& s = *chain_seqs_[i];
       add_draft(s, runner_->logits(i), static_cast<int>(s.drafts.size()));
       if (--chain_left_[i] > 0) {
-        next_seqs.push_back(&s);
-        next_rows.push_back(i);
-        next_left.push_back(chain_left_[i]);
+        chain_seqs_[kept] = &s;
+        chain_rows_[kept] = i;  // its m is row i of this step's output
+        chain_left_[kept] = chain_left_[i];
+        ++kept;
       }
     }
-    chain_seqs_.swap(next_seqs);
-    chain_rows_.swap(next_rows);
-    chain_left_.swap(next_left);
+    chain_seqs_.resize(kept);
+    chain_rows_.resize(kept);
+    chain_left_.resize(kept);
     prev = cout;
     use_a = !use_a;
   }
