@@ -1,10 +1,15 @@
 // deltaserve bench-offline [--model DIR] [--load-format dummy] [--batch 1,8] [--threads 1,2]
 //     [--prompt-len 128] [--gen-len 128] [--speculative-num-steps K] [--json]
 // Offline throughput through the Engine (no HTTP): prefill tokens/s for one prompt, and decode
-// tokens/s with B concurrent sequences, plus the weight-streaming bandwidth at batch 1.
+// tokens/s with B concurrent sequences, plus the weight-streaming bandwidth at batch 1. With
+// --workload it also runs the workload `deltaserve bench` sends over HTTP, in process: max(8, 4 x B)
+// requests, at most B in flight (closed loop), output tokens over wall time including prefills --
+// the denominator of the HTTP/offline ratio (bench/serve/run.sh).
+#include <atomic>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "app/cli_args.h"
 #include "app/commands.h"
@@ -62,19 +67,52 @@ RunResult run_batch(Engine& e, int batch, int prompt_len, int gen_len, uint64_t 
   return res;
 }
 
+// The closed-loop workload of `deltaserve bench` without HTTP: `concurrency` client threads, each
+// submitting the next of n_requests and draining its events before taking another. Output tokens
+// over wall time (first submit to last finish).
+double run_workload(Engine& e, int concurrency, int64_t n_requests, int prompt_len, int gen_len, uint64_t seed) {
+  const int64_t V = e.model_config().vocab_size;
+  std::atomic<int64_t> next{0}, tokens{0};
+  const double t0 = now_seconds();
+  std::vector<std::thread> clients;
+  for (int c = 0; c < concurrency; ++c)
+    clients.emplace_back([&, c] {
+      std::mt19937_64 rng(seed + static_cast<uint64_t>(c));
+      for (int64_t i; (i = next.fetch_add(1)) < n_requests;) {
+        GenerateRequest r;
+        r.id = e.next_request_id();
+        for (int k = 0; k < prompt_len; ++k) r.prompt.push_back(static_cast<int32_t>(rng() % std::min<int64_t>(V, 4096)));
+        r.sampling.temperature = 0;
+        r.sampling.max_tokens = gen_len;
+        r.sampling.ignore_eos = true;
+        auto stream = e.submit(std::move(r));
+        while (auto ev = stream->events.pop()) {
+          tokens += static_cast<int64_t>(ev->tokens.size());
+          if (ev->finish != FinishReason::None) break;
+        }
+      }
+    });
+  for (auto& t : clients) t.join();
+  const double wall = now_seconds() - t0;
+  return wall > 0 ? double(tokens.load()) / wall : 0;
+}
+
 }  // namespace
 
 int cmd_bench_offline(const Args& args) {
   CliArgs cli({"model", "load-format", "batch", "threads", "prompt-len", "gen-len", "speculative-num-steps",
                "device", "prefill-len"},
-              {"json", "help"});
+              {"json", "workload", "help"});
   if (Status s = cli.parse(args); !s) {
     std::fprintf(stderr, "deltaserve bench-offline: %s\n", s.message().c_str());
     return 2;
   }
   if (cli.flag("help")) {
     std::printf("usage: deltaserve bench-offline [--model DIR] [--load-format dummy] [--batch 1,8] [--threads 1,2]\n"
-                "         [--prompt-len 16] [--gen-len 128] [--prefill-len 512] [--speculative-num-steps K] [--json]\n");
+                "         [--prompt-len 16] [--gen-len 128] [--prefill-len 512] [--speculative-num-steps K] [--workload]\n"
+                "         [--json]\n"
+                "--workload also runs max(8, 4 x B) requests with at most B in flight (what `deltaserve bench`\n"
+                "sends over HTTP) and reports output tokens over wall time, prefills included.\n");
     return 0;
   }
   auto batches = parse_int_list("batch", cli.get_or("batch", "1,8"));
@@ -91,7 +129,9 @@ int cmd_bench_offline(const Args& args) {
     }
   }
   nlohmann::json results = nlohmann::json::array();
-  std::printf("%-8s %-6s %14s %14s %14s %12s\n", "threads", "batch", "prefill tok/s", "decode tok/s", "weights GB/s", "accept len");
+  const bool workload = cli.flag("workload");
+  std::printf("%-8s %-6s %14s %14s %14s %12s%s\n", "threads", "batch", "prefill tok/s", "decode tok/s", "weights GB/s",
+              "accept len", workload ? "  workload tok/s" : "");
   for (int t : *threads) {
     EngineConfig ec;
     ec.model_dir = cli.get_or("model", default_model_dir());
@@ -120,11 +160,19 @@ int cmd_bench_offline(const Args& args) {
       // once per step too, so divide by the accept length when speculating).
       const double steps_per_s = r.decode_tok_s / b / (r.accept_length > 0 ? r.accept_length : 1.0);
       const double gbps = b == 1 ? steps_per_s * double(e.decode_weight_bytes()) / 1e9 : 0.0;
-      std::printf("%-8d %-6d %14.0f %14.1f %14.2f %12.2f\n", t, b, pre.prefill_tok_s, r.decode_tok_s, gbps, r.accept_length);
-      results.push_back({{"threads", t}, {"batch", b}, {"prefill_tokens_per_second", pre.prefill_tok_s},
-                         {"decode_tokens_per_second", r.decode_tok_s}, {"weight_gb_per_second", gbps},
-                         {"accept_length", r.accept_length}, {"weight_bytes", e.weight_bytes()}, {"decode_weight_bytes", e.decode_weight_bytes()},
-                         {"backend", e.backend_description()}});
+      const double wl = workload ? run_workload(e, b, std::max<int64_t>(8, 4 * int64_t(b)), static_cast<int>(*prompt_len),
+                                                static_cast<int>(*gen_len), 100 + b)
+                                 : 0.0;
+      std::printf("%-8d %-6d %14.0f %14.1f %14.2f %12.2f", t, b, pre.prefill_tok_s, r.decode_tok_s, gbps, r.accept_length);
+      if (workload) std::printf(" %16.1f", wl);
+      std::printf("\n");
+      std::fflush(stdout);
+      nlohmann::json row = {{"threads", t}, {"batch", b}, {"prefill_tokens_per_second", pre.prefill_tok_s},
+                            {"decode_tokens_per_second", r.decode_tok_s}, {"weight_gb_per_second", gbps},
+                            {"accept_length", r.accept_length}, {"weight_bytes", e.weight_bytes()},
+                            {"decode_weight_bytes", e.decode_weight_bytes()}, {"backend", e.backend_description()}};
+      if (workload) row["workload_output_tokens_per_second"] = wl;
+      results.push_back(std::move(row));
     }
     e.stop();
   }

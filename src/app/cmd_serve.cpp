@@ -165,6 +165,10 @@ int cmd_serve(const Args& args) {
   ServerConfig server_config = server_config_from(opts);
   server_config.launch_id = launch.launch_id();
   server_config.speculative_num_steps = ec.spec_num_steps;
+  // On the CPU the compute pool has a thread per core: more io threads only hand each token's
+  // write from one to another (measured: bench/RESULTS.md, HTTP vs offline).
+  server_config.n_http_threads =
+      opts.http_threads > 0 ? static_cast<int>(opts.http_threads) : (ec.device == Device::Cpu ? 1 : 4);
   OpenAiServer server(server_config, **engine, *tokenizer, render, defaults);
   if (Status s = server.start(); !s) {
     (*engine)->stop();

@@ -49,6 +49,7 @@ const std::vector<Row>& rows() {
     {{"port", "", I, "30000", "", "port to listen on", YES, NO_PERF}, &ServeOptions::port},
     {{"api-key", "", S, "", "", "require `Authorization: Bearer KEY` (default: no auth)", YES, NO_PERF}, &ServeOptions::api_key},
     {{"max-request-bytes", "", B, "32MiB", "", "largest accepted request body", YES, NO_PERF}, &ServeOptions::max_request_bytes},
+    {{"http-threads", "", I, "auto", "", "HTTP io threads (auto: 1 on CPU, where compute threads take every core; 4 on GPU)", YES, PERF}, &ServeOptions::http_threads},
     // Hardware.
     {{"device", "", C, "auto", "auto,cpu,cuda", "where to run (auto: cuda when built with CUDA and a GPU is present)", YES, PERF}, &ServeOptions::device},
     {{"tp-size", "tensor-parallel-size,tp", I, "1", "", "tensor parallel: GPUs per model replica", NOT_YET, PERF}, &ServeOptions::tp_size},
@@ -413,6 +414,8 @@ Status validate_serve_options(ServeOptions& o) {
   if (o.tp_size < 1) return error("--tp-size must be at least 1 (got ", o.tp_size, ")");
   if (o.dp_size < 1) return error("--dp-size must be at least 1 (got ", o.dp_size, ")");
   if (o.threads < 0) return error("--threads must be 0 (all CPUs) or more (got ", o.threads, ")");
+  if (o.http_threads < 0 || o.http_threads > 256)
+    return error("--http-threads must be 1..256, or auto (got ", o.http_threads, ")");
   if (o.mem_fraction_static < 0 || o.mem_fraction_static >= 1)
     return error("--mem-fraction-static must be in (0, 1), e.g. 0.88 (got ", o.mem_fraction_static, ")");
   if (o.mamba_full_memory_ratio <= 0 || o.mamba_full_memory_ratio > 100)

@@ -81,6 +81,7 @@ struct ServeOptions {
   int64_t port = 0;                  // 30000
   std::string api_key;               // "" = no auth
   int64_t max_request_bytes = 0;     // request body limit, 32 MiB
+  int64_t http_threads = 0;          // HTTP io threads; 0 = auto (1 on CPU, 4 on GPU)
 
   // Hardware.
   std::string device;                // auto | cpu | cuda

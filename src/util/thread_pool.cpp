@@ -54,6 +54,9 @@ void ThreadPool::worker_loop(int idx) {
       for (int spin = 1; gen == seen; ++spin) {
         DS_PAUSE();
         gen = generation_.load(std::memory_order_acquire);
+        // Every 256 pauses, give the core to any runnable thread (HTTP, clients): on a machine
+        // with as many compute threads as cores, a spinning worker would otherwise delay them.
+        if ((spin & 255) == 0 && gen == seen) sched_yield();
         if ((spin & 255) == 0 && gen == seen && std::chrono::steady_clock::now() > deadline) {
           // Sleep. Dekker with run(): we publish n_sleeping_ before re-reading generation_
           // (inside wait), run() bumps generation_ before reading n_sleeping_; seq_cst on both

@@ -118,6 +118,15 @@ TEST(ServeOptions, OtherValidation) {
   EXPECT_FALSE(parse_serve_options({"--tp-size", "0"}));
   EXPECT_FALSE(parse_serve_options({"--max-memory", "12 parsecs"}));
   EXPECT_TRUE(parse_serve_options({"--context-length", "auto"}));
+  auto bad_threads = parse_serve_options({"--http-threads", "-2"});
+  ASSERT_FALSE(bad_threads);
+  EXPECT_NE(bad_threads.status().message().find("--http-threads"), std::string::npos);
+  auto two = parse_serve_options({"--http-threads", "2"});
+  ASSERT_TRUE(two);
+  EXPECT_EQ(two->http_threads, 2);
+  auto aut = parse_serve_options({"--http-threads", "auto"});
+  ASSERT_TRUE(aut);
+  EXPECT_EQ(aut->http_threads, 0);
 }
 
 TEST(ServeOptions, UnsupportedFlagsWarnByName) {
