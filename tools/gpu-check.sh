@@ -53,17 +53,17 @@ grep -E 'tests passed|tests failed|Passed|Failed|\*\*\*' "$OUT/ctest.log" | grep
 sed -E 's/^[0-9]+: //' "$OUT/ctest.log" | grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|^\[ .* \] (prefill|decode)|Failure|Expected|Which is|rel_err|error' \
   >"$OUT/tests.txt" 2>&1 || true
 
-echo "== bench (exact GEMM, the default)"
+echo "== bench (bf16 GEMM, the default)"
 "$BIN_BENCH" $BENCH_ARGS 2>&1 | tee "$OUT/bench.log"
 bench_rc=${PIPESTATUS[0]}
-echo "== bench (DELTASERVE_CUDA_GEMM=bf16)"
-DELTASERVE_CUDA_GEMM=bf16 "$BIN_BENCH" $BENCH_ARGS >"$OUT/bench_bf16.log" 2>&1
+echo "== bench (DELTASERVE_CUDA_GEMM=exact)"
+DELTASERVE_CUDA_GEMM=exact "$BIN_BENCH" $BENCH_ARGS >"$OUT/bench_exact.log" 2>&1
 
 echo
 echo "== summary"
 echo "ctest rc=$test_rc  bench rc=$bench_rc"
 grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|^\[ .* \] (prefill|decode)' "$OUT/tests.txt" | sort -u | head -40
 grep -vE '^\[' "$OUT/tests.txt" | head -30
-echo "bench, exact GEMM:"; sed -n '/^| metric/,$p' "$OUT/bench.log"
-echo "bench, bf16 GEMM:"; sed -n '/^| metric/,$p' "$OUT/bench_bf16.log"
+echo "bench, bf16 GEMM (default):"; sed -n '/^| metric/,$p' "$OUT/bench.log"
+echo "bench, exact GEMM:"; sed -n '/^| metric/,$p' "$OUT/bench_exact.log"
 exit $(( test_rc != 0 || bench_rc != 0 ))

@@ -1,6 +1,7 @@
 // bench_cuda_decode: the engine's forward passes on one GPU with dummy (random bf16) weights.
 //
 //   bench_cuda_decode [--model DIR] [--ctx N] [--steps N] [--prefill N] [--batch N] [--no-graph]
+//                     [--prefill-chunk N] [--prefill-only]
 //
 // Reports: weight-load time; TTFT of a --prefill-token prompt; decode tokens/s at batch 1 (CUDA
 // graph of Model::forward; and eager through ModelRunner) with the fraction of HBM bandwidth that
@@ -46,7 +47,9 @@ double now_s() {
 struct Opts {
   std::string model = std::string(DELTASERVE_SOURCE_DIR) + "/bench/configs/qwen3.6-27b";
   int ctx = 128, steps = 64, prefill = 8192, batch = 16;
+  int prefill_chunk = 0;      // > 0: the TTFT prompt goes through forwards of this many tokens
   bool graph = true;
+  bool prefill_only = false;  // stop after the TTFT section
 };
 
 // Bytes of matmul weights one plain decode step streams (main model + lm_head; no MTP, no embedding).
@@ -230,8 +233,13 @@ int main(int argc, char** argv) {
     else if (a == "--prefill") o.prefill = std::stoi(next());
     else if (a == "--batch") o.batch = std::stoi(next());
     else if (a == "--no-graph") o.graph = false;
+    else if (a == "--prefill-chunk") o.prefill_chunk = std::stoi(next());
+    else if (a == "--prefill-only") o.prefill_only = true;
     else {
-      std::fprintf(stderr, "usage: %s [--model DIR] [--ctx N] [--steps N] [--prefill N] [--batch N] [--no-graph]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--model DIR] [--ctx N] [--steps N] [--prefill N] [--batch N] [--no-graph]\n"
+                   "          [--prefill-chunk N] [--prefill-only]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -305,7 +313,7 @@ int main(int argc, char** argv) {
     v.recurrent_snap = snap_bufs.back().view(DType::F32, {ns * depth, rec_per});
     v.snapshot_depth = depth;
   }
-  RunnerLimits lim{std::max(o.prefill, o.ctx * o.batch), n_seqs, blocks_per_seq, 16};
+  RunnerLimits lim{std::max(o.prefill, o.ctx * o.batch), n_seqs, blocks_per_seq, std::max(16, o.batch)};
   ModelRunner runner(*be, *model, cache, lim);
   std::printf("cache: %d blocks x %d tokens, %d slots, snapshot depth 4 (bench-owned); free after setup: %.1f GiB\n", cc.n_blocks, bs,
               cc.n_slots, be->memory_info().free_bytes / double(1 << 30));
@@ -340,21 +348,31 @@ int main(int argc, char** argv) {
     free_seq(blocks, slot);
     auto p = prompt(o.prefill);
     slot = new_seq(blocks);
-    RunItem it{p, 0, blocks, slot, false, false};
+    // The whole prompt in one forward, or (--prefill-chunk) in chunks continuing the cached prefix.
+    const int chunk = o.prefill_chunk > 0 ? std::min(o.prefill_chunk, o.prefill) : o.prefill;
+    auto run_prompt = [&] {
+      for (int past = 0; past < o.prefill; past += chunk) {
+        const int n = std::min(chunk, o.prefill - past);
+        RunItem it{std::span<const int32_t>(p).subspan(past, n), past, blocks, slot, false, past + n < o.prefill};
+        runner.run(std::span<const RunItem>(&it, 1));
+      }
+    };
     be->synchronize();
     t0 = now_s();
-    runner.run(std::span<const RunItem>(&it, 1));
+    run_prompt();
     ttft = now_s() - t0;
     free_seq(blocks, slot);
-    std::printf("\nTTFT (%d-token prompt, one forward + logits to host): %.1f ms (%.0f tok/s prefill)\n", o.prefill,
-                ttft * 1e3, o.prefill / ttft);
+    std::printf("\nTTFT (%d-token prompt, %d forward(s) of <= %d tokens + logits to host): %.1f ms (%.0f tok/s prefill)\n",
+                o.prefill, (o.prefill + chunk - 1) / chunk, chunk, ttft * 1e3, o.prefill / ttft);
     slot = new_seq(blocks);
     cuda_set_op_timing(*be, true);
-    runner.run(std::span<const RunItem>(&it, 1));
+    run_prompt();
     cuda_set_op_timing(*be, false);
     print_times("prefill op breakdown", *be, 1);
     free_seq(blocks, slot);
   }
+
+  if (o.prefill_only) return 0;
 
   // ---- decode, batch 1 ------------------------------------------------------------------------
   std::vector<int32_t> blocks;
@@ -453,6 +471,15 @@ int main(int argc, char** argv) {
     batch_ms = timed_loop(g, o.steps / 2, past, 1);
     agg_tps = o.batch / (batch_ms * 1e-3);
     std::printf("decode batch %d (context %d+): %.3f ms/step = %.0f tok/s aggregate\n", o.batch, o.ctx, batch_ms, agg_tps);
+    past += o.steps / 2;
+    // Where a batch-N step goes (eager, CUDA events around each op).
+    cuda_set_op_timing(*be, true);
+    for (int i = 0; i < 4; ++i) {
+      g.stage(past + i, i);
+      g.launch(false);
+    }
+    cuda_set_op_timing(*be, false);
+    print_times(("decode (batch " + std::to_string(o.batch) + ") op breakdown").c_str(), *be, 4);
     for (int s = 0; s < o.batch; ++s) free_seq(bl[s], slots[s]);
   }
 

@@ -27,7 +27,7 @@ struct RunResult {
 };
 
 // B requests of `prompt_len` random tokens each, `gen_len` tokens each (ignore_eos, greedy).
-RunResult run_batch(Engine& e, int batch, int prompt_len, int gen_len, uint64_t seed) {
+RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int prompt_len, int gen_len, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int64_t V = e.model_config().vocab_size;
   std::vector<std::shared_ptr<RequestStream>> streams;
@@ -36,7 +36,8 @@ RunResult run_batch(Engine& e, int batch, int prompt_len, int gen_len, uint64_t 
     GenerateRequest r;
     r.id = e.next_request_id();
     for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>(rng() % std::min<int64_t>(V, 4096)));
-    r.sampling.temperature = 0;
+    r.sampling = sampling;
+    r.sampling.seed = seed * 1000 + uint64_t(b);
     r.sampling.max_tokens = gen_len;
     r.sampling.ignore_eos = true;
     streams.push_back(e.submit(std::move(r)));
@@ -70,7 +71,8 @@ RunResult run_batch(Engine& e, int batch, int prompt_len, int gen_len, uint64_t 
 // The closed-loop workload of `deltaserve bench` without HTTP: `concurrency` client threads, each
 // submitting the next of n_requests and draining its events before taking another. Output tokens
 // over wall time (first submit to last finish).
-double run_workload(Engine& e, int concurrency, int64_t n_requests, int prompt_len, int gen_len, uint64_t seed) {
+double run_workload(Engine& e, const SamplingParams& sampling, int concurrency, int64_t n_requests, int prompt_len,
+                    int gen_len, uint64_t seed) {
   const int64_t V = e.model_config().vocab_size;
   std::atomic<int64_t> next{0}, tokens{0};
   const double t0 = now_seconds();
@@ -82,7 +84,8 @@ double run_workload(Engine& e, int concurrency, int64_t n_requests, int prompt_l
         GenerateRequest r;
         r.id = e.next_request_id();
         for (int k = 0; k < prompt_len; ++k) r.prompt.push_back(static_cast<int32_t>(rng() % std::min<int64_t>(V, 4096)));
-        r.sampling.temperature = 0;
+        r.sampling = sampling;
+        r.sampling.seed = seed * 1000 + uint64_t(i);
         r.sampling.max_tokens = gen_len;
         r.sampling.ignore_eos = true;
         auto stream = e.submit(std::move(r));
@@ -97,11 +100,21 @@ double run_workload(Engine& e, int concurrency, int64_t n_requests, int prompt_l
   return wall > 0 ? double(tokens.load()) / wall : 0;
 }
 
+// Stats once the engine has published its last step (requests finish inside a step; the counters
+// are published right after it).
+EngineStats settled_stats(Engine& e) {
+  for (;;) {
+    EngineStats st = e.stats();
+    if (st.requests_running == 0 && st.requests_waiting == 0) return st;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 }  // namespace
 
 int cmd_bench_offline(const Args& args) {
   CliArgs cli({"model", "load-format", "batch", "threads", "prompt-len", "gen-len", "speculative-num-steps",
-               "device", "prefill-len"},
+               "device", "prefill-len", "temperature", "top-k", "top-p"},
               {"json", "workload", "help"});
   if (Status s = cli.parse(args); !s) {
     std::fprintf(stderr, "deltaserve bench-offline: %s\n", s.message().c_str());
@@ -110,6 +123,7 @@ int cmd_bench_offline(const Args& args) {
   if (cli.flag("help")) {
     std::printf("usage: deltaserve bench-offline [--model DIR] [--load-format dummy] [--batch 1,8] [--threads 1,2]\n"
                 "         [--prompt-len 16] [--gen-len 128] [--prefill-len 512] [--speculative-num-steps K] [--workload]\n"
+                "         [--temperature 0 --top-k -1 --top-p 1] (greedy by default)\n"
                 "         [--json]\n"
                 "--workload also runs max(8, 4 x B) requests with at most B in flight (what `deltaserve bench`\n"
                 "sends over HTTP) and reports output tokens over wall time, prefills included.\n");
@@ -121,13 +135,22 @@ int cmd_bench_offline(const Args& args) {
   auto gen_len = parse_int("gen-len", cli.get_or("gen-len", "128"));
   auto prefill_len = parse_int("prefill-len", cli.get_or("prefill-len", "512"));
   auto spec = parse_int("speculative-num-steps", cli.get_or("speculative-num-steps", "0"));
+  auto top_k = parse_int("top-k", cli.get_or("top-k", "-1"));
+  SamplingParams sampling;  // greedy unless --temperature
+  sampling.temperature = std::strtof(cli.get_or("temperature", "0").c_str(), nullptr);
+  sampling.top_p = std::strtof(cli.get_or("top-p", "1").c_str(), nullptr);
+  if (!(sampling.temperature >= 0) || !(sampling.top_p > 0 && sampling.top_p <= 1)) {
+    std::fprintf(stderr, "deltaserve bench-offline: --temperature must be >= 0 and --top-p in (0, 1]\n");
+    return 2;
+  }
   for (const Status& st : {batches.status(), threads.status(), prompt_len.status(), gen_len.status(),
-                           prefill_len.status(), spec.status()}) {
+                           prefill_len.status(), spec.status(), top_k.status()}) {
     if (!st.is_ok()) {
       std::fprintf(stderr, "deltaserve bench-offline: %s\n", st.message().c_str());
       return 2;
     }
   }
+  sampling.top_k = static_cast<int>(*top_k);
   nlohmann::json results = nlohmann::json::array();
   const bool workload = cli.flag("workload");
   std::printf("%-8s %-6s %14s %14s %14s %12s%s\n", "threads", "batch", "prefill tok/s", "decode tok/s", "weights GB/s",
@@ -151,27 +174,38 @@ int cmd_bench_offline(const Args& args) {
     }
     Engine& e = **engine;
     e.start();
-    run_batch(e, 1, 16, 8, 1);  // warm-up: buffers reach their steady size
+    run_batch(e, sampling, 1, 16, 8, 1);  // warm-up: buffers reach their steady size
     // Prefill: one long prompt, one generated token.
-    RunResult pre = run_batch(e, 1, static_cast<int>(*prefill_len), 1, 2);
+    RunResult pre = run_batch(e, sampling, 1, static_cast<int>(*prefill_len), 1, 2);
     for (int b : *batches) {
-      RunResult r = run_batch(e, b, static_cast<int>(*prompt_len), static_cast<int>(*gen_len), 3 + b);
+      const EngineStats s0 = settled_stats(e);
+      RunResult r = run_batch(e, sampling, b, static_cast<int>(*prompt_len), static_cast<int>(*gen_len), 3 + b);
       // At batch 1 every decode step streams all weights once (MTP verification streams them
       // once per step too, so divide by the accept length when speculating).
       const double steps_per_s = r.decode_tok_s / b / (r.accept_length > 0 ? r.accept_length : 1.0);
       const double gbps = b == 1 ? steps_per_s * double(e.decode_weight_bytes()) / 1e9 : 0.0;
-      const double wl = workload ? run_workload(e, b, std::max<int64_t>(8, 4 * int64_t(b)), static_cast<int>(*prompt_len),
+      const EngineStats s1 = settled_stats(e);
+      // Engine-thread time per step over this run (prefills included), by phase.
+      const double n_steps = double(std::max<uint64_t>(1, s1.steps_total - s0.steps_total));
+      const double fwd_ms = 1e3 * (s1.forward_seconds - s0.forward_seconds) / n_steps;
+      const double smp_ms = 1e3 * (s1.sample_seconds - s0.sample_seconds) / n_steps;
+      const double drf_ms = 1e3 * (s1.draft_seconds - s0.draft_seconds) / n_steps;
+      const double step_ms = 1e3 * (s1.step_seconds - s0.step_seconds) / n_steps;
+      const double wl = workload ? run_workload(e, sampling, b, std::max<int64_t>(8, 4 * int64_t(b)), static_cast<int>(*prompt_len),
                                                 static_cast<int>(*gen_len), 100 + b)
                                  : 0.0;
       std::printf("%-8d %-6d %14.0f %14.1f %14.2f %12.2f", t, b, pre.prefill_tok_s, r.decode_tok_s, gbps, r.accept_length);
       if (workload) std::printf(" %16.1f", wl);
       std::printf("\n");
+      std::fprintf(stderr, "  batch %d: %.0f steps, per step %.3f ms = forward %.3f + sampling %.3f + drafts %.3f + other %.3f\n",
+                   b, n_steps, step_ms, fwd_ms, smp_ms, drf_ms, step_ms - fwd_ms - smp_ms - drf_ms);
       std::fflush(stdout);
       nlohmann::json row = {{"threads", t}, {"batch", b}, {"prefill_tokens_per_second", pre.prefill_tok_s},
                             {"decode_tokens_per_second", r.decode_tok_s}, {"weight_gb_per_second", gbps},
                             {"accept_length", r.accept_length}, {"weight_bytes", e.weight_bytes()},
                             {"decode_weight_bytes", e.decode_weight_bytes()}, {"backend", e.backend_description()}};
       if (workload) row["workload_output_tokens_per_second"] = wl;
+      row["step_ms"] = {{"total", step_ms}, {"forward", fwd_ms}, {"sampling", smp_ms}, {"drafts", drf_ms}};
       results.push_back(std::move(row));
     }
     e.stop();

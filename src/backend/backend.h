@@ -69,6 +69,9 @@ class Backend {
   virtual DType activation_dtype() const = 0;      // dtype of hidden states / KV on this backend
   virtual MemoryInfo memory_info() const = 0;
   virtual DeviceBuffer allocate(std::size_t bytes) = 0;  // zero-filled
+  // Host memory that copies to and from this device fastest (page-locked on CUDA; plain memory
+  // on the CPU). Zero-filled. For staging: batch metadata up, logits down.
+  virtual DeviceBuffer allocate_host(std::size_t bytes) = 0;
   // Matmul weight [n, k] from host memory (bf16/f16/f32), in the backend's preferred layout.
   // host == nullptr (GPU backends only; used by dummy weights): uniform random values in
   // ±1/sqrt(k), generated on the device.

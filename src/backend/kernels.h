@@ -60,6 +60,13 @@ struct StateLayerView {
   int snapshot_depth = 0;
 };
 
+// Speculative rollback: make snapshot `snapshot` (0-based token of the verified run) the live
+// state of `slot`.
+struct SnapshotPick {
+  int32_t slot = 0;
+  int32_t snapshot = 0;
+};
+
 struct AttentionParams {
   int n_heads = 0;
   int n_kv_heads = 0;
@@ -125,9 +132,10 @@ class Kernels {
   // dst[i] = src[rows[i]]. src [T, D]; rows [R] i32 (host memory); dst [R, D].
   virtual void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) = 0;
 
-  // Rollback after verification: for each (slot, snapshot) pair, copy snapshot j of the slot
-  // into its live state, for every given layer.
-  virtual void restore_snapshot(const StateLayerView& state, int slot, int snapshot) = 0;
+  // Rollback after verification: for each pick, copy snapshot `snapshot` of `slot` into the slot's
+  // live state (conv and recurrent) of this layer. picks: host memory, n of them. One call per
+  // layer per step, whatever the batch (on CUDA: one launch).
+  virtual void restore_snapshots(const StateLayerView& state, const SnapshotPick* picks, int n) = 0;
 };
 
 }  // namespace deltaserve

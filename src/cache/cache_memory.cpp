@@ -77,8 +77,9 @@ void CacheMemory::zero_slot(int slot) {
   }
 }
 
-void CacheMemory::restore_snapshot(int slot, int j) {
-  for (const auto& v : views_.state) backend_.kernels().restore_snapshot(v, slot, j);
+void CacheMemory::restore_snapshots(const std::vector<SnapshotPick>& picks) {
+  if (picks.empty()) return;
+  for (const auto& v : views_.state) backend_.kernels().restore_snapshots(v, picks.data(), static_cast<int>(picks.size()));
 }
 
 }  // namespace deltaserve

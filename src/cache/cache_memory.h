@@ -37,8 +37,10 @@ class CacheMemory {
   int n_slots_total() const { return has_state() ? config_.n_slots : 0; }
   [[nodiscard]] int acquire_slot();  // -1 when none is free; the slot's state is zeroed
   void release_slot(int slot);
-  // After verification: make snapshot `j` the slot's live state in every GDN layer.
-  void restore_snapshot(int slot, int j);
+  // After verification: make each pick's snapshot the slot's live state in every GDN layer
+  // (one kernel call per layer for the whole batch).
+  void restore_snapshots(const std::vector<SnapshotPick>& picks);
+  void restore_snapshot(int slot, int j) { restore_snapshots({SnapshotPick{slot, j}}); }
 
   static int64_t kv_bytes_per_token(const MemorySpec& spec, DType dtype);
   static int64_t state_bytes_per_slot(const MemorySpec& spec, int snapshot_depth);

@@ -73,7 +73,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   sc.decode_tokens_per_seq = per_decode;
   sc.block_size = cc.block_size;
   e->scheduler_ = std::make_unique<Scheduler>(sc, *e->cache_);
-  e->sampler_ = std::make_unique<Sampler>(mc.vocab_size);
+  // Sampling threads: with a GPU the host cores are free while the engine samples; on the CPU
+  // backend its compute pool already owns them.
+  const int n_sample = c.device == Device::Cpu ? 1 : std::clamp(hardware_threads() - 1, 1, 8);
+  e->sample_pool_ = std::make_unique<ThreadPool>(n_sample);
+  for (int i = 0; i < n_sample; ++i) e->samplers_.push_back(std::make_unique<Sampler>(mc.vocab_size));
+  e->probs_.resize(n_sample);
   e->eos_ids_ = mc.eos_token_ids;
   for (int32_t id : c.extra_eos_token_ids)
     if (std::find(e->eos_ids_.begin(), e->eos_ids_.end(), id) == e->eos_ids_.end()) e->eos_ids_.push_back(id);
@@ -187,6 +192,11 @@ void Engine::update_stats() {
   s.spec_draft_tokens_total = spec_draft_total_;
   s.spec_accepted_tokens_total = spec_accepted_total_;
   s.spec_verify_steps_total = spec_steps_total_;
+  s.steps_total = steps_total_;
+  s.step_seconds = step_s_;
+  s.forward_seconds = forward_s_;
+  s.sample_seconds = sample_s_;
+  s.draft_seconds = draft_s_;
   std::lock_guard<std::mutex> lock(mutex_);
   stats_ = s;
 }
@@ -275,6 +285,7 @@ void Engine::step() {
     }
     return;
   }
+  const double t_step = now_seconds();
   const bool spec = config_.spec_num_steps > 0;
   const int64_t H = model_->config().hidden_size;
   run_items_.clear();
@@ -292,12 +303,18 @@ void Engine::step() {
     }
     T += it.n_tokens;
   }
+  const double t_fwd = now_seconds();
   runner_->run(run_items_, /*write_snapshots=*/spec, spec ? hidden_all_.view(DType::F32, {T, H}) : Tensor{});
+  const double t_sample = now_seconds();
+  forward_s_ += t_sample - t_fwd;
+  sample_all(items);
+  sample_s_ += now_seconds() - t_sample;
 
   mtp_items_.clear();
   mtp_rows_.clear();
   drafting_.clear();
-  int row = 0, hidden_row = 0;
+  restore_picks_.clear();
+  int hidden_row = 0;
   for (const auto& it : items) {
     Sequence& s = *it.seq;
     const int n0 = s.n_computed, fed = it.n_tokens;
@@ -306,23 +323,18 @@ void Engine::step() {
     if (!it.sample) {
       s.n_computed += fed;
     } else {
-      const size_t n_before = s.tokens.size();
+      Sampled& r = sampled_[&it - items.data()];
+      const size_t n_before = s.tokens.size() - static_cast<size_t>(r.accepted < 0 ? 1 : r.accepted + 1);
       TokenEvent ev;
-      const bool want_lp = s.params.top_logprobs >= 0;
-      if (s.drafts.empty()) {
-        TokenLogprob lp;
-        s.tokens.push_back(sampler_->sample(runner_->logits(row), s.params, s.prompt(), s.generated(), s.rng,
-                                            want_lp ? &lp : nullptr));
-        if (want_lp) ev.logprobs.push_back(std::move(lp));
-        row += 1;
+      ev.logprobs = std::move(r.logprobs);
+      if (r.accepted < 0) {
         s.n_computed += fed;
       } else {
         const int k = static_cast<int>(s.drafts.size());
-        const int a = verify(s, row, want_lp ? &ev.logprobs : nullptr);
-        row += k + 1;
+        const int a = r.accepted;
         valid = a + 1;
         s.n_computed = n0 + a + 1;
-        if (a < k) cache_->restore_snapshot(s.slot, a);  // GDN state after the last accepted token
+        if (a < k) restore_picks_.push_back(SnapshotPick{s.slot, a});  // GDN state after the last accepted token
         ++s.spec_steps;
         s.spec_accepted += a + 1;
         ++spec_steps_total_;
@@ -360,11 +372,59 @@ void Engine::step() {
     }
     hidden_row += fed;
   }
-  if (!mtp_items_.empty()) propose_drafts();
+  cache_->restore_snapshots(restore_picks_);  // before anything reads the GDN state again
+  if (!mtp_items_.empty()) {
+    const double t_draft = now_seconds();
+    propose_drafts();
+    draft_s_ += now_seconds() - t_draft;
+  }
   scheduler_->take_finished();
+  ++steps_total_;
+  step_s_ += now_seconds() - t_step;
 }
 
-int Engine::verify(Sequence& s, int row, std::vector<TokenLogprob>* lps) {
+template <typename Fn>
+void Engine::for_each_row(int n, Fn&& fn) {
+  if (n <= 0) return;
+  if (sample_pool_->n_threads() == 1 || n == 1) {
+    for (int i = 0; i < n; ++i) fn(0, i);
+    return;
+  }
+  sample_pool_->parallel_for(n, 1, [&](int share, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) fn(share, static_cast<int>(i));
+  });
+}
+
+void Engine::sample_all(const std::vector<ScheduledItem>& items) {
+  // Logits rows in item order: a plain sample has one, a verification k + 1, a chunk none.
+  sampled_.resize(items.size());
+  int row = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    sampled_[i].row = row;
+    sampled_[i].accepted = -1;
+    sampled_[i].logprobs.clear();
+    if (items[i].sample) row += items[i].seq->drafts.empty() ? 1 : static_cast<int>(items[i].seq->drafts.size()) + 1;
+  }
+  // Each task touches only its own sequence (tokens, RNG, draft probabilities) and its share's
+  // sampler, so sequences are independent.
+  for_each_row(static_cast<int>(items.size()), [&](int share, int i) {
+    const ScheduledItem& it = items[i];
+    if (!it.sample) return;
+    Sequence& s = *it.seq;
+    Sampled& r = sampled_[i];
+    const bool want_lp = s.params.top_logprobs >= 0;
+    if (s.drafts.empty()) {
+      TokenLogprob lp;
+      s.tokens.push_back(samplers_[share]->sample(runner_->logits(r.row), s.params, s.prompt(), s.generated(), s.rng,
+                                                  want_lp ? &lp : nullptr));
+      if (want_lp) r.logprobs.push_back(std::move(lp));
+    } else {
+      r.accepted = verify(s, r.row, want_lp ? &r.logprobs : nullptr, *samplers_[share], probs_[share]);
+    }
+  });
+}
+
+int Engine::verify(Sequence& s, int row, std::vector<TokenLogprob>* lps, Sampler& sampler, std::vector<float>& probs) {
   // Target rows row .. row+k hold the main model's logits after [last token, d_1 .. d_k].
   const int k = static_cast<int>(s.drafts.size());
   const bool greedy = s.params.temperature <= 0.0f || s.params.top_k == 1;
@@ -375,15 +435,15 @@ int Engine::verify(Sequence& s, int row, std::vector<TokenLogprob>* lps) {
     bool accept;
     int32_t alt = -1;
     if (greedy) {
-      alt = sampler_->sample(logits, s.params, s.prompt(), s.generated(), s.rng, nullptr);
+      alt = sampler.sample(logits, s.params, s.prompt(), s.generated(), s.rng, nullptr);
       accept = alt == d;
     } else {
-      sampler_->distribution(logits, s.params, s.prompt(), s.generated(), probs_);
-      SpecDecision dec = speculative_accept(probs_, s.draft_probs[a], d, s.rng);
+      sampler.distribution(logits, s.params, s.prompt(), s.generated(), probs);
+      SpecDecision dec = speculative_accept(probs, s.draft_probs[a], d, s.rng);
       accept = dec.accepted;
       alt = dec.token;
     }
-    if (lps) sampler_->logprobs(logits, accept ? d : alt, s.params.top_logprobs, &lps->emplace_back());
+    if (lps) sampler.logprobs(logits, accept ? d : alt, s.params.top_logprobs, &lps->emplace_back());
     if (!accept) {
       s.tokens.push_back(alt);
       return a;
@@ -392,7 +452,7 @@ int Engine::verify(Sequence& s, int row, std::vector<TokenLogprob>* lps) {
   }
   // Every draft accepted: the bonus token comes from the last row.
   TokenLogprob lp;
-  s.tokens.push_back(sampler_->sample(runner_->logits(row + k), s.params, s.prompt(), s.generated(), s.rng,
+  s.tokens.push_back(sampler.sample(runner_->logits(row + k), s.params, s.prompt(), s.generated(), s.rng,
                                       lps ? &lp : nullptr));
   if (lps) lps->push_back(std::move(lp));
   return k;
@@ -409,13 +469,18 @@ void Engine::propose_drafts() {
   // First draft for every sequence that sampled this step; remember where its hidden m is.
   chain_rows_.clear();
   chain_seqs_.clear();
+  auto draft_budget = [&](const Sequence& s) {
+    const int64_t n1 = static_cast<int64_t>(s.tokens.size());  // the bonus token sits at position n1 - 1
+    return std::min<int64_t>({config_.spec_num_steps, config_.context_length - n1, s.max_total_tokens - n1});
+  };
+  for_each_row(static_cast<int>(drafting_.size()), [&](int share, int i) {
+    Sequence& s = *drafting_[i].first;
+    if (draft_budget(s) > 0) add_draft(s, runner_->logits(i), 0, *samplers_[share]);
+  });
   for (size_t i = 0; i < drafting_.size(); ++i) {
     Sequence& s = *drafting_[i].first;
-    const int64_t n1 = static_cast<int64_t>(s.tokens.size());  // the bonus token sits at position n1 - 1
-    const int64_t k_eff = std::min<int64_t>({config_.spec_num_steps, config_.context_length - n1,
-                                             s.max_total_tokens - n1});
-    if (k_eff <= 0) continue;
-    add_draft(s, runner_->logits(static_cast<int>(i)), 0);
+    const int64_t n1 = static_cast<int64_t>(s.tokens.size());
+    const int64_t k_eff = draft_budget(s);
     if (k_eff > 1 && scheduler_->reserve(s, static_cast<int>(n1 + k_eff))) {
       chain_seqs_.push_back(&s);
       chain_rows_.push_back(drafting_[i].second);
@@ -437,10 +502,13 @@ void Engine::propose_drafts() {
     }
     runner_->run_mtp(mtp_items_, cin, cout);
     // Keep the sequences that still need drafts, compacted in place (no allocation per step).
+    for_each_row(n, [&](int share, int i) {
+      Sequence& s = *chain_seqs_[i];
+      add_draft(s, runner_->logits(i), static_cast<int>(s.drafts.size()), *samplers_[share]);
+    });
     int kept = 0;
     for (int i = 0; i < n; ++i) {
       Sequence& s = *chain_seqs_[i];
-      add_draft(s, runner_->logits(i), static_cast<int>(s.drafts.size()));
       if (--chain_left_[i] > 0) {
         chain_seqs_[kept] = &s;
         chain_rows_[kept] = i;  // its m is row i of this step's output
@@ -457,15 +525,15 @@ void Engine::propose_drafts() {
   chain_left_.clear();
 }
 
-void Engine::add_draft(Sequence& s, const float* logits, int j) {
+void Engine::add_draft(Sequence& s, const float* logits, int j, Sampler& sampler) {
   const bool greedy = s.params.temperature <= 0.0f || s.params.top_k == 1;
   if (greedy) {
-    s.drafts.push_back(sampler_->sample(logits, s.params, s.prompt(), s.generated(), s.rng, nullptr));
+    s.drafts.push_back(sampler.sample(logits, s.params, s.prompt(), s.generated(), s.rng, nullptr));
     return;
   }
   if (static_cast<int>(s.draft_probs.size()) <= j) s.draft_probs.resize(j + 1);
-  sampler_->distribution(logits, s.params, s.prompt(), s.generated(), s.draft_probs[j]);
-  s.drafts.push_back(sampler_->draw(s.draft_probs[j], s.rng));
+  sampler.distribution(logits, s.params, s.prompt(), s.generated(), s.draft_probs[j]);
+  s.drafts.push_back(sampler.draw(s.draft_probs[j], s.rng));
 }
 
 }  // namespace deltaserve

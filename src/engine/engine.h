@@ -18,6 +18,7 @@
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "util/thread_pool.h"
 
 namespace deltaserve {
 
@@ -54,10 +55,16 @@ class Engine final : public EngineService {
   void maybe_log_progress();
   // Speculative decoding (MTP, NEXTN). verify() accepts drafts against the target rows starting
   // at `row`, appends the accepted tokens and the bonus token, and returns how many drafts it kept.
-  int verify(Sequence& s, int row, std::vector<TokenLogprob>* logprobs);
+  int verify(Sequence& s, int row, std::vector<TokenLogprob>* logprobs, Sampler& sampler, std::vector<float>& probs);
+  // Samples (or verifies) every sequence of this step that needs a token, in parallel over
+  // sequences: fills sampled_ (tokens appended to each sequence, accepted drafts, logprobs).
+  void sample_all(const std::vector<ScheduledItem>& items);
   // Runs the MTP head over this step's mtp_items_ (catch-up) and chains drafts for drafting_.
   void propose_drafts();
-  void add_draft(Sequence& s, const float* logits, int j);
+  void add_draft(Sequence& s, const float* logits, int j, Sampler& sampler);
+  // fn(share, i) for i in [0, n): on the sampling pool (one Sampler per share).
+  template <typename Fn>
+  void for_each_row(int n, Fn&& fn);
 
   EngineConfig config_;
   std::unique_ptr<Backend> backend_;
@@ -65,7 +72,18 @@ class Engine final : public EngineService {
   std::unique_ptr<CacheMemory> cache_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<Sampler> sampler_;
+  // Sampling runs on the host; a step of 64 sequences over a 248k vocabulary is worth spreading
+  // over cores when a GPU does the compute (on the CPU backend the compute pool owns the cores,
+  // so this pool has one thread: inline). One Sampler and probability buffer per share.
+  std::unique_ptr<ThreadPool> sample_pool_;
+  std::vector<std::unique_ptr<Sampler>> samplers_;
+  std::vector<std::vector<float>> probs_;
+  struct Sampled {
+    int row = 0;        // first logits row of the sequence
+    int accepted = -1;  // drafts kept (-1: plain sample)
+    std::vector<TokenLogprob> logprobs;
+  };
+  std::vector<Sampled> sampled_;  // per scheduled item
   std::vector<RunItem> run_items_;
   std::vector<int32_t> eos_ids_;
 
@@ -76,10 +94,10 @@ class Engine final : public EngineService {
   std::vector<RunItem> mtp_items_;
   std::vector<int32_t> mtp_rows_;
   std::vector<std::pair<Sequence*, int>> drafting_;  // (sequence, its last row in the MTP batch)
+  std::vector<SnapshotPick> restore_picks_;          // rollbacks of this step's verifications
   std::vector<Sequence*> chain_seqs_;
   std::vector<int32_t> chain_rows_;
   std::vector<int> chain_left_;
-  std::vector<float> probs_;
 
   // Inbox (any thread -> engine thread).
   mutable std::mutex mutex_;
@@ -95,6 +113,8 @@ class Engine final : public EngineService {
   EngineStats stats_;
   uint64_t prompt_tokens_total_ = 0, generated_tokens_total_ = 0;
   uint64_t spec_draft_total_ = 0, spec_accepted_total_ = 0, spec_steps_total_ = 0;
+  uint64_t steps_total_ = 0;
+  double step_s_ = 0, forward_s_ = 0, sample_s_ = 0, draft_s_ = 0;
   struct LogMark {
     double t = 0;
     uint64_t generated = 0, spec_steps = 0, spec_accepted = 0;

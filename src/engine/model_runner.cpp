@@ -9,9 +9,8 @@ ModelRunner::ModelRunner(Backend& backend, Model& model, CacheMemory& cache, con
     : backend_(backend), model_(model), cache_(cache), limits_(limits), vocab_(model.config().vocab_size) {
   const int64_t T = limits.max_tokens, S = limits.max_seqs, B = limits.max_blocks_per_seq;
   const int64_t n_i32 = T + T + (S + 1) + S + S * B + S + T;
-  // The staging area is host memory on every backend; the CPU backend's allocate() is host memory.
-  host_i32_ = backend.device() == Device::Cpu ? backend.allocate(n_i32 * 4) : DeviceBuffer(
-      new int32_t[n_i32](), n_i32 * 4, Device::Cpu, [](void* p) { delete[] static_cast<int32_t*>(p); });
+  // The staging area is host memory on every backend (page-locked on CUDA).
+  host_i32_ = backend.allocate_host(n_i32 * 4);
   int32_t* p = static_cast<int32_t*>(host_i32_.data());
   ids_ = p; p += T;
   positions_ = p; p += T;
@@ -25,7 +24,7 @@ ModelRunner::ModelRunner(Backend& backend, Model& model, CacheMemory& cache, con
     dev_ids_ = backend.allocate(T * 4);
   }
   logits_buf_ = backend.allocate(int64_t(limits.max_logit_rows) * vocab_ * 4);
-  if (backend.device() != Device::Cpu) host_logits_store_.resize(int64_t(limits.max_logit_rows) * vocab_);
+  if (backend.device() != Device::Cpu) host_logits_store_ = backend.allocate_host(int64_t(limits.max_logit_rows) * vocab_ * 4);
   model_.reserve(limits.max_tokens);
 }
 
@@ -103,7 +102,7 @@ void ModelRunner::fetch_logits() {
     host_logits_ = static_cast<const float*>(logits_buf_.data());
   } else {
     backend_.copy_to_host(host_logits_store_.data(), logits_buf_.view(DType::F32, {std::max(n_out_, 1), vocab_}));
-    host_logits_ = host_logits_store_.data();
+    host_logits_ = static_cast<const float*>(host_logits_store_.data());
   }
 }
 

@@ -63,7 +63,7 @@ class ModelRunner {
   DeviceBuffer dev_i32_;             // device mirror of positions .. slots (GPU backends)
   DeviceBuffer dev_ids_;             // device copy of ids (GPU backends)
   DeviceBuffer logits_buf_;          // [max_logit_rows, vocab] f32 (device)
-  std::vector<float> host_logits_store_;  // GPU backends: host copy of logits
+  DeviceBuffer host_logits_store_;   // GPU backends: page-locked host copy of logits
   const float* host_logits_ = nullptr;
   BatchMeta meta_;
   int n_out_ = 0;

@@ -33,22 +33,82 @@ void Sampler::apply_penalties(const SamplingParams& p, std::span<const int32_t> 
   }
 }
 
-void Sampler::candidates(const SamplingParams& p) {
+void Sampler::candidates(const float* logits, const SamplingParams& p) {
+  // The result is the sorted prefix of the vocabulary (by scaled logit, ties by id) that survives
+  // top-k, top-p and min-p, normalised. Sorting all V tokens (248k for Qwen3.6) costs milliseconds
+  // per row, so only a window of the highest logits (scaled logit >= max - delta) is collected and
+  // sorted, and it is widened until it provably holds the answer:
+  //   top-k: the window has at least k tokens (the window is a prefix of the sorted order);
+  //   min-p: the window reaches down to the min-p floor (every kept token is inside it);
+  //   top-p: the window's mass (under the same normaliser) reaches top_p.
   const float inv_t = 1.0f / p.temperature;
-  cand_.clear();
   const int64_t k = (p.top_k > 0 && p.top_k < vocab_) ? p.top_k : vocab_;
-  for (int64_t i = 0; i < vocab_; ++i) cand_.emplace_back(work_[i] * inv_t, static_cast<int32_t>(i));
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  if (k < vocab_) {
+  constexpr int64_t kHeapTopK = 256;
+  float delta = 16.0f;
+  if (p.min_p > 0.0f) delta = std::max(delta, -std::log(p.min_p) + 1.0f);
+  float mx = -INFINITY;
+  if (k <= kHeapTopK) {
+    // Small top-k (Qwen's default is 20): one pass with a k-element heap whose front is the
+    // worst kept token; almost every logit is rejected by one comparison.
+    cand_.clear();
+    for (int64_t i = 0; i < vocab_; ++i) {
+      const std::pair<float, int32_t> c{logits[i] * inv_t, static_cast<int32_t>(i)};
+      if (static_cast<int64_t>(cand_.size()) < k) {
+        cand_.push_back(c);
+        std::push_heap(cand_.begin(), cand_.end(), by_logit);
+      } else if (by_logit(c, cand_.front())) {
+        std::pop_heap(cand_.begin(), cand_.end(), by_logit);
+        cand_.back() = c;
+        std::push_heap(cand_.begin(), cand_.end(), by_logit);
+      }
+    }
+    delta = -1.0f;  // done: skip the window
+    for (const auto& c : cand_) mx = std::max(mx, c.first);
+  } else {
+    for (int64_t i = 0; i < vocab_; ++i) mx = std::max(mx, logits[i] * inv_t);
+  }
+  // Normaliser over the whole vocabulary: needed when top-k keeps everything (k == V).
+  double z_all = 0;
+  if (k == vocab_)
+    for (int64_t i = 0; i < vocab_; ++i) z_all += std::exp(logits[i] * inv_t - mx);
+  for (; delta >= 0.0f;) {
+    const float thr = mx - delta;
+    const bool all = !(thr > -INFINITY) || delta > 1e30f;
+    cand_.clear();
+    for (int64_t i = 0; i < vocab_; ++i) {
+      const float l = logits[i] * inv_t;
+      if (all || l >= thr) cand_.emplace_back(l, static_cast<int32_t>(i));
+    }
+    bool enough = all || static_cast<int64_t>(cand_.size()) == vocab_;
+    if (!enough && k < vocab_) enough = static_cast<int64_t>(cand_.size()) >= k;
+    if (!enough && k == vocab_) {
+      if (p.min_p > 0.0f) {
+        enough = true;  // delta reaches past the min-p floor
+      } else if (p.top_p < 1.0f) {
+        double mass = 0;
+        for (const auto& c : cand_) mass += std::exp(c.first - mx);
+        enough = mass / z_all >= double(p.top_p) + 1e-6;
+      }
+    }
+    if (enough) break;
+    delta *= 4.0f;
+    if (delta > 1e4f) delta = INFINITY;
+  }
+  if (k < static_cast<int64_t>(cand_.size())) {
     std::nth_element(cand_.begin(), cand_.begin() + k, cand_.end(), by_logit);
     cand_.resize(k);
   }
   std::sort(cand_.begin(), cand_.end(), by_logit);
-  const float mx = cand_.front().first;
   double sum = 0;
-  for (auto& c : cand_) {
-    c.first = std::exp(c.first - mx);
-    sum += c.first;
+  if (k == vocab_) {
+    sum = z_all;
+    for (auto& c : cand_) c.first = std::exp(c.first - mx);
+  } else {
+    for (auto& c : cand_) {
+      c.first = std::exp(c.first - mx);
+      sum += c.first;
+    }
   }
   for (auto& c : cand_) c.first = static_cast<float>(c.first / sum);
   size_t keep = cand_.size();
@@ -84,26 +144,44 @@ void Sampler::fill_logprobs(const float* logits, int32_t token, int top_n, Token
   lp->logprob = logits[token] - lse;
   lp->top.clear();
   if (top_n > 0) {
-    std::vector<std::pair<float, int32_t>>& tmp = cand_;
-    tmp.clear();
-    for (int64_t i = 0; i < vocab_; ++i) tmp.emplace_back(logits[i], static_cast<int32_t>(i));
-    const int64_t n = std::min<int64_t>(top_n, vocab_);
-    std::partial_sort(tmp.begin(), tmp.begin() + n, tmp.end(), [](const auto& a, const auto& b) {
+    // The top_n logits without sorting the vocabulary: a heap whose front is the worst kept.
+    const auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
       return a.first > b.first || (a.first == b.first && a.second < b.second);
-    });
-    for (int64_t i = 0; i < n; ++i) lp->top.emplace_back(tmp[i].second, tmp[i].first - lse);
+    };
+    std::vector<std::pair<float, int32_t>>& heap = cand_;
+    heap.clear();
+    const size_t n = static_cast<size_t>(std::min<int64_t>(top_n, vocab_));
+    for (int64_t i = 0; i < vocab_; ++i) {
+      const std::pair<float, int32_t> c{logits[i], static_cast<int32_t>(i)};
+      if (heap.size() < n) {
+        heap.push_back(c);
+        std::push_heap(heap.begin(), heap.end(), better);
+      } else if (better(c, heap.front())) {
+        std::pop_heap(heap.begin(), heap.end(), better);
+        heap.back() = c;
+        std::push_heap(heap.begin(), heap.end(), better);
+      }
+    }
+    std::sort_heap(heap.begin(), heap.end(), better);
+    for (const auto& c : heap) lp->top.emplace_back(c.second, c.first - lse);
   }
 }
 
 int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<const int32_t> prompt,
                         std::span<const int32_t> generated, std::mt19937_64& rng, TokenLogprob* lp) {
-  work_.assign(logits, logits + vocab_);
-  apply_penalties(p, prompt, generated);
+  const bool greedy = p.temperature <= 0.0f || p.top_k == 1;
+  const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   int32_t token;
-  if (p.temperature <= 0.0f || p.top_k == 1) {
-    token = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+  const float* src = logits;  // the raw row unless penalties change it (no 1 MB copy per row)
+  if (penalties) {
+    work_.assign(logits, logits + vocab_);
+    apply_penalties(p, prompt, generated);
+    src = work_.data();
+  }
+  if (greedy) {
+    token = static_cast<int32_t>(std::max_element(src, src + vocab_) - src);
   } else {
-    candidates(p);
+    candidates(src, p);
     std::uniform_real_distribution<double> u(0.0, 1.0);
     double r = u(rng), cum = 0;
     token = cand_.back().second;
@@ -159,14 +237,18 @@ int32_t Sampler::draw(const std::vector<float>& probs, std::mt19937_64& rng) {
 
 void Sampler::distribution(const float* logits, const SamplingParams& p, std::span<const int32_t> prompt,
                            std::span<const int32_t> generated, std::vector<float>& probs) {
-  work_.assign(logits, logits + vocab_);
-  apply_penalties(p, prompt, generated);
+  const float* src = logits;
+  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    work_.assign(logits, logits + vocab_);
+    apply_penalties(p, prompt, generated);
+    src = work_.data();
+  }
   probs.assign(vocab_, 0.0f);
   if (p.temperature <= 0.0f || p.top_k == 1) {
-    probs[std::max_element(work_.begin(), work_.end()) - work_.begin()] = 1.0f;
+    probs[std::max_element(src, src + vocab_) - src] = 1.0f;
     return;
   }
-  candidates(p);
+  candidates(src, p);
   for (const auto& c : cand_) probs[c.second] = c.first;
 }
 

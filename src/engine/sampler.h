@@ -46,8 +46,9 @@ class Sampler {
  private:
   void apply_penalties(const SamplingParams& p, std::span<const int32_t> prompt,
                        std::span<const int32_t> generated);
-  // Fills cand_ with (token, prob) after temperature/top-k/top-p/min-p, normalised.
-  void candidates(const SamplingParams& p);
+  // Fills cand_ with (prob, token) after temperature/top-k/top-p/min-p, normalised. logits:
+  // the row after penalties.
+  void candidates(const float* logits, const SamplingParams& p);
   void fill_logprobs(const float* logits, int32_t token, int top_n, TokenLogprob* lp);
 
   int64_t vocab_;

@@ -37,6 +37,17 @@ void ChoiceState::route_text(std::string text, bool at_end, ChoiceDelta& out) {
       r.reasoning += tail.reasoning;
       r.content += tail.content;
     }
+    if (!options_.include_reasoning) {
+      r.reasoning.clear();
+    } else if (!options_.stream_reasoning) {
+      // SGLang stream_reasoning=false: one reasoning delta once the reasoning is over.
+      held_reasoning_ += r.reasoning;
+      r.reasoning.clear();
+      if (at_end || !reasoning_->in_reasoning()) {
+        r.reasoning = std::move(held_reasoning_);
+        held_reasoning_.clear();
+      }
+    }
     out.reasoning += r.reasoning;
     content = std::move(r.content);
   } else {
@@ -52,12 +63,16 @@ void ChoiceState::route_text(std::string text, bool at_end, ChoiceDelta& out) {
   }
 }
 
-void ChoiceState::finish(ChoiceDelta& out, std::string reason) {
+void ChoiceState::finish(ChoiceDelta& out, std::string reason, nlohmann::ordered_json matched) {
+  // As SGLang: a choice that ends in tool calls reports no matched stop.
   if (reason == "stop" && saw_tool_call()) reason = "tool_calls";
+  if (reason != "stop") matched = nullptr;
   finished_ = true;
   finish_reason_ = reason;
+  matched_stop_ = matched;
   out.finished = true;
   out.finish_reason = std::move(reason);
+  out.matched_stop = std::move(matched);
 }
 
 ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
@@ -73,6 +88,7 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
   for (std::size_t k = 0; k < event.tokens.size(); ++k) {
     TokenId id = event.tokens[k];
     ++n_generated_;
+    last_token_ = id;
     if (options_.count_reasoning_tokens && !think_ended_) {
       ++n_reasoning_;
       if (options_.think_end_id && id == *options_.think_end_id) think_ended_ = true;
@@ -91,14 +107,21 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
   if (s.stopped) {
     stop_matched_ = true;
     route_text(std::move(s.text), true, out);
-    finish(out, "stop");
+    nlohmann::ordered_json matched = nullptr;
+    if (s.stop_idx >= 0 && static_cast<std::size_t>(s.stop_idx) < options_.stop.size())
+      matched = options_.stop[static_cast<std::size_t>(s.stop_idx)];
+    finish(out, "stop", std::move(matched));
   } else {
     std::string safe = std::move(s.text);
     if (at_end) safe += stop_.flush();
     route_text(std::move(safe), at_end, out);
     if (at_end) {
       if (event.finish == FinishReason::Error) out.error = event.error;
-      finish(out, finish_reason_text(event.finish));
+      // The engine ends with Stop on an EOS or stop_token_ids token, and that token is the
+      // last one it emitted (it is part of the output, hidden from the text).
+      nlohmann::ordered_json matched = nullptr;
+      if (event.finish == FinishReason::Stop && last_token_) matched = *last_token_;
+      finish(out, finish_reason_text(event.finish), std::move(matched));
     }
   }
   accumulate(out);

@@ -32,6 +32,8 @@ struct ChoiceOptions {
   bool skip_special = false;        // also drop every special token from the text
   std::optional<TokenId> think_end_id;     // counts reasoning tokens up to and including it
   bool count_reasoning_tokens = false;
+  bool include_reasoning = true;    // false: reasoning is split off and dropped (vLLM)
+  bool stream_reasoning = true;     // false: reasoning held back, sent in one delta when it ends
 };
 
 struct ChoiceDelta {
@@ -42,6 +44,9 @@ struct ChoiceDelta {
   bool finished = false;
   std::string finish_reason;  // "stop" | "length" | "tool_calls" | "abort" | "error"
   std::string error;          // engine error message (finish_reason "error")
+  // On the finishing delta: the stop string (string) or stop token id (integer, EOS included)
+  // that ended the choice; null when it ended otherwise (length, abort, error, tool_calls).
+  nlohmann::ordered_json matched_stop;
   bool empty() const {
     return text.empty() && reasoning.empty() && tool_calls.empty() && logprobs.empty() && !finished;
   }
@@ -71,10 +76,11 @@ class ChoiceState {
   const std::vector<ToolCallDelta>& tool_call_deltas() const { return acc_calls_; }
   const std::vector<TokenLogprob>& logprobs() const { return acc_logprobs_; }
   const std::string& finish_reason() const { return finish_reason_; }
+  const nlohmann::ordered_json& matched_stop() const { return matched_stop_; }
 
  private:
   void route_text(std::string text, bool at_end, ChoiceDelta& out);
-  void finish(ChoiceDelta& out, std::string reason);
+  void finish(ChoiceDelta& out, std::string reason, nlohmann::ordered_json matched = nullptr);
   void accumulate(const ChoiceDelta& d);
 
   const Tokenizer& tokenizer_;
@@ -92,6 +98,9 @@ class ChoiceState {
   int n_reasoning_ = 0;
   double accept_length_ = 0.0;
   std::string finish_reason_;
+  nlohmann::ordered_json matched_stop_;
+  std::optional<TokenId> last_token_;  // the last generated token id (a stop token at Stop)
+  std::string held_reasoning_;         // stream_reasoning=false: reasoning not sent yet
 
   std::string acc_text_, acc_reasoning_;
   std::vector<ToolCallDelta> acc_calls_;

@@ -135,12 +135,12 @@ int status_for_engine_error(const std::string& message) {
 
 }  // namespace
 
-GenerationJob::GenerationJob(JobEnv env, OpenAiRequest request, std::vector<TokenId> prompt,
+GenerationJob::GenerationJob(JobEnv env, OpenAiRequest request, std::vector<JobPrompt> prompts,
                              ChoiceOptions options, std::shared_ptr<HttpExchange> exchange,
                              Clock::time_point arrival)
     : env_(std::move(env)),
       request_(std::move(request)),
-      prompt_(std::move(prompt)),
+      prompts_(std::move(prompts)),
       options_(std::move(options)),
       exchange_(std::move(exchange)),
       arrival_(arrival) {
@@ -148,6 +148,7 @@ GenerationJob::GenerationJob(JobEnv env, OpenAiRequest request, std::vector<Toke
   created_ = std::chrono::duration_cast<std::chrono::seconds>(
                  std::chrono::system_clock::now().time_since_epoch())
                  .count();
+  for (const auto& p : prompts_) n_prompt_tokens_ += static_cast<int>(p.ids.size());
   if (env_.active_jobs) env_.active_jobs->fetch_add(1);
 }
 
@@ -162,15 +163,20 @@ void GenerationJob::start() {
     if (auto job = weak.lock()) job->on_disconnect();
   });
   if (request_.stream) env_.metrics->stream_opened();
-  choices_.resize(static_cast<std::size_t>(request_.n));
+  const auto n = static_cast<std::size_t>(request_.n);
+  choices_.resize(prompts_.size() * n);
   for (auto& c : choices_) c.state = std::make_unique<ChoiceState>(*env_.tokenizer, options_);
   for (std::size_t i = 0; i < choices_.size(); ++i) {
+    const std::size_t p = i / n, j = i % n;  // choice index = prompt index * n + j
     GenerateRequest g;
     g.id = env_.engine->next_request_id();
-    g.prompt = prompt_;
+    g.prompt = prompts_[p].ids;
     g.sampling = request_.sampling;
-    if (g.sampling.seed && i > 0) g.sampling.seed = *g.sampling.seed + i;
+    g.sampling.max_tokens = prompts_[p].max_tokens;
+    // Each prompt's j-th choice gets seed + j: a prompt samples the same in a batch as alone.
+    if (g.sampling.seed && j > 0) g.sampling.seed = *g.sampling.seed + j;
     choices_[i].id = g.id;
+    choices_[i].prompt = p;
     choices_[i].stream = env_.engine->submit(std::move(g));
   }
   // Hooks after all submits: the first drain sees every choice's stream.
@@ -252,7 +258,7 @@ void GenerationJob::handle_delta(std::size_t i, const ChoiceDelta& d, std::strin
     if (request_.kind == ApiKind::Completion && request_.echo) {
       for (std::size_t k = 0; k < choices_.size(); ++k) {
         ChoiceDelta echo;
-        echo.text = request_.prompt_text;
+        echo.text = prompts_[choices_[k].prompt].echo_text;
         append_completion_chunk(k, echo, out);
       }
     }
@@ -267,10 +273,12 @@ void GenerationJob::handle_delta(std::size_t i, const ChoiceDelta& d, std::strin
 void GenerationJob::append_chat_chunk(std::size_t i, const ChoiceDelta& d, std::string& out) {
   Choice& c = choices_[i];
   auto chunk = [&](json delta, json finish, json logprobs) {
+    const bool last = !finish.is_null();
     json choice = {{"index", static_cast<int>(i)},
                    {"delta", std::move(delta)},
                    {"logprobs", std::move(logprobs)},
                    {"finish_reason", std::move(finish)}};
+    if (last) choice["matched_stop"] = d.matched_stop;
     json payload = {{"id", response_id_},
                     {"object", "chat.completion.chunk"},
                     {"created", created_},
@@ -313,6 +321,7 @@ void GenerationJob::append_completion_chunk(std::size_t i, const ChoiceDelta& d,
                  {"text", d.text},
                  {"logprobs", lp},
                  {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
+  if (d.finished) choice["matched_stop"] = d.matched_stop;
   json payload = {{"id", response_id_},
                   {"object", "text_completion"},
                   {"created", created_},
@@ -328,7 +337,7 @@ nlohmann::ordered_json GenerationJob::current_usage() const {
     completion += c.state->n_generated();
     reasoning += c.state->n_reasoning_tokens();
   }
-  return usage_json(static_cast<int>(prompt_.size()), completion, reasoning);
+  return usage_json(n_prompt_tokens_, completion, reasoning);
 }
 
 void GenerationJob::append_usage_chunk(std::string& out) {
@@ -350,23 +359,28 @@ std::string GenerationJob::full_response() const {
     reasoning += s.n_reasoning_tokens();
     if (request_.kind == ApiKind::Chat) {
       json message = {{"role", "assistant"}, {"content", s.text()}};
-      message["reasoning_content"] = s.reasoning().empty() ? json(nullptr) : json(s.reasoning());
+      // include_reasoning=false (vLLM): no reasoning field at all.
+      if (options_.include_reasoning)
+        message["reasoning_content"] = s.reasoning().empty() ? json(nullptr) : json(s.reasoning());
       auto calls = merge_tool_call_deltas(s.tool_call_deltas());
       if (!calls.empty()) message["tool_calls"] = tool_calls_json(calls);
       json lp = request_.logprobs ? chat_logprobs(*env_.tokenizer, s.logprobs()) : json(nullptr);
       choices.push_back({{"index", static_cast<int>(i)},
                          {"message", message},
                          {"logprobs", lp},
-                         {"finish_reason", s.finish_reason()}});
+                         {"finish_reason", s.finish_reason()},
+                         {"matched_stop", s.matched_stop()}});
     } else {
-      int64_t offset = request_.echo ? static_cast<int64_t>(request_.prompt_text.size()) : 0;
+      const std::string& echo = prompts_[choices_[i].prompt].echo_text;
+      int64_t offset = request_.echo ? static_cast<int64_t>(echo.size()) : 0;
       json lp = request_.logprobs ? completion_logprobs(*env_.tokenizer, s.logprobs(), offset,
                                                         request_.top_logprobs > 0)
                                   : json(nullptr);
       choices.push_back({{"index", static_cast<int>(i)},
-                         {"text", request_.echo ? request_.prompt_text + s.text() : s.text()},
+                         {"text", request_.echo ? echo + s.text() : s.text()},
                          {"logprobs", lp},
-                         {"finish_reason", s.finish_reason()}});
+                         {"finish_reason", s.finish_reason()},
+                         {"matched_stop", s.matched_stop()}});
     }
   }
   json body = {{"id", response_id_},
@@ -374,7 +388,7 @@ std::string GenerationJob::full_response() const {
                {"created", created_},
                {"model", env_.model_name},
                {"choices", choices},
-               {"usage", usage_json(static_cast<int>(prompt_.size()), completion, reasoning)}};
+               {"usage", usage_json(n_prompt_tokens_, completion, reasoning)}};
   return safe_dump(body);
 }
 

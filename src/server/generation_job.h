@@ -1,11 +1,13 @@
 // GenerationJob: one accepted /v1/chat/completions or /v1/completions request in flight.
 //
-// It submits n sequences to the engine and installs a notification hook on each RequestStream's
-// channel. A hook only posts "drain" to the connection's strand (coalesced by a flag), so the
-// engine thread never formats or writes anything. drain() pops every queued TokenEvent, runs each
-// choice's ChoiceState, and writes the SSE chunks (streaming) or, once every choice is finished,
-// the whole JSON response. A client that disconnects cancels every unfinished sequence; the job
-// stays alive (owning itself) until the engine has finished them, writing nothing.
+// It submits n sequences per prompt to the engine (a batched /v1/completions request has several
+// prompts; choice index = prompt_index * n + j) and installs a notification hook on each
+// RequestStream's channel. A hook only posts "drain" to the connection's strand (coalesced by a
+// flag), so the engine thread never formats or writes anything. drain() pops every queued
+// TokenEvent, runs each choice's ChoiceState, and writes the SSE chunks (streaming) or, once every
+// choice is finished, the whole JSON response. A client that disconnects cancels every unfinished
+// sequence; the job stays alive (owning itself) until the engine has finished them, writing
+// nothing.
 #pragma once
 
 #include <atomic>
@@ -30,11 +32,18 @@ struct JobEnv {
   std::string model_name;
 };
 
+// One prompt of the request, tokenized and validated.
+struct JobPrompt {
+  std::vector<TokenId> ids;
+  std::string echo_text;  // completions with echo: the prompt text put before each choice's text
+  int max_tokens = 16;    // generated tokens at most for this prompt's sequences
+};
+
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
  public:
   using Clock = std::chrono::steady_clock;
 
-  GenerationJob(JobEnv env, OpenAiRequest request, std::vector<TokenId> prompt,
+  GenerationJob(JobEnv env, OpenAiRequest request, std::vector<JobPrompt> prompts,
                 ChoiceOptions options, std::shared_ptr<HttpExchange> exchange,
                 Clock::time_point arrival);
   ~GenerationJob();
@@ -45,6 +54,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
  private:
   struct Choice {
     RequestId id = 0;
+    std::size_t prompt = 0;  // index into prompts_
     std::shared_ptr<RequestStream> stream;
     std::unique_ptr<ChoiceState> state;
     bool engine_done = false;  // the engine's final event (or close) arrived
@@ -72,7 +82,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
 
   JobEnv env_;
   OpenAiRequest request_;
-  std::vector<TokenId> prompt_;
+  std::vector<JobPrompt> prompts_;
+  int n_prompt_tokens_ = 0;  // usage.prompt_tokens: every prompt counted once (not n times)
   ChoiceOptions options_;
   std::shared_ptr<HttpExchange> exchange_;
   Clock::time_point arrival_;

@@ -311,6 +311,67 @@ std::optional<ApiError> parse_tools(const json& body, OpenAiRequest& out) {
   return std::nullopt;
 }
 
+// `prompt`: a string, a list of token ids, a list of strings, or a list of token-id lists.
+std::optional<ApiError> parse_prompts(const json& p, OpenAiRequest& out) {
+  auto ids_of = [](const json& list, const std::string& where,
+                   std::vector<TokenId>& ids) -> std::optional<ApiError> {
+    for (const auto& x : list) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+        return ApiError::bad_request(where + " token ids must be non-negative integers", "prompt");
+      ids.push_back(x.get<TokenId>());
+    }
+    return std::nullopt;
+  };
+  const char* kShape =
+      "'prompt' must be a string, a list of token ids, a list of strings or a list of token-id "
+      "lists";
+  if (p.is_string()) {
+    out.prompts.push_back(CompletionPrompt{p.get<std::string>(), {}, false});
+    return std::nullopt;
+  }
+  if (!p.is_array()) return ApiError::bad_request(kShape, "prompt");
+  if (p.empty()) return ApiError::bad_request("'prompt' must not be an empty list", "prompt");
+  if (p[0].is_number()) {  // one prompt of token ids
+    CompletionPrompt one;
+    one.is_ids = true;
+    if (auto e = ids_of(p, "'prompt'", one.ids)) return e;
+    out.prompts.push_back(std::move(one));
+    return std::nullopt;
+  }
+  // A list of prompts: all strings or all token-id lists.
+  const bool strings = p[0].is_string();
+  if (!strings && !p[0].is_array()) return ApiError::bad_request(kShape, "prompt");
+  out.batched_prompt = p.size() > 1;
+  if (p.size() > static_cast<std::size_t>(kMaxSequencesPerRequest)) {
+    return ApiError::bad_request("'prompt' has " + std::to_string(p.size()) +
+                                     " prompts; at most " +
+                                     std::to_string(kMaxSequencesPerRequest) +
+                                     " sequences (prompts x n) per request",
+                                 "prompt");
+  }
+  out.prompts.reserve(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const std::string where = "prompt[" + std::to_string(i) + "]";
+    CompletionPrompt one;
+    if (strings) {
+      if (!p[i].is_string())
+        return ApiError::bad_request(where + " must be a string like prompt[0] (a list of prompts "
+                                             "is all strings or all token-id lists)",
+                                     "prompt");
+      one.text = p[i].get<std::string>();
+    } else {
+      if (!p[i].is_array())
+        return ApiError::bad_request(where + " must be a list of token ids like prompt[0] (a list "
+                                             "of prompts is all strings or all token-id lists)",
+                                     "prompt");
+      one.is_ids = true;
+      if (auto e = ids_of(p[i], where, one.ids)) return e;
+    }
+    out.prompts.push_back(std::move(one));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefaults& defaults,
@@ -340,6 +401,8 @@ std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefau
     out.top_logprobs = static_cast<int>(*v);
   }
   if (auto v = f.boolean("separate_reasoning")) out.separate_reasoning = *v;
+  if (auto v = f.boolean("include_reasoning")) out.include_reasoning = *v;
+  if (auto v = f.boolean("stream_reasoning")) out.stream_reasoning = *v;
   if (f.err) return f.err;
   if (out.logprobs) out.sampling.top_logprobs = out.top_logprobs;
 
@@ -377,24 +440,16 @@ std::optional<ApiError> parse_completion_request(const json& body,
   if (auto e = parse_common(body, defaults, out)) return e;
   if (!body.contains("prompt") || body["prompt"].is_null())
     return ApiError::bad_request("'prompt' is required", "prompt", "missing_required_field");
-  const json* p = &body["prompt"];
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
-    p = &(*p)[0];
-  }
-  if (p->is_string()) {
-    out.prompt_text = p->get<std::string>();
-  } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
-    out.prompt_is_ids = true;
-    for (const auto& x : *p) {
-      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
-        return ApiError::bad_request("'prompt' token ids must be non-negative integers", "prompt");
-      out.prompt_ids.push_back(x.get<TokenId>());
-    }
-  } else if (p->is_array() && p->size() > 1) {
-    return ApiError::bad_request("batched prompts (a list of several prompts) are not supported",
-                                 "prompt");
-  } else {
-    return ApiError::bad_request("'prompt' must be a string or a list of token ids", "prompt");
+  if (auto e = parse_prompts(body["prompt"], out)) return e;
+  const auto n_prompts = static_cast<int64_t>(out.prompts.size());
+  if (n_prompts * out.n > kMaxSequencesPerRequest) {
+    return ApiError::bad_request("'n' is " + std::to_string(out.n) + " for " +
+                                     std::to_string(n_prompts) + " prompts: " +
+                                     std::to_string(n_prompts * out.n) +
+                                     " sequences, more than the " +
+                                     std::to_string(kMaxSequencesPerRequest) +
+                                     " allowed per request (prompts x n)",
+                                 "n");
   }
   Fields f{body, std::nullopt};
   if (auto v = f.integer("logprobs", 0, kMaxTopLogprobs)) {

@@ -23,6 +23,13 @@ using SamplingDefaults = GenerationDefaults;
 
 enum class ApiKind { Chat, Completion };
 
+// One prompt of /v1/completions: text, or token ids (`prompt` may be a list of either).
+struct CompletionPrompt {
+  std::string text;           // text prompts; for id prompts filled in (decoded) when echo is on
+  std::vector<TokenId> ids;   // id prompts
+  bool is_ids = false;
+};
+
 struct OpenAiRequest {
   ApiKind kind = ApiKind::Chat;
   std::string model;
@@ -33,12 +40,13 @@ struct OpenAiRequest {
   nlohmann::ordered_json tools;            // the tools rendered and parsed; null when none / tool_choice none
   nlohmann::ordered_json template_kwargs;  // chat_template_kwargs (object, maybe empty)
   bool enable_thinking = true;     // chat_template_kwargs.enable_thinking, reasoning_effort "none"
-  bool separate_reasoning = true;
+  bool separate_reasoning = true;  // SGLang: false = no reasoning split, raw text in content
+  bool include_reasoning = true;   // vLLM: false = reasoning dropped from the response
+  bool stream_reasoning = true;    // SGLang: false = reasoning sent in one delta when it ends
 
-  // Completion: either text or ids.
-  std::string prompt_text;
-  std::vector<TokenId> prompt_ids;
-  bool prompt_is_ids = false;
+  // Completion: one or more prompts (a batch); each gets n choices, choice index p * n + j.
+  std::vector<CompletionPrompt> prompts;
+  bool batched_prompt = false;  // `prompt` was a list of prompts (errors then name the index)
   bool echo = false;
 
   int n = 1;
@@ -61,6 +69,8 @@ std::optional<ApiError> parse_completion_request(const nlohmann::ordered_json& b
                                                  OpenAiRequest& out);
 
 constexpr int kMaxChoices = 64;
+// Sequences one request may start: prompts x n (a batched /v1/completions request).
+constexpr int kMaxSequencesPerRequest = 256;
 constexpr int kMaxTopLogprobs = 20;
 
 }  // namespace deltaserve

@@ -189,8 +189,8 @@ void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
                                     : parse_completion_request(body, defaults_, request);
   if (err) return send_error(*exchange, route, *err);
 
-  // Prompt → token ids.
-  std::vector<TokenId> prompt;
+  // Prompt(s) → token ids. Chat has one prompt; /v1/completions may have a batch.
+  std::vector<JobPrompt> prompts;
   const char* prompt_param = kind == ApiKind::Chat ? "messages" : "prompt";
   if (kind == ApiKind::Chat) {
     if (!render_chat_) return send_error(*exchange, route, ApiError::internal("no chat template"));
@@ -202,49 +202,69 @@ void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
                         ApiError::bad_request("chat template: " + text.status().message(),
                                               "messages"));
     }
-    prompt = tokenizer_.encode(*text, true);
-  } else if (request.prompt_is_ids) {
-    prompt = request.prompt_ids;
-    int vocab = tokenizer_.vocab_size();
-    for (TokenId id : prompt) {
-      if (id >= vocab)
-        return send_error(*exchange, route,
-                          ApiError::bad_request("token id " + std::to_string(id) +
-                                                    " is outside the vocabulary",
-                                                "prompt"));
-    }
-    if (request.echo) request.prompt_text = tokenizer_.decode(prompt, false);
+    prompts.push_back(JobPrompt{tokenizer_.encode(*text, true), {}, 0});
   } else {
-    prompt = tokenizer_.encode(request.prompt_text, true);
-  }
-  if (prompt.empty()) {
-    return send_error(*exchange, route, ApiError::bad_request("the prompt is empty", prompt_param));
-  }
-  int64_t context = engine_.context_length();
-  int64_t n_prompt = static_cast<int64_t>(prompt.size());
-  if (context > 0 && n_prompt >= context) {
-    return send_error(*exchange, route,
-                      ApiError::bad_request("the prompt has " + std::to_string(n_prompt) +
-                                                " tokens but the context length is " +
-                                                std::to_string(context) + " tokens",
-                                            prompt_param, "context_length_exceeded"));
-  }
-  if (request.max_tokens) {
-    if (context > 0 && n_prompt + *request.max_tokens > context) {
-      return send_error(
-          *exchange, route,
-          ApiError::bad_request("max_tokens is " + std::to_string(*request.max_tokens) +
-                                    " but the prompt has " + std::to_string(n_prompt) +
-                                    " tokens and the context length is " + std::to_string(context) +
-                                    " (at most " + std::to_string(context - n_prompt) +
-                                    " new tokens)",
-                                "max_tokens", "context_length_exceeded"));
+    prompts.reserve(request.prompts.size());
+    for (std::size_t p = 0; p < request.prompts.size(); ++p) {
+      CompletionPrompt& cp = request.prompts[p];
+      JobPrompt jp;
+      if (cp.is_ids) {
+        jp.ids = std::move(cp.ids);
+        int vocab = tokenizer_.vocab_size();
+        for (TokenId id : jp.ids) {
+          if (id >= vocab) {
+            std::string where =
+                request.batched_prompt ? "prompt[" + std::to_string(p) + "]: " : std::string();
+            return send_error(*exchange, route,
+                              ApiError::bad_request(where + "token id " + std::to_string(id) +
+                                                        " is outside the vocabulary",
+                                                    "prompt"));
+          }
+        }
+        if (request.echo) jp.echo_text = tokenizer_.decode(jp.ids, false);
+      } else {
+        jp.ids = tokenizer_.encode(cp.text, true);
+        if (request.echo) jp.echo_text = std::move(cp.text);
+      }
+      prompts.push_back(std::move(jp));
     }
-    request.sampling.max_tokens = *request.max_tokens;
-  } else {
-    request.sampling.max_tokens =
-        context > 0 ? static_cast<int>(std::min<int64_t>(context - n_prompt, INT32_MAX)) : 16;
   }
+  // Every prompt: non-empty, fits the context, and leaves room for max_tokens.
+  const int64_t context = engine_.context_length();
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    JobPrompt& jp = prompts[p];
+    // Batched prompts: errors say which one ("prompt[2] has ...").
+    const std::string which =
+        request.batched_prompt ? "prompt[" + std::to_string(p) + "]" : "the prompt";
+    if (jp.ids.empty()) {
+      return send_error(*exchange, route, ApiError::bad_request(which + " is empty", prompt_param));
+    }
+    const auto n_prompt = static_cast<int64_t>(jp.ids.size());
+    if (context > 0 && n_prompt >= context) {
+      return send_error(*exchange, route,
+                        ApiError::bad_request(which + " has " + std::to_string(n_prompt) +
+                                                  " tokens but the context length is " +
+                                                  std::to_string(context) + " tokens",
+                                              prompt_param, "context_length_exceeded"));
+    }
+    if (request.max_tokens) {
+      if (context > 0 && n_prompt + *request.max_tokens > context) {
+        return send_error(
+            *exchange, route,
+            ApiError::bad_request("max_tokens is " + std::to_string(*request.max_tokens) +
+                                      " but " + which + " has " + std::to_string(n_prompt) +
+                                      " tokens and the context length is " +
+                                      std::to_string(context) + " (at most " +
+                                      std::to_string(context - n_prompt) + " new tokens)",
+                                  "max_tokens", "context_length_exceeded"));
+      }
+      jp.max_tokens = *request.max_tokens;
+    } else {
+      jp.max_tokens =
+          context > 0 ? static_cast<int>(std::min<int64_t>(context - n_prompt, INT32_MAX)) : 16;
+    }
+  }
+  request.sampling.max_tokens = prompts.front().max_tokens;  // per prompt: JobPrompt::max_tokens
 
   ChoiceOptions options;
   options.chat = kind == ApiKind::Chat;
@@ -252,6 +272,9 @@ void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
   options.reasoning = options.chat && reasoning_parser_ && request.separate_reasoning;
   options.start_in_reasoning = request.enable_thinking;
   options.count_reasoning_tokens = options.chat && reasoning_parser_ && request.enable_thinking;
+  // Without a reasoning parser these are accepted and have nothing to act on.
+  options.include_reasoning = request.include_reasoning || !options.reasoning;
+  options.stream_reasoning = request.stream_reasoning || !request.stream;
   options.think_end_id = think_end_id_;
   options.tool_parser = options.chat ? tool_parser_ : ToolParserKind::None;
   options.tools = request.tools;
@@ -263,7 +286,7 @@ void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
   for (TokenId id : request.sampling.stop_token_ids) options.hidden_ids.insert(id);
 
   JobEnv env{&engine_, &tokenizer_, &metrics_, &active_jobs_, config_.served_model_name};
-  auto job = std::make_shared<GenerationJob>(std::move(env), std::move(request), std::move(prompt),
+  auto job = std::make_shared<GenerationJob>(std::move(env), std::move(request), std::move(prompts),
                                              std::move(options), std::move(exchange), arrival);
   job->start();
 }

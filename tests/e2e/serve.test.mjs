@@ -214,6 +214,152 @@ test('stop strings end the text before the match', async () => {
   assert.equal(r.choices[0].finish_reason, 'stop');
 });
 
+test('completions: batched prompts x n=2, indices, usage sums, echo (plain and streamed)', async () => {
+  const prompts = ['def add(a, b):', 'import os\n'];
+  // Each prompt's own token count, from single requests.
+  const single = await Promise.all(prompts.map((p) => client.completions.create({
+    model: 'tiny-coder', prompt: p, max_tokens: 1, temperature: 0 })));
+  const promptTokens = single.reduce((a, r) => a + r.usage.prompt_tokens, 0);
+  const req = { model: 'tiny-coder', prompt: prompts, n: 2, max_tokens: 5, temperature: 0,
+    ignore_eos: true, echo: true };
+  const r = await client.completions.create(req);
+  assert.equal(r.choices.length, 4);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2, 3]);
+  for (const c of r.choices) {
+    assert.ok(c.text.startsWith(prompts[c.index >> 1]), `choice ${c.index}: ${JSON.stringify(c.text)}`);
+    assert.equal(c.finish_reason, 'length');
+    assert.ok('matched_stop' in c);
+    assert.equal(c.matched_stop, null);
+  }
+  assert.equal(r.usage.prompt_tokens, promptTokens);  // each prompt once, not n times
+  assert.equal(r.usage.completion_tokens, 4 * 5);
+  assert.equal(r.usage.total_tokens, promptTokens + 20);
+
+  const stream = await client.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  const text = ['', '', '', ''];
+  const finish = [null, null, null, null];
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage && chunk.choices.length === 0) { usage = chunk.usage; continue; }
+    for (const c of chunk.choices) {
+      assert.equal(finish[c.index], null, `text after the finish of choice ${c.index}`);
+      text[c.index] += c.text;
+      if (c.finish_reason) { finish[c.index] = c.finish_reason; assert.equal(c.matched_stop, null); }
+    }
+  }
+  for (let i = 0; i < 4; i++) {
+    assert.ok(text[i].startsWith(prompts[i >> 1]), `streamed choice ${i}: ${JSON.stringify(text[i])}`);
+    assert.ok(text[i].length > prompts[i >> 1].length);
+    assert.equal(finish[i], 'length');
+  }
+  assert.equal(usage.prompt_tokens, promptTokens);
+  assert.equal(usage.completion_tokens, 20);
+  // Token-id prompts: the same shape.
+  const ids = await client.completions.create({ model: 'tiny-coder', prompt: [[1, 2, 3], [4, 5]], max_tokens: 2,
+    temperature: 0, ignore_eos: true });
+  assert.deepEqual(ids.choices.map((c) => c.index), [0, 1]);
+  assert.equal(ids.usage.prompt_tokens, 5);
+  assert.equal(ids.usage.completion_tokens, 4);
+  await waitIdle(server.base);
+});
+
+test('matched_stop: the stop string, an EOS id, null at length', async () => {
+  const req = { model: 'tiny-coder', prompt: 'for i in range(10):', max_tokens: 8, temperature: 0, ignore_eos: true };
+  const full = (await client.completions.create(req)).choices[0];
+  assert.equal(full.finish_reason, 'length');
+  assert.equal(full.matched_stop, null);
+  if (full.text.length >= 6) {
+    const stop = full.text.slice(3, 6);
+    const r = await client.completions.create({ ...req, stop: ['never-there', stop] });
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.equal(r.choices[0].matched_stop, stop);
+    const s = await client.completions.create({ ...req, stop: [stop], stream: true });
+    let last = null;
+    for await (const chunk of s) for (const c of chunk.choices) if (c.finish_reason) last = c;
+    assert.equal(last.finish_reason, 'stop');
+    assert.equal(last.matched_stop, stop);
+  }
+  // A stop_token_ids entry: the token id. Take the second greedy token and stop on it.
+  const probe = await client.completions.create({ model: 'tiny-coder', prompt: 'def add(a, b):', max_tokens: 3,
+    temperature: 0, ignore_eos: true, logprobs: 0 });
+  const toks = probe.choices[0].logprobs.tokens;
+  const tokenized = await new Promise((resolve) => execFile(BIN, ['tokenize', '--model', MODEL, '--text', toks[1]],
+    (err, stdout) => resolve(err ? null : JSON.parse(stdout))));
+  if (tokenized && tokenized.ids.length === 1 && toks[0] !== toks[1]) {
+    const id = tokenized.ids[0];
+    const r = await client.completions.create({ model: 'tiny-coder', prompt: 'def add(a, b):', max_tokens: 3,
+      temperature: 0, ignore_eos: true, stop_token_ids: [id] });
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.equal(r.choices[0].matched_stop, id);
+    assert.equal(r.usage.completion_tokens, 2);
+  }
+  // A chat that ends by itself reports the EOS token id that ended it.
+  const chat = await client.chat.completions.create({
+    model: 'tiny-coder', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 8, temperature: 0,
+    chat_template_kwargs: { enable_thinking: false },
+  });
+  const c = chat.choices[0];
+  if (c.finish_reason === 'stop') assert.ok([8183, 8185].includes(c.matched_stop), JSON.stringify(c));
+  else assert.equal(c.matched_stop, null);
+});
+
+test('reasoning options: include_reasoning=false, stream_reasoning=false', async () => {
+  const req = { model: 'tiny-coder', messages: [{ role: 'user', content: 'Why is the sky blue?' }], max_tokens: 8,
+    temperature: 0 };
+  const dropped = await client.chat.completions.create({ ...req, include_reasoning: false });
+  assert.ok(!('reasoning_content' in dropped.choices[0].message), JSON.stringify(dropped.choices[0]));
+  assert.equal(typeof dropped.choices[0].message.content, 'string');
+  // Thinking is on: the reasoning was generated and is still counted.
+  assert.ok(dropped.usage.reasoning_tokens > 0);
+
+  const collect = async (extra) => {
+    const s = await client.chat.completions.create({ ...req, ...extra, stream: true });
+    let reasoning = '';
+    let chunks = 0;
+    let content = '';
+    for await (const chunk of s) {
+      const d = chunk.choices[0]?.delta ?? {};
+      if (d.reasoning_content) { chunks++; reasoning += d.reasoning_content; }
+      if (d.content) content += d.content;
+    }
+    return { reasoning, chunks, content };
+  };
+  const streamed = await collect({});
+  const held = await collect({ stream_reasoning: false });
+  assert.ok(streamed.reasoning.length > 0);
+  assert.ok(streamed.chunks > 1);
+  assert.equal(held.chunks, 1);  // sent once, when the reasoning ends (here: the end of the stream)
+  assert.equal(held.reasoning, streamed.reasoning);
+  assert.equal(held.content, streamed.content);
+  const none = await collect({ include_reasoning: false });
+  assert.equal(none.chunks, 0);
+  assert.equal(none.content, streamed.content);
+});
+
+test('batched prompts and reasoning options: validation errors', async () => {
+  const post = (route, body) => curl(['-X', 'POST', '-H', 'Content-Type: application/json', '--data-binary',
+    JSON.stringify(body), `${server.base}${route}`]);
+  const expectError = async (route, body, param, text) => {
+    const r = await post(route, body);
+    assert.equal(r.status, 400, r.body);
+    const e = JSON.parse(r.body).error;
+    assert.equal(e.param, param, r.body);
+    if (text) assert.ok(e.message.includes(text), r.body);
+  };
+  const long = 'word '.repeat(CONTEXT * 2);
+  await expectError('/v1/completions', { prompt: ['fine', ''] }, 'prompt', 'prompt[1]');
+  await expectError('/v1/completions', { prompt: ['fine', long] }, 'prompt', 'prompt[1]');
+  await expectError('/v1/completions', { prompt: ['a', 'word '.repeat(100)], max_tokens: CONTEXT - 10 }, 'max_tokens', 'prompt[1]');
+  await expectError('/v1/completions', { prompt: ['a', [1, 2]] }, 'prompt', 'prompt[1]');
+  await expectError('/v1/completions', { prompt: [] }, 'prompt');
+  await expectError('/v1/completions', { prompt: Array(100).fill('x'), n: 3 }, 'n');
+  await expectError('/v1/completions', { prompt: Array(300).fill('x') }, 'prompt');
+  const msgs = [{ role: 'user', content: 'hi' }];
+  await expectError('/v1/chat/completions', { messages: msgs, include_reasoning: 'no' }, 'include_reasoning');
+  await expectError('/v1/chat/completions', { messages: msgs, stream_reasoning: 1 }, 'stream_reasoning');
+  await waitIdle(server.base);
+});
+
 test('tools: request with tools is served; parsed shape is OpenAI', async () => {
   const r = await client.chat.completions.create({
     model: 'tiny-coder', messages: [{ role: 'user', content: 'weather in Paris?' }], max_tokens: 16,

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -24,6 +25,11 @@
 namespace deltaserve {
 namespace {
 
+struct AttnShape {
+  int nh, nkv, hd, rd;
+  bool gate;
+};
+
 class CudaOpsTest : public ::testing::Test {
  protected:
   // DS_CUDA_OPS_TEST_CPU_ONLY=1 runs the harness with a second CPU backend in place of the GPU
@@ -32,12 +38,18 @@ class CudaOpsTest : public ::testing::Test {
   static void SetUpTestSuite() {
     if (cuda_device_count() == 0 && !cpu_only()) return;
     cpu_ = make_cpu_backend(0).release();
+    // Ops are checked at f32 accuracy: GEMMs above 8 rows in exact mode (three bf16 parts).
+    // The default mode (activations rounded to bf16) gets its own backend in Matmul.
+    setenv("DELTASERVE_CUDA_GEMM", "exact", 1);
     gpu_ = cpu_only() ? make_cpu_backend(0).release() : make_cuda_backend(0).release();
+    unsetenv("DELTASERVE_CUDA_GEMM");
+    gpu_bf16_ = cpu_only() ? nullptr : make_cuda_backend(0).release();
   }
   static void TearDownTestSuite() {
     delete cpu_;
     delete gpu_;
-    cpu_ = gpu_ = nullptr;
+    delete gpu_bf16_;
+    cpu_ = gpu_ = gpu_bf16_ = nullptr;
   }
   void SetUp() override {
     if (cuda_device_count() == 0 && !cpu_only()) GTEST_SKIP() << "no CUDA device";
@@ -96,12 +108,17 @@ class CudaOpsTest : public ::testing::Test {
     return md / mr;
   }
 
+  void attention_case(const AttnShape& sh, const std::vector<std::pair<int, int>>& seqs, int n_blocks,
+                      int max_blocks, double tol);
+
   static Backend* cpu_;
   static Backend* gpu_;
+  static Backend* gpu_bf16_;  // default GEMM mode (nullptr in the CPU-only harness)
   std::mt19937 rng_{42};
 };
 Backend* CudaOpsTest::cpu_ = nullptr;
 Backend* CudaOpsTest::gpu_ = nullptr;
+Backend* CudaOpsTest::gpu_bf16_ = nullptr;
 
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> r(v.size());
@@ -171,6 +188,23 @@ TEST_F(CudaOpsTest, Matmul) {
         gpu_->kernels().matmul(x.tg, *wg, out.tg, acc);
         const double tol = T <= 8 ? 2e-5 : 1e-4;  // GEMV (kGemvMaxRows) or exact cuBLAS
         EXPECT_LE(rel_err(out), tol) << "T=" << T << " N=" << s.n << " K=" << s.k << " acc=" << acc;
+        if (gpu_bf16_ && T > 8 && !acc) {
+          // Default mode: activations rounded to bf16 once (relative rounding 2^-9 per element).
+          auto wb = gpu_bf16_->make_linear(w.data(), DType::BF16, s.n, s.k);
+          DeviceBuffer xb = gpu_bf16_->allocate(x.c.size()), ob = gpu_bf16_->allocate(out.c.size());
+          Tensor xt = xb.view(DType::F32, {T, s.k}), ot = ob.view(DType::F32, {T, s.n});
+          gpu_bf16_->copy_to_device(xt, x.tc.data);
+          gpu_bf16_->kernels().matmul(xt, *wb, ot);
+          std::vector<float> got(static_cast<size_t>(T * s.n));
+          gpu_bf16_->copy_to_host(got.data(), ot);
+          double err = 0, ref = 0;
+          for (int64_t i = 0; i < T * s.n; ++i) {
+            err = std::max(err, double(std::abs(got[i] - out.tc.f32()[i])));
+            ref = std::max(ref, double(std::abs(out.tc.f32()[i])));
+          }
+          EXPECT_LE(err / ref, 1e-2) << "bf16 GEMM T=" << T << " N=" << s.n << " K=" << s.k;
+          EXPECT_GT(err, 0.0) << "bf16 GEMM T=" << T << ": identical to f32, is the mode switch working?";
+        }
       }
     }
   }
@@ -258,10 +292,47 @@ std::unique_ptr<Meta> build_meta(Backend& gpu, const std::vector<std::pair<int, 
   return m;
 }
 
-struct AttnShape {
-  int nh, nkv, hd, rd;
-  bool gate;
-};
+// One attention call on both backends: sequences (n_past, n_new) over shuffled KV blocks whose
+// past context is random; checks out and the cache contents.
+void CudaOpsTest::attention_case(const AttnShape& sh, const std::vector<std::pair<int, int>>& seqs, int n_blocks,
+                                 int max_blocks, double tol) {
+  const int bs = 16;
+  std::vector<int32_t> perm(n_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng_);
+  auto m = build_meta(*gpu_, seqs, bs, max_blocks, perm, std::vector<int32_t>(seqs.size(), 0), false);
+  const int T = m->cpu.n_tokens;
+  const int64_t row = int64_t(sh.nh) * sh.hd * (sh.gate ? 2 : 1) + 2LL * sh.nkv * sh.hd;
+  const int64_t cache_n = int64_t(n_blocks) * bs * sh.nkv * sh.hd;
+  Pair kc = make_f32({n_blocks, bs, sh.nkv, sh.hd}, rnd(cache_n));  // the past context
+  Pair vc = make_f32({n_blocks, bs, sh.nkv, sh.hd}, rnd(cache_n));
+  Pair qkv = make_f32({T, row}, rnd(T * row, -2.f, 2.f));
+  Pair qn = make_f32({sh.hd}, rnd(sh.hd, 0.5f, 1.5f)), kn = make_f32({sh.hd}, rnd(sh.hd, 0.5f, 1.5f));
+  Pair out = poisoned({T, int64_t(sh.nh) * sh.hd});
+  AttentionParams p;
+  p.n_heads = sh.nh;
+  p.n_kv_heads = sh.nkv;
+  p.head_dim = sh.hd;
+  p.rotary_dim = sh.rd;
+  p.rope_theta = 1e7f;
+  p.output_gate = sh.gate;
+  p.eps = 1e-6f;
+  p.scale = 1.0f / std::sqrt(float(sh.hd));
+  p.q_norm = qn.tc;
+  p.k_norm = kn.tc;
+  cpu_->kernels().attention(p, qkv.tc, KvLayerView{kc.tc, vc.tc}, m->cpu, out.tc);
+  p.q_norm = qn.tg;
+  p.k_norm = kn.tg;
+  gpu_->kernels().attention(p, qkv.tg, KvLayerView{kc.tg, vc.tg}, m->gpu, out.tg);
+  const std::string what = "nh=" + std::to_string(sh.nh) + " nkv=" + std::to_string(sh.nkv) +
+                           " hd=" + std::to_string(sh.hd) + " T=" + std::to_string(T) +
+                           " first seq past=" + std::to_string(seqs[0].first);
+  const double e = rel_err(out);
+  EXPECT_LE(e, tol) << what;
+  if (tol > 1e-4) std::printf("[ attention ] %s: rel err %.3g (tolerance %.0e)\n", what.c_str(), e, tol);
+  EXPECT_LE(rel_err(kc), 1e-5) << what;
+  EXPECT_EQ(rel_err(vc), 0.0) << what;
+}
 
 TEST_F(CudaOpsTest, Attention) {
   const std::vector<std::vector<std::pair<int, int>>> batches = {
@@ -272,41 +343,24 @@ TEST_F(CudaOpsTest, Attention) {
   for (AttnShape sh : {AttnShape{4, 2, 64, 16, true}, AttnShape{24, 4, 256, 64, true},
                        AttnShape{16, 8, 128, 128, false}, AttnShape{6, 2, 32, 8, true},
                        AttnShape{4, 2, 16, 16, false}}) {
-    for (const auto& seqs : batches) {
-      const int bs = 16, max_blocks = 16, n_blocks = 64;
-      std::vector<int32_t> perm(n_blocks);
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng_);
-      auto m = build_meta(*gpu_, seqs, bs, max_blocks, perm, {0, 0, 0}, false);
-      const int T = m->cpu.n_tokens;
-      const int64_t row = int64_t(sh.nh) * sh.hd * (sh.gate ? 2 : 1) + 2LL * sh.nkv * sh.hd;
-      const int64_t cache_n = int64_t(n_blocks) * bs * sh.nkv * sh.hd;
-      Pair kc = make_f32({n_blocks, bs, sh.nkv, sh.hd}, rnd(cache_n));  // the past context
-      Pair vc = make_f32({n_blocks, bs, sh.nkv, sh.hd}, rnd(cache_n));
-      Pair qkv = make_f32({T, row}, rnd(T * row, -2.f, 2.f));
-      Pair qn = make_f32({sh.hd}, rnd(sh.hd, 0.5f, 1.5f)), kn = make_f32({sh.hd}, rnd(sh.hd, 0.5f, 1.5f));
-      Pair out = poisoned({T, int64_t(sh.nh) * sh.hd});
-      AttentionParams p;
-      p.n_heads = sh.nh;
-      p.n_kv_heads = sh.nkv;
-      p.head_dim = sh.hd;
-      p.rotary_dim = sh.rd;
-      p.rope_theta = 1e7f;
-      p.output_gate = sh.gate;
-      p.eps = 1e-6f;
-      p.scale = 1.0f / std::sqrt(float(sh.hd));
-      p.q_norm = qn.tc;
-      p.k_norm = kn.tc;
-      cpu_->kernels().attention(p, qkv.tc, KvLayerView{kc.tc, vc.tc}, m->cpu, out.tc);
-      p.q_norm = qn.tg;
-      p.k_norm = kn.tg;
-      gpu_->kernels().attention(p, qkv.tg, KvLayerView{kc.tg, vc.tg}, m->gpu, out.tg);
-      const std::string what = "nh=" + std::to_string(sh.nh) + " hd=" + std::to_string(sh.hd) +
-                               " T=" + std::to_string(T) + " first seq past=" + std::to_string(seqs[0].first);
-      EXPECT_LE(rel_err(out), 1e-4) << what;
-      EXPECT_LE(rel_err(kc), 1e-5) << what;
-      EXPECT_EQ(rel_err(vc), 0.0) << what;
-    }
+    for (const auto& seqs : batches) attention_case(sh, seqs, 64, 16, 1e-4);
+  }
+}
+
+// Sequences of >= 64 tokens: the tensor-core (flash) path on CUDA. Two fresh prompts, a chunk
+// continuing a cached 400-token prefix (keys from earlier chunks through the block table) and a
+// decode token in the same batch; a chunk alone; fresh prompts only (no staged keys: 64-key
+// tiles). q, k in fp16 and p, v in bf16 (f32 sums): relative error a few 1e-3 against the f32
+// CPU reference.
+TEST_F(CudaOpsTest, AttentionLongPrefill) {
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{0, 300}, {0, 700}, {400, 200}, {50, 1}},
+      {{100, 64}},
+      {{0, 300}, {0, 129}, {0, 1}},
+  };
+  for (AttnShape sh : {AttnShape{24, 4, 256, 64, true}, AttnShape{16, 8, 128, 128, false},
+                       AttnShape{4, 2, 64, 16, true}, AttnShape{6, 2, 64, 32, true}, AttnShape{8, 1, 128, 32, true}}) {
+    for (const auto& seqs : batches) attention_case(sh, seqs, 128, 64, 1e-2);
   }
 }
 
@@ -366,9 +420,10 @@ TEST_F(CudaOpsTest, GatedDeltaNet) {
       if (snaps) {
         EXPECT_LE(rel_err(csnap), 1e-6) << what;
         EXPECT_LE(rel_err(rsnap), 1e-4) << what;
-        // Roll slot 3 back to its state after token 2 on both backends.
-        cpu_->kernels().restore_snapshot(sc, 3, 2);
-        gpu_->kernels().restore_snapshot(sg, 3, 2);
+        // Roll slot 3 back to its state after token 2 and slot 1 to after token 0, in one call.
+        const SnapshotPick picks[] = {{3, 2}, {1, 0}};
+        cpu_->kernels().restore_snapshots(sc, picks, 2);
+        gpu_->kernels().restore_snapshots(sg, picks, 2);
         EXPECT_LE(rel_err(recs), 1e-4) << what;
         EXPECT_LE(rel_err(conv), 1e-6) << what;
       }

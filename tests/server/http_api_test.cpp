@@ -521,5 +521,337 @@ TEST_F(HttpApiTest, KeepAliveServesSeveralRequests) {
   ::close(fd);
 }
 
+
+// --- batched prompts on /v1/completions, matched_stop, reasoning options ---
+
+// Each request's output names its prompt: "<" + prompt text + ">".
+void script_echoing_prompt(FakeEngine& engine, const Tokenizer& tok) {
+  engine.script_for = [&tok](const GenerateRequest& g) {
+    return tok.encode("<" + tok.decode(g.prompt) + ">", true);
+  };
+}
+
+TEST_F(HttpApiTest, BatchedPromptsIndicesUsageAndEcho) {
+  start();
+  script_echoing_prompt(engine_, *tokenizer_);
+  const std::vector<std::string> prompts = {"alpha", "beta gamma", "def f(x):"};
+  auto r = post("/v1/completions",
+                R"({"prompt":["alpha","beta gamma","def f(x):"],"n":2,"echo":true,"seed":5,
+                    "max_tokens":50})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 6u);
+  int prompt_tokens = 0, completion_tokens = 0;
+  for (const auto& p : prompts) {
+    prompt_tokens += static_cast<int>(tokenizer_->encode(p, true).size());
+    completion_tokens += 2 * static_cast<int>(tokenizer_->encode("<" + p + ">", true).size());
+  }
+  for (int i = 0; i < 6; ++i) {
+    const std::string& p = prompts[static_cast<std::size_t>(i / 2)];
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["text"], p + "<" + p + ">") << i;  // echo: its own prompt
+    EXPECT_EQ(j["choices"][i]["finish_reason"], "stop");
+  }
+  // Each prompt counted once, not n times; completions summed over all six choices.
+  EXPECT_EQ(j["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(j["usage"]["completion_tokens"], completion_tokens);
+  EXPECT_EQ(j["usage"]["total_tokens"], prompt_tokens + completion_tokens);
+  // Submitted in choice order; prompt p's j-th choice has seed + j (as the prompt alone would).
+  auto sub = engine_.submitted();
+  ASSERT_EQ(sub.size(), 6u);
+  for (std::size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(sub[i].prompt, tokenizer_->encode(prompts[i / 2], true)) << i;
+    EXPECT_EQ(*sub[i].sampling.seed, 5u + i % 2) << i;
+    EXPECT_EQ(sub[i].sampling.max_tokens, 50);
+  }
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, BatchedPromptsStreamed) {
+  start();
+  script_echoing_prompt(engine_, *tokenizer_);
+  auto r = post("/v1/completions",
+                R"({"prompt":["one","two three"],"n":2,"echo":true,"stream":true,
+                    "stream_options":{"include_usage":true}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::map<int, std::string> text;
+  std::map<int, std::string> finish;
+  std::map<int, json> matched;
+  json usage;
+  bool done = false;
+  for (const auto& e : sse_data(r.body)) {
+    if (e == "[DONE]") {
+      done = true;
+      break;
+    }
+    json c = json::parse(e);
+    if (c["choices"].empty()) {
+      usage = c["usage"];
+      continue;
+    }
+    ASSERT_EQ(c["choices"].size(), 1u);
+    const json& ch = c["choices"][0];
+    int idx = ch["index"];
+    EXPECT_FALSE(finish.count(idx)) << "text after the finish chunk of " << idx;
+    text[idx] += ch["text"].get<std::string>();
+    if (!ch["finish_reason"].is_null()) {
+      finish[idx] = ch["finish_reason"];
+      ASSERT_TRUE(ch.contains("matched_stop")) << e;
+      matched[idx] = ch["matched_stop"];
+    }
+  }
+  EXPECT_TRUE(done);
+  ASSERT_EQ(text.size(), 4u);
+  EXPECT_EQ(text[0], "one<one>");
+  EXPECT_EQ(text[1], "one<one>");
+  EXPECT_EQ(text[2], "two three<two three>");
+  EXPECT_EQ(text[3], "two three<two three>");
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(finish[i], "stop");
+    // The fake engine stops on the script's last token: that id is the matched stop.
+    EXPECT_EQ(matched[i], tokenizer_->encode(">", true).back());
+  }
+  const int prompt_tokens = static_cast<int>(tokenizer_->encode("one", true).size() +
+                                             tokenizer_->encode("two three", true).size());
+  const int completion_tokens =
+      2 * static_cast<int>(tokenizer_->encode("<one>", true).size() +
+                           tokenizer_->encode("<two three>", true).size());
+  EXPECT_EQ(usage["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(usage["completion_tokens"], completion_tokens);
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, BatchedTokenIdPromptsGetTheirOwnDefaultMaxTokens) {
+  start();
+  script("ok");
+  std::vector<TokenId> a = tokenizer_->encode("short", true);
+  std::vector<TokenId> b = tokenizer_->encode("a somewhat longer prompt here", true);
+  json body = {{"prompt", json::array({a, b})}, {"echo", true}};
+  auto r = post("/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["choices"][0]["text"], "shortok");
+  EXPECT_EQ(j["choices"][1]["text"], "a somewhat longer prompt hereok");
+  auto sub = engine_.submitted();
+  ASSERT_EQ(sub.size(), 2u);
+  // No max_tokens: each prompt may run to the end of the context.
+  EXPECT_EQ(sub[0].sampling.max_tokens, static_cast<int>(engine_.context - a.size()));
+  EXPECT_EQ(sub[1].sampling.max_tokens, static_cast<int>(engine_.context - b.size()));
+  EXPECT_EQ(j["usage"]["prompt_tokens"], a.size() + b.size());
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, BatchedPromptValidation) {
+  start();
+  script("ok");
+  auto expect_400 = [&](const std::string& body, const std::string& param,
+                        const std::string& in_message) {
+    auto r = post("/v1/completions", body);
+    EXPECT_EQ(r.status, 400) << body << " -> " << r.body;
+    json e = error_of(r);
+    EXPECT_EQ(e["param"], param) << r.body;
+    EXPECT_NE(e["message"].get<std::string>().find(in_message), std::string::npos) << r.body;
+  };
+  std::string long_text;
+  for (int i = 0; i < 300; ++i) long_text += "word ";
+  expect_400(R"({"prompt":["fine",""]})", "prompt", "prompt[1] is empty");
+  expect_400(R"({"prompt":[[1,2],[]]})", "prompt", "prompt[1] is empty");
+  expect_400(R"({"prompt":["fine","also fine","x"],"n":1,"max_tokens":1,"echo":1})", "echo",
+             "boolean");
+  expect_400(R"({"prompt":["ok","fine","))" + long_text + R"("]})", "prompt", "prompt[2] has ");
+  // max_tokens that leaves no room after one prompt names that prompt.
+  expect_400(R"({"prompt":["a","))" + long_text.substr(0, 200) + R"("],"max_tokens":250})",
+             "max_tokens", "prompt[1] has ");
+  expect_400(R"({"prompt":[[1,2],[3,99999999]]})", "prompt", "prompt[1]: token id 99999999");
+  expect_400(R"({"prompt":[[1,2],[3,-1]]})", "prompt", "prompt[1] token ids");
+  expect_400(R"({"prompt":["a",[1,2]]})", "prompt", "prompt[1] must be a string");
+  expect_400(R"({"prompt":[[1,2],"a"]})", "prompt", "prompt[1] must be a list of token ids");
+  expect_400(R"({"prompt":[]})", "prompt", "empty list");
+  expect_400(R"({"prompt":[{"x":1}]})", "prompt", "must be a string");
+  // prompts x n is capped.
+  json many = json::array();
+  for (int i = 0; i < kMaxSequencesPerRequest / 4 + 1; ++i) many.push_back("p");
+  expect_400(json{{"prompt", many}, {"n", 4}}.dump(), "n", "sequences");
+  json too_many = json::array();
+  for (int i = 0; i <= kMaxSequencesPerRequest; ++i) too_many.push_back("p");
+  expect_400(json{{"prompt", too_many}}.dump(), "prompt", "prompts");
+  // A single prompt's errors keep the single-prompt wording.
+  expect_400(R"({"prompt":""})", "prompt", "the prompt is empty");
+  // Nothing reached the engine.
+  EXPECT_TRUE(engine_.submitted().empty());
+  // At the cap exactly: accepted.
+  json at_cap = json::array();
+  for (int i = 0; i < kMaxSequencesPerRequest / 4; ++i) at_cap.push_back("p");
+  auto ok = post("/v1/completions", json{{"prompt", at_cap}, {"n", 4}, {"max_tokens", 1}}.dump());
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(json::parse(ok.body)["choices"].size(),
+            static_cast<std::size_t>(kMaxSequencesPerRequest));
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, DisconnectCancelsEveryBatchedSequence) {
+  start();
+  engine_.tick = std::chrono::milliseconds(5);
+  script(std::string(200, 'x'));
+  int fd = testing::connect_local(port_);
+  ASSERT_GE(fd, 0);
+  testing::send_all(fd, testing::build_request(
+                            "POST", "/v1/completions",
+                            R"({"prompt":["go","stop"],"n":2,"max_tokens":200,"stream":true})"));
+  char buf[4096];
+  ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);
+  ::close(fd);
+  EXPECT_TRUE(wait_until([&] { return engine_.cancelled().size() == 4; }))
+      << engine_.cancelled().size();
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, MatchedStop) {
+  start();
+  // A stop string: the string.
+  script("Hello world and more text");
+  auto r = post("/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"hi"}],"stop":["zzz","world"],
+                    "chat_template_kwargs":{"enable_thinking":false}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["choices"][0]["matched_stop"], "world");
+
+  // EOS: its token id (hidden from the text), non-streaming and in the streamed finish chunk.
+  script("Hi there<|im_end|>");
+  const TokenId im_end = *tokenizer_->token_id("<|im_end|>");
+  ASSERT_EQ(engine_.script.back(), im_end);
+  auto e = post("/v1/completions", R"({"prompt":"x"})");
+  json ej = json::parse(e.body);
+  EXPECT_EQ(ej["choices"][0]["text"], "Hi there");
+  EXPECT_EQ(ej["choices"][0]["matched_stop"], im_end);
+  auto es = post("/v1/chat/completions",
+                 R"({"messages":[{"role":"user","content":"hi"}],"stream":true,
+                     "chat_template_kwargs":{"enable_thinking":false}})");
+  json finish_chunk;
+  for (const auto& ev : sse_data(es.body)) {
+    if (ev == "[DONE]") break;
+    json c = json::parse(ev);
+    const json& ch = c["choices"][0];
+    if (!ch["finish_reason"].is_null()) finish_chunk = ch;
+    else EXPECT_FALSE(ch.contains("matched_stop")) << ev;
+  }
+  EXPECT_EQ(finish_chunk["finish_reason"], "stop");
+  EXPECT_EQ(finish_chunk["matched_stop"], im_end);
+
+  // Length: null (present).
+  auto l = post("/v1/completions", R"({"prompt":"x","max_tokens":2})");
+  json lj = json::parse(l.body);
+  EXPECT_EQ(lj["choices"][0]["finish_reason"], "length");
+  ASSERT_TRUE(lj["choices"][0].contains("matched_stop"));
+  EXPECT_TRUE(lj["choices"][0]["matched_stop"].is_null());
+
+  // A stop_token_ids entry: that id.
+  script("a b c d e f");
+  const TokenId c_id = engine_.script[2];
+  engine_.script.resize(3);  // the fake engine stops after the script, on c_id
+  auto t = post("/v1/completions",
+                json{{"prompt", "x"}, {"stop_token_ids", json::array({c_id})}}.dump());
+  json tj = json::parse(t.body);
+  EXPECT_EQ(tj["choices"][0]["matched_stop"], c_id);
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, ReasoningOptions) {
+  ServerConfig cfg;
+  cfg.reasoning_parser = "qwen3";
+  start(cfg);
+  script("Let me think about it.\n</think>\n\nThe answer.");
+  const std::string q = R"("messages":[{"role":"user","content":"q"}])";
+  const int think_tokens =
+      static_cast<int>(tokenizer_->encode("Let me think about it.\n</think>", true).size());
+
+  // include_reasoning=false: split off and dropped; no reasoning field at all.
+  auto r = post("/v1/chat/completions", "{" + q + R"(,"include_reasoning":false})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_FALSE(j["choices"][0]["message"].contains("reasoning_content")) << r.body;
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "\n\nThe answer.");
+  EXPECT_EQ(j["usage"]["reasoning_tokens"], think_tokens);  // still generated, still counted
+  auto rs = post("/v1/chat/completions", "{" + q + R"(,"include_reasoning":false,"stream":true})");
+  std::string content;
+  for (const auto& e : sse_data(rs.body)) {
+    if (e == "[DONE]") break;
+    json d = json::parse(e)["choices"][0]["delta"];
+    EXPECT_FALSE(d.contains("reasoning_content")) << e;
+    if (d.contains("content")) content += d["content"].get<std::string>();
+  }
+  EXPECT_EQ(content, "\n\nThe answer.");
+
+  // stream_reasoning=false: one reasoning delta, when </think> arrives, before the content.
+  auto h = post("/v1/chat/completions", "{" + q + R"(,"stream_reasoning":false,"stream":true})");
+  int reasoning_chunks = 0;
+  bool content_before_reasoning = false;
+  content.clear();
+  std::string reasoning;
+  for (const auto& e : sse_data(h.body)) {
+    if (e == "[DONE]") break;
+    json d = json::parse(e)["choices"][0]["delta"];
+    if (d.contains("reasoning_content")) {
+      ++reasoning_chunks;
+      reasoning = d["reasoning_content"];
+    }
+    if (d.contains("content") && !d["content"].get<std::string>().empty()) {
+      if (reasoning_chunks == 0) content_before_reasoning = true;
+      content += d["content"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(reasoning_chunks, 1);
+  EXPECT_EQ(reasoning, "Let me think about it.\n");
+  EXPECT_FALSE(content_before_reasoning);
+  EXPECT_EQ(content, "\n\nThe answer.");
+  // Streamed by default: one delta per token.
+  auto d = post("/v1/chat/completions", "{" + q + R"(,"stream":true})");
+  int default_chunks = 0;
+  for (const auto& e : sse_data(d.body)) {
+    if (e == "[DONE]") break;
+    if (json::parse(e)["choices"][0]["delta"].contains("reasoning_content")) ++default_chunks;
+  }
+  EXPECT_GT(default_chunks, 1);
+  // Non-streaming: stream_reasoning changes nothing.
+  auto n = post("/v1/chat/completions", "{" + q + R"(,"stream_reasoning":false})");
+  EXPECT_EQ(json::parse(n.body)["choices"][0]["message"]["reasoning_content"],
+            "Let me think about it.\n");
+
+  // separate_reasoning=false: no split, the raw text in content (tiny-coder marks </think>
+  // special, so keep special tokens to see it).
+  auto raw = post("/v1/chat/completions",
+                  "{" + q + R"(,"separate_reasoning":false,"skip_special_tokens":false})");
+  json rj = json::parse(raw.body);
+  EXPECT_EQ(rj["choices"][0]["message"]["content"],
+            "Let me think about it.\n</think>\n\nThe answer.");
+  EXPECT_TRUE(rj["choices"][0]["message"]["reasoning_content"].is_null());
+
+  for (const char* field : {"include_reasoning", "stream_reasoning", "separate_reasoning"}) {
+    auto bad = post("/v1/chat/completions", "{" + q + ",\"" + field + "\":\"yes\"}");
+    EXPECT_EQ(bad.status, 400);
+    EXPECT_EQ(error_of(bad)["param"], field);
+  }
+  expect_idle();
+}
+
+TEST_F(HttpApiTest, ReasoningOptionsWithoutParserAreIgnored) {
+  start();  // no --reasoning-parser
+  script("Let me think.\n</think>\n\nDone.");
+  const std::string q = R"("messages":[{"role":"user","content":"q"}])";
+  auto plain = post("/v1/chat/completions", "{" + q + "}");
+  auto r = post("/v1/chat/completions",
+                "{" + q + R"(,"include_reasoning":false,"stream_reasoning":false})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["message"], json::parse(plain.body)["choices"][0]["message"]);
+  EXPECT_NE(j["choices"][0]["message"]["content"].get<std::string>().find("Done."),
+            std::string::npos);
+  EXPECT_TRUE(j["choices"][0]["message"]["reasoning_content"].is_null());
+  expect_idle();
+}
+
 }  // namespace
 }  // namespace deltaserve

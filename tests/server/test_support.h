@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -22,9 +23,11 @@
 namespace deltaserve::testing {
 
 // Emits `script` (token ids) one per tick for each request, up to max_tokens, then Stop (or Length).
+// With `script_for` set, each request gets its own script (e.g. derived from its prompt).
 class FakeEngine final : public EngineService {
  public:
   std::vector<TokenId> script;
+  std::function<std::vector<TokenId>(const GenerateRequest&)> script_for;
   std::chrono::milliseconds tick{1};
   int64_t context = 256;
   bool reject_all = false;  // every request gets Error "queue is full"
@@ -52,7 +55,8 @@ class FakeEngine final : public EngineService {
       return stream;
     }
     std::lock_guard<std::mutex> l(mutex_);
-    live_[request.id] = Live{stream, std::move(request), 0};
+    std::vector<TokenId> own = script_for ? script_for(request) : std::vector<TokenId>{};
+    live_[request.id] = Live{stream, std::move(request), 0, std::move(own), script_for != nullptr};
     submitted_.push_back(live_[request.id].request);
     cv_.notify_all();
     return stream;
@@ -95,6 +99,11 @@ class FakeEngine final : public EngineService {
     std::shared_ptr<RequestStream> stream;
     GenerateRequest request;
     int n_emitted = 0;
+    std::vector<TokenId> own_script;
+    bool has_own = false;
+    const std::vector<TokenId>& script_of(const FakeEngine& e) const {
+      return has_own ? own_script : e.script;
+    }
   };
 
   void loop() {
@@ -113,7 +122,8 @@ class FakeEngine final : public EngineService {
         if (cancelled_.count(id)) {
           ev.finish = FinishReason::Abort;
         } else {
-          TokenId tok = live.n_emitted < static_cast<int>(script.size()) ? script[live.n_emitted] : 0;
+          const std::vector<TokenId>& sc = live.script_of(*this);
+          TokenId tok = live.n_emitted < static_cast<int>(sc.size()) ? sc[live.n_emitted] : 0;
           ev.tokens.push_back(tok);
           if (with_logprobs && live.request.sampling.top_logprobs >= 0) {
             TokenLogprob lp;
@@ -126,7 +136,7 @@ class FakeEngine final : public EngineService {
           ++generated_;
           if (live.n_emitted >= live.request.sampling.max_tokens) {
             ev.finish = FinishReason::Length;
-          } else if (live.n_emitted >= static_cast<int>(script.size())) {
+          } else if (live.n_emitted >= static_cast<int>(sc.size())) {
             ev.finish = FinishReason::Stop;
           }
         }

@@ -22,7 +22,7 @@ class CpuKernels final : public Kernels {
   void gated_delta_net(const GdnParams& p, const Tensor& proj, const StateLayerView& state,
                        const BatchMeta& meta, Tensor out) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) override;
-  void restore_snapshot(const StateLayerView& state, int slot, int snapshot) override;
+  void restore_snapshots(const StateLayerView& state, const SnapshotPick* picks, int n) override;
 
  private:
   // Scratch buffers reused across calls: they grow to the largest batch once, then never
@@ -50,6 +50,7 @@ class CpuBackend final : public Backend {
   DType activation_dtype() const override { return DType::F32; }
   MemoryInfo memory_info() const override;
   DeviceBuffer allocate(std::size_t bytes) override;
+  DeviceBuffer allocate_host(std::size_t bytes) override { return allocate(bytes); }
   std::unique_ptr<LinearWeight> make_linear(const void* host, DType dtype, int64_t n,
                                             int64_t k) override;
   void copy_to_device(Tensor dst, const void* host_src) override;

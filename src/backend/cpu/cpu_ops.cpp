@@ -66,15 +66,18 @@ void CpuKernels::gather_rows(const Tensor& src, const int32_t* rows, int n_rows,
   }
 }
 
-void CpuKernels::restore_snapshot(const StateLayerView& state, int slot, int snapshot) {
-  DS_CHECK(snapshot >= 0 && snapshot < state.snapshot_depth, "snapshot index");
+void CpuKernels::restore_snapshots(const StateLayerView& state, const SnapshotPick* picks, int n) {
   const int64_t conv_elems = state.conv.numel() / state.conv.dim(0);
   const int64_t rec_elems = state.recurrent.numel() / state.recurrent.dim(0);
   const int64_t depth = state.snapshot_depth;
-  std::memcpy(state.conv.f32() + slot * conv_elems,
-              state.conv_snap.f32() + (slot * depth + snapshot) * conv_elems, conv_elems * 4);
-  std::memcpy(state.recurrent.f32() + slot * rec_elems,
-              state.recurrent_snap.f32() + (slot * depth + snapshot) * rec_elems, rec_elems * 4);
+  for (int i = 0; i < n; ++i) {
+    const int64_t slot = picks[i].slot, snap = picks[i].snapshot;
+    DS_CHECK(snap >= 0 && snap < depth && slot >= 0 && slot < state.conv.dim(0), "snapshot pick out of range");
+    std::memcpy(state.conv.f32() + slot * conv_elems, state.conv_snap.f32() + (slot * depth + snap) * conv_elems,
+                conv_elems * 4);
+    std::memcpy(state.recurrent.f32() + slot * rec_elems,
+                state.recurrent_snap.f32() + (slot * depth + snap) * rec_elems, rec_elems * 4);
+  }
 }
 
 }  // namespace deltaserve

@@ -6,6 +6,11 @@
 //   attention with an online softmax over key tiles of 32 staged in shared memory (each lane
 //   scores one key of the tile, then every lane accumulates its head_dim/32 output dims),
 //   then the sigmoid output gate.
+// Prefill batches (a sequence of >= 64 tokens) use the tensor-core kernel of
+// cuda_flash_attention.cu instead of kernel 2; kernel 1 then also writes fp16 q / k and bf16 v.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -57,7 +62,11 @@ __global__ void qk_prep_kernel(AttnArgs a) {
     const int kvh = hh - nh;
     if (!is_q && block < 0) continue;
     const float* src = is_q ? r + int64_t(hh) * q_width : r + q_cols + int64_t(kvh) * hd;
-    float* dst = is_q ? a.q_scratch + (int64_t(t) * nh + hh) * hd : a.k_cache + (cache_base + kvh) * hd;
+    // Flash path: q only as fp16 (q16, no q_scratch); k also as fp16 (the f32 cache keeps the exact value).
+    float* dst = is_q ? (a.q_scratch ? a.q_scratch + (int64_t(t) * nh + hh) * hd : nullptr)
+                      : a.k_cache + (cache_base + kvh) * hd;
+    __half* dst16 = is_q ? (a.q16 ? reinterpret_cast<__half*>(a.q16) + (int64_t(t) * nh + hh) * hd : nullptr)
+                         : (a.k16 ? reinterpret_cast<__half*>(a.k16) + (int64_t(t) * nkv + kvh) * hd : nullptr);
     const float* w = is_q ? a.q_norm : a.k_norm;
     float ss = 0.f;
     for (int d = lane; d < hd; d += 32) {
@@ -79,13 +88,18 @@ __global__ void qk_prep_kernel(AttnArgs a) {
         const float ang = float(pos) * a.inv_freq[d - half];
         o = buf[d] * cosf(ang) + buf[d - half] * sinf(ang);
       }
-      dst[d] = o;
+      if (dst) dst[d] = o;
+      if (dst16) dst16[d] = __float2half_rn(o);
     }
     __syncwarp();
     if (!is_q) {
       const float* vs = r + q_cols + kv_cols + int64_t(kvh) * hd;
       float* vd = a.v_cache + (cache_base + kvh) * hd;
-      for (int d = lane; d < hd; d += 32) vd[d] = vs[d];
+      __nv_bfloat16* vd16 = a.v16 ? reinterpret_cast<__nv_bfloat16*>(a.v16) + (int64_t(t) * nkv + kvh) * hd : nullptr;
+      for (int d = lane; d < hd; d += 32) {
+        vd[d] = vs[d];
+        if (vd16) vd16[d] = __float2bfloat16_rn(vs[d]);
+      }
     }
   }
 }
@@ -256,6 +270,10 @@ void launch_attention(const AttnArgs& a, cudaStream_t s) {
   const int warps = 4;
   qk_prep_kernel<<<static_cast<unsigned>(a.n_tokens), 32 * warps, warps * a.head_dim * sizeof(float), s>>>(a);
   DS_CUDA_LAUNCH_CHECK();
+  if (a.flash_tiles > 0) {
+    launch_flash_attention(a, s);
+    return;
+  }
   switch (a.head_dim) {
     case 16: run_attn<16>(a, s); break;
     case 32: run_attn<32>(a, s); break;

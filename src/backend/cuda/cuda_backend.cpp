@@ -32,6 +32,9 @@ class CudaLinear final : public LinearWeight {
 
 class CudaBackend;
 
+// Batches with a sequence of at least this many tokens take the tensor-core attention path.
+constexpr int kFlashMinSeqTokens = 64;
+
 class CudaKernels final : public Kernels {
  public:
   explicit CudaKernels(CudaBackend& b) : b_(b) {}
@@ -45,7 +48,7 @@ class CudaKernels final : public Kernels {
   void gated_delta_net(const GdnParams& p, const Tensor& proj, const StateLayerView& state,
                        const BatchMeta& meta, Tensor out) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) override;
-  void restore_snapshot(const StateLayerView& state, int slot, int snapshot) override;
+  void restore_snapshots(const StateLayerView& state, const SnapshotPick* picks, int n) override;
 
   void set_timing(bool on) { timing_ = on; }
   std::vector<CudaOpTime> take_times();
@@ -60,7 +63,7 @@ class CudaKernels final : public Kernels {
   cudaStream_t stream() const;
 
   CudaBackend& b_;
-  DeviceBuffer scratch_[7];
+  DeviceBuffer scratch_[9];
   std::map<std::pair<int, float>, DeviceBuffer> inv_freq_;
   bool timing_ = false;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
@@ -79,8 +82,11 @@ class CudaBackend final : public Backend {
     DS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     name_ = prop.name;
     cc_ = prop.major * 10 + prop.minor;
+    // GEMMs above 8 rows (prefill, large batches) round activations to bf16 once, as vLLM and
+    // SGLang do. DELTASERVE_CUDA_GEMM=exact splits them into three bf16 parts instead (f32-exact
+    // products, 3x the tensor-core work; the fixture tests use it).
     const char* g = std::getenv("DELTASERVE_CUDA_GEMM");
-    exact_gemm_ = !(g && std::strcmp(g, "bf16") == 0);
+    exact_gemm_ = g && std::strcmp(g, "exact") == 0;
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -105,6 +111,13 @@ class CudaBackend final : public Backend {
     DS_CHECK(e == cudaSuccess, "cudaMalloc of ", bytes, " bytes failed: ", cudaGetErrorString(e));
     DS_CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, stream_));
     return DeviceBuffer(p, bytes, Device::Cuda, [](void* q) { cudaFree(q); });
+  }
+  DeviceBuffer allocate_host(std::size_t bytes) override {
+    void* p = nullptr;
+    cudaError_t e = cudaMallocHost(&p, std::max<std::size_t>(bytes, 1));
+    DS_CHECK(e == cudaSuccess, "cudaMallocHost of ", bytes, " bytes failed: ", cudaGetErrorString(e));
+    std::memset(p, 0, bytes);
+    return DeviceBuffer(p, bytes, Device::Cpu, [](void* q) { cudaFreeHost(q); });
   }
   std::unique_ptr<LinearWeight> make_linear(const void* host, DType dtype, int64_t n, int64_t k) override {
     DeviceBuffer buf = allocate(static_cast<std::size_t>(n * k) * 2);
@@ -161,7 +174,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   std::string name_;
   int cc_ = 0;
-  bool exact_gemm_ = true;
+  bool exact_gemm_ = false;
   uint64_t seed_ = 1;
   CudaKernels kernels_;
 };
@@ -260,9 +273,9 @@ void CudaKernels::matmul(const Tensor& x, const LinearWeight& w, Tensor out, boo
   timed(timing_ ? str_cat(small ? "matmul gemv " : "matmul cublas ", N, "x", K) : std::string(), [&] {
     if (small && cuda::launch_gemv(x.f32(), static_cast<int>(T), K, cw.data(), N, out.f32(), accumulate, stream()))
       return;
-    // cuBLAS, bf16 x bf16 -> f32. Exact mode (default): x = hi + mid + lo, three bf16 parts
-    // (24 mantissa bits, i.e. f32), stacked as 3T rows of one GEMM (the weights are read once)
-    // and summed per row afterwards. bf16 mode: x rounded to bf16 once (DELTASERVE_CUDA_GEMM=bf16).
+    // cuBLAS, bf16 x bf16 -> f32. Default: x rounded to bf16 once. Exact mode
+    // (DELTASERVE_CUDA_GEMM=exact): x = hi + mid + lo, three bf16 parts (24 mantissa bits, i.e.
+    // f32), stacked as 3T rows of one GEMM (the weights are read once), summed per row afterwards.
     const int parts = b_.exact_gemm() ? 3 : 1;
     const int64_t rows = T * parts;
     uint16_t* xb = static_cast<uint16_t*>(scratch(0, static_cast<std::size_t>(rows * K) * 2));
@@ -317,19 +330,45 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
   a.qkv = qkv.f32();
   a.k_cache = kv.k.f32();
   a.v_cache = kv.v.f32();
-  a.q_scratch = static_cast<float*>(scratch(2, static_cast<std::size_t>(T) * nh * hd * 4));
   a.positions = meta.d_positions.i32();
   a.seq_start = meta.d_seq_start.i32();
   a.block_table = meta.d_block_table.i32();
   a.max_blocks = meta.max_blocks;
   a.block_size = meta.block_size;
   a.out = out.f32();
-  // Few (token, kv head) blocks (decode, verification): split each context over 8 blocks.
-  // Depends only on the batch shape, so a captured graph stays valid as contexts grow.
-  if (int64_t(T) * nkv < 128) {
-    a.n_split = 8;
-    a.part_ml = static_cast<float*>(scratch(5, static_cast<std::size_t>(T) * nh * a.n_split * 2 * 4));
-    a.part_o = static_cast<float*>(scratch(6, static_cast<std::size_t>(T) * nh * a.n_split * hd * 4));
+  // Prefill (a sequence with many tokens): the tensor-core flash kernel over the whole batch.
+  // DELTASERVE_CUDA_FLASH=0 keeps the CUDA-core kernel (A/B measurements).
+  static const bool flash_on = [] {
+    const char* e = std::getenv("DELTASERVE_CUDA_FLASH");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  const bool long_seq = flash_on && meta.max_seq_tokens >= kFlashMinSeqTokens;
+  bool past = false;  // a sequence continues a cached prefix (its earlier keys: f32 paged cache)
+  for (int s = 0; long_seq && s < meta.n_seqs; ++s)
+    past = past || meta.context_len[s] > meta.seq_start[s + 1] - meta.seq_start[s];
+  cuda::FlashPlan plan;
+  if (long_seq && cuda::flash_attention_plan(nh, nkv, hd, past, &plan)) {
+    const int bt = 16 * plan.m_tiles;
+    int tiles = 0;
+    for (int s = 0; s < meta.n_seqs; ++s) tiles += (meta.seq_start[s + 1] - meta.seq_start[s] + bt - 1) / bt;
+    a.flash_tiles = tiles;
+    a.flash_hb = plan.heads_per_block;
+    a.flash_mt = plan.m_tiles;
+    a.flash_bn = plan.keys_per_tile;
+    a.flash_stage = past;
+    const std::size_t q_n = static_cast<std::size_t>(T) * nh * hd, kv_n = static_cast<std::size_t>(T) * nkv * hd;
+    a.q16 = static_cast<uint16_t*>(scratch(7, q_n * 2));
+    a.k16 = static_cast<uint16_t*>(scratch(8, kv_n * 4));
+    a.v16 = a.k16 + kv_n;
+  } else {
+    a.q_scratch = static_cast<float*>(scratch(2, static_cast<std::size_t>(T) * nh * hd * 4));
+    // Few (token, kv head) blocks (decode, verification): split each context over 8 blocks.
+    // Depends only on the batch shape, so a captured graph stays valid as contexts grow.
+    if (int64_t(T) * nkv < 128) {
+      a.n_split = 8;
+      a.part_ml = static_cast<float*>(scratch(5, static_cast<std::size_t>(T) * nh * a.n_split * 2 * 4));
+      a.part_o = static_cast<float*>(scratch(6, static_cast<std::size_t>(T) * nh * a.n_split * hd * 4));
+    }
   }
   timed("attention", [&] { cuda::launch_attention(a, stream()); });
 }
@@ -380,18 +419,20 @@ void CudaKernels::gather_rows(const Tensor& src, const int32_t* rows, int n_rows
   timed("gather_rows", [&] { cuda::launch_gather_rows(src.f32(), d, rows, n_rows, dst.f32(), stream()); });
 }
 
-void CudaKernels::restore_snapshot(const StateLayerView& state, int slot, int snapshot) {
-  DS_CHECK(snapshot >= 0 && snapshot < state.snapshot_depth, "snapshot index");
+void CudaKernels::restore_snapshots(const StateLayerView& state, const SnapshotPick* picks, int n) {
+  if (n <= 0) return;
   const int64_t conv_elems = state.conv.numel() / state.conv.dim(0);
   const int64_t rec_elems = state.recurrent.numel() / state.recurrent.dim(0);
-  const int64_t depth = state.snapshot_depth;
-  timed("restore_snapshot", [&] {
-    DS_CUDA_CHECK(cudaMemcpyAsync(state.conv.f32() + slot * conv_elems,
-                                  state.conv_snap.f32() + (slot * depth + snapshot) * conv_elems, conv_elems * 4,
-                                  cudaMemcpyDeviceToDevice, stream()));
-    DS_CUDA_CHECK(cudaMemcpyAsync(state.recurrent.f32() + slot * rec_elems,
-                                  state.recurrent_snap.f32() + (slot * depth + snapshot) * rec_elems,
-                                  rec_elems * 4, cudaMemcpyDeviceToDevice, stream()));
+  const int depth = state.snapshot_depth;
+  for (int i = 0; i < n; ++i)
+    DS_CHECK(picks[i].snapshot >= 0 && picks[i].snapshot < depth && picks[i].slot >= 0 &&
+                 picks[i].slot < state.conv.dim(0),
+             "snapshot pick out of range");
+  timed("restore_snapshots", [&] {
+    static_assert(sizeof(cuda::SlotSnapshot) == sizeof(SnapshotPick) && alignof(cuda::SlotSnapshot) == alignof(SnapshotPick));
+    cuda::launch_restore_snapshots(state.conv.f32(), state.conv_snap.f32(), conv_elems, state.recurrent.f32(),
+                                   state.recurrent_snap.f32(), rec_elems, depth,
+                                   reinterpret_cast<const cuda::SlotSnapshot*>(picks), n, stream());
   });
 }
 

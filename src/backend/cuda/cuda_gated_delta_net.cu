@@ -4,9 +4,10 @@
 //              SiLU -> conv_out [T, conv_dim]; conv state (and per-token snapshots) updated.
 //   2. prep:   per token: L2-normalise q (times Dk^-0.5) and k in place in conv_out; beta = sigmoid(b)
 //              and decay = exp(-exp(A_log) * softplus(a + dt_bias)) per value head -> gb.
-//   3. delta:  one thread per (sequence, value head, value dim jv) owns row jv of Sᵀ (Dk floats in
-//              registers) and runs the tokens in order: S *= decay; δ = (v - S·k)·beta;
-//              S += δ k; o = S·q. Writes o (pre-norm) into out, snapshots if asked.
+//   3. delta:  S *= decay; δ = (v - S·k)·beta; S += δ k; o = S·q per token, in order, per
+//              (sequence, value head, row jv of Sᵀ). Long runs (prefill): one thread owns a row
+//              (Dk floats in registers). Decode/verification: a row is spread over Dk/4 lanes
+//              (coalesced state traffic). Writes o (pre-norm) into out, snapshots if asked.
 //   4. norm:   gated RMSNorm over Dv with silu(z), in place.
 #include <cstdint>
 
@@ -159,6 +160,81 @@ __global__ void __launch_bounds__(32) delta_kernel(GdnArgs a, int64_t conv_dim) 
     *reinterpret_cast<float4*>(Srow + d) = make_float4(S[d], S[d + 1], S[d + 2], S[d + 3]);
 }
 
+// Decode and verification (a few tokens per sequence): the same recurrence with rows spread
+// over lanes, so the state streams through coalesced 16-byte loads. LPR = DK/4 lanes hold one
+// row of Sᵀ (4 floats each); a warp holds NR rows per group of lanes; dot products are sums over
+// the LPR lanes of a row. The thread-per-row kernel above reads each row as one thread's 512 bytes
+// (uncoalesced) and is kept for long runs of tokens, where its serial loop wins.
+template <int DK, int NR>
+__global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv_dim) {
+  constexpr int LPR = DK / 4;              // lanes per row
+  constexpr int RPW = 32 / LPR;            // rows per warp per register slot
+  constexpr int ROWS_PER_WARP = RPW * NR;
+  const int s = blockIdx.x / a.Hv, hv = blockIdx.x % a.Hv;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int sub = lane / LPR, li = lane % LPR;
+  const int hk = hv / (a.Hv / a.Hk);
+  const int Dv = a.Dv;
+  const int64_t key_dim = int64_t(a.Hk) * DK, value_dim = int64_t(a.Hv) * Dv;
+  const int32_t slot = a.state_slot[s];
+  const int64_t head_state = int64_t(Dv) * DK;
+  const int row0 = (blockIdx.y * (blockDim.x >> 5) + warp) * ROWS_PER_WARP;
+  float* Shead = a.rec_state + (int64_t(slot) * a.Hv + hv) * head_state;
+  int jv[NR];
+  bool ok[NR];
+  float4 S[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    jv[r] = row0 + r * RPW + sub;
+    ok[r] = jv[r] < Dv;
+    S[r] = ok[r] ? reinterpret_cast<const float4*>(Shead + int64_t(jv[r]) * DK)[li] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  auto row_sum = [](float v) {
+#pragma unroll
+    for (int o = LPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+  };
+  const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
+  const bool snap = a.write_snapshots && t1 - t0 <= a.depth;
+  for (int t = t0, j = 0; t < t1; ++t, ++j) {
+    const float* c = a.conv_out + int64_t(t) * conv_dim;
+    const float4 q = reinterpret_cast<const float4*>(c + int64_t(hk) * DK)[li];
+    const float4 k = reinterpret_cast<const float4*>(c + key_dim + int64_t(hk) * DK)[li];
+    const float beta = a.gb[(int64_t(t) * a.Hv + hv) * 2 + 0];
+    const float decay = a.gb[(int64_t(t) * a.Hv + hv) * 2 + 1];
+    float p[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      S[r].x *= decay; S[r].y *= decay; S[r].z *= decay; S[r].w *= decay;
+      p[r] = S[r].x * k.x + S[r].y * k.y + S[r].z * k.z + S[r].w * k.w;
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) p[r] = row_sum(p[r]);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      const float v = ok[r] ? c[2 * key_dim + int64_t(hv) * Dv + jv[r]] : 0.f;
+      const float delta = (v - p[r]) * beta;
+      S[r].x = fmaf(delta, k.x, S[r].x); S[r].y = fmaf(delta, k.y, S[r].y);
+      S[r].z = fmaf(delta, k.z, S[r].z); S[r].w = fmaf(delta, k.w, S[r].w);
+      p[r] = S[r].x * q.x + S[r].y * q.y + S[r].z * q.z + S[r].w * q.w;
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      p[r] = row_sum(p[r]);
+      if (ok[r] && li == 0) a.out[int64_t(t) * value_dim + int64_t(hv) * Dv + jv[r]] = p[r];
+    }
+    if (snap) {
+      float* sn = a.rec_snap + ((int64_t(slot) * a.depth + j) * a.Hv + hv) * head_state;
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+        if (ok[r]) reinterpret_cast<float4*>(sn + int64_t(jv[r]) * DK)[li] = S[r];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < NR; ++r)
+    if (ok[r]) reinterpret_cast<float4*>(Shead + int64_t(jv[r]) * DK)[li] = S[r];
+}
+
 __global__ void gated_norm_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   const int t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -177,6 +253,15 @@ __global__ void gated_norm_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
 
 template <int DK>
 void run_delta(const GdnArgs& a, int64_t conv_dim, cudaStream_t s) {
+  if (a.n_tokens <= 8 * a.n_seqs) {
+    // Decode / verification: lane-per-4-columns kernel, 4 warps x 4 row slots per block.
+    constexpr int NR = 4;
+    const int rows_per_block = 4 * (32 / (DK / 4)) * NR;
+    dim3 grid(static_cast<unsigned>(a.n_seqs * a.Hv), static_cast<unsigned>((a.Dv + rows_per_block - 1) / rows_per_block));
+    delta_rows_kernel<DK, NR><<<grid, 128, 0, s>>>(a, conv_dim);
+    DS_CUDA_LAUNCH_CHECK();
+    return;
+  }
   const int rb = a.Dv < 32 ? a.Dv : 32;  // 32 rows per block: Hv * Dv/32 blocks at decode
   dim3 grid(static_cast<unsigned>(a.n_seqs * a.Hv), static_cast<unsigned>((a.Dv + rb - 1) / rb));
   delta_kernel<DK><<<grid, rb, 0, s>>>(a, conv_dim);

@@ -25,6 +25,16 @@ void launch_split_bf16x3(const float* x, int64_t n, uint16_t* parts, cudaStream_
 void launch_sum_parts3(const float* p, int64_t n, float* out, bool accumulate, cudaStream_t s);
 // Deterministic uniform(-scale, scale) bf16 values (dummy weights).
 void launch_random_bf16(uint16_t* w, int64_t n, float scale, uint64_t seed, cudaStream_t s);
+// Speculative rollback of one GDN layer: for each pick, conv[slot] = conv_snap[slot * depth + j]
+// and recurrent[slot] = recurrent_snap[slot * depth + j] (elems per slot given). picks: host.
+// SlotSnapshot has the layout of deltaserve::SnapshotPick (kernels.h is C++20, nvcc sees C++17).
+struct SlotSnapshot {
+  int32_t slot;
+  int32_t snapshot;
+};
+void launch_restore_snapshots(float* conv, const float* conv_snap, int64_t conv_elems, float* rec,
+                              const float* rec_snap, int64_t rec_elems, int depth, const SlotSnapshot* picks,
+                              int n, cudaStream_t s);
 
 // ---- cuda_linear.cu ----------------------------------------------------------------------------
 // out[T, N] (=|+=) x[T, K] (f32) · w[N, K]ᵀ (bf16), f32 accumulation. For small T (decode): each
@@ -59,8 +69,34 @@ struct AttnArgs {
   int n_split = 1;
   float* part_ml = nullptr;
   float* part_o = nullptr;
+  // Tensor-core prefill path (cuda_flash_attention.cu), when flash_tiles > 0: one block per
+  // (token tile of 16 * flash_mt tokens of one sequence, KV head, flash_hb query heads of its
+  // group); flash_tiles = sum over sequences of ceil(tokens / (16 * flash_mt)).
+  int flash_tiles = 0, flash_hb = 0, flash_mt = 0, flash_bn = 32;
+  bool flash_stage = false;  // some sequence continues a cached prefix: f32 staging of its keys
+  // Flash path only: qk_prep writes q as fp16 to q16 [T, nh, hd] (instead of q_scratch), and this
+  // step's k as fp16 / v as bf16 to k16 / v16 [T, nkv, hd] (besides the f32 cache).
+  uint16_t* q16 = nullptr;
+  uint16_t* k16 = nullptr;
+  uint16_t* v16 = nullptr;
 };
+// q/k norm + RoPE + KV write (qk_prep), then the flash path when a.flash_tiles > 0, else the
+// CUDA-core kernel (split-KV when n_split > 1).
 void launch_attention(const AttnArgs& a, cudaStream_t s);
+
+// ---- cuda_flash_attention.cu -------------------------------------------------------------------
+// Block layout of the tensor-core path for this head shape on the current device. stage: some
+// sequence continues a cached prefix (its earlier keys are staged as f32). False when the shape
+// has no kernel (head_dim other than 64, 128, 256) or the device's shared memory is too small
+// (head_dim 256 on sm_86).
+struct FlashPlan {
+  int heads_per_block = 0;  // query heads of one GQA group per block (flash_hb)
+  int m_tiles = 0;          // 16-token tiles per block (flash_mt)
+  int keys_per_tile = 0;    // 32 or 64 (flash_bn)
+};
+bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, FlashPlan* plan);
+// The attention itself, after qk_prep (q in q16, this step's k/v in k16/v16 and the paged cache).
+void launch_flash_attention(const AttnArgs& a, cudaStream_t s);
 
 // ---- cuda_gated_delta_net.cu -------------------------------------------------------------------
 struct GdnArgs {

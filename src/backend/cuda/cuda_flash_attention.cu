@@ -1,0 +1,414 @@
+// Tensor-core prefill attention over the paged f32 KV cache (flash-attention style: online
+// softmax, nothing of size context^2 is materialised). Used by launch_attention for batches whose
+// sequences have many tokens. qk_prep_kernel (cuda_attention.cu) has already normalised and
+// rotated q and k, written this step's k, v into the paged cache (f32) and, for this path, also
+// q and k in fp16 and v in bf16 into per-token scratch ([T, nh, hd] and [T, nkv, hd]).
+//
+// One block = (token tile of one sequence, KV head, group of query heads sharing that KV head).
+// Each warp owns 16 query rows: one query head x 16 consecutive tokens; the block has HB heads x
+// MT token tiles of 16 (HB*MT <= 8 warps), so one K/V tile in shared memory serves HB query heads
+// of the GQA group and 16*MT tokens (for the 27B: 2 heads x 64 tokens = 128 rows per K/V tile;
+// the group's 6 heads take 3 blocks).
+//
+// Per key tile (64 keys; 32 when a sequence continues a cached prefix, so that the f32 staging
+// buffer fits), double-buffered, the copy of tile i+1 in flight while tile i is computed:
+//   - keys of this step (position >= the sequence's first position in the batch): cp.async of the
+//     fp16 K / bf16 V rows from the per-token scratch straight into the tile;
+//   - keys of earlier chunks (a chunked prefill continuing a cached prefix): cp.async of the f32
+//     rows from the paged cache (block table per key) into a staging buffer, converted by the
+//     whole block at the start of the tile's turn;
+//   keys past the block's last query position are zero-filled.
+//   Each warp then: S = Q Kᵀ with mma.sync m16n8k16 (fp16 in, f32 accumulate; fp16 rather than
+//   bf16 keeps 3 more mantissa bits in the scores: q and k are RMS-normalised, so in range),
+//   causal mask from the positions, online softmax in the exp2 domain on the accumulator
+//   fragments, P (bf16, straight from the S fragments) · V with mma.sync (bf16 in: V is not
+//   normalised, bf16 has f32's range); O (16 x head_dim, f32) stays in registers.
+// Epilogue: O / l, the sigmoid output gate, f32 stores.
+//
+// Precision: q, k rounded to fp16 (11-bit significand), p and v to bf16 (8-bit); f32 sums.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_launch.h"
+
+namespace deltaserve::cuda {
+
+namespace {
+
+constexpr int kMaxWarps = 8;  // per block (O of head_dim 256 takes 128 registers per thread)
+
+// Shared memory: fp16 K and bf16 V tiles of bn keys, two buffers each | fp16 Q | (stage) f32
+// staging of earlier chunks' K and V tiles, only when some sequence continues a cached prefix.
+constexpr std::size_t flash_smem_bytes(int hd, int bn, int warps, bool stage) {
+  return std::size_t(4) * bn * (hd + 8) * 2 + std::size_t(warps) * 16 * (hd + 8) * 2 +
+         (stage ? std::size_t(2) * bn * hd * 4 : 0);
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global -> shared; src_bytes = 0 writes zeros (src not read).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// d += a · b, m16n8k16, row-major A (4 regs), column-major B (2 regs), f32 accumulators.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo: the lower column
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// BN keys per tile (64 without staging, 32 with: the f32 staging buffer of 64 keys would not fit);
+// STAGE: some sequence has keys from earlier chunks (read from the paged f32 cache).
+template <int HD, int BN, bool STAGE>
+__global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs a) {
+  constexpr int kBN = BN;
+  constexpr int LD = HD + 8;      // padded fp16/bf16 row: 16 bytes of skew per row
+  constexpr int NT_O = HD / 8;    // n-tiles of O
+  constexpr int NT_S = kBN / 8;   // n-tiles of S
+  constexpr int C4 = HD / 4;      // float4 per f32 row
+  constexpr int C8 = HD / 8;      // 16-byte chunks per fp16/bf16 row
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nthreads = blockDim.x;
+  uint16_t* kv_buf = reinterpret_cast<uint16_t*>(smem);                    // [2][K, V][kBN][LD]
+  uint16_t* Qs = kv_buf + 4 * kBN * LD;                                    // [warps * 16][LD]
+  float* stage = reinterpret_cast<float*>(Qs + (nthreads >> 5) * 16 * LD); // [2][kBN][HD]: K, V
+  const int HB = a.flash_hb, BT = 16 * a.flash_mt;
+  const int nh = a.n_heads, nkv = a.n_kv_heads, G = nh / nkv;
+
+  // (sequence, token tile) of this block; each sequence's last (longest) tiles first.
+  int idx = blockIdx.x, s = 0, tile = 0;
+  for (;; ++s) {
+    const int nt = (a.seq_start[s + 1] - a.seq_start[s] + BT - 1) / BT;
+    if (idx < nt || s == a.n_seqs - 1) {
+      tile = nt - 1 - idx;
+      break;
+    }
+    idx -= nt;
+  }
+  const int seq_t0 = a.seq_start[s];
+  const int pos_first = a.positions[seq_t0];  // keys from here on are this step's (scratch)
+  const int t0 = seq_t0 + tile * BT;
+  const int t_last = min(t0 + BT, a.seq_start[s + 1]) - 1;
+  const int n_keys = a.positions[t_last] + 1;  // positions ascend within a sequence
+  const int groups = G / HB;
+  const int kvh = blockIdx.y / groups;
+  const int h = kvh * G + (blockIdx.y % groups) * HB + warp % HB;
+  const int wt0 = t0 + (warp / HB) * 16;  // this warp's first token
+  const bool warp_live = wt0 <= t_last;
+  const int g = lane >> 2, tig = lane & 3;
+  // Query positions of this thread's rows g and g + 8 (rows past the tile reuse the last token).
+  const int qpos0 = a.positions[min(wt0 + g, t_last)];
+  const int qpos1 = a.positions[min(wt0 + g + 8, t_last)];
+  const int warp_max_pos = a.positions[min(wt0 + 15, t_last)];
+
+  // Q rows of this warp (fp16 from qk_prep; zeros past the tile).
+  uint16_t* Qw = Qs + warp * 16 * LD;
+  for (int i = lane; i < 16 * C8; i += 32) {
+    const int r = i / C8, c = i % C8, t = wt0 + r;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (t <= t_last) v = *reinterpret_cast<const uint4*>(a.q16 + (int64_t(t) * nh + h) * HD + c * 8);
+    *reinterpret_cast<uint4*>(Qw + r * LD + c * 8) = v;
+  }
+
+  const int32_t* bt = a.block_table + int64_t(s) * a.max_blocks;
+  const int bs = a.block_size;
+  // Start the copy of key tile `it` (into K/V buffer it & 1, or the staging buffer).
+  auto issue = [&](int it) {
+    const int j0 = it * kBN;
+    if (j0 >= pos_first) {  // this step's keys: fp16/bf16 rows of the scratch
+      // Each thread copies one 16-byte column c of rows j, j + jstep, ... (nthreads % C8 == 0).
+      const int c = tid % C8, jstep = nthreads / C8;
+      int j = tid / C8;
+      const int64_t off = (int64_t(seq_t0 + j0 - pos_first + j) * nkv + kvh) * HD + c * 8;
+      const int64_t src_step = int64_t(jstep) * nkv * HD;
+      const uint16_t* ks = a.k16 + off;
+      const uint16_t* vs = a.v16 + off;
+      uint32_t kd = smem_u32(kv_buf + (it & 1) * 2 * kBN * LD + j * LD + c * 8);
+      const uint32_t dst_step = jstep * LD * 2, v_off = kBN * LD * 2;
+      for (; j < kBN; j += jstep) {
+        const bool ok = j0 + j < n_keys;  // else zero-fill (the source is not read)
+        cp_async16(kd, ok ? ks : a.k16, ok ? 16 : 0);
+        cp_async16(kd + v_off, ok ? vs : a.v16, ok ? 16 : 0);
+        ks += src_step;
+        vs += src_step;
+        kd += dst_step;
+      }
+    } else if constexpr (STAGE) {  // earlier chunks' keys: f32 rows of the paged cache
+      for (int i = tid; i < 2 * kBN * C4; i += nthreads) {
+        const int which = i / (kBN * C4);
+        const int rem = i - which * (kBN * C4);
+        const int j = rem / C4, c = rem - j * C4;
+        const int pos = j0 + j;
+        const float* base = which ? a.v_cache : a.k_cache;
+        const float* src = base;
+        int bytes = 0;
+        if (pos < n_keys) {
+          src = base + ((int64_t(bt[pos / bs]) * bs + pos % bs) * nkv + kvh) * HD + c * 4;
+          bytes = 16;
+        }
+        cp_async16(smem_u32(stage + i * 4), src, bytes);
+      }
+    }
+    cp_async_commit();
+  };
+
+  float o[NT_O][4];
+#pragma unroll
+  for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  const float sl2 = a.scale * 1.4426950408889634f;  // scores in log2 units: exp2f below
+  const int n_tiles = (n_keys + kBN - 1) / kBN;
+  const int mat = lane >> 3, rr = lane & 7;  // ldmatrix: this lane's matrix and row
+
+  issue(0);
+  for (int it = 0; it < n_tiles; ++it) {
+    const int j0 = it * kBN;
+    const uint16_t* Ks = kv_buf + (it & 1) * 2 * kBN * LD;
+    const uint16_t* Vs = Ks + kBN * LD;
+    cp_async_wait_all();
+    __syncthreads();  // tile it has landed; every warp is done with tile it - 1
+    if (STAGE && j0 < pos_first) {  // staged f32 -> fp16 K, bf16 V
+      for (int i = tid; i < kBN * C4; i += nthreads) {
+        const int j = i / C4, c = i - j * C4;
+        const float4 k = reinterpret_cast<const float4*>(stage)[i];
+        const float4 v = reinterpret_cast<const float4*>(stage + kBN * HD)[i];
+        __half2* kd = reinterpret_cast<__half2*>(const_cast<uint16_t*>(Ks) + j * LD + c * 4);
+        kd[0] = __floats2half2_rn(k.x, k.y);
+        kd[1] = __floats2half2_rn(k.z, k.w);
+        __nv_bfloat162* vd = reinterpret_cast<__nv_bfloat162*>(const_cast<uint16_t*>(Vs) + j * LD + c * 4);
+        vd[0] = __floats2bfloat162_rn(v.x, v.y);
+        vd[1] = __floats2bfloat162_rn(v.z, v.w);
+      }
+      __syncthreads();  // converted; staging free
+    }
+    if (it + 1 < n_tiles) issue(it + 1);
+    if (!warp_live || j0 > warp_max_pos) continue;  // every key of the tile is masked for this warp
+
+    // S = Q Kᵀ (16 x kBN per warp).
+    float sc[NT_S][4];
+#pragma unroll
+    for (int n = 0; n < NT_S; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t qa[4];
+      ldsm_x4(smem_u32(Qw + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8), qa[0], qa[1], qa[2], qa[3]);
+#pragma unroll
+      for (int np = 0; np < NT_S / 2; ++np) {
+        uint32_t b0, b1, b2, b3;
+        ldsm_x4(smem_u32(Ks + (np * 16 + rr + (mat >> 1) * 8) * LD + kk * 16 + (mat & 1) * 8), b0, b1, b2, b3);
+        mma_f16(sc[2 * np], qa, b0, b1);
+        mma_f16(sc[2 * np + 1], qa, b2, b3);
+      }
+    }
+
+    // Causal mask, online softmax (rows g and g + 8; a row's 32 scores sit in its 4 quad lanes).
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < NT_S; ++n) {
+      const int key = j0 + n * 8 + 2 * tig;
+      sc[n][0] = key <= qpos0 ? sc[n][0] * sl2 : -INFINITY;
+      sc[n][1] = key + 1 <= qpos0 ? sc[n][1] * sl2 : -INFINITY;
+      sc[n][2] = key <= qpos1 ? sc[n][2] * sl2 : -INFINITY;
+      sc[n][3] = key + 1 <= qpos1 ? sc[n][3] * sl2 : -INFINITY;
+      mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    // Key 0 is in tile 0 and never masked, so m is finite from the first tile on.
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    // Rescale O only when some row's maximum grew (rare after the first tiles).
+    if (__any_sync(0xffffffffu, mn0 > m0 || mn1 > m1)) {
+      const float c0 = exp2f(m0 - mn0), c1 = exp2f(m1 - mn1);  // 0 on the first tile (m = -inf)
+      l0 *= c0;
+      l1 *= c1;
+#pragma unroll
+      for (int n = 0; n < NT_O; ++n) {
+        o[n][0] *= c0;
+        o[n][1] *= c0;
+        o[n][2] *= c1;
+        o[n][3] *= c1;
+      }
+    }
+    m0 = mn0;
+    m1 = mn1;
+    float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+    for (int n = 0; n < NT_S; ++n) {
+      sc[n][0] = exp2f(sc[n][0] - mn0);
+      sc[n][1] = exp2f(sc[n][1] - mn0);
+      sc[n][2] = exp2f(sc[n][2] - mn1);
+      sc[n][3] = exp2f(sc[n][3] - mn1);
+      rs0 += sc[n][0] + sc[n][1];
+      rs1 += sc[n][2] + sc[n][3];
+    }
+    l0 += rs0;  // per-lane partial sums; the quad is summed at the end
+    l1 += rs1;
+
+    // O += P V: the S accumulator fragments of n-tiles 2kk, 2kk+1 are the A fragment of k-step kk.
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const uint32_t pa[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
+                              pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                              pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+      for (int np = 0; np < HD / 16; ++np) {
+        uint32_t b0, b1, b2, b3;
+        ldsm_x4_t(smem_u32(Vs + (kk * 16 + rr + (mat & 1) * 8) * LD + np * 16 + (mat >> 1) * 8), b0, b1, b2, b3);
+        mma_bf16(o[2 * np], pa, b0, b1);
+        mma_bf16(o[2 * np + 1], pa, b2, b3);
+      }
+    }
+  }
+  if (!warp_live) return;
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+  const int q_width = a.output_gate ? 2 * HD : HD;
+  const int64_t row = int64_t(nh) * q_width + 2 * int64_t(nkv) * HD;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int t = wt0 + g + 8 * half;
+    if (t > t_last) continue;
+    const float inv = half ? inv1 : inv0;
+    float* dst = a.out + int64_t(t) * nh * HD + int64_t(h) * HD;
+    const float* gate = a.qkv + int64_t(t) * row + int64_t(h) * q_width + HD;
+#pragma unroll
+    for (int n = 0; n < NT_O; ++n) {
+      const int d = n * 8 + 2 * tig;
+      float2 v = make_float2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
+      if (a.output_gate) {
+        const float2 gv = *reinterpret_cast<const float2*>(gate + d);
+        v.x *= 1.0f / (1.0f + expf(-gv.x));
+        v.y *= 1.0f / (1.0f + expf(-gv.y));
+      }
+      *reinterpret_cast<float2*>(dst + d) = v;
+    }
+  }
+}
+
+template <int HD, int BN, bool STAGE>
+void run_flash(const AttnArgs& a, cudaStream_t s) {
+  const int warps = a.flash_hb * a.flash_mt;
+  const std::size_t smem = flash_smem_bytes(HD, BN, warps, a.flash_stage);
+  static std::size_t configured = 0;  // opt in to > 48 KB of dynamic shared memory once per size
+  if (smem > configured) {
+    DS_CUDA_CHECK(cudaFuncSetAttribute(flash_attn_kernel<HD, BN, STAGE>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    configured = smem;
+  }
+  const int groups = (a.n_heads / a.n_kv_heads) / a.flash_hb;
+  dim3 grid(static_cast<unsigned>(a.flash_tiles), static_cast<unsigned>(a.n_kv_heads * groups));
+  flash_attn_kernel<HD, BN, STAGE><<<grid, 32 * warps, smem, s>>>(a);
+  DS_CUDA_LAUNCH_CHECK();
+}
+
+template <int HD>
+void run_flash_hd(const AttnArgs& a, cudaStream_t s) {
+  if (a.flash_stage) run_flash<HD, 32, true>(a, s);
+  else if (a.flash_bn == 64) run_flash<HD, 64, false>(a, s);
+  else run_flash<HD, 32, true>(a, s);  // no staged tile occurs; staging smem not allocated
+}
+
+int device_smem_optin() {
+  static int optin = -1;  // one device per process in practice; the opt-in limit of the current one
+  if (optin < 0) {
+    int dev = 0;
+    DS_CUDA_CHECK(cudaGetDevice(&dev));
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  }
+  return optin;
+}
+
+int env_int(const char* name) {
+  const char* e = std::getenv(name);
+  return e ? std::atoi(e) : 0;
+}
+
+}  // namespace
+
+bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, FlashPlan* plan) {
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
+  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) return false;
+  const int G = n_heads / n_kv_heads;
+  // The most warps per block (8 warps: the most that 237 registers per thread allow per SM), then
+  // the most query heads sharing each K/V tile. G = 6 (27B): 2 heads x 4 token tiles of 16 (8
+  // warps) measured 74 ms for the 8k prefill against 97 ms for 6 heads x 1 tile (6 warps).
+  int hb = 1, mt = kMaxWarps;
+  for (int d = 1; d <= G && d <= kMaxWarps; ++d)
+    if (G % d == 0 && d * (kMaxWarps / d) >= hb * mt) {
+      hb = d;
+      mt = kMaxWarps / d;
+    }
+  int bn = stage ? 32 : 64;
+  // Tuning overrides: DELTASERVE_FLASH_HB (query heads per block, divides G), DELTASERVE_FLASH_MT
+  // (16-token tiles per block), DELTASERVE_FLASH_BN (32 or 64 keys per tile; 64 only without staging).
+  if (const int v = env_int("DELTASERVE_FLASH_HB"); v >= 1 && v <= kMaxWarps && G % v == 0) {
+    hb = v;
+    mt = kMaxWarps / hb;
+  }
+  if (const int v = env_int("DELTASERVE_FLASH_MT"); v >= 1 && v * hb <= kMaxWarps) mt = v;
+  if (env_int("DELTASERVE_FLASH_BN") == 32) bn = 32;
+  const std::size_t optin = static_cast<std::size_t>(device_smem_optin());
+  auto fits = [&] { return flash_smem_bytes(head_dim, bn, hb * mt, stage) <= optin; };
+  while (!fits() && mt > 1) --mt;
+  if (!fits() && bn == 64) {
+    bn = 32;
+    mt = kMaxWarps / hb;
+    while (!fits() && mt > 1) --mt;
+  }
+  if (!fits()) return false;  // e.g. head_dim 256 on sm_86 (99 KB per block)
+  plan->heads_per_block = hb;
+  plan->m_tiles = mt;
+  plan->keys_per_tile = bn;
+  return true;
+}
+
+void launch_flash_attention(const AttnArgs& a, cudaStream_t s) {
+  switch (a.head_dim) {
+    case 64: run_flash_hd<64>(a, s); break;
+    case 128: run_flash_hd<128>(a, s); break;
+    case 256: run_flash_hd<256>(a, s); break;
+    default: cuda_fail("flash attention", "head_dim must be 64, 128 or 256", __FILE__, __LINE__);
+  }
+}
+
+}  // namespace deltaserve::cuda

@@ -1,0 +1,178 @@
+// Sampler: the processed distribution (temperature, top-k, top-p, min-p) equals a plain
+// full-vocabulary reference (sort everything, cut, renormalise) on random and adversarial logits;
+// greedy and top-logprobs agree with direct computations.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "engine/sampler.h"
+
+namespace deltaserve {
+namespace {
+
+// The textbook pipeline over all V tokens: scale, sort (ties by id), top-k, softmax over the
+// survivors, top-p prefix, min-p prefix, renormalise.
+std::vector<double> reference(const std::vector<float>& logits, const SamplingParams& p) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  std::vector<std::pair<double, int32_t>> c;
+  for (int64_t i = 0; i < V; ++i) c.emplace_back(double(logits[i] * (1.0f / p.temperature)), int32_t(i));
+  std::sort(c.begin(), c.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  if (p.top_k > 0 && p.top_k < V) c.resize(p.top_k);
+  const double mx = c.front().first;
+  double z = 0;
+  for (auto& x : c) z += (x.first = std::exp(x.first - mx));
+  for (auto& x : c) x.first /= z;
+  size_t keep = c.size();
+  if (p.top_p < 1.0f) {
+    double cum = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      cum += c[i].first;
+      if (cum >= p.top_p) { keep = i + 1; break; }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    size_t i = 1;
+    while (i < keep && c[i].first >= p.min_p * c.front().first) ++i;
+    keep = i;
+  }
+  c.resize(keep);
+  double s = 0;
+  for (auto& x : c) s += x.first;
+  std::vector<double> out(V, 0.0);
+  for (auto& x : c) out[x.second] = x.first / s;
+  return out;
+}
+
+std::vector<float> random_logits(std::mt19937_64& rng, int64_t V, float spread) {
+  std::normal_distribution<float> n(0.0f, spread);
+  std::vector<float> l(V);
+  for (auto& x : l) x = n(rng);
+  return l;
+}
+
+// Same distribution: every probability within 1e-5, and the tokens kept by one side only (a
+// top-p boundary decided differently by f32 vs f64 rounding) carry less than 1e-5 of mass.
+void expect_same(const std::vector<float>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  double max_err = 0, one_sided = 0, total = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    max_err = std::max(max_err, std::abs(double(got[i]) - want[i]));
+    if ((got[i] > 0) != (want[i] > 0)) one_sided += std::max(double(got[i]), want[i]);
+    total += got[i];
+  }
+  EXPECT_LT(max_err, 1e-5) << what;
+  EXPECT_LT(one_sided, 1e-5) << what;
+  EXPECT_NEAR(total, 1.0, 1e-4) << what;
+}
+
+TEST(Sampler, DistributionMatchesFullSortReference) {
+  std::mt19937_64 rng(7);
+  const int64_t V = 5000;
+  Sampler sampler(V);
+  std::vector<float> probs;
+  int cases = 0;
+  for (float spread : {0.5f, 3.0f, 12.0f}) {
+    for (float t : {0.3f, 0.7f, 1.0f, 1.5f}) {
+      for (int k : {-1, 1, 2, 20, 400, 4999, 5000, 9000}) {
+        for (float top_p : {1.0f, 0.95f, 0.5f, 0.999999f}) {
+          for (float min_p : {0.0f, 0.05f, 1e-6f}) {
+            SamplingParams p;
+            p.temperature = t;
+            p.top_k = k;
+            p.top_p = top_p;
+            p.min_p = min_p;
+            auto logits = random_logits(rng, V, spread);
+            sampler.distribution(logits.data(), p, {}, {}, probs);
+            if (k == 1) {  // greedy: one-hot on the argmax
+              std::vector<double> one(V, 0.0);
+              one[std::max_element(logits.begin(), logits.end()) - logits.begin()] = 1.0;
+              expect_same(probs, one, "greedy");
+            } else {
+              expect_same(probs, reference(logits, p),
+                          "spread " + std::to_string(spread) + " t " + std::to_string(t) + " k " + std::to_string(k) +
+                              " top_p " + std::to_string(top_p) + " min_p " + std::to_string(min_p));
+            }
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 3 * 4 * 8 * 4 * 3);
+}
+
+TEST(Sampler, WindowWidensForFlatAndTiedLogits) {
+  const int64_t V = 3000;
+  Sampler sampler(V);
+  std::vector<float> probs;
+  // Flat logits with one outlier far above: the nucleus needs almost every token.
+  std::vector<float> logits(V, 0.0f);
+  logits[17] = 30.0f;
+  for (float top_p : {0.9f, 1.0f}) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_p = top_p;
+    sampler.distribution(logits.data(), p, {}, {}, probs);
+    expect_same(probs, reference(logits, p), "outlier top_p " + std::to_string(top_p));
+  }
+  // A long tail just below the window: top_p 0.99 of a two-level distribution.
+  for (int64_t i = 0; i < V; ++i) logits[i] = i < 10 ? 0.0f : -17.0f;
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.99f;
+  sampler.distribution(logits.data(), p, {}, {}, probs);
+  expect_same(probs, reference(logits, p), "two levels");
+  // top-k larger than the window at the first try.
+  p.top_p = 1.0f;
+  p.top_k = 100;
+  sampler.distribution(logits.data(), p, {}, {}, probs);
+  expect_same(probs, reference(logits, p), "top-k beyond the window");
+  // -inf logits (masked tokens) never come back.
+  for (int64_t i = 0; i < V; ++i) logits[i] = i % 3 == 0 ? -INFINITY : float(i % 7);
+  p = SamplingParams{};
+  p.temperature = 0.8f;
+  sampler.distribution(logits.data(), p, {}, {}, probs);
+  for (int64_t i = 0; i < V; i += 3) EXPECT_EQ(probs[i], 0.0f);
+  expect_same(probs, reference(logits, p), "masked");
+}
+
+TEST(Sampler, GreedyAndTopLogprobs) {
+  std::mt19937_64 rng(3);
+  const int64_t V = 4096;
+  Sampler sampler(V);
+  auto logits = random_logits(rng, V, 4.0f);
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.top_logprobs = 5;
+  TokenLogprob lp;
+  const int32_t tok = sampler.sample(logits.data(), p, {}, {}, rng, &lp);
+  EXPECT_EQ(tok, std::max_element(logits.begin(), logits.end()) - logits.begin());
+  double z = 0;
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  for (float l : logits) z += std::exp(double(l - mx));
+  const double lse = mx + std::log(z);
+  EXPECT_NEAR(lp.logprob, logits[tok] - lse, 1e-4);
+  std::vector<int32_t> order(V);
+  for (int32_t i = 0; i < V; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  ASSERT_EQ(lp.top.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(lp.top[i].first, order[i]);
+    EXPECT_NEAR(lp.top[i].second, logits[order[i]] - lse, 1e-4);
+  }
+  // A repetition penalty changes the greedy choice when it should.
+  SamplingParams pen = p;
+  pen.top_logprobs = -1;
+  pen.repetition_penalty = 1e6f;
+  const int32_t prompt[] = {tok};
+  const int32_t again = sampler.sample(logits.data(), pen, prompt, {}, rng, nullptr);
+  std::vector<float> penalised = logits;
+  penalised[tok] = penalised[tok] > 0 ? penalised[tok] / 1e6f : penalised[tok] * 1e6f;
+  EXPECT_EQ(again, std::max_element(penalised.begin(), penalised.end()) - penalised.begin());
+  EXPECT_NE(again, tok);
+}
+
+}  // namespace
+}  // namespace deltaserve
