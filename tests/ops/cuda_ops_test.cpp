@@ -176,7 +176,7 @@ TEST_F(CudaOpsTest, SiluMul) {
 
 TEST_F(CudaOpsTest, Matmul) {
   struct Shape { int64_t n, k; };
-  for (Shape s : {Shape{777, 256}, Shape{5120, 640}, Shape{1000, 17408}, Shape{48, 5120}}) {
+  for (Shape s : {Shape{777, 256}, Shape{5120, 640}, Shape{1000, 17408}, Shape{48, 5120}, Shape{300, 1040}}) {
     auto w = to_bf16(rnd(s.n * s.k));
     auto wc = cpu_->make_linear(w.data(), DType::BF16, s.n, s.k);
     auto wg = gpu_->make_linear(w.data(), DType::BF16, s.n, s.k);
@@ -208,6 +208,28 @@ TEST_F(CudaOpsTest, Matmul) {
       }
     }
   }
+}
+
+// 2 <= T <= 8 (tensor-core GEMV) without the K split: each block walks all of K in phases of
+// staged x (DELTASERVE_GEMV_TC_WAVES=0), as for N far above the GPU's width (lm_head).
+TEST_F(CudaOpsTest, MatmulUnsplitK) {
+  setenv("DELTASERVE_GEMV_TC_WAVES", "0", 1);
+  struct Shape { int64_t n, k; };
+  for (Shape s : {Shape{1000, 17408}, Shape{300, 1040}, Shape{33, 2560}}) {
+    auto w = to_bf16(rnd(s.n * s.k));
+    auto wc = cpu_->make_linear(w.data(), DType::BF16, s.n, s.k);
+    auto wg = gpu_->make_linear(w.data(), DType::BF16, s.n, s.k);
+    for (int64_t T : {2, 3, 5, 8}) {
+      for (bool acc : {false, true}) {
+        Pair x = make_f32({T, s.k}, rnd(T * s.k));
+        Pair out = acc ? make_f32({T, s.n}, rnd(T * s.n)) : poisoned({T, s.n});
+        cpu_->kernels().matmul(x.tc, *wc, out.tc, acc);
+        gpu_->kernels().matmul(x.tg, *wg, out.tg, acc);
+        EXPECT_LE(rel_err(out), 2e-5) << "T=" << T << " N=" << s.n << " K=" << s.k << " acc=" << acc;
+      }
+    }
+  }
+  unsetenv("DELTASERVE_GEMV_TC_WAVES");
 }
 
 TEST_F(CudaOpsTest, MatmulDecodeShape27B) {  // the 27B down_proj at batch 1

@@ -406,6 +406,13 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   a.conv_out = static_cast<float*>(scratch(1, static_cast<std::size_t>(T) * conv_dim * 4));
   a.gb = static_cast<float*>(scratch(3, static_cast<std::size_t>(T) * p.n_v_heads * 2 * 4));
   a.out = out.f32();
+  // Which recurrence kernel: rows spread over lanes (default) or a thread per row for runs of more
+  // than 8 tokens per sequence (DELTASERVE_CUDA_GDN=thread, for A/B measurements).
+  static const bool thread_per_row_for_prefill = [] {
+    const char* e = std::getenv("DELTASERVE_CUDA_GDN");
+    return e && std::strcmp(e, "thread") == 0;
+  }();
+  a.rows_kernel = !(thread_per_row_for_prefill && T > 8 * meta.n_seqs);
   timed("gated_delta_net", [&] {
     DS_CHECK(cuda::launch_gated_delta_net(a, stream()), "CUDA gated_delta_net: unsupported head sizes (Dk ",
              a.Dk, ", conv kernel ", a.K, ")");

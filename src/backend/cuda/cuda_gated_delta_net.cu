@@ -1,7 +1,8 @@
 // Gated DeltaNet on CUDA. Reference: backend/cpu/cpu_gated_delta_net.cpp (same formulas, f32).
 //
-//   1. conv:   one thread per (sequence, channel): causal depthwise conv with the slot's conv state,
-//              SiLU -> conv_out [T, conv_dim]; conv state (and per-token snapshots) updated.
+//   1. conv:   one thread per (token, channel): causal depthwise conv over the inputs (the slot's
+//              conv state before the run), SiLU -> conv_out [T, conv_dim], per-token snapshots;
+//              then one thread per (sequence, channel) moves the last K-1 inputs into the state.
 //   2. prep:   per token: L2-normalise q (times Dk^-0.5) and k in place in conv_out; beta = sigmoid(b)
 //              and decay = exp(-exp(A_log) * softplus(a + dt_bias)) per value head -> gb.
 //   3. delta:  S *= decay; δ = (v - S·k)·beta; S += δ k; o = S·q per token, in order, per
@@ -26,42 +27,58 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-__global__ void conv_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
+// Sequence of token t (seq_start is sorted; n_seqs is small).
+__device__ __forceinline__ int seq_of(const GdnArgs& a, int t) {
+  int lo = 0, hi = a.n_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (a.seq_start[mid] <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Pre-conv input jj of sequence s (local index; negative = from the slot's conv state, which
+// holds the last K-1 inputs before this run, oldest first).
+__device__ __forceinline__ float conv_input(const GdnArgs& a, const float* st, int t0, int jj, int64_t c, int64_t row) {
+  return jj >= 0 ? a.proj[int64_t(t0 + jj) * row + c] : st[a.K - 1 + jj];
+}
+
+// One thread per (token, channel): the causal conv needs only inputs, so tokens are independent.
+// Snapshots (verification runs): the window after each token.
+__global__ void conv_tokens_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= int64_t(a.n_tokens) * conv_dim) return;
+  const int t = static_cast<int>(i / conv_dim);
+  const int64_t c = i - int64_t(t) * conv_dim;
+  const int s = seq_of(a, t);
+  const int t0 = a.seq_start[s], n = a.seq_start[s + 1] - t0, j = t - t0;
+  const int K = a.K, Km1 = K - 1;
+  const int32_t slot = a.state_slot[s];
+  const float* st = a.conv_state + (int64_t(slot) * conv_dim + c) * Km1;
+  float acc = 0.f;
+  for (int q = 0; q < K; ++q) acc += a.conv_weight[c * K + q] * conv_input(a, st, t0, j - Km1 + q, c, row);
+  a.conv_out[int64_t(t) * conv_dim + c] = silu(acc);
+  if (a.write_snapshots && n <= a.depth) {
+    float* sn = a.conv_snap + ((int64_t(slot) * a.depth + j) * conv_dim + c) * Km1;
+    for (int q = 0; q < Km1; ++q) sn[q] = conv_input(a, st, t0, j - Km1 + 1 + q, c, row);
+  }
+}
+
+// One thread per (sequence, channel), after conv_tokens_kernel: the conv state becomes the last
+// K-1 inputs of the run.
+__global__ void conv_state_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= int64_t(a.n_seqs) * conv_dim) return;
   const int s = static_cast<int>(i / conv_dim);
   const int64_t c = i - int64_t(s) * conv_dim;
-  const int K = a.K, Km1 = K - 1;
-  const int32_t slot = a.state_slot[s];
-  float* st = a.conv_state + (int64_t(slot) * conv_dim + c) * Km1;
-  float win[kMaxConv], w[kMaxConv];
+  const int t0 = a.seq_start[s], n = a.seq_start[s + 1] - t0;
+  const int Km1 = a.K - 1;
+  float* st = a.conv_state + (int64_t(a.state_slot[s]) * conv_dim + c) * Km1;
+  float win[kMaxConv];
 #pragma unroll
-  for (int q = 0; q < kMaxConv; ++q) {
-    win[q] = q < Km1 ? st[q] : 0.f;
-    w[q] = q < K ? a.conv_weight[c * K + q] : 0.f;
-  }
-  const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
-  const bool snap = a.write_snapshots && t1 - t0 <= a.depth;  // verification runs only
-  for (int t = t0, j = 0; t < t1; ++t, ++j) {
-    const float x = a.proj[int64_t(t) * row + c];
-#pragma unroll
-    for (int q = 0; q < kMaxConv; ++q)
-      if (q == Km1) win[q] = x;
-    float acc = 0.f;
-#pragma unroll
-    for (int q = 0; q < kMaxConv; ++q)
-      if (q < K) acc += w[q] * win[q];
-    a.conv_out[int64_t(t) * conv_dim + c] = silu(acc);
-#pragma unroll
-    for (int q = 0; q + 1 < kMaxConv; ++q)
-      if (q < Km1) win[q] = win[q + 1];
-    if (snap) {
-      float* sn = a.conv_snap + ((int64_t(slot) * a.depth + j) * conv_dim + c) * Km1;
-#pragma unroll
-      for (int q = 0; q < kMaxConv; ++q)
-        if (q < Km1) sn[q] = win[q];
-    }
-  }
+  for (int q = 0; q < kMaxConv; ++q)
+    if (q < Km1) win[q] = conv_input(a, st, t0, n - Km1 + q, c, row);
 #pragma unroll
   for (int q = 0; q < kMaxConv; ++q)
     if (q < Km1) st[q] = win[q];
@@ -196,12 +213,30 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
   };
   const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
   const bool snap = a.write_snapshots && t1 - t0 <= a.depth;
-  for (int t = t0, j = 0; t < t1; ++t, ++j) {
+  // Token t's inputs are loaded while token t-1 is computed: a run of prefill tokens is a serial
+  // chain, and without the prefetch each step waits for its loads (~2 L2 round trips).
+  struct In {
+    float4 q, k;
+    float beta, decay;
+    float v[NR];
+  };
+  auto load = [&](int t) {
+    In in;
     const float* c = a.conv_out + int64_t(t) * conv_dim;
-    const float4 q = reinterpret_cast<const float4*>(c + int64_t(hk) * DK)[li];
-    const float4 k = reinterpret_cast<const float4*>(c + key_dim + int64_t(hk) * DK)[li];
-    const float beta = a.gb[(int64_t(t) * a.Hv + hv) * 2 + 0];
-    const float decay = a.gb[(int64_t(t) * a.Hv + hv) * 2 + 1];
+    in.q = reinterpret_cast<const float4*>(c + int64_t(hk) * DK)[li];
+    in.k = reinterpret_cast<const float4*>(c + key_dim + int64_t(hk) * DK)[li];
+    in.beta = a.gb[(int64_t(t) * a.Hv + hv) * 2 + 0];
+    in.decay = a.gb[(int64_t(t) * a.Hv + hv) * 2 + 1];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) in.v[r] = ok[r] ? c[2 * key_dim + int64_t(hv) * Dv + jv[r]] : 0.f;
+    return in;
+  };
+  In next = load(t0 < t1 ? t0 : 0);
+  for (int t = t0, j = 0; t < t1; ++t, ++j) {
+    const In cur = next;
+    if (t + 1 < t1) next = load(t + 1);
+    const float4 q = cur.q, k = cur.k;
+    const float beta = cur.beta, decay = cur.decay;
     float p[NR];
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
@@ -212,8 +247,7 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
     for (int r = 0; r < NR; ++r) p[r] = row_sum(p[r]);
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
-      const float v = ok[r] ? c[2 * key_dim + int64_t(hv) * Dv + jv[r]] : 0.f;
-      const float delta = (v - p[r]) * beta;
+      const float delta = (cur.v[r] - p[r]) * beta;
       S[r].x = fmaf(delta, k.x, S[r].x); S[r].y = fmaf(delta, k.y, S[r].y);
       S[r].z = fmaf(delta, k.z, S[r].z); S[r].w = fmaf(delta, k.w, S[r].w);
       p[r] = S[r].x * q.x + S[r].y * q.y + S[r].z * q.z + S[r].w * q.w;
@@ -253,12 +287,15 @@ __global__ void gated_norm_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
 
 template <int DK>
 void run_delta(const GdnArgs& a, int64_t conv_dim, cudaStream_t s) {
-  if (a.n_tokens <= 8 * a.n_seqs) {
-    // Decode / verification: lane-per-4-columns kernel, 4 warps x 4 row slots per block.
-    constexpr int NR = 4;
-    const int rows_per_block = 4 * (32 / (DK / 4)) * NR;
+  if (a.rows_kernel) {
+    // Rows spread over lanes, 4 warps per block. Decode batches hold 4 rows per warp (fewer
+    // blocks, each streaming 4 rows at once); long runs (prefill) 1, for more warps in flight.
+    const bool prefill = a.n_tokens > 8 * a.n_seqs;
+    const int nr = prefill ? 1 : 4;
+    const int rows_per_block = 4 * (32 / (DK / 4)) * nr;
     dim3 grid(static_cast<unsigned>(a.n_seqs * a.Hv), static_cast<unsigned>((a.Dv + rows_per_block - 1) / rows_per_block));
-    delta_rows_kernel<DK, NR><<<grid, 128, 0, s>>>(a, conv_dim);
+    if (prefill) delta_rows_kernel<DK, 1><<<grid, 128, 0, s>>>(a, conv_dim);
+    else delta_rows_kernel<DK, 4><<<grid, 128, 0, s>>>(a, conv_dim);
     DS_CUDA_LAUNCH_CHECK();
     return;
   }
@@ -278,8 +315,10 @@ bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s) {
   const int64_t key_dim = int64_t(a.Hk) * a.Dk, value_dim = int64_t(a.Hv) * a.Dv;
   const int64_t conv_dim = 2 * key_dim + value_dim;
   const int64_t row = conv_dim + value_dim + 2LL * a.Hv;
-  const int64_t n = int64_t(a.n_seqs) * conv_dim;
-  conv_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(a, conv_dim, row);
+  const int64_t n_tok = int64_t(a.n_tokens) * conv_dim, n_seq = int64_t(a.n_seqs) * conv_dim;
+  conv_tokens_kernel<<<static_cast<unsigned>((n_tok + 255) / 256), 256, 0, s>>>(a, conv_dim, row);
+  DS_CUDA_LAUNCH_CHECK();
+  conv_state_kernel<<<static_cast<unsigned>((n_seq + 255) / 256), 256, 0, s>>>(a, conv_dim, row);
   DS_CUDA_LAUNCH_CHECK();
   prep_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row);
   DS_CUDA_LAUNCH_CHECK();

@@ -37,9 +37,11 @@ void launch_restore_snapshots(float* conv, const float* conv_snap, int64_t conv_
                               int n, cudaStream_t s);
 
 // ---- cuda_linear.cu ----------------------------------------------------------------------------
-// out[T, N] (=|+=) x[T, K] (f32) · w[N, K]ᵀ (bf16), f32 accumulation. For small T (decode): each
-// warp streams a few weight rows with 16-byte loads. Returns false when the shape is not handled
-// (T > kGemvMaxRows or K % 8 != 0); the caller then uses cuBLAS.
+// out[T, N] (=|+=) x[T, K] (f32) · w[N, K]ᵀ (bf16), f32 accumulation. For small T (decode): T = 1
+// on CUDA cores (each block streams a few weight rows with 16-byte loads); 2 <= T <= 8 on tensor
+// cores (mma.sync, x split into hi + lo bf16, f32-like accuracy; K % 16 == 0, else CUDA cores).
+// Deterministic. Returns false when the shape is not handled (T > kGemvMaxRows or K % 8 != 0); the
+// caller then uses cuBLAS.
 constexpr int kGemvMaxRows = 8;
 bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out,
                  bool accumulate, cudaStream_t s);
@@ -119,6 +121,7 @@ struct GdnArgs {
   float* conv_out = nullptr;           // scratch [T, conv_dim]
   float* gb = nullptr;                 // scratch [T, Hv, 2]: beta, decay
   float* out = nullptr;                // [T, Hv*Dv]
+  bool rows_kernel = true;             // recurrence with rows spread over lanes (else thread per row)
 };
 // Returns false when the head sizes have no compiled kernel.
 bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s);

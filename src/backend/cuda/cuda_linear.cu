@@ -1,12 +1,26 @@
 // Skinny matmul for decode: out[T, N] (=|+=) x[T, K] · w[N, K]ᵀ with x f32, w bf16, f32
 // accumulation (the same function as cpu_matmul; only the summation order differs).
 //
-// At T <= 8 the op is bound by streaming the weights once (T FMAs per weight element). A block owns
-// R consecutive weight rows; a thread loads 8 bf16 (16 bytes, non-coherent, no L1 allocation) per
-// row per step, U steps at a time, so that each thread keeps U*R*16 bytes in flight. x rows are
-// re-read through L1 (small, shared by all blocks); each x load is reused for R rows. Above 8 rows
-// the CUDA cores run out of FMA throughput (T FMAs per weight element): cuBLAS takes over.
+// T = 1 (gemv_kernel): bound by streaming the weights once (one FMA per weight element). A block
+// owns R consecutive weight rows; a thread loads 8 bf16 (16 bytes, non-coherent, no L1 allocation)
+// per row per step, U steps at a time, so that each thread keeps U*R*16 bytes in flight. x rows are
+// re-read through L1 (small, shared by all blocks); each x load is reused for R rows.
+//
+// 2 <= T <= 8 (gemv_tc_kernel): on CUDA cores the T FMAs per weight element make the op compute
+// bound (~10 TFLOP/s), so the tensor cores do it: mma.sync m16n8k16 with 16 weight rows as A (read
+// straight from global memory with 16-byte loads, each weight once) and x^T as B (16 k x 8 tokens,
+// tokens >= T are zero). Each f32 activation is split into hi = bf16(x) and lo = bf16(x - hi), two
+// MMAs per weight fragment into f32 accumulators: x is carried to ~2^-17 relative, f32-like.
+// Above 8 rows cuBLAS takes over.
+#include <cuda_bf16.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_launch.h"
@@ -119,6 +133,293 @@ void run(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* 
   DS_CUDA_LAUNCH_CHECK();
 }
 
+// ---- 2 <= T <= 8: tensor cores -----------------------------------------------------------------
+//
+// Block: 8 warps, 128 consecutive weight rows (16 per warp: the A operand of one m16n8k16), one
+// range of K (blockIdx.y: split s of S). The k order inside each 64-k step is permuted (a dot
+// product does not care, as long as A and B agree): lane (g, t) = (lane / 4, lane % 4) loads 16
+// consecutive bf16 of row g and of row g + 8 at k = 16t .. 16t + 15 (2 x 16 bytes each; the 4
+// lanes of a row read its whole 128-byte line), and MMA j (0..3) of the step takes the 4 of them
+// at 16t + 4j .. 16t + 4j + 3 as the fragment's logical k = 2t, 2t+1, 2t+8, 2t+9. The B fragment of
+// lane (g, t) is then x[token g] at the same 4 physical k: x is staged in shared memory (per phase
+// of at most kTcSmemBytes) as 16-byte entries {hi pairs, lo pairs} in the order (step, j, token, t),
+// so each MMA's fragment is one conflict-free 16-byte load per lane.
+//
+// Weights stream through a register ring of D steps (each lane keeps D * 64 bytes in flight). K is
+// split so that the grid covers the GPU several times over even for N = 5120; the S partial tiles
+// go to a workspace and the last block of each 128-row tile (an atomic counter) adds them in split
+// order: deterministic.
+constexpr int kTcWarps = 8;
+constexpr int kTcThreads = 32 * kTcWarps;
+constexpr int kTcRows = 16 * kTcWarps;
+constexpr int kTcSmemBytes = 32 * 1024;       // staged x per phase: T x KP x (hi + lo) bf16
+constexpr int64_t kTcPartFloats = 4 << 20;    // workspace for split partials (16 MB)
+constexpr int kTcCounters = 8192;             // per 128-row tile
+
+__device__ __forceinline__ uint32_t pack_bf16x2(__nv_bfloat16 a, __nv_bfloat16 b) {
+  return uint32_t(__bfloat16_as_ushort(a)) | (uint32_t(__bfloat16_as_ushort(b)) << 16);
+}
+
+// 4 consecutive x -> {hi(x0,x1), hi(x2,x3), lo(x0,x1), lo(x2,x3)}, x = hi + lo + O(2^-17 |x|).
+__device__ __forceinline__ uint4 split_hi_lo(const float4 v) {
+  const __nv_bfloat16 h0 = __float2bfloat16_rn(v.x), h1 = __float2bfloat16_rn(v.y);
+  const __nv_bfloat16 h2 = __float2bfloat16_rn(v.z), h3 = __float2bfloat16_rn(v.w);
+  const __nv_bfloat16 l0 = __float2bfloat16_rn(v.x - __bfloat162float(h0));
+  const __nv_bfloat16 l1 = __float2bfloat16_rn(v.y - __bfloat162float(h1));
+  const __nv_bfloat16 l2 = __float2bfloat16_rn(v.z - __bfloat162float(h2));
+  const __nv_bfloat16 l3 = __float2bfloat16_rn(v.w - __bfloat162float(h3));
+  return make_uint4(pack_bf16x2(h0, h1), pack_bf16x2(h2, h3), pack_bf16x2(l0, l1), pack_bf16x2(l2, l3));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int D, int MINB>
+__global__ void __launch_bounds__(kTcThreads, MINB)
+    gemv_tc_kernel(const float* __restrict__ x, int T, int K, const uint16_t* __restrict__ w, int N,
+                   float* __restrict__ out, bool accumulate, int Ks, int KP, int S, float* __restrict__ part,
+                   unsigned* __restrict__ counters) {
+  extern __shared__ uint4 xs[];
+  __shared__ unsigned is_last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int tile = blockIdx.x, s = blockIdx.y;
+  const int r0 = tile * kTcRows + warp * 16;
+  const bool active = r0 < N;  // warp-uniform
+  const bool has_tok = g < T;
+  // Rows past N read row N - 1 (in bounds) and are never written.
+  const uint16_t* wa = w + int64_t(min(r0 + g, N - 1)) * K + 16 * t;
+  const uint16_t* wb = w + int64_t(min(r0 + g + 8, N - 1)) * K + 16 * t;
+  const int kb = s * Ks, ke = min(K, kb + Ks);
+
+  float ch[4] = {0.f, 0.f, 0.f, 0.f}, cl[4] = {0.f, 0.f, 0.f, 0.f};  // hi and lo products
+  uint4 buf[D][4];
+  // The 16 k of this lane at k (K % 16 == 0, phase ends are multiples of 16: all or nothing).
+  auto load_step = [&](uint4 (&b)[4], int k, int kend) {
+    if (active && k + 16 * t < kend) {
+      b[0] = load_stream(wa + k);
+      b[1] = load_stream(wa + k + 8);
+      b[2] = load_stream(wb + k);
+      b[3] = load_stream(wb + k + 8);
+    } else {
+      b[0] = b[1] = b[2] = b[3] = make_uint4(0, 0, 0, 0);
+    }
+  };
+
+  for (int kp0 = kb; kp0 < ke; kp0 += KP) {
+    const int kp1 = min(ke, kp0 + KP);
+    const int steps = (kp1 - kp0 + 63) >> 6;
+    // The first weight loads go out before the staging (they do not depend on x).
+#pragma unroll
+    for (int d = 0; d < D; ++d) load_step(buf[d], kp0 + 64 * d, kp1);
+    __syncthreads();  // the previous phase is done with xs
+    {
+      const int per_tok = steps * 16;  // 16-byte entries (4 k) per token in this phase
+      for (int q = threadIdx.x; q < T * per_tok; q += kTcThreads) {
+        const int tok = q / per_tok, kk = (q - tok * per_tok) * 4;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (kp0 + kk < kp1)
+          v = split_hi_lo(__ldg(reinterpret_cast<const float4*>(x + int64_t(tok) * K + kp0 + kk)));
+        const int c = kk >> 6, tt = (kk >> 4) & 3, j = (kk >> 2) & 3;
+        xs[((c * 4 + j) * T + tok) * 4 + tt] = v;
+      }
+    }
+    __syncthreads();
+    if (active) {
+      for (int st0 = 0; st0 < steps; st0 += D) {
+#pragma unroll
+        for (int d = 0; d < D; ++d) {
+          const int st = st0 + d;
+          if (st < steps) {
+            const uint4* xb = xs + (st * 4 * T + g) * 4 + t;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const uint4 bx = has_tok ? xb[j * T * 4] : make_uint4(0, 0, 0, 0);
+              const uint4& ag = buf[d][j >> 1];
+              const uint4& a8 = buf[d][2 + (j >> 1)];
+              const uint32_t a0 = (j & 1) ? ag.z : ag.x, a2 = (j & 1) ? ag.w : ag.y;
+              const uint32_t a1 = (j & 1) ? a8.z : a8.x, a3 = (j & 1) ? a8.w : a8.y;
+              mma_bf16(ch, a0, a1, a2, a3, bx.x, bx.y);
+              mma_bf16(cl, a0, a1, a2, a3, bx.z, bx.w);
+            }
+          }
+          load_step(buf[d], kp0 + 64 * (st + D), kp1);
+        }
+      }
+    }
+  }
+
+  // Accumulator layout: c[0], c[1] = (row g, tokens 2t, 2t+1); c[2], c[3] = (row g + 8, same).
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = ch[i] + cl[i];
+  if (S == 1) {
+    if (active) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = r0 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
+        if (row < N && tok < T) {
+          float* dst = out + int64_t(tok) * N + row;
+          *dst = accumulate ? *dst + v[i] : v[i];
+        }
+      }
+    }
+    return;
+  }
+  if (active) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = r0 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
+      if (row < N && tok < T) part[(int64_t(s) * T + tok) * N + row] = v[i];
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) is_last = atomicAdd(&counters[tile], 1u) == unsigned(S - 1);
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  const int row0 = tile * kTcRows, rows = min(kTcRows, N - row0);
+  for (int i = threadIdx.x; i < T * rows; i += kTcThreads) {
+    const int tok = i / rows, row = row0 + (i - tok * rows);
+    float acc = 0.f;
+    for (int q = 0; q < S; ++q) acc += __ldcg(part + (int64_t(q) * T + tok) * N + row);  // split order
+    float* dst = out + int64_t(tok) * N + row;
+    *dst = accumulate ? *dst + acc : acc;
+  }
+  if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next launch
+}
+
+int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : dflt;
+}
+
+// Per (device, stream): split partials and tile counters (zeroed once; the last block of a tile
+// sets its counter back to 0). Allocated on first use, never inside a stream capture (then the
+// caller falls back to S = 1).
+struct TcWorkspace {
+  float* part = nullptr;
+  unsigned* counters = nullptr;
+};
+const TcWorkspace* tc_workspace(int device, cudaStream_t s) {
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, TcWorkspace> spaces;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = spaces.find({device, s});
+  if (it != spaces.end()) return &it->second;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  TcWorkspace ws;
+  if (cudaMalloc(&ws.part, kTcPartFloats * sizeof(float)) != cudaSuccess ||
+      cudaMalloc(&ws.counters, kTcCounters * sizeof(unsigned)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (ws.part) cudaFree(ws.part);
+    return nullptr;
+  }
+  DS_CUDA_CHECK(cudaMemsetAsync(ws.counters, 0, kTcCounters * sizeof(unsigned), s));
+  return &spaces.emplace(std::make_pair(device, s), ws).first->second;
+}
+
+template <int D, int MINB>
+struct TcKernel {
+  static void launch(dim3 grid, int smem, cudaStream_t s, const float* x, int T, int K, const uint16_t* w, int N,
+                     float* out, bool accumulate, int Ks, int KP, int S, float* part, unsigned* counters) {
+    gemv_tc_kernel<D, MINB><<<grid, kTcThreads, smem, s>>>(x, T, K, w, N, out, accumulate, Ks, KP, S, part,
+                                                            counters);
+    DS_CUDA_LAUNCH_CHECK();
+  }
+  // Resident blocks per SM (with the largest staging area), per device.
+  static int blocks_per_sm(int device) {
+    static std::mutex mu;
+    static std::map<int, int> cache;
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(device);
+    if (it != cache.end()) return it->second;
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_tc_kernel<D, MINB>, kTcThreads, kTcSmemBytes) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 1;
+    }
+    return cache[device] = std::max(n, 1);
+  }
+};
+
+int sm_count(int device) {
+  static std::mutex mu;
+  static std::map<int, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 1;
+  }
+  return cache[device] = std::max(n, 1);
+}
+
+// Tuning (environment, read per call; for measurements and tests):
+//   DELTASERVE_GEMV_TC=0        CUDA-core GEMV for all T (no tensor-core path)
+//   DELTASERVE_GEMV_TC_WAVES=n  split K until the grid holds n x (resident blocks) blocks (default
+//                               4; 0: no split, a block walks all of K in phases)
+//   DELTASERVE_GEMV_TC_DEPTH=d  weight steps in flight per lane, 2 (default) or 3
+//   DELTASERVE_GEMV_TC_MINK=k   smallest K range of a split (default 256)
+template <int D, int MINB>
+bool run_tc_with(const float* x, int T, int64_t K64, const uint16_t* w, int64_t N64, float* out, bool accumulate,
+                 cudaStream_t s) {
+  const int K = static_cast<int>(K64), N = static_cast<int>(N64);
+  int device = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&device));
+  const int tiles = (N + kTcRows - 1) / kTcRows;
+  const int KP = (kTcSmemBytes / (4 * T)) & ~63;  // k per staging phase
+  const int waves = std::max(0, env_int("DELTASERVE_GEMV_TC_WAVES", 4));
+  const int min_k = std::max(64, env_int("DELTASERVE_GEMV_TC_MINK", 256));
+  const int64_t target = int64_t(waves) * sm_count(device) * TcKernel<D, MINB>::blocks_per_sm(device);
+  int64_t S = (target + tiles - 1) / tiles;
+  S = std::min<int64_t>(S, std::max(1, K / min_k));
+  S = std::min<int64_t>(S, kTcPartFloats / (int64_t(T) * N));
+  if (tiles > kTcCounters) S = 1;
+  int Ks = K;
+  if (S > 1) {
+    Ks = static_cast<int>((((K + S - 1) / S) + 63) / 64 * 64);
+    S = (K + Ks - 1) / Ks;
+  }
+  const TcWorkspace* ws = nullptr;
+  if (S > 1 && !(ws = tc_workspace(device, s))) {
+    S = 1;
+    Ks = K;
+  }
+  if (S <= 1) {
+    S = 1;
+    Ks = K;
+  }
+  const int smem = T * std::min(KP, (Ks + 63) / 64 * 64) * 4;
+  TcKernel<D, MINB>::launch(dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(S)), smem, s, x, T, K, w, N,
+                            out, accumulate, Ks, KP, static_cast<int>(S), ws ? ws->part : nullptr,
+                            ws ? ws->counters : nullptr);
+  return true;
+}
+
+bool run_tc(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out, bool accumulate,
+            cudaStream_t s) {
+  if (T < 2 || T > 8 || K % 16 != 0 || K < 16 || N < 1) return false;
+  if (K > (int64_t(1) << 30) || N > (int64_t(1) << 27)) return false;
+  const char* on = std::getenv("DELTASERVE_GEMV_TC");
+  if (on && std::strcmp(on, "0") == 0) return false;
+  if (env_int("DELTASERVE_GEMV_TC_DEPTH", 2) == 3) return run_tc_with<3, 2>(x, T, K, w, N, out, accumulate, s);
+  return run_tc_with<2, 3>(x, T, K, w, N, out, accumulate, s);
+}
+
 }  // namespace
 
 bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out,
@@ -126,6 +427,7 @@ bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N,
   if (T < 1 || T > kGemvMaxRows || K % 8 != 0 || N < 1) return false;
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0) return false;
   if (T == 1) run<1, 4, 2>(x, T, K, w, N, out, accumulate, s);
+  else if (run_tc(x, T, K, w, N, out, accumulate, s)) return true;
   else if (T == 2) run<2, 4, 2>(x, T, K, w, N, out, accumulate, s);
   // (R = 8 for T = 3..8, to halve the x re-reads, measured slower on the H200: 22.9 vs 21.6 ms for
   // the 27B 4-token verification forward.)
