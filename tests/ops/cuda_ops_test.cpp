@@ -210,10 +210,10 @@ TEST_F(CudaOpsTest, Matmul) {
   }
 }
 
-// 2 <= T <= 8 (tensor-core GEMV) without the K split: each block walks all of K in phases of
-// staged x (DELTASERVE_GEMV_TC_WAVES=0), as for N far above the GPU's width (lm_head).
-TEST_F(CudaOpsTest, MatmulUnsplitK) {
-  setenv("DELTASERVE_GEMV_TC_WAVES", "0", 1);
+// 2 <= T <= 8 (tensor-core GEMV) on at most 3 blocks (DELTASERVE_GEMV_TC_GRID): each block takes
+// many units (row tile x K range) in turn, its weight stream running on from one into the next.
+TEST_F(CudaOpsTest, MatmulFewBlocks) {
+  setenv("DELTASERVE_GEMV_TC_GRID", "3", 1);
   struct Shape { int64_t n, k; };
   for (Shape s : {Shape{1000, 17408}, Shape{300, 1040}, Shape{33, 2560}}) {
     auto w = to_bf16(rnd(s.n * s.k));
@@ -229,7 +229,7 @@ TEST_F(CudaOpsTest, MatmulUnsplitK) {
       }
     }
   }
-  unsetenv("DELTASERVE_GEMV_TC_WAVES");
+  unsetenv("DELTASERVE_GEMV_TC_GRID");
 }
 
 TEST_F(CudaOpsTest, MatmulDecodeShape27B) {  // the 27B down_proj at batch 1

@@ -135,25 +135,25 @@ void run(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* 
 
 // ---- 2 <= T <= 8: tensor cores -----------------------------------------------------------------
 //
-// Block: 8 warps, 128 consecutive weight rows (16 per warp: the A operand of one m16n8k16), one
-// range of K (blockIdx.y: split s of S). The k order inside each 64-k step is permuted (a dot
+// Unit of work: 128 consecutive weight rows (8 warps x 16 rows: the A operand of one m16n8k16)
+// times one range of Ks of K (split s of S). The k order inside each 64-k step is permuted (a dot
 // product does not care, as long as A and B agree): lane (g, t) = (lane / 4, lane % 4) loads 16
 // consecutive bf16 of row g and of row g + 8 at k = 16t .. 16t + 15 (2 x 16 bytes each; the 4
 // lanes of a row read its whole 128-byte line), and MMA j (0..3) of the step takes the 4 of them
 // at 16t + 4j .. 16t + 4j + 3 as the fragment's logical k = 2t, 2t+1, 2t+8, 2t+9. The B fragment of
-// lane (g, t) is then x[token g] at the same 4 physical k: x is staged in shared memory (per phase
-// of at most kTcSmemBytes) as 16-byte entries {hi pairs, lo pairs} in the order (step, j, token, t),
+// lane (g, t) is then x[token g] at the same 4 physical k: the unit's x is staged in shared memory
+// (at most kTcSmemBytes) as 16-byte entries {hi pairs, lo pairs} in the order (step, j, token, t),
 // so each MMA's fragment is one conflict-free 16-byte load per lane.
 //
-// Weights stream through a register ring of D steps (each lane keeps D * 64 bytes in flight). K is
-// split so that the grid covers the GPU several times over even for N = 5120; the S partial tiles
-// go to a workspace and the last block of each 128-row tile (an atomic counter) adds them in split
-// order: deterministic.
+// Blocks are persistent (at most the resident count) and take units in turn; weights stream
+// through a register ring of D steps (each lane keeps D * 64 bytes in flight) that runs on into
+// the next unit, across its x staging. With S > 1 the partial tiles go to a workspace and the last
+// unit of each 128-row tile (an atomic counter) adds them in split order: deterministic.
 constexpr int kTcWarps = 8;
 constexpr int kTcThreads = 32 * kTcWarps;
 constexpr int kTcRows = 16 * kTcWarps;
-constexpr int kTcSmemBytes = 32 * 1024;       // staged x per phase: T x KP x (hi + lo) bf16
-constexpr int64_t kTcPartFloats = 4 << 20;    // workspace for split partials (16 MB)
+constexpr int kTcSmemBytes = 32 * 1024;       // staged x of a unit: T x Ks x (hi + lo) bf16
+constexpr int64_t kTcPartFloats = 12 << 20;   // workspace for split partials (48 MB)
 constexpr int kTcCounters = 8192;             // per 128-row tile
 
 __device__ __forceinline__ uint32_t pack_bf16x2(__nv_bfloat16 a, __nv_bfloat16 b) {
@@ -183,116 +183,139 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 template <int D, int MINB>
 __global__ void __launch_bounds__(kTcThreads, MINB)
     gemv_tc_kernel(const float* __restrict__ x, int T, int K, const uint16_t* __restrict__ w, int N,
-                   float* __restrict__ out, bool accumulate, int Ks, int KP, int S, float* __restrict__ part,
-                   unsigned* __restrict__ counters) {
+                   float* __restrict__ out, bool accumulate, int Ks, int S, int tiles, int units,
+                   float* __restrict__ part, unsigned* __restrict__ counters) {
   extern __shared__ uint4 xs[];
   __shared__ unsigned is_last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int tile = blockIdx.x, s = blockIdx.y;
-  const int r0 = tile * kTcRows + warp * 16;
-  const bool active = r0 < N;  // warp-uniform
   const bool has_tok = g < T;
-  // Rows past N read row N - 1 (in bounds) and are never written.
-  const uint16_t* wa = w + int64_t(min(r0 + g, N - 1)) * K + 16 * t;
-  const uint16_t* wb = w + int64_t(min(r0 + g + 8, N - 1)) * K + 16 * t;
-  const int kb = s * Ks, ke = min(K, kb + Ks);
+  int u = blockIdx.x;
+  if (u >= units) return;
+  // Unit u = (tile u % tiles, split u / tiles). Rows past N read row N - 1 (in bounds), never written.
+  int tile = u % tiles, s = u / tiles;
+  int r0 = tile * kTcRows + warp * 16;
+  bool active = r0 < N;  // warp-uniform
+  int kb = s * Ks, ke = min(K, kb + Ks);
+  const uint16_t* pa = w + int64_t(min(r0 + g, N - 1)) * K + 16 * t;
+  const uint16_t* pb = w + int64_t(min(r0 + g + 8, N - 1)) * K + 16 * t;
 
-  float ch[4] = {0.f, 0.f, 0.f, 0.f}, cl[4] = {0.f, 0.f, 0.f, 0.f};  // hi and lo products
-  uint4 buf[D][4];
-  // The 16 k of this lane at k (K % 16 == 0, phase ends are multiples of 16: all or nothing).
-  auto load_step = [&](uint4 (&b)[4], int k, int kend) {
-    if (active && k + 16 * t < kend) {
-      b[0] = load_stream(wa + k);
-      b[1] = load_stream(wa + k + 8);
-      b[2] = load_stream(wb + k);
-      b[3] = load_stream(wb + k + 8);
+  // The 16 k of this lane at k (K % 16 == 0, unit ends are multiples of 16: all or nothing).
+  auto load_step = [&](uint4 (&b)[4], const uint16_t* qa, const uint16_t* qb, bool act, int k, int kend) {
+    if (act && k + 16 * t < kend) {
+      b[0] = load_stream(qa + k);
+      b[1] = load_stream(qa + k + 8);
+      b[2] = load_stream(qb + k);
+      b[3] = load_stream(qb + k + 8);
     } else {
       b[0] = b[1] = b[2] = b[3] = make_uint4(0, 0, 0, 0);
     }
   };
-
-  for (int kp0 = kb; kp0 < ke; kp0 += KP) {
-    const int kp1 = min(ke, kp0 + KP);
-    const int steps = (kp1 - kp0 + 63) >> 6;
-    // The first weight loads go out before the staging (they do not depend on x).
+  uint4 buf[D][4];
 #pragma unroll
-    for (int d = 0; d < D; ++d) load_step(buf[d], kp0 + 64 * d, kp1);
-    __syncthreads();  // the previous phase is done with xs
+  for (int d = 0; d < D; ++d) load_step(buf[d], pa, pb, active, kb + 64 * d, ke);
+
+  while (true) {
+    const int steps = (ke - kb + 63) >> 6;
+    const int psteps = (steps + D - 1) / D * D;  // the ring restarts at buf[0] for every unit
+    // The next unit of this block: its first D steps are loaded during this unit's last D.
+    const int un = u + gridDim.x;
+    const bool has_next = un < units;
+    const int ntile = has_next ? un % tiles : tile, ns = has_next ? un / tiles : s;
+    const int nr0 = ntile * kTcRows + warp * 16;
+    const bool nactive = has_next && nr0 < N;
+    const int nkb = ns * Ks, nke = min(K, nkb + Ks);
+    const uint16_t* na = w + int64_t(min(nr0 + g, N - 1)) * K + 16 * t;
+    const uint16_t* nb = w + int64_t(min(nr0 + g + 8, N - 1)) * K + 16 * t;
+
+    __syncthreads();  // the previous unit is done with xs
     {
-      const int per_tok = steps * 16;  // 16-byte entries (4 k) per token in this phase
+      const int per_tok = steps * 16;  // 16-byte entries (4 k) per token
       for (int q = threadIdx.x; q < T * per_tok; q += kTcThreads) {
         const int tok = q / per_tok, kk = (q - tok * per_tok) * 4;
         uint4 v = make_uint4(0, 0, 0, 0);
-        if (kp0 + kk < kp1)
-          v = split_hi_lo(__ldg(reinterpret_cast<const float4*>(x + int64_t(tok) * K + kp0 + kk)));
+        if (kb + kk < ke) v = split_hi_lo(__ldg(reinterpret_cast<const float4*>(x + int64_t(tok) * K + kb + kk)));
         const int c = kk >> 6, tt = (kk >> 4) & 3, j = (kk >> 2) & 3;
         xs[((c * 4 + j) * T + tok) * 4 + tt] = v;
       }
     }
     __syncthreads();
-    if (active) {
-      for (int st0 = 0; st0 < steps; st0 += D) {
-#pragma unroll
-        for (int d = 0; d < D; ++d) {
-          const int st = st0 + d;
-          if (st < steps) {
-            const uint4* xb = xs + (st * 4 * T + g) * 4 + t;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const uint4 bx = has_tok ? xb[j * T * 4] : make_uint4(0, 0, 0, 0);
-              const uint4& ag = buf[d][j >> 1];
-              const uint4& a8 = buf[d][2 + (j >> 1)];
-              const uint32_t a0 = (j & 1) ? ag.z : ag.x, a2 = (j & 1) ? ag.w : ag.y;
-              const uint32_t a1 = (j & 1) ? a8.z : a8.x, a3 = (j & 1) ? a8.w : a8.y;
-              mma_bf16(ch, a0, a1, a2, a3, bx.x, bx.y);
-              mma_bf16(cl, a0, a1, a2, a3, bx.z, bx.w);
-            }
-          }
-          load_step(buf[d], kp0 + 64 * (st + D), kp1);
-        }
-      }
-    }
-  }
 
-  // Accumulator layout: c[0], c[1] = (row g, tokens 2t, 2t+1); c[2], c[3] = (row g + 8, same).
-  float v[4];
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int st0 = 0; st0 < psteps; st0 += D) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = ch[i] + cl[i];
-  if (S == 1) {
-    if (active) {
+      for (int d = 0; d < D; ++d) {
+        const int st = st0 + d;
+        if (active && st < steps) {
+          // Fresh MMA accumulators per 64-k step, added in f32 (the tensor cores' own
+          // accumulation truncates: long chains drift by ~1e-5 over K = 17408).
+          float ch[4] = {0.f, 0.f, 0.f, 0.f}, cl[4] = {0.f, 0.f, 0.f, 0.f};
+          const uint4* xb = xs + (st * 4 * T + g) * 4 + t;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int row = r0 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
-        if (row < N && tok < T) {
-          float* dst = out + int64_t(tok) * N + row;
-          *dst = accumulate ? *dst + v[i] : v[i];
+          for (int j = 0; j < 4; ++j) {
+            const uint4 bx = has_tok ? xb[j * T * 4] : make_uint4(0, 0, 0, 0);
+            const uint4& ag = buf[d][j >> 1];
+            const uint4& a8 = buf[d][2 + (j >> 1)];
+            const uint32_t a0 = (j & 1) ? ag.z : ag.x, a2 = (j & 1) ? ag.w : ag.y;
+            const uint32_t a1 = (j & 1) ? a8.z : a8.x, a3 = (j & 1) ? a8.w : a8.y;
+            mma_bf16(ch, a0, a1, a2, a3, bx.x, bx.y);
+            mma_bf16(cl, a0, a1, a2, a3, bx.z, bx.w);
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[i] += ch[i] + cl[i];
         }
+        if (st + D < psteps) load_step(buf[d], pa, pb, active, kb + 64 * (st + D), ke);
+        else load_step(buf[d], na, nb, nactive, nkb + 64 * (st + D - psteps), nke);
       }
     }
-    return;
-  }
-  if (active) {
+
+    // Accumulator layout: acc[0], acc[1] = (row g, tokens 2t, 2t+1); acc[2], acc[3] = (row g + 8, same).
+    if (S == 1) {
+      if (active) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int row = r0 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
-      if (row < N && tok < T) part[(int64_t(s) * T + tok) * N + row] = v[i];
+        for (int i = 0; i < 4; ++i) {
+          const int row = r0 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
+          if (row < N && tok < T) {
+            float* dst = out + int64_t(tok) * N + row;
+            *dst = accumulate ? *dst + acc[i] : acc[i];
+          }
+        }
+      }
+    } else {
+      if (active) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int row = r0 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
+          if (row < N && tok < T) part[(int64_t(s) * T + tok) * N + row] = acc[i];
+        }
+      }
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) is_last = atomicAdd(&counters[tile], 1u) == unsigned(S - 1);
+      __syncthreads();
+      if (is_last) {
+        __threadfence();
+        const int row0 = tile * kTcRows, rows = min(kTcRows, N - row0);
+        for (int i = threadIdx.x; i < T * rows; i += kTcThreads) {
+          const int tok = i / rows, row = row0 + (i - tok * rows);
+          float v = 0.f;
+          for (int q = 0; q < S; ++q) v += __ldcg(part + (int64_t(q) * T + tok) * N + row);  // split order
+          float* dst = out + int64_t(tok) * N + row;
+          *dst = accumulate ? *dst + v : v;
+        }
+        if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next launch
+      }
     }
+    if (!has_next) break;
+    u = un;
+    tile = ntile;
+    s = ns;
+    r0 = nr0;
+    active = nactive;
+    kb = nkb;
+    ke = nke;
+    pa = na;
+    pb = nb;
   }
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) is_last = atomicAdd(&counters[tile], 1u) == unsigned(S - 1);
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  const int row0 = tile * kTcRows, rows = min(kTcRows, N - row0);
-  for (int i = threadIdx.x; i < T * rows; i += kTcThreads) {
-    const int tok = i / rows, row = row0 + (i - tok * rows);
-    float acc = 0.f;
-    for (int q = 0; q < S; ++q) acc += __ldcg(part + (int64_t(q) * T + tok) * N + row);  // split order
-    float* dst = out + int64_t(tok) * N + row;
-    *dst = accumulate ? *dst + acc : acc;
-  }
-  if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next launch
 }
 
 int env_int(const char* name, int dflt) {
@@ -331,10 +354,11 @@ const TcWorkspace* tc_workspace(int device, cudaStream_t s) {
 
 template <int D, int MINB>
 struct TcKernel {
-  static void launch(dim3 grid, int smem, cudaStream_t s, const float* x, int T, int K, const uint16_t* w, int N,
-                     float* out, bool accumulate, int Ks, int KP, int S, float* part, unsigned* counters) {
-    gemv_tc_kernel<D, MINB><<<grid, kTcThreads, smem, s>>>(x, T, K, w, N, out, accumulate, Ks, KP, S, part,
-                                                            counters);
+  static void launch(unsigned grid, int smem, cudaStream_t s, const float* x, int T, int K, const uint16_t* w, int N,
+                     float* out, bool accumulate, int Ks, int S, int tiles, int units, float* part,
+                     unsigned* counters) {
+    gemv_tc_kernel<D, MINB><<<grid, kTcThreads, smem, s>>>(x, T, K, w, N, out, accumulate, Ks, S, tiles, units,
+                                                            part, counters);
     DS_CUDA_LAUNCH_CHECK();
   }
   // Resident blocks per SM (with the largest staging area), per device.
@@ -370,10 +394,12 @@ int sm_count(int device) {
 
 // Tuning (environment, read per call; for measurements and tests):
 //   DELTASERVE_GEMV_TC=0        CUDA-core GEMV for all T (no tensor-core path)
-//   DELTASERVE_GEMV_TC_WAVES=n  split K until the grid holds n x (resident blocks) blocks (default
-//                               4; 0: no split, a block walks all of K in phases)
-//   DELTASERVE_GEMV_TC_DEPTH=d  weight steps in flight per lane, 2 (default) or 3
-//   DELTASERVE_GEMV_TC_MINK=k   smallest K range of a split (default 256)
+//   DELTASERVE_GEMV_TC_GRID=n   at most n blocks (each then takes several units in turn)
+//   DELTASERVE_GEMV_TC_K0=k     per-unit overhead in k of the split choice (default 128)
+//
+// Choice of the split S: every block (grid = min(units, resident blocks G)) takes units
+// blockIdx.x, + grid, ... A unit's time ~ Ks + k0; a round of a units costs ~ max(a, Gs), Gs =
+// 2/3 G being about what saturates HBM: minimise (Ks + k0) * sum over rounds of max(a, Gs).
 template <int D, int MINB>
 bool run_tc_with(const float* x, int T, int64_t K64, const uint16_t* w, int64_t N64, float* out, bool accumulate,
                  cudaStream_t s) {
@@ -381,32 +407,40 @@ bool run_tc_with(const float* x, int T, int64_t K64, const uint16_t* w, int64_t 
   int device = 0;
   DS_CUDA_CHECK(cudaGetDevice(&device));
   const int tiles = (N + kTcRows - 1) / kTcRows;
-  const int KP = (kTcSmemBytes / (4 * T)) & ~63;  // k per staging phase
-  const int waves = std::max(0, env_int("DELTASERVE_GEMV_TC_WAVES", 4));
-  const int min_k = std::max(64, env_int("DELTASERVE_GEMV_TC_MINK", 256));
-  const int64_t target = int64_t(waves) * sm_count(device) * TcKernel<D, MINB>::blocks_per_sm(device);
-  int64_t S = (target + tiles - 1) / tiles;
-  S = std::min<int64_t>(S, std::max(1, K / min_k));
-  S = std::min<int64_t>(S, kTcPartFloats / (int64_t(T) * N));
-  if (tiles > kTcCounters) S = 1;
-  int Ks = K;
-  if (S > 1) {
-    Ks = static_cast<int>((((K + S - 1) / S) + 63) / 64 * 64);
-    S = (K + Ks - 1) / Ks;
+  const int step = 64 * D;
+  const int KP = (kTcSmemBytes / (4 * T)) / step * step;  // largest unit (staged x fits)
+  int64_t G = int64_t(sm_count(device)) * TcKernel<D, MINB>::blocks_per_sm(device);
+  const int grid_cap = env_int("DELTASERVE_GEMV_TC_GRID", 0);
+  if (grid_cap > 0) G = std::min<int64_t>(G, grid_cap);
+  const int64_t Gs = std::max<int64_t>(1, G * 2 / 3);
+  const int64_t k0 = std::max(0, env_int("DELTASERVE_GEMV_TC_K0", 128));
+  const int s_min = (K + KP - 1) / KP;
+  const int s_max = std::max(s_min, std::min(K / step, 4 * s_min + 64));
+  int best_S = 0, best_Ks = 0;
+  double best_cost = 0;
+  for (int S0 = s_min; S0 <= s_max; ++S0) {
+    const int Ks = ((K + S0 - 1) / S0 + step - 1) / step * step;
+    const int S = (K + Ks - 1) / Ks;
+    if (S > 1 && (int64_t(S) * T * N > kTcPartFloats || tiles > kTcCounters)) continue;
+    const int64_t units = int64_t(tiles) * S;
+    const int64_t full = units / G, rem = units % G;
+    const int64_t width = full * std::max(G, Gs) + (rem ? std::max(rem, Gs) : 0);
+    const double cost = double(Ks + k0) * double(width);
+    if (best_S == 0 || cost < best_cost) {
+      best_S = S;
+      best_Ks = Ks;
+      best_cost = cost;
+    }
   }
+  if (best_S == 0) return false;  // no split fits the workspace
   const TcWorkspace* ws = nullptr;
-  if (S > 1 && !(ws = tc_workspace(device, s))) {
-    S = 1;
-    Ks = K;
-  }
-  if (S <= 1) {
-    S = 1;
-    Ks = K;
-  }
-  const int smem = T * std::min(KP, (Ks + 63) / 64 * 64) * 4;
-  TcKernel<D, MINB>::launch(dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(S)), smem, s, x, T, K, w, N,
-                            out, accumulate, Ks, KP, static_cast<int>(S), ws ? ws->part : nullptr,
-                            ws ? ws->counters : nullptr);
+  if (best_S > 1 && !(ws = tc_workspace(device, s))) return false;
+  const int64_t units = int64_t(tiles) * best_S;
+  if (units > (int64_t(1) << 30)) return false;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(units, G));
+  const int smem = T * std::min(KP, (best_Ks + step - 1) / step * step) * 4;
+  TcKernel<D, MINB>::launch(grid, smem, s, x, T, K, w, N, out, accumulate, best_Ks, best_S, tiles,
+                            static_cast<int>(units), ws ? ws->part : nullptr, ws ? ws->counters : nullptr);
   return true;
 }
 
@@ -416,7 +450,6 @@ bool run_tc(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, floa
   if (K > (int64_t(1) << 30) || N > (int64_t(1) << 27)) return false;
   const char* on = std::getenv("DELTASERVE_GEMV_TC");
   if (on && std::strcmp(on, "0") == 0) return false;
-  if (env_int("DELTASERVE_GEMV_TC_DEPTH", 2) == 3) return run_tc_with<3, 2>(x, T, K, w, N, out, accumulate, s);
   return run_tc_with<2, 3>(x, T, K, w, N, out, accumulate, s);
 }
 
