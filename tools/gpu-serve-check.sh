@@ -26,6 +26,6 @@ echo
 curl -s localhost:30123/v1/server_info; echo
 curl -s localhost:30123/metrics | grep -E "^deltaserve_(requests_running|generation_tokens_total|spec_accept)" | head
 kill $pid; wait $pid 2>/dev/null
-echo "== bench-offline, 27B shape, dummy weights (engine path, no CUDA graph)"
+echo "== bench-offline, 27B shape, dummy weights (engine path; decode batches replay CUDA graphs)"
 "$BIN" bench-offline --device cuda --model bench/configs/qwen3.6-27b --load-format dummy \
   --batch 1,16 --threads 1 --prompt-len 16 --gen-len 32 --prefill-len 2048 | tee "$OUT/bench_offline_27b.txt"

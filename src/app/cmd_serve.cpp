@@ -95,6 +95,7 @@ int cmd_serve(const Args& args) {
   ec.dummy_weights = opts.load_format == "dummy";
   ec.device = device == PlanDevice::Cuda ? Device::Cuda : Device::Cpu;
   ec.n_threads = static_cast<int>(opts.threads);
+  ec.cuda_graph_max_bs = opts.disable_cuda_graph ? 0 : opts.cuda_graph_max_bs > 0 ? static_cast<int>(opts.cuda_graph_max_bs) : -1;
   ec.max_running_requests = static_cast<int>(plan.max_running_requests);
   ec.max_waiting_requests = std::max<int>(1024, 4 * ec.max_running_requests);
   ec.context_length = plan.context_length;

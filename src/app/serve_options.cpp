@@ -75,8 +75,8 @@ const std::vector<Row>& rows() {
     {{"speculative-eagle-topk", "", I, "auto", "", "drafts per step; only 1 is supported (auto: 1)", YES, PERF}, &ServeOptions::speculative_eagle_topk},
     {{"speculative-num-draft-tokens", "", I, "auto", "", "tokens verified per step: num-steps + 1 when topk is 1 (auto: derived)", YES, PERF}, &ServeOptions::speculative_num_draft_tokens},
     // GPU execution.
-    {{"disable-cuda-graph", "", BOOL, "false", "", "run decode without CUDA graphs", NOT_YET, PERF}, &ServeOptions::disable_cuda_graph},
-    {{"cuda-graph-max-bs", "", I, "auto", "", "largest batch captured in a CUDA graph", NOT_YET, PERF}, &ServeOptions::cuda_graph_max_bs},
+    {{"disable-cuda-graph", "", BOOL, "false", "", "run decode without CUDA graphs", YES, PERF}, &ServeOptions::disable_cuda_graph},
+    {{"cuda-graph-max-bs", "", I, "auto", "", "largest decode batch replayed as a CUDA graph (auto: max running requests, at most 64)", YES, PERF}, &ServeOptions::cuda_graph_max_bs},
     {{"attention-backend", "", S, "", "", "attention kernel family (default: the built-in one)", IGNORED, PERF}, &ServeOptions::attention_backend},
     {{"enable-torch-compile", "", BOOL, "false", "", "accepted for SGLang compatibility; no effect", IGNORED, NO_PERF}, &ServeOptions::enable_torch_compile},
     // Operations.
@@ -414,6 +414,7 @@ Status validate_serve_options(ServeOptions& o) {
   if (o.tp_size < 1) return error("--tp-size must be at least 1 (got ", o.tp_size, ")");
   if (o.dp_size < 1) return error("--dp-size must be at least 1 (got ", o.dp_size, ")");
   if (o.threads < 0) return error("--threads must be 0 (all CPUs) or more (got ", o.threads, ")");
+  if (o.cuda_graph_max_bs < 0) return error("--cuda-graph-max-bs must be positive, or auto (got ", o.cuda_graph_max_bs, ")");
   if (o.http_threads < 0 || o.http_threads > 256)
     return error("--http-threads must be 1..256, or auto (got ", o.http_threads, ")");
   if (o.mem_fraction_static < 0 || o.mem_fraction_static >= 1)

@@ -56,6 +56,12 @@ class DeviceBuffer {
   std::function<void(void*)> free_;
 };
 
+// Captured device work (a CUDA graph), replayed with Backend::replay. Opaque.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+};
+
 struct MemoryInfo {
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
@@ -82,6 +88,18 @@ class Backend {
   virtual void copy(Tensor dst, const Tensor& src) = 0;  // device to device, same bytes
   virtual void synchronize() = 0;
   virtual Kernels& kernels() = 0;
+
+  // Graph capture (CUDA graphs). capture() records the device work `work` issues, without
+  // running it, and returns the graph; nullptr when the backend cannot capture or the capture
+  // failed (then run `work` eagerly). `work` must already have run once eagerly with the same
+  // shapes, so that no buffer is allocated while capturing. A graph stays valid while
+  // graph_epoch() is unchanged (the backend's scratch buffers have not moved).
+  virtual std::unique_ptr<DeviceGraph> capture(const std::function<void()>& work) {
+    (void)work;
+    return nullptr;
+  }
+  virtual void replay(DeviceGraph& graph) { (void)graph; }
+  virtual uint64_t graph_epoch() const { return 0; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);

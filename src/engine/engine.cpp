@@ -64,6 +64,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   lim.max_tokens = c.max_prefill_tokens + c.max_running_requests * per_decode;
   lim.max_blocks_per_seq = static_cast<int>((c.context_length + per_decode + cc.block_size - 1) / cc.block_size);
   lim.max_logit_rows = c.max_running_requests * per_decode + c.max_running_requests;
+  if (c.device == Device::Cuda)
+    lim.graph_max_seqs = c.cuda_graph_max_bs < 0 ? std::min(c.max_running_requests, 64) : c.cuda_graph_max_bs;
   e->runner_ = std::make_unique<ModelRunner>(*e->backend_, *e->model_, *e->cache_, lim);
 
   SchedulerConfig sc;

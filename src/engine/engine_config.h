@@ -31,6 +31,9 @@ struct EngineConfig {
 
   // Speculative decoding (MTP / NEXTN): 0 = off.
   int spec_num_steps = 0;
+  // Decode batches of up to this many sequences replay a CUDA graph per batch size (GPU only).
+  // -1: auto (max running requests, at most 64); 0: off (--disable-cuda-graph).
+  int cuda_graph_max_bs = -1;
 
   std::vector<int32_t> extra_eos_token_ids;  // e.g. from generation_config.json
 };

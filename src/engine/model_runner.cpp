@@ -26,6 +26,27 @@ ModelRunner::ModelRunner(Backend& backend, Model& model, CacheMemory& cache, con
   logits_buf_ = backend.allocate(int64_t(limits.max_logit_rows) * vocab_ * 4);
   if (backend.device() != Device::Cpu) host_logits_store_ = backend.allocate_host(int64_t(limits.max_logit_rows) * vocab_ * 4);
   model_.reserve(limits.max_tokens);
+  graphs_.resize(static_cast<std::size_t>(std::max(0, limits.graph_max_seqs)) + 1);
+}
+
+bool ModelRunner::run_graph(std::span<const RunItem> items, const ForwardArgs& a) {
+  const int S = static_cast<int>(items.size());
+  if (S > limits_.graph_max_seqs) return false;
+  for (const RunItem& it : items)
+    if (it.tokens.size() != 1 || it.logits_all || it.no_logits) return false;
+  DecodeGraph& g = graphs_[S];
+  if (!g.graph || g.epoch != backend_.graph_epoch()) {
+    g.graph.reset();
+    if (!g.warm) {
+      g.warm = true;
+      return false;
+    }
+    g.epoch = backend_.graph_epoch();
+    g.graph = backend_.capture([&] { model_.forward(a); });
+    if (!g.graph) return false;
+  }
+  backend_.replay(*g.graph);
+  return true;
 }
 
 void ModelRunner::build(std::span<const RunItem> items, bool write_snapshots) {
@@ -122,7 +143,8 @@ void ModelRunner::run(std::span<const RunItem> items, bool write_snapshots, Tens
     a.ids = Tensor(static_cast<int32_t*>(dev_ids_.data()), DType::I32, {meta_.n_tokens}, backend_.device());
     backend_.copy_to_device(a.ids, ids_);
   }
-  model_.forward(a);
+  const bool graphable = !write_snapshots && !hidden_all.data && observer == nullptr;
+  if (!graphable || !run_graph(items, a)) model_.forward(a);
   fetch_logits();
 }
 

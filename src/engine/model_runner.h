@@ -27,6 +27,7 @@ struct RunnerLimits {
   int max_seqs = 0;          // sequences per forward
   int max_blocks_per_seq = 0;
   int max_logit_rows = 0;    // rows of logits per forward
+  int graph_max_seqs = 0;    // decode batches of up to this many sequences replay a CUDA graph (0: off)
 };
 
 class ModelRunner {
@@ -51,6 +52,10 @@ class ModelRunner {
  private:
   void build(std::span<const RunItem> items, bool write_snapshots);
   void fetch_logits();
+  // Runs the forward of a plain decode batch (one token and its logits per sequence) from the
+  // graph captured for its size, capturing it on the second batch of that size. False when the
+  // batch has to run eagerly.
+  bool run_graph(std::span<const RunItem> items, const ForwardArgs& a);
 
   Backend& backend_;
   Model& model_;
@@ -67,6 +72,15 @@ class ModelRunner {
   const float* host_logits_ = nullptr;
   BatchMeta meta_;
   int n_out_ = 0;
+  // Decode graphs by batch size. Every buffer a forward touches sits at a fixed address (staging,
+  // device mirrors, logits, the model's activations, the backend's scratch), so a graph replays
+  // any decode batch of its size; the backend's graph_epoch says when scratch has moved.
+  struct DecodeGraph {
+    std::unique_ptr<DeviceGraph> graph;
+    uint64_t epoch = 0;
+    bool warm = false;  // ran eagerly once: every buffer is sized for this shape
+  };
+  std::vector<DecodeGraph> graphs_;  // [graph_max_seqs + 1]
 };
 
 }  // namespace deltaserve

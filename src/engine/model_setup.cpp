@@ -26,7 +26,9 @@ Result<std::unique_ptr<ModelSetup>> ModelSetup::create(const SetupOptions& o, in
   cc.n_blocks = blocks_per_seq * max_seqs;
   cc.n_slots = max_seqs;
   s->cache = std::make_unique<CacheMemory>(*s->backend, s->model->memory_spec(), cc);
-  RunnerLimits lim{max_tokens, max_seqs, blocks_per_seq, max_logit_rows};
+  // Decode batches replay CUDA graphs (the CUDA fixture tests thus check graph replay against
+  // the references); the CPU backend has no graphs.
+  RunnerLimits lim{max_tokens, max_seqs, blocks_per_seq, max_logit_rows, s->backend->device() == Device::Cpu ? 0 : max_seqs};
   s->runner = std::make_unique<ModelRunner>(*s->backend, *s->model, *s->cache, lim);
   return s;
 }

@@ -131,12 +131,12 @@ TEST(ServeOptions, OtherValidation) {
 
 TEST(ServeOptions, UnsupportedFlagsWarnByName) {
   std::vector<std::string> warnings;
-  auto r = parse_serve_options({"--enable-metrics", "--cuda-graph-max-bs", "32", "--trust-remote-code"},
+  auto r = parse_serve_options({"--enable-metrics", "--schedule-policy", "lpm", "--trust-remote-code"},
                                &warnings);
   ASSERT_TRUE(r) << r.status().message();
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("--enable-metrics"), std::string::npos);
-  EXPECT_NE(warnings[0].find("--cuda-graph-max-bs=32"), std::string::npos);
+  EXPECT_NE(warnings[0].find("--schedule-policy=lpm"), std::string::npos);
   EXPECT_EQ(warnings[0].find("trust-remote-code"), std::string::npos);  // ignored, not "not yet"
   warnings.clear();
   ASSERT_TRUE(parse_serve_options({"--port", "1234"}, &warnings));

@@ -51,6 +51,9 @@ class CudaKernels final : public Kernels {
   void restore_snapshots(const StateLayerView& state, const SnapshotPick* picks, int n) override;
 
   void set_timing(bool on) { timing_ = on; }
+  bool timing() const { return timing_; }
+  uint64_t epoch() const { return epoch_; }
+  bool capturing() const;
   std::vector<CudaOpTime> take_times();
 
  private:
@@ -66,9 +69,18 @@ class CudaKernels final : public Kernels {
   DeviceBuffer scratch_[9];
   std::map<std::pair<int, float>, DeviceBuffer> inv_freq_;
   bool timing_ = false;
+  uint64_t epoch_ = 0;  // +1 whenever a scratch buffer moves
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   std::vector<std::string> pending_;  // name of each used event pair
   std::map<std::string, CudaOpTime> times_;
+};
+
+class CudaGraph final : public DeviceGraph {
+ public:
+  ~CudaGraph() override {
+    if (exec) cudaGraphExecDestroy(exec);
+  }
+  cudaGraphExec_t exec = nullptr;
 };
 
 class CudaBackend final : public Backend {
@@ -160,6 +172,34 @@ class CudaBackend final : public Backend {
     if (dst.device == Device::Cpu || src.device == Device::Cpu) DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void synchronize() override { DS_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  std::unique_ptr<DeviceGraph> capture(const std::function<void()>& work) override {
+    if (kernels_.timing()) return nullptr;  // op timing records events per op: run eagerly
+    const uint64_t epoch = kernels_.epoch();
+    if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    work();
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+    auto out = std::make_unique<CudaGraph>();
+    if (e == cudaSuccess && graph && kernels_.epoch() == epoch) e = cudaGraphInstantiate(&out->exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e != cudaSuccess || !out->exec) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return out;
+  }
+  void replay(DeviceGraph& graph) override {
+    DS_CUDA_CHECK(cudaGraphLaunch(static_cast<CudaGraph&>(graph).exec, stream_));
+  }
+  uint64_t graph_epoch() const override { return kernels_.epoch(); }
+  bool capturing() const {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(stream_, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive;
+  }
   Kernels& kernels() override { return kernels_; }
 
   cudaStream_t stream() const { return stream_; }
@@ -188,11 +228,16 @@ CudaKernels::~CudaKernels() {
   }
 }
 
+bool CudaKernels::capturing() const { return b_.capturing(); }
+
 void* CudaKernels::scratch(int idx, std::size_t bytes) {
   if (scratch_[idx].size() < bytes) {
+    DS_CHECK(!capturing(), "CUDA graph capture: scratch ", idx, " must grow to ", bytes,
+             " bytes (run the shape eagerly first)");
     b_.synchronize();  // the old buffer may still be in use by queued work
     scratch_[idx] = DeviceBuffer();
     scratch_[idx] = b_.allocate(bytes + bytes / 4);
+    ++epoch_;  // graphs captured with the old buffer are stale
   }
   return scratch_[idx].data();
 }
