@@ -2,7 +2,9 @@
 # HTTP vs offline throughput on the same workload (issue #4 benchmark; goal HTTP/offline >= 0.9).
 #   bench/serve/run.sh [MODEL_DIR] [extra serve flags...]
 # Env: BIN (default build/src/app/deltaserve), CONC (1,8,32), INPUT_LEN (16 words), GEN_LEN (128),
-#      PORT (free port), OUT (bench/serve/out), CLIENT (cpp | node), REPEAT (3), THREADS (nproc).
+#      PORT (free port), OUT (bench/serve/out), CLIENT (cpp | node), REPEAT (3), THREADS (nproc),
+#      OFFLINE_ARGS (extra bench-offline flags, e.g. "--device cuda --load-format dummy" to match
+#      serve flags "--device cuda --load-format dummy").
 #
 # HTTP: `deltaserve bench` streams max(8, 4 x C) /v1/completions requests with at most C in flight
 # (ignore_eos, so each yields exactly GEN_LEN tokens). Offline: `deltaserve bench-offline --workload`
@@ -52,7 +54,7 @@ for rep in $(seq 1 "$REPEAT"); do
 
   echo "== round $rep/$REPEAT: offline (engine in process, no HTTP; prompts of $PROMPT_TOKENS tokens)"
   "$BIN" bench-offline --model "$MODEL" --threads "$THREADS" --batch "$CONC" --prompt-len "$PROMPT_TOKENS" \
-    --gen-len "$GEN_LEN" --workload --json > "$OUT/offline.$rep.txt"
+    --gen-len "$GEN_LEN" --workload ${OFFLINE_ARGS:-} --json > "$OUT/offline.$rep.txt"
   sed -n '1,/^\[/p' "$OUT/offline.$rep.txt" | sed '$d'
 done
 
