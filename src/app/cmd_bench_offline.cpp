@@ -26,23 +26,29 @@ struct RunResult {
   int generated = 0;
 };
 
-// B requests of `prompt_len` random tokens each, `gen_len` tokens each (ignore_eos, greedy).
+// A request of `prompt_len` random tokens generating exactly `gen_len` (ignore_eos), sampled with
+// `sampling` and its own seed.
+GenerateRequest random_request(Engine& e, std::mt19937_64& rng, const SamplingParams& sampling, int prompt_len,
+                               int gen_len, uint64_t seed) {
+  const int64_t V = std::min<int64_t>(e.model_config().vocab_size, 4096);
+  GenerateRequest r;
+  r.id = e.next_request_id();
+  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>(rng() % V));
+  r.sampling = sampling;
+  r.sampling.seed = seed;
+  r.sampling.max_tokens = gen_len;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+// B requests submitted at once.
 RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int prompt_len, int gen_len, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  const int64_t V = e.model_config().vocab_size;
   std::vector<std::shared_ptr<RequestStream>> streams;
   const double t0 = now_seconds();
-  for (int b = 0; b < batch; ++b) {
-    GenerateRequest r;
-    r.id = e.next_request_id();
-    for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>(rng() % std::min<int64_t>(V, 4096)));
-    r.sampling = sampling;
-    r.sampling.seed = seed * 1000 + uint64_t(b);
-    r.sampling.max_tokens = gen_len;
-    r.sampling.ignore_eos = true;
-    streams.push_back(e.submit(std::move(r)));
-  }
-  // Decode time: from the moment every sequence has its first token to the last token.
+  for (int b = 0; b < batch; ++b)
+    streams.push_back(e.submit(random_request(e, rng, sampling, prompt_len, gen_len, seed * 1000 + uint64_t(b))));
+  // Decode: tokens after each sequence's first, from the first token of any sequence to the last.
   std::vector<double> first(batch, 0), last(batch, 0);
   RunResult res;
   double accept = 0;
@@ -57,13 +63,10 @@ RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int pr
       }
     }
   }
-  const double all_first = *std::max_element(first.begin(), first.end());
   const double end = *std::max_element(last.begin(), last.end());
   const double first_any = *std::min_element(first.begin(), first.end());
   res.prefill_tok_s = double(batch) * prompt_len / (first_any - t0);
-  // Tokens generated after every sequence started decoding, over that span.
-  const double span = end - all_first;
-  res.decode_tok_s = span > 0 ? double(res.generated - batch) / (end - first_any) : 0;
+  res.decode_tok_s = end > first_any ? double(res.generated - batch) / (end - first_any) : 0;
   res.accept_length = accept / batch;
   return res;
 }
@@ -73,7 +76,6 @@ RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int pr
 // over wall time (first submit to last finish).
 double run_workload(Engine& e, const SamplingParams& sampling, int concurrency, int64_t n_requests, int prompt_len,
                     int gen_len, uint64_t seed) {
-  const int64_t V = e.model_config().vocab_size;
   std::atomic<int64_t> next{0}, tokens{0};
   const double t0 = now_seconds();
   std::vector<std::thread> clients;
@@ -81,14 +83,7 @@ double run_workload(Engine& e, const SamplingParams& sampling, int concurrency, 
     clients.emplace_back([&, c] {
       std::mt19937_64 rng(seed + static_cast<uint64_t>(c));
       for (int64_t i; (i = next.fetch_add(1)) < n_requests;) {
-        GenerateRequest r;
-        r.id = e.next_request_id();
-        for (int k = 0; k < prompt_len; ++k) r.prompt.push_back(static_cast<int32_t>(rng() % std::min<int64_t>(V, 4096)));
-        r.sampling = sampling;
-        r.sampling.seed = seed * 1000 + uint64_t(i);
-        r.sampling.max_tokens = gen_len;
-        r.sampling.ignore_eos = true;
-        auto stream = e.submit(std::move(r));
+        auto stream = e.submit(random_request(e, rng, sampling, prompt_len, gen_len, seed * 1000 + uint64_t(i)));
         while (auto ev = stream->events.pop()) {
           tokens += static_cast<int64_t>(ev->tokens.size());
           if (ev->finish != FinishReason::None) break;

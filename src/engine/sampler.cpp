@@ -33,46 +33,12 @@ void Sampler::apply_penalties(const SamplingParams& p, std::span<const int32_t> 
   }
 }
 
-void Sampler::candidates(const float* logits, const SamplingParams& p) {
-  // The result is the sorted prefix of the vocabulary (by scaled logit, ties by id) that survives
-  // top-k, top-p and min-p, normalised. Sorting all V tokens (248k for Qwen3.6) costs milliseconds
-  // per row, so only a window of the highest logits (scaled logit >= max - delta) is collected and
-  // sorted, and it is widened until it provably holds the answer:
-  //   top-k: the window has at least k tokens (the window is a prefix of the sorted order);
-  //   min-p: the window reaches down to the min-p floor (every kept token is inside it);
-  //   top-p: the window's mass (under the same normaliser) reaches top_p.
-  const float inv_t = 1.0f / p.temperature;
-  const int64_t k = (p.top_k > 0 && p.top_k < vocab_) ? p.top_k : vocab_;
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  constexpr int64_t kHeapTopK = 256;
+// The window of candidates: every token whose scaled logit is within delta of the max, widened
+// until it provably holds the top-k / top-p / min-p answer (see candidates()).
+void Sampler::window(const float* logits, const SamplingParams& p, int64_t k, float inv_t, float mx, double z_all) {
   float delta = 16.0f;
   if (p.min_p > 0.0f) delta = std::max(delta, -std::log(p.min_p) + 1.0f);
-  float mx = -INFINITY;
-  if (k <= kHeapTopK) {
-    // Small top-k (Qwen's default is 20): one pass with a k-element heap whose front is the
-    // worst kept token; almost every logit is rejected by one comparison.
-    cand_.clear();
-    for (int64_t i = 0; i < vocab_; ++i) {
-      const std::pair<float, int32_t> c{logits[i] * inv_t, static_cast<int32_t>(i)};
-      if (static_cast<int64_t>(cand_.size()) < k) {
-        cand_.push_back(c);
-        std::push_heap(cand_.begin(), cand_.end(), by_logit);
-      } else if (by_logit(c, cand_.front())) {
-        std::pop_heap(cand_.begin(), cand_.end(), by_logit);
-        cand_.back() = c;
-        std::push_heap(cand_.begin(), cand_.end(), by_logit);
-      }
-    }
-    delta = -1.0f;  // done: skip the window
-    for (const auto& c : cand_) mx = std::max(mx, c.first);
-  } else {
-    for (int64_t i = 0; i < vocab_; ++i) mx = std::max(mx, logits[i] * inv_t);
-  }
-  // Normaliser over the whole vocabulary: needed when top-k keeps everything (k == V).
-  double z_all = 0;
-  if (k == vocab_)
-    for (int64_t i = 0; i < vocab_; ++i) z_all += std::exp(logits[i] * inv_t - mx);
-  for (; delta >= 0.0f;) {
+  for (;;) {
     const float thr = mx - delta;
     const bool all = !(thr > -INFINITY) || delta > 1e30f;
     cand_.clear();
@@ -91,9 +57,51 @@ void Sampler::candidates(const float* logits, const SamplingParams& p) {
         enough = mass / z_all >= double(p.top_p) + 1e-6;
       }
     }
-    if (enough) break;
+    if (enough) return;
     delta *= 4.0f;
     if (delta > 1e4f) delta = INFINITY;
+  }
+}
+
+void Sampler::candidates(const float* logits, const SamplingParams& p) {
+  // The result is the sorted prefix of the vocabulary (by scaled logit, ties by id) that survives
+  // top-k, top-p and min-p, normalised. Sorting all V tokens (248k for Qwen3.6) costs milliseconds
+  // per row, so only a window of the highest logits (scaled logit >= max - delta) is collected and
+  // sorted, and it is widened until it provably holds the answer:
+  //   top-k: the window has at least k tokens (the window is a prefix of the sorted order);
+  //   min-p: the window reaches down to the min-p floor (every kept token is inside it);
+  //   top-p: the window's mass (under the same normaliser) reaches top_p.
+  const float inv_t = 1.0f / p.temperature;
+  const int64_t k = (p.top_k > 0 && p.top_k < vocab_) ? p.top_k : vocab_;
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  constexpr int64_t kHeapTopK = 256;
+  float mx = -INFINITY;
+  double z_all = 0;  // normaliser over the whole vocabulary: needed when top-k keeps everything
+  auto normalise_all = [&] {
+    if (k == vocab_)
+      for (int64_t i = 0; i < vocab_; ++i) z_all += std::exp(logits[i] * inv_t - mx);
+  };
+  if (k <= kHeapTopK) {
+    // Small top-k (Qwen's default is 20): one pass with a k-element heap whose front is the
+    // worst kept token; almost every logit is rejected by one comparison.
+    cand_.clear();
+    for (int64_t i = 0; i < vocab_; ++i) {
+      const std::pair<float, int32_t> c{logits[i] * inv_t, static_cast<int32_t>(i)};
+      if (static_cast<int64_t>(cand_.size()) < k) {
+        cand_.push_back(c);
+        std::push_heap(cand_.begin(), cand_.end(), by_logit);
+      } else if (by_logit(c, cand_.front())) {
+        std::pop_heap(cand_.begin(), cand_.end(), by_logit);
+        cand_.back() = c;
+        std::push_heap(cand_.begin(), cand_.end(), by_logit);
+      }
+    }
+    for (const auto& c : cand_) mx = std::max(mx, c.first);
+    normalise_all();
+  } else {
+    for (int64_t i = 0; i < vocab_; ++i) mx = std::max(mx, logits[i] * inv_t);
+    normalise_all();
+    window(logits, p, k, inv_t, mx, z_all);
   }
   if (k < static_cast<int64_t>(cand_.size())) {
     std::nth_element(cand_.begin(), cand_.begin() + k, cand_.end(), by_logit);

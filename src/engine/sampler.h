@@ -49,6 +49,9 @@ class Sampler {
   // Fills cand_ with (prob, token) after temperature/top-k/top-p/min-p, normalised. logits:
   // the row after penalties.
   void candidates(const float* logits, const SamplingParams& p);
+  // Fills cand_ with the tokens whose scaled logit is within a delta of mx that provably holds
+  // the top-k / top-p / min-p result (unsorted, unnormalised).
+  void window(const float* logits, const SamplingParams& p, int64_t k, float inv_t, float mx, double z_all);
   void fill_logprobs(const float* logits, int32_t token, int top_n, TokenLogprob* lp);
 
   int64_t vocab_;
