@@ -23,7 +23,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "cache/cache_memory.h"
-#include "engine/backend_factory.h"
+#include "backend/backend_factory.h"
 #include "engine/model_runner.h"
 #include "model/model.h"
 

@@ -6,7 +6,7 @@
 
 #include "app/cli_args.h"
 #include "app/commands.h"
-#include "app/serve_options.h"
+#include "options/serve_options.h"
 #include "deploy/bench.h"
 #include "deploy/launch_db.h"
 

@@ -15,6 +15,7 @@
 #include "app/commands.h"
 #include "engine/engine.h"
 #include "engine/model_setup.h"
+#include "options/serve_options.h"
 #include "util/timer.h"
 
 namespace deltaserve {

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "app/commands.h"
-#include "app/serve_options.h"
+#include "options/serve_options.h"
 #include "deploy/cli_split.h"
 #include "deploy/config_diff.h"
 

@@ -7,7 +7,7 @@
 
 #include "app/cli_args.h"
 #include "app/commands.h"
-#include "app/serve_options.h"
+#include "options/serve_options.h"
 #include "engine/engine.h"
 #include "engine/model_setup.h"
 #include "model/generation_config.h"

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
-#include "app/serve_options.h"
+#include "options/serve_options.h"
 #include "deploy/cli_split.h"
 #include "deploy/launch_db.h"
 

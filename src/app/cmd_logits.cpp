@@ -7,6 +7,7 @@
 #include "app/cli_args.h"
 #include "app/commands.h"
 #include "engine/model_setup.h"
+#include "options/serve_options.h"
 #include "engine/model_runner.h"
 #include "model/safetensors.h"
 

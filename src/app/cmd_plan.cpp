@@ -4,11 +4,11 @@
 #include <cstdio>
 
 #include "app/commands.h"
-#include "app/serve_options.h"
+#include "options/serve_options.h"
 #include "deploy/cli_split.h"
 #include "deploy/hardware.h"
 #include "deploy/plan_input.h"
-#include "engine/memory_plan.h"
+#include "cache/memory_plan.h"
 #include "model/config.h"
 
 namespace deltaserve {

@@ -10,14 +10,14 @@
 #include <thread>
 
 #include "app/commands.h"
-#include "app/serve_options.h"
+#include "options/serve_options.h"
 #include "chat/chat_template.h"
 #include "deploy/hardware.h"
 #include "deploy/launch_db.h"
 #include "deploy/plan_input.h"
-#include "engine/backend_factory.h"
+#include "backend/backend_factory.h"
 #include "engine/engine.h"
-#include "engine/memory_plan.h"
+#include "cache/memory_plan.h"
 #include "engine/model_setup.h"
 #include "model/config.h"
 #include "server/openai_server.h"

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "app/commands.h"
-#include "app/serve_options.h"
+#include "options/serve_options.h"
 #include "deploy/cli_split.h"
 #include "deploy/systemd_unit.h"
 

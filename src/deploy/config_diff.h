@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "app/serve_options.h"
+#include "options/serve_options.h"
 #include "util/status.h"
 
 namespace deltaserve {

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/memory_plan.h"
+#include "cache/memory_plan.h"
 
 namespace deltaserve {
 namespace {

@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "app/serve_options.h"
-#include "engine/memory_plan.h"
+#include "options/serve_options.h"
+#include "cache/memory_plan.h"
 #include "util/status.h"
 
 struct sqlite3;

@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "app/serve_options.h"
+#include "options/serve_options.h"
 #include "deploy/hardware.h"
-#include "engine/memory_plan.h"
+#include "cache/memory_plan.h"
 #include "model/config.h"
 
 namespace deltaserve {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "app/serve_options.h"
+#include "options/serve_options.h"
 
 namespace deltaserve {
 

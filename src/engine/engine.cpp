@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <random>
 
-#include "engine/backend_factory.h"
+#include "backend/backend_factory.h"
 #include "util/log.h"
 #include "util/timer.h"
 

@@ -1,16 +1,8 @@
 #include "engine/model_setup.h"
 
-#include <cstdlib>
-#include <filesystem>
-
-#include "engine/backend_factory.h"
+#include "backend/backend_factory.h"
 
 namespace deltaserve {
-
-std::string default_model_dir() {
-  if (const char* env = std::getenv("DELTASERVE_MODEL"); env && *env) return env;
-  return std::string(DELTASERVE_SOURCE_DIR) + "/models/tiny-coder";
-}
 
 Result<std::unique_ptr<ModelSetup>> ModelSetup::create(const SetupOptions& o, int max_tokens,
                                                        int max_seqs, int max_context,

@@ -19,9 +19,6 @@ struct SetupOptions {
   bool dummy_weights = false;
 };
 
-// models/tiny-coder next to the binary's source tree, or $DELTASERVE_MODEL.
-std::string default_model_dir();
-
 struct ModelSetup {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;

@@ -1,5 +1,5 @@
 // Memory plan figures for real configs, checked by hand in the comments.
-#include "engine/memory_plan.h"
+#include "cache/memory_plan.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <fstream>
 
-#include "app/serve_options.h"
+#include "options/serve_options.h"
 #include "deploy/hardware.h"
 #include "deploy/plan_input.h"
 

@@ -1,5 +1,5 @@
 // The serve flag table: argv and TOML parsing, defaults, validation messages, rendering.
-#include "app/serve_options.h"
+#include "options/serve_options.h"
 
 #include <gtest/gtest.h>
 

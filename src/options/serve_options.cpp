@@ -1,6 +1,6 @@
 // The serve flag table: the only place a serve flag is defined. Each row binds a FlagSpec to the
 // ServeOptions field that holds its typed value.
-#include "app/serve_options.h"
+#include "options/serve_options.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -606,6 +606,11 @@ std::string format_byte_size(int64_t bytes) {
   os.precision(2);
   os << d << kUnits[u];
   return os.str();
+}
+
+std::string default_model_dir() {
+  if (const char* env = std::getenv("DELTASERVE_MODEL"); env && *env) return env;
+  return std::string(DELTASERVE_SOURCE_DIR) + "/models/tiny-coder";
 }
 
 std::filesystem::path default_state_dir() {

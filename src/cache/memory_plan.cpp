@@ -1,7 +1,7 @@
 // Memory plan arithmetic. Shapes follow docs qwen3_5-model.md (HF Qwen3_5ForCausalLM); the
 // budget split between GDN state and KV follows SGLang's --mamba-full-memory-ratio
 // (state = cache * r / (1 + r), KV = cache / (1 + r)).
-#include "engine/memory_plan.h"
+#include "cache/memory_plan.h"
 
 #include <algorithm>
 #include <cmath>

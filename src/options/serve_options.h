@@ -179,6 +179,10 @@ Result<int64_t> parse_byte_size(std::string_view option, std::string_view text);
 // 34359738368 -> "32GiB"; exact binary units when they divide, else one decimal.
 std::string format_byte_size(int64_t bytes);
 
+// The model commands use when none is given: $DELTASERVE_MODEL, else the bundled
+// models/tiny-coder of the source tree the binary was built from.
+std::string default_model_dir();
+
 // $XDG_STATE_HOME/deltaserve, else $HOME/.local/state/deltaserve, else ./.deltaserve-state.
 std::filesystem::path default_state_dir();
 

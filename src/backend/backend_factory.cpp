@@ -1,4 +1,4 @@
-#include "engine/backend_factory.h"
+#include "backend/backend_factory.h"
 
 #include "backend/cpu/cpu_backend.h"
 
