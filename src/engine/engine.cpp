@@ -9,17 +9,6 @@
 
 namespace deltaserve {
 
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::None: return "";
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Abort: return "abort";
-    case FinishReason::Error: return "error";
-  }
-  return "";
-}
-
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   std::unique_ptr<Engine> e(new Engine(config));
   EngineConfig& c = e->config_;
@@ -129,24 +118,24 @@ void Engine::stop() {
 std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
   auto stream = std::make_shared<RequestStream>();
   stream->id = req.id;
-  auto reject = [&](std::string msg, bool queue_full) {
+  auto reject = [&](std::string msg, EngineErrorKind kind) {
     TokenEvent ev;
     ev.finish = FinishReason::Error;
     ev.error = std::move(msg);
-    ev.queue_full = queue_full;
+    ev.error_kind = kind;
     ev.n_prompt_tokens = static_cast<int>(req.prompt.size());
     stream->events.push(std::move(ev));
     stream->events.close();
     return stream;
   };
   const int64_t vocab = model_->config().vocab_size;
-  if (req.prompt.empty()) return reject("the prompt is empty", false);
+  if (req.prompt.empty()) return reject("the prompt is empty", EngineErrorKind::BadRequest);
   for (int32_t t : req.prompt)
-    if (t < 0 || t >= vocab) return reject(str_cat("token id ", t, " is outside the vocabulary [0, ", vocab, ")"), false);
+    if (t < 0 || t >= vocab) return reject(str_cat("token id ", t, " is outside the vocabulary [0, ", vocab, ")"), EngineErrorKind::BadRequest);
   if (int64_t(req.prompt.size()) >= config_.context_length)
     return reject(str_cat("the prompt has ", req.prompt.size(), " tokens; the context length is ",
-                          config_.context_length), false);
-  if (req.sampling.max_tokens < 1) return reject("max_tokens must be at least 1", false);
+                          config_.context_length), EngineErrorKind::TooLong);
+  if (req.sampling.max_tokens < 1) return reject("max_tokens must be at least 1", EngineErrorKind::BadRequest);
 
   auto seq = std::make_unique<Sequence>();
   seq->id = req.id;
@@ -160,7 +149,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stats_.requests_waiting + n_inbox_waiting_ >= config_.max_waiting_requests)
       return reject(str_cat("the server is busy: ", config_.max_waiting_requests,
-                            " requests are already waiting (--max-queued-requests)"), true);
+                            " requests are already waiting"), EngineErrorKind::Overloaded);
     ++n_inbox_waiting_;
     inbox_.emplace_back(std::move(seq), 0);
   }
@@ -282,6 +271,7 @@ void Engine::step() {
         TokenEvent ev;
         ev.error = str_cat("request needs more KV cache than the engine has (", config_.kv_tokens,
                            " tokens) or no state slot is free");
+        ev.error_kind = EngineErrorKind::TooLong;
         finish(*seq, FinishReason::Error, ev);
       }
     }

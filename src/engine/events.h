@@ -22,7 +22,38 @@ enum class FinishReason : uint8_t {
   Error,   // could not be served (see TokenEvent::error)
 };
 
-const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error", ""
+// "stop", "length", "abort", "error", "".
+inline const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::None: return "";
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Abort: return "abort";
+    case FinishReason::Error: return "error";
+  }
+  return "";
+}
+
+// Why a request ended with FinishReason::Error. The server maps each kind to one HTTP status
+// (server/generation_job.cpp: BadRequest and TooLong 400, Overloaded 503, Internal 500).
+enum class EngineErrorKind : uint8_t {
+  None,
+  BadRequest,  // the request itself is invalid (empty prompt, token id outside the vocabulary)
+  TooLong,     // prompt (+ max_tokens) beyond the context length or the whole KV cache
+  Overloaded,  // the waiting queue is full: retry later
+  Internal,    // the engine failed while serving it
+};
+// "bad_request", "too_long", "overloaded", "internal", "".
+inline const char* engine_error_kind_name(EngineErrorKind k) {
+  switch (k) {
+    case EngineErrorKind::None: return "";
+    case EngineErrorKind::BadRequest: return "bad_request";
+    case EngineErrorKind::TooLong: return "too_long";
+    case EngineErrorKind::Overloaded: return "overloaded";
+    case EngineErrorKind::Internal: return "internal";
+  }
+  return "";
+}
 
 struct GenerateRequest {
   RequestId id = 0;                 // unique; the caller assigns it (Engine::next_request_id())
@@ -42,7 +73,7 @@ struct TokenEvent {
   std::vector<TokenLogprob> logprobs;    // one per token when requested
   FinishReason finish = FinishReason::None;
   std::string error;                     // when finish == Error
-  bool queue_full = false;               // finish == Error because the waiting queue is full (HTTP 503)
+  EngineErrorKind error_kind = EngineErrorKind::None;  // when finish == Error
   int n_prompt_tokens = 0;               // filled on the final event
   int n_generated_tokens = 0;            // filled on the final event
   double accept_length = 0.0;            // mean tokens per verification step (spec decoding), final event

@@ -127,10 +127,16 @@ json usage_json(int prompt_tokens, int completion_tokens, int reasoning_tokens) 
           {"completion_tokens_details", {{"reasoning_tokens", reasoning_tokens}}}};
 }
 
-int status_for_engine_error(const std::string& message) {
-  if (message.find("context") != std::string::npos || message.find("too long") != std::string::npos)
-    return 400;
-  return 503;
+// The one mapping from the engine's error kinds to HTTP.
+ApiError api_error_for(EngineErrorKind kind, const std::string& message) {
+  switch (kind) {
+    case EngineErrorKind::BadRequest: return ApiError::bad_request(message);
+    case EngineErrorKind::TooLong: return ApiError::bad_request(message, "", "context_length_exceeded");
+    case EngineErrorKind::Overloaded: return ApiError::overloaded(message);
+    case EngineErrorKind::None:
+    case EngineErrorKind::Internal: break;
+  }
+  return ApiError::internal(message);
 }
 
 }  // namespace
@@ -239,8 +245,8 @@ void GenerationJob::process(std::size_t i, const TokenEvent& event, std::string&
   // has been sent yet.
   if (event.finish == FinishReason::Error && c.state->n_generated() == 0 && event.tokens.empty() &&
       !head_sent_ && !responded_) {
-    send_error_response(event.error.empty() ? "the engine could not serve the request"
-                                            : event.error);
+    send_error_response(event.error_kind, event.error.empty() ? "the engine could not serve the request"
+                                                              : event.error);
     return;
   }
   bool was_finished = c.state->finished();
@@ -392,10 +398,9 @@ std::string GenerationJob::full_response() const {
   return safe_dump(body);
 }
 
-void GenerationJob::send_error_response(const std::string& message) {
-  int status = status_for_engine_error(message);
-  ApiError e = status == 400 ? ApiError::bad_request(message, "", "context_length_exceeded")
-                             : ApiError::overloaded(message);
+void GenerationJob::send_error_response(EngineErrorKind kind, const std::string& message) {
+  const ApiError e = api_error_for(kind, message);
+  const int status = e.status;
   env_.metrics->count_request(request_.kind == ApiKind::Chat ? "/v1/chat/completions"
                                                              : "/v1/completions",
                               status);

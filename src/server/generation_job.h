@@ -72,7 +72,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void cancel_choice(Choice& c);
   void finish();
   bool all_finished() const;
-  void send_error_response(const std::string& message);
+  void send_error_response(EngineErrorKind kind, const std::string& message);
 
   void append_chat_chunk(std::size_t i, const ChoiceDelta& d, std::string& out);
   void append_completion_chunk(std::size_t i, const ChoiceDelta& d, std::string& out);

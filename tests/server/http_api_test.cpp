@@ -377,13 +377,33 @@ TEST_F(HttpApiTest, ToolCallsQwen3Coder) {
 
 TEST_F(HttpApiTest, QueueFullIs503) {
   start();
-  engine_.reject_all = true;
+  engine_.reject_kind = EngineErrorKind::Overloaded;
   auto r = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})");
   EXPECT_EQ(r.status, 503);
   EXPECT_NE(error_of(r)["message"].get<std::string>().find("queue"), std::string::npos);
   auto s = post("/v1/chat/completions",
                 R"({"messages":[{"role":"user","content":"hi"}],"stream":true})");
   EXPECT_EQ(s.status, 503);
+  expect_idle();
+}
+
+// Each engine error kind maps to one HTTP status, whatever its message says.
+TEST_F(HttpApiTest, EngineErrorKindsMapToOneStatusEach) {
+  start();
+  const std::pair<EngineErrorKind, int> cases[] = {{EngineErrorKind::BadRequest, 400},
+                                                   {EngineErrorKind::TooLong, 400},
+                                                   {EngineErrorKind::Overloaded, 503},
+                                                   {EngineErrorKind::Internal, 500}};
+  for (auto [kind, status] : cases) {
+    engine_.reject_kind = kind;
+    auto r = post("/v1/completions", R"({"prompt":"hi","max_tokens":2})");
+    EXPECT_EQ(r.status, status) << engine_error_kind_name(kind) << ": " << r.body;
+    EXPECT_NE(error_of(r)["message"].get<std::string>().find(engine_error_kind_name(kind)), std::string::npos)
+        << r.body;
+  }
+  engine_.reject_kind = EngineErrorKind::TooLong;
+  EXPECT_EQ(error_of(post("/v1/completions", R"({"prompt":"hi"})"))["code"], "context_length_exceeded");
+  engine_.reject_kind = EngineErrorKind::None;
   expect_idle();
 }
 

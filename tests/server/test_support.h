@@ -30,7 +30,8 @@ class FakeEngine final : public EngineService {
   std::function<std::vector<TokenId>(const GenerateRequest&)> script_for;
   std::chrono::milliseconds tick{1};
   int64_t context = 256;
-  bool reject_all = false;  // every request gets Error "queue is full"
+  // Every request is refused with this kind (None: served). Overloaded says "queue is full".
+  EngineErrorKind reject_kind = EngineErrorKind::None;
   bool with_logprobs = true;
 
   FakeEngine() : thread_([this] { loop(); }) {}
@@ -46,10 +47,12 @@ class FakeEngine final : public EngineService {
   std::shared_ptr<RequestStream> submit(GenerateRequest request) override {
     auto stream = std::make_shared<RequestStream>();
     stream->id = request.id;
-    if (reject_all) {
+    if (reject_kind != EngineErrorKind::None) {
       TokenEvent ev;
       ev.finish = FinishReason::Error;
-      ev.error = "request queue is full (max_waiting_requests reached); retry later";
+      ev.error_kind = reject_kind;
+      ev.error = std::string(engine_error_kind_name(reject_kind)) +
+                 (reject_kind == EngineErrorKind::Overloaded ? ": request queue is full; retry later" : "");
       stream->events.push(std::move(ev));
       stream->events.close();
       return stream;
