@@ -84,6 +84,8 @@ int cmd_plan(const Args& in_args) {
     }
   }
   MemoryPlanInput input = memory_plan_input(opts, device, device_memory, host);
+  // serve measures what its CUDA context takes; here it is the documented assumption.
+  if (device == PlanDevice::Cuda) input.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
   MemoryPlan plan = plan_memory(*config, input);
   if (json->has_value()) {
     std::printf("%s\n", memory_plan_json(plan, input).c_str());

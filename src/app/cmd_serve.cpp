@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "app/commands.h"
+#include "app/engine_setup.h"
 #include "options/serve_options.h"
 #include "chat/chat_template.h"
 #include "deploy/hardware.h"
@@ -70,12 +71,11 @@ int cmd_serve(const Args& args) {
   auto model_config = load_model_config(opts.model_path);
   if (!model_config) return fail(model_config.status().message(), 1);
 
-  // Memory plan → engine capacities.
-  HostInfo host = detect_host(cuda_available());
-  PlanDevice device = resolve_plan_device(opts, host, cuda_available());
-  MemoryPlanInput plan_in = memory_plan_input(opts, device, 0, host);
-  MemoryPlan plan = plan_memory(*model_config, plan_in);
-  if (!plan.ok()) return fail(plan.status().message(), 1);
+  // Device (its CUDA context up), measured memory, memory plan -> engine capacities.
+  auto setup = setup_engine(opts, *model_config);
+  if (!setup) return fail(setup.status().message(), 1);
+  const MemoryPlan& plan = setup->plan;
+  const PlanDevice device = setup->device;
   std::fprintf(stderr, "%s", render_memory_plan(plan).c_str());
   for (const auto& w : plan.warnings) log_warn(w);
 
@@ -90,24 +90,7 @@ int cmd_serve(const Args& args) {
   if (auto w = launch.faster_config_warning()) log_warn(*w);
   if (launch.launch_id() > 0) log_info("launch ", launch.launch_id(), " recorded (deltaserve history)");
 
-  EngineConfig ec;
-  ec.model_dir = opts.model_path;
-  ec.dummy_weights = opts.load_format == "dummy";
-  ec.device = device == PlanDevice::Cuda ? Device::Cuda : Device::Cpu;
-  ec.n_threads = static_cast<int>(opts.threads);
-  ec.cuda_graph_max_bs = opts.disable_cuda_graph ? 0 : opts.cuda_graph_max_bs > 0 ? static_cast<int>(opts.cuda_graph_max_bs) : -1;
-  ec.max_running_requests = static_cast<int>(plan.max_running_requests);
-  ec.max_waiting_requests = std::max<int>(1024, 4 * ec.max_running_requests);
-  ec.context_length = plan.context_length;
-  // Both backends keep the KV cache in f32 today; a plan made for a 2-byte cache would overrun
-  // its budget by 2x, so scale the token count to the bytes the cache really uses.
-  ec.kv_tokens = plan.kv_tokens * plan_in.kv_bytes_per_elem / 4;
-  if (opts.page_size > 0) ec.kv_block_size = static_cast<int>(opts.page_size);
-  ec.state_slots = static_cast<int>(plan.state_slots);
-  ec.chunked_prefill_size = static_cast<int>(opts.chunked_prefill_size);
-  ec.max_prefill_tokens = static_cast<int>(opts.max_prefill_tokens);
-  ec.spec_num_steps = opts.speculative_enabled() ? static_cast<int>(opts.speculative_num_steps) : 0;
-  ec.extra_eos_token_ids = defaults.eos_token_ids;
+  const EngineConfig& ec = setup->config;
 
   auto tokenizer = Tokenizer::load(opts.tokenizer_path.empty() ? opts.model_path : opts.tokenizer_path);
   if (!tokenizer) return fail(tokenizer.status().message(), 1);
@@ -158,7 +141,7 @@ int cmd_serve(const Args& args) {
     stop_cv.notify_all();
   }).detach();
 
-  auto engine = Engine::create(ec);
+  auto engine = Engine::create(ec, std::move(setup->backend));
   if (!engine) return fail(engine.status().message(), 1);
   (*engine)->start();
   std::fprintf(stderr, "%s\n", (*engine)->plan_summary().c_str());
