@@ -149,6 +149,31 @@ int cmd_serve(const Args& args) {
   ServerConfig server_config = server_config_from(opts);
   server_config.launch_id = launch.launch_id();
   server_config.speculative_num_steps = ec.spec_num_steps;
+  {
+    // /get_server_info: the effective arguments (SGLang's names, underscores) and what the
+    // engine allocated, which equals `deltaserve plan` for the same flags and memory.
+    nlohmann::ordered_json& info = server_config.server_info;
+    for (const auto& [name, value] : effective_config(opts)) {
+      if (name == "api-key") continue;
+      std::string key = name;
+      for (char& ch : key) ch = ch == '-' ? '_' : ch;
+      info[key] = value;
+    }
+    const EngineCapacity cap = (*engine)->capacity();
+    info["max_total_num_tokens"] = cap.kv_tokens;
+    info["max_running_requests"] = cap.max_running_requests;
+    info["max_mamba_cache_size"] = cap.state_slots;
+    info["kv_cache_dtype"] = cap.kv_cache_dtype;
+    info["context_length"] = cap.context_length;
+    info["page_size"] = cap.kv_block_size;
+    info["device"] = device == PlanDevice::Cuda ? "cuda" : "cpu";
+    info["memory"] = {{"weights_bytes", cap.weight_bytes},
+                      {"kv_cache_bytes", cap.kv_cache_bytes},
+                      {"state_cache_bytes", cap.state_cache_bytes},
+                      {"plan_budget_bytes", plan.budget_bytes},
+                      {"device_memory_used_before_load_bytes", setup->plan_input.device_memory_used_bytes}};
+    info["version"] = DELTASERVE_VERSION;
+  }
   // On the CPU the compute pool has a thread per core: more io threads only hand each token's
   // write from one to another (measured: bench/RESULTS.md, HTTP vs offline).
   server_config.n_http_threads =

@@ -1,5 +1,6 @@
 // OpenAiServer: the OpenAI-compatible HTTP API over an EngineService.
-//   POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics.
+//   POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics,
+//   GET /get_server_info (SGLang) and /v1/server_info.
 // Requests are parsed and validated at the edge (openai_request.h), rendered with the chat
 // template, tokenized, and handed to a GenerationJob that streams the engine's events back.
 #pragma once
@@ -34,6 +35,10 @@ struct ServerConfig {
   std::string tool_call_parser;                 // "" | "qwen3_coder" | "hermes"
   int64_t launch_id = 0;                        // this launch's record (0 = not recorded)
   int speculative_num_steps = 0;                // reported at /v1/server_info
+  // /get_server_info (SGLang's route; also merged into /v1/server_info): the effective server
+  // arguments and what the engine allocated (max_total_num_tokens, max_running_requests,
+  // max_mamba_cache_size, kv_cache_dtype, context_length, ...). Built by cmd_serve.
+  nlohmann::ordered_json server_info = nlohmann::ordered_json::object();
 };
 
 // Renders chat messages (normalized OpenAI messages), tools (array or null) and
