@@ -1,7 +1,8 @@
 // CacheMemory: the device storage of everything a sequence keeps between steps, and the
 // bookkeeping of who holds what.
 //   KV:      per attention layer, K and V as [n_blocks, block_size, n_kv_heads, head_dim]
-//   state:   per GDN layer, conv [n_slots, conv_dim, K-1] and recurrent [n_slots, Hv, Dv, Dk] (f32)
+//   state:   per GDN layer, conv [n_slots + n_checkpoints, conv_dim, K-1] and recurrent
+//            [n_slots + n_checkpoints, Hv, Dv, Dk] (f32): request slots, then checkpoints
 //   pending: per GDN layer, with speculative decoding, a verification run's raw inputs
 //            [n_slots * pending_depth, conv_dim + 2*Hv] (see BatchMeta::state_defer)
 // Blocks grow with a sequence's tokens; a slot is one per running request (its GDN state and
@@ -23,6 +24,7 @@ struct CacheConfig {
   int block_size = 16;
   int n_slots = 0;           // running requests at most
   int pending_depth = 0;     // 0 without speculative decoding; else 1 + draft tokens
+  int n_checkpoints = 0;     // GDN state checkpoints for the prefix cache (0 for dense models)
 };
 
 class CacheMemory final : public CacheAllocator {
@@ -34,13 +36,18 @@ class CacheMemory final : public CacheAllocator {
   const MemoryViews& views() const { return views_; }
   BlockPool& blocks() override { return blocks_; }
   const BlockPool& blocks() const override { return blocks_; }
-  bool has_state() const { return spec_.n_state_layers > 0; }
+  bool has_state() const override { return spec_.n_state_layers > 0; }
+  void copy_slot(int src, int dst) override;
 
   // Slots. A fresh slot's GDN state is zeroed.
   [[nodiscard]] int acquire_slot() override;
   void release_slot(int slot) override;
   int n_slots_free() const override { return slots_.n_free(); }
   int n_slots_total() const override { return slots_.n_total(); }
+  [[nodiscard]] int acquire_checkpoint() override;
+  void release_checkpoint(int slot) override;
+  int n_checkpoints_free() const override { return checkpoints_.n_free(); }
+  int n_checkpoints_total() const override { return checkpoints_.n_total(); }
   void check_integrity() const override;
 
   // Bytes this cache allocated on the device: KV, and GDN state + pending rows.
@@ -54,6 +61,7 @@ class CacheMemory final : public CacheAllocator {
   CacheConfig config_;
   BlockPool blocks_;
   SlotPool slots_;
+  SlotPool checkpoints_;  // ids offset by n_slots
   std::vector<DeviceBuffer> buffers_;
   MemoryViews views_;
   DeviceBuffer zeros_;  // one slot's worth of zeros, for resetting a slot

@@ -44,6 +44,7 @@ MemoryPlanInput memory_plan_input(const ServeOptions& o, PlanDevice device, int6
   in.max_running_requests = o.max_running_requests;
   in.max_total_tokens = o.max_total_tokens;
   in.max_state_slots = o.max_mamba_cache_size;
+  in.prefix_cache = !o.disable_radix_cache;
   in.mamba_full_memory_ratio = o.mamba_full_memory_ratio;
   in.mamba_full_memory_ratio_explicit = o.is_explicit("mamba-full-memory-ratio");
   in.spec_num_steps = o.speculative_enabled() ? static_cast<int>(o.speculative_num_steps) : 0;
@@ -85,7 +86,9 @@ std::string memory_plan_json(const MemoryPlan& p, const MemoryPlanInput& in) {
   j["context_length"] = p.context_length;
   // The same figures under SGLang's names (/get_server_info reports these for the running engine).
   j["max_total_num_tokens"] = p.kv_tokens;
-  j["max_mamba_cache_size"] = p.state_slots;
+  j["max_mamba_cache_size"] = p.state_slots + p.checkpoint_slots;
+  j["checkpoint_slots"] = p.checkpoint_slots;
+  j["prefix_cache"] = in.prefix_cache;
   j["kv_cache_dtype"] = std::string(dtype_name(in.kv_cache_dtype));
   j["ok"] = p.ok();
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();

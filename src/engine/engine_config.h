@@ -30,6 +30,16 @@ struct EngineConfig {
   int chunked_prefill_size = 0;      // longest prefill chunk of one sequence per step
   int max_prefill_tokens = 0;        // prefill tokens per step over all sequences
 
+  // Prefix cache (radix tree over KV blocks + GDN state checkpoints): off with
+  // --disable-radix-cache. checkpoint_slots: GDN states kept for it (models with GDN layers);
+  // decode_checkpoints: each running request keeps one at its last block boundary, cached when it
+  // finishes (--mamba-scheduler-strategy extra_buffer); otherwise only prompt and prefill-chunk
+  // ends are checkpointed (no_buffer).
+  bool prefix_cache = false;
+  int checkpoint_slots = 0;
+  bool decode_checkpoints = false;
+  bool schedule_lpm = false;         // --schedule-policy lpm: longest cached prefix first
+
   // Speculative decoding (MTP / NEXTN): 0 = off.
   int spec_num_steps = 0;
   // Decode batches of up to this many sequences replay a CUDA graph per batch size (GPU only).

@@ -30,6 +30,10 @@ struct Sequence {
   int64_t max_total_tokens = 0;     // prompt + max generated (bounded by the context length)
   uint64_t admit_order = 0;         // for preemption: the newest running sequence goes first
   int n_drafts = 0;                 // draft tokens waiting for verification (engine/spec/)
+  // Prefix cache.
+  int n_cached = 0;                 // prompt tokens served from the cache at first admission
+  int rolling_slot = -1;            // checkpoint slot with its state after rolling_pos tokens
+  int rolling_pos = 0;              //   (decode checkpoints: cached when the sequence finishes)
   uint64_t spec_steps = 0, spec_accepted = 0;  // verification steps, tokens emitted by them
 
   int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }

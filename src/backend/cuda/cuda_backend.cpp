@@ -454,6 +454,10 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
     a.pending = state.pending.f32();
     a.pending_depth = state.pending_depth;
   }
+  if (meta.checkpoint_at) {
+    a.ckpt_at = meta.d_checkpoint_at.i32();
+    a.ckpt_slot = meta.d_checkpoint_slot.i32();
+  }
   a.seq_start = meta.d_seq_start.i32();
   a.state_slot = meta.d_state_slot.i32();
   a.conv_out = static_cast<float*>(scratch(1, static_cast<std::size_t>(T) * conv_dim * 4));
@@ -520,6 +524,10 @@ void CudaKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMet
   a.layers = static_cast<const cuda::GdnCommitLayer*>(commit_table_.data());
   a.seq_start = commit.d_seq_start.i32();
   a.state_slot = commit.d_state_slot.i32();
+  if (commit.checkpoint_at) {
+    a.ckpt_at = commit.d_checkpoint_at.i32();
+    a.ckpt_slot = commit.d_checkpoint_slot.i32();
+  }
   timed("gdn_commit", [&] {
     DS_CHECK(cuda::launch_gdn_commit(a, stream()), "CUDA gdn_commit: unsupported head sizes (Dk ", a.Dk, ")");
   });

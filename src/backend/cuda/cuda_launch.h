@@ -108,6 +108,10 @@ struct GdnArgs {
   const int32_t* defer = nullptr;      // [S] device, nullptr = none
   float* pending = nullptr;            // [slots * pending_depth, conv_dim + 2*Hv]
   int pending_depth = 0;
+  // Prefix-cache checkpoints: the state after token ckpt_at[s] of the run goes to slot
+  // ckpt_slot[s] (ckpt_at -1: none). nullptr: none this step.
+  const int32_t* ckpt_at = nullptr;    // [S] device
+  const int32_t* ckpt_slot = nullptr;  // [S] device
   const int32_t* seq_start = nullptr;  // [S+1]
   const int32_t* state_slot = nullptr; // [S]
   float* conv_out = nullptr;           // scratch [T, conv_dim]
@@ -133,6 +137,8 @@ struct GdnCommitArgs {
   const GdnCommitLayer* layers = nullptr;  // [n_layers] device
   const int32_t* seq_start = nullptr;      // [S+1] device: tokens to replay per sequence
   const int32_t* state_slot = nullptr;     // [S] device
+  const int32_t* ckpt_at = nullptr;        // [S] device, nullptr = no checkpoints (as GdnArgs)
+  const int32_t* ckpt_slot = nullptr;      // [S] device
 };
 // Two launches for all layers: the recurrence (which reads the old conv windows), then the windows.
 bool launch_gdn_commit(const GdnCommitArgs& a, cudaStream_t s);
