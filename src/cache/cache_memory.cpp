@@ -2,8 +2,8 @@
 
 namespace deltaserve {
 
-int64_t CacheMemory::kv_bytes_per_token(const MemorySpec& s, DType dtype) {
-  return int64_t(s.n_kv_layers) * 2 * s.n_kv_heads * s.head_dim * int64_t(dtype_size(dtype));
+int64_t CacheMemory::kv_bytes_per_token(const MemorySpec& s, DType kv_dtype) {
+  return int64_t(s.n_kv_layers) * 2 * s.n_kv_heads * s.head_dim * int64_t(dtype_size(kv_dtype));
 }
 
 int64_t CacheMemory::state_bytes_per_slot(const MemorySpec& s, int snapshot_depth) {
@@ -13,14 +13,27 @@ int64_t CacheMemory::state_bytes_per_slot(const MemorySpec& s, int snapshot_dept
 }
 
 CacheMemory::CacheMemory(Backend& backend, const MemorySpec& spec, const CacheConfig& config)
-    : backend_(backend), spec_(spec), config_(config), blocks_(config.n_blocks) {
-  const DType act = backend.activation_dtype();
+    : backend_(backend),
+      spec_(spec),
+      config_(config),
+      kv_dtype_(config.kv_dtype.value_or(backend.activation_dtype())),
+      blocks_(config.n_blocks) {
+  const DType kvt = kv_dtype_;
+  DS_CHECK(kvt == DType::F32 || kvt == DType::BF16 || kvt == DType::F8E4M3 || kvt == DType::F8E5M2,
+           "KV cache dtype ", dtype_name(kvt));
+  DS_CHECK(config.kv_scales.empty() || int(config.kv_scales.size()) == spec.n_kv_layers, "kv_scales: ",
+           config.kv_scales.size(), " for ", spec.n_kv_layers, " KV layers");
+  const bool fp8 = kvt == DType::F8E4M3 || kvt == DType::F8E5M2;
   const int64_t nb = config.n_blocks, bs = config.block_size;
   for (int l = 0; l < spec.n_kv_layers; ++l) {
     KvLayerView v;
     for (Tensor* t : {&v.k, &v.v}) {
-      buffers_.push_back(backend.allocate(nb * bs * spec.n_kv_heads * spec.head_dim * dtype_size(act)));
-      *t = buffers_.back().view(act, {nb, bs, spec.n_kv_heads, spec.head_dim});
+      buffers_.push_back(backend.allocate(nb * bs * spec.n_kv_heads * spec.head_dim * dtype_size(kvt)));
+      *t = buffers_.back().view(kvt, {nb, bs, spec.n_kv_heads, spec.head_dim});
+    }
+    if (fp8 && !config.kv_scales.empty()) {
+      v.k_scale = config.kv_scales[l].k;
+      v.v_scale = config.kv_scales[l].v;
     }
     views_.kv.push_back(v);
   }

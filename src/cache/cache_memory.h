@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -20,6 +21,11 @@ struct CacheConfig {
   int block_size = 16;
   int n_slots = 0;           // GDN state slots (ignored without GDN layers)
   int snapshot_depth = 0;    // 0 without speculative decoding; else tokens per verify step
+  // KV element type: F32, BF16, F8E4M3 or F8E5M2; unset = the backend's activation dtype.
+  std::optional<DType> kv_dtype;
+  // Per KV layer (Model::kv_scales(), the MTP layer last); empty = 1. Applied to fp8 caches only
+  // (a bf16 / f32 cache holds the values themselves).
+  std::vector<KvScale> kv_scales;
 };
 
 class CacheMemory {
@@ -42,7 +48,9 @@ class CacheMemory {
   void restore_snapshots(const std::vector<SnapshotPick>& picks);
   void restore_snapshot(int slot, int j) { restore_snapshots({SnapshotPick{slot, j}}); }
 
-  static int64_t kv_bytes_per_token(const MemorySpec& spec, DType dtype);
+  DType kv_dtype() const { return kv_dtype_; }
+  int64_t kv_bytes_per_token() const { return kv_bytes_per_token(spec_, kv_dtype_); }
+  static int64_t kv_bytes_per_token(const MemorySpec& spec, DType kv_dtype);
   static int64_t state_bytes_per_slot(const MemorySpec& spec, int snapshot_depth);
 
  private:
@@ -50,6 +58,7 @@ class CacheMemory {
   Backend& backend_;
   MemorySpec spec_;
   CacheConfig config_;
+  DType kv_dtype_;
   BlockPool blocks_;
   std::vector<DeviceBuffer> buffers_;
   MemoryViews views_;

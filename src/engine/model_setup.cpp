@@ -17,6 +17,8 @@ Result<std::unique_ptr<ModelSetup>> ModelSetup::create(const SetupOptions& o, in
   const int blocks_per_seq = (max_context + cc.block_size - 1) / cc.block_size;
   cc.n_blocks = blocks_per_seq * max_seqs;
   cc.n_slots = max_seqs;
+  cc.kv_dtype = o.kv_dtype;
+  cc.kv_scales = s->model->kv_scales();
   s->cache = std::make_unique<CacheMemory>(*s->backend, s->model->memory_spec(), cc);
   // Decode batches replay CUDA graphs (the CUDA fixture tests thus check graph replay against
   // the references); the CPU backend has no graphs.
