@@ -8,7 +8,7 @@ namespace deltaserve {
 namespace {
 
 // The k ('k') or v ('v') cache scale of one attention layer (p = "<layer>.self_attn."): the one
-// of its accepted names the checkpoint has, 1 when none, an error when two disagree in name.
+// of its accepted names the checkpoint has; 1 when it has none, an error when it has two.
 Result<float> kv_cache_scale(WeightLoader& w, const std::string& p, char which) {
   const std::string x(1, which);
   const std::string names[] = {p + x + "_scale", p + "attn." + x + "_scale", p + x + "_proj." + x + "_scale",
