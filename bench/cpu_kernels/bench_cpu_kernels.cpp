@@ -306,7 +306,8 @@ void BM_AttentionDecode(benchmark::State& state) {
   for (auto& b : v) b = static_cast<uint8_t>(rng() & 0x3f);
   const int64_t row = int64_t(nh) * hd * 2 + 2LL * nkv * hd;
   std::vector<float> qkv = random_x(S, row), out(static_cast<size_t>(S) * nh * hd), norm(hd, 1.f);
-  std::vector<int32_t> pos(S, ctx - 1), start(S + 1), len(S, ctx), table(static_cast<size_t>(S) * blocks_per), slot(S, 0);
+  std::vector<int32_t> pos(S, ctx - 1), start(S + 1), len(S, ctx), slot(S, 0);
+  std::vector<int32_t> table(static_cast<size_t>(S) * blocks_per);
   for (int s = 0; s <= S; ++s) start[s] = s;
   for (int i = 0; i < S * blocks_per; ++i) table[i] = i;
   BatchMeta m;

@@ -329,7 +329,8 @@ int main(int argc, char** argv) {
   }
   RunnerLimits lim{std::max(o.prefill, o.ctx * o.batch), n_seqs, blocks_per_seq, std::max(16, o.batch)};
   ModelRunner runner(*be, *model, cache, lim);
-  std::printf("cache: %d blocks x %d tokens, KV %s, %d slots, snapshot depth 4 (bench-owned); free after setup: %.1f GiB\n",
+  std::printf("cache: %d blocks x %d tokens, KV %s, %d slots, snapshot depth 4 (bench-owned); "
+              "free after setup: %.1f GiB\n",
               cc.n_blocks, bs, std::string(dtype_name(cache.kv_dtype())).c_str(), cc.n_slots,
               be->memory_info().free_bytes / double(1 << 30));
 

@@ -213,8 +213,8 @@ TEST_P(CudaModelTest, KvCacheDtypesPartFromTheF32CacheOnlyAtNearTies) {
     ASSERT_TRUE(s);
     for (const auto& c : fixture_->cases()) {
       const std::string what = std::string(dtype_name(dt)) + " " + c.name;
-      const int same = check_greedy_against_f32(*setup_, *s, dt, std::span<const int32_t>(c.tokens.data(), c.prompt_len),
-                                                kKvGreedyTokens, what);
+      const std::span<const int32_t> prompt(c.tokens.data(), c.prompt_len);
+      const int same = check_greedy_against_f32(*setup_, *s, dt, prompt, kKvGreedyTokens, what);
       std::printf("[ tiny_coder ] kv %s: %d of %d greedy tokens equal to the f32 cache's\n", what.c_str(), same,
                   kKvGreedyTokens);
     }

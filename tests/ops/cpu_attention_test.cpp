@@ -211,7 +211,8 @@ class CpuAttentionTest : public ::testing::Test {
     const int T = m.n_tokens, hd = sh.hd, qw = sh.gate ? 2 * hd : hd;
     const int64_t row = int64_t(sh.nh) * qw + 2LL * sh.nkv * hd;
     std::vector<float> inv_freq(sh.rd / 2);
-    for (int i = 0; i < sh.rd / 2; ++i) inv_freq[i] = 1.0f / std::pow(in.params.rope_theta, float(2 * i) / float(sh.rd));
+    for (int i = 0; i < sh.rd / 2; ++i)
+      inv_freq[i] = 1.0f / std::pow(in.params.rope_theta, float(2 * i) / float(sh.rd));
     std::vector<double> out(static_cast<std::size_t>(T) * sh.nh * hd);
     std::vector<double> q(hd), sc;
     for (int t = 0; t < T; ++t) {

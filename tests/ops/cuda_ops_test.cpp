@@ -472,7 +472,8 @@ TEST_F(CudaOpsTest, Attention) {
   }
   // fp8 with checkpoint-style scales (stored = x / scale; keys reach ~6, values 2).
   for (DType dt : {DType::F8E4M3, DType::F8E5M2})
-    for (const auto& seqs : batches) attention_case(AttnShape{24, 4, 256, 64, true}, seqs, 64, 16, 1e-4, dt, 0.05f, 0.02f);
+    for (const auto& seqs : batches)
+      attention_case(AttnShape{24, 4, 256, 64, true}, seqs, 64, 16, 1e-4, dt, 0.05f, 0.02f);
 }
 
 // Decode and verification on long contexts (4k+ tokens, split-KV over shuffled blocks), every
@@ -482,7 +483,8 @@ TEST_F(CudaOpsTest, AttentionLongContextDecodeAndVerify) {
       {{4100, 1}, {5000, 1}, {37, 1}, {0, 1}},
       {{4200, 4}, {4500, 4}},
   };
-  for (AttnShape sh : {AttnShape{24, 4, 256, 64, true}, AttnShape{16, 8, 128, 128, false}, AttnShape{4, 2, 64, 16, true}}) {
+  for (AttnShape sh :
+       {AttnShape{24, 4, 256, 64, true}, AttnShape{16, 8, 128, 128, false}, AttnShape{4, 2, 64, 16, true}}) {
     for (DType dt : kKvDtypes) {
       for (const auto& seqs : batches) {
         const bool scaled = dt == DType::F8E4M3 || dt == DType::F8E5M2;
