@@ -52,10 +52,17 @@ struct BatchMeta {
   Tensor d_checkpoint_at, d_checkpoint_slot;
 };
 
-// KV storage of one attention layer: [n_blocks, block_size, n_kv_heads, head_dim] each.
+// KV storage of one attention layer: [n_blocks, block_size, n_kv_heads, head_dim] each, in the
+// cache dtype (k.dtype == v.dtype): F32, BF16, F8E4M3 or F8E5M2. Every backend reads and writes
+// each of them. Per-layer scales (fp8 caches; 1 otherwise): attention stores a key x as
+// convert(x * (1/k_scale)) and reads it back as stored * k_scale (likewise v with v_scale), where
+// 1/k_scale is rounded to f32 once. Conversions round to nearest even and saturate at the
+// format's largest finite value (core/dtype.h).
 struct KvLayerView {
   Tensor k;
   Tensor v;
+  float k_scale = 1.f;
+  float v_scale = 1.f;
 };
 
 // GDN state of one linear-attention layer.

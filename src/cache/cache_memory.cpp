@@ -8,17 +8,27 @@ CacheMemory::CacheMemory(Backend& backend, const MemorySpec& spec, const CacheCo
     : backend_(backend),
       spec_(spec),
       config_(config),
+      kv_dtype_(config.kv_dtype.value_or(backend.activation_dtype())),
       blocks_(config.n_blocks),
       slots_(config.n_slots),
       checkpoints_(spec.n_state_layers > 0 ? config.n_checkpoints : 0) {
-  const DType act = backend.activation_dtype();
+  const DType kvt = kv_dtype_;
+  DS_CHECK(kvt == DType::F32 || kvt == DType::BF16 || kvt == DType::F8E4M3 || kvt == DType::F8E5M2,
+           "KV cache dtype ", dtype_name(kvt));
+  DS_CHECK(config.kv_scales.empty() || int(config.kv_scales.size()) == spec.n_kv_layers, "kv_scales: ",
+           config.kv_scales.size(), " for ", spec.n_kv_layers, " KV layers");
+  const bool fp8 = kvt == DType::F8E4M3 || kvt == DType::F8E5M2;
   const int64_t nb = config.n_blocks, bs = config.block_size;
   for (int l = 0; l < spec.n_kv_layers; ++l) {
     KvLayerView v;
     for (Tensor* t : {&v.k, &v.v}) {
-      buffers_.push_back(backend.allocate(nb * bs * spec.n_kv_heads * spec.head_dim * dtype_size(act)));
-      *t = buffers_.back().view(act, {nb, bs, spec.n_kv_heads, spec.head_dim});
+      buffers_.push_back(backend.allocate(nb * bs * spec.n_kv_heads * spec.head_dim * dtype_size(kvt)));
+      *t = buffers_.back().view(kvt, {nb, bs, spec.n_kv_heads, spec.head_dim});
       kv_bytes_ += static_cast<int64_t>(buffers_.back().size());
+    }
+    if (fp8 && !config.kv_scales.empty()) {
+      v.k_scale = config.kv_scales[l].k;
+      v.v_scale = config.kv_scales[l].v;
     }
     views_.kv.push_back(v);
   }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -25,6 +26,11 @@ struct CacheConfig {
   int n_slots = 0;           // running requests at most
   int pending_depth = 0;     // 0 without speculative decoding; else 1 + draft tokens
   int n_checkpoints = 0;     // GDN state checkpoints for the prefix cache (0 for dense models)
+  // KV element type: F32, BF16, F8E4M3 or F8E5M2; unset = the backend's activation dtype.
+  std::optional<DType> kv_dtype;
+  // Per KV layer (Model::kv_scales(), the MTP layer last); empty = 1. Applied to fp8 caches only
+  // (a bf16 / f32 cache holds the values themselves).
+  std::vector<KvScale> kv_scales;
 };
 
 class CacheMemory final : public CacheAllocator {
@@ -53,12 +59,15 @@ class CacheMemory final : public CacheAllocator {
   // Bytes this cache allocated on the device: KV, and GDN state + pending rows.
   int64_t kv_bytes() const { return kv_bytes_; }
   int64_t state_bytes() const { return state_bytes_; }
+  DType kv_dtype() const { return kv_dtype_; }
+  int64_t kv_bytes_per_token() const { return deltaserve::kv_bytes_per_token(spec_, int64_t(dtype_size(kv_dtype_))); }
 
  private:
   void zero_slot(int slot);
   Backend& backend_;
   MemorySpec spec_;
   CacheConfig config_;
+  DType kv_dtype_;
   BlockPool blocks_;
   SlotPool slots_;
   SlotPool checkpoints_;  // ids offset by n_slots

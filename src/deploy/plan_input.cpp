@@ -56,11 +56,12 @@ MemoryPlanInput memory_plan_input(const ServeOptions& o, PlanDevice device, int6
 }
 
 DType resolve_kv_cache_dtype(const ServeOptions& o, PlanDevice device) {
-  (void)device;
-  (void)o;
-  // bf16 and fp8 caches need the KV dtype kernels; until they land every cache is f32 (the flag
-  // table marks --kv-cache-dtype "not yet", and serve warns when it is set).
-  return DType::F32;
+  if (o.kv_cache_dtype == "bf16" || o.kv_cache_dtype == "bfloat16") return DType::BF16;
+  if (o.kv_cache_dtype == "fp8_e4m3") return DType::F8E4M3;
+  if (o.kv_cache_dtype == "fp8_e5m2") return DType::F8E5M2;
+  // auto: bf16 on a GPU (as SGLang with a bf16 model); f32 on the CPU, where the cache is small
+  // next to the RAM and f32 attention is the fastest path.
+  return device == PlanDevice::Cuda ? DType::BF16 : DType::F32;
 }
 
 std::string memory_plan_json(const MemoryPlan& p, const MemoryPlanInput& in) {

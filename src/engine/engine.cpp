@@ -45,6 +45,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   cc.n_slots = c.max_running_requests;
   cc.pending_depth = k > 0 ? k + 1 : 0;
   cc.n_checkpoints = c.prefix_cache ? c.checkpoint_slots : 0;
+  cc.kv_dtype = c.kv_cache_dtype;
+  cc.kv_scales = e->model_->kv_scales();
   e->cache_ = std::make_unique<CacheMemory>(*e->backend_, e->model_->memory_spec(), cc);
 
   const int per_decode = 1 + k;
@@ -193,7 +195,7 @@ void Engine::update_stats() {
   EngineStats s;
   s.requests_running = scheduler_->n_running();
   s.requests_waiting = scheduler_->n_waiting();
-  s.kv_tokens_used = int64_t(cache_->blocks().n_used()) * cache_->config().block_size;
+  s.kv_tokens_used = int64_t(scheduler_->n_blocks_held_by_requests()) * cache_->config().block_size;
   s.kv_tokens_total = int64_t(cache_->blocks().n_total()) * cache_->config().block_size;
   s.state_slots_total = cache_->has_state() ? cache_->n_slots_total() : 0;
   s.state_slots_used = cache_->has_state() ? cache_->n_slots_total() - cache_->n_slots_free() : 0;
@@ -229,7 +231,8 @@ void Engine::maybe_log_progress() {
   if (steps > 0)
     accept = str_cat(", accept len: ", 1.0 + double(spec_accepted_total_ - log_.spec_accepted) / double(steps));
   log_info("Decode batch. #running-req: ", scheduler_->n_running(), ", #queue-req: ", scheduler_->n_waiting(),
-           ", #token: ", int64_t(cache_->blocks().n_used()) * cache_->config().block_size, accept,
+           ", #token: ", stats_.kv_tokens_used, ", #cached-token: ", stats_.cached_blocks * cache_->config().block_size,
+           accept,
            ", gen throughput (token/s): ", double(generated_tokens_total_ - log_.generated) / dt);
   log_ = {now, generated_tokens_total_, spec_steps_total_, spec_accepted_total_};
 }

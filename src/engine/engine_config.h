@@ -25,6 +25,7 @@ struct EngineConfig {
   int64_t context_length = 0;        // prompt + generated tokens per sequence
   int64_t kv_tokens = 0;             // KV cache capacity in tokens (over all sequences)
   int kv_block_size = 0;             // tokens per KV block
+  DType kv_cache_dtype = DType::F32; // F32, BF16, F8E4M3 or F8E5M2 (--kv-cache-dtype)
 
   // Per-step token budget (continuous batching; both required).
   int chunked_prefill_size = 0;      // longest prefill chunk of one sequence per step

@@ -327,6 +327,23 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
   return done;
 }
 
+int Scheduler::n_blocks_held_by_requests() {
+  if (!tree_) return cache_.blocks().n_used();
+  block_mark_.resize(static_cast<size_t>(cache_.blocks().n_total()), 0);
+  if (++mark_gen_ == 0) {
+    std::fill(block_mark_.begin(), block_mark_.end(), 0);
+    mark_gen_ = 1;
+  }
+  int n = 0;
+  for (const auto& s : running_)
+    for (int32_t b : s->blocks)
+      if (block_mark_[b] != mark_gen_) {
+        block_mark_[b] = mark_gen_;
+        ++n;
+      }
+  return n;
+}
+
 bool Scheduler::flush_prefix_cache() {
   if (!tree_) return true;
   if (!running_.empty() || !waiting_.empty()) return false;

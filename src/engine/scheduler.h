@@ -98,6 +98,9 @@ class Scheduler {
   // Grows seq's block table to cover n tokens (evicting cached blocks first if needed); false when
   // the pool is out of blocks.
   [[nodiscard]] bool reserve(Sequence& seq, int n_tokens);
+  // Distinct KV blocks held by running or waiting sequences (shared ones once); the rest of the
+  // pool's used blocks belong to the prefix cache alone (evictable).
+  int n_blocks_held_by_requests();
   // The prefix cache (nullptr when off).
   PrefixCache* prefix_cache() { return tree_.get(); }
   const PrefixCache* prefix_cache() const { return tree_.get(); }
@@ -129,7 +132,9 @@ class Scheduler {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<ScheduledItem> items_;
-  std::vector<int> in_flight_checkpoints_;  // prefill checkpoint slots between schedule() and update()
+  std::vector<int> in_flight_checkpoints_;
+  std::vector<uint32_t> block_mark_;  // n_blocks_held_by_requests scratch (generation stamps)
+  uint32_t mark_gen_ = 0;  // prefill checkpoint slots between schedule() and update()
   uint64_t admit_counter_ = 0;
   uint64_t n_preempted_ = 0;
 };

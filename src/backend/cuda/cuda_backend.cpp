@@ -358,7 +358,8 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
   const int64_t row = int64_t(nh) * (p.output_gate ? 2 : 1) * hd + 2LL * nkv * hd;
   DS_CHECK(qkv.cols() == row && qkv.rows() == meta.n_tokens, "attention qkv ", qkv.shape_string());
   DS_CHECK(out.cols() == int64_t(nh) * hd, "attention out ", out.shape_string());
-  DS_CHECK(kv.k.dtype == DType::F32, "CUDA attention expects an f32 KV cache");
+  DS_CHECK(kv.v.dtype == kv.k.dtype, "attention: K and V caches differ in dtype");
+  DS_CHECK(kv.k_scale > 0.f && kv.v_scale > 0.f, "attention: KV scales must be positive");
   DS_CHECK(nh % nkv == 0 && nh / nkv <= 32, "attention: GQA group of ", nh / nkv);
   DS_CHECK(p.rotary_dim % 2 == 0 && p.rotary_dim <= hd, "rotary_dim");
   const int T = meta.n_tokens;
@@ -377,8 +378,19 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
   a.k_norm = p.k_norm.f32();
   a.inv_freq = inv_freq(p.rotary_dim, p.rope_theta);
   a.qkv = qkv.f32();
-  a.k_cache = kv.k.f32();
-  a.v_cache = kv.v.f32();
+  a.k_cache = kv.k.data;
+  a.v_cache = kv.v.data;
+  switch (kv.k.dtype) {
+    case DType::F32: a.kv_type = cuda::KvType::F32; break;
+    case DType::BF16: a.kv_type = cuda::KvType::BF16; break;
+    case DType::F8E4M3: a.kv_type = cuda::KvType::E4M3; break;
+    case DType::F8E5M2: a.kv_type = cuda::KvType::E5M2; break;
+    default: DS_CHECK(false, "attention: unsupported KV cache dtype ", dtype_name(kv.k.dtype));
+  }
+  a.k_scale = kv.k_scale;
+  a.v_scale = kv.v_scale;
+  a.k_inv_scale = 1.0f / kv.k_scale;  // as the CPU reference: x * (1/scale)
+  a.v_inv_scale = 1.0f / kv.v_scale;
   a.positions = meta.d_positions.i32();
   a.seq_start = meta.d_seq_start.i32();
   a.block_table = meta.d_block_table.i32();
@@ -392,7 +404,7 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
     return !(e && std::strcmp(e, "0") == 0);
   }();
   const bool long_seq = flash_on && meta.max_seq_tokens >= kFlashMinSeqTokens;
-  bool past = false;  // a sequence continues a cached prefix (its earlier keys: f32 paged cache)
+  bool past = false;  // a sequence continues a cached prefix (its earlier keys: the paged cache)
   for (int s = 0; long_seq && s < meta.n_seqs; ++s)
     past = past || meta.context_len[s] > meta.seq_start[s + 1] - meta.seq_start[s];
   cuda::FlashPlan plan;
