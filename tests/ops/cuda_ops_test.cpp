@@ -55,10 +55,10 @@ class CudaOpsTest : public ::testing::Test {
     cpu_ = make_cpu_backend(0).release();
     // Ops are checked at f32 accuracy: GEMMs above 8 rows in exact mode (three bf16 parts).
     // The default mode (activations rounded to bf16) gets its own backend in Matmul.
-    setenv("DELTASERVE_CUDA_GEMM", "exact", 1);
-    gpu_ = cpu_only() ? make_cpu_backend(0).release() : make_cuda_backend(0).release();
-    unsetenv("DELTASERVE_CUDA_GEMM");
-    gpu_bf16_ = cpu_only() ? nullptr : make_cuda_backend(0).release();
+    CudaOptions exact;
+    exact.exact_gemm = true;
+    gpu_ = cpu_only() ? make_cpu_backend(0).release() : make_cuda_backend(0, exact).release();
+    gpu_bf16_ = cpu_only() ? nullptr : make_cuda_backend(0, CudaOptions{}).release();
   }
   static void TearDownTestSuite() {
     delete cpu_;
@@ -246,26 +246,30 @@ TEST_F(CudaOpsTest, Matmul) {
   }
 }
 
-// 2 <= T <= 8 (tensor-core GEMV) on at most 3 blocks (DELTASERVE_GEMV_TC_GRID): each block takes
-// many units (row tile x K range) in turn, its weight stream running on from one into the next.
+// 2 <= T <= 8 (tensor-core GEMV) on at most 3 blocks (CudaOptions::gemv_tc_grid): each block
+// takes many units (row tile x K range) in turn, its weight stream running on from one into the next.
 TEST_F(CudaOpsTest, MatmulFewBlocks) {
-  setenv("DELTASERVE_GEMV_TC_GRID", "3", 1);
+  if (cpu_only()) GTEST_SKIP() << "a GPU option";
+  CudaOptions few;
+  few.exact_gemm = true;
+  few.gemv_tc_grid = 3;
+  std::unique_ptr<Backend> gpu = make_cuda_backend(0, few);
   struct Shape { int64_t n, k; };
   for (Shape s : {Shape{1000, 17408}, Shape{300, 1040}, Shape{33, 2560}}) {
     auto w = to_bf16(rnd(s.n * s.k));
     auto wc = cpu_->make_linear(w.data(), DType::BF16, s.n, s.k);
-    auto wg = gpu_->make_linear(w.data(), DType::BF16, s.n, s.k);
+    auto wg = gpu->make_linear(w.data(), DType::BF16, s.n, s.k);
     for (int64_t T : {2, 3, 5, 8}) {
       for (bool acc : {false, true}) {
         Pair x = make_f32({T, s.k}, rnd(T * s.k));
         Pair out = acc ? make_f32({T, s.n}, rnd(T * s.n)) : poisoned({T, s.n});
         cpu_->kernels().matmul(x.tc, *wc, out.tc, acc);
-        gpu_->kernels().matmul(x.tg, *wg, out.tg, acc);
+        gpu->kernels().matmul(x.tg, *wg, out.tg, acc);
+        gpu->synchronize();  // its own stream; the buffers come from gpu_ (one context)
         EXPECT_LE(rel_err(out), 2e-5) << "T=" << T << " N=" << s.n << " K=" << s.k << " acc=" << acc;
       }
     }
   }
-  unsetenv("DELTASERVE_GEMV_TC_GRID");
 }
 
 TEST_F(CudaOpsTest, MatmulDecodeShape27B) {  // the 27B down_proj at batch 1

@@ -377,14 +377,11 @@ int device_smem_optin() {
   return optin;
 }
 
-int env_int(const char* name) {
-  const char* e = std::getenv(name);
-  return e ? std::atoi(e) : 0;
-}
 
 }  // namespace
 
-bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, FlashPlan* plan) {
+bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, const CudaOptions& o,
+                          FlashPlan* plan) {
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
   if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) return false;
   const int G = n_heads / n_kv_heads;
@@ -398,14 +395,14 @@ bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage,
       mt = kMaxWarps / d;
     }
   int bn = stage ? 32 : 64;
-  // Tuning overrides: DELTASERVE_FLASH_HB (query heads per block, divides G), DELTASERVE_FLASH_MT
-  // (16-token tiles per block), DELTASERVE_FLASH_BN (32 or 64 keys per tile; 64 only without staging).
-  if (const int v = env_int("DELTASERVE_FLASH_HB"); v >= 1 && v <= kMaxWarps && G % v == 0) {
+  // Tuning overrides (CudaOptions): query heads per block (divides G), 16-token tiles per block,
+  // 32 or 64 keys per tile (64 only without staging).
+  if (const int v = o.flash_heads_per_block; v >= 1 && v <= kMaxWarps && G % v == 0) {
     hb = v;
     mt = kMaxWarps / hb;
   }
-  if (const int v = env_int("DELTASERVE_FLASH_MT"); v >= 1 && v * hb <= kMaxWarps) mt = v;
-  if (env_int("DELTASERVE_FLASH_BN") == 32) bn = 32;
+  if (const int v = o.flash_m_tiles; v >= 1 && v * hb <= kMaxWarps) mt = v;
+  if (o.flash_keys_per_tile == 32) bn = 32;
   const std::size_t optin = static_cast<std::size_t>(device_smem_optin());
   auto fits = [&] { return flash_smem_bytes(head_dim, bn, hb * mt, stage) <= optin; };
   while (!fits() && mt > 1) --mt;

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda_options.h"
+
 #include <cuda_runtime.h>
 
 namespace deltaserve::cuda {
@@ -35,7 +37,7 @@ void launch_random_bf16(uint16_t* w, int64_t n, float scale, uint64_t seed, cuda
 // caller then uses cuBLAS.
 constexpr int kGemvMaxRows = 8;
 bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out,
-                 bool accumulate, cudaStream_t s);
+                 bool accumulate, const CudaOptions& o, cudaStream_t s);
 
 // ---- cuda_attention.cu -------------------------------------------------------------------------
 // KV cache element type (deltaserve::DType F32, BF16, F8E4M3, F8E5M2; kernels.h KvLayerView).
@@ -94,7 +96,8 @@ struct FlashPlan {
   int m_tiles = 0;          // 16-token tiles per block (flash_mt)
   int keys_per_tile = 0;    // 32 or 64 (flash_bn)
 };
-bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, FlashPlan* plan);
+bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, const CudaOptions& o,
+                          FlashPlan* plan);
 // The attention itself, after qk_prep (q in q16, this step's k/v in k16/v16 and the paged cache).
 void launch_flash_attention(const AttnArgs& a, cudaStream_t s);
 
