@@ -180,6 +180,12 @@ int cmd_bench_offline(const Args& args) {
       std::fprintf(stderr, "deltaserve bench-offline: %s\n", setup.status().message().c_str());
       return 1;
     }
+    if (setup->device == PlanDevice::Cuda)
+      std::fprintf(stderr, "device memory: %.2f GiB, in use before loading %.2f GiB (CUDA context); KV %s, %lld tokens\n",
+                   double(setup->plan_input.device_memory_bytes) / double(1 << 30),
+                   double(setup->plan_input.device_memory_used_bytes) / double(1 << 30),
+                   std::string(dtype_name(setup->config.kv_cache_dtype)).c_str(),
+                   static_cast<long long>(setup->config.kv_tokens));
     auto engine = Engine::create(setup->config, std::move(setup->backend));
     if (!engine) {
       std::fprintf(stderr, "deltaserve bench-offline: %s\n", engine.status().message().c_str());

@@ -362,6 +362,7 @@ void Engine::step() {
   // 6. Events out, finished sequences' memory back.
   emit_all(items);
   scheduler_->take_finished();
+  if (config_.check_integrity_every_step) scheduler_->check_integrity();
   ++steps_total_;
   step_s_ += now_seconds() - t_step;
 }

@@ -51,6 +51,9 @@ struct EngineConfig {
   uint64_t random_seed = 0;
 
   std::vector<int32_t> extra_eos_token_ids;  // e.g. from generation_config.json
+
+  // Tests: Scheduler::check_integrity() after every step (blocks, slots, checkpoints accounted).
+  bool check_integrity_every_step = false;
 };
 
 }  // namespace deltaserve

@@ -98,7 +98,7 @@ bool Scheduler::should_wait_for_running_prefix(const Sequence& s, int cached) co
     // models with state) the aligned ends of its chunks.
     int best = static_cast<int>(common) / bs * bs;
     if (cache_.has_state()) {
-      const int prompt_end = r->n_prompt / bs * bs;
+      const int prompt_end = (r->n_prompt - 1) / bs * bs;
       if (prompt_end <= static_cast<int>(common)) {
         best = prompt_end;
       } else if (config_.chunked_prefill_size % bs == 0) {
@@ -118,9 +118,11 @@ void Scheduler::plan_prefill_checkpoint(ScheduledItem& item) {
   Sequence& s = *item.seq;
   if (!tree_ || !cache_.has_state()) return;
   const int bs = config_.block_size, n0 = s.n_computed, end = n0 + item.n_tokens;
-  const int prompt_end = s.n_prompt / bs * bs;
+  // The prompt's last whole block before its last token: a request with the same prompt (n > 1, a
+  // retry) still has a token to compute from there, and one that extends it loses < 2 blocks.
+  const int prompt_end = (s.n_prompt - 1) / bs * bs;
   int at = -1;
-  if (n0 < prompt_end && prompt_end <= end) at = prompt_end;               // the prompt's last block
+  if (n0 < prompt_end && prompt_end <= end) at = prompt_end;
   else if (end < s.n_prompt && end % bs == 0) at = end;                      // a chunk boundary
   if (at <= n0) return;
   const int slot = take_checkpoint_slot();
@@ -298,6 +300,9 @@ void Scheduler::update(std::span<const ScheduledItem> items, std::span<StepOutpu
     if (reason != FinishReason::None) {
       s.status = SeqStatus::Finished;
       s.finish = reason;
+      // Accepted drafts after the finishing token were computed but are not part of the output;
+      // a checkpoint that covers any of them describes tokens that are gone (take_finished drops it).
+      s.n_computed = std::min(s.n_computed, static_cast<int>(s.tokens.size()));
     }
   }
 }
@@ -312,7 +317,7 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
         // checkpoint (models with state) or every full block (without).
         if (!cache_.has_state()) {
           cache_prefix(s, s.n_computed, -1);
-        } else if (s.rolling_slot >= 0) {
+        } else if (s.rolling_slot >= 0 && s.rolling_pos <= s.n_computed) {
           cache_prefix(s, s.rolling_pos, s.rolling_slot);
           s.rolling_slot = -1;
         }

@@ -283,3 +283,222 @@ TEST(Scheduler, RandomisedRunKeepsInvariantsEveryStep) {
 
 }  // namespace
 }  // namespace deltaserve::test
+
+namespace deltaserve::test {
+namespace {
+
+std::vector<int32_t> toks(int n, int32_t base) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = base + i;
+  return t;
+}
+
+// The tree on its own: matches end at the deepest checkpoint (models with state), LRU eviction
+// of leaves and checkpoints, references held and given back.
+TEST(PrefixCache, MatchesEndAtCheckpointsAndEvictLeastRecentlyUsedFirst) {
+  FakeCache cache(16, 2, 4);
+  PrefixCache pc(4, cache);
+  std::vector<int32_t> blocks;
+  ASSERT_TRUE(cache.blocks().allocate(4, blocks));
+  const auto a = toks(16, 100);
+  const int ck = cache.acquire_checkpoint();
+  pc.insert(a, blocks, 3, ck);  // 3 blocks, state after token 12
+  EXPECT_EQ(pc.n_cached_blocks(), 3);
+  EXPECT_EQ(pc.n_checkpoints(), 1);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(cache.blocks().ref_count(blocks[i]), 2);
+  EXPECT_EQ(cache.blocks().ref_count(blocks[3]), 1);
+  // The same 16 tokens: 3 blocks cached, and a checkpoint at 12.
+  PrefixCache::Match m = pc.match(a, 15);
+  EXPECT_EQ(m.n_tokens, 12);
+  EXPECT_EQ(m.checkpoint_slot, ck);
+  EXPECT_EQ(m.blocks, std::vector<int32_t>(blocks.begin(), blocks.begin() + 3));
+  EXPECT_EQ(pc.match_length(a, 11), 0) << "no checkpoint at 4 or 8";
+  // A prompt that leaves the path inside block 2 gets nothing (no checkpoint before it).
+  auto b = a;
+  b[9] = 7;
+  EXPECT_EQ(pc.match(b, 15).n_tokens, 0);
+  // The sequence lets go of its blocks: the cache alone holds three; the fourth is free.
+  for (int32_t x : blocks) cache.blocks().release(x);
+  EXPECT_EQ(cache.blocks().n_used(), 3);
+  pc.check_integrity();
+  // Eviction frees leaves first, then their parents.
+  EXPECT_TRUE(pc.evict_blocks(cache.blocks().n_total() - 1));
+  EXPECT_EQ(pc.n_cached_blocks(), 1);
+  EXPECT_EQ(pc.n_checkpoints(), 0);
+  EXPECT_EQ(cache.n_checkpoints_free(), 4);
+  pc.clear();
+  EXPECT_EQ(cache.blocks().n_used(), 0);
+  pc.check_integrity();
+  cache.check_integrity();
+}
+
+TEST(PrefixCache, WithoutStateAnyMatchedBlockCounts) {
+  FakeCache cache(16, 2, 0, /*state=*/false);
+  PrefixCache pc(4, cache);
+  std::vector<int32_t> blocks;
+  ASSERT_TRUE(cache.blocks().allocate(3, blocks));
+  const auto a = toks(12, 5);
+  pc.insert(a, blocks, 3, -1);
+  auto b = a;
+  b[9] = 0;  // diverges in block 2
+  EXPECT_EQ(pc.match(b, 12).n_tokens, 8);
+  EXPECT_EQ(pc.match(a, 11).n_tokens, 8) << "at most max_tokens, whole blocks";
+  EXPECT_EQ(pc.match(a, 12).n_tokens, 12);
+}
+
+// Two prompts with a common prefix: the second resumes after the first's checkpoint, sharing its
+// blocks and copying its state; usage counts the cached tokens.
+TEST(Scheduler, SecondRequestResumesFromTheCachedPrompt) {
+  FakeCache cache(64, 4, 8);
+  SchedulerConfig c = config(4, 64, 256);
+  c.prefix_cache = true;
+  Scheduler sch(c, cache);
+  auto a = seq(1, 30, 3);  // prompt of 30: checkpoint at 28 (the last whole block before token 29)
+  sch.add(std::move(a));
+  auto items = sch.schedule();
+  ASSERT_EQ(items.size(), 1u);
+  EXPECT_EQ(items[0].checkpoint_pos, 28);
+  EXPECT_EQ(items[0].checkpoint_at, 27);
+  sch.check_integrity();
+  auto out = sample(items, 7);
+  sch.update(items, out);
+  sch.check_integrity();
+  EXPECT_EQ(sch.prefix_cache()->n_cached_blocks(), 7);
+  EXPECT_EQ(sch.prefix_cache()->n_checkpoints(), 1);
+  // Same first 29 tokens, then different.
+  auto b = seq(2, 34, 3);
+  b->tokens[29] = 999;
+  sch.add(std::move(b));
+  items = sch.schedule();
+  ASSERT_EQ(items.size(), 2u);
+  const ScheduledItem& bi = items[1];
+  EXPECT_EQ(bi.seq->n_cached, 28);
+  EXPECT_EQ(bi.seq->n_computed, 28);
+  EXPECT_EQ(bi.n_tokens, 6);
+  ASSERT_EQ(cache.copies.size(), 1u);
+  EXPECT_EQ(cache.copies[0].second, bi.seq->slot);
+  sch.check_integrity();
+  out = sample(items, 7);
+  sch.update(items, out);
+  sch.check_integrity();
+}
+
+// A request whose prefix a running prefill is computing waits for it rather than computing it twice.
+TEST(Scheduler, WaitsForARunningPrefillOfItsPrefix) {
+  FakeCache cache(256, 4, 8);
+  SchedulerConfig c = config(4, 16, 256);
+  c.prefix_cache = true;
+  Scheduler sch(c, cache);
+  sch.add(seq(1, 60, 2));
+  auto items = sch.schedule();  // 1 takes its first chunk of 16
+  auto twin = seq(2, 60, 2);    // the same prompt
+  sch.add(std::move(twin));
+  auto out = sample(items, 7);
+  sch.update(items, out);
+  int steps = 0;
+  while (steps++ < 10) {
+    items = sch.schedule();
+    bool admitted = false;
+    for (const auto& it : items) admitted = admitted || it.seq->id == 2;
+    if (admitted) {
+      // It starts after the first request's prompt-end checkpoint (56 of 60).
+      for (const auto& it : items)
+        if (it.seq->id == 2) EXPECT_EQ(it.seq->n_cached, 56);
+      break;
+    }
+    EXPECT_EQ(sch.n_waiting(), 1);
+    out = sample(items, 7);
+    sch.update(items, out);
+    sch.check_integrity();
+  }
+  EXPECT_LE(steps, 5) << "the twin was admitted once the prompt was cached";
+}
+
+// Cached data gives way: a pool full of cache admits new requests by evicting, never failing them.
+TEST(Scheduler, CacheIsEvictedForRunningRequests) {
+  FakeCache cache(12, 2, 2);
+  SchedulerConfig c = config(2, 64, 64);
+  c.prefix_cache = true;
+  c.decode_checkpoints = true;
+  Scheduler sch(c, cache);
+  for (RequestId id = 1; id <= 6; ++id) {
+    sch.add(seq(id, 20, 3));
+    int guard = 0;
+    while (sch.has_work() && guard++ < 50) {
+      auto items = sch.schedule();
+      sch.check_integrity();
+      auto out = sample(items, static_cast<int32_t>(300 + id));
+      sch.update(items, out);
+      sch.take_finished();
+      sch.check_integrity();
+    }
+    ASSERT_FALSE(sch.has_work()) << "request " << id;
+  }
+  EXPECT_EQ(sch.n_preempted(), 0u);
+  EXPECT_GT(sch.prefix_cache()->n_cached_blocks(), 0);
+}
+
+// The randomised run again, with the prefix cache and decode checkpoints: prompts share
+// prefixes, and every block reference and checkpoint stays accounted for after every step.
+TEST(Scheduler, RandomisedRunWithPrefixCacheKeepsInvariants) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    FakeCache cache(40, 4, 6, /*state=*/seed % 3 != 0);
+    SchedulerConfig c = config(4, 6, 12);
+    c.prefix_cache = true;
+    c.decode_checkpoints = seed % 2 == 0;
+    c.policy = seed % 4 == 1 ? SchedulePolicy::Lpm : SchedulePolicy::Fcfs;
+    Scheduler sch(c, cache);
+    RequestId next = 1;
+    int finished = 0, removed = 0, added = 0;
+    const std::vector<int32_t> shared = toks(40, 500);
+    for (int step = 0; step < 600; ++step) {
+      if (added < 40 && rng() % 3 == 0) {
+        auto s = seq(next++, 1 + int(rng() % 30), 1 + int(rng() % 20));
+        const int keep = int(rng() % (s->tokens.size() + 1));  // a shared prefix of random length
+        std::copy(shared.begin(), shared.begin() + keep, s->tokens.begin());
+        sch.add(std::move(s));
+        ++added;
+      }
+      if (rng() % 29 == 0 && next > 1 && sch.remove(1 + rng() % (next - 1))) ++removed;
+      const auto items = sch.schedule();
+      sch.check_integrity();
+      std::vector<StepOutput> out(items.size());
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (!items[i].sample) continue;
+        Sequence& s = *items[i].seq;
+        const int32_t tok = rng() % 12 == 0 ? 2 : 7;
+        if (s.n_drafts > 0) {
+          const int a = int(rng() % (s.n_drafts + 1));
+          out[i].n_drafts = s.n_drafts;
+          out[i].n_accepted = a;
+          for (int j = 0; j <= a; ++j) s.tokens.push_back(j == a ? tok : 7);
+          out[i].n_sampled = a + 1;
+        } else {
+          s.tokens.push_back(tok);
+          out[i].n_sampled = 1;
+        }
+      }
+      sch.update(items, out);
+      for (size_t i = 0; i < items.size(); ++i) {
+        Sequence& s = *items[i].seq;
+        if (out[i].n_accepted >= 0 && s.status != SeqStatus::Finished) sch.commit_checkpoint(s, out[i].n_accepted + 1);
+        if (items[i].sample && s.status != SeqStatus::Finished) {
+          const int want = int(rng() % 4);
+          if (want > 0 && sch.reserve(s, int(s.tokens.size()) + want)) s.n_drafts = want;
+        }
+      }
+      finished += static_cast<int>(sch.take_finished().size());
+      sch.check_integrity();
+      if (added == 40 && !sch.has_work()) break;
+    }
+    EXPECT_FALSE(sch.has_work()) << "seed " << seed;
+    EXPECT_EQ(finished + removed, added) << "seed " << seed;
+    ASSERT_TRUE(sch.flush_prefix_cache());
+    EXPECT_EQ(cache.blocks().n_used(), 0) << "seed " << seed;
+    EXPECT_EQ(cache.n_checkpoints_free(), cache.n_checkpoints_total()) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace deltaserve::test

@@ -1,0 +1,202 @@
+// The prefix cache end to end (Engine on the CPU, every fixture model): greedy outputs with the
+// cache equal the outputs without it, for shared prefixes that end inside a block, at a block
+// boundary, at a checkpoint and between checkpoints, for a repeated prompt and for a multi-turn
+// continuation (prompt + the model's reply + more); with MTP; under eviction pressure; with the
+// block/slot/checkpoint accounting checked after every step; cached tokens reported.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "engine/engine.h"
+#include "../model/fixture.h"
+
+namespace deltaserve::test {
+namespace {
+
+struct CacheSetup {
+  int spec = 0;
+  bool cache = true;
+  int64_t kv_tokens = 0;
+  int max_running = 4;
+  int checkpoints = 8;
+};
+
+std::unique_ptr<Engine> make(const std::string& dir, const CacheSetup& o) {
+  EngineConfig c;
+  c.model_dir = source_dir() / dir;
+  c.n_threads = 2;
+  c.spec_num_steps = o.spec;
+  c.max_running_requests = o.max_running;
+  c.max_waiting_requests = 256;
+  c.context_length = 512;
+  c.kv_tokens = o.kv_tokens > 0 ? o.kv_tokens : 512 * int64_t(o.max_running);
+  c.kv_block_size = 16;
+  c.chunked_prefill_size = 64;
+  c.max_prefill_tokens = 128;
+  c.prefix_cache = o.cache;
+  c.checkpoint_slots = o.checkpoints;
+  c.decode_checkpoints = true;
+  c.check_integrity_every_step = true;
+  auto e = Engine::create(c);
+  if (!e.is_ok()) {
+    ADD_FAILURE() << e.status().message();
+    return nullptr;
+  }
+  (*e)->start();
+  return std::move(*e);
+}
+
+struct Result {
+  std::vector<int32_t> tokens;
+  int cached = 0;
+  FinishReason finish = FinishReason::None;
+};
+
+Result run(Engine& e, const std::vector<int32_t>& prompt, int n) {
+  GenerateRequest r;
+  r.id = e.next_request_id();
+  r.prompt = prompt;
+  r.sampling.temperature = 0;
+  r.sampling.max_tokens = n;
+  r.sampling.ignore_eos = true;
+  auto s = e.submit(std::move(r));
+  Result out;
+  while (auto ev = s->events.pop()) {
+    out.tokens.insert(out.tokens.end(), ev->tokens.begin(), ev->tokens.end());
+    if (ev->finish != FinishReason::None) {
+      out.finish = ev->finish;
+      out.cached = ev->n_cached_tokens;
+      break;
+    }
+  }
+  return out;
+}
+
+// A prompt of n tokens: the fixture's first prompt, then filler ids that depend on seed (all below
+// the smallest fixture vocabulary, 512).
+std::vector<int32_t> prompt_of(const Fixture& fx, int n, int seed) {
+  const auto& c = fx.cases()[0];
+  std::vector<int32_t> p(c.tokens.begin(), c.tokens.begin() + std::min(c.prompt_len, n));
+  for (int i = static_cast<int>(p.size()); i < n; ++i) p.push_back(1 + (i * 37 + seed * 101) % 509);
+  return p;
+}
+
+// `head` tokens of a, then b's own tokens.
+std::vector<int32_t> share(const std::vector<int32_t>& a, int head, std::vector<int32_t> b) {
+  std::copy(a.begin(), a.begin() + head, b.begin());
+  return b;
+}
+
+class PrefixCacheEquivalence : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(PrefixCacheEquivalence, GreedyOutputsEqualThoseWithoutTheCache) {
+  const auto& [dir, k] = GetParam();
+  if (k > 0 && std::string(dir).find("qwen3-tiny") != std::string::npos) GTEST_SKIP() << "dense Qwen3 has no MTP head";
+  Fixture fx(source_dir() / dir);
+  const bool has_state = std::string(dir).find("qwen3-tiny") == std::string::npos;
+  const int n_gen = 24;
+  const auto a = prompt_of(fx, 150, 1);  // checkpoints at 64, 128 (chunk ends), 144 (prompt end)
+  std::vector<std::pair<std::string, std::vector<int32_t>>> prompts = {
+      {"first", a},
+      {"shares 37 (inside a block)", share(a, 37, prompt_of(fx, 120, 2))},
+      {"shares 48 (a block boundary)", share(a, 48, prompt_of(fx, 90, 3))},
+      {"shares 64 (a checkpoint)", share(a, 64, prompt_of(fx, 100, 4))},
+      {"shares 100 (between checkpoints)", share(a, 100, prompt_of(fx, 130, 5))},
+      {"the same prompt again", a},
+  };
+  auto reference = make(dir, CacheSetup{k, false});
+  ASSERT_NE(reference, nullptr);
+  std::vector<Result> expect;
+  for (const auto& [name, p] : prompts) {
+    expect.push_back(run(*reference, p, n_gen));
+    ASSERT_EQ(expect.back().finish, FinishReason::Length) << name;
+  }
+  // Multi-turn: the first prompt, its reply, and a new message.
+  std::vector<int32_t> turn2 = a;
+  turn2.insert(turn2.end(), expect[0].tokens.begin(), expect[0].tokens.end());
+  for (int i = 0; i < 20; ++i) turn2.push_back(1 + (i * 13) % 509);
+  prompts.push_back({"multi-turn continuation", turn2});
+  expect.push_back(run(*reference, turn2, n_gen));
+  reference.reset();
+
+  // Room for every checkpoint of this test (eviction has its own test below).
+  auto cached = make(dir, CacheSetup{k, true, 0, 4, 32});
+  ASSERT_NE(cached, nullptr);
+  std::vector<Result> got;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    got.push_back(run(*cached, prompts[i].second, n_gen));
+    EXPECT_EQ(got[i].tokens, expect[i].tokens) << prompts[i].first;
+  }
+  // What was served from the cache: a model with GDN state resumes at checkpoints only.
+  EXPECT_EQ(got[0].cached, 0);
+  EXPECT_EQ(got[1].cached, has_state ? 0 : 32);
+  EXPECT_EQ(got[2].cached, has_state ? 0 : 48);
+  EXPECT_EQ(got[3].cached, 64);
+  EXPECT_EQ(got[4].cached, has_state ? 64 : 96);
+  EXPECT_EQ(got[5].cached, 144);
+  // The continuation resumes past the first prompt: its reply was cached when it finished (the
+  // last block boundary its checkpoint reached).
+  EXPECT_GE(got[6].cached, 160) << "prompt " << a.size() << " + reply " << n_gen;
+  const EngineStats st = cached->stats();
+  EXPECT_GT(st.cached_blocks, 0);
+  EXPECT_GT(st.prompt_tokens_cached_total, 0u);
+  EXPECT_TRUE(cached->flush_cache());
+  for (int i = 0; i < 100 && cached->stats().cached_blocks != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(cached->stats().cached_blocks, 0);
+  EXPECT_EQ(cached->stats().cached_checkpoints, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, PrefixCacheEquivalence,
+    ::testing::Combine(::testing::Values("models/tiny-coder", "tests/fixtures/qwen35-tiny", "tests/fixtures/qwen3-tiny"),
+                       ::testing::Values(0, 3)),
+    [](const auto& info) {
+      const std::string d = std::get<0>(info.param);
+      const std::string m = d.find("coder") != std::string::npos ? "tiny_coder"
+                            : d.find("qwen35") != std::string::npos ? "qwen35_tiny"
+                                                                     : "qwen3_tiny";
+      return m + "_k" + std::to_string(std::get<1>(info.param));
+    });
+
+// A pool too small for everything: the cache is evicted for running requests, nobody fails, and
+// the outputs stay those of an engine without the cache.
+TEST(PrefixCache, UnderEvictionPressureNoRequestFailsAndOutputsStayExact) {
+  Fixture fx(source_dir() / "models/tiny-coder");
+  const auto a = prompt_of(fx, 100, 1);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 12; ++i) prompts.push_back(share(a, 20 + 10 * (i % 6), prompt_of(fx, 90 + 5 * i, 10 + i)));
+  auto reference = make("models/tiny-coder", CacheSetup{0, false});
+  std::vector<std::vector<int32_t>> expect;
+  for (auto& p : prompts) expect.push_back(run(*reference, p, 20).tokens);
+  reference.reset();
+  for (int k : {0, 3}) {
+    // 320 KV tokens: two or three sequences at a time, the cache squeezed in between; 3 checkpoints.
+    auto e = make("models/tiny-coder", CacheSetup{k, true, 320, 3, 3});
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (auto& p : prompts) {
+      GenerateRequest r;
+      r.id = e->next_request_id();
+      r.prompt = p;
+      r.sampling.temperature = 0;
+      r.sampling.max_tokens = 20;
+      r.sampling.ignore_eos = true;
+      streams.push_back(e->submit(std::move(r)));
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::vector<int32_t> got;
+      FinishReason finish = FinishReason::None;
+      while (auto ev = streams[i]->events.pop()) {
+        got.insert(got.end(), ev->tokens.begin(), ev->tokens.end());
+        if (ev->finish != FinishReason::None) {
+          finish = ev->finish;
+          break;
+        }
+      }
+      EXPECT_EQ(finish, FinishReason::Length) << "k=" << k << " request " << i;
+      EXPECT_EQ(got, expect[i]) << "k=" << k << " request " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deltaserve::test

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# tools/gpu-pack.sh: build the GPU binaries here (the device image lacks the host build
+# dependencies: GTest, nlohmann_json, Boost, SQLite, ...) for sm_90a, strip them and pack them
+# into .gpu/bin.tar.xz (ignored by git; small enough to travel with the working tree), for
+# tools/gpu-run.sh on the device machine.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build-gpu}
+cd "$ROOT"
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDELTASERVE_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90a-real -DDELTASERVE_WERROR=ON >/dev/null
+TARGETS=(deltaserve cuda_ops_test cuda_model_test spec_rollback_test bench_cuda_decode)
+ninja -C "$BUILD" -j"${JOBS:-2}" "${TARGETS[@]}"
+rm -rf .gpu/bin && mkdir -p .gpu/bin
+for f in src/app/deltaserve tests/ops/cuda_ops_test tests/model/cuda_model_test tests/engine/spec_rollback_test \
+         bench/cuda/bench_cuda_decode; do
+  strip -o ".gpu/bin/$(basename "$f")" "$BUILD/$f"
+done
+tar -C .gpu/bin -cJf .gpu/bin.tar.xz .
+rm -rf .gpu/bin
+git rev-parse --short HEAD >.gpu/commit
+git status --short | grep -v '^??' >.gpu/dirty || true
+ls -la .gpu

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# tools/gpu-run.sh: on the device machine, with the binaries tools/gpu-pack.sh packed:
+#   STAGES="tests decode engine" OUT=$OUT bash tools/gpu-run.sh
+# tests:  cuda_ops_test, cuda_model_test (KV dtypes, graphs), spec_rollback_test on CUDA
+# decode: bench_cuda_decode on the 27B shape (dummy weights): batch 1 decode, verify + commit +
+#         3 MTP steps, 8k TTFT, batch 16; once per KV dtype (KV_DTYPES, default "bf16 fp8_e4m3")
+# engine: deltaserve bench-offline through the engine (scheduler, sampling, graphs): batch
+#         1/16/64 at a 1k context, 8k prefill, and MTP k=3 at batch 1, per KV dtype
+# Logs and a summary go to $OUT.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$ROOT/gpu-out}
+STAGES=${STAGES:-tests decode engine}
+KV_DTYPES=${KV_DTYPES:-bf16 fp8_e4m3}
+mkdir -p "$OUT" "$ROOT/.gpu/bin"
+cd "$ROOT"
+tar -C .gpu/bin -xJf .gpu/bin.tar.xz
+B=$ROOT/.gpu/bin
+# The binaries find models/ and tests/fixtures/ under the source dir they were built from.
+if [ "$ROOT" != /work/main ] && [ ! -e /work/main ]; then mkdir -p /work && ln -s "$ROOT" /work/main; fi
+export NCCL_NVLS_ENABLE=0
+nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv >"$OUT/smi.txt"
+echo "commit $(cat .gpu/commit 2>/dev/null)" | tee "$OUT/summary.txt"
+M=bench/configs/qwen3.6-27b
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+
+if has tests; then
+  for t in cuda_ops_test cuda_model_test; do
+    timeout 300 "$B/$t" --gtest_brief=1 >"$OUT/$t.log" 2>&1
+    echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$t.log" | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
+  done
+  timeout 120 "$B/spec_rollback_test" --gtest_filter='*cuda*' >"$OUT/spec_rollback.log" 2>&1
+  echo "spec_rollback_test(cuda) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/spec_rollback.log" | tr '\n' ' ')" |
+    tee -a "$OUT/summary.txt"
+fi
+
+if has decode; then
+  for kv in $KV_DTYPES; do
+    timeout 240 "$B/bench_cuda_decode" --model $M --kv-dtype "$kv" --ctx 1024 --steps 64 --prefill 8192 --batch 16 \
+      >"$OUT/decode_$kv.log" 2>&1
+    echo "bench_cuda_decode kv=$kv rc=$?" | tee -a "$OUT/summary.txt"
+    sed -n '/^| metric/,$p' "$OUT/decode_$kv.log" | tee -a "$OUT/summary.txt"
+  done
+fi
+
+if has engine; then
+  for kv in $KV_DTYPES; do
+    timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --kv-cache-dtype "$kv" \
+      --batch 1,16,64 --threads 1 --prompt-len 1024 --gen-len 96 --prefill-len 8192 >"$OUT/engine_$kv.log" 2>&1
+    echo "bench-offline kv=$kv rc=$?" | tee -a "$OUT/summary.txt"
+    grep -vE '^\[' "$OUT/engine_$kv.log" | tail -12 | tee -a "$OUT/summary.txt"
+  done
+  timeout 200 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy \
+    --speculative-algorithm NEXTN --speculative-num-steps 3 --batch 1 --threads 1 --prompt-len 1024 --gen-len 128 \
+    --prefill-len 1024 >"$OUT/engine_mtp.log" 2>&1
+  echo "bench-offline MTP k=3 rc=$?" | tee -a "$OUT/summary.txt"
+  grep -vE '^\[' "$OUT/engine_mtp.log" | tail -6 | tee -a "$OUT/summary.txt"
+fi
