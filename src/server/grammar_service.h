@@ -16,22 +16,11 @@
 
 #include "grammar/compiled_grammar.h"
 #include "grammar/json_schema.h"
+#include "server/constraint_spec.h"
 #include "server/tool_call_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deltaserve {
-
-struct ConstraintSpec {
-  enum class Kind { None, JsonSchema, JsonObject, Regex, Ebnf, StructuralTag, Choice, ToolCall };
-  Kind kind = Kind::None;
-  std::string param;            // the request field it came from (errors name it)
-  nlohmann::ordered_json json;  // JsonSchema: the schema; StructuralTag: the tag; Choice: the
-                                // strings; ToolCall: {"format", "tools", "parallel"}
-  std::string text;             // Regex, Ebnf
-
-  bool empty() const { return kind == Kind::None; }
-  std::string cache_key() const;
-};
 
 // Added tokens the reasoning and tool-call parsers read as text: grammar text, even where a
 // tokenizer marks them special (tiny-coder does).

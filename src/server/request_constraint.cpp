@@ -42,7 +42,8 @@ void RequestConstraint::apply(float* logits, int64_t vocab, int n_generated) {
   }
   const bool grammar_on = started_at_ >= 0 && matcher_;
   const bool grammar_must_end = grammar_on && (matcher_->must_end() || matcher_->is_terminated());
-  if (n_generated < p.min_tokens && !grammar_must_end) {
+  const bool ban_end = n_generated < p.min_tokens && !grammar_must_end;
+  if (ban_end) {
     for (TokenId id : p.end_ids)
       if (id < vocab) logits[id] = -INFINITY;
   }
@@ -55,33 +56,38 @@ void RequestConstraint::apply(float* logits, int64_t vocab, int n_generated) {
       if (id < vocab && !(id < mask.size() && mask.test(id))) saved_.emplace_back(id, logits[id]);
   const std::vector<uint64_t>& words = mask.words();
   const int64_t covered = std::min<int64_t>(vocab, mask.size());
-  bool any = false;
   for (int64_t w = 0; w * 64 < covered; ++w) {
-    uint64_t bits = words[static_cast<size_t>(w)];
+    const uint64_t bits = words[static_cast<size_t>(w)];
     const int64_t base = w * 64;
     const int64_t end = std::min<int64_t>(base + 64, covered);
-    if (bits == ~uint64_t{0} && end - base == 64) {
-      if (!any) any = std::any_of(logits + base, logits + end, [](float x) { return x > -INFINITY; });
+    if (bits == ~uint64_t{0}) continue;
+    if (bits == 0) {
+      std::fill(logits + base, logits + end, -INFINITY);
       continue;
     }
-    for (int64_t i = base; i < end; ++i) {
+    for (int64_t i = base; i < end; ++i)
       if (!((bits >> (i - base)) & 1u)) logits[i] = -INFINITY;
-      else if (!any && logits[i] > -INFINITY) any = true;
-    }
   }
   for (int64_t i = covered; i < vocab; ++i) logits[i] = -INFINITY;
-  for (const auto& [id, v] : saved_) {
-    logits[id] = v;
-    any = any || v > -INFINITY;
-  }
-  if (!any) {
-    // The other rules removed every token the grammar allows: keep the grammar's first one.
-    for (size_t w = 0; w < words.size(); ++w) {
-      if (!words[w]) continue;
-      const int64_t id = static_cast<int64_t>(w * 64) + std::countr_zero(words[w]);
-      if (id < vocab) logits[id] = 0.0f;
-      break;
+  for (const auto& [id, v] : saved_) logits[id] = v;
+  // Only allowed ids, bad words and min_tokens remove tokens the grammar allows: if together they
+  // removed all of them, keep the grammar's first token.
+  if (p.allowed_ids.empty() && p.bad_words.empty() && !ban_end) return;
+  for (size_t w = 0; w < words.size(); ++w) {
+    uint64_t bits = words[w];
+    while (bits) {
+      const int64_t id = static_cast<int64_t>(w * 64) + std::countr_zero(bits);
+      if (id < vocab && logits[id] > -INFINITY) return;
+      bits &= bits - 1;
     }
+  }
+  for (const auto& [id, v] : saved_)
+    if (v > -INFINITY) return;
+  for (size_t w = 0; w < words.size(); ++w) {
+    if (!words[w]) continue;
+    const int64_t id = static_cast<int64_t>(w * 64) + std::countr_zero(words[w]);
+    if (id < vocab) logits[id] = 0.0f;
+    return;
   }
 }
 

@@ -164,8 +164,10 @@ bool is_proper_prefix(std::string_view text, std::string_view tag) {
 }
 
 // Shared by both parsers: the text outside tool calls. Returns true when `<tool_call>` was
-// consumed; false when more input is needed or the buffer is empty.
-bool scan_text(std::string& buf, bool at_end, ToolParseDelta& out) {
+// consumed, or (bare_function) when a `<function=` without the wrapper starts the buffer (left
+// in place); false when more input is needed or the buffer is empty.
+bool scan_text(std::string& buf, bool at_end, ToolParseDelta& out, bool bare_function = false,
+               bool* bare = nullptr) {
   for (;;) {
     std::size_t lt = buf.find('<');
     if (lt == std::string::npos) {
@@ -177,9 +179,15 @@ bool scan_text(std::string& buf, bool at_end, ToolParseDelta& out) {
     buf.erase(0, lt);
     if (starts_with(buf, kToolCallOpen)) {
       buf.erase(0, kToolCallOpen.size());
+      if (bare) *bare = false;
       return true;
     }
-    if (!at_end && is_proper_prefix(buf, kToolCallOpen)) return false;
+    if (bare_function && starts_with(buf, kFunctionOpen)) {
+      if (bare) *bare = true;
+      return true;
+    }
+    if (!at_end && (is_proper_prefix(buf, kToolCallOpen) || (bare_function && is_proper_prefix(buf, kFunctionOpen))))
+      return false;
     out.content += '<';
     buf.erase(0, 1);
   }
@@ -204,7 +212,8 @@ class Qwen3CoderParser final : public ToolCallParser {
       bool progressed = false;
       switch (state_) {
         case State::Text:
-          if (scan_text(buf_, at_end, out)) {
+          // SGLang and vLLM also take a bare <function=...> block, without <tool_call> around it.
+          if (scan_text(buf_, at_end, out, /*bare_function=*/true, &bare_)) {
             state_ = State::InTool;
             progressed = true;
           }
@@ -285,7 +294,9 @@ class Qwen3CoderParser final : public ToolCallParser {
     if (starts_with(buf_, kFunctionClose)) {
       buf_.erase(0, kFunctionClose.size());
       close_call(out);
-      state_ = State::InTool;
+      // A bare block ends with </function> (one trailing newline is part of the block).
+      state_ = bare_ ? State::Text : State::InTool;
+      if (bare_ && !buf_.empty() && buf_[0] == '\n') buf_.erase(0, 1);
       return true;
     }
     if (starts_with(buf_, kToolCallClose)) {
@@ -346,6 +357,7 @@ class Qwen3CoderParser final : public ToolCallParser {
   json tools_;
   std::string buf_;
   State state_ = State::Text;
+  bool bare_ = false;  // the current call came without <tool_call>
   std::string function_name_, param_name_;
   int index_ = -1;
   int n_params_ = 0;
