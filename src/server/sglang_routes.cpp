@@ -100,6 +100,7 @@ std::optional<ApiError> parse_generate_request(const json& body, const SamplingD
   }
   auto prefix = [](std::optional<ApiError> e) {
     if (e && !e->param.empty()) {
+      if (e->param == "max_tokens") e->param = "max_new_tokens";
       e->param = "sampling_params." + e->param;
       e->message = "sampling_params: " + e->message;
     }

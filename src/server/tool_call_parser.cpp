@@ -164,9 +164,10 @@ bool is_proper_prefix(std::string_view text, std::string_view tag) {
 }
 
 // Shared by both parsers: the text outside tool calls. Returns true when `<tool_call>` was
-// consumed, or (bare_function) when a `<function=` without the wrapper starts the buffer (left
-// in place); false when more input is needed or the buffer is empty.
-bool scan_text(std::string& buf, bool at_end, ToolParseDelta& out, bool bare_function = false,
+// consumed, or when a bare `<function=NAME>` (no wrapper) of one of `bare_names` starts the
+// buffer (left in place, *bare set); false when more input is needed or the buffer is empty.
+// A `<function=x>` naming no known tool is prose.
+bool scan_text(std::string& buf, bool at_end, ToolParseDelta& out, const std::vector<std::string>* bare_names = nullptr,
                bool* bare = nullptr) {
   for (;;) {
     std::size_t lt = buf.find('<');
@@ -182,20 +183,41 @@ bool scan_text(std::string& buf, bool at_end, ToolParseDelta& out, bool bare_fun
       if (bare) *bare = false;
       return true;
     }
-    if (bare_function && starts_with(buf, kFunctionOpen)) {
-      if (bare) *bare = true;
-      return true;
-    }
-    if (!at_end && (is_proper_prefix(buf, kToolCallOpen) || (bare_function && is_proper_prefix(buf, kFunctionOpen))))
+    if (bare_names && starts_with(buf, kFunctionOpen)) {
+      const std::size_t gt = buf.find('>');
+      const std::string name = trim(std::string_view(buf).substr(kFunctionOpen.size(),
+                                                                 (gt == std::string::npos ? buf.size() : gt) - kFunctionOpen.size()));
+      bool known = false, maybe = false;
+      for (const auto& n : *bare_names) {
+        known = known || n == name;
+        maybe = maybe || n.compare(0, name.size(), name) == 0;
+      }
+      if (gt != std::string::npos && known) {
+        if (bare) *bare = true;
+        return true;
+      }
+      if (gt == std::string::npos && maybe && !at_end) return false;  // the name is still arriving
+    } else if (!at_end && (is_proper_prefix(buf, kToolCallOpen) || (bare_names && is_proper_prefix(buf, kFunctionOpen)))) {
       return false;
+    }
     out.content += '<';
     buf.erase(0, 1);
   }
 }
 
+std::vector<std::string> tool_names(const json& tools) {
+  std::vector<std::string> names;
+  if (!tools.is_array()) return names;
+  for (const auto& t : tools) {
+    const json& fn = t.is_object() && t.contains("function") ? t["function"] : t;
+    if (fn.is_object() && fn.contains("name") && fn["name"].is_string()) names.push_back(fn["name"].get<std::string>());
+  }
+  return names;
+}
+
 class Qwen3CoderParser final : public ToolCallParser {
  public:
-  explicit Qwen3CoderParser(json tools) : tools_(std::move(tools)) {}
+  explicit Qwen3CoderParser(json tools) : tools_(std::move(tools)), names_(tool_names(tools_)) {}
 
   ToolParseDelta push(std::string_view text) override {
     buf_ += text;
@@ -213,7 +235,7 @@ class Qwen3CoderParser final : public ToolCallParser {
       switch (state_) {
         case State::Text:
           // SGLang and vLLM also take a bare <function=...> block, without <tool_call> around it.
-          if (scan_text(buf_, at_end, out, /*bare_function=*/true, &bare_)) {
+          if (scan_text(buf_, at_end, out, &names_, &bare_)) {
             state_ = State::InTool;
             progressed = true;
           }
@@ -355,6 +377,7 @@ class Qwen3CoderParser final : public ToolCallParser {
   }
 
   json tools_;
+  std::vector<std::string> names_;  // a bare <function=NAME> block counts only for these
   std::string buf_;
   State state_ = State::Text;
   bool bare_ = false;  // the current call came without <tool_call>
