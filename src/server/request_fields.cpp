@@ -73,7 +73,7 @@ const std::vector<RequestField> kFields = {
   {"skip_special_tokens", C | P | S, YES, nullptr, "false", "false: special tokens (e.g. <|im_start|>) appear in the text"},
   {"spaces_between_special_tokens", C | P | S, ONLY, "[true]", "false", "byte-level BPE tokenizers never add spaces; false would change nothing and is refused"},
   // --- structured output ---
-  {"response_format", C | P | R, YES, nullptr, R"({"type":"json_object"})", "text, json_object, json_schema, structural_tag"},
+  {"response_format", C | P, YES, nullptr, R"({"type":"json_object"})", "text, json_object, json_schema, structural_tag"},
   {"text", R, YES, nullptr, R"({"format":{"type":"text"}})", "Responses API: text.format (text, json_object, json_schema)"},
   {"regex", C | P | S, YES, nullptr, R"("[a-z]+")", "SGLang: the output matches this regex"},
   {"ebnf", C | P | S, YES, nullptr, R"("root ::= \"yes\" | \"no\"")", "SGLang: the output matches this EBNF grammar"},

@@ -234,6 +234,10 @@ class Qwen3CoderParser final : public ToolCallParser {
       bool progressed = false;
       switch (state_) {
         case State::Text:
+          if (skip_newline_ && !buf_.empty()) {
+            if (buf_[0] == '\n') buf_.erase(0, 1);
+            skip_newline_ = false;
+          }
           // SGLang and vLLM also take a bare <function=...> block, without <tool_call> around it.
           if (scan_text(buf_, at_end, out, &names_, &bare_)) {
             state_ = State::InTool;
@@ -318,7 +322,7 @@ class Qwen3CoderParser final : public ToolCallParser {
       close_call(out);
       // A bare block ends with </function> (one trailing newline is part of the block).
       state_ = bare_ ? State::Text : State::InTool;
-      if (bare_ && !buf_.empty() && buf_[0] == '\n') buf_.erase(0, 1);
+      skip_newline_ = bare_;
       return true;
     }
     if (starts_with(buf_, kToolCallClose)) {
@@ -380,7 +384,8 @@ class Qwen3CoderParser final : public ToolCallParser {
   std::vector<std::string> names_;  // a bare <function=NAME> block counts only for these
   std::string buf_;
   State state_ = State::Text;
-  bool bare_ = false;  // the current call came without <tool_call>
+  bool bare_ = false;          // the current call came without <tool_call>
+  bool skip_newline_ = false;  // a bare block just ended: its trailing newline is dropped
   std::string function_name_, param_name_;
   int index_ = -1;
   int n_params_ = 0;
