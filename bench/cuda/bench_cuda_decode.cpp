@@ -5,7 +5,7 @@
 //
 // Reports: weight-load time; TTFT of a --prefill-token prompt; decode tokens/s at batch 1 (CUDA
 // graph of Model::forward; and eager through ModelRunner) with the fraction of HBM bandwidth that
-// the weight stream reaches; one 4-token verification forward (with GDN snapshots) + 3
+// the weight stream reaches; one 4-token verification forward (GDN state deferred), its commit + 3
 // single-token MTP steps; aggregate decode tokens/s at --batch concurrent sequences; a per-op
 // time breakdown (CUDA events around each Kernels call) for decode and prefill.
 #include <cuda_runtime.h>
@@ -78,13 +78,13 @@ class GraphStep {
  public:
   GraphStep(Backend& be, Model& model, CacheMemory& cache, const MemoryViews& views,
             std::vector<std::vector<int32_t>> blocks,
-            std::vector<int32_t> slots, int tok, bool mtp, bool snapshots, int ring)
+            std::vector<int32_t> slots, int tok, bool mtp, bool verify, int ring)
       : be_(be), model_(model), cache_(cache), views_(views), blocks_(std::move(blocks)), slots_(std::move(slots)),
-        S_(static_cast<int>(slots_.size())), tok_(tok), mtp_(mtp), snapshots_(snapshots), ring_(ring) {
+        S_(static_cast<int>(slots_.size())), tok_(tok), mtp_(mtp), verify_(verify), ring_(ring) {
     T_ = S_ * tok_;
     B_ = 0;
     for (auto& b : blocks_) B_ = std::max<int>(B_, b.size());
-    stride_ = T_ + T_ + (S_ + 1) + S_ + S_ * B_ + S_;
+    stride_ = T_ + T_ + (S_ + 1) + S_ + S_ * B_ + S_ + S_;
     CK(cudaMallocHost(&host_, sizeof(int32_t) * stride_ * ring_));
     dev_ = be.allocate(sizeof(int32_t) * stride_);
     const int64_t H = model.config().hidden_size, V = model.config().vocab_size;
@@ -100,12 +100,12 @@ class GraphStep {
     meta_.max_blocks = B_;
     meta_.block_size = cache.config().block_size;
     meta_.max_seq_tokens = tok_;
-    meta_.write_snapshots = snapshots;
     meta_.d_positions = Tensor(d + T_, DType::I32, {T_}, Device::Cuda);
     meta_.d_seq_start = Tensor(d + 2 * T_, DType::I32, {S_ + 1}, Device::Cuda);
     meta_.d_context_len = Tensor(d + 2 * T_ + S_ + 1, DType::I32, {S_}, Device::Cuda);
     meta_.d_block_table = Tensor(d + 2 * T_ + 2 * S_ + 1, DType::I32, {S_, B_}, Device::Cuda);
     meta_.d_state_slot = Tensor(d + 2 * T_ + 2 * S_ + 1 + S_ * B_, DType::I32, {S_}, Device::Cuda);
+    meta_.d_state_defer = Tensor(d + 2 * T_ + 3 * S_ + 1 + S_ * B_, DType::I32, {S_}, Device::Cuda);
   }
   ~GraphStep() {
     if (exec_) cudaGraphExecDestroy(exec_);
@@ -115,8 +115,10 @@ class GraphStep {
   void stage(int n_past, int r) {
     int32_t* h = host_ + int64_t(stride_) * (r % ring_);
     int32_t *ids = h, *pos = h + T_, *start = pos + T_, *ctx = start + S_ + 1, *bt = ctx + S_, *sl = bt + S_ * B_;
+    int32_t* defer = sl + S_;
     for (int s = 0; s < S_; ++s) {
       start[s] = s * tok_;
+      defer[s] = verify_ ? 1 : 0;
       ctx[s] = n_past + tok_;
       sl[s] = slots_[s];
       for (int b = 0; b < B_; ++b) bt[s * B_ + b] = b < int(blocks_[s].size()) ? blocks_[s][b] : -1;
@@ -134,6 +136,7 @@ class GraphStep {
       meta_.context_len = ctx;
       meta_.block_table = bt;
       meta_.state_slot = sl;
+      meta_.state_defer = verify_ ? defer : nullptr;
       meta_.max_context = n_past + tok_;
     }
     CK(cudaMemcpyAsync(dev_.data(), h, sizeof(int32_t) * stride_, cudaMemcpyHostToDevice, stream_));
@@ -160,7 +163,7 @@ class GraphStep {
       a.output_rows = out_rows_.data();
       a.n_output_rows = S_;
       a.logits = logits_.view(DType::F32, {S_, model_.config().vocab_size});
-      if (snapshots_) a.hidden = hidden_a_.view(DType::F32, {T_, model_.config().hidden_size});
+      if (verify_) a.hidden = hidden_a_.view(DType::F32, {T_, model_.config().hidden_size});
       model_.forward(a);
     }
   }
@@ -188,7 +191,7 @@ class GraphStep {
   std::vector<std::vector<int32_t>> blocks_;
   std::vector<int32_t> slots_;
   int S_, tok_;
-  bool mtp_, snapshots_;
+  bool mtp_, verify_;
   int ring_;
   int T_ = 0, B_ = 0;
   int64_t stride_ = 0;
@@ -298,24 +301,17 @@ int main(int argc, char** argv) {
   cc.block_size = bs;
   cc.n_blocks = blocks_per_seq * n_seqs;
   cc.n_slots = n_seqs;
-  cc.snapshot_depth = 0;
+  cc.pending_depth = 4;  // verification runs of 4 tokens defer their GDN state
   CacheMemory cache(*be, model->memory_spec(), cc);
-  // GDN snapshots for the verification forward, allocated here: CacheMemory shapes its snapshot
-  // tensors with 5 dims, which Tensor (4 dims at most) rejects (reported to the lead).
-  MemoryViews views = cache.views();
-  std::vector<DeviceBuffer> snap_bufs;
-  const int depth = 4;
-  for (auto& v : views.state) {
-    const int64_t ns = v.conv.dim(0), conv_per = v.conv.numel() / ns, rec_per = v.recurrent.numel() / ns;
-    snap_bufs.push_back(be->allocate(std::size_t(ns * depth * conv_per) * 4));
-    v.conv_snap = snap_bufs.back().view(DType::F32, {ns * depth, conv_per});
-    snap_bufs.push_back(be->allocate(std::size_t(ns * depth * rec_per) * 4));
-    v.recurrent_snap = snap_bufs.back().view(DType::F32, {ns * depth, rec_per});
-    v.snapshot_depth = depth;
-  }
-  RunnerLimits lim{std::max(o.prefill, o.ctx * o.batch), n_seqs, blocks_per_seq, std::max(16, o.batch)};
+  const MemoryViews& views = cache.views();
+  RunnerLimits lim;
+  lim.max_tokens = std::max(o.prefill, o.ctx * o.batch);
+  lim.max_seqs = n_seqs;
+  lim.max_blocks_per_seq = blocks_per_seq;
+  lim.max_logit_rows = std::max(16, o.batch);
+  lim.mtp = true;  // commit_state staging
   ModelRunner runner(*be, *model, cache, lim);
-  std::printf("cache: %d blocks x %d tokens, %d slots, snapshot depth 4 (bench-owned); free after setup: %.1f GiB\n", cc.n_blocks, bs,
+  std::printf("cache: %d blocks x %d tokens, %d slots, pending depth 4; free after setup: %.1f GiB\n", cc.n_blocks, bs,
               cc.n_slots, be->memory_info().free_bytes / double(1 << 30));
 
   std::mt19937 rng(7);
@@ -434,8 +430,8 @@ int main(int argc, char** argv) {
               "measured copy bandwidth (eager via ModelRunner: %.1f tok/s)\n",
               o.ctx, n_past, o.graph ? "CUDA graph" : "eager", dec_ms, dec_tps, bw, 100 * bw / copy_tbs, eager_tps);
 
-  // ---- verification (4 tokens, snapshots) + 3 MTP steps -------------------------------------
-  double verify_ms = 0, mtp_ms = 0;
+  // ---- verification (4 tokens, state deferred), commit, 3 MTP steps ---------------------------
+  double verify_ms = 0, mtp_ms = 0, commit_ms = 0;
   if (model->has_mtp()) {
     GraphStep v(*be, *model, cache, views, {blocks}, {slot}, 4, false, true, 32);
     GraphStep m(*be, *model, cache, views, {blocks}, {slot}, 1, true, false, 32);
@@ -445,9 +441,17 @@ int main(int argc, char** argv) {
     }
     verify_ms = timed_loop(v, 10, n_past, 0);
     mtp_ms = timed_loop(m, 30, n_past + 4, 0);
-    std::printf("verify forward (4 tokens, snapshots): %.3f ms; MTP draft step (1 token): %.3f ms; "
-                "verify + 3 MTP steps: %.3f ms\n",
-                verify_ms, mtp_ms, verify_ms + 3 * mtp_ms);
+    // The rollback after a verification: 3 of the 4 tokens replayed into the GDN state (eager).
+    const StateCommit commit{slot, 3};
+    runner.commit_state(std::span<const StateCommit>(&commit, 1));
+    be->synchronize();
+    const double tc0 = now_s();
+    for (int i = 0; i < 20; ++i) runner.commit_state(std::span<const StateCommit>(&commit, 1));
+    be->synchronize();
+    commit_ms = (now_s() - tc0) * 1e3 / 20;
+    std::printf("verify forward (4 tokens, state deferred): %.3f ms; commit (3 tokens): %.3f ms; MTP draft step "
+                "(1 token): %.3f ms; verify + commit + 3 MTP steps: %.3f ms\n",
+                verify_ms, commit_ms, mtp_ms, verify_ms + commit_ms + 3 * mtp_ms);
   }
   free_seq(blocks, slot);
 
@@ -487,7 +491,9 @@ int main(int argc, char** argv) {
   std::printf("| decode batch 1 (tok/s) | %.1f |\n", dec_tps);
   std::printf("| decode batch 1 weight bandwidth (TB/s, %% of copy) | %.2f (%.0f%%) |\n", bw, 100 * bw / copy_tbs);
   std::printf("| decode batch 1 eager via ModelRunner (tok/s) | %.1f |\n", eager_tps);
-  if (verify_ms > 0) std::printf("| verify(4) + 3 MTP steps (ms) | %.2f (%.2f + 3 x %.2f) |\n", verify_ms + 3 * mtp_ms, verify_ms, mtp_ms);
+  if (verify_ms > 0)
+    std::printf("| verify(4) + commit + 3 MTP steps (ms) | %.2f (%.2f + %.3f + 3 x %.2f) |\n",
+                verify_ms + commit_ms + 3 * mtp_ms, verify_ms, commit_ms, mtp_ms);
   if (ttft > 0) std::printf("| TTFT %d-token prompt (ms) | %.0f |\n", o.prefill, ttft * 1e3);
   if (agg_tps > 0) std::printf("| decode batch %d aggregate (tok/s) | %.0f |\n", o.batch, agg_tps);
   return 0;

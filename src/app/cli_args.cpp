@@ -4,7 +4,15 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "options/serve_options.h"
+
 namespace deltaserve {
+
+bool CliArgs::takes_value(const std::string& serve_flag, const std::string& next) {
+  const FlagSpec* f = find_serve_flag(serve_flag);
+  if (f == nullptr) return next.rfind("--", 0) != 0;
+  return f->type != FlagType::Bool;
+}
 
 Result<long long> parse_int(const std::string& option, const std::string& text) {
   errno = 0;

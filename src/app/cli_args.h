@@ -18,7 +18,10 @@ class CliArgs {
   CliArgs(std::set<std::string> value_options, std::set<std::string> flag_options)
       : value_options_(std::move(value_options)), flag_options_(std::move(flag_options)) {}
 
-  Status parse(const std::vector<std::string>& args) {
+  // Without `serve_flags`, an undeclared option is an error. With it, undeclared options (and
+  // their values: every serve flag takes one but the booleans) are passed through there, for the
+  // one flag table to parse (src/options/serve_options.h).
+  Status parse(const std::vector<std::string>& args, std::vector<std::string>* serve_flags = nullptr) {
     for (std::size_t i = 0; i < args.size(); ++i) {
       const std::string& a = args[i];
       if (a.rfind("--", 0) != 0) return error("unexpected argument '", a, "'");
@@ -38,6 +41,11 @@ class CliArgs {
           value = args[++i];
         }
         values_[name] = value;
+      } else if (serve_flags) {
+        serve_flags->push_back(a);
+        // A name the table does not know takes the next word unless it is an option itself:
+        // the table then refuses the name, rather than the word being taken for an argument.
+        if (!has_value && i + 1 < args.size() && takes_value(name, args[i + 1])) serve_flags->push_back(args[++i]);
       } else {
         return error("unknown option --", name);
       }
@@ -58,6 +66,7 @@ class CliArgs {
   }
 
  private:
+  static bool takes_value(const std::string& serve_flag, const std::string& next);
   std::set<std::string> value_options_, flag_options_;
   std::map<std::string, std::string> values_;
   std::set<std::string> flags_;

@@ -1,5 +1,5 @@
-// deltaserve bench-offline [--model DIR] [--load-format dummy] [--batch 1,8] [--threads 1,2]
-//     [--prompt-len 128] [--gen-len 128] [--speculative-num-steps K] [--json]
+// deltaserve bench-offline [--batch 1,8] [--threads 1,2] [--prompt-len 128] [--gen-len 128] [--json]
+//     [serve flags: --model-path DIR --load-format dummy --speculative-num-steps K ...]
 // Offline throughput through the Engine (no HTTP): prefill tokens/s for one prompt, and decode
 // tokens/s with B concurrent sequences, plus the weight-streaming bandwidth at batch 1. With
 // --workload it also runs the workload `deltaserve bench` sends over HTTP, in process: max(8, 4 x B)
@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "app/cli_args.h"
+#include "app/engine_setup.h"
 #include "app/commands.h"
 #include "engine/engine.h"
 #include "engine/model_setup.h"
@@ -109,28 +110,44 @@ EngineStats settled_stats(Engine& e) {
 }  // namespace
 
 int cmd_bench_offline(const Args& args) {
-  CliArgs cli({"model", "load-format", "batch", "threads", "prompt-len", "gen-len", "speculative-num-steps",
-               "device", "prefill-len", "temperature", "top-k", "top-p"},
+  CliArgs cli({"batch", "threads", "prompt-len", "gen-len", "prefill-len", "temperature", "top-k", "top-p"},
               {"json", "workload", "help"});
-  if (Status s = cli.parse(args); !s) {
+  std::vector<std::string> serve_args;
+  if (Status s = cli.parse(args, &serve_args); !s) {
     std::fprintf(stderr, "deltaserve bench-offline: %s\n", s.message().c_str());
     return 2;
   }
   if (cli.flag("help")) {
-    std::printf("usage: deltaserve bench-offline [--model DIR] [--load-format dummy] [--batch 1,8] [--threads 1,2]\n"
-                "         [--prompt-len 16] [--gen-len 128] [--prefill-len 512] [--speculative-num-steps K] [--workload]\n"
-                "         [--temperature 0 --top-k -1 --top-p 1] (greedy by default)\n"
-                "         [--json]\n"
+    std::printf("usage: deltaserve bench-offline [--batch 1,8] [--threads 1,2] [--prompt-len 16] [--gen-len 128]\n"
+                "         [--prefill-len 512] [--workload] [--temperature 0 --top-k -1 --top-p 1] (greedy by default)\n"
+                "         [--json] [serve flags: --model-path DIR --load-format dummy --device cuda\n"
+                "          --speculative-algorithm NEXTN --speculative-num-steps K --kv-cache-dtype ...]\n"
+                "The engine is configured as serve configures it (same flags, defaults and memory plan), except\n"
+                "that --max-running-requests defaults to the largest batch and --context-length to what the\n"
+                "workload needs.\n"
                 "--workload also runs max(8, 4 x B) requests with at most B in flight (what `deltaserve bench`\n"
                 "sends over HTTP) and reports output tokens over wall time, prefills included.\n");
     return 0;
+  }
+  std::vector<std::string> warnings;
+  auto parsed = parse_serve_options(serve_args, &warnings);
+  if (!parsed) {
+    std::fprintf(stderr, "deltaserve bench-offline: %s\n", parsed.status().message().c_str());
+    return 2;
+  }
+  for (const auto& w : warnings) std::fprintf(stderr, "deltaserve bench-offline: warning: %s\n", w.c_str());
+  ServeOptions opts = std::move(*parsed);
+  if (opts.model_path.empty()) opts.model_path = default_model_dir();
+  auto model_config = load_model_config(opts.model_path);
+  if (!model_config) {
+    std::fprintf(stderr, "deltaserve bench-offline: %s\n", model_config.status().message().c_str());
+    return 1;
   }
   auto batches = parse_int_list("batch", cli.get_or("batch", "1,8"));
   auto threads = parse_int_list("threads", cli.get_or("threads", "1,2"));
   auto prompt_len = parse_int("prompt-len", cli.get_or("prompt-len", "16"));
   auto gen_len = parse_int("gen-len", cli.get_or("gen-len", "128"));
   auto prefill_len = parse_int("prefill-len", cli.get_or("prefill-len", "512"));
-  auto spec = parse_int("speculative-num-steps", cli.get_or("speculative-num-steps", "0"));
   auto top_k = parse_int("top-k", cli.get_or("top-k", "-1"));
   SamplingParams sampling;  // greedy unless --temperature
   sampling.temperature = std::strtof(cli.get_or("temperature", "0").c_str(), nullptr);
@@ -140,7 +157,7 @@ int cmd_bench_offline(const Args& args) {
     return 2;
   }
   for (const Status& st : {batches.status(), threads.status(), prompt_len.status(), gen_len.status(),
-                           prefill_len.status(), spec.status(), top_k.status()}) {
+                           prefill_len.status(), top_k.status()}) {
     if (!st.is_ok()) {
       std::fprintf(stderr, "deltaserve bench-offline: %s\n", st.message().c_str());
       return 2;
@@ -152,18 +169,18 @@ int cmd_bench_offline(const Args& args) {
   std::printf("%-8s %-6s %14s %14s %14s %12s%s\n", "threads", "batch", "prefill tok/s", "decode tok/s", "weights GB/s",
               "accept len", workload ? "  workload tok/s" : "");
   for (int t : *threads) {
-    EngineConfig ec;
-    ec.model_dir = cli.get_or("model", default_model_dir());
-    ec.dummy_weights = cli.get_or("load-format", "auto") == "dummy";
-    ec.device = cli.get_or("device", "cpu") == "cuda" ? Device::Cuda : Device::Cpu;
-    ec.n_threads = t;
-    ec.max_running_requests = *std::max_element(batches->begin(), batches->end());
-    ec.context_length = std::max<int64_t>(*prompt_len + *gen_len, *prefill_len) + 16;
-    ec.kv_tokens = ec.context_length * ec.max_running_requests;
-    ec.chunked_prefill_size = static_cast<int>(std::max<long long>(*prefill_len, 16));
-    ec.max_prefill_tokens = static_cast<int>(std::max<long long>(*prefill_len, *prompt_len * ec.max_running_requests));
-    ec.spec_num_steps = static_cast<int>(*spec);
-    auto engine = Engine::create(ec);
+    // The workload's size, unless the flags say otherwise.
+    ServeOptions o = opts;
+    o.threads = t;
+    if (!o.is_explicit("max-running-requests")) o.max_running_requests = *std::max_element(batches->begin(), batches->end());
+    if (!o.is_explicit("context-length"))
+      o.context_length = std::max<int64_t>(*prompt_len + *gen_len, *prefill_len) + 16;
+    auto setup = setup_engine(o, *model_config);
+    if (!setup) {
+      std::fprintf(stderr, "deltaserve bench-offline: %s\n", setup.status().message().c_str());
+      return 1;
+    }
+    auto engine = Engine::create(setup->config, std::move(setup->backend));
     if (!engine) {
       std::fprintf(stderr, "deltaserve bench-offline: %s\n", engine.status().message().c_str());
       return 1;

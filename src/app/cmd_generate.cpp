@@ -1,11 +1,12 @@
-// deltaserve generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-tokens N
-//     [--temperature T --top-p P --top-k K --min-p M --seed S] [--ignore-eos] [--json]
-//     [--speculative-algorithm NEXTN --speculative-num-steps K ...] [--threads N] [--device cpu|cuda]
-// Runs prefill then token-by-token decode through the same Engine the server uses.
+// deltaserve generate (--prompt TEXT | --prompt-ids 1,2,3) --max-tokens N
+//     [--temperature T --top-p P --top-k K --min-p M --seed S] [--ignore-eos] [--json] [serve flags]
+// Runs prefill then decode through the same Engine the server uses, configured the way serve is
+// (app/engine_setup.h: the flag table and the memory plan).
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "app/cli_args.h"
+#include "app/engine_setup.h"
 #include "app/commands.h"
 #include "options/serve_options.h"
 #include "engine/engine.h"
@@ -24,58 +25,37 @@ int fail(const std::string& msg, int code) {
 }
 
 const char* kUsage =
-    "usage: deltaserve generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
+    "usage: deltaserve generate (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
     "         [--temperature T] [--top-p P] [--top-k K] [--min-p M] [--seed S] [--ignore-eos] [--json]\n"
-    "         [--speculative-algorithm NEXTN] [--speculative-num-steps K] [--speculative-eagle-topk 1]\n"
-    "         [--speculative-num-draft-tokens K+1] [--threads N] [--device cpu|cuda] [--load-format auto|dummy]\n"
-    "         [--context-length N]\n";
+    "         [serve flags: --model-path DIR --device cpu|cuda --load-format dummy --context-length N\n"
+    "          --speculative-algorithm NEXTN --speculative-num-steps K --threads N ...]\n"
+    "Engine settings are serve's (`deltaserve serve --help`), with the same defaults and memory plan.\n";
 
 }  // namespace
 
 int cmd_generate(const Args& args) {
-  CliArgs cli({"model", "model-path", "prompt", "prompt-ids", "max-tokens", "temperature", "top-p", "top-k", "min-p",
-               "seed", "threads", "device", "load-format", "context-length", "speculative-algorithm",
-               "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"},
+  CliArgs cli({"prompt", "prompt-ids", "max-tokens", "temperature", "top-p", "top-k", "min-p", "seed"},
               {"ignore-eos", "json", "help"});
-  if (Status s = cli.parse(args); !s) return fail(s.message(), 2);
+  std::vector<std::string> serve_args;
+  if (Status s = cli.parse(args, &serve_args); !s) return fail(s.message(), 2);
   if (cli.flag("help")) {
     std::printf("%s", kUsage);
     return 0;
   }
   if (cli.has("prompt") == cli.has("prompt-ids")) return fail("give exactly one of --prompt or --prompt-ids", 2);
-
-  EngineConfig ec;
-  ec.model_dir = cli.get("model-path").value_or(cli.get_or("model", default_model_dir()));
-  const std::string device = cli.get_or("device", "cpu");
-  if (device != "cpu" && device != "cuda") return fail("--device: expected cpu or cuda, got '" + device + "'", 2);
-  ec.device = device == "cuda" ? Device::Cuda : Device::Cpu;
-  const std::string load_format = cli.get_or("load-format", "auto");
-  if (load_format != "auto" && load_format != "dummy" && load_format != "safetensors")
-    return fail("--load-format: expected auto, safetensors or dummy", 2);
-  ec.dummy_weights = load_format == "dummy";
-  if (auto v = cli.get("threads")) {
-    auto n = parse_int("threads", *v);
-    if (!n || *n < 0 || *n > 1024) return fail(n ? "--threads: out of range" : n.status().message(), 2);
-    ec.n_threads = static_cast<int>(*n);
-  }
-  if (auto v = cli.get("context-length")) {
-    auto n = parse_int("context-length", *v);
-    if (!n || *n < 2) return fail(n ? "--context-length: must be at least 2" : n.status().message(), 2);
-    ec.context_length = *n;
-  }
-  // Speculative flags: the same table and validation as `serve`.
-  ServeOptions spec_opts;
-  for (const char* f : {"speculative-algorithm", "speculative-num-steps", "speculative-eagle-topk",
-                        "speculative-num-draft-tokens"})
-    if (auto v = cli.get(f))
-      if (Status s = set_serve_option(spec_opts, f, *v); !s) return fail(s.message(), 2);
-  if (Status s = validate_serve_options(spec_opts); !s) return fail(s.message(), 2);
-  ec.spec_num_steps = spec_opts.speculative_enabled() ? static_cast<int>(spec_opts.speculative_num_steps) : 0;
-  ec.max_running_requests = 1;
+  std::vector<std::string> warnings;
+  auto opts = parse_serve_options(serve_args, &warnings);
+  if (!opts) return fail(opts.status().message(), 2);
+  for (const auto& w : warnings) std::fprintf(stderr, "deltaserve generate: warning: %s\n", w.c_str());
+  if (opts->model_path.empty()) opts->model_path = default_model_dir();
+  auto model_config = load_model_config(opts->model_path);
+  if (!model_config) return fail(model_config.status().message(), 1);
+  auto setup = setup_engine(*opts, *model_config);
+  if (!setup) return fail(setup.status().message(), 1);
+  const EngineConfig& ec = setup->config;
 
   auto gen = load_generation_defaults(ec.model_dir);
   if (!gen) return fail(gen.status().message(), 1);
-  ec.extra_eos_token_ids = gen->eos_token_ids;
 
   SamplingParams sp;
   sp.temperature = gen->temperature.value_or(1.0f);
@@ -122,13 +102,7 @@ int cmd_generate(const Args& args) {
     if (!ids) return fail(ids.status().message(), 2);
     prompt.assign(ids->begin(), ids->end());
   }
-  if (ec.context_length == 0)
-    ec.context_length = std::max<int64_t>(int64_t(prompt.size()) + sp.max_tokens + 1, 16);
-  ec.kv_tokens = ec.context_length + 64;
-  ec.max_prefill_tokens = std::max<int>(2048, static_cast<int>(prompt.size()));
-  ec.chunked_prefill_size = ec.max_prefill_tokens;
-
-  auto engine = Engine::create(ec);
+  auto engine = Engine::create(ec, std::move(setup->backend));
   if (!engine) return fail(engine.status().message(), 1);
   Engine& e = **engine;
   e.start();

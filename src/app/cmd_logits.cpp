@@ -40,6 +40,7 @@ int cmd_logits(const Args& args) {
   opt.model_dir = cli.get_or("model", default_model_dir());
   opt.n_threads = static_cast<int>(*threads);
   opt.device = cli.get_or("device", "cpu");
+  opt.pending_depth = want_mtp ? 1 : 0;  // keeps the main model's hidden states for the MTP head
   auto setup = ModelSetup::create(opt, /*max_tokens=*/T, /*max_seqs=*/1, /*max_context=*/T + 1,
                                   /*max_logit_rows=*/T);
   if (!setup) {
@@ -47,7 +48,7 @@ int cmd_logits(const Args& args) {
     return 1;
   }
   ModelSetup& m = **setup;
-  const int64_t V = m.model->config().vocab_size, H = m.model->config().hidden_size;
+  const int64_t V = m.model->config().vocab_size;
   for (int t : *tokens)
     if (t < 0 || t >= V) {
       std::fprintf(stderr, "deltaserve logits: token id %d out of range [0, %lld)\n", t, (long long)V);
@@ -62,9 +63,8 @@ int cmd_logits(const Args& args) {
   DS_CHECK(slot >= 0, "no state slot");
   DS_CHECK(m.cache->blocks().allocate(m.blocks_for(T), blocks), "no KV blocks");
 
-  DeviceBuffer hidden = m.backend->allocate(int64_t(T) * H * 4);
   RunItem item{*tokens, 0, blocks, slot, /*logits_all=*/true, false};
-  m.runner->run(std::span<const RunItem>(&item, 1), false, hidden.view(DType::F32, {T, H}));
+  m.runner->run(std::span<const RunItem>(&item, 1));
   std::vector<float> logits(m.runner->logits(0), m.runner->logits(0) + int64_t(T) * V);
 
   std::vector<NamedF32> out{{"logits", {T, V}, logits.data()}};
@@ -72,7 +72,9 @@ int cmd_logits(const Args& args) {
   if (want_mtp && T >= 2) {
     std::vector<int32_t> next(tokens->begin() + 1, tokens->end());
     RunItem mi{next, 0, blocks, slot, true, false};
-    m.runner->run_mtp(std::span<const RunItem>(&mi, 1), hidden.view(DType::F32, {T - 1, H}));
+    std::vector<int32_t> rows(T - 1);
+    for (int i = 0; i < T - 1; ++i) rows[i] = i;
+    m.runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows);
     mtp_logits.assign(m.runner->logits(0), m.runner->logits(0) + int64_t(T - 1) * V);
     out.push_back({"mtp_logits", {T - 1, V}, mtp_logits.data()});
   }

@@ -15,7 +15,7 @@ namespace deltaserve {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: deltaserve plan --model DIR | --model-config FILE [--gpu-memory SIZE|detect]\n"
+    "usage: deltaserve plan [--model DIR | --model-config FILE] [--gpu-memory SIZE|detect]\n"
     "                       [--tp-size N] [serve flags...] [--json]\n"
     "Prints the memory plan `deltaserve serve` would use with these flags: weights, KV bytes per\n"
     "token, GDN state per request, activation reserve, then KV tokens, state slots, max running\n"
@@ -47,11 +47,8 @@ int cmd_plan(const Args& in_args) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  std::string model_source = config_file->value_or(opts.model_path);
-  if (model_source.empty()) {
-    std::fprintf(stderr, "deltaserve plan: pass --model DIR or --model-config FILE\n%s", kUsage);
-    return 2;
-  }
+  // No model given: the bundled one, as serve does.
+  std::string model_source = config_file->value_or(opts.model_path.empty() ? default_model_dir() : opts.model_path);
   auto config = load_model_config(model_source);
   if (!config) {
     std::fprintf(stderr, "deltaserve plan: %s\n", config.status().message().c_str());
@@ -84,6 +81,8 @@ int cmd_plan(const Args& in_args) {
     }
   }
   MemoryPlanInput input = memory_plan_input(opts, device, device_memory, host);
+  // serve measures what its CUDA context takes; here it is the documented assumption.
+  if (device == PlanDevice::Cuda) input.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
   MemoryPlan plan = plan_memory(*config, input);
   if (json->has_value()) {
     std::printf("%s\n", memory_plan_json(plan, input).c_str());

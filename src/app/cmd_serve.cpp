@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "app/commands.h"
+#include "app/engine_setup.h"
 #include "options/serve_options.h"
 #include "chat/chat_template.h"
 #include "deploy/hardware.h"
@@ -83,12 +84,11 @@ int cmd_serve(const Args& args) {
   auto model_config = load_model_config(opts.model_path);
   if (!model_config) return fail(model_config.status().message(), 1);
 
-  // Memory plan → engine capacities.
-  HostInfo host = detect_host(cuda_available());
-  PlanDevice device = resolve_plan_device(opts, host, cuda_available());
-  MemoryPlanInput plan_in = memory_plan_input(opts, device, 0, host);
-  MemoryPlan plan = plan_memory(*model_config, plan_in);
-  if (!plan.ok()) return fail(plan.status().message(), 1);
+  // Device (its CUDA context up), measured memory, memory plan -> engine capacities.
+  auto setup = setup_engine(opts, *model_config);
+  if (!setup) return fail(setup.status().message(), 1);
+  const MemoryPlan& plan = setup->plan;
+  const PlanDevice device = setup->device;
   std::fprintf(stderr, "%s", render_memory_plan(plan).c_str());
   for (const auto& w : plan.warnings) log_warn(w);
 
@@ -103,24 +103,7 @@ int cmd_serve(const Args& args) {
   if (auto w = launch.faster_config_warning()) log_warn(*w);
   if (launch.launch_id() > 0) log_info("launch ", launch.launch_id(), " recorded (deltaserve history)");
 
-  EngineConfig ec;
-  ec.model_dir = opts.model_path;
-  ec.dummy_weights = opts.load_format == "dummy";
-  ec.device = device == PlanDevice::Cuda ? Device::Cuda : Device::Cpu;
-  ec.n_threads = static_cast<int>(opts.threads);
-  ec.cuda_graph_max_bs = opts.disable_cuda_graph ? 0 : opts.cuda_graph_max_bs > 0 ? static_cast<int>(opts.cuda_graph_max_bs) : -1;
-  ec.max_running_requests = static_cast<int>(plan.max_running_requests);
-  ec.max_waiting_requests = std::max<int>(1024, 4 * ec.max_running_requests);
-  ec.context_length = plan.context_length;
-  // Both backends keep the KV cache in f32 today; a plan made for a 2-byte cache would overrun
-  // its budget by 2x, so scale the token count to the bytes the cache really uses.
-  ec.kv_tokens = plan.kv_tokens * plan_in.kv_bytes_per_elem / 4;
-  if (opts.page_size > 0) ec.kv_block_size = static_cast<int>(opts.page_size);
-  ec.state_slots = static_cast<int>(plan.state_slots);
-  ec.chunked_prefill_size = static_cast<int>(opts.chunked_prefill_size);
-  ec.max_prefill_tokens = static_cast<int>(opts.max_prefill_tokens);
-  ec.spec_num_steps = opts.speculative_enabled() ? static_cast<int>(opts.speculative_num_steps) : 0;
-  ec.extra_eos_token_ids = defaults.eos_token_ids;
+  const EngineConfig& ec = setup->config;
 
   auto tokenizer = Tokenizer::load(opts.tokenizer_path.empty() ? opts.model_path : opts.tokenizer_path);
   if (!tokenizer) return fail(tokenizer.status().message(), 1);
@@ -171,7 +154,7 @@ int cmd_serve(const Args& args) {
     stop_cv.notify_all();
   }).detach();
 
-  auto engine = Engine::create(ec);
+  auto engine = Engine::create(ec, std::move(setup->backend));
   if (!engine) return fail(engine.status().message(), 1);
   (*engine)->start();
   std::fprintf(stderr, "%s\n", (*engine)->plan_summary().c_str());
@@ -179,6 +162,31 @@ int cmd_serve(const Args& args) {
   ServerConfig server_config = server_config_from(opts);
   server_config.launch_id = launch.launch_id();
   server_config.speculative_num_steps = ec.spec_num_steps;
+  {
+    // /get_server_info: the effective arguments (SGLang's names, underscores) and what the
+    // engine allocated, which equals `deltaserve plan` for the same flags and memory.
+    nlohmann::ordered_json& info = server_config.server_info;
+    for (const auto& [name, value] : effective_config(opts)) {
+      if (name == "api-key") continue;
+      std::string key = name;
+      for (char& ch : key) ch = ch == '-' ? '_' : ch;
+      info[key] = value;
+    }
+    const EngineCapacity cap = (*engine)->capacity();
+    info["max_total_num_tokens"] = cap.kv_tokens;
+    info["max_running_requests"] = cap.max_running_requests;
+    info["max_mamba_cache_size"] = cap.state_slots;
+    info["kv_cache_dtype"] = cap.kv_cache_dtype;
+    info["context_length"] = cap.context_length;
+    info["page_size"] = cap.kv_block_size;
+    info["device"] = device == PlanDevice::Cuda ? "cuda" : "cpu";
+    info["memory"] = {{"weights_bytes", cap.weight_bytes},
+                      {"kv_cache_bytes", cap.kv_cache_bytes},
+                      {"state_cache_bytes", cap.state_cache_bytes},
+                      {"plan_budget_bytes", plan.budget_bytes},
+                      {"device_memory_used_before_load_bytes", setup->plan_input.device_memory_used_bytes}};
+    info["version"] = DELTASERVE_VERSION;
+  }
   // On the CPU the compute pool has a thread per core: more io threads only hand each token's
   // write from one to another (measured: bench/RESULTS.md, HTTP vs offline).
   server_config.n_http_threads =

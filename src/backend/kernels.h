@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/tensor.h"
 
@@ -37,12 +38,12 @@ struct BatchMeta {
   int block_size = 0;
   int max_seq_tokens = 0;                // longest token run of one sequence in this batch
   int max_context = 0;                   // largest context_len
-  // Speculative verification: when set, GDN layers also write the state after each token j of a
-  // sequence into snapshot j of its slot, so rollback can pick any of them. Only sequences with at
-  // most snapshot_depth tokens in the batch get snapshots (prefill chunks batched with
-  // verifications need none).
-  bool write_snapshots = false;
-  Tensor d_positions, d_seq_start, d_context_len, d_block_table, d_state_slot;  // i32 mirrors
+  // Speculative verification (state_defer[s] = 1): GDN layers read sequence s's state but leave
+  // it as it was, and keep the raw inputs of its tokens (pre-conv [q|k|v], b, a) in the slot's
+  // pending rows instead; after acceptance, Kernels::gdn_commit replays the accepted tokens into
+  // the live state. nullptr: no sequence defers.
+  const int32_t* state_defer = nullptr;  // [n_seqs] host
+  Tensor d_positions, d_seq_start, d_context_len, d_block_table, d_state_slot, d_state_defer;  // i32 mirrors
 };
 
 // KV storage of one attention layer: [n_blocks, block_size, n_kv_heads, head_dim] each.
@@ -55,16 +56,18 @@ struct KvLayerView {
 struct StateLayerView {
   Tensor conv;           // [n_slots, conv_dim, K-1]       f32: last K-1 pre-conv inputs, oldest first
   Tensor recurrent;      // [n_slots, Hv, Dv, Dk]          f32: Sᵀ, row j = value dim j
-  Tensor conv_snap;      // [n_slots * depth, conv_dim, K-1] f32 (empty when no speculation)
-  Tensor recurrent_snap; // [n_slots * depth, Hv, Dv, Dk]  f32
-  int snapshot_depth = 0;
+  // Speculative verification (BatchMeta::state_defer): raw inputs of a deferred run's tokens,
+  // row (slot * pending_depth + j) = token j's [pre-conv q|k|v (conv_dim) | b (Hv) | a (Hv)].
+  Tensor pending;        // [n_slots * pending_depth, conv_dim + 2*Hv] f32 (empty without speculation)
+  int pending_depth = 0; // tokens of one verification run (1 + drafts) at most
 };
 
-// Speculative rollback: make snapshot `snapshot` (0-based token of the verified run) the live
-// state of `slot`.
-struct SnapshotPick {
-  int32_t slot = 0;
-  int32_t snapshot = 0;
+struct GdnParams;
+
+// One GDN layer for Kernels::gdn_commit.
+struct GdnLayerRef {
+  const GdnParams* params = nullptr;
+  const StateLayerView* state = nullptr;
 };
 
 struct AttentionParams {
@@ -132,10 +135,12 @@ class Kernels {
   // dst[i] = src[rows[i]]. src [T, D]; rows [R] i32 (host memory); dst [R, D].
   virtual void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) = 0;
 
-  // Rollback after verification: for each pick, copy snapshot `snapshot` of `slot` into the slot's
-  // live state (conv and recurrent) of this layer. picks: host memory, n of them. One call per
-  // layer per step, whatever the batch (on CUDA: one launch).
-  virtual void restore_snapshots(const StateLayerView& state, const SnapshotPick* picks, int n) = 0;
+  // After verification: for every sequence s of `commit` (n_s = seq_start[s+1] - seq_start[s]
+  // tokens, slot state_slot[s]), replay the first n_s tokens kept in the slot's pending rows into
+  // its live state (conv window and recurrent state) in every layer of `layers`, exactly as a
+  // plain run of those tokens would have left it. Only commit.n_seqs, seq_start and state_slot
+  // (host and device) are read. One call per step for all GDN layers (on CUDA: two launches).
+  virtual void gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta& commit) = 0;
 };
 
 }  // namespace deltaserve

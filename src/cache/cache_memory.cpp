@@ -1,19 +1,11 @@
 #include "cache/cache_memory.h"
 
+#include <algorithm>
+
 namespace deltaserve {
 
-int64_t CacheMemory::kv_bytes_per_token(const MemorySpec& s, DType dtype) {
-  return int64_t(s.n_kv_layers) * 2 * s.n_kv_heads * s.head_dim * int64_t(dtype_size(dtype));
-}
-
-int64_t CacheMemory::state_bytes_per_slot(const MemorySpec& s, int snapshot_depth) {
-  const int64_t conv = s.conv_dim * (s.conv_kernel - 1);
-  const int64_t rec = int64_t(s.n_v_heads) * s.v_head_dim * s.k_head_dim;
-  return int64_t(s.n_state_layers) * (conv + rec) * 4 * (1 + snapshot_depth);
-}
-
 CacheMemory::CacheMemory(Backend& backend, const MemorySpec& spec, const CacheConfig& config)
-    : backend_(backend), spec_(spec), config_(config), blocks_(config.n_blocks) {
+    : backend_(backend), spec_(spec), config_(config), blocks_(config.n_blocks), slots_(config.n_slots) {
   const DType act = backend.activation_dtype();
   const int64_t nb = config.n_blocks, bs = config.block_size;
   for (int l = 0; l < spec.n_kv_layers; ++l) {
@@ -21,50 +13,43 @@ CacheMemory::CacheMemory(Backend& backend, const MemorySpec& spec, const CacheCo
     for (Tensor* t : {&v.k, &v.v}) {
       buffers_.push_back(backend.allocate(nb * bs * spec.n_kv_heads * spec.head_dim * dtype_size(act)));
       *t = buffers_.back().view(act, {nb, bs, spec.n_kv_heads, spec.head_dim});
+      kv_bytes_ += static_cast<int64_t>(buffers_.back().size());
     }
     views_.kv.push_back(v);
   }
   if (spec.n_state_layers > 0) {
-    const int64_t ns = config.n_slots, d = config.snapshot_depth, km1 = spec.conv_kernel - 1;
+    const int64_t ns = config.n_slots, d = config.pending_depth, km1 = spec.conv_kernel - 1;
+    auto alloc = [&](std::initializer_list<int64_t> shape) {
+      int64_t n = 1;
+      for (auto x : shape) n *= x;
+      buffers_.push_back(backend.allocate(std::max<int64_t>(n, 1) * 4));
+      state_bytes_ += static_cast<int64_t>(buffers_.back().size());
+      return buffers_.back().view(DType::F32, shape);
+    };
     for (int l = 0; l < spec.n_state_layers; ++l) {
       StateLayerView v;
-      auto alloc = [&](std::initializer_list<int64_t> shape) {
-        int64_t n = 1;
-        for (auto x : shape) n *= x;
-        buffers_.push_back(backend.allocate(std::max<int64_t>(n, 1) * 4));
-        return buffers_.back().view(DType::F32, shape);
-      };
       v.conv = alloc({ns, spec.conv_dim, km1});
       v.recurrent = alloc({ns, spec.n_v_heads, spec.v_head_dim, spec.k_head_dim});
-      if (d > 0) {
-        v.conv_snap = alloc({ns * d, spec.conv_dim, km1});
-        v.recurrent_snap = alloc({ns * d, spec.n_v_heads, spec.v_head_dim, spec.k_head_dim});
-      }
-      v.snapshot_depth = static_cast<int>(d);
+      if (d > 0) v.pending = alloc({ns * d, spec.conv_dim + 2LL * spec.n_v_heads});
+      v.pending_depth = static_cast<int>(d);
       views_.state.push_back(v);
     }
     const int64_t per_slot = std::max(spec.conv_dim * km1, int64_t(spec.n_v_heads) * spec.v_head_dim * spec.k_head_dim);
     zeros_ = backend.allocate(per_slot * 4);
-    slot_in_use_.assign(ns, 0);
-    for (int i = static_cast<int>(ns) - 1; i >= 0; --i) free_slots_.push_back(i);
   }
 }
 
 int CacheMemory::acquire_slot() {
-  if (!has_state()) return 0;  // dense models keep no state; slot 0 is a placeholder
-  if (free_slots_.empty()) return -1;
-  int s = free_slots_.back();
-  free_slots_.pop_back();
-  slot_in_use_[s] = 1;
-  zero_slot(s);
+  const int s = slots_.acquire();
+  if (s >= 0 && has_state()) zero_slot(s);
   return s;
 }
 
-void CacheMemory::release_slot(int slot) {
-  if (!has_state()) return;
-  DS_CHECK(slot >= 0 && slot < config_.n_slots && slot_in_use_[slot], "releasing free slot ", slot);
-  slot_in_use_[slot] = 0;
-  free_slots_.push_back(slot);
+void CacheMemory::release_slot(int slot) { slots_.release(slot); }
+
+void CacheMemory::check_integrity() const {
+  blocks_.check_integrity();
+  slots_.check_integrity();
 }
 
 void CacheMemory::zero_slot(int slot) {
@@ -75,11 +60,6 @@ void CacheMemory::zero_slot(int slot) {
     backend_.copy(Tensor(v.recurrent.f32() + slot * rec, DType::F32, {rec}, v.recurrent.device),
                   zeros_.view(DType::F32, {rec}));
   }
-}
-
-void CacheMemory::restore_snapshots(const std::vector<SnapshotPick>& picks) {
-  if (picks.empty()) return;
-  for (const auto& v : views_.state) backend_.kernels().restore_snapshots(v, picks.data(), static_cast<int>(picks.size()));
 }
 
 }  // namespace deltaserve

@@ -1,16 +1,19 @@
 // CacheMemory: the device storage of everything a sequence keeps between steps, and the
 // bookkeeping of who holds what.
-//   KV:    per attention layer, K and V as [n_blocks, block_size, n_kv_heads, head_dim]
-//   state: per GDN layer, conv [n_slots, conv_dim, K-1] and recurrent [n_slots, Hv, Dv, Dk], plus
-//          `snapshot_depth` per-position copies of each for speculative rollback.
-// Blocks grow with a sequence's tokens; a state slot is one per live sequence.
+//   KV:      per attention layer, K and V as [n_blocks, block_size, n_kv_heads, head_dim]
+//   state:   per GDN layer, conv [n_slots, conv_dim, K-1] and recurrent [n_slots, Hv, Dv, Dk] (f32)
+//   pending: per GDN layer, with speculative decoding, a verification run's raw inputs
+//            [n_slots * pending_depth, conv_dim + 2*Hv] (see BatchMeta::state_defer)
+// Blocks grow with a sequence's tokens; a slot is one per running request (its GDN state and
+// pending rows; dense models have slots too, holding nothing on the device).
+// Sizes come from model/memory_spec.h, the formulas the memory plan uses.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "backend/backend.h"
-#include "cache/block_pool.h"
+#include "cache/cache_allocator.h"
 #include "model/model.h"
 
 namespace deltaserve {
@@ -18,32 +21,31 @@ namespace deltaserve {
 struct CacheConfig {
   int n_blocks = 0;
   int block_size = 16;
-  int n_slots = 0;           // GDN state slots (ignored without GDN layers)
-  int snapshot_depth = 0;    // 0 without speculative decoding; else tokens per verify step
+  int n_slots = 0;           // running requests at most
+  int pending_depth = 0;     // 0 without speculative decoding; else 1 + draft tokens
 };
 
-class CacheMemory {
+class CacheMemory final : public CacheAllocator {
  public:
   CacheMemory(Backend& backend, const MemorySpec& spec, const CacheConfig& config);
 
   const CacheConfig& config() const { return config_; }
+  const MemorySpec& spec() const { return spec_; }
   const MemoryViews& views() const { return views_; }
-  BlockPool& blocks() { return blocks_; }
-  const BlockPool& blocks() const { return blocks_; }
+  BlockPool& blocks() override { return blocks_; }
+  const BlockPool& blocks() const override { return blocks_; }
   bool has_state() const { return spec_.n_state_layers > 0; }
 
-  // State slots.
-  int n_slots_free() const { return static_cast<int>(free_slots_.size()); }
-  int n_slots_total() const { return has_state() ? config_.n_slots : 0; }
-  [[nodiscard]] int acquire_slot();  // -1 when none is free; the slot's state is zeroed
-  void release_slot(int slot);
-  // After verification: make each pick's snapshot the slot's live state in every GDN layer
-  // (one kernel call per layer for the whole batch).
-  void restore_snapshots(const std::vector<SnapshotPick>& picks);
-  void restore_snapshot(int slot, int j) { restore_snapshots({SnapshotPick{slot, j}}); }
+  // Slots. A fresh slot's GDN state is zeroed.
+  [[nodiscard]] int acquire_slot() override;
+  void release_slot(int slot) override;
+  int n_slots_free() const override { return slots_.n_free(); }
+  int n_slots_total() const override { return slots_.n_total(); }
+  void check_integrity() const override;
 
-  static int64_t kv_bytes_per_token(const MemorySpec& spec, DType dtype);
-  static int64_t state_bytes_per_slot(const MemorySpec& spec, int snapshot_depth);
+  // Bytes this cache allocated on the device: KV, and GDN state + pending rows.
+  int64_t kv_bytes() const { return kv_bytes_; }
+  int64_t state_bytes() const { return state_bytes_; }
 
  private:
   void zero_slot(int slot);
@@ -51,11 +53,11 @@ class CacheMemory {
   MemorySpec spec_;
   CacheConfig config_;
   BlockPool blocks_;
+  SlotPool slots_;
   std::vector<DeviceBuffer> buffers_;
   MemoryViews views_;
-  std::vector<int> free_slots_;
-  std::vector<uint8_t> slot_in_use_;
   DeviceBuffer zeros_;  // one slot's worth of zeros, for resetting a slot
+  int64_t kv_bytes_ = 0, state_bytes_ = 0;
 };
 
 }  // namespace deltaserve

@@ -15,7 +15,6 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kGiB = int64_t{1} << 30;
 constexpr int64_t kMaxRunningCuda = 256;  // decode batch beyond which more requests rarely help
 constexpr int64_t kMaxRunningCpu = 64;
-constexpr int64_t kCudaRuntimeReserve = 512 * kMiB;  // CUDA context, cuBLAS workspaces
 constexpr int64_t kCudaGraphReserve = 512 * kMiB;    // graph memory pool for decode buckets
 constexpr double kAutoFractionMargin = 0.02;
 constexpr double kAutoFractionMin = 0.5, kAutoFractionMax = 0.9;
@@ -88,24 +87,6 @@ ParamCount count_params(const ModelConfig& c) {
   return p;
 }
 
-int64_t kv_bytes_per_token_per_gpu(const ModelConfig& c, int tp_size, int64_t elem_bytes,
-                                   bool with_mtp) {
-  const int64_t n_layers = c.n_attention_layers() + (with_mtp ? c.mtp_n_layers : 0);
-  // KV heads are split over TP; with more GPUs than KV heads each GPU keeps one replica.
-  const int64_t heads_per_gpu = std::max<int64_t>(1, ceil_div(c.n_kv_heads, std::max(1, tp_size)));
-  return n_layers * heads_per_gpu * c.head_dim * 2 /*K,V*/ * elem_bytes;
-}
-
-int64_t state_bytes_per_sequence_per_gpu(const ModelConfig& c, int tp_size, int64_t elem_bytes) {
-  const int64_t tp = std::max(1, tp_size);
-  // Per GDN layer: conv state [conv_dim, K-1] + recurrent state [Hv, Dk, Dv]; both split over TP
-  // by heads (conv channels follow their heads).
-  const int64_t conv = ceil_div(c.linear_conv_dim(), tp) * std::max(0, c.linear_conv_kernel - 1);
-  const int64_t rec = ceil_div(c.linear_n_value_heads, tp) * int64_t(c.linear_key_head_dim) *
-                      c.linear_value_head_dim;
-  return int64_t(c.n_linear_layers()) * (conv + rec) * elem_bytes;
-}
-
 namespace {
 
 struct Ctx {
@@ -124,9 +105,9 @@ struct Ctx {
 int64_t activation_reserve(const Ctx& x) {
   const ModelConfig& c = x.c;
   const int64_t tp = std::max(1, x.in.tp_size);
-  int64_t chunk = x.in.chunked_prefill_size > 0 ? x.in.chunked_prefill_size : (x.cuda() ? 8192 : 512);
-  chunk = std::min(chunk, std::max<int64_t>(1, x.in.max_prefill_tokens));
-  const int64_t act_elem = x.cuda() ? 2 : 4;
+  const int64_t chunk = std::min(std::max<int64_t>(1, x.in.chunked_prefill_size),
+                                 std::max<int64_t>(1, x.in.max_prefill_tokens));
+  const int64_t act_elem = 4;  // activations are f32 on both backends
   const int64_t q_out = int64_t(c.n_heads) * c.head_dim * (c.attn_output_gate ? 2 : 1);
   const int64_t widest_proj = std::max(q_out, c.linear_conv_dim() + c.linear_value_dim());
   // Residual, normed input, mixer output, MLP out (4H) + gate/up/act (3I) + widest projection.
@@ -135,7 +116,7 @@ int64_t activation_reserve(const Ctx& x) {
   // f32 logits for a decode batch of 64 requests x (k+1) verified positions, vocab split over TP.
   const int64_t logits = 64 * (x.in.spec_num_steps + 1) * ceil_div(c.vocab_size, tp) * 4;
   int64_t reserve = chunk * per_token + logits;
-  if (x.cuda()) reserve += kCudaRuntimeReserve + (x.in.cuda_graphs ? kCudaGraphReserve : 0);
+  if (x.cuda() && x.in.cuda_graphs) reserve += kCudaGraphReserve;
   return reserve;
 }
 
@@ -172,14 +153,17 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
       how = "auto: leaves the activation reserve + 2%, within [0.50, 0.90]";
     }
     p.mem_fraction_static = frac;
-    p.budget_bytes = static_cast<int64_t>(in.device_memory_bytes * frac);
+    p.budget_bytes = static_cast<int64_t>(in.device_memory_bytes * frac) - in.device_memory_used_bytes;
     x.row("GPU memory", human_bytes(in.device_memory_bytes), "per GPU, x" + std::to_string(tp) + " (--tp-size)");
+    x.row("in use before loading", human_bytes(in.device_memory_used_bytes),
+          "CUDA context, cuBLAS and other processes (measured by serve; plan --gpu-memory assumes " +
+              human_bytes(MemoryPlanInput::kCudaContextBytes) + ")");
     x.row("static budget", human_bytes(p.budget_bytes),
-          human_bytes(in.device_memory_bytes) + " x " + fixed(frac, 2) + " (" + how + ")",
+          human_bytes(in.device_memory_bytes) + " x " + fixed(frac, 2) + " (" + how + ") - in use",
           "--mem-fraction-static", "raise --mem-fraction-static (the rest must hold activations)");
-    const int64_t outside = in.device_memory_bytes - p.budget_bytes;
+    const int64_t outside = in.device_memory_bytes - static_cast<int64_t>(in.device_memory_bytes * frac);
     x.row("activation reserve", human_bytes(p.activation_reserve_bytes),
-          "prefill chunk activations + logits + CUDA context" +
+          "prefill chunk activations + logits" +
               std::string(in.cuda_graphs ? " + CUDA graphs" : "") + "; outside the budget (" +
               human_bytes(outside) + " left)",
           "", "lower --chunked-prefill-size");
@@ -241,29 +225,26 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
         x.cuda() ? "budget - weights" : "budget - weights - activation reserve", "",
         x.cuda() ? "raise --mem-fraction-static or --tp-size" : "raise --max-memory");
 
-  // 4. Per-token and per-request sizes.
-  p.kv_bytes_per_token_per_gpu = kv_bytes_per_token_per_gpu(c, tp, in.kv_bytes_per_elem, spec);
-  {
-    const int64_t heads = std::max<int64_t>(1, ceil_div(c.n_kv_heads, tp));
-    x.row("KV bytes per token", human_bytes(p.kv_bytes_per_token_per_gpu),
-          std::to_string(c.n_attention_layers()) + " attention layers" +
-              (spec ? " + " + std::to_string(c.mtp_n_layers) + " MTP layer" : "") + " x " +
-              std::to_string(heads) + " KV heads x " + std::to_string(c.head_dim) + " x 2 (K,V) x " +
-              std::to_string(in.kv_bytes_per_elem) + " B, " + PER +
-              (spec ? "" : " (no MTP layer: speculative decoding off)"));
-  }
+  // 4. Per-token and per-request sizes (model/memory_spec.h: the formulas CacheMemory allocates by).
+  const MemorySpec mspec = memory_spec_of(c, spec, tp);
+  p.kv_bytes_per_token_per_gpu = kv_bytes_per_token(mspec, in.kv_bytes_per_elem);
+  x.row("KV bytes per token", human_bytes(p.kv_bytes_per_token_per_gpu),
+        std::to_string(c.n_attention_layers()) + " attention layers" +
+            (spec ? " + " + std::to_string(c.mtp_n_layers) + " MTP layer" : "") + " x " +
+            std::to_string(mspec.n_kv_heads) + " KV heads x " + std::to_string(c.head_dim) + " x 2 (K,V) x " +
+            std::to_string(in.kv_bytes_per_elem) + " B, " + PER +
+            (spec ? "" : " (no MTP layer: speculative decoding off)"));
   if (hybrid) {
-    p.state_bytes_per_slot_base = state_bytes_per_sequence_per_gpu(c, tp, in.state_bytes_per_elem);
-    p.snapshot_depth = spec ? in.spec_num_steps + 1 : 0;
-    p.state_bytes_per_request_per_gpu = p.state_bytes_per_slot_base * (1 + p.snapshot_depth);
+    p.state_bytes_per_slot_base = state_bytes_per_slot(mspec);
+    p.pending_depth = spec ? in.spec_num_steps + 1 : 0;
+    p.state_bytes_per_request_per_gpu = state_bytes_per_request(mspec, p.pending_depth);
     x.row("state bytes per request", human_bytes(p.state_bytes_per_request_per_gpu),
           std::to_string(c.n_linear_layers()) + " GDN layers x (conv + recurrent, f32) = " +
               human_bytes(p.state_bytes_per_slot_base) +
-              (spec ? " x (1 + " + std::to_string(p.snapshot_depth) + " snapshots for " +
-                          std::to_string(in.spec_num_steps) + " speculative steps)"
+              (spec ? " + " + human_bytes(pending_bytes_per_slot(mspec, p.pending_depth)) + " of inputs of " +
+                          std::to_string(p.pending_depth) + " verified tokens (speculative rollback)"
                     : "") +
-              ", " + PER,
-          "", spec ? "fewer --speculative-num-steps" : "");
+              ", " + PER);
   }
 
   // 5. Split the cache between state slots and KV (SGLang: ratio = state bytes / KV bytes).
@@ -308,7 +289,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
                           std::to_string(fit_slots) + ". Set " + want_flag + " " + std::to_string(std::max<int64_t>(fit_slots, 0));
         if (kv_ok) msg += ", or --mamba-full-memory-ratio " + fixed(std::ceil(r_need * 100) / 100, 2) +
                           " (leaves KV for " + commas(kv_tokens_for(kv_left)) + " tokens)";
-        if (spec) msg += ", or fewer --speculative-num-steps (each step adds a state snapshot)";
+
         msg += x.cuda() ? ", or raise --mem-fraction-static / --tp-size" : ", or raise --max-memory";
         p.errors.push_back(msg);
       }
@@ -329,7 +310,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
     x.row("state slots", commas(p.state_slots),
           "state budget / state bytes per request" +
               (unused >= per_req ? "; unused " + human_bytes(unused) + " given to KV" : std::string()),
-          slots_bound, "raise --mamba-full-memory-ratio, or fewer --speculative-num-steps");
+          slots_bound, "raise --mamba-full-memory-ratio");
   } else {
     p.kv_budget_bytes = p.cache_bytes;
   }

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "model/config.h"
+#include "core/dtype.h"
+#include "model/memory_spec.h"
 #include "util/status.h"
 
 namespace deltaserve {
@@ -29,16 +31,20 @@ enum class PlanDevice : uint8_t { Cpu, Cuda };
 struct MemoryPlanInput {
   PlanDevice device = PlanDevice::Cuda;
   int64_t device_memory_bytes = 0;  // per GPU (Cuda) or RAM the budget is taken from (Cpu)
+  // Cuda: memory already in use on the GPU before the weights load (the CUDA context, cuBLAS,
+  // other processes). serve measures it after its CUDA context is up; `plan --gpu-memory X`
+  // assumes kCudaContextBytes. As SGLang does, it comes out of the static budget.
+  int64_t device_memory_used_bytes = 0;
   int tp_size = 1;                  // GPUs the model is split over (Cpu: must be 1)
 
-  // Budget. Cuda: device_memory_bytes * mem_fraction_static (0 = auto). Cpu: max_memory_bytes
-  // (0 = auto: kCpuAutoShare of device_memory_bytes).
+  // Budget. Cuda: device_memory_bytes * mem_fraction_static (0 = auto) - device_memory_used_bytes.
+  // Cpu: max_memory_bytes (0 = auto: kCpuAutoShare of device_memory_bytes).
   double mem_fraction_static = 0;
   int64_t max_memory_bytes = 0;
 
   int64_t weight_bytes_per_param = 2;  // bf16 checkpoints
   int64_t kv_bytes_per_elem = 2;       // bf16 KV; 1 for fp8; 4 for an f32 CPU cache
-  int64_t state_bytes_per_elem = 4;    // GDN conv + recurrent state, float32 (mamba_ssm_dtype)
+  DType kv_cache_dtype = DType::BF16;  // what the cache stores (kv_bytes_per_elem is its size)
   int kv_block_size = 16;
 
   // Requests (0 = auto). `*_explicit` marks a value the user typed: it is honoured or refused.
@@ -50,11 +56,14 @@ struct MemoryPlanInput {
   bool mamba_full_memory_ratio_explicit = false;
 
   int spec_num_steps = 0;           // MTP draft steps k; 0 = speculative decoding off
-  int64_t chunked_prefill_size = 0; // prefill chunk tokens; 0 = auto (8192 GPU, 512 CPU)
-  int64_t max_prefill_tokens = 16384;
+  int64_t chunked_prefill_size = 512;  // prefill chunk tokens (resolved: deploy/plan_input.h)
+  int64_t max_prefill_tokens = 1024;   // prefill tokens per step (resolved)
   bool cuda_graphs = true;
 
   static constexpr double kCpuAutoShare = 0.7;
+  // The CUDA context with cuBLAS on an H200 (CUDA 13): measured 0.57 GiB in use before any
+  // allocation (bench/RESULTS.md, "Memory: plan vs allocation"); rounded up.
+  static constexpr int64_t kCudaContextBytes = int64_t{768} << 20;
 };
 
 // One line of the explanation: what, how much, why that much, how to get more.
@@ -77,9 +86,9 @@ struct MemoryPlan {
   int64_t kv_budget_bytes = 0;
   int64_t state_budget_bytes = 0;
   int64_t kv_bytes_per_token_per_gpu = 0;      // attention layers (+ MTP layer when spec is on)
-  int64_t state_bytes_per_request_per_gpu = 0; // GDN state incl. speculative snapshots
-  int64_t state_bytes_per_slot_base = 0;       // GDN state of one sequence, no snapshots
-  int snapshot_depth = 0;                      // per-position copies (k+1 with spec, else 0)
+  int64_t state_bytes_per_request_per_gpu = 0; // GDN state + speculative pending rows
+  int64_t state_bytes_per_slot_base = 0;       // GDN state of one sequence (conv + recurrent)
+  int pending_depth = 0;                       // speculative rows per request (k+1 with spec, else 0)
 
   int64_t kv_tokens = 0;
   int64_t state_slots = 0;                     // 0 for models without GDN layers
@@ -103,13 +112,6 @@ struct ParamCount {
   }
 };
 ParamCount count_params(const ModelConfig& config);
-
-// K+V bytes per token on one of tp_size GPUs (KV heads split over TP, replicated when tp > heads).
-int64_t kv_bytes_per_token_per_gpu(const ModelConfig& config, int tp_size, int64_t elem_bytes,
-                                   bool with_mtp);
-// GDN conv + recurrent state of one sequence on one of tp_size GPUs (no snapshots).
-int64_t state_bytes_per_sequence_per_gpu(const ModelConfig& config, int tp_size,
-                                         int64_t elem_bytes);
 
 MemoryPlan plan_memory(const ModelConfig& config, const MemoryPlanInput& input);
 

@@ -7,12 +7,24 @@
 #include "options/serve_options.h"
 #include "deploy/hardware.h"
 #include "cache/memory_plan.h"
+#include "core/dtype.h"
 #include "model/config.h"
 
 namespace deltaserve {
 
 // --device auto: cuda when the host has GPUs (and the build has CUDA: `cuda_built`), else cpu.
 PlanDevice resolve_plan_device(const ServeOptions& opts, const HostInfo& host, bool cuda_built = true);
+
+// --chunked-prefill-size and --max-prefill-tokens with "auto" resolved (8192 on a GPU, 512 on the
+// CPU; the step budget twice the chunk). The one place these defaults are decided.
+struct PrefillBudget {
+  int64_t chunked_prefill_size = 0;
+  int64_t max_prefill_tokens = 0;
+};
+PrefillBudget resolve_prefill_budget(const ServeOptions& opts, PlanDevice device);
+
+// --kv-cache-dtype resolved for the device.
+DType resolve_kv_cache_dtype(const ServeOptions& opts, PlanDevice device);
 
 // device_memory_bytes: per GPU for Cuda (0 = take it from host.gpus), RAM for Cpu (0 = host
 // available RAM).

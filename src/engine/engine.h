@@ -1,7 +1,9 @@
-// Engine: the engine thread. Owns backend, model, cache, runner, scheduler and sampler; the HTTP
-// side talks to it only through EngineService (submit / cancel / stats).
+// Engine: the engine thread. Owns backend, model, cache, runner, scheduler, sampling and the
+// speculative decoder; the HTTP side talks to it only through EngineService (submit / cancel /
+// stats). A step:
 //
-//   inbox (submit/cancel) -> Scheduler::schedule -> ModelRunner::run -> Sampler -> TokenEvents
+//   Scheduler::schedule -> ModelRunner::run -> sample (or SpeculativeDecoder::verify)
+//     -> Scheduler::update -> SpeculativeDecoder::finish_step (rollback, drafts) -> TokenEvents
 #pragma once
 
 #include <atomic>
@@ -9,6 +11,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,15 +19,31 @@
 #include "engine/engine_config.h"
 #include "engine/engine_service.h"
 #include "engine/model_runner.h"
-#include "engine/sampler.h"
+#include "engine/sampling_pool.h"
 #include "engine/scheduler.h"
-#include "util/thread_pool.h"
+#include "engine/spec/speculative_decoder.h"
 
 namespace deltaserve {
 
+// What the engine actually allocated (reported by /get_server_info and the start-up log).
+struct EngineCapacity {
+  int64_t kv_tokens = 0;             // KV blocks x block size
+  int kv_block_size = 0;
+  int max_running_requests = 0;
+  int state_slots = 0;               // GDN state slots (0 for models without GDN layers)
+  int64_t context_length = 0;
+  int64_t kv_cache_bytes = 0;        // device bytes of the KV cache
+  int64_t state_cache_bytes = 0;     // device bytes of GDN state + speculative pending rows
+  int64_t weight_bytes = 0;
+  std::string kv_cache_dtype;        // "f32", "bf16", ...
+  int spec_num_steps = 0;
+};
+
 class Engine final : public EngineService {
  public:
-  static Result<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  // backend: the device to run on (nullptr: made from config.device). Passing one lets the caller
+  // measure its free memory before planning.
+  static Result<std::unique_ptr<Engine>> create(const EngineConfig& config, std::unique_ptr<Backend> backend = nullptr);
   ~Engine() override;
 
   void start();  // spawns the engine thread
@@ -38,10 +57,11 @@ class Engine final : public EngineService {
 
   const ModelConfig& model_config() const { return model_->config(); }
   const EngineConfig& config() const { return config_; }
+  EngineCapacity capacity() const;
   std::string backend_description() const { return backend_->description(); }
   std::size_t weight_bytes() const { return model_->weight_bytes(); }
   std::size_t decode_weight_bytes() const { return model_->decode_weight_bytes(); }
-  // Human-readable capacity plan (printed once at start-up).
+  // Human-readable capacity summary (printed once at start-up).
   std::string plan_summary() const;
 
  private:
@@ -49,22 +69,14 @@ class Engine final : public EngineService {
   void loop();
   void drain_inbox();
   void step();
+  // Samples (or verifies) every item of this step that needs a token, in parallel over
+  // sequences: appends tokens to each sequence and fills outputs_.
+  void sample_all(const std::vector<ScheduledItem>& items);
+  // Sends each item's new tokens (and the final event of a finished sequence).
+  void emit_all(const std::vector<ScheduledItem>& items);
   void finish(Sequence& seq, FinishReason reason, TokenEvent& ev);
-  void emit(Sequence& seq, TokenEvent ev);
   void update_stats();
   void maybe_log_progress();
-  // Speculative decoding (MTP, NEXTN). verify() accepts drafts against the target rows starting
-  // at `row`, appends the accepted tokens and the bonus token, and returns how many drafts it kept.
-  int verify(Sequence& s, int row, std::vector<TokenLogprob>* logprobs, Sampler& sampler, std::vector<float>& probs);
-  // Samples (or verifies) every sequence of this step that needs a token, in parallel over
-  // sequences: fills sampled_ (tokens appended to each sequence, accepted drafts, logprobs).
-  void sample_all(const std::vector<ScheduledItem>& items);
-  // Runs the MTP head over this step's mtp_items_ (catch-up) and chains drafts for drafting_.
-  void propose_drafts();
-  void add_draft(Sequence& s, const float* logits, int j, Sampler& sampler);
-  // fn(share, i) for i in [0, n): on the sampling pool (one Sampler per share).
-  template <typename Fn>
-  void for_each_row(int n, Fn&& fn);
 
   EngineConfig config_;
   std::unique_ptr<Backend> backend_;
@@ -72,42 +84,22 @@ class Engine final : public EngineService {
   std::unique_ptr<CacheMemory> cache_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;
-  // Sampling runs on the host; a step of 64 sequences over a 248k vocabulary is worth spreading
-  // over cores when a GPU does the compute (on the CPU backend the compute pool owns the cores,
-  // so this pool has one thread: inline). One Sampler and probability buffer per share.
-  std::unique_ptr<ThreadPool> sample_pool_;
-  std::vector<std::unique_ptr<Sampler>> samplers_;
-  std::vector<std::vector<float>> probs_;
-  struct Sampled {
-    int row = 0;        // first logits row of the sequence
-    int accepted = -1;  // drafts kept (-1: plain sample)
-    std::vector<TokenLogprob> logprobs;
-  };
-  std::vector<Sampled> sampled_;  // per scheduled item
-  std::vector<RunItem> run_items_;
-  std::vector<int32_t> eos_ids_;
-
-  // Speculative decoding buffers (sized once in create()).
-  DeviceBuffer hidden_all_;   // [max_tokens, H] final-normed hidden of every fed token
-  DeviceBuffer mtp_in_, mtp_out_;  // [max_tokens, H]
-  DeviceBuffer chain_a_, chain_b_; // [max_seqs, H]
-  std::vector<RunItem> mtp_items_;
-  std::vector<int32_t> mtp_rows_;
-  std::vector<std::pair<Sequence*, int>> drafting_;  // (sequence, its last row in the MTP batch)
-  std::vector<SnapshotPick> restore_picks_;          // rollbacks of this step's verifications
-  std::vector<Sequence*> chain_seqs_;
-  std::vector<int32_t> chain_rows_;
-  std::vector<int> chain_left_;
+  std::unique_ptr<SamplingPool> sampling_;
+  std::unique_ptr<SpeculativeDecoder> spec_;  // null without speculative decoding
+  std::vector<RunItem> run_items_;            // this step's batch
+  std::vector<StepOutput> outputs_;           // per scheduled item
+  std::vector<int> row_of_;                   // per scheduled item: its first logits row
 
   // Inbox (any thread -> engine thread).
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<std::pair<std::unique_ptr<Sequence>, int>> inbox_;
+  std::deque<std::unique_ptr<Sequence>> inbox_;
   std::vector<RequestId> cancels_;
   int n_inbox_waiting_ = 0;
   bool stopping_ = false;
   std::thread thread_;
   std::atomic<RequestId> next_id_{1};
+  std::mt19937_64 seed_rng_;  // seeds of requests without one (guarded by mutex_)
 
   // Published by the engine thread after each step.
   EngineStats stats_;

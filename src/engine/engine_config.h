@@ -1,5 +1,7 @@
-// EngineConfig: everything the engine needs to start, as native values. The app fills it from the
-// flag table (serve/generate options) and the memory plan; the engine never parses flags.
+// EngineConfig: everything the engine needs to start, as native values. Nothing here has a
+// default the engine chooses: serve, generate and bench-offline fill it from the one flag table
+// (src/options) and the memory plan (src/cache/memory_plan.h) through app/engine_setup.h, and
+// tests fill it explicitly. Engine::create refuses a config with a capacity left unset.
 #pragma once
 
 #include <cstdint>
@@ -17,15 +19,14 @@ struct EngineConfig {
   Device device = Device::Cpu;
   int n_threads = 0;                 // CPU threads for kernels; 0 = all usable CPUs
 
-  // Capacity (0 = derive from the memory plan).
-  int max_running_requests = 0;      // sequences decoding at once
+  // Capacity (all required, > 0).
+  int max_running_requests = 0;      // sequences decoding at once (= slots)
   int max_waiting_requests = 0;      // queue bound; a full queue rejects new requests
   int64_t context_length = 0;        // prompt + generated tokens per sequence
   int64_t kv_tokens = 0;             // KV cache capacity in tokens (over all sequences)
-  int kv_block_size = 16;            // tokens per KV block
-  int state_slots = 0;               // GDN state slots (Qwen3.5 only)
+  int kv_block_size = 0;             // tokens per KV block
 
-  // Per-step token budget (continuous batching).
+  // Per-step token budget (continuous batching; both required).
   int chunked_prefill_size = 0;      // longest prefill chunk of one sequence per step
   int max_prefill_tokens = 0;        // prefill tokens per step over all sequences
 
@@ -34,6 +35,9 @@ struct EngineConfig {
   // Decode batches of up to this many sequences replay a CUDA graph per batch size (GPU only).
   // -1: auto (max running requests, at most 64); 0: off (--disable-cuda-graph).
   int cuda_graph_max_bs = -1;
+  // Seeds the generator that gives each request without a `seed` its own (--random-seed):
+  // 0 = from std::random_device, so unseeded requests differ between runs.
+  uint64_t random_seed = 0;
 
   std::vector<int32_t> extra_eos_token_ids;  // e.g. from generation_config.json
 };

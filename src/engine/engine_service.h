@@ -22,6 +22,7 @@ struct EngineStats {
   uint64_t spec_draft_tokens_total = 0;
   uint64_t spec_accepted_tokens_total = 0;
   uint64_t spec_verify_steps_total = 0;
+  uint64_t preemptions_total = 0;       // running requests retracted for lack of KV blocks
   // Where the engine thread's time went (seconds since start), for benchmarks: a step is
   // schedule + forward (incl. logits to the host) + sampling + MTP drafts + emitting events.
   uint64_t steps_total = 0;

@@ -6,25 +6,41 @@
 namespace deltaserve {
 
 ModelRunner::ModelRunner(Backend& backend, Model& model, CacheMemory& cache, const RunnerLimits& limits)
-    : backend_(backend), model_(model), cache_(cache), limits_(limits), vocab_(model.config().vocab_size) {
+    : backend_(backend),
+      model_(model),
+      cache_(cache),
+      limits_(limits),
+      vocab_(model.config().vocab_size),
+      hidden_(model.config().hidden_size) {
   const int64_t T = limits.max_tokens, S = limits.max_seqs, B = limits.max_blocks_per_seq;
-  const int64_t n_i32 = T + T + (S + 1) + S + S * B + S + T;
+  n_meta_i32_ = T + (S + 1) + S + S * B + S + S;
   // The staging area is host memory on every backend (page-locked on CUDA).
-  host_i32_ = backend.allocate_host(n_i32 * 4);
+  host_i32_ = backend.allocate_host((n_meta_i32_ + T + T) * 4);
   int32_t* p = static_cast<int32_t*>(host_i32_.data());
-  ids_ = p; p += T;
   positions_ = p; p += T;
   seq_start_ = p; p += S + 1;
   context_len_ = p; p += S;
   block_table_ = p; p += S * B;
   slots_ = p; p += S;
+  defer_ = p; p += S;
+  ids_ = p; p += T;
   out_rows_ = p;
-  if (backend.device() != Device::Cpu) {
-    dev_i32_ = backend.allocate((n_i32 - T) * 4);
+  const bool gpu = backend.device() != Device::Cpu;
+  if (gpu) {
+    dev_i32_ = backend.allocate(n_meta_i32_ * 4);
     dev_ids_ = backend.allocate(T * 4);
   }
   logits_buf_ = backend.allocate(int64_t(limits.max_logit_rows) * vocab_ * 4);
-  if (backend.device() != Device::Cpu) host_logits_store_ = backend.allocate_host(int64_t(limits.max_logit_rows) * vocab_ * 4);
+  if (gpu) host_logits_store_ = backend.allocate_host(int64_t(limits.max_logit_rows) * vocab_ * 4);
+  if (limits.mtp) {
+    hidden_main_ = backend.allocate(T * hidden_ * 4);
+    mtp_in_ = backend.allocate(T * hidden_ * 4);
+    mtp_out_ = backend.allocate(T * hidden_ * 4);
+    chain_[0] = backend.allocate(S * hidden_ * 4);
+    chain_[1] = backend.allocate(S * hidden_ * 4);
+    commit_host_ = backend.allocate_host((2 * S + 1) * 4);
+    if (gpu) commit_dev_ = backend.allocate((2 * S + 1) * 4);
+  }
   model_.reserve(limits.max_tokens);
   graphs_.resize(static_cast<std::size_t>(std::max(0, limits.graph_max_seqs)) + 1);
 }
@@ -33,7 +49,7 @@ bool ModelRunner::run_graph(std::span<const RunItem> items, const ForwardArgs& a
   const int S = static_cast<int>(items.size());
   if (S > limits_.graph_max_seqs) return false;
   for (const RunItem& it : items)
-    if (it.tokens.size() != 1 || it.logits_all || it.no_logits) return false;
+    if (it.tokens.size() != 1 || it.logits_all || it.no_logits || it.defer_state) return false;
   DecodeGraph& g = graphs_[S];
   if (!g.graph || g.epoch != backend_.graph_epoch()) {
     g.graph.reset();
@@ -49,11 +65,12 @@ bool ModelRunner::run_graph(std::span<const RunItem> items, const ForwardArgs& a
   return true;
 }
 
-void ModelRunner::build(std::span<const RunItem> items, bool write_snapshots) {
+void ModelRunner::build(std::span<const RunItem> items) {
   const int S = static_cast<int>(items.size());
   DS_CHECK(S > 0 && S <= limits_.max_seqs, "batch of ", S, " sequences");
   const int B = limits_.max_blocks_per_seq, bs = cache_.config().block_size;
   int t = 0, n_out = 0, max_seq_tokens = 0, max_ctx = 0;
+  bool any_defer = false;
   for (int s = 0; s < S; ++s) {
     const RunItem& it = items[s];
     const int n = static_cast<int>(it.tokens.size());
@@ -64,6 +81,8 @@ void ModelRunner::build(std::span<const RunItem> items, bool write_snapshots) {
     seq_start_[s] = t;
     context_len_[s] = ctx;
     slots_[s] = it.slot;
+    defer_[s] = it.defer_state ? 1 : 0;
+    any_defer = any_defer || it.defer_state;
     std::fill_n(block_table_ + int64_t(s) * B, B, -1);
     std::copy(it.blocks.begin(), it.blocks.end(), block_table_ + int64_t(s) * B);
     for (int j = 0; j < n; ++j) {
@@ -91,31 +110,32 @@ void ModelRunner::build(std::span<const RunItem> items, bool write_snapshots) {
   meta_.context_len = context_len_;
   meta_.block_table = block_table_;
   meta_.state_slot = slots_;
+  meta_.state_defer = any_defer ? defer_ : nullptr;
   meta_.max_blocks = B;
   meta_.block_size = bs;
   meta_.max_seq_tokens = max_seq_tokens;
   meta_.max_context = max_ctx;
-  meta_.write_snapshots = write_snapshots;
   const Device dev = backend_.device();
-  if (dev == Device::Cpu) {
-    meta_.d_positions = Tensor(positions_, DType::I32, {t});
-    meta_.d_seq_start = Tensor(seq_start_, DType::I32, {S + 1});
-    meta_.d_context_len = Tensor(context_len_, DType::I32, {S});
-    meta_.d_block_table = Tensor(block_table_, DType::I32, {S, B});
-    meta_.d_state_slot = Tensor(slots_, DType::I32, {S});
-  } else {
-    // One copy of the contiguous staging prefix [positions .. slots] (ids travel separately).
-    const int64_t T = limits_.max_tokens, SM = limits_.max_seqs;
-    const int64_t n = T + (SM + 1) + SM + SM * B + SM;
-    Tensor dst = dev_i32_.view(DType::I32, {n});
-    backend_.copy_to_device(dst, positions_);
-    int32_t* d = static_cast<int32_t*>(dev_i32_.data());
-    meta_.d_positions = Tensor(d, DType::I32, {t}, dev);
-    meta_.d_seq_start = Tensor(d + T, DType::I32, {S + 1}, dev);
-    meta_.d_context_len = Tensor(d + T + SM + 1, DType::I32, {S}, dev);
-    meta_.d_block_table = Tensor(d + T + 2 * SM + 1, DType::I32, {S, B}, dev);
-    meta_.d_state_slot = Tensor(d + T + 2 * SM + 1 + SM * B, DType::I32, {S}, dev);
+  int32_t* d = positions_;
+  if (dev != Device::Cpu) {
+    // One copy of the contiguous staging prefix [positions .. defer] (ids travel separately).
+    backend_.copy_to_device(dev_i32_.view(DType::I32, {n_meta_i32_}), positions_);
+    d = static_cast<int32_t*>(dev_i32_.data());
   }
+  const int64_t T = limits_.max_tokens, SM = limits_.max_seqs;
+  meta_.d_positions = Tensor(d, DType::I32, {t}, dev);
+  meta_.d_seq_start = Tensor(d + T, DType::I32, {S + 1}, dev);
+  meta_.d_context_len = Tensor(d + T + SM + 1, DType::I32, {S}, dev);
+  meta_.d_block_table = Tensor(d + T + 2 * SM + 1, DType::I32, {S, B}, dev);
+  meta_.d_state_slot = Tensor(d + T + 2 * SM + 1 + SM * B, DType::I32, {S}, dev);
+  meta_.d_state_defer = Tensor(d + T + 3 * SM + 1 + SM * B, DType::I32, {S}, dev);
+}
+
+Tensor ModelRunner::upload_ids() {
+  if (backend_.device() == Device::Cpu) return Tensor(ids_, DType::I32, {meta_.n_tokens});
+  Tensor ids(static_cast<int32_t*>(dev_ids_.data()), DType::I32, {meta_.n_tokens}, backend_.device());
+  backend_.copy_to_device(ids, ids_);
+  return ids;
 }
 
 void ModelRunner::fetch_logits() {
@@ -127,44 +147,87 @@ void ModelRunner::fetch_logits() {
   }
 }
 
-void ModelRunner::run(std::span<const RunItem> items, bool write_snapshots, Tensor hidden_all,
-                      const LayerObserver* observer) {
-  build(items, write_snapshots);
+void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* observer) {
+  build(items);
   ForwardArgs a;
   a.meta = &meta_;
   a.memory = &cache_.views();
   a.output_rows = out_rows_;
   a.n_output_rows = n_out_;
   a.logits = logits_buf_.view(DType::F32, {std::max(n_out_, 1), vocab_});
-  a.hidden = hidden_all;
+  if (limits_.mtp) a.hidden = hidden_main_.view(DType::F32, {meta_.n_tokens, hidden_});
   a.observer = observer;
-  a.ids = Tensor(ids_, DType::I32, {meta_.n_tokens});
-  if (backend_.device() != Device::Cpu) {
-    a.ids = Tensor(static_cast<int32_t*>(dev_ids_.data()), DType::I32, {meta_.n_tokens}, backend_.device());
-    backend_.copy_to_device(a.ids, ids_);
-  }
-  const bool graphable = !write_snapshots && !hidden_all.data && observer == nullptr;
-  if (!graphable || !run_graph(items, a)) model_.forward(a);
+  a.ids = upload_ids();
+  if (observer != nullptr || !run_graph(items, a)) model_.forward(a);
   fetch_logits();
+  mtp_last_ = nullptr;
 }
 
-void ModelRunner::run_mtp(std::span<const RunItem> items, const Tensor& hidden_in, Tensor hidden_out) {
-  build(items, false);
+void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::span<const int32_t> hidden_rows) {
+  DS_CHECK(limits_.mtp, "run_mtp without limits.mtp");
+  const DeviceBuffer* src = from == HiddenFrom::Main ? &hidden_main_ : mtp_last_;
+  DS_CHECK(src != nullptr, "run_mtp from the MTP head before any MTP step");
+  const int src_rows = from == HiddenFrom::Main ? meta_.n_tokens : mtp_last_rows_;
+  // Gather the input hidden states before build() replaces the batch (src_rows refers to the
+  // previous batch).
+  const int n = static_cast<int>(hidden_rows.size());
+  Tensor in = mtp_in_.view(DType::F32, {n, hidden_});
+  backend_.kernels().gather_rows(src->view(DType::F32, {std::max(src_rows, 1), hidden_}), hidden_rows.data(), n, in);
+  build(items);
+  DS_CHECK(meta_.n_tokens == n, "run_mtp: ", n, " hidden rows for ", meta_.n_tokens, " tokens");
+  // Catch-up batches (from Main) write mtp_out_; chain steps alternate between the chain buffers.
+  const DeviceBuffer* out = &mtp_out_;
+  if (from == HiddenFrom::Mtp) {
+    DS_CHECK(n <= limits_.max_seqs, "MTP chain of ", n, " rows");
+    out = &chain_[chain_next_];
+    chain_next_ ^= 1;
+  } else {
+    chain_next_ = 0;
+  }
   MtpArgs a;
   a.meta = &meta_;
   a.memory = &cache_.views();
   a.output_rows = out_rows_;
   a.n_output_rows = n_out_;
   a.logits = logits_buf_.view(DType::F32, {std::max(n_out_, 1), vocab_});
-  a.hidden_in = hidden_in;
-  a.hidden_out = hidden_out;
-  a.ids = Tensor(ids_, DType::I32, {meta_.n_tokens});
-  if (backend_.device() != Device::Cpu) {
-    a.ids = Tensor(static_cast<int32_t*>(dev_ids_.data()), DType::I32, {meta_.n_tokens}, backend_.device());
-    backend_.copy_to_device(a.ids, ids_);
-  }
+  a.hidden_in = in;
+  a.hidden_out = out->view(DType::F32, {n, hidden_});
+  a.ids = upload_ids();
   model_.forward_mtp(a);
   fetch_logits();
+  mtp_last_ = out;
+  mtp_last_rows_ = n;
+}
+
+void ModelRunner::commit_state(std::span<const StateCommit> commits) {
+  if (commits.empty() || !cache_.has_state()) return;
+  const int S = static_cast<int>(commits.size());
+  DS_CHECK(limits_.mtp && S <= limits_.max_seqs, "commit_state of ", S, " sequences");
+  int32_t* h = static_cast<int32_t*>(commit_host_.data());
+  int32_t* seq_start = h;
+  int32_t* slots = h + S + 1;
+  int t = 0;
+  for (int s = 0; s < S; ++s) {
+    seq_start[s] = t;
+    slots[s] = commits[s].slot;
+    t += commits[s].n_tokens;
+  }
+  seq_start[S] = t;
+  BatchMeta m;
+  m.n_seqs = S;
+  m.n_tokens = t;
+  m.seq_start = seq_start;
+  m.state_slot = slots;
+  const Device dev = backend_.device();
+  int32_t* d = h;
+  if (dev != Device::Cpu) {
+    // seq_start and slots sit together: one copy of 2S + 1 values.
+    backend_.copy_to_device(commit_dev_.view(DType::I32, {2 * S + 1}), h);
+    d = static_cast<int32_t*>(commit_dev_.data());
+  }
+  m.d_seq_start = Tensor(d, DType::I32, {S + 1}, dev);
+  m.d_state_slot = Tensor(d + S + 1, DType::I32, {S}, dev);
+  model_.commit_state(m, cache_.views());
 }
 
 }  // namespace deltaserve

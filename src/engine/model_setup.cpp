@@ -17,10 +17,17 @@ Result<std::unique_ptr<ModelSetup>> ModelSetup::create(const SetupOptions& o, in
   const int blocks_per_seq = (max_context + cc.block_size - 1) / cc.block_size;
   cc.n_blocks = blocks_per_seq * max_seqs;
   cc.n_slots = max_seqs;
+  cc.pending_depth = o.pending_depth;
   s->cache = std::make_unique<CacheMemory>(*s->backend, s->model->memory_spec(), cc);
   // Decode batches replay CUDA graphs (the CUDA fixture tests thus check graph replay against
   // the references); the CPU backend has no graphs.
-  RunnerLimits lim{max_tokens, max_seqs, blocks_per_seq, max_logit_rows, s->backend->device() == Device::Cpu ? 0 : max_seqs};
+  RunnerLimits lim;
+  lim.max_tokens = max_tokens;
+  lim.max_seqs = max_seqs;
+  lim.max_blocks_per_seq = blocks_per_seq;
+  lim.max_logit_rows = max_logit_rows;
+  lim.graph_max_seqs = s->backend->device() == Device::Cpu ? 0 : max_seqs;
+  lim.mtp = o.pending_depth > 0;
   s->runner = std::make_unique<ModelRunner>(*s->backend, *s->model, *s->cache, lim);
   return s;
 }

@@ -17,6 +17,7 @@ struct SetupOptions {
   int n_threads = 0;
   std::string device = "cpu";
   bool dummy_weights = false;
+  int pending_depth = 0;  // > 0: speculative rows for runs of this many tokens (and MTP hidden states)
 };
 
 struct ModelSetup {

@@ -1,6 +1,7 @@
 // Sequence: what the scheduler moves around. Tokens are prompt + generated; the first n_computed
 // of them have their KV (and GDN state) in the cache. A decoding sequence has exactly one token
-// not yet computed: the one it sampled last.
+// not yet computed: the one it sampled last (plus, under speculative decoding, n_drafts draft
+// tokens the speculative decoder holds for it, fed after that token and verified next step).
 #pragma once
 
 #include <memory>
@@ -22,15 +23,13 @@ struct Sequence {
   int n_prompt = 0;
   int n_computed = 0;               // tokens whose KV/state is in the cache
   std::vector<int32_t> blocks;      // KV block table
-  int slot = -1;                    // GDN state slot (-1: none held)
+  int slot = -1;                    // per-request slot: GDN state, speculative rows (-1: none held)
   SeqStatus status = SeqStatus::Waiting;
+  FinishReason finish = FinishReason::None;  // why it finished (status Finished)
   std::mt19937_64 rng;
   int64_t max_total_tokens = 0;     // prompt + max generated (bounded by the context length)
   uint64_t admit_order = 0;         // for preemption: the newest running sequence goes first
-  // Speculative decoding.
-  std::vector<int32_t> drafts;      // draft tokens proposed for the next verification
-  std::vector<std::vector<float>> draft_probs;  // q for each draft (sampling mode only)
-  std::vector<int32_t> feed;        // this step's input: [last token, drafts...]
+  int n_drafts = 0;                 // draft tokens waiting for verification (engine/spec/)
   uint64_t spec_steps = 0, spec_accepted = 0;  // verification steps, tokens emitted by them
 
   int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }

@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include "model/memory_spec.h"
+
 #include <nlohmann/json.hpp>
 
 #include "util/mmap_file.h"
@@ -16,14 +18,23 @@ int ModelConfig::n_attention_layers() const {
 int ModelConfig::n_linear_layers() const {
   return static_cast<int>(layer_types.size()) - n_attention_layers();
 }
-int64_t ModelConfig::kv_bytes_per_token(int64_t elem_bytes, bool with_mtp) const {
-  int layers = n_attention_layers() + (with_mtp ? mtp_n_layers : 0);
-  return int64_t(layers) * n_kv_heads * head_dim * 2 * elem_bytes;
-}
-int64_t ModelConfig::state_bytes_per_sequence() const {
-  int64_t conv = linear_conv_dim() * (linear_conv_kernel - 1) * 4;
-  int64_t rec = int64_t(linear_n_value_heads) * linear_key_head_dim * linear_value_head_dim * 4;
-  return int64_t(n_linear_layers()) * (conv + rec);
+
+MemorySpec memory_spec_of(const ModelConfig& c, bool with_mtp, int tp_size) {
+  const int tp = tp_size < 1 ? 1 : tp_size;
+  auto split = [tp](int64_t n) { return (n + tp - 1) / tp; };
+  MemorySpec s;
+  s.n_kv_layers = c.n_attention_layers() + (with_mtp ? c.mtp_n_layers : 0);
+  s.n_kv_heads = static_cast<int>(split(c.n_kv_heads) < 1 ? 1 : split(c.n_kv_heads));
+  s.head_dim = c.head_dim;
+  s.n_state_layers = c.n_linear_layers();
+  if (s.n_state_layers > 0) {
+    s.conv_dim = split(c.linear_conv_dim());
+    s.conv_kernel = c.linear_conv_kernel;
+    s.n_v_heads = static_cast<int>(split(c.linear_n_value_heads));
+    s.k_head_dim = c.linear_key_head_dim;
+    s.v_head_dim = c.linear_value_head_dim;
+  }
+  return s;
 }
 
 namespace {

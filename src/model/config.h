@@ -57,10 +57,6 @@ struct ModelConfig {
   int64_t linear_conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }
   int n_attention_layers() const;
   int n_linear_layers() const;
-  // Bytes of K+V per token over all full-attention layers (plus the MTP layer when with_mtp).
-  int64_t kv_bytes_per_token(int64_t elem_bytes, bool with_mtp) const;
-  // Bytes of GDN state (conv + recurrent, f32) per sequence over all linear-attention layers.
-  int64_t state_bytes_per_sequence() const;
 };
 
 // Parse config.json text; `source` names the file in errors.

@@ -51,6 +51,7 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const ModelConfig& conf
     m->layers_.push_back(std::move(l));
   }
 
+  m->gdn_refs_.resize(n_state);
   m->decode_weight_bytes_ = w.bytes_loaded() - embed_bytes;
   std::vector<std::string> ignored = naming.ignored_prefixes;
   if (options.load_mtp && c.mtp_n_layers > 0 && (!checkpoint || w.has(naming.mtp + ".fc.weight"))) {
@@ -78,21 +79,7 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const ModelConfig& conf
   return m;
 }
 
-MemorySpec DecoderModel::memory_spec() const {
-  MemorySpec s;
-  s.n_kv_layers = config_.n_attention_layers() + (mtp_ ? 1 : 0);
-  s.n_kv_heads = config_.n_kv_heads;
-  s.head_dim = config_.head_dim;
-  s.n_state_layers = config_.n_linear_layers();
-  if (s.n_state_layers > 0) {
-    s.conv_dim = config_.linear_conv_dim();
-    s.conv_kernel = config_.linear_conv_kernel;
-    s.n_v_heads = config_.linear_n_value_heads;
-    s.k_head_dim = config_.linear_key_head_dim;
-    s.v_head_dim = config_.linear_value_head_dim;
-  }
-  return s;
-}
+MemorySpec DecoderModel::memory_spec() const { return memory_spec_of(config_, mtp_.has_value()); }
 
 void DecoderModel::reserve(int max_tokens) {
   if (max_tokens <= max_tokens_) return;
@@ -172,6 +159,13 @@ void DecoderModel::forward(const ForwardArgs& a) {
     if (a.observer) (*a.observer)(static_cast<int>(i), x);
   }
   head(T, x, final_norm_, a.output_rows, a.n_output_rows, a.logits, a.hidden);
+}
+
+void DecoderModel::commit_state(const BatchMeta& commit, const MemoryViews& memory) {
+  if (gdn_refs_.empty() || commit.n_seqs == 0) return;
+  for (const Layer& l : layers_)
+    if (l.gdn) gdn_refs_[l.state_idx] = GdnLayerRef{&l.gdn->params, &memory.state[l.state_idx]};
+  backend_.kernels().gdn_commit(gdn_refs_, commit);
 }
 
 void DecoderModel::forward_mtp(const MtpArgs& a) {

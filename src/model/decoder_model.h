@@ -47,6 +47,7 @@ class DecoderModel final : public Model {
   void reserve(int max_tokens) override;
   void forward(const ForwardArgs& args) override;
   void forward_mtp(const MtpArgs& args) override;
+  void commit_state(const BatchMeta& commit, const MemoryViews& memory) override;
   std::size_t weight_bytes() const override { return weight_bytes_; }
   std::size_t decode_weight_bytes() const override { return decode_weight_bytes_; }
 
@@ -82,6 +83,7 @@ class DecoderModel final : public Model {
   std::vector<Layer> layers_;
   std::optional<MtpHead> mtp_;
   std::size_t weight_bytes_ = 0, decode_weight_bytes_ = 0;
+  std::vector<GdnLayerRef> gdn_refs_;  // [GDN layers] for commit_state (sized at load)
 
   // Activation buffers for up to max_tokens_ rows (sized once by reserve()).
   int max_tokens_ = 0;

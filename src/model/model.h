@@ -8,22 +8,9 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/memory_spec.h"
 
 namespace deltaserve {
-
-// What the model needs from cache/: one KV layer per attention layer (the MTP layer last), one
-// state layer per Gated DeltaNet layer.
-struct MemorySpec {
-  int n_kv_layers = 0;        // main attention layers + MTP attention layers
-  int n_kv_heads = 0;
-  int head_dim = 0;
-  int n_state_layers = 0;     // GDN layers
-  int64_t conv_dim = 0;       // GDN conv state [conv_dim, conv_kernel - 1]
-  int conv_kernel = 0;
-  int n_v_heads = 0;          // GDN recurrent state [n_v_heads, v_head_dim, k_head_dim]
-  int k_head_dim = 0;
-  int v_head_dim = 0;
-};
 
 struct MemoryViews {
   std::vector<KvLayerView> kv;        // [n_kv_layers]
@@ -67,6 +54,10 @@ class Model {
   virtual void reserve(int max_tokens) = 0;
   virtual void forward(const ForwardArgs& args) = 0;
   virtual void forward_mtp(const MtpArgs& args) = 0;
+  // Speculative rollback: replays each sequence's accepted tokens (commit.seq_start: how many,
+  // commit.state_slot: whose) from the pending rows of a deferred forward into the GDN state of
+  // every layer (Kernels::gdn_commit). No-op for models without GDN layers.
+  virtual void commit_state(const BatchMeta& commit, const MemoryViews& memory) = 0;
   virtual std::size_t weight_bytes() const = 0;
   // Bytes of weights one decode step reads: everything but the embedding table (one row per
   // token) and the MTP head.

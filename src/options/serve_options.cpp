@@ -41,7 +41,7 @@ const std::vector<Row>& rows() {
     {{"tool-call-parser", "", S, "", "", "parse tool calls from the output (qwen3_coder, qwen25)", YES, NO_PERF}, &ServeOptions::tool_call_parser},
     {{"load-format", "", C, "auto", "auto,dummy", "auto: read the safetensors; dummy: random weights shaped by config.json", YES, NO_PERF}, &ServeOptions::load_format},
     {{"dtype", "", C, "auto", "auto,bfloat16,float16,float32", "weight/activation dtype (auto: bfloat16 on GPU, float32 on CPU)", NOT_YET, PERF}, &ServeOptions::dtype},
-    {{"kv-cache-dtype", "", C, "auto", "auto,bf16,bfloat16,fp8_e4m3,fp8_e5m2", "KV cache dtype (auto: the model dtype)", NOT_YET, PERF}, &ServeOptions::kv_cache_dtype},
+    {{"kv-cache-dtype", "", C, "auto", "auto,bf16,bfloat16,fp8_e4m3,fp8_e5m2", "KV cache dtype (auto: f32 for now; bf16 on GPU once the KV dtype kernels land)", NOT_YET, PERF}, &ServeOptions::kv_cache_dtype},
     {{"quantization", "", S, "", "", "weight quantization method", NOT_YET, PERF}, &ServeOptions::quantization},
     {{"trust-remote-code", "", BOOL, "false", "", "accepted for SGLang compatibility; no remote code is ever run", IGNORED, NO_PERF}, &ServeOptions::trust_remote_code},
     // HTTP.
@@ -68,7 +68,7 @@ const std::vector<Row>& rows() {
     {{"mamba-scheduler-strategy", "", C, "auto", "auto,no_buffer,extra_buffer", "how GDN state slots are kept for prefix caching", NOT_YET, PERF}, &ServeOptions::mamba_scheduler_strategy},
     {{"page-size", "", I, "16", "", "tokens per KV block", YES, PERF}, &ServeOptions::page_size},
     {{"chunked-prefill-size", "", I, "auto", "", "longest prefill chunk per request per step (auto: 8192 GPU, 512 CPU)", YES, PERF}, &ServeOptions::chunked_prefill_size},
-    {{"max-prefill-tokens", "", I, "16384", "", "prefill tokens per step over all requests", YES, PERF}, &ServeOptions::max_prefill_tokens},
+    {{"max-prefill-tokens", "", I, "auto", "", "prefill tokens per step over all requests (auto: 2 x chunked-prefill-size)", YES, PERF}, &ServeOptions::max_prefill_tokens},
     {{"schedule-policy", "", C, "fcfs", "fcfs,lpm", "waiting-queue order", NOT_YET, PERF}, &ServeOptions::schedule_policy},
     {{"disable-radix-cache", "", BOOL, "false", "", "turn prefix caching off", YES, PERF}, &ServeOptions::disable_radix_cache},
     // Speculative decoding.
@@ -434,7 +434,7 @@ Status validate_serve_options(ServeOptions& o) {
     return error("--page-size must be 1..4096 (got ", o.page_size, ")");
   if (o.chunked_prefill_size < 0 && o.chunked_prefill_size != -1)
     return error("--chunked-prefill-size must be positive");
-  if (o.max_prefill_tokens < 1) return error("--max-prefill-tokens must be positive");
+  if (o.max_prefill_tokens < 0) return error("--max-prefill-tokens must be positive");
   if (o.max_request_bytes < 1024) return error("--max-request-bytes must be at least 1KiB");
   if (!o.speculative_enabled()) {
     if (o.speculative_eagle_topk != 0)

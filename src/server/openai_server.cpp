@@ -175,19 +175,21 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
     return exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8",
                              metrics_.render(engine_.stats()));
   }
-  if (path == "/v1/server_info" || path == "/server_info") {
-    // What `deltaserve bench` attaches its results to, plus live figures.
+  if (path == "/v1/server_info" || path == "/server_info" || path == "/get_server_info") {
+    // The server's arguments and the engine's allocation (SGLang's /get_server_info), what
+    // `deltaserve bench` attaches its results to, and live figures.
     if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
     const EngineStats st = engine_.stats();
-    json info = {{"launch_id", config_.launch_id},
-                 {"model", config_.served_model_name},
-                 {"context_length", engine_.context_length()},
-                 {"speculative_num_steps", config_.speculative_num_steps},
-                 {"requests_running", st.requests_running},
-                 {"requests_waiting", st.requests_waiting}};
+    json info = json::parse(config_.server_info.dump());
+    info["launch_id"] = config_.launch_id;
+    info["model"] = config_.served_model_name;
+    info["context_length"] = engine_.context_length();
+    info["speculative_num_steps"] = config_.speculative_num_steps;
+    info["requests_running"] = st.requests_running;
+    info["requests_waiting"] = st.requests_waiting;
     if (st.spec_verify_steps_total > 0)
       info["accept_length"] = 1.0 + double(st.spec_accepted_tokens_total) / double(st.spec_verify_steps_total);
-    metrics_.count_request("/v1/server_info", 200);
+    metrics_.count_request(path == "/get_server_info" ? "/get_server_info" : "/v1/server_info", 200);
     return exchange->respond(200, "application/json", info.dump());
   }
   if (handle_sglang(req, exchange)) return;

@@ -1,8 +1,9 @@
 // OpenAiServer: the OpenAI-compatible HTTP API over an EngineService.
 //   POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}], GET /health,
-//   GET /metrics; the OpenAI Responses API (responses_api.cpp: POST /v1/responses, GET
-//   /v1/responses/{id}); SGLang's native routes (sglang_routes.cpp: /generate, /abort_request,
-//   /flush_cache, /tokenize, /detokenize, /health_generate, /get_model_info, /get_load).
+//   GET /metrics, GET /get_server_info (SGLang) and /v1/server_info; the OpenAI Responses API
+//   (responses_api.cpp: POST /v1/responses, GET /v1/responses/{id}); SGLang's native routes
+//   (sglang_routes.cpp: /generate, /abort_request, /flush_cache, /tokenize, /detokenize,
+//   /health_generate, /get_model_info, /get_load).
 // Requests are parsed and validated at the edge (openai_request.h), rendered with the chat
 // template, tokenized, and handed to a GenerationJob that streams the engine's events back.
 #pragma once
@@ -44,6 +45,10 @@ struct ServerConfig {
   std::vector<std::string> allowed_origins = {"*"};  // with enable_cors
   std::string model_path;                       // reported by /get_model_info
   size_t responses_store_size = 1000;           // /v1/responses kept for retrieval (oldest dropped)
+  // /get_server_info (SGLang's route; also merged into /v1/server_info): the effective server
+  // arguments and what the engine allocated (max_total_num_tokens, max_running_requests,
+  // max_mamba_cache_size, kv_cache_dtype, context_length, ...). Built by cmd_serve.
+  nlohmann::ordered_json server_info = nlohmann::ordered_json::object();
 };
 
 // Renders chat messages (normalized OpenAI messages), tools (array or null) and

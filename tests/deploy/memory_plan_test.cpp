@@ -71,24 +71,31 @@ TEST(MemoryPlan, Qwen36_27bParams) {
 TEST(MemoryPlan, Qwen36_27bKvAndStatePerGpu) {
   ModelConfig c = qwen36_27b();
   // 16 attention layers x 4 KV heads x 256 x 2 (K,V) x 2 B = 65,536 = 64 KiB per token.
-  EXPECT_EQ(kv_bytes_per_token_per_gpu(c, 1, 2, false), 64 * 1024);
+  EXPECT_EQ(kv_bytes_per_token(memory_spec_of(c, false, 1), 2), 64 * 1024);
   // TP=2: 2 KV heads per GPU -> 32 KiB; with speculative decoding the MTP layer adds
   // 1 x 2 x 256 x 2 x 2 = 2 KiB -> 34 KiB.
-  EXPECT_EQ(kv_bytes_per_token_per_gpu(c, 2, 2, false), 32 * 1024);
-  EXPECT_EQ(kv_bytes_per_token_per_gpu(c, 2, 2, true), 34 * 1024);
+  EXPECT_EQ(kv_bytes_per_token(memory_spec_of(c, false, 2), 2), 32 * 1024);
+  EXPECT_EQ(kv_bytes_per_token(memory_spec_of(c, true, 2), 2), 34 * 1024);
+  EXPECT_EQ(kv_bytes_per_token(memory_spec_of(c, true, 2), 1), 17 * 1024);  // fp8
   // TP=8 > 4 KV heads: each GPU keeps one head: 16 x 1 x 256 x 2 x 2 = 16 KiB.
-  EXPECT_EQ(kv_bytes_per_token_per_gpu(c, 8, 2, false), 16 * 1024);
+  EXPECT_EQ(kv_bytes_per_token(memory_spec_of(c, false, 8), 2), 16 * 1024);
   // GDN state, f32: 48 layers x (48*128*128 + 10240*3) x 4 B = 48 x 3,268,608 = 156,893,184
   // (~150 MiB per sequence); half per GPU at TP=2.
-  EXPECT_EQ(state_bytes_per_sequence_per_gpu(c, 1, 4), 156893184);
-  EXPECT_EQ(state_bytes_per_sequence_per_gpu(c, 2, 4), 78446592);
+  EXPECT_EQ(state_bytes_per_slot(memory_spec_of(c, false, 1)), 156893184);
+  EXPECT_EQ(state_bytes_per_slot(memory_spec_of(c, false, 2)), 78446592);
+  // Speculative rollback with k = 3 keeps the raw GDN inputs of 4 tokens per layer at TP=2:
+  // 48 x 4 x (5,120 + 48) x 4 B = 3,969,024, so a request holds 82,415,616 B = 1.05x the plain state.
+  EXPECT_EQ(pending_bytes_per_slot(memory_spec_of(c, true, 2), 4), 3969024);
+  EXPECT_EQ(state_bytes_per_request(memory_spec_of(c, true, 2), 4), 82415616);
+  EXPECT_LE(double(state_bytes_per_request(memory_spec_of(c, true, 2), 4)), 1.1 * 78446592);
 }
 
-// The unit file of the story on 2x RTX A6000 (48 GiB each).
+// The unit file of the story on 2x RTX A6000 (48 GiB each), as `plan --gpu-memory 48GiB` sees it.
 MemoryPlanInput story_input() {
   MemoryPlanInput in;
   in.device = PlanDevice::Cuda;
   in.device_memory_bytes = 48 * kGiB;
+  in.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
   in.tp_size = 2;
   in.mem_fraction_static = 0.88;
   in.mamba_full_memory_ratio = 0.5;
@@ -96,66 +103,86 @@ MemoryPlanInput story_input() {
   in.spec_num_steps = 3;
   in.context_length = 131072;
   in.max_running_requests = 16;
+  in.chunked_prefill_size = 8192;
+  in.max_prefill_tokens = 16384;
   return in;
 }
 
 TEST(MemoryPlan, StoryUnitFileOnTwoA6000s) {
   ModelConfig c = qwen36_27b();
   MemoryPlan p = plan_memory(c, story_input());
-  // budget = 48 GiB x 0.88 = 51,539,607,552 x 0.88 = 45,354,854,645 (truncated)
-  EXPECT_EQ(p.budget_bytes, int64_t{45354854645});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  // budget = 48 GiB x 0.88 - 768 MiB of CUDA context = 45,354,854,645 - 805,306,368 = 44,549,548,277
+  EXPECT_EQ(p.budget_bytes, int64_t{44549548277});
   // weights per GPU = ((27,320,697,856 - 660,480 norms) / 2 + 660,480) x 2 B = 27,321,358,336 (25.44 GiB)
   EXPECT_EQ(p.weights_bytes_per_gpu, int64_t{27321358336});
-  // cache = 45,354,854,645 - 27,321,358,336 = 18,033,496,309
-  EXPECT_EQ(p.cache_bytes, int64_t{18033496309});
-  // state per request = 78,446,592 x (1 + 4 snapshots for 3 steps) = 392,232,960
-  EXPECT_EQ(p.state_bytes_per_request_per_gpu, 392232960);
+  // cache = 44,549,548,277 - 27,321,358,336 = 17,228,189,941
+  EXPECT_EQ(p.cache_bytes, int64_t{17228189941});
+  // state per request = 78,446,592 + 3,969,024 pending rows = 82,415,616 (1.05x the plain state)
+  EXPECT_EQ(p.state_bytes_per_request_per_gpu, 82415616);
+  EXPECT_EQ(p.pending_depth, 4);
   EXPECT_EQ(p.kv_bytes_per_token_per_gpu, 34 * 1024);
-  // state budget = cache x 0.5 / 1.5 = 6,011,165,436 -> 15 slots (15.3): 16 does not fit, and
-  // the ratio was given explicitly, so this is an error naming 15, not a silent cap.
-  EXPECT_EQ(p.state_slots, 15);
-  EXPECT_EQ(p.max_running_requests, 15);
+  // state budget = cache x 0.5 / 1.5 = 5,742,729,980 -> 69 slots fit; 16 asked; the rest goes to KV.
+  EXPECT_EQ(p.state_slots, 16);
+  EXPECT_EQ(p.max_running_requests, 16);
+  // KV = 17,228,189,941 - 16 x 82,415,616 = 15,909,540,085 / 34,816 = 456,961 -> 456,960 (blocks of 16);
+  // SGLang's own sizing for these flags gives 13 requests and ~248k tokens.
+  EXPECT_EQ(p.kv_tokens, 456960);
+  EXPECT_GE(p.kv_tokens, 420000);
+  EXPECT_EQ(p.context_length, 131072);
+
+  // fp8 KV: half the bytes per token, twice the tokens: 15,909,540,085 / 17,408 -> 913,920.
+  MemoryPlanInput in = story_input();
+  in.kv_bytes_per_elem = 1;
+  MemoryPlan q = plan_memory(c, in);
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  EXPECT_EQ(q.kv_tokens, 913920);
+  EXPECT_GE(q.kv_tokens, 840000);
+}
+
+// An explicit ratio that cannot hold the requests is refused with a message naming what fits.
+TEST(MemoryPlan, ExplicitRatioThatCannotHoldTheRequestsIsAnError) {
+  ModelConfig c = qwen36_27b();
+  MemoryPlanInput in = story_input();
+  in.mamba_full_memory_ratio = 0.05;  // state budget = cache x 0.05 / 1.05 = 820,389,997 -> 9 slots
+  MemoryPlan p = plan_memory(c, in);
   ASSERT_FALSE(p.ok());
   const std::string err = p.status().message();
   EXPECT_NE(err.find("--max-running-requests 16 does not fit"), std::string::npos) << err;
-  EXPECT_NE(err.find("Set --max-running-requests 15"), std::string::npos) << err;
-  EXPECT_NE(err.find("--mamba-full-memory-ratio 0.54"), std::string::npos) << err;
-  // KV = 18,033,496,309 - 15 x 392,232,960 = 12,150,001,909 / 34,816 = 348,977 -> 348,976 (blocks of 16)
-  EXPECT_EQ(p.kv_tokens, 348976);
-  EXPECT_EQ(p.context_length, 131072);
-
+  EXPECT_NE(err.find("Set --max-running-requests 9"), std::string::npos) << err;
   // With the ratio left at its default, the plan re-splits to honour 16 and says so.
-  MemoryPlanInput in = story_input();
   in.mamba_full_memory_ratio_explicit = false;
   MemoryPlan q = plan_memory(c, in);
   ASSERT_TRUE(q.ok()) << q.status().message();
   EXPECT_EQ(q.max_running_requests, 16);
   ASSERT_FALSE(q.warnings.empty());
   EXPECT_NE(q.warnings[0].find("--max-running-requests 16"), std::string::npos);
-  // KV = 18,033,496,309 - 16 x 392,232,960 = 11,757,768,949 / 34,816 = 337,711 -> 337,696
-  EXPECT_EQ(q.kv_tokens, 337696);
 }
 
 TEST(MemoryPlan, RelaunchWithDefaults) {
-  // --speculative-num-steps 1, everything else default, same GPUs.
+  // --speculative-num-steps 1, everything else default, same GPUs (as `plan --gpu-memory 48GiB`).
   ModelConfig c = qwen36_27b();
   MemoryPlanInput in;
   in.device_memory_bytes = 48 * kGiB;
+  in.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
   in.tp_size = 2;
   in.spec_num_steps = 1;
+  in.chunked_prefill_size = 8192;
+  in.max_prefill_tokens = 16384;
   MemoryPlan p = plan_memory(c, in);
   ASSERT_TRUE(p.ok()) << p.status().message();
-  // activation reserve: 8192 tokens x (4*5120 + 3*8704 + 2*8192) x 2 B = 1,031,798,784
-  //   + logits 64 x 2 x 124,160 x 4 B = 63,569,920 + 1 GiB CUDA context and graphs = 2,169,110,528
-  EXPECT_EQ(p.activation_reserve_bytes, int64_t{2169110528});
-  // auto fraction: 1 - 2.17/51.54 - 0.02 = 0.938 -> capped at 0.90
+  // activation reserve: 8192 tokens x (4*5120 + 3*8704 + 2*8192) x 4 B = 2,063,597,568
+  //   + logits 64 x 2 x 124,160 x 4 B = 63,569,920 + 512 MiB of CUDA graphs = 2,664,038,400
+  EXPECT_EQ(p.activation_reserve_bytes, int64_t{2664038400});
+  // auto fraction: 1 - 2.66/51.54 - 0.02 = 0.928 -> capped at 0.90
   EXPECT_DOUBLE_EQ(p.mem_fraction_static, 0.9);
-  // cache = 46,385,646,796 - 27,321,358,336 = 19,064,288,460; state = x 0.9/1.9 = 9,030,452,428
-  // per request 78,446,592 x 3 = 235,339,776 -> 38 slots
-  EXPECT_EQ(p.state_slots, 38);
-  EXPECT_EQ(p.max_running_requests, 38);
-  // KV = 19,064,288,460 - 38 x 235,339,776 = 10,121,376,972 / 34,816 = 290,710 -> 290,704
-  EXPECT_EQ(p.kv_tokens, 290704);
+  // budget = 46,385,646,796 - 805,306,368 (context) = 45,580,340,428;
+  // cache = 45,580,340,428 - 27,321,358,336 = 18,258,982,092; state = x 0.9/1.9 = 8,648,991,517;
+  // per request 78,446,592 + 48 x 2 x 5,168 x 4 = 80,431,104 -> 107 slots
+  EXPECT_EQ(p.state_slots, 107);
+  EXPECT_EQ(p.max_running_requests, 107);
+  // KV = 18,258,982,092 - 107 x 80,431,104 = 9,652,853,964 / 34,816 = 277,253 -> 277,248
+  EXPECT_EQ(p.kv_tokens, 277248);
   EXPECT_EQ(p.context_length, 262144);  // the model's max_position_embeddings
   std::string table = render_memory_plan(p);
   EXPECT_NE(table.find("KV tokens"), std::string::npos);
@@ -166,6 +193,7 @@ TEST(MemoryPlan, ExplicitContextThatCannotFitNamesTheMax) {
   ModelConfig c = qwen36_27b();
   MemoryPlanInput in;
   in.device_memory_bytes = 48 * kGiB;
+  in.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
   in.tp_size = 2;
   in.spec_num_steps = 1;
   in.context_length = 1000000;
@@ -173,7 +201,7 @@ TEST(MemoryPlan, ExplicitContextThatCannotFitNamesTheMax) {
   ASSERT_FALSE(p.ok());
   const std::string err = p.status().message();
   EXPECT_NE(err.find("--context-length 1,000,000 does not fit"), std::string::npos) << err;
-  EXPECT_NE(err.find("Set --context-length 290,704"), std::string::npos) << err;
+  EXPECT_NE(err.find("Set --context-length 277,248"), std::string::npos) << err;
   ASSERT_FALSE(p.warnings.empty());  // also beyond the model's 262,144
 }
 
@@ -233,6 +261,7 @@ TEST(MemoryPlan, FromServeFlagsAndJson) {
   ASSERT_TRUE(opts) << opts.status().message();
   HostInfo host;
   MemoryPlanInput in = memory_plan_input(*opts, PlanDevice::Cuda, 48 * kGiB, host);
+  in.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
   EXPECT_EQ(in.spec_num_steps, 3);
   EXPECT_TRUE(in.mamba_full_memory_ratio_explicit);
   MemoryPlan p = plan_memory(qwen36_27b(), in);
@@ -240,8 +269,9 @@ TEST(MemoryPlan, FromServeFlagsAndJson) {
   auto j = nlohmann::json::parse(memory_plan_json(p, in));
   EXPECT_EQ(j["weights_bytes_per_gpu"], int64_t{27321358336});
   EXPECT_EQ(j["kv_bytes_per_token_per_gpu"], 34816);
-  EXPECT_EQ(j["state_bytes_per_request_per_gpu"], 392232960);
-  EXPECT_EQ(j["kv_tokens"], 348976);
+  EXPECT_EQ(j["state_bytes_per_request_per_gpu"], 82415616);
+  // (44,549,548,277 - 27,321,358,336 - 15 x 82,415,616) / 34,816 -> 459,312
+  EXPECT_EQ(j["kv_tokens"], 459312);
   EXPECT_EQ(j["max_running_requests"], 15);
   EXPECT_EQ(j["context_length"], 131072);
 }

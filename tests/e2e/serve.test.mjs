@@ -31,10 +31,11 @@ function freePort() {
 // Launch records go to a private state dir, never the user's ~/.local/state.
 const STATE_DIR = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-e2e-state-'));
 
-async function startServer(extraArgs = []) {
+// bare: only the address and state dir besides extraArgs (no capacity or parser flags).
+async function startServer(extraArgs = [], { bare = false } = {}) {
   const port = await freePort();
-  const args = ['serve', '--model-path', MODEL, '--host', '127.0.0.1', '--port', String(port),
-    '--state-dir', STATE_DIR,
+  const common = ['serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', STATE_DIR];
+  const args = bare ? [...common, ...extraArgs] : [...common, '--model-path', MODEL,
     '--context-length', String(CONTEXT), '--max-running-requests', '16', '--max-total-tokens', '65536',
     '--reasoning-parser', 'qwen3', '--tool-call-parser', 'qwen3_coder',
     '--served-model-name', 'tiny-coder', ...extraArgs];
@@ -467,6 +468,30 @@ test('api key: 401 without a valid token; health open', async () => {
     assert.equal((await curl([`${keyed.base}/v1/models`])).status, 401);
   } finally {
     await stopServer(keyed);
+  }
+});
+
+// One memory model: what serve allocated (/get_server_info) is what `plan` prints for the same flags.
+test('get_server_info equals plan for the same flags (CPU, --max-memory 1GiB)', async () => {
+  const flags = ['--model-path', MODEL, '--device', 'cpu', '--max-memory', '1GiB',
+    '--speculative-algorithm', 'NEXTN', '--speculative-num-steps', '3'];
+  const srv = await startServer(flags, { bare: true });
+  try {
+    const info = JSON.parse((await curl([`${srv.base}/get_server_info`])).body);
+    const plan = await new Promise((resolve) => execFile(BIN, ['plan', '--json', ...flags],
+      (err, stdout, stderr) => resolve({ err, stdout, stderr })));
+    assert.equal(plan.err, null, plan.stderr);
+    const p = JSON.parse(plan.stdout);
+    for (const key of ['max_total_num_tokens', 'max_running_requests', 'max_mamba_cache_size', 'kv_cache_dtype',
+      'context_length']) {
+      assert.equal(info[key], p[key], `${key}: server ${info[key]}, plan ${p[key]}`);
+    }
+    assert.ok(info.max_total_num_tokens > 0 && info.max_running_requests > 0 && info.max_mamba_cache_size > 0);
+    // /v1/server_info carries the same figures.
+    const v1 = JSON.parse((await curl([`${srv.base}/v1/server_info`])).body);
+    assert.equal(v1.max_total_num_tokens, info.max_total_num_tokens);
+  } finally {
+    await stopServer(srv);
   }
 });
 

@@ -13,14 +13,17 @@ namespace deltaserve::test {
 namespace {
 
 std::unique_ptr<Engine> make_engine(const std::string& dir, int spec_steps, int max_running = 8,
-                                    int64_t kv_tokens = 0) {
+                                    int64_t kv_tokens = 0, uint64_t random_seed = 0) {
   EngineConfig c;
+  c.random_seed = random_seed;
   c.model_dir = source_dir() / dir;
   c.n_threads = 2;
   c.spec_num_steps = spec_steps;
   c.max_running_requests = max_running;
+  c.max_waiting_requests = 256;
   c.context_length = 512;
-  c.kv_tokens = kv_tokens;
+  c.kv_tokens = kv_tokens > 0 ? kv_tokens : 512 * int64_t(max_running);
+  c.kv_block_size = 16;
   c.chunked_prefill_size = 64;
   c.max_prefill_tokens = 128;
   auto e = Engine::create(c);
@@ -172,6 +175,23 @@ TEST(Engine, PreemptionUnderKvPressureKeepsOutputsExact) {
   for (auto& p : prompts) streams.push_back(submit(*tight, p, 60));
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(collect(*streams[i]).tokens, expect[i]) << i;
   expect_idle(*tight);
+  EXPECT_GT(tight->stats().preemptions_total, 0u) << "the test is meant to run out of KV blocks";
+}
+
+// --random-seed: requests without their own seed sample the same output in every engine started
+// with the same seed, and a different one with another seed.
+TEST(Engine, RandomSeedMakesUnseededSamplingReproducible) {
+  const std::vector<int32_t> prompt = {8183, 755, 1200};
+  auto run = [&](uint64_t seed) {
+    auto e = make_engine("models/tiny-coder", 0, 8, 0, seed);
+    std::vector<std::vector<int32_t>> out;
+    for (int i = 0; i < 2; ++i) out.push_back(collect(*submit(*e, prompt, 24, 1.0f)).tokens);
+    return out;
+  };
+  const auto a = run(42), b = run(42), c = run(43);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(a[0], a[1]) << "two unseeded requests of one engine still differ";
 }
 
 TEST(Engine, CancelFreesMemoryAndEndsWithAbort) {

@@ -1,11 +1,12 @@
 // Speculative rollback: after partial acceptance, every GDN layer's conv and recurrent state must
-// equal the state of a run that never saw the rejected drafts; and speculative sampling must
-// produce exactly the target distribution.
+// equal the state of a run that never saw the rejected drafts (on the CPU and on CUDA); and
+// speculative sampling must produce exactly the target distribution.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 
+#include "backend/backend_factory.h"
 #include "engine/model_setup.h"
 #include "engine/sampler.h"
 #include "../model/fixture.h"
@@ -13,70 +14,90 @@
 namespace deltaserve::test {
 namespace {
 
-std::vector<float> slot_state(const CacheMemory& cache, int slot) {
+// The slot's GDN state (conv and recurrent, every layer) on the host.
+std::vector<float> slot_state(const ModelSetup& m, int slot) {
   std::vector<float> out;
-  for (const auto& v : cache.views().state) {
+  for (const auto& v : m.cache->views().state) {
     const int64_t conv = v.conv.numel() / v.conv.dim(0), rec = v.recurrent.numel() / v.recurrent.dim(0);
-    out.insert(out.end(), v.conv.f32() + slot * conv, v.conv.f32() + (slot + 1) * conv);
-    out.insert(out.end(), v.recurrent.f32() + slot * rec, v.recurrent.f32() + (slot + 1) * rec);
+    std::vector<float> c(conv), r(rec);
+    m.backend->copy_to_host(c.data(), Tensor(v.conv.f32() + slot * conv, DType::F32, {conv}, v.conv.device));
+    m.backend->copy_to_host(r.data(), Tensor(v.recurrent.f32() + slot * rec, DType::F32, {rec}, v.recurrent.device));
+    out.insert(out.end(), c.begin(), c.end());
+    out.insert(out.end(), r.begin(), r.end());
   }
   return out;
 }
 
-TEST(SpecRollback, StateAfterPartialAcceptanceEqualsStateWithoutRejectedDrafts) {
+class SpecRollback : public ::testing::TestWithParam<std::string> {};
+
+// A verification defers the GDN state; committing the last token and `accepted` drafts must
+// leave the state a run that never saw the rejected drafts has (and the same next logits).
+// Two sequences verify in one batch, so commits of different lengths go through one call.
+TEST_P(SpecRollback, CommittedStateEqualsStateWithoutRejectedDrafts) {
+  if (GetParam() == "cuda" && !cuda_available()) GTEST_SKIP() << "no CUDA device";
   SetupOptions o;
   o.model_dir = (source_dir() / "models/tiny-coder").string();
   o.n_threads = 2;
-  // Build a setup whose cache keeps 4 snapshots per slot (k = 3 drafts + the last token).
-  auto base = ModelSetup::create(o, 64, 2, 80, 64);
-  ASSERT_TRUE(base.is_ok()) << base.status().message();
-  ModelSetup& m = **base;
-  CacheConfig cc = m.cache->config();
-  cc.snapshot_depth = 4;
-  m.cache = std::make_unique<CacheMemory>(*m.backend, m.model->memory_spec(), cc);
-  m.runner = std::make_unique<ModelRunner>(*m.backend, *m.model, *m.cache, m.runner->limits());
+  o.device = GetParam();
+  o.pending_depth = 4;  // k = 3 drafts + the last token
+  auto made = ModelSetup::create(o, 64, 4, 80, 64);
+  ASSERT_TRUE(made.is_ok()) << made.status().message();
+  ModelSetup& m = **made;
+  // Exact GEMMs on CUDA keep both paths on the same arithmetic as the CPU comparison.
+  const float state_tol = GetParam() == "cuda" ? 1e-4f : 1e-5f;
 
   const std::vector<int32_t> prompt = {755, 1200, 30, 418, 279, 12};
-  const std::vector<int32_t> verify = {9, 40, 41, 42};  // last token + 3 drafts
+  const std::vector<int32_t> verify[2] = {{9, 40, 41, 42}, {17, 300, 301, 302}};  // last token + 3 drafts
+  const int P = static_cast<int>(prompt.size());
   for (int accepted = 0; accepted <= 3; ++accepted) {
-    std::vector<int32_t> blocks_a, blocks_b;
-    int slot_a = m.cache->acquire_slot(), slot_b = m.cache->acquire_slot();
-    ASSERT_TRUE(m.cache->blocks().allocate(m.blocks_for(80), blocks_a));
-    ASSERT_TRUE(m.cache->blocks().allocate(m.blocks_for(80), blocks_b));
-    const int P = static_cast<int>(prompt.size());
-    for (auto [blocks, slot] : {std::pair{&blocks_a, slot_a}, std::pair{&blocks_b, slot_b}}) {
-      RunItem pre{prompt, 0, *blocks, slot, false, false};
+    // Sequences 0, 1 verify (deferred); 2, 3 see only the tokens that stand.
+    std::vector<int32_t> blocks[4];
+    int slot[4];
+    for (int i = 0; i < 4; ++i) {
+      slot[i] = m.cache->acquire_slot();
+      ASSERT_GE(slot[i], 0);
+      ASSERT_TRUE(m.cache->blocks().allocate(m.blocks_for(80), blocks[i]));
+      RunItem pre{prompt, 0, blocks[i], slot[i], false, false};
       m.runner->run(std::span<const RunItem>(&pre, 1));
     }
-    // A: verify 4 tokens with snapshots, keep `accepted` drafts.
-    RunItem va{verify, P, blocks_a, slot_a, true, false};
-    m.runner->run(std::span<const RunItem>(&va, 1), /*write_snapshots=*/true);
-    if (accepted < 3) m.cache->restore_snapshot(slot_a, accepted);
-    // B: only ever sees the kept tokens.
-    RunItem vb{std::span<const int32_t>(verify).first(accepted + 1), P, blocks_b, slot_b, false, false};
-    m.runner->run(std::span<const RunItem>(&vb, 1));
-    auto sa = slot_state(*m.cache, slot_a), sb = slot_state(*m.cache, slot_b);
-    ASSERT_EQ(sa.size(), sb.size());
-    float maxd = 0;
-    for (size_t i = 0; i < sa.size(); ++i) maxd = std::max(maxd, std::fabs(sa[i] - sb[i]));
-    EXPECT_LE(maxd, 1e-5f) << "accepted " << accepted;
-    // The next decode step (KV length shrunk to P + accepted + 1) gives the same logits.
-    const int32_t next = 77;
-    const int32_t pos = P + accepted + 1;
-    RunItem na{std::span<const int32_t>(&next, 1), pos, blocks_a, slot_a, false, false};
-    m.runner->run(std::span<const RunItem>(&na, 1));
-    std::vector<float> la(m.runner->logits(0), m.runner->logits(0) + m.runner->vocab());
-    RunItem nb{std::span<const int32_t>(&next, 1), pos, blocks_b, slot_b, false, false};
-    m.runner->run(std::span<const RunItem>(&nb, 1));
-    float ld = 0;
-    for (int64_t i = 0; i < m.runner->vocab(); ++i) ld = std::max(ld, std::fabs(la[i] - m.runner->logits(0)[i]));
-    EXPECT_LE(ld, 1e-4f) << "accepted " << accepted;
-    for (auto b : blocks_a) m.cache->blocks().release(b);
-    for (auto b : blocks_b) m.cache->blocks().release(b);
-    m.cache->release_slot(slot_a);
-    m.cache->release_slot(slot_b);
+    const int keep[2] = {accepted, 3 - accepted};  // drafts kept by sequence 0 and 1
+    const RunItem vs[2] = {RunItem{verify[0], P, blocks[0], slot[0], true, false, true},
+                           RunItem{verify[1], P, blocks[1], slot[1], true, false, true}};
+    const std::vector<float> before = slot_state(m, slot[0]);
+    m.runner->run(vs);
+    EXPECT_EQ(slot_state(m, slot[0]), before) << "a deferred run left the state as it was";
+    const StateCommit commits[2] = {{slot[0], keep[0] + 1}, {slot[1], keep[1] + 1}};
+    m.runner->commit_state(commits);
+    for (int i = 0; i < 2; ++i) {
+      RunItem plain{std::span<const int32_t>(verify[i]).first(keep[i] + 1), P, blocks[2 + i], slot[2 + i], false, false};
+      m.runner->run(std::span<const RunItem>(&plain, 1));
+      const auto sa = slot_state(m, slot[i]), sb = slot_state(m, slot[2 + i]);
+      ASSERT_EQ(sa.size(), sb.size());
+      float maxd = 0;
+      for (size_t j = 0; j < sa.size(); ++j) maxd = std::max(maxd, std::fabs(sa[j] - sb[j]));
+      EXPECT_LE(maxd, state_tol) << "sequence " << i << " kept " << keep[i];
+      // The next decode step (KV length shrunk to P + kept + 1) gives the same logits.
+      const int32_t next = 77;
+      const int32_t pos = P + keep[i] + 1;
+      RunItem na{std::span<const int32_t>(&next, 1), pos, blocks[i], slot[i], false, false};
+      m.runner->run(std::span<const RunItem>(&na, 1));
+      std::vector<float> la(m.runner->logits(0), m.runner->logits(0) + m.runner->vocab());
+      RunItem nb{std::span<const int32_t>(&next, 1), pos, blocks[2 + i], slot[2 + i], false, false};
+      m.runner->run(std::span<const RunItem>(&nb, 1));
+      float ld = 0;
+      for (int64_t j = 0; j < m.runner->vocab(); ++j) ld = std::max(ld, std::fabs(la[j] - m.runner->logits(0)[j]));
+      EXPECT_LE(ld, GetParam() == "cuda" ? 1e-3f : 1e-4f) << "sequence " << i << " kept " << keep[i];
+    }
+    for (int i = 0; i < 4; ++i) {
+      for (auto b : blocks[i]) m.cache->blocks().release(b);
+      m.cache->release_slot(slot[i]);
+    }
+    m.cache->check_integrity();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, SpecRollback, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
 
 // Statistical check of the acceptance rule on a 6-token vocabulary: drafts drawn from q, passed
 // through speculative_accept, must be distributed as p (chi-square, 200k samples).

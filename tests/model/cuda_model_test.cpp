@@ -63,6 +63,7 @@ class CudaModelTest : public ::testing::TestWithParam<ModelCase> {
     fixture_ = std::make_unique<Fixture>(dir_);
     for (const auto& c : fixture_->cases()) max_t_ = std::max<int>(max_t_, c.tokens.size());
     SetupOptions o;
+    o.pending_depth = 1;  // MTP hidden states (MtpLogitsMatchReference)
     o.model_dir = dir_.string();
     o.device = "cuda";
     auto s = ModelSetup::create(o, max_t_, 2, max_t_ + 16, max_t_);
@@ -155,18 +156,19 @@ TEST_P(CudaModelTest, GreedyTokensThroughTokenByTokenDecode) {
 
 TEST_P(CudaModelTest, MtpLogitsMatchReference) {
   if (!setup_->model->has_mtp()) GTEST_SKIP() << "model has no MTP head";
-  const int64_t V = setup_->model->config().vocab_size, H = setup_->model->config().hidden_size;
+  const int64_t V = setup_->model->config().vocab_size;
   for (const auto& c : fixture_->cases()) {
     const float* ref = fixture_->f32(c.name + ".mtp_logits");
     ASSERT_NE(ref, nullptr);
     const int T = static_cast<int>(c.tokens.size());
     Seq s = new_seq();
-    DeviceBuffer hidden = setup_->backend->allocate(int64_t(T) * H * 4);
     RunItem it{c.tokens, 0, s.blocks, s.slot, false, false};
-    setup_->runner->run(std::span<const RunItem>(&it, 1), false, hidden.view(DType::F32, {T, H}));
+    setup_->runner->run(std::span<const RunItem>(&it, 1));
     std::vector<int32_t> next(c.tokens.begin() + 1, c.tokens.end());
     RunItem mi{next, 0, s.blocks, s.slot, true, false};
-    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), hidden.view(DType::F32, {T - 1, H}));
+    std::vector<int32_t> rows(T - 1);
+    for (int p = 0; p < T - 1; ++p) rows[p] = p;
+    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows);
     for (int p = 0; p < T - 1; ++p) {
       float d = max_abs_diff(setup_->runner->logits(p), ref + int64_t(p) * V, V);
       ASSERT_LE(d, kPrefillTol) << c.name << " MTP row " << p;

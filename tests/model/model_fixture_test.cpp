@@ -37,6 +37,7 @@ class FixtureModelTest : public ::testing::TestWithParam<ModelCase> {
     for (const auto& c : fixture_->cases()) max_t = std::max<int>(max_t, c.tokens.size());
     max_t_ = max_t;
     SetupOptions o;
+    o.pending_depth = 1;  // MTP hidden states (MtpLogitsMatchReference)
     o.model_dir = dir_.string();
     o.n_threads = 2;
     const int n_cases = static_cast<int>(fixture_->cases().size());
@@ -120,7 +121,7 @@ TEST_P(FixtureModelTest, ResidualStreamOfEveryLayerMatchesReference) {
       dumps.emplace_back(layer, std::vector<float>(x.f32(), x.f32() + x.numel()));
     };
     RunItem it{c.tokens, 0, s.blocks, s.slot, true, false};
-    setup_->runner->run(std::span<const RunItem>(&it, 1), false, {}, &obs);
+    setup_->runner->run(std::span<const RunItem>(&it, 1), &obs);
     free_seq(s);
     for (const auto& [layer, got] : dumps) {
       std::string name = layer < 0 ? c.name + ".embeddings" : c.name + ".layer" + std::to_string(layer) + ".out";
@@ -151,14 +152,16 @@ TEST_P(FixtureModelTest, MtpLogitsMatchReference) {
     ASSERT_NE(ref, nullptr);
     const int T = static_cast<int>(c.tokens.size());
     Seq s = new_seq();
-    DeviceBuffer hidden = setup_->backend->allocate(int64_t(T) * H * 4);
     RunItem it{c.tokens, 0, s.blocks, s.slot, false, false};
-    setup_->runner->run(std::span<const RunItem>(&it, 1), false, hidden.view(DType::F32, {T, H}));
+    setup_->runner->run(std::span<const RunItem>(&it, 1));
+    const Tensor hidden = setup_->runner->hidden();
     const float* ref_h = fixture_->f32(c.name + ".final_hidden");
-    ASSERT_LE(max_abs_diff(hidden.view(DType::F32, {T, H}).f32(), ref_h, int64_t(T) * H), 1e-3f);
+    ASSERT_LE(max_abs_diff(hidden.f32(), ref_h, int64_t(T) * H), 1e-3f);
     std::vector<int32_t> next(c.tokens.begin() + 1, c.tokens.end());
     RunItem mi{next, 0, s.blocks, s.slot, true, false};
-    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), hidden.view(DType::F32, {T - 1, H}));
+    std::vector<int32_t> rows(T - 1);
+    for (int p = 0; p < T - 1; ++p) rows[p] = p;
+    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows);
     for (int p = 0; p < T - 1; ++p) {
       float d = max_abs_diff(setup_->runner->logits(p), ref + int64_t(p) * V, V);
       ASSERT_LE(d, kLogitTol) << c.name << " MTP row " << p;

@@ -21,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "engine/model_runner.h"
 
 namespace deltaserve {
 namespace {
@@ -256,13 +257,14 @@ TEST_F(CudaOpsTest, GatherRows) {
 
 // Batch metadata for sequences (n_past, n_new) with shuffled (non-contiguous) KV blocks.
 struct Meta {
-  std::vector<int32_t> positions, seq_start, context_len, block_table, slots;
+  std::vector<int32_t> positions, seq_start, context_len, block_table, slots, defer;
   BatchMeta cpu, gpu;
-  DeviceBuffer dpos, dstart, dctx, dbt, dslot;
+  DeviceBuffer dpos, dstart, dctx, dbt, dslot, ddefer;
 };
+// defer_upto > 0: sequences of at most that many tokens defer their GDN state (verifications).
 std::unique_ptr<Meta> build_meta(Backend& gpu, const std::vector<std::pair<int, int>>& seqs, int block_size,
                                  int max_blocks, const std::vector<int32_t>& block_perm,
-                                 const std::vector<int32_t>& slots, bool snapshots) {
+                                 const std::vector<int32_t>& slots, int defer_upto) {
   auto m = std::make_unique<Meta>();
   const int S = static_cast<int>(seqs.size());
   m->block_table.assign(int64_t(S) * max_blocks, -1);
@@ -272,6 +274,7 @@ std::unique_ptr<Meta> build_meta(Backend& gpu, const std::vector<std::pair<int, 
     m->seq_start.push_back(t);
     for (int j = 0; j < n; ++j) m->positions.push_back(past + j);
     m->context_len.push_back(past + n);
+    m->defer.push_back(n <= defer_upto ? 1 : 0);
     const int nb = (past + n + block_size - 1) / block_size;
     for (int b = 0; b < nb; ++b) m->block_table[int64_t(s) * max_blocks + b] = block_perm[next_block++];
     t += n;
@@ -292,13 +295,14 @@ std::unique_ptr<Meta> build_meta(Backend& gpu, const std::vector<std::pair<int, 
   b.block_size = block_size;
   b.max_seq_tokens = max_tok;
   b.max_context = max_ctx;
-  b.write_snapshots = snapshots;
+  b.state_defer = defer_upto > 0 ? m->defer.data() : nullptr;
   m->cpu = b;
   m->cpu.d_positions = Tensor(m->positions.data(), DType::I32, {t});
   m->cpu.d_seq_start = Tensor(m->seq_start.data(), DType::I32, {S + 1});
   m->cpu.d_context_len = Tensor(m->context_len.data(), DType::I32, {S});
   m->cpu.d_block_table = Tensor(m->block_table.data(), DType::I32, {S, max_blocks});
   m->cpu.d_state_slot = Tensor(m->slots.data(), DType::I32, {S});
+  m->cpu.d_state_defer = Tensor(m->defer.data(), DType::I32, {S});
   m->gpu = b;
   auto up = [&](DeviceBuffer& buf, std::vector<int32_t>& v, Tensor& dst) {
     buf = gpu.allocate(v.size() * 4);
@@ -311,6 +315,7 @@ std::unique_ptr<Meta> build_meta(Backend& gpu, const std::vector<std::pair<int, 
   up(m->dbt, m->block_table, m->gpu.d_block_table);
   m->gpu.d_block_table = m->gpu.d_block_table.reshaped({S, max_blocks});
   up(m->dslot, m->slots, m->gpu.d_state_slot);
+  up(m->ddefer, m->defer, m->gpu.d_state_defer);
   return m;
 }
 
@@ -322,7 +327,7 @@ void CudaOpsTest::attention_case(const AttnShape& sh, const std::vector<std::pai
   std::vector<int32_t> perm(n_blocks);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng_);
-  auto m = build_meta(*gpu_, seqs, bs, max_blocks, perm, std::vector<int32_t>(seqs.size(), 0), false);
+  auto m = build_meta(*gpu_, seqs, bs, max_blocks, perm, std::vector<int32_t>(seqs.size(), 0), 0);
   const int T = m->cpu.n_tokens;
   const int64_t row = int64_t(sh.nh) * sh.hd * (sh.gate ? 2 : 1) + 2LL * sh.nkv * sh.hd;
   const int64_t cache_n = int64_t(n_blocks) * bs * sh.nkv * sh.hd;
@@ -394,16 +399,17 @@ TEST_F(CudaOpsTest, GatedDeltaNet) {
   const std::vector<std::vector<std::pair<int, int>>> batches = {
       {{0, 17}, {0, 1}, {9, 5}},  // prefill-like, different lengths
       {{3, 1}, {8, 1}, {1, 1}},   // decode
-      {{30, 4}, {7, 4}, {2, 2}},  // verification with snapshots
-      {{0, 9}, {7, 4}, {2, 1}},   // a prefill chunk (> depth: no snapshots) beside verifications
+      {{30, 4}, {7, 4}, {2, 2}},  // verifications (state deferred)
+      {{0, 9}, {7, 4}, {2, 1}},   // a prefill chunk (writes its state) beside verifications
   };
   for (GdnShape sh : {GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}, GdnShape{16, 48, 128, 128, 4}}) {
     for (std::size_t bi = 0; bi < batches.size(); ++bi) {
-      const bool snaps = bi != 1;
-      const int n_slots = 5, depth = bi == 3 ? 4 : 17;
+      const int depth = 4;
+      const int defer_upto = bi >= 2 ? depth : 0;
+      const int n_slots = 5;
       std::vector<int32_t> perm(64);
       std::iota(perm.begin(), perm.end(), 0);
-      auto m = build_meta(*gpu_, batches[bi], 16, 8, perm, {3, 0, 4}, snaps);
+      auto m = build_meta(*gpu_, batches[bi], 16, 8, perm, {3, 0, 4}, defer_upto);
       const int T = m->cpu.n_tokens;
       GdnParams p;
       p.n_k_heads = sh.hk;
@@ -420,11 +426,10 @@ TEST_F(CudaOpsTest, GatedDeltaNet) {
       Pair proj = make_f32({T, row}, rnd(T * row, -2.f, 2.f));
       Pair conv = make_f32({n_slots, cd, sh.k - 1}, rnd(n_slots * cd * (sh.k - 1)));
       Pair recs = make_f32({n_slots, sh.hv, sh.dv, sh.dk}, rnd(n_slots * rec, -0.3f, 0.3f));
-      Pair csnap = make_f32({n_slots, depth, cd, sh.k - 1}, std::vector<float>(n_slots * depth * cd * (sh.k - 1), 0.f));
-      Pair rsnap = make(DType::F32, {n_slots * depth, sh.hv, sh.dv, sh.dk}, nullptr);  // Tensor: 4 dims max
+      Pair pend = make_f32({n_slots * depth, cd + 2 * sh.hv}, std::vector<float>(n_slots * depth * (cd + 2 * sh.hv), 0.f));
       Pair out = poisoned({T, vd});
-      StateLayerView sc{conv.tc, recs.tc, csnap.tc, rsnap.tc, depth};
-      StateLayerView sg{conv.tg, recs.tg, csnap.tg, rsnap.tg, depth};
+      StateLayerView sc{conv.tc, recs.tc, pend.tc, depth};
+      StateLayerView sg{conv.tg, recs.tg, pend.tg, depth};
       auto params = [&](bool gpu) {
         GdnParams q = p;
         q.conv_weight = gpu ? cw.tg : cw.tc;
@@ -433,22 +438,53 @@ TEST_F(CudaOpsTest, GatedDeltaNet) {
         q.norm = gpu ? nw.tg : nw.tc;
         return q;
       };
+      const std::vector<float> conv_before = host_of(conv.tc, *cpu_), recs_before = host_of(recs.tc, *cpu_);
       cpu_->kernels().gated_delta_net(params(false), proj.tc, sc, m->cpu, out.tc);
       gpu_->kernels().gated_delta_net(params(true), proj.tg, sg, m->gpu, out.tg);
       const std::string what = "Hv=" + std::to_string(sh.hv) + " batch " + std::to_string(bi);
       EXPECT_LE(rel_err(out), 1e-4) << what;
       EXPECT_LE(rel_err(conv), 1e-6) << what;
       EXPECT_LE(rel_err(recs), 1e-4) << what;
-      if (snaps) {
-        EXPECT_LE(rel_err(csnap), 1e-6) << what;
-        EXPECT_LE(rel_err(rsnap), 1e-4) << what;
-        // Roll slot 3 back to its state after token 2 and slot 1 to after token 0, in one call.
-        const SnapshotPick picks[] = {{3, 2}, {1, 0}};
-        cpu_->kernels().restore_snapshots(sc, picks, 2);
-        gpu_->kernels().restore_snapshots(sg, picks, 2);
-        EXPECT_LE(rel_err(recs), 1e-4) << what;
-        EXPECT_LE(rel_err(conv), 1e-6) << what;
+      if (defer_upto == 0) continue;
+      EXPECT_LE(rel_err(pend), 0.0) << what;  // raw inputs, copied
+      // Deferred sequences kept their state; then commit a prefix of each deferred run on both
+      // backends (0 .. n tokens) and compare the states again.
+      std::vector<StateCommit> commits;
+      for (int s = 0; s < m->cpu.n_seqs; ++s) {
+        if (!m->defer[s]) continue;
+        const int slot = m->slots[s], n = m->seq_start[s + 1] - m->seq_start[s];
+        const int64_t rec0 = int64_t(slot) * rec, conv0 = int64_t(slot) * cd * (sh.k - 1);
+        const std::vector<float> now = host_of(recs.tc, *cpu_);
+        EXPECT_TRUE(std::equal(now.begin() + rec0, now.begin() + rec0 + rec, recs_before.begin() + rec0)) << what;
+        const std::vector<float> cnow = host_of(conv.tc, *cpu_);
+        EXPECT_TRUE(std::equal(cnow.begin() + conv0, cnow.begin() + conv0 + cd * (sh.k - 1), conv_before.begin() + conv0))
+            << what;
+        commits.push_back({slot, (n + s) % (n + 1)});
       }
+      std::vector<int32_t> cstart{0}, cslot;
+      for (auto c : commits) {
+        cstart.push_back(cstart.back() + c.n_tokens);
+        cslot.push_back(c.slot);
+      }
+      BatchMeta cm;
+      cm.n_seqs = static_cast<int>(commits.size());
+      cm.n_tokens = cstart.back();
+      cm.seq_start = cstart.data();
+      cm.state_slot = cslot.data();
+      cm.d_seq_start = Tensor(cstart.data(), DType::I32, {cm.n_seqs + 1});
+      cm.d_state_slot = Tensor(cslot.data(), DType::I32, {cm.n_seqs});
+      BatchMeta gm = cm;
+      DeviceBuffer ds = gpu_->allocate(cstart.size() * 4), dl = gpu_->allocate(cslot.size() * 4 + 4);
+      gm.d_seq_start = ds.view(DType::I32, {cm.n_seqs + 1});
+      gm.d_state_slot = dl.view(DType::I32, {cm.n_seqs});
+      gpu_->copy_to_device(gm.d_seq_start, cstart.data());
+      gpu_->copy_to_device(gm.d_state_slot, cslot.data());
+      const GdnParams pc = params(false), pg = params(true);
+      const GdnLayerRef rc[] = {{&pc, &sc}}, rg[] = {{&pg, &sg}};
+      cpu_->kernels().gdn_commit(rc, cm);
+      gpu_->kernels().gdn_commit(rg, gm);
+      EXPECT_LE(rel_err(recs), 1e-4) << what << " after commit";
+      EXPECT_LE(rel_err(conv), 1e-6) << what << " after commit";
     }
   }
 }

@@ -22,7 +22,7 @@ class CpuKernels final : public Kernels {
   void gated_delta_net(const GdnParams& p, const Tensor& proj, const StateLayerView& state,
                        const BatchMeta& meta, Tensor out) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) override;
-  void restore_snapshots(const StateLayerView& state, const SnapshotPick* picks, int n) override;
+  void gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta& commit) override;
 
  private:
   // Scratch buffers reused across calls: they grow to the largest batch once, then never
@@ -38,7 +38,7 @@ class CpuKernels final : public Kernels {
     return v;
   }
   ThreadPool& pool_;
-  std::vector<float> scratch_f32_[2];
+  std::vector<float> scratch_f32_[3];
   std::vector<int32_t> scratch_i32_[1];
 };
 

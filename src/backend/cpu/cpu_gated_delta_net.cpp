@@ -6,6 +6,10 @@
 // State layout: recurrent [slot, Hv, Dv, Dk] holds Sᵀ (row j is value dim j) so that both the
 // read (Sᵀk) and the write (S += k ⊗ δ) walk contiguous rows. conv [slot, conv_dim, K-1] holds the
 // last K-1 pre-conv inputs, oldest first.
+//
+// Speculative verification defers the state (BatchMeta::state_defer): the run reads the slot's
+// state, works on copies, and keeps its raw inputs in the slot's pending rows; gdn_commit replays
+// the accepted ones through the same two phases (conv, delta rule) into the live state.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,21 +19,100 @@
 
 namespace deltaserve {
 
+namespace {
+
+// A run of n tokens of one sequence: where its raw inputs are. Token j's pre-conv [q|k|v] starts
+// at qkv(j); its b and a at ba(j) (a, Hv floats after b).
+struct GdnRun {
+  const float* base;   // row of token 0
+  int64_t row;         // floats between tokens
+  int64_t ba_offset;   // b's column in a row
+  int n;
+  const float* qkv(int j) const { return base + int64_t(j) * row; }
+  const float* ba(int j) const { return base + int64_t(j) * row + ba_offset; }
+};
+
+// Phase 1 for one (run, channel c): SiLU(causal conv) of each token into conv_out[j * conv_dim + c],
+// starting from the window `st` (K-1 inputs); the window after the run is written back to
+// `st_out` (nullptr: leave it).
+void conv_channel(const GdnRun& r, int64_t c, int K, const float* w, const float* st, float* st_out,
+                  float* conv_out, int64_t conv_dim) {
+  const int Km1 = K - 1;
+  float window[16];
+  DS_CHECK(K <= 16, "conv kernel too wide");
+  std::copy_n(st, Km1, window);
+  for (int j = 0; j < r.n; ++j) {
+    window[Km1] = r.qkv(j)[c];
+    float acc = 0.f;
+    for (int q = 0; q < K; ++q) acc += w[q] * window[q];
+    conv_out[int64_t(j) * conv_dim + c] = vec::silu(acc);
+    std::copy(window + 1, window + K, window);  // shift: drop the oldest input
+  }
+  if (st_out) std::copy_n(window, Km1, st_out);
+}
+
+// Phase 2 for one (run, value head hv): the delta rule over the run's tokens on S [Dv, Dk] in
+// place; o_out(j) (nullptr: no output) receives token j's pre-norm output [Dv].
+template <typename OutFn>
+void delta_head(const GdnParams& p, const GdnRun& r, int hv, const float* conv_out, float* S, float* q,
+                float* k, OutFn&& o_out) {
+  const int Hk = p.n_k_heads, Dk = p.k_head_dim, Dv = p.v_head_dim;
+  const int64_t key_dim = int64_t(Hk) * Dk, conv_dim = p.conv_dim();
+  const int hk = hv / (p.n_v_heads / Hk);
+  const float q_scale = 1.0f / std::sqrt(float(Dk));
+  const float neg_a = p.neg_exp_a.f32()[hv], dt_bias = p.dt_bias.f32()[hv];
+  for (int j = 0; j < r.n; ++j) {
+    const float* c = conv_out + int64_t(j) * conv_dim;
+    const float* v = c + 2 * key_dim + int64_t(hv) * Dv;
+    std::copy_n(c + int64_t(hk) * Dk, Dk, q);
+    std::copy_n(c + key_dim + int64_t(hk) * Dk, Dk, k);
+    const float qn = q_scale / std::sqrt(vec::sum_squares(q, Dk) + 1e-6f);
+    const float kn = 1.0f / std::sqrt(vec::sum_squares(k, Dk) + 1e-6f);
+    for (int d = 0; d < Dk; ++d) {
+      q[d] *= qn;
+      k[d] *= kn;
+    }
+    const float beta = vec::sigmoid(r.ba(j)[hv]);
+    const float decay = std::exp(neg_a * vec::softplus(r.ba(j)[p.n_v_heads + hv] + dt_bias));
+    float* o = o_out(j);
+    for (int jv = 0; jv < Dv; ++jv) {
+      float* Sj = S + int64_t(jv) * Dk;
+      const float kv_mem = vec::scale_dot(Sj, decay, k, Dk);
+      const float delta = (v[jv] - kv_mem) * beta;
+      const float y = vec::axpy_dot(Sj, delta, k, q, Dk);
+      if (o) o[jv] = y;
+    }
+  }
+}
+
+}  // namespace
+
 void CpuKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const StateLayerView& state,
                                  const BatchMeta& meta, Tensor out) {
-  const int Hk = p.n_k_heads, Hv = p.n_v_heads, Dk = p.k_head_dim, Dv = p.v_head_dim;
+  const int Hv = p.n_v_heads, Dk = p.k_head_dim, Dv = p.v_head_dim;
   const int K = p.conv_kernel, Km1 = K - 1;
-  const int64_t key_dim = int64_t(Hk) * Dk, value_dim = p.value_dim(), conv_dim = p.conv_dim();
-  const int64_t row = p.proj_dim();
+  const int64_t value_dim = p.value_dim(), conv_dim = p.conv_dim();
+  const int64_t row = p.proj_dim(), prow = conv_dim + 2LL * Hv;
   const int T = meta.n_tokens;
   DS_CHECK(proj.cols() == row && proj.rows() == T, "gdn proj ", proj.shape_string());
   DS_CHECK(out.cols() == value_dim && out.rows() == T, "gdn out ", out.shape_string());
-  const int depth = state.snapshot_depth;
-  // Snapshots go to sequences with at most `depth` tokens in this batch (verification runs);
-  // longer runs (prefill chunks batched with them) need none.
-  auto snapshots_for = [&](int s) {
-    return meta.write_snapshots && meta.seq_start[s + 1] - meta.seq_start[s] <= depth;
+  auto deferred = [&](int s) { return meta.state_defer != nullptr && meta.state_defer[s] != 0; };
+  auto run_of = [&](int s) {
+    const int t0 = meta.seq_start[s];
+    return GdnRun{proj.f32() + int64_t(t0) * row, row, conv_dim + value_dim, meta.seq_start[s + 1] - t0};
   };
+  // A deferred run keeps its raw inputs in the slot's pending rows (and leaves the state as it was).
+  for (int s = 0; s < meta.n_seqs; ++s) {
+    if (!deferred(s)) continue;
+    const GdnRun r = run_of(s);
+    DS_CHECK(r.n <= state.pending_depth, "deferred GDN run of ", r.n, " tokens; pending rows hold ",
+             state.pending_depth);
+    float* pend = state.pending.f32() + int64_t(meta.state_slot[s]) * state.pending_depth * prow;
+    for (int j = 0; j < r.n; ++j) {
+      std::memcpy(pend + j * prow, r.qkv(j), conv_dim * sizeof(float));
+      std::memcpy(pend + j * prow + conv_dim, r.ba(j), 2 * Hv * sizeof(float));
+    }
+  }
 
   // Phase 1: causal conv + SiLU for every (sequence, channel); updates the conv state.
   float* conv_out = scratch_f32(0, int64_t(T) * conv_dim);  // [T, conv_dim]
@@ -38,76 +121,77 @@ void CpuKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const S
     for (int64_t i = i0; i < i1; ++i) {
       const int s = static_cast<int>(i / conv_dim);
       const int64_t c = i % conv_dim;
-      const int32_t slot = meta.state_slot[s];
-      float* st = state.conv.f32() + (int64_t(slot) * conv_dim + c) * Km1;
-      float window[16];
-      DS_CHECK(K <= 16, "conv kernel too wide");
-      std::copy_n(st, Km1, window);
-      const float* w = cw + c * K;
-      const bool snap = snapshots_for(s);
-      for (int t = meta.seq_start[s], j = 0; t < meta.seq_start[s + 1]; ++t, ++j) {
-        window[Km1] = proj.f32()[int64_t(t) * row + c];
-        float acc = 0.f;
-        for (int q = 0; q < K; ++q) acc += w[q] * window[q];
-        conv_out[int64_t(t) * conv_dim + c] = vec::silu(acc);
-        std::copy(window + 1, window + K, window);  // shift: drop the oldest input
-        if (snap)
-          std::copy_n(window, Km1,
-                      state.conv_snap.f32() + ((int64_t(slot) * depth + j) * conv_dim + c) * Km1);
-      }
-      std::copy_n(window, Km1, st);
+      float* st = state.conv.f32() + (int64_t(meta.state_slot[s]) * conv_dim + c) * Km1;
+      conv_channel(run_of(s), c, K, cw + c * K, st, deferred(s) ? nullptr : st,
+                   conv_out + int64_t(meta.seq_start[s]) * conv_dim, conv_dim);
     }
   });
 
-  // Phase 2: the delta rule per (sequence, value head), tokens in order.
-  const int ratio = Hv / Hk;
-  const float q_scale = 1.0f / std::sqrt(float(Dk));
+  // Phase 2: the delta rule per (sequence, value head), tokens in order, then the gated RMSNorm.
   const int64_t head_state = int64_t(Dv) * Dk;
-  float* tmp_all = scratch_f32(1, int64_t(pool_.n_threads()) * (2 * Dk + Dv));
+  const int64_t per_thread = 2 * Dk + head_state;
+  float* tmp_all = scratch_f32(1, int64_t(pool_.n_threads()) * per_thread);
   pool_.parallel_for(int64_t(meta.n_seqs) * Hv, 1, [&](int tid, int64_t i0, int64_t i1) {
-    float* q = tmp_all + int64_t(tid) * (2 * Dk + Dv);
+    float* q = tmp_all + int64_t(tid) * per_thread;
     float* k = q + Dk;
-    float* o = k + Dk;
+    float* S_copy = k + Dk;
     for (int64_t i = i0; i < i1; ++i) {
-      const int s = static_cast<int>(i / Hv), hv = static_cast<int>(i % Hv), hk = hv / ratio;
-      const int32_t slot = meta.state_slot[s];
-      float* S = state.recurrent.f32() + (int64_t(slot) * Hv + hv) * head_state;  // [Dv, Dk]
-      const float neg_a = p.neg_exp_a.f32()[hv], dt_bias = p.dt_bias.f32()[hv];
-      const bool snap = snapshots_for(s);
-      for (int t = meta.seq_start[s], j = 0; t < meta.seq_start[s + 1]; ++t, ++j) {
-        const float* c = conv_out + int64_t(t) * conv_dim;
-        const float* v = c + 2 * key_dim + int64_t(hv) * Dv;
-        std::copy_n(c + int64_t(hk) * Dk, Dk, q);
-        std::copy_n(c + key_dim + int64_t(hk) * Dk, Dk, k);
-        const float qn = q_scale / std::sqrt(vec::sum_squares(q, Dk) + 1e-6f);
-        const float kn = 1.0f / std::sqrt(vec::sum_squares(k, Dk) + 1e-6f);
-        for (int d = 0; d < Dk; ++d) {
-          q[d] *= qn;
-          k[d] *= kn;
-        }
-        const float* pr = proj.f32() + int64_t(t) * row;
-        const float b = pr[conv_dim + value_dim + hv];
-        const float a = pr[conv_dim + value_dim + Hv + hv];
-        const float beta = vec::sigmoid(b);
-        const float decay = std::exp(neg_a * vec::softplus(a + dt_bias));
-        for (int jv = 0; jv < Dv; ++jv) {
-          float* Sj = S + int64_t(jv) * Dk;
-          const float kv_mem = vec::scale_dot(Sj, decay, k, Dk);
-          const float delta = (v[jv] - kv_mem) * beta;
-          o[jv] = vec::axpy_dot(Sj, delta, k, q, Dk);
-        }
-        if (snap)
-          std::memcpy(state.recurrent_snap.f32() + ((int64_t(slot) * depth + j) * Hv + hv) * head_state,
-                      S, head_state * sizeof(float));
-        // Gated RMSNorm over Dv with silu(z).
-        const float* z = pr + conv_dim + int64_t(hv) * Dv;
+      const int s = static_cast<int>(i / Hv), hv = static_cast<int>(i % Hv);
+      float* S = state.recurrent.f32() + (int64_t(meta.state_slot[s]) * Hv + hv) * head_state;  // [Dv, Dk]
+      if (deferred(s)) S = static_cast<float*>(std::memcpy(S_copy, S, head_state * sizeof(float)));
+      const GdnRun r = run_of(s);
+      const int t0 = meta.seq_start[s];
+      delta_head(p, r, hv, conv_out + int64_t(t0) * conv_dim, S, q, k,
+                 [&](int j) { return out.f32() + int64_t(t0 + j) * value_dim + int64_t(hv) * Dv; });
+      // Gated RMSNorm over Dv with silu(z).
+      for (int j = 0; j < r.n; ++j) {
+        float* o = out.f32() + int64_t(t0 + j) * value_dim + int64_t(hv) * Dv;
+        const float* z = r.qkv(j) + conv_dim + int64_t(hv) * Dv;
         const float inv = 1.0f / std::sqrt(vec::sum_squares(o, Dv) / float(Dv) + p.eps);
-        float* dst = out.f32() + int64_t(t) * value_dim + int64_t(hv) * Dv;
         const float* nw = p.norm.f32();
-        for (int jv = 0; jv < Dv; ++jv) dst[jv] = o[jv] * inv * nw[jv] * vec::silu(z[jv]);
+        for (int jv = 0; jv < Dv; ++jv) o[jv] = o[jv] * inv * nw[jv] * vec::silu(z[jv]);
       }
     }
   });
+}
+
+void CpuKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta& commit) {
+  for (const GdnLayerRef& ref : layers) {
+    const GdnParams& p = *ref.params;
+    const StateLayerView& state = *ref.state;
+    const int Hv = p.n_v_heads, Dk = p.k_head_dim, Dv = p.v_head_dim, K = p.conv_kernel, Km1 = K - 1;
+    const int64_t conv_dim = p.conv_dim(), prow = conv_dim + 2LL * Hv, head_state = int64_t(Dv) * Dk;
+    auto run_of = [&](int s) {
+      const int n = commit.seq_start[s + 1] - commit.seq_start[s];
+      DS_CHECK(n >= 0 && n <= state.pending_depth, "commit of ", n, " tokens; pending rows hold ", state.pending_depth);
+      return GdnRun{state.pending.f32() + int64_t(commit.state_slot[s]) * state.pending_depth * prow, prow,
+                    conv_dim, n};
+    };
+    // Phase 1 reads each window before replacing it; conv outputs of a sequence's tokens at
+    // rows seq_start[s] + j.
+    float* conv_out = scratch_f32(0, int64_t(std::max(commit.n_tokens, 1)) * conv_dim);
+    const float* cw = p.conv_weight.f32();
+    pool_.parallel_for(int64_t(commit.n_seqs) * conv_dim, 64, [&](int, int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int s = static_cast<int>(i / conv_dim);
+        const int64_t c = i % conv_dim;
+        float* st = state.conv.f32() + (int64_t(commit.state_slot[s]) * conv_dim + c) * Km1;
+        conv_channel(run_of(s), c, K, cw + c * K, st, st, conv_out + int64_t(commit.seq_start[s]) * conv_dim,
+                     conv_dim);
+      }
+    });
+    float* tmp_all = scratch_f32(1, int64_t(pool_.n_threads()) * 2 * Dk);
+    pool_.parallel_for(int64_t(commit.n_seqs) * Hv, 1, [&](int tid, int64_t i0, int64_t i1) {
+      float* q = tmp_all + int64_t(tid) * 2 * Dk;
+      float* k = q + Dk;
+      for (int64_t i = i0; i < i1; ++i) {
+        const int s = static_cast<int>(i / Hv), hv = static_cast<int>(i % Hv);
+        float* S = state.recurrent.f32() + (int64_t(commit.state_slot[s]) * Hv + hv) * head_state;
+        delta_head(p, run_of(s), hv, conv_out + int64_t(commit.seq_start[s]) * conv_dim, S, q, k,
+                   [](int) -> float* { return nullptr; });
+      }
+    });
+  }
 }
 
 }  // namespace deltaserve

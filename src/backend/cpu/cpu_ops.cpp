@@ -1,4 +1,4 @@
-// Small CPU ops: embedding, RMSNorm, SwiGLU, row gather, GDN snapshot restore.
+// Small CPU ops: embedding, RMSNorm, SwiGLU, row gather.
 // Reference semantics: HF Qwen3_5RMSNorm / Qwen3RMSNorm (f32 compute), Qwen3MLP act.
 #include <cmath>
 #include <cstring>
@@ -63,20 +63,6 @@ void CpuKernels::gather_rows(const Tensor& src, const int32_t* rows, int n_rows,
   for (int i = 0; i < n_rows; ++i) {
     DS_CHECK(rows[i] >= 0 && rows[i] < src.rows(), "gather row out of range");
     std::memcpy(dst.f32() + int64_t(i) * d, src.f32() + int64_t(rows[i]) * d, d * sizeof(float));
-  }
-}
-
-void CpuKernels::restore_snapshots(const StateLayerView& state, const SnapshotPick* picks, int n) {
-  const int64_t conv_elems = state.conv.numel() / state.conv.dim(0);
-  const int64_t rec_elems = state.recurrent.numel() / state.recurrent.dim(0);
-  const int64_t depth = state.snapshot_depth;
-  for (int i = 0; i < n; ++i) {
-    const int64_t slot = picks[i].slot, snap = picks[i].snapshot;
-    DS_CHECK(snap >= 0 && snap < depth && slot >= 0 && slot < state.conv.dim(0), "snapshot pick out of range");
-    std::memcpy(state.conv.f32() + slot * conv_elems, state.conv_snap.f32() + (slot * depth + snap) * conv_elems,
-                conv_elems * 4);
-    std::memcpy(state.recurrent.f32() + slot * rec_elems,
-                state.recurrent_snap.f32() + (slot * depth + snap) * rec_elems, rec_elems * 4);
   }
 }
 

@@ -48,7 +48,7 @@ class CudaKernels final : public Kernels {
   void gated_delta_net(const GdnParams& p, const Tensor& proj, const StateLayerView& state,
                        const BatchMeta& meta, Tensor out) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) override;
-  void restore_snapshots(const StateLayerView& state, const SnapshotPick* picks, int n) override;
+  void gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta& commit) override;
 
   void set_timing(bool on) { timing_ = on; }
   bool timing() const { return timing_; }
@@ -68,6 +68,10 @@ class CudaKernels final : public Kernels {
   CudaBackend& b_;
   DeviceBuffer scratch_[9];
   std::map<std::pair<int, float>, DeviceBuffer> inv_freq_;
+  // gdn_commit's per-layer table on the device, built on the first call for a set of layers
+  // (keyed by the layers' state pointers, which are fixed for the cache's lifetime).
+  std::vector<const float*> commit_key_;
+  DeviceBuffer commit_table_;
   bool timing_ = false;
   uint64_t epoch_ = 0;  // +1 whenever a scratch buffer moves
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
@@ -423,7 +427,7 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   const int T = meta.n_tokens;
   DS_CHECK(proj.cols() == p.proj_dim() && proj.rows() == T, "gdn proj ", proj.shape_string());
   DS_CHECK(out.cols() == p.value_dim() && out.rows() == T, "gdn out ", out.shape_string());
-  DS_CHECK(!meta.write_snapshots || state.snapshot_depth == 0 || state.recurrent_snap.data, "snapshots missing");
+  DS_CHECK(meta.state_defer == nullptr || state.pending.data, "deferred GDN run without pending rows");
   if (T == 0) return;
   const int64_t conv_dim = p.conv_dim();
   cuda::GdnArgs a;
@@ -442,10 +446,14 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   a.proj = proj.f32();
   a.conv_state = state.conv.f32();
   a.rec_state = state.recurrent.f32();
-  a.conv_snap = state.conv_snap.data ? state.conv_snap.f32() : nullptr;
-  a.rec_snap = state.recurrent_snap.data ? state.recurrent_snap.f32() : nullptr;
-  a.depth = state.snapshot_depth;
-  a.write_snapshots = meta.write_snapshots;
+  if (meta.state_defer) {
+    for (int s = 0; s < meta.n_seqs; ++s)
+      DS_CHECK(!meta.state_defer[s] || meta.seq_start[s + 1] - meta.seq_start[s] <= state.pending_depth,
+               "deferred GDN run longer than the pending rows (", state.pending_depth, ")");
+    a.defer = meta.d_state_defer.i32();
+    a.pending = state.pending.f32();
+    a.pending_depth = state.pending_depth;
+  }
   a.seq_start = meta.d_seq_start.i32();
   a.state_slot = meta.d_state_slot.i32();
   a.conv_out = static_cast<float*>(scratch(1, static_cast<std::size_t>(T) * conv_dim * 4));
@@ -471,20 +479,49 @@ void CudaKernels::gather_rows(const Tensor& src, const int32_t* rows, int n_rows
   timed("gather_rows", [&] { cuda::launch_gather_rows(src.f32(), d, rows, n_rows, dst.f32(), stream()); });
 }
 
-void CudaKernels::restore_snapshots(const StateLayerView& state, const SnapshotPick* picks, int n) {
-  if (n <= 0) return;
-  const int64_t conv_elems = state.conv.numel() / state.conv.dim(0);
-  const int64_t rec_elems = state.recurrent.numel() / state.recurrent.dim(0);
-  const int depth = state.snapshot_depth;
-  for (int i = 0; i < n; ++i)
-    DS_CHECK(picks[i].snapshot >= 0 && picks[i].snapshot < depth && picks[i].slot >= 0 &&
-                 picks[i].slot < state.conv.dim(0),
-             "snapshot pick out of range");
-  timed("restore_snapshots", [&] {
-    static_assert(sizeof(cuda::SlotSnapshot) == sizeof(SnapshotPick) && alignof(cuda::SlotSnapshot) == alignof(SnapshotPick));
-    cuda::launch_restore_snapshots(state.conv.f32(), state.conv_snap.f32(), conv_elems, state.recurrent.f32(),
-                                   state.recurrent_snap.f32(), rec_elems, depth,
-                                   reinterpret_cast<const cuda::SlotSnapshot*>(picks), n, stream());
+void CudaKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta& commit) {
+  if (layers.empty() || commit.n_seqs == 0) return;
+  const GdnParams& p0 = *layers[0].params;
+  const StateLayerView& s0 = *layers[0].state;
+  std::vector<const float*> key;
+  key.reserve(layers.size());
+  for (const GdnLayerRef& l : layers) key.push_back(l.state->recurrent.f32());
+  if (key != commit_key_) {
+    DS_CHECK(!capturing(), "CUDA graph capture: gdn_commit must run eagerly once first");
+    std::vector<cuda::GdnCommitLayer> table;
+    for (const GdnLayerRef& l : layers) {
+      const GdnParams& p = *l.params;
+      DS_CHECK(p.n_k_heads == p0.n_k_heads && p.n_v_heads == p0.n_v_heads && p.k_head_dim == p0.k_head_dim &&
+                   p.v_head_dim == p0.v_head_dim && p.conv_kernel == p0.conv_kernel &&
+                   l.state->pending_depth == s0.pending_depth && l.state->pending.data,
+               "gdn_commit: layers of different shapes, or no pending rows");
+      table.push_back({p.conv_weight.f32(), p.neg_exp_a.f32(), p.dt_bias.f32(), l.state->conv.f32(),
+                       l.state->recurrent.f32(), l.state->pending.f32()});
+    }
+    b_.synchronize();
+    commit_table_ = b_.allocate(table.size() * sizeof(cuda::GdnCommitLayer));
+    DS_CUDA_CHECK(cudaMemcpy(commit_table_.data(), table.data(), table.size() * sizeof(cuda::GdnCommitLayer),
+                             cudaMemcpyHostToDevice));
+    commit_key_ = std::move(key);
+  }
+  int max_n = 0;
+  for (int s = 0; s < commit.n_seqs; ++s) max_n = std::max(max_n, commit.seq_start[s + 1] - commit.seq_start[s]);
+  DS_CHECK(max_n <= s0.pending_depth, "gdn_commit of ", max_n, " tokens; pending rows hold ", s0.pending_depth);
+  cuda::GdnCommitArgs a;
+  a.n_layers = static_cast<int>(layers.size());
+  a.n_seqs = commit.n_seqs;
+  a.max_tokens = max_n;
+  a.Hk = p0.n_k_heads;
+  a.Hv = p0.n_v_heads;
+  a.Dk = p0.k_head_dim;
+  a.Dv = p0.v_head_dim;
+  a.K = p0.conv_kernel;
+  a.pending_depth = s0.pending_depth;
+  a.layers = static_cast<const cuda::GdnCommitLayer*>(commit_table_.data());
+  a.seq_start = commit.d_seq_start.i32();
+  a.state_slot = commit.d_state_slot.i32();
+  timed("gdn_commit", [&] {
+    DS_CHECK(cuda::launch_gdn_commit(a, stream()), "CUDA gdn_commit: unsupported head sizes (Dk ", a.Dk, ")");
   });
 }
 

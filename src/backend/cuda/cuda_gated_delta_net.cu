@@ -1,15 +1,21 @@
 // Gated DeltaNet on CUDA. Reference: backend/cpu/cpu_gated_delta_net.cpp (same formulas, f32).
 //
 //   1. conv:   one thread per (token, channel): causal depthwise conv over the inputs (the slot's
-//              conv state before the run), SiLU -> conv_out [T, conv_dim], per-token snapshots;
-//              then one thread per (sequence, channel) moves the last K-1 inputs into the state.
+//              conv state before the run), SiLU -> conv_out [T, conv_dim]; then one thread per
+//              (sequence, channel) moves the last K-1 inputs into the state (a deferred
+//              verification run keeps its inputs in the pending rows instead).
 //   2. prep:   per token: L2-normalise q (times Dk^-0.5) and k in place in conv_out; beta = sigmoid(b)
 //              and decay = exp(-exp(A_log) * softplus(a + dt_bias)) per value head -> gb.
 //   3. delta:  S *= decay; δ = (v - S·k)·beta; S += δ k; o = S·q per token, in order, per
 //              (sequence, value head, row jv of Sᵀ). Long runs (prefill): one thread owns a row
 //              (Dk floats in registers). Decode/verification: a row is spread over Dk/4 lanes
-//              (coalesced state traffic). Writes o (pre-norm) into out, snapshots if asked.
+//              (coalesced state traffic). Writes o (pre-norm) into out; a deferred run does not
+//              store its state.
 //   4. norm:   gated RMSNorm over Dv with silu(z), in place.
+//
+// Commit (speculative rollback): gdn_commit_kernel replays a sequence's accepted tokens from its
+// pending rows with the same arithmetic (conv, prep, rows-over-lanes recurrence), for all layers
+// in one launch; gdn_commit_window_kernel then moves the conv windows.
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -59,11 +65,10 @@ __global__ void conv_tokens_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   float acc = 0.f;
   for (int q = 0; q < K; ++q) acc += a.conv_weight[c * K + q] * conv_input(a, st, t0, j - Km1 + q, c, row);
   a.conv_out[int64_t(t) * conv_dim + c] = silu(acc);
-  if (a.write_snapshots && n <= a.depth) {
-    float* sn = a.conv_snap + ((int64_t(slot) * a.depth + j) * conv_dim + c) * Km1;
-    for (int q = 0; q < Km1; ++q) sn[q] = conv_input(a, st, t0, j - Km1 + 1 + q, c, row);
-  }
+  (void)n;
 }
+
+__device__ __forceinline__ bool deferred(const GdnArgs& a, int s) { return a.defer && a.defer[s]; }
 
 // One thread per (sequence, channel), after conv_tokens_kernel: the conv state becomes the last
 // K-1 inputs of the run.
@@ -74,6 +79,11 @@ __global__ void conv_state_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   const int64_t c = i - int64_t(s) * conv_dim;
   const int t0 = a.seq_start[s], n = a.seq_start[s + 1] - t0;
   const int Km1 = a.K - 1;
+  if (deferred(a, s)) {  // keep the raw inputs; the window stays as it was
+    float* pend = a.pending + int64_t(a.state_slot[s]) * a.pending_depth * (conv_dim + 2 * a.Hv);
+    for (int j = 0; j < n; ++j) pend[int64_t(j) * (conv_dim + 2 * a.Hv) + c] = a.proj[int64_t(t0 + j) * row + c];
+    return;
+  }
   float* st = a.conv_state + (int64_t(a.state_slot[s]) * conv_dim + c) * Km1;
   float win[kMaxConv];
 #pragma unroll
@@ -102,7 +112,18 @@ __global__ void prep_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   }
   const float* pr = a.proj + int64_t(t) * row;
   const int64_t value_dim = int64_t(a.Hv) * a.Dv;
+  float* pend = nullptr;  // a deferred run's pending row for this token (b, a after conv_dim)
+  if (a.defer) {
+    const int s = seq_of(a, t);
+    if (a.defer[s])
+      pend = a.pending + (int64_t(a.state_slot[s]) * a.pending_depth + (t - a.seq_start[s])) * (conv_dim + 2 * a.Hv) +
+             conv_dim;
+  }
   for (int hv = threadIdx.x; hv < a.Hv; hv += blockDim.x) {
+    if (pend) {
+      pend[hv] = pr[conv_dim + value_dim + hv];
+      pend[a.Hv + hv] = pr[conv_dim + value_dim + a.Hv + hv];
+    }
     const float b = pr[conv_dim + value_dim + hv];
     const float x = pr[conv_dim + value_dim + a.Hv + hv] + a.dt_bias[hv];
     const float sp = x > 20.0f ? x : log1pf(expf(x));
@@ -131,8 +152,7 @@ __global__ void __launch_bounds__(32) delta_kernel(GdnArgs a, int64_t conv_dim) 
   // the unrolled loops let the compiler hoist all the loads and spill the state row.
   __shared__ float4 q4[DK / 4], k4[DK / 4];
   const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
-  const bool snap = a.write_snapshots && t1 - t0 <= a.depth;
-  for (int t = t0, j = 0; t < t1; ++t, ++j) {
+  for (int t = t0; t < t1; ++t) {
     const float* c = a.conv_out + int64_t(t) * conv_dim;
     __syncthreads();  // previous token's q/k consumed
     for (int i = threadIdx.x; i < DK / 4; i += blockDim.x) {
@@ -165,13 +185,8 @@ __global__ void __launch_bounds__(32) delta_kernel(GdnArgs a, int64_t conv_dim) 
       p2 = fmaf(S[d + 2], q.z, p2); p3 = fmaf(S[d + 3], q.w, p3);
     }
     a.out[int64_t(t) * value_dim + int64_t(hv) * Dv + jv] = (p0 + p1) + (p2 + p3);
-    if (snap) {
-      float* sn = a.rec_snap + ((int64_t(slot) * a.depth + j) * a.Hv + hv) * head_state + int64_t(jv) * DK;
-#pragma unroll
-      for (int d = 0; d < DK; d += 4)
-        *reinterpret_cast<float4*>(sn + d) = make_float4(S[d], S[d + 1], S[d + 2], S[d + 3]);
-    }
   }
+  if (deferred(a, s)) return;
 #pragma unroll
   for (int d = 0; d < DK; d += 4)
     *reinterpret_cast<float4*>(Srow + d) = make_float4(S[d], S[d + 1], S[d + 2], S[d + 3]);
@@ -212,7 +227,6 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
     return v;
   };
   const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
-  const bool snap = a.write_snapshots && t1 - t0 <= a.depth;
   // Token t's inputs are loaded while token t-1 is computed: a run of prefill tokens is a serial
   // chain, and without the prefetch each step waits for its loads (~2 L2 round trips).
   struct In {
@@ -232,7 +246,7 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
     return in;
   };
   In next = load(t0 < t1 ? t0 : 0);
-  for (int t = t0, j = 0; t < t1; ++t, ++j) {
+  for (int t = t0; t < t1; ++t) {
     const In cur = next;
     if (t + 1 < t1) next = load(t + 1);
     const float4 q = cur.q, k = cur.k;
@@ -257,13 +271,8 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
       p[r] = row_sum(p[r]);
       if (ok[r] && li == 0) a.out[int64_t(t) * value_dim + int64_t(hv) * Dv + jv[r]] = p[r];
     }
-    if (snap) {
-      float* sn = a.rec_snap + ((int64_t(slot) * a.depth + j) * a.Hv + hv) * head_state;
-#pragma unroll
-      for (int r = 0; r < NR; ++r)
-        if (ok[r]) reinterpret_cast<float4*>(sn + int64_t(jv[r]) * DK)[li] = S[r];
-    }
   }
+  if (deferred(a, s)) return;
 #pragma unroll
   for (int r = 0; r < NR; ++r)
     if (ok[r]) reinterpret_cast<float4*>(Shead + int64_t(jv[r]) * DK)[li] = S[r];
@@ -283,6 +292,132 @@ __global__ void gated_norm_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
     const float inv = 1.0f / sqrtf(ss / float(Dv) + a.eps);
     for (int d = lane; d < Dv; d += 32) o[d] = o[d] * inv * a.norm[d] * silu(z[d]);
   }
+}
+
+// ---- commit (speculative rollback) ----------------------------------------------------------
+// Block (sequence s, value head hv, group of rows; layer = blockIdx.z): replays the first n_s
+// tokens of the slot's pending rows from the live state, with the arithmetic of the forward:
+// conv_tokens_kernel's conv, prep_kernel's norms and gates, delta_rows_kernel's recurrence (NR = 4).
+// It reads the old conv window and leaves it: gdn_commit_window_kernel moves it afterwards (every
+// block of a key head needs the old window of its q/k channels).
+template <int DK, int NR>
+__global__ void __launch_bounds__(128) gdn_commit_kernel(GdnCommitArgs a) {
+  constexpr int LPR = DK / 4, RPW = 32 / LPR, ROWS_PER_WARP = RPW * NR;
+  const GdnCommitLayer L = a.layers[blockIdx.z];
+  const int s = blockIdx.x / a.Hv, hv = blockIdx.x % a.Hv;
+  const int n = a.seq_start[s + 1] - a.seq_start[s];
+  if (n <= 0) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int sub = lane / LPR, li = lane % LPR;
+  const int hk = hv / (a.Hv / a.Hk), Dv = a.Dv, K = a.K, Km1 = K - 1;
+  const int64_t key_dim = int64_t(a.Hk) * DK, conv_dim = 2 * key_dim + int64_t(a.Hv) * Dv;
+  const int64_t prow = conv_dim + 2 * a.Hv;
+  const int32_t slot = a.state_slot[s];
+  const float* pend = L.pending + int64_t(slot) * a.pending_depth * prow;
+  const float* win = L.conv_state + int64_t(slot) * conv_dim * Km1;
+  // Raw input i of channel c (i < 0: the window before the run).
+  auto input = [&](int64_t c, int i) { return i >= 0 ? pend[int64_t(i) * prow + c] : win[c * Km1 + Km1 + i]; };
+  auto conv = [&](int64_t c, int j) {
+    float acc = 0.f;
+    for (int q = 0; q < K; ++q) acc += L.conv_weight[c * K + q] * input(c, j - Km1 + q);
+    return silu(acc);
+  };
+  const int64_t head_state = int64_t(Dv) * DK;
+  float* Shead = L.rec_state + (int64_t(slot) * a.Hv + hv) * head_state;
+  const int row0 = (blockIdx.y * (blockDim.x >> 5) + warp) * ROWS_PER_WARP;
+  int jv[NR];
+  bool ok[NR];
+  float4 S[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    jv[r] = row0 + r * RPW + sub;
+    ok[r] = jv[r] < Dv;
+    S[r] = ok[r] ? reinterpret_cast<const float4*>(Shead + int64_t(jv[r]) * DK)[li] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  auto row_sum = [](float v) {
+#pragma unroll
+    for (int o = LPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+  };
+  __shared__ __align__(16) float qk[2 * DK];  // this token's q | k after conv, SiLU and L2 norm
+  const float q_scale = 1.0f / sqrtf(float(DK));
+  for (int j = 0; j < n; ++j) {
+    __syncthreads();  // previous token's q, k consumed
+    for (int i = threadIdx.x; i < 2 * DK; i += blockDim.x)
+      qk[i] = conv(i < DK ? int64_t(hk) * DK + i : key_dim + int64_t(hk) * DK + (i - DK), j);
+    __syncthreads();
+    if (warp < 2) {  // prep_kernel's L2 norm: a warp per head, lane-strided sums
+      float* v = qk + warp * DK;
+      float ss = 0.f;
+      for (int d = lane; d < DK; d += 32) ss += v[d] * v[d];
+      ss = warp_sum(ss);
+      const float nrm = (warp == 0 ? q_scale : 1.0f) / sqrtf(ss + 1e-6f);
+      for (int d = lane; d < DK; d += 32) v[d] *= nrm;
+    }
+    __syncthreads();
+    const float b = pend[int64_t(j) * prow + conv_dim + hv];
+    const float x = pend[int64_t(j) * prow + conv_dim + a.Hv + hv] + L.dt_bias[hv];
+    const float sp = x > 20.0f ? x : log1pf(expf(x));
+    const float beta = 1.0f / (1.0f + expf(-b));
+    const float decay = expf(L.neg_exp_a[hv] * sp);
+    const float4 q = reinterpret_cast<const float4*>(qk)[li];
+    const float4 k = reinterpret_cast<const float4*>(qk + DK)[li];
+    float v[NR], p[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) v[r] = ok[r] ? conv(2 * key_dim + int64_t(hv) * Dv + jv[r], j) : 0.f;
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      S[r].x *= decay; S[r].y *= decay; S[r].z *= decay; S[r].w *= decay;
+      p[r] = S[r].x * k.x + S[r].y * k.y + S[r].z * k.z + S[r].w * k.w;
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) p[r] = row_sum(p[r]);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      const float delta = (v[r] - p[r]) * beta;
+      S[r].x = fmaf(delta, k.x, S[r].x); S[r].y = fmaf(delta, k.y, S[r].y);
+      S[r].z = fmaf(delta, k.z, S[r].z); S[r].w = fmaf(delta, k.w, S[r].w);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < NR; ++r)
+    if (ok[r]) reinterpret_cast<float4*>(Shead + int64_t(jv[r]) * DK)[li] = S[r];
+}
+
+// One thread per (layer, sequence, channel): the window after the replayed tokens.
+__global__ void gdn_commit_window_kernel(GdnCommitArgs a, int64_t conv_dim) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= int64_t(a.n_seqs) * conv_dim) return;
+  const GdnCommitLayer L = a.layers[blockIdx.y];
+  const int s = static_cast<int>(i / conv_dim);
+  const int64_t c = i - int64_t(s) * conv_dim;
+  const int n = a.seq_start[s + 1] - a.seq_start[s];
+  if (n <= 0) return;
+  const int Km1 = a.K - 1;
+  const int64_t prow = conv_dim + 2 * a.Hv;
+  const int32_t slot = a.state_slot[s];
+  const float* pend = L.pending + int64_t(slot) * a.pending_depth * prow;
+  float* st = L.conv_state + (int64_t(slot) * conv_dim + c) * Km1;
+  float win[kMaxConv];
+#pragma unroll
+  for (int q = 0; q < kMaxConv; ++q)
+    if (q < Km1) {
+      const int jj = n - Km1 + q;
+      win[q] = jj >= 0 ? pend[int64_t(jj) * prow + c] : st[Km1 + jj];
+    }
+#pragma unroll
+  for (int q = 0; q < kMaxConv; ++q)
+    if (q < Km1) st[q] = win[q];
+}
+
+template <int DK>
+void run_commit(const GdnCommitArgs& a, cudaStream_t s) {
+  constexpr int NR = 4;
+  const int rows_per_block = 4 * (32 / (DK / 4)) * NR;
+  dim3 grid(static_cast<unsigned>(a.n_seqs * a.Hv), static_cast<unsigned>((a.Dv + rows_per_block - 1) / rows_per_block),
+            static_cast<unsigned>(a.n_layers));
+  gdn_commit_kernel<DK, NR><<<grid, 128, 0, s>>>(a);
+  DS_CUDA_LAUNCH_CHECK();
 }
 
 template <int DK>
@@ -329,6 +464,24 @@ bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s) {
     default: run_delta<128>(a, conv_dim, s); break;
   }
   gated_norm_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row);
+  DS_CUDA_LAUNCH_CHECK();
+  return true;
+}
+
+bool launch_gdn_commit(const GdnCommitArgs& a, cudaStream_t s) {
+  if (a.K > kMaxConv || a.K < 2) return false;
+  if (a.Dk != 16 && a.Dk != 32 && a.Dk != 64 && a.Dk != 128) return false;
+  if (a.n_seqs == 0 || a.n_layers == 0) return true;
+  switch (a.Dk) {
+    case 16: run_commit<16>(a, s); break;
+    case 32: run_commit<32>(a, s); break;
+    case 64: run_commit<64>(a, s); break;
+    default: run_commit<128>(a, s); break;
+  }
+  const int64_t conv_dim = 2 * int64_t(a.Hk) * a.Dk + int64_t(a.Hv) * a.Dv;
+  const int64_t n = int64_t(a.n_seqs) * conv_dim;
+  gdn_commit_window_kernel<<<dim3(static_cast<unsigned>((n + 255) / 256), static_cast<unsigned>(a.n_layers)), 256, 0,
+                             s>>>(a, conv_dim);
   DS_CUDA_LAUNCH_CHECK();
   return true;
 }

@@ -27,15 +27,6 @@ void launch_sum_parts3(const float* p, int64_t n, float* out, bool accumulate, c
 void launch_random_bf16(uint16_t* w, int64_t n, float scale, uint64_t seed, cudaStream_t s);
 // Speculative rollback of one GDN layer: for each pick, conv[slot] = conv_snap[slot * depth + j]
 // and recurrent[slot] = recurrent_snap[slot * depth + j] (elems per slot given). picks: host.
-// SlotSnapshot has the layout of deltaserve::SnapshotPick (kernels.h is C++20, nvcc sees C++17).
-struct SlotSnapshot {
-  int32_t slot;
-  int32_t snapshot;
-};
-void launch_restore_snapshots(float* conv, const float* conv_snap, int64_t conv_elems, float* rec,
-                              const float* rec_snap, int64_t rec_elems, int depth, const SlotSnapshot* picks,
-                              int n, cudaStream_t s);
-
 // ---- cuda_linear.cu ----------------------------------------------------------------------------
 // out[T, N] (=|+=) x[T, K] (f32) · w[N, K]ᵀ (bf16), f32 accumulation. For small T (decode): T = 1
 // on CUDA cores (each block streams a few weight rows with 16-byte loads); 2 <= T <= 8 on tensor
@@ -112,10 +103,11 @@ struct GdnArgs {
   const float* proj = nullptr;         // [T, proj_dim]
   float* conv_state = nullptr;         // [slots, conv_dim, K-1]
   float* rec_state = nullptr;          // [slots, Hv, Dv, Dk]
-  float* conv_snap = nullptr;          // [slots, depth, conv_dim, K-1]
-  float* rec_snap = nullptr;           // [slots, depth, Hv, Dv, Dk]
-  int depth = 0;
-  bool write_snapshots = false;
+  // Deferred sequences (defer[s] != 0, speculative verification): the state is read, not
+  // written; the run's raw inputs go to pending rows (slot * pending_depth + j) = [qkv | b | a].
+  const int32_t* defer = nullptr;      // [S] device, nullptr = none
+  float* pending = nullptr;            // [slots * pending_depth, conv_dim + 2*Hv]
+  int pending_depth = 0;
   const int32_t* seq_start = nullptr;  // [S+1]
   const int32_t* state_slot = nullptr; // [S]
   float* conv_out = nullptr;           // scratch [T, conv_dim]
@@ -125,5 +117,24 @@ struct GdnArgs {
 };
 // Returns false when the head sizes have no compiled kernel.
 bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s);
+
+// Speculative commit (Kernels::gdn_commit): every layer's parameters and state, as a device table.
+struct GdnCommitLayer {
+  const float* conv_weight = nullptr;  // [conv_dim, K]
+  const float* neg_exp_a = nullptr;    // [Hv]
+  const float* dt_bias = nullptr;      // [Hv]
+  float* conv_state = nullptr;         // [slots, conv_dim, K-1]
+  float* rec_state = nullptr;          // [slots, Hv, Dv, Dk]
+  const float* pending = nullptr;      // [slots * pending_depth, conv_dim + 2*Hv]
+};
+struct GdnCommitArgs {
+  int n_layers = 0, n_seqs = 0, max_tokens = 0;  // max_tokens: longest run (sizes nothing; checked)
+  int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0, pending_depth = 0;
+  const GdnCommitLayer* layers = nullptr;  // [n_layers] device
+  const int32_t* seq_start = nullptr;      // [S+1] device: tokens to replay per sequence
+  const int32_t* state_slot = nullptr;     // [S] device
+};
+// Two launches for all layers: the recurrence (which reads the old conv windows), then the windows.
+bool launch_gdn_commit(const GdnCommitArgs& a, cudaStream_t s);
 
 }  // namespace deltaserve::cuda

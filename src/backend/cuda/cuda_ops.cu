@@ -178,46 +178,6 @@ void launch_sum_parts3(const float* p, int64_t n, float* out, bool accumulate, c
   DS_CUDA_LAUNCH_CHECK();
 }
 
-// Up to kPickChunk picks per launch, by value (no upload). blockIdx.y = pick; blockIdx.x strides
-// over the slot's elements of both tensors (conv first, then recurrent).
-constexpr int kPickChunk = 128;
-struct Picks {
-  SlotSnapshot p[kPickChunk];
-};
-
-__global__ void restore_snapshots_kernel(float* conv, const float* conv_snap, int64_t conv_elems, float* rec,
-                                         const float* rec_snap, int64_t rec_elems, int depth, Picks picks) {
-  const SlotSnapshot pk = picks.p[blockIdx.y];
-  const int64_t src_slot = int64_t(pk.slot) * depth + pk.snapshot;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t start = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (rec_elems % 4 == 0) {
-    const float4* s = reinterpret_cast<const float4*>(rec_snap + src_slot * rec_elems);
-    float4* d = reinterpret_cast<float4*>(rec + int64_t(pk.slot) * rec_elems);
-    for (int64_t i = start; i < rec_elems / 4; i += stride) d[i] = s[i];
-  } else {
-    for (int64_t i = start; i < rec_elems; i += stride) rec[int64_t(pk.slot) * rec_elems + i] = rec_snap[src_slot * rec_elems + i];
-  }
-  for (int64_t i = start; i < conv_elems; i += stride)
-    conv[int64_t(pk.slot) * conv_elems + i] = conv_snap[src_slot * conv_elems + i];
-}
-
-void launch_restore_snapshots(float* conv, const float* conv_snap, int64_t conv_elems, float* rec,
-                              const float* rec_snap, int64_t rec_elems, int depth, const SlotSnapshot* picks,
-                              int n, cudaStream_t s) {
-  // Enough blocks per pick to stream a 3 MB state at full bandwidth.
-  const int64_t vec = rec_elems % 4 == 0 ? rec_elems / 4 : rec_elems;
-  const int blocks_x = static_cast<int>(std::min<int64_t>(64, std::max<int64_t>(1, (std::max(vec, conv_elems) + 255) / 256)));
-  for (int i0 = 0; i0 < n; i0 += kPickChunk) {
-    Picks pk{};
-    const int m = n - i0 < kPickChunk ? n - i0 : kPickChunk;
-    for (int i = 0; i < m; ++i) pk.p[i] = picks[i0 + i];
-    restore_snapshots_kernel<<<dim3(blocks_x, m), 256, 0, s>>>(conv, conv_snap, conv_elems, rec, rec_snap, rec_elems,
-                                                              depth, pk);
-    DS_CUDA_LAUNCH_CHECK();
-  }
-}
-
 void launch_random_bf16(uint16_t* w, int64_t n, float scale, uint64_t seed, cudaStream_t s) {
   if (n == 0) return;
   random_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(w, n, scale, seed);

@@ -1,0 +1,50 @@
+#include "app/engine_setup.h"
+
+#include <algorithm>
+
+#include "backend/backend_factory.h"
+#include "model/generation_config.h"
+
+namespace deltaserve {
+
+Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& model_config) {
+  EngineSetup s;
+  const bool cuda_built = cuda_available();
+  HostInfo host = detect_host(cuda_built);
+  s.device = resolve_plan_device(opts, host, cuda_built);
+  if (opts.device == "cuda" && !cuda_built)
+    return error("--device cuda: this build has no CUDA backend, or no CUDA device is visible");
+  DS_ASSIGN_OR_RETURN(s.backend, make_backend(s.device == PlanDevice::Cuda ? "cuda" : "cpu", static_cast<int>(opts.threads)));
+  if (s.device == PlanDevice::Cuda) {
+    // As SGLang: the fraction is of the whole GPU; what is already in use (this CUDA context,
+    // other processes) comes out of it.
+    const MemoryInfo m = s.backend->memory_info();
+    s.plan_input = memory_plan_input(opts, s.device, static_cast<int64_t>(m.total_bytes), host);
+    s.plan_input.device_memory_used_bytes = static_cast<int64_t>(m.total_bytes - m.free_bytes);
+  } else {
+    s.plan_input = memory_plan_input(opts, s.device, 0, host);
+  }
+  s.plan = plan_memory(model_config, s.plan_input);
+  if (!s.plan.ok()) return s.plan.status();
+
+  EngineConfig& ec = s.config;
+  ec.model_dir = opts.model_path;
+  ec.dummy_weights = opts.load_format == "dummy";
+  ec.device = s.device == PlanDevice::Cuda ? Device::Cuda : Device::Cpu;
+  ec.n_threads = static_cast<int>(opts.threads);
+  ec.max_running_requests = static_cast<int>(s.plan.max_running_requests);
+  ec.max_waiting_requests = std::max(1024, 4 * ec.max_running_requests);
+  ec.context_length = s.plan.context_length;
+  ec.kv_tokens = s.plan.kv_tokens;
+  ec.kv_block_size = static_cast<int>(s.plan_input.kv_block_size);
+  ec.chunked_prefill_size = static_cast<int>(s.plan_input.chunked_prefill_size);
+  ec.max_prefill_tokens = static_cast<int>(s.plan_input.max_prefill_tokens);
+  ec.spec_num_steps = s.plan_input.spec_num_steps;
+  ec.cuda_graph_max_bs = opts.disable_cuda_graph ? 0 : opts.cuda_graph_max_bs > 0 ? static_cast<int>(opts.cuda_graph_max_bs) : -1;
+  ec.random_seed = static_cast<uint64_t>(opts.random_seed);
+  DS_ASSIGN_OR_RETURN(GenerationDefaults gen, load_generation_defaults(opts.model_path));  // a missing file: none
+  ec.extra_eos_token_ids = gen.eos_token_ids;
+  return s;
+}
+
+}  // namespace deltaserve

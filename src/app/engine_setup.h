@@ -1,0 +1,32 @@
+// From the flags to an engine: the one path serve, generate and bench-offline take.
+//
+//   flags (src/options, defaults only there) -> device -> backend (CUDA context up) ->
+//   measured free memory -> memory plan (src/cache/memory_plan.h) -> EngineConfig -> Engine
+//
+// Every capacity the engine gets comes from the plan, so `deltaserve plan` with the same flags
+// and memory prints what serve allocates.
+#pragma once
+
+#include <memory>
+
+#include "cache/memory_plan.h"
+#include "deploy/plan_input.h"
+#include "engine/engine.h"
+#include "model/config.h"
+#include "options/serve_options.h"
+
+namespace deltaserve {
+
+struct EngineSetup {
+  PlanDevice device = PlanDevice::Cpu;
+  MemoryPlanInput plan_input;
+  MemoryPlan plan;
+  EngineConfig config;
+  std::unique_ptr<Backend> backend;  // made before planning (its free memory feeds the plan)
+};
+
+// Validated options and the model's config. Errors: the plan's (every one joined), a device that
+// cannot be made, a generation_config.json that cannot be read.
+Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& model_config);
+
+}  // namespace deltaserve

@@ -1,0 +1,114 @@
+#include "engine/spec/mtp_drafter.h"
+
+#include <algorithm>
+
+namespace deltaserve {
+
+MtpDrafter::MtpDrafter(ModelRunner& runner, DraftStore& store, SamplingPool& pool, int k, int64_t context_length)
+    : runner_(runner), store_(store), pool_(pool), k_(k), context_length_(context_length) {
+  const size_t S = static_cast<size_t>(runner.limits().max_seqs), T = static_cast<size_t>(runner.limits().max_tokens);
+  items_.reserve(S);
+  rows_.reserve(T);
+  drafting_.reserve(S);
+  chain_.reserve(S);
+  chain_rows_.reserve(S);
+  chain_left_.reserve(S);
+}
+
+int64_t MtpDrafter::budget(const Sequence& s) const {
+  const int64_t n1 = static_cast<int64_t>(s.tokens.size());  // the newest token sits at n1 - 1
+  return std::min<int64_t>({k_, context_length_ - n1, s.max_total_tokens - n1});
+}
+
+void MtpDrafter::add_draft(Sequence& s, const float* logits, Sampler& sampler) {
+  const bool greedy = s.params.temperature <= 0.0f || s.params.top_k == 1;
+  if (greedy) {
+    store_.push(s, sampler.sample(logits, s.params, s.prompt(), s.generated(), s.rng, nullptr));
+    return;
+  }
+  std::vector<float>& q = store_.q(s, s.n_drafts);
+  sampler.distribution(logits, s.params, s.prompt(), s.generated(), q);
+  store_.push(s, sampler.draw(q, s.rng));
+}
+
+void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const StepOutput> outputs,
+                         Scheduler& scheduler) {
+  // 1. Catch-up batch: row p of a sequence takes (t_{p+1}, h_p) for the positions this step
+  //    computed; hidden rows index the main forward's batch.
+  items_.clear();
+  rows_.clear();
+  drafting_.clear();
+  int hidden_row = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ScheduledItem& it = items[i];
+    Sequence& s = *it.seq;
+    const int fed = it.n_tokens;
+    const int valid = it.sample && outputs[i].n_accepted >= 0 ? outputs[i].n_accepted + 1 : fed;
+    if (s.status != SeqStatus::Finished) {
+      const int n0 = s.n_computed - valid;
+      DS_CHECK(n0 >= 0 && size_t(n0 + 1 + valid) <= s.tokens.size(), "MTP catch-up past the known tokens");
+      items_.push_back(RunItem{std::span<const int32_t>(s.tokens).subspan(n0 + 1, valid), n0, s.blocks, s.slot, false,
+                               !it.sample, false});
+      for (int j = 0; j < valid; ++j) rows_.push_back(hidden_row + j);
+      if (it.sample) drafting_.push_back(&s);
+    }
+    hidden_row += fed;
+  }
+  if (items_.empty()) return;
+  runner_.run_mtp(items_, ModelRunner::HiddenFrom::Main, rows_);
+
+  // First draft of every sequence that sampled (logits row i = drafting_[i]).
+  for (Sequence* s : drafting_) store_.begin(*s);
+  pool_.for_each(static_cast<int>(drafting_.size()), [&](Sampler& sampler, std::vector<float>&, int i) {
+    Sequence& s = *drafting_[i];
+    if (budget(s) > 0) add_draft(s, runner_.logits(i), sampler);
+  });
+
+  // 2. Chain: the sequences that want more drafts and have blocks for their positions. Their MTP
+  //    hidden is catch-up output row (the sequence's last row).
+  chain_.clear();
+  chain_rows_.clear();
+  chain_left_.clear();
+  int last_row = -1;
+  size_t d = 0;
+  for (size_t r = 0; r < items_.size(); ++r) {
+    last_row += static_cast<int>(items_[r].tokens.size());
+    if (items_[r].no_logits) continue;
+    Sequence& s = *drafting_[d++];
+    const int64_t k_eff = budget(s);
+    if (k_eff > 1 && scheduler.reserve(s, static_cast<int>(int64_t(s.tokens.size()) + k_eff))) {
+      chain_.push_back(&s);
+      chain_rows_.push_back(last_row);
+      chain_left_.push_back(static_cast<int>(k_eff) - 1);
+    }
+  }
+  while (!chain_.empty()) {
+    const int n = static_cast<int>(chain_.size());
+    items_.clear();
+    for (Sequence* s : chain_) {
+      const auto drafts = store_.drafts(*s);
+      const int32_t pos = static_cast<int32_t>(s->tokens.size()) - 1 + s->n_drafts;
+      items_.push_back(RunItem{drafts.subspan(drafts.size() - 1, 1), pos, s->blocks, s->slot, false, false, false});
+    }
+    runner_.run_mtp(items_, ModelRunner::HiddenFrom::Mtp, chain_rows_);
+    pool_.for_each(n, [&](Sampler& sampler, std::vector<float>&, int i) {
+      add_draft(*chain_[i], runner_.logits(i), sampler);
+    });
+    // Keep the sequences that still need drafts, compacted in place; a kept sequence's MTP hidden
+    // is row i of this step's output.
+    int kept = 0;
+    for (int i = 0; i < n; ++i) {
+      if (--chain_left_[i] > 0) {
+        chain_[kept] = chain_[i];
+        chain_rows_[kept] = i;
+        chain_left_[kept] = chain_left_[i];
+        ++kept;
+      }
+    }
+    chain_.resize(kept);
+    chain_rows_.resize(kept);
+    chain_left_.resize(kept);
+  }
+}
+
+}  // namespace deltaserve

@@ -1,0 +1,46 @@
+// MtpDrafter: proposes draft tokens with the model's MTP head (NEXTN). After a step it
+//   1. catches up: for every continuing sequence's newly computed positions p, the MTP head takes
+//      (t_{p+1}, h_p) (the main model's final hidden) and writes its KV layer; the last row of a
+//      sequence that sampled gives its first draft;
+//   2. chains: step j feeds the previous draft and the previous MTP hidden at the next position,
+//      until each sequence has its k drafts (fewer near the context or max_tokens limit).
+// Drafts go to the DraftStore; greedy requests take the MTP argmax, sampling requests draw from
+// the processed MTP distribution q (kept for speculative sampling).
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "engine/sampling_pool.h"
+#include "engine/scheduler.h"
+#include "engine/spec/draft_store.h"
+
+namespace deltaserve {
+
+class MtpDrafter {
+ public:
+  MtpDrafter(ModelRunner& runner, DraftStore& store, SamplingPool& pool, int k, int64_t context_length);
+
+  // items/outputs: the step just run (after Scheduler::update). Finished sequences are skipped.
+  void propose(std::span<const ScheduledItem> items, std::span<const StepOutput> outputs, Scheduler& scheduler);
+
+ private:
+  void add_draft(Sequence& s, const float* logits, Sampler& sampler);
+  int64_t budget(const Sequence& s) const;
+
+  ModelRunner& runner_;
+  DraftStore& store_;
+  SamplingPool& pool_;
+  int k_;
+  int64_t context_length_;
+  // Per-step scratch, reserved once.
+  std::vector<RunItem> items_;
+  std::vector<int32_t> rows_;
+  std::vector<Sequence*> drafting_;
+  std::vector<Sequence*> chain_;
+  std::vector<int32_t> chain_rows_;
+  std::vector<int> chain_left_;
+};
+
+}  // namespace deltaserve

@@ -1,0 +1,50 @@
+#include "engine/spec/speculative_decoder.h"
+
+namespace deltaserve {
+
+int SpeculativeDecoder::verify(Sequence& s, int row, Sampler& sampler, std::vector<float>& probs,
+                               std::vector<TokenLogprob>* lps) const {
+  const auto drafts = store_.drafts(s);
+  const int k = static_cast<int>(drafts.size());
+  const bool greedy = s.params.temperature <= 0.0f || s.params.top_k == 1;
+  for (int a = 0; a < k; ++a) {
+    const float* logits = runner_.logits(row + a);
+    const int32_t d = drafts[a];
+    bool accept;
+    int32_t alt;
+    if (greedy) {
+      alt = sampler.sample(logits, s.params, s.prompt(), s.generated(), s.rng, nullptr);
+      accept = alt == d;
+    } else {
+      sampler.distribution(logits, s.params, s.prompt(), s.generated(), probs);
+      const SpecDecision dec = speculative_accept(probs, store_.q(s, a), d, s.rng);
+      accept = dec.accepted;
+      alt = dec.token;
+    }
+    if (lps) sampler.logprobs(logits, accept ? d : alt, s.params.top_logprobs, &lps->emplace_back());
+    s.tokens.push_back(accept ? d : alt);
+    if (!accept) return a;
+  }
+  // Every draft accepted: the bonus token comes from the last row.
+  TokenLogprob lp;
+  s.tokens.push_back(sampler.sample(runner_.logits(row + k), s.params, s.prompt(), s.generated(), s.rng,
+                                    lps ? &lp : nullptr));
+  if (lps) lps->push_back(std::move(lp));
+  return k;
+}
+
+void SpeculativeDecoder::finish_step(std::span<const ScheduledItem> items, std::span<const StepOutput> outputs,
+                                     Scheduler& scheduler) {
+  // Rollback: a verification left its sequence's GDN state as it was before the step; the last
+  // token and the accepted drafts now become the state.
+  commits_.clear();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Sequence& s = *items[i].seq;
+    if (outputs[i].n_accepted >= 0 && s.status != SeqStatus::Finished)
+      commits_.push_back(StateCommit{s.slot, outputs[i].n_accepted + 1});
+  }
+  runner_.commit_state(commits_);
+  drafter_.propose(items, outputs, scheduler);
+}
+
+}  // namespace deltaserve
