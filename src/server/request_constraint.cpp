@@ -95,7 +95,10 @@ bool RequestConstraint::accept(int32_t token) {
   uint8_t fed = 0;
   if (started_at_ >= 0 && matcher_) {
     const bool vocab_eos = token < matcher_->grammar().vocab().size() && matcher_->grammar().vocab().is_eos(token);
-    if (!vocab_eos && is_end(token)) {
+    if (matcher_->is_terminated()) {
+      // After the end only ends follow (speculative drafts past an EOS).
+      if (!vocab_eos && !is_end(token)) return false;
+    } else if (!vocab_eos && is_end(token)) {
       if (!matcher_->can_end()) return false;  // a stop id ends a complete match only
     } else {
       if (!matcher_->accept_token(token)) return false;
