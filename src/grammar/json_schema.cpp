@@ -97,13 +97,15 @@ Frac frac_and(Frac a, Frac b) {
   return a == b ? a : Frac::None;
 }
 
+// Fractions have at most 16 digits (a double holds ~17 significant digits), so a sampled number
+// always ends.
 Expr frac_expr(Frac f) {
   Expr digit = Expr::byte_range('0', '9');
   switch (f) {
-    case Frac::Any: return Expr::opt(Expr::seq({Expr::literal("."), Expr::plus(digit)}));
-    case Frac::Zero: return Expr::opt(Expr::seq({Expr::literal("."), Expr::plus(Expr::literal("0"))}));
+    case Frac::Any: return Expr::opt(Expr::seq({Expr::literal("."), Expr::repeat(digit, 1, 16)}));
+    case Frac::Zero: return Expr::opt(Expr::seq({Expr::literal("."), Expr::repeat(Expr::literal("0"), 1, 16)}));
     case Frac::NonZero:
-      return Expr::seq({Expr::literal("."), Expr::star(digit), Expr::byte_range('1', '9'), Expr::star(digit)});
+      return Expr::seq({Expr::literal("."), Expr::repeat(digit, 0, 15), Expr::byte_range('1', '9')});
     case Frac::None: break;
   }
   return Expr::nothing();
@@ -234,18 +236,19 @@ Result<int64_t> whole_bound(const json& v, const std::string& keyword, const std
 
 }  // namespace
 
+// Every part has a length bound, so a sampled value always ends.
 const char* json_string_format_regex(const std::string& f) {
   if (f == "date") return R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
   if (f == "time") return R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
   if (f == "date-time")
     return R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
   if (f == "email")
-    return R"([a-zA-Z0-9_+-]+(\.[a-zA-Z0-9_+-]+)*@[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?)*\.[a-zA-Z]{2,6})";
+    return R"([a-zA-Z0-9_+-]{1,32}(\.[a-zA-Z0-9_+-]{1,32}){0,3}@[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?){0,3}\.[a-zA-Z]{2,6})";
   if (f == "uuid") return R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})";
   if (f == "ipv4") return R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3})";
   if (f == "hostname")
-    return R"([a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?)*)";
-  if (f == "uri") return R"([a-zA-Z][a-zA-Z0-9+.-]*://[a-zA-Z0-9.-]+(:\d{1,5})?(/[a-zA-Z0-9._~!$&'()*+,;=:@-]*)*)";
+    return R"([a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?){0,4})";
+  if (f == "uri") return R"([a-zA-Z][a-zA-Z0-9+.-]{0,15}://[a-zA-Z0-9.-]{1,64}(:\d{1,5})?(/[a-zA-Z0-9._~!$&'()*+,;=:@-]{0,32}){0,8})";
   return nullptr;
 }
 

@@ -13,7 +13,8 @@
 // are ignored. Every other JSON Schema keyword is an error naming it and where it is.
 //
 // Output shape: properties in schema order; between JSON tokens at most `max_whitespace`
-// whitespace characters (so a sampled value cannot run on in blank space).
+// whitespace characters (so a sampled value cannot run on in blank space); numbers with at most 16
+// integer digits (18 for integers), 16 fraction digits and a 2-digit exponent (finite doubles).
 #pragma once
 
 #include <map>
