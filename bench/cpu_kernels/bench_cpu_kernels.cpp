@@ -6,14 +6,19 @@
 //                                         buffers so they stream from L3 as in the real model)
 //   MemRead/<MiB>/threads, Memcpy/<MiB> : the machine's cache / DRAM bandwidth for comparison
 //   PoolForkJoin/threads                : one empty parallel_for (fork + join latency)
+//   AttentionDecode/<kv dtype>/hd/threads : Kernels::attention for 4 decode tokens on 4096-token
+//                                         contexts per KV cache dtype; counter kvGB/s (cache bytes
+//                                         read per second)
 // Run: build-kern/bench/cpu_kernels/bench_cpu_kernels [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "core/dtype.h"
 #include "util/thread_pool.h"
@@ -284,6 +289,65 @@ void BM_PoolForkJoin(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_PoolForkJoin)->ArgName("thr")->Arg(1)->Arg(2)->UseRealTime();
+
+// 4 sequences, one decode token each, 4096 cached tokens; heads as tiny-coder (4 / 2 KV,
+// head_dim 64) or the 27B (24 / 4 KV, head_dim 256). args: dtype (0 f32, 1 bf16, 2 fp8_e4m3,
+// 3 fp8_e5m2), head_dim, threads.
+void BM_AttentionDecode(benchmark::State& state) {
+  const DType dts[] = {DType::F32, DType::BF16, DType::F8E4M3, DType::F8E5M2};
+  const DType dt = dts[state.range(0)];
+  const int hd = static_cast<int>(state.range(1)), nh = hd == 64 ? 4 : 24, nkv = hd == 64 ? 2 : 4;
+  auto backend = make_cpu_backend(static_cast<int>(state.range(2)));
+  const int S = 4, ctx = 4096, bs = 16, blocks_per = ctx / bs + 1;
+  const int64_t n_blocks = int64_t(S) * blocks_per, cache_elems = n_blocks * bs * nkv * hd;
+  std::vector<uint8_t> k(static_cast<size_t>(cache_elems) * dtype_size(dt)), v(k.size());
+  std::mt19937 rng(3);
+  for (auto& b : k) b = static_cast<uint8_t>(rng() & 0x3f);  // small finite values in every dtype
+  for (auto& b : v) b = static_cast<uint8_t>(rng() & 0x3f);
+  const int64_t row = int64_t(nh) * hd * 2 + 2LL * nkv * hd;
+  std::vector<float> qkv = random_x(S, row), out(static_cast<size_t>(S) * nh * hd), norm(hd, 1.f);
+  std::vector<int32_t> pos(S, ctx - 1), start(S + 1), len(S, ctx), slot(S, 0);
+  std::vector<int32_t> table(static_cast<size_t>(S) * blocks_per);
+  for (int s = 0; s <= S; ++s) start[s] = s;
+  for (int i = 0; i < S * blocks_per; ++i) table[i] = i;
+  BatchMeta m;
+  m.n_tokens = S;
+  m.n_seqs = S;
+  m.positions = pos.data();
+  m.seq_start = start.data();
+  m.context_len = len.data();
+  m.block_table = table.data();
+  m.state_slot = slot.data();
+  m.max_blocks = blocks_per;
+  m.block_size = bs;
+  m.max_seq_tokens = 1;
+  m.max_context = ctx;
+  AttentionParams p;
+  p.n_heads = nh;
+  p.n_kv_heads = nkv;
+  p.head_dim = hd;
+  p.rotary_dim = hd / 4;
+  p.output_gate = true;
+  p.q_norm = Tensor(norm.data(), DType::F32, {hd});
+  p.k_norm = p.q_norm;
+  p.scale = 1.0f / std::sqrt(float(hd));
+  KvLayerView kv;
+  kv.k = Tensor(k.data(), dt, {n_blocks, bs, nkv, hd});
+  kv.v = Tensor(v.data(), dt, {n_blocks, bs, nkv, hd});
+  for (auto _ : state) {
+    backend->kernels().attention(p, Tensor(qkv.data(), DType::F32, {S, row}), kv, m,
+                                 Tensor(out.data(), DType::F32, {S, int64_t(nh) * hd}));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["kvGB/s"] = benchmark::Counter(2.0 * S * ctx * nkv * hd * double(dtype_size(dt)),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(dtype_name(dt)));
+}
+BENCHMARK(BM_AttentionDecode)
+    ->ArgNames({"kv", "hd", "thr"})
+    ->ArgsProduct({{0, 1, 2, 3}, {64, 256}, {1, 2}})
+    ->UseRealTime()
+    ->MinTime(0.2);
 
 }  // namespace
 }  // namespace deltaserve

@@ -1,7 +1,7 @@
 // bench_cuda_decode: the engine's forward passes on one GPU with dummy (random bf16) weights.
 //
 //   bench_cuda_decode [--model DIR] [--ctx N] [--steps N] [--prefill N] [--batch N] [--no-graph]
-//                     [--prefill-chunk N] [--prefill-only]
+//                     [--prefill-chunk N] [--prefill-only] [--kv-dtype f32|bf16|fp8_e4m3|fp8_e5m2]
 //
 // Reports: weight-load time; TTFT of a --prefill-token prompt; decode tokens/s at batch 1 (CUDA
 // graph of Model::forward; and eager through ModelRunner) with the fraction of HBM bandwidth that
@@ -50,6 +50,7 @@ struct Opts {
   int prefill_chunk = 0;      // > 0: the TTFT prompt goes through forwards of this many tokens
   bool graph = true;
   bool prefill_only = false;  // stop after the TTFT section
+  DType kv_dtype = DType::F32;  // KV cache element type (scales 1: dummy weights have none)
 };
 
 // Bytes of matmul weights one plain decode step streams (main model + lm_head; no MTP, no embedding).
@@ -238,10 +239,22 @@ int main(int argc, char** argv) {
     else if (a == "--no-graph") o.graph = false;
     else if (a == "--prefill-chunk") o.prefill_chunk = std::stoi(next());
     else if (a == "--prefill-only") o.prefill_only = true;
-    else {
+    else if (a == "--kv-dtype") {
+      const std::string v = next();
+      bool ok = false;
+      for (DType d : {DType::F32, DType::BF16, DType::F8E4M3, DType::F8E5M2})
+        if (v == dtype_name(d)) {
+          o.kv_dtype = d;
+          ok = true;
+        }
+      if (!ok) {
+        std::fprintf(stderr, "--kv-dtype: '%s' is not one of f32, bf16, fp8_e4m3, fp8_e5m2\n", v.c_str());
+        return 2;
+      }
+    } else {
       std::fprintf(stderr,
                    "usage: %s [--model DIR] [--ctx N] [--steps N] [--prefill N] [--batch N] [--no-graph]\n"
-                   "          [--prefill-chunk N] [--prefill-only]\n",
+                   "          [--prefill-chunk N] [--prefill-only] [--kv-dtype f32|bf16|fp8_e4m3|fp8_e5m2]\n",
                    argv[0]);
       return 2;
     }
@@ -302,6 +315,7 @@ int main(int argc, char** argv) {
   cc.n_blocks = blocks_per_seq * n_seqs;
   cc.n_slots = n_seqs;
   cc.pending_depth = 4;  // verification runs of 4 tokens defer their GDN state
+  cc.kv_dtype = o.kv_dtype;
   CacheMemory cache(*be, model->memory_spec(), cc);
   const MemoryViews& views = cache.views();
   RunnerLimits lim;
@@ -311,8 +325,9 @@ int main(int argc, char** argv) {
   lim.max_logit_rows = std::max(16, o.batch);
   lim.mtp = true;  // commit_state staging
   ModelRunner runner(*be, *model, cache, lim);
-  std::printf("cache: %d blocks x %d tokens, %d slots, pending depth 4; free after setup: %.1f GiB\n", cc.n_blocks, bs,
-              cc.n_slots, be->memory_info().free_bytes / double(1 << 30));
+  std::printf("cache: %d blocks x %d tokens, KV %s, %d slots, pending depth 4; free after setup: %.1f GiB\n",
+              cc.n_blocks, bs, std::string(dtype_name(cache.kv_dtype())).c_str(), cc.n_slots,
+              be->memory_info().free_bytes / double(1 << 30));
 
   std::mt19937 rng(7);
   auto new_seq = [&](std::vector<int32_t>& blocks) {

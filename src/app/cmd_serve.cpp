@@ -175,7 +175,9 @@ int cmd_serve(const Args& args) {
     const EngineCapacity cap = (*engine)->capacity();
     info["max_total_num_tokens"] = cap.kv_tokens;
     info["max_running_requests"] = cap.max_running_requests;
-    info["max_mamba_cache_size"] = cap.state_slots;
+    info["max_mamba_cache_size"] = cap.state_slots + cap.checkpoint_slots;
+    info["checkpoint_slots"] = cap.checkpoint_slots;
+    info["prefix_cache"] = cap.prefix_cache;
     info["kv_cache_dtype"] = cap.kv_cache_dtype;
     info["context_length"] = cap.context_length;
     info["page_size"] = cap.kv_block_size;

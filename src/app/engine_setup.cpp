@@ -37,11 +37,18 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   ec.context_length = s.plan.context_length;
   ec.kv_tokens = s.plan.kv_tokens;
   ec.kv_block_size = static_cast<int>(s.plan_input.kv_block_size);
+  ec.kv_cache_dtype = s.plan_input.kv_cache_dtype;
   ec.chunked_prefill_size = static_cast<int>(s.plan_input.chunked_prefill_size);
   ec.max_prefill_tokens = static_cast<int>(s.plan_input.max_prefill_tokens);
   ec.spec_num_steps = s.plan_input.spec_num_steps;
   ec.cuda_graph_max_bs = opts.disable_cuda_graph ? 0 : opts.cuda_graph_max_bs > 0 ? static_cast<int>(opts.cuda_graph_max_bs) : -1;
   ec.random_seed = static_cast<uint64_t>(opts.random_seed);
+  ec.prefix_cache = s.plan_input.prefix_cache;
+  ec.checkpoint_slots = static_cast<int>(s.plan.checkpoint_slots);
+  // extra_buffer (auto): each running request keeps a checkpoint at its last block boundary, so
+  // a finished request's prompt + output is cached; no_buffer: prompt and chunk ends only.
+  ec.decode_checkpoints = opts.mamba_scheduler_strategy != "no_buffer";
+  ec.schedule_lpm = opts.schedule_policy == "lpm";
   DS_ASSIGN_OR_RETURN(GenerationDefaults gen, load_generation_defaults(opts.model_path));  // a missing file: none
   ec.extra_eos_token_ids = gen.eos_token_ids;
   return s;

@@ -43,13 +43,26 @@ struct BatchMeta {
   // pending rows instead; after acceptance, Kernels::gdn_commit replays the accepted tokens into
   // the live state. nullptr: no sequence defers.
   const int32_t* state_defer = nullptr;  // [n_seqs] host
+  // Prefix-cache checkpoints: sequence s saves its GDN state (conv window and recurrent state)
+  // after token checkpoint_at[s] of its run (-1: none) into slot checkpoint_slot[s]. A deferred
+  // run saves none (gdn_commit does, from the same fields of its batch). nullptr: none this step.
+  const int32_t* checkpoint_at = nullptr;    // [n_seqs] host
+  const int32_t* checkpoint_slot = nullptr;  // [n_seqs] host
   Tensor d_positions, d_seq_start, d_context_len, d_block_table, d_state_slot, d_state_defer;  // i32 mirrors
+  Tensor d_checkpoint_at, d_checkpoint_slot;
 };
 
-// KV storage of one attention layer: [n_blocks, block_size, n_kv_heads, head_dim] each.
+// KV storage of one attention layer: [n_blocks, block_size, n_kv_heads, head_dim] each, in the
+// cache dtype (k.dtype == v.dtype): F32, BF16, F8E4M3 or F8E5M2. Every backend reads and writes
+// each of them. Per-layer scales (fp8 caches; 1 otherwise): attention stores a key x as
+// convert(x * (1/k_scale)) and reads it back as stored * k_scale (likewise v with v_scale), where
+// 1/k_scale is rounded to f32 once. Conversions round to nearest even and saturate at the
+// format's largest finite value (core/dtype.h).
 struct KvLayerView {
   Tensor k;
   Tensor v;
+  float k_scale = 1.f;
+  float v_scale = 1.f;
 };
 
 // GDN state of one linear-attention layer.
@@ -138,8 +151,9 @@ class Kernels {
   // After verification: for every sequence s of `commit` (n_s = seq_start[s+1] - seq_start[s]
   // tokens, slot state_slot[s]), replay the first n_s tokens kept in the slot's pending rows into
   // its live state (conv window and recurrent state) in every layer of `layers`, exactly as a
-  // plain run of those tokens would have left it. Only commit.n_seqs, seq_start and state_slot
-  // (host and device) are read. One call per step for all GDN layers (on CUDA: two launches).
+  // plain run of those tokens would have left it; with checkpoint_at set, the state after that
+  // token also goes to checkpoint_slot. Only commit.n_seqs, seq_start, state_slot and the
+  // checkpoint fields (host and device) are read. One call per step for all GDN layers (on CUDA: two launches).
   virtual void gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta& commit) = 0;
 };
 

@@ -1,7 +1,8 @@
 // CacheMemory: the device storage of everything a sequence keeps between steps, and the
 // bookkeeping of who holds what.
 //   KV:      per attention layer, K and V as [n_blocks, block_size, n_kv_heads, head_dim]
-//   state:   per GDN layer, conv [n_slots, conv_dim, K-1] and recurrent [n_slots, Hv, Dv, Dk] (f32)
+//   state:   per GDN layer, conv [n_slots + n_checkpoints, conv_dim, K-1] and recurrent
+//            [n_slots + n_checkpoints, Hv, Dv, Dk] (f32): request slots, then checkpoints
 //   pending: per GDN layer, with speculative decoding, a verification run's raw inputs
 //            [n_slots * pending_depth, conv_dim + 2*Hv] (see BatchMeta::state_defer)
 // Blocks grow with a sequence's tokens; a slot is one per running request (its GDN state and
@@ -10,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -23,6 +25,12 @@ struct CacheConfig {
   int block_size = 16;
   int n_slots = 0;           // running requests at most
   int pending_depth = 0;     // 0 without speculative decoding; else 1 + draft tokens
+  int n_checkpoints = 0;     // GDN state checkpoints for the prefix cache (0 for dense models)
+  // KV element type: F32, BF16, F8E4M3 or F8E5M2; unset = the backend's activation dtype.
+  std::optional<DType> kv_dtype;
+  // Per KV layer (Model::kv_scales(), the MTP layer last); empty = 1. Applied to fp8 caches only
+  // (a bf16 / f32 cache holds the values themselves).
+  std::vector<KvScale> kv_scales;
 };
 
 class CacheMemory final : public CacheAllocator {
@@ -34,26 +42,35 @@ class CacheMemory final : public CacheAllocator {
   const MemoryViews& views() const { return views_; }
   BlockPool& blocks() override { return blocks_; }
   const BlockPool& blocks() const override { return blocks_; }
-  bool has_state() const { return spec_.n_state_layers > 0; }
+  bool has_state() const override { return spec_.n_state_layers > 0; }
+  void copy_slot(int src, int dst) override;
 
   // Slots. A fresh slot's GDN state is zeroed.
   [[nodiscard]] int acquire_slot() override;
   void release_slot(int slot) override;
   int n_slots_free() const override { return slots_.n_free(); }
   int n_slots_total() const override { return slots_.n_total(); }
+  [[nodiscard]] int acquire_checkpoint() override;
+  void release_checkpoint(int slot) override;
+  int n_checkpoints_free() const override { return checkpoints_.n_free(); }
+  int n_checkpoints_total() const override { return checkpoints_.n_total(); }
   void check_integrity() const override;
 
   // Bytes this cache allocated on the device: KV, and GDN state + pending rows.
   int64_t kv_bytes() const { return kv_bytes_; }
   int64_t state_bytes() const { return state_bytes_; }
+  DType kv_dtype() const { return kv_dtype_; }
+  int64_t kv_bytes_per_token() const { return deltaserve::kv_bytes_per_token(spec_, int64_t(dtype_size(kv_dtype_))); }
 
  private:
   void zero_slot(int slot);
   Backend& backend_;
   MemorySpec spec_;
   CacheConfig config_;
+  DType kv_dtype_;
   BlockPool blocks_;
   SlotPool slots_;
+  SlotPool checkpoints_;  // ids offset by n_slots
   std::vector<DeviceBuffer> buffers_;
   MemoryViews views_;
   DeviceBuffer zeros_;  // one slot's worth of zeros, for resetting a slot

@@ -261,12 +261,16 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
   };
   const int64_t running_cap = x.cuda() ? kMaxRunningCuda : kMaxRunningCpu;
 
+  // With the prefix cache, --max-mamba-cache-size counts request slots and checkpoints together
+  // (SGLang's mamba cache); without it, request slots alone.
+  const bool cache_on = hybrid && in.prefix_cache;
+  const int64_t max_live_slots = cache_on ? 0 : in.max_state_slots;
   if (hybrid) {
     const int64_t fit_slots = state_budget / per_req;
     int64_t want = 0;  // slots the user asked for, if any
     std::string want_flag;
     if (in.max_running_requests > 0) want = in.max_running_requests, want_flag = "--max-running-requests";
-    if (in.max_state_slots > 0 && in.max_state_slots > want) want = in.max_state_slots, want_flag = "--max-mamba-cache-size";
+    if (max_live_slots > 0 && max_live_slots > want) want = max_live_slots, want_flag = "--max-mamba-cache-size";
     if (want > fit_slots) {
       const int64_t need_state = want * per_req;
       const int64_t kv_left = p.cache_bytes - need_state;
@@ -296,21 +300,43 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
     }
     int64_t slots = state_budget / per_req;
     std::string slots_bound = "state budget (--mamba-full-memory-ratio)";
-    if (in.max_state_slots > 0 && in.max_state_slots <= slots) slots = in.max_state_slots, slots_bound = "--max-mamba-cache-size";
+    if (max_live_slots > 0 && max_live_slots <= slots) slots = max_live_slots, slots_bound = "--max-mamba-cache-size";
     const int64_t cap_running = in.max_running_requests > 0 ? in.max_running_requests : running_cap;
     if (slots > cap_running) {
       slots = cap_running;
       slots_bound = in.max_running_requests > 0 ? "--max-running-requests" : "running-request cap " + std::to_string(running_cap);
     }
     p.state_slots = std::max<int64_t>(slots, 0);
-    const int64_t unused = state_budget - p.state_slots * per_req;
-    p.state_budget_bytes = p.state_slots * per_req;
+    // Prefix-cache checkpoints (a GDN state each, no speculative rows): one per request slot
+    // (SGLang's extra_buffer) unless --max-mamba-cache-size says how many slots in all.
+    const int64_t per_ckpt = std::max<int64_t>(1, p.state_bytes_per_slot_base);
+    std::string ckpt_note = "prefix cache off (--disable-radix-cache): none";
+    if (cache_on) {
+      const int64_t want_ckpt =
+          in.max_state_slots > 0 ? std::max<int64_t>(0, in.max_state_slots - p.state_slots) : p.state_slots;
+      const int64_t room = std::max<int64_t>(0, state_budget - p.state_slots * per_req) / per_ckpt;
+      p.checkpoint_slots = std::min(want_ckpt, room);
+      ckpt_note = (in.max_state_slots > 0 ? "--max-mamba-cache-size " + std::to_string(in.max_state_slots) +
+                                                " - request slots"
+                                          : std::string("one per request slot")) +
+                  ", " + human_bytes(per_ckpt) + " each" +
+                  (p.checkpoint_slots < want_ckpt ? "; the state budget holds " + std::to_string(room) : "");
+      if (in.max_state_slots > 0 && p.checkpoint_slots < want_ckpt)
+        p.warnings.push_back("--max-mamba-cache-size " + std::to_string(in.max_state_slots) + " asks for " +
+                             std::to_string(want_ckpt) + " prefix-cache checkpoints; the state budget holds " +
+                             std::to_string(room) + " (raise --mamba-full-memory-ratio)");
+    }
+    const int64_t used = p.state_slots * per_req + p.checkpoint_slots * per_ckpt;
+    const int64_t unused = state_budget - used;
+    p.state_budget_bytes = used;
     p.kv_budget_bytes = p.cache_bytes - p.state_budget_bytes;
     x.row("state budget", human_bytes(state_budget), split_note);
     x.row("state slots", commas(p.state_slots),
           "state budget / state bytes per request" +
               (unused >= per_req ? "; unused " + human_bytes(unused) + " given to KV" : std::string()),
           slots_bound, "raise --mamba-full-memory-ratio");
+    x.row("prefix-cache checkpoints", commas(p.checkpoint_slots), ckpt_note, "",
+          cache_on ? "--max-mamba-cache-size (request slots + checkpoints)" : "");
   } else {
     p.kv_budget_bytes = p.cache_bytes;
   }

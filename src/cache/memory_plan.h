@@ -51,7 +51,8 @@ struct MemoryPlanInput {
   int64_t context_length = 0;
   int64_t max_running_requests = 0;
   int64_t max_total_tokens = 0;     // cap on KV tokens
-  int64_t max_state_slots = 0;      // --max-mamba-cache-size
+  int64_t max_state_slots = 0;      // --max-mamba-cache-size (request slots + checkpoints with the prefix cache)
+  bool prefix_cache = true;         // off: --disable-radix-cache
   double mamba_full_memory_ratio = 0.9;  // state bytes / KV bytes of the cache budget (SGLang)
   bool mamba_full_memory_ratio_explicit = false;
 
@@ -91,7 +92,8 @@ struct MemoryPlan {
   int pending_depth = 0;                       // speculative rows per request (k+1 with spec, else 0)
 
   int64_t kv_tokens = 0;
-  int64_t state_slots = 0;                     // 0 for models without GDN layers
+  int64_t state_slots = 0;                     // request slots (0 for models without GDN layers)
+  int64_t checkpoint_slots = 0;                // GDN state checkpoints for the prefix cache
   int64_t max_running_requests = 0;
   int64_t context_length = 0;
 

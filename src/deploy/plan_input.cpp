@@ -44,6 +44,7 @@ MemoryPlanInput memory_plan_input(const ServeOptions& o, PlanDevice device, int6
   in.max_running_requests = o.max_running_requests;
   in.max_total_tokens = o.max_total_tokens;
   in.max_state_slots = o.max_mamba_cache_size;
+  in.prefix_cache = !o.disable_radix_cache;
   in.mamba_full_memory_ratio = o.mamba_full_memory_ratio;
   in.mamba_full_memory_ratio_explicit = o.is_explicit("mamba-full-memory-ratio");
   in.spec_num_steps = o.speculative_enabled() ? static_cast<int>(o.speculative_num_steps) : 0;
@@ -55,11 +56,12 @@ MemoryPlanInput memory_plan_input(const ServeOptions& o, PlanDevice device, int6
 }
 
 DType resolve_kv_cache_dtype(const ServeOptions& o, PlanDevice device) {
-  (void)device;
-  (void)o;
-  // bf16 and fp8 caches need the KV dtype kernels; until they land every cache is f32 (the flag
-  // table marks --kv-cache-dtype "not yet", and serve warns when it is set).
-  return DType::F32;
+  if (o.kv_cache_dtype == "bf16" || o.kv_cache_dtype == "bfloat16") return DType::BF16;
+  if (o.kv_cache_dtype == "fp8_e4m3") return DType::F8E4M3;
+  if (o.kv_cache_dtype == "fp8_e5m2") return DType::F8E5M2;
+  // auto: bf16 on a GPU (as SGLang with a bf16 model); f32 on the CPU, where the cache is small
+  // next to the RAM and f32 attention is the fastest path.
+  return device == PlanDevice::Cuda ? DType::BF16 : DType::F32;
 }
 
 std::string memory_plan_json(const MemoryPlan& p, const MemoryPlanInput& in) {
@@ -85,7 +87,9 @@ std::string memory_plan_json(const MemoryPlan& p, const MemoryPlanInput& in) {
   j["context_length"] = p.context_length;
   // The same figures under SGLang's names (/get_server_info reports these for the running engine).
   j["max_total_num_tokens"] = p.kv_tokens;
-  j["max_mamba_cache_size"] = p.state_slots;
+  j["max_mamba_cache_size"] = p.state_slots + p.checkpoint_slots;
+  j["checkpoint_slots"] = p.checkpoint_slots;
+  j["prefix_cache"] = in.prefix_cache;
   j["kv_cache_dtype"] = std::string(dtype_name(in.kv_cache_dtype));
   j["ok"] = p.ok();
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();

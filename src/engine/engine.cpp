@@ -53,6 +53,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   cc.n_blocks = static_cast<int>(c.kv_tokens / cc.block_size);
   cc.n_slots = c.max_running_requests;
   cc.pending_depth = k > 0 ? k + 1 : 0;
+  cc.n_checkpoints = c.prefix_cache ? c.checkpoint_slots : 0;
+  cc.kv_dtype = c.kv_cache_dtype;
+  cc.kv_scales = e->model_->kv_scales();
   e->cache_ = std::make_unique<CacheMemory>(*e->backend_, e->model_->memory_spec(), cc);
 
   const int per_decode = 1 + k;
@@ -62,6 +65,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   lim.max_blocks_per_seq = static_cast<int>((c.context_length + per_decode + cc.block_size - 1) / cc.block_size);
   lim.max_logit_rows = c.max_running_requests * per_decode + c.max_running_requests;
   lim.mtp = k > 0;
+  lim.checkpoints = c.prefix_cache && e->cache_->has_state();
   if (c.device == Device::Cuda)
     lim.graph_max_seqs = c.cuda_graph_max_bs < 0 ? std::min(c.max_running_requests, 64) : c.cuda_graph_max_bs;
   e->runner_ = std::make_unique<ModelRunner>(*e->backend_, *e->model_, *e->cache_, lim);
@@ -71,6 +75,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   sc.chunked_prefill_size = c.chunked_prefill_size;
   sc.max_prefill_tokens = c.max_prefill_tokens;
   sc.block_size = cc.block_size;
+  sc.prefix_cache = c.prefix_cache;
+  sc.decode_checkpoints = c.decode_checkpoints;
+  sc.policy = c.schedule_lpm ? SchedulePolicy::Lpm : SchedulePolicy::Fcfs;
   sc.eos_token_ids = mc.eos_token_ids;
   for (int32_t id : c.extra_eos_token_ids)
     if (std::find(sc.eos_token_ids.begin(), sc.eos_token_ids.end(), id) == sc.eos_token_ids.end())
@@ -98,6 +105,8 @@ EngineCapacity Engine::capacity() const {
   cap.kv_tokens = int64_t(cache_->blocks().n_total()) * cap.kv_block_size;
   cap.max_running_requests = config_.max_running_requests;
   cap.state_slots = cache_->has_state() ? cache_->n_slots_total() : 0;
+  cap.checkpoint_slots = cache_->n_checkpoints_total();
+  cap.prefix_cache = config_.prefix_cache;
   cap.context_length = config_.context_length;
   cap.kv_cache_bytes = cache_->kv_bytes();
   cap.state_cache_bytes = cache_->state_bytes();
@@ -112,7 +121,8 @@ std::string Engine::plan_summary() const {
   const EngineCapacity cap = capacity();
   return str_cat("engine: backend ", backend_->description(), "; weights ", cap.weight_bytes >> 20, " MiB; KV ",
                  cap.kv_tokens, " tokens (", cap.kv_cache_dtype, ", ", cap.kv_cache_bytes >> 20, " MiB); state slots ",
-                 cap.state_slots, " (", cap.state_cache_bytes >> 20, " MiB); max running ", cap.max_running_requests,
+                 cap.state_slots, " + ", cap.checkpoint_slots, " checkpoints (", cap.state_cache_bytes >> 20,
+                 " MiB); prefix cache ", cap.prefix_cache ? "on" : "off", "; max running ", cap.max_running_requests,
                  "; context ", cap.context_length, "; chunked prefill ", config_.chunked_prefill_size,
                  "; speculative steps ", config_.spec_num_steps);
 }
@@ -195,7 +205,7 @@ void Engine::update_stats() {
   EngineStats s;
   s.requests_running = scheduler_->n_running();
   s.requests_waiting = scheduler_->n_waiting();
-  s.kv_tokens_used = int64_t(cache_->blocks().n_used()) * cache_->config().block_size;
+  s.kv_tokens_used = int64_t(scheduler_->n_blocks_held_by_requests()) * cache_->config().block_size;
   s.kv_tokens_total = int64_t(cache_->blocks().n_total()) * cache_->config().block_size;
   s.state_slots_total = cache_->has_state() ? cache_->n_slots_total() : 0;
   s.state_slots_used = cache_->has_state() ? cache_->n_slots_total() - cache_->n_slots_free() : 0;
@@ -205,6 +215,12 @@ void Engine::update_stats() {
   s.spec_accepted_tokens_total = spec_accepted_total_;
   s.spec_verify_steps_total = spec_steps_total_;
   s.preemptions_total = scheduler_->n_preempted();
+  s.prompt_tokens_cached_total = prompt_tokens_cached_total_;
+  if (const PrefixCache* pc = scheduler_->prefix_cache()) {
+    s.cached_blocks = pc->n_cached_blocks();
+    s.cached_checkpoints = pc->n_checkpoints();
+  }
+  s.checkpoint_slots_total = cache_->n_checkpoints_total();
   s.steps_total = steps_total_;
   s.step_seconds = step_s_;
   s.forward_seconds = forward_s_;
@@ -225,7 +241,8 @@ void Engine::maybe_log_progress() {
   if (steps > 0)
     accept = str_cat(", accept len: ", 1.0 + double(spec_accepted_total_ - log_.spec_accepted) / double(steps));
   log_info("Decode batch. #running-req: ", scheduler_->n_running(), ", #queue-req: ", scheduler_->n_waiting(),
-           ", #token: ", int64_t(cache_->blocks().n_used()) * cache_->config().block_size, accept,
+           ", #token: ", stats_.kv_tokens_used, ", #cached-token: ", stats_.cached_blocks * cache_->config().block_size,
+           accept,
            ", gen throughput (token/s): ", double(generated_tokens_total_ - log_.generated) / dt);
   log_ = {now, generated_tokens_total_, spec_steps_total_, spec_accepted_total_};
 }
@@ -251,9 +268,19 @@ void Engine::drain_inbox() {
   }
 }
 
+bool Engine::flush_cache() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const uint64_t ticket = ++flush_asked_;
+  cv_.notify_all();
+  if (!flush_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return flush_done_ >= ticket; })) return false;
+  return flush_ok_;
+}
+
 void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent& ev) {
   ev.finish = reason;
   ev.n_prompt_tokens = seq.n_prompt;
+  ev.n_cached_tokens = seq.n_cached;
+  prompt_tokens_cached_total_ += static_cast<uint64_t>(seq.n_cached);
   ev.n_generated_tokens = seq.n_generated();
   ev.accept_length = seq.spec_steps ? double(seq.spec_accepted) / double(seq.spec_steps) : 0.0;
   seq.status = SeqStatus::Finished;
@@ -265,8 +292,26 @@ void Engine::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() || scheduler_->has_work(); });
+      cv_.wait(lock, [&] {
+        return stopping_ || !inbox_.empty() || !cancels_.empty() || flush_asked_ > flush_done_ || scheduler_->has_work();
+      });
       if (stopping_) break;
+    }
+    // /flush_cache: only with nothing running or waiting (requests queued in the inbox wait).
+    uint64_t flush_ticket = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      flush_ticket = flush_asked_ > flush_done_ ? flush_asked_ : 0;
+    }
+    if (flush_ticket) {
+      const bool ok = scheduler_->flush_prefix_cache();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        flush_ok_ = ok;
+        flush_done_ = flush_ticket;
+      }
+      flush_cv_.notify_all();
+      update_stats();
     }
     drain_inbox();
     if (scheduler_->has_work()) step();
@@ -306,7 +351,8 @@ void Engine::step() {
       run_items_.push_back(RunItem{spec_->feed(s), s.n_computed, s.blocks, s.slot, true, false, true});
     else
       run_items_.push_back(RunItem{std::span<const int32_t>(s.tokens).subspan(s.n_computed, it.n_tokens),
-                                   s.n_computed, s.blocks, s.slot, false, !it.sample, false});
+                                   s.n_computed, s.blocks, s.slot, false, !it.sample, false, it.checkpoint_at,
+                                   it.checkpoint_slot});
   }
   // 2. Forward, 3. sampling and verification.
   const double t_fwd = now_seconds();

@@ -31,6 +31,8 @@ struct EngineCapacity {
   int kv_block_size = 0;
   int max_running_requests = 0;
   int state_slots = 0;               // GDN state slots (0 for models without GDN layers)
+  int checkpoint_slots = 0;          // GDN state checkpoints for the prefix cache
+  bool prefix_cache = false;
   int64_t context_length = 0;
   int64_t kv_cache_bytes = 0;        // device bytes of the KV cache
   int64_t state_cache_bytes = 0;     // device bytes of GDN state + speculative pending rows
@@ -54,6 +56,7 @@ class Engine final : public EngineService {
   RequestId next_request_id() override { return next_id_.fetch_add(1); }
   EngineStats stats() const override;
   int64_t context_length() const override { return config_.context_length; }
+  bool flush_cache() override;
 
   const ModelConfig& model_config() const { return model_->config(); }
   const EngineConfig& config() const { return config_; }
@@ -97,13 +100,17 @@ class Engine final : public EngineService {
   std::vector<RequestId> cancels_;
   int n_inbox_waiting_ = 0;
   bool stopping_ = false;
+  // /flush_cache: asked by any thread, done by the engine thread between steps.
+  uint64_t flush_asked_ = 0, flush_done_ = 0;
+  bool flush_ok_ = false;
+  std::condition_variable flush_cv_;
   std::thread thread_;
   std::atomic<RequestId> next_id_{1};
   std::mt19937_64 seed_rng_;  // seeds of requests without one (guarded by mutex_)
 
   // Published by the engine thread after each step.
   EngineStats stats_;
-  uint64_t prompt_tokens_total_ = 0, generated_tokens_total_ = 0;
+  uint64_t prompt_tokens_total_ = 0, generated_tokens_total_ = 0, prompt_tokens_cached_total_ = 0;
   uint64_t spec_draft_total_ = 0, spec_accepted_total_ = 0, spec_steps_total_ = 0;
   uint64_t steps_total_ = 0;
   double step_s_ = 0, forward_s_ = 0, sample_s_ = 0, draft_s_ = 0;

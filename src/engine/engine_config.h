@@ -25,10 +25,21 @@ struct EngineConfig {
   int64_t context_length = 0;        // prompt + generated tokens per sequence
   int64_t kv_tokens = 0;             // KV cache capacity in tokens (over all sequences)
   int kv_block_size = 0;             // tokens per KV block
+  DType kv_cache_dtype = DType::F32; // F32, BF16, F8E4M3 or F8E5M2 (--kv-cache-dtype)
 
   // Per-step token budget (continuous batching; both required).
   int chunked_prefill_size = 0;      // longest prefill chunk of one sequence per step
   int max_prefill_tokens = 0;        // prefill tokens per step over all sequences
+
+  // Prefix cache (radix tree over KV blocks + GDN state checkpoints): off with
+  // --disable-radix-cache. checkpoint_slots: GDN states kept for it (models with GDN layers);
+  // decode_checkpoints: each running request keeps one at its last block boundary, cached when it
+  // finishes (--mamba-scheduler-strategy extra_buffer); otherwise only prompt and prefill-chunk
+  // ends are checkpointed (no_buffer).
+  bool prefix_cache = false;
+  int checkpoint_slots = 0;
+  bool decode_checkpoints = false;
+  bool schedule_lpm = false;         // --schedule-policy lpm: longest cached prefix first
 
   // Speculative decoding (MTP / NEXTN): 0 = off.
   int spec_num_steps = 0;

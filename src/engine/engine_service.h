@@ -23,6 +23,11 @@ struct EngineStats {
   uint64_t spec_accepted_tokens_total = 0;
   uint64_t spec_verify_steps_total = 0;
   uint64_t preemptions_total = 0;       // running requests retracted for lack of KV blocks
+  // Prefix cache.
+  uint64_t prompt_tokens_cached_total = 0;  // prompt tokens served from the cache (not computed)
+  int64_t cached_blocks = 0;                // KV blocks the cache holds
+  int cached_checkpoints = 0;               // GDN state checkpoints the cache holds
+  int checkpoint_slots_total = 0;
   // Where the engine thread's time went (seconds since start), for benchmarks: a step is
   // schedule + forward (incl. logits to the host) + sampling + MTP drafts + emitting events.
   uint64_t steps_total = 0;
@@ -41,6 +46,9 @@ class EngineService {
   virtual RequestId next_request_id() = 0;
   virtual EngineStats stats() const = 0;
   virtual int64_t context_length() const = 0;  // prompt + generated tokens at most
+  // Empties the prefix cache (SGLang's /flush_cache). False when requests are running or waiting
+  // (nothing is dropped then), or when the engine does not answer within a few seconds.
+  virtual bool flush_cache() { return false; }
 };
 
 }  // namespace deltaserve

@@ -13,7 +13,7 @@ ModelRunner::ModelRunner(Backend& backend, Model& model, CacheMemory& cache, con
       vocab_(model.config().vocab_size),
       hidden_(model.config().hidden_size) {
   const int64_t T = limits.max_tokens, S = limits.max_seqs, B = limits.max_blocks_per_seq;
-  n_meta_i32_ = T + (S + 1) + S + S * B + S + S;
+  n_meta_i32_ = T + (S + 1) + S + S * B + S + S + S + S;
   // The staging area is host memory on every backend (page-locked on CUDA).
   host_i32_ = backend.allocate_host((n_meta_i32_ + T + T) * 4);
   int32_t* p = static_cast<int32_t*>(host_i32_.data());
@@ -23,6 +23,8 @@ ModelRunner::ModelRunner(Backend& backend, Model& model, CacheMemory& cache, con
   block_table_ = p; p += S * B;
   slots_ = p; p += S;
   defer_ = p; p += S;
+  ckpt_at_ = p; p += S;
+  ckpt_slot_ = p; p += S;
   ids_ = p; p += T;
   out_rows_ = p;
   const bool gpu = backend.device() != Device::Cpu;
@@ -38,9 +40,9 @@ ModelRunner::ModelRunner(Backend& backend, Model& model, CacheMemory& cache, con
     mtp_out_ = backend.allocate(T * hidden_ * 4);
     chain_[0] = backend.allocate(S * hidden_ * 4);
     chain_[1] = backend.allocate(S * hidden_ * 4);
-    commit_host_ = backend.allocate_host((2 * S + 1) * 4);
-    if (gpu) commit_dev_ = backend.allocate((2 * S + 1) * 4);
   }
+  commit_host_ = backend.allocate_host((4 * S + 1) * 4);
+  if (gpu) commit_dev_ = backend.allocate((4 * S + 1) * 4);
   model_.reserve(limits.max_tokens);
   graphs_.resize(static_cast<std::size_t>(std::max(0, limits.graph_max_seqs)) + 1);
 }
@@ -70,7 +72,7 @@ void ModelRunner::build(std::span<const RunItem> items) {
   DS_CHECK(S > 0 && S <= limits_.max_seqs, "batch of ", S, " sequences");
   const int B = limits_.max_blocks_per_seq, bs = cache_.config().block_size;
   int t = 0, n_out = 0, max_seq_tokens = 0, max_ctx = 0;
-  bool any_defer = false;
+  bool any_defer = false, any_ckpt = false;
   for (int s = 0; s < S; ++s) {
     const RunItem& it = items[s];
     const int n = static_cast<int>(it.tokens.size());
@@ -83,6 +85,11 @@ void ModelRunner::build(std::span<const RunItem> items) {
     slots_[s] = it.slot;
     defer_[s] = it.defer_state ? 1 : 0;
     any_defer = any_defer || it.defer_state;
+    DS_CHECK(it.checkpoint_at < n && (it.checkpoint_at < 0 || (it.checkpoint_slot >= 0 && !it.defer_state)),
+             "checkpoint at token ", it.checkpoint_at, " of a run of ", n);
+    ckpt_at_[s] = it.checkpoint_at;
+    ckpt_slot_[s] = it.checkpoint_slot;
+    any_ckpt = any_ckpt || it.checkpoint_at >= 0;
     std::fill_n(block_table_ + int64_t(s) * B, B, -1);
     std::copy(it.blocks.begin(), it.blocks.end(), block_table_ + int64_t(s) * B);
     for (int j = 0; j < n; ++j) {
@@ -111,6 +118,8 @@ void ModelRunner::build(std::span<const RunItem> items) {
   meta_.block_table = block_table_;
   meta_.state_slot = slots_;
   meta_.state_defer = any_defer ? defer_ : nullptr;
+  meta_.checkpoint_at = any_ckpt || limits_.checkpoints ? ckpt_at_ : nullptr;
+  meta_.checkpoint_slot = any_ckpt || limits_.checkpoints ? ckpt_slot_ : nullptr;
   meta_.max_blocks = B;
   meta_.block_size = bs;
   meta_.max_seq_tokens = max_seq_tokens;
@@ -129,6 +138,8 @@ void ModelRunner::build(std::span<const RunItem> items) {
   meta_.d_block_table = Tensor(d + T + 2 * SM + 1, DType::I32, {S, B}, dev);
   meta_.d_state_slot = Tensor(d + T + 2 * SM + 1 + SM * B, DType::I32, {S}, dev);
   meta_.d_state_defer = Tensor(d + T + 3 * SM + 1 + SM * B, DType::I32, {S}, dev);
+  meta_.d_checkpoint_at = Tensor(d + T + 4 * SM + 1 + SM * B, DType::I32, {S}, dev);
+  meta_.d_checkpoint_slot = Tensor(d + T + 5 * SM + 1 + SM * B, DType::I32, {S}, dev);
 }
 
 Tensor ModelRunner::upload_ids() {
@@ -202,15 +213,24 @@ void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::
 void ModelRunner::commit_state(std::span<const StateCommit> commits) {
   if (commits.empty() || !cache_.has_state()) return;
   const int S = static_cast<int>(commits.size());
-  DS_CHECK(limits_.mtp && S <= limits_.max_seqs, "commit_state of ", S, " sequences");
+  DS_CHECK(S <= limits_.max_seqs, "commit_state of ", S, " sequences");
+  // seq_start [S+1] | slots [S] | checkpoint_at [S] | checkpoint_slot [S]: one copy.
   int32_t* h = static_cast<int32_t*>(commit_host_.data());
   int32_t* seq_start = h;
   int32_t* slots = h + S + 1;
+  int32_t* ck_at = slots + S;
+  int32_t* ck_slot = ck_at + S;
   int t = 0;
+  bool any_ckpt = false;
   for (int s = 0; s < S; ++s) {
+    const StateCommit& c = commits[s];
+    DS_CHECK(c.checkpoint_at < c.n_tokens && (c.checkpoint_at < 0 || c.checkpoint_slot >= 0), "commit checkpoint");
     seq_start[s] = t;
-    slots[s] = commits[s].slot;
-    t += commits[s].n_tokens;
+    slots[s] = c.slot;
+    ck_at[s] = c.checkpoint_at;
+    ck_slot[s] = c.checkpoint_slot;
+    any_ckpt = any_ckpt || c.checkpoint_at >= 0;
+    t += c.n_tokens;
   }
   seq_start[S] = t;
   BatchMeta m;
@@ -218,15 +238,18 @@ void ModelRunner::commit_state(std::span<const StateCommit> commits) {
   m.n_tokens = t;
   m.seq_start = seq_start;
   m.state_slot = slots;
+  m.checkpoint_at = any_ckpt ? ck_at : nullptr;
+  m.checkpoint_slot = any_ckpt ? ck_slot : nullptr;
   const Device dev = backend_.device();
   int32_t* d = h;
   if (dev != Device::Cpu) {
-    // seq_start and slots sit together: one copy of 2S + 1 values.
-    backend_.copy_to_device(commit_dev_.view(DType::I32, {2 * S + 1}), h);
+    backend_.copy_to_device(commit_dev_.view(DType::I32, {4 * S + 1}), h);
     d = static_cast<int32_t*>(commit_dev_.data());
   }
   m.d_seq_start = Tensor(d, DType::I32, {S + 1}, dev);
   m.d_state_slot = Tensor(d + S + 1, DType::I32, {S}, dev);
+  m.d_checkpoint_at = Tensor(d + 2 * S + 1, DType::I32, {S}, dev);
+  m.d_checkpoint_slot = Tensor(d + 3 * S + 1, DType::I32, {S}, dev);
   model_.commit_state(m, cache_.views());
 }
 

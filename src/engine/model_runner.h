@@ -22,12 +22,16 @@ struct RunItem {
   bool logits_all = false;               // logits for every fed token (else only the last)
   bool no_logits = false;                // a prefill chunk that does not reach the end
   bool defer_state = false;              // speculative verification: GDN state waits for commit_state
+  int32_t checkpoint_at = -1;            // prefix cache: save the GDN state after this fed token
+  int32_t checkpoint_slot = -1;          //   into this checkpoint slot
 };
 
 // After a verification: replay the first n_tokens of the slot's deferred run into its state.
 struct StateCommit {
   int32_t slot = 0;
   int32_t n_tokens = 0;
+  int32_t checkpoint_at = -1;    // prefix cache: save the state after this replayed token
+  int32_t checkpoint_slot = -1;  //   into this checkpoint slot
 };
 
 struct RunnerLimits {
@@ -37,6 +41,9 @@ struct RunnerLimits {
   int max_logit_rows = 0;    // rows of logits per forward
   int graph_max_seqs = 0;    // decode batches of up to this many sequences replay a CUDA graph (0: off)
   bool mtp = false;          // keep hidden states for the MTP head (speculative decoding)
+  // Prefix-cache checkpoints may be written: every batch then carries the checkpoint arrays (all
+  // -1 when none), so a captured decode graph replays whichever checkpoints a step asks for.
+  bool checkpoints = false;
 };
 
 class ModelRunner {
@@ -81,9 +88,11 @@ class ModelRunner {
   int64_t vocab_, hidden_;
   // Host staging (page-locked on CUDA; on the CPU the same memory the kernels read):
   //   positions [T] | seq_start [S+1] | context_len [S] | block_table [S, B] | slots [S] | defer [S]
-  //   (one contiguous copy to the device) then ids [T] | out_rows [T].
+  //   | checkpoint_at [S] | checkpoint_slot [S] (one contiguous copy to the device) then ids [T] |
+  //   out_rows [T].
   DeviceBuffer host_i32_;
-  int32_t *positions_, *seq_start_, *context_len_, *block_table_, *slots_, *defer_, *ids_, *out_rows_;
+  int32_t *positions_, *seq_start_, *context_len_, *block_table_, *slots_, *defer_, *ckpt_at_, *ckpt_slot_, *ids_,
+      *out_rows_;
   int64_t n_meta_i32_ = 0;           // elements of the contiguous prefix
   DeviceBuffer dev_i32_;             // device mirror of the prefix (GPU backends)
   DeviceBuffer dev_ids_;             // device copy of ids (GPU backends)
@@ -101,7 +110,8 @@ class ModelRunner {
   const DeviceBuffer* mtp_last_ = nullptr;  // where the last run_mtp wrote
   int mtp_last_rows_ = 0;
   int chain_next_ = 0;
-  // commit_state staging: seq_start [S+1] | slots [S], host and device.
+  // commit_state staging: seq_start [S+1] | slots [S] | checkpoint_at [S] | checkpoint_slot [S],
+  // host and device.
   DeviceBuffer commit_host_, commit_dev_;
   // Decode graphs by batch size. Every buffer a forward touches sits at a fixed address (staging,
   // device mirrors, logits, the model's activations, the backend's scratch), so a graph replays

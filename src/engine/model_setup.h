@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -18,6 +19,9 @@ struct SetupOptions {
   std::string device = "cpu";
   bool dummy_weights = false;
   int pending_depth = 0;  // > 0: speculative rows for runs of this many tokens (and MTP hidden states)
+  // KV cache element type (F32, BF16, F8E4M3, F8E5M2); unset = the backend's activation dtype.
+  // fp8 caches take the checkpoint's per-layer k / v scales (Model::kv_scales()).
+  std::optional<DType> kv_dtype;
 };
 
 struct ModelSetup {

@@ -4,7 +4,9 @@
 
 namespace deltaserve {
 
-Scheduler::Scheduler(const SchedulerConfig& config, CacheAllocator& cache) : config_(config), cache_(cache) {}
+Scheduler::Scheduler(const SchedulerConfig& config, CacheAllocator& cache) : config_(config), cache_(cache) {
+  if (config.prefix_cache) tree_ = std::make_unique<PrefixCache>(config.block_size, cache);
+}
 
 void Scheduler::add(std::unique_ptr<Sequence> seq) {
   seq->status = SeqStatus::Waiting;
@@ -14,7 +16,9 @@ void Scheduler::add(std::unique_ptr<Sequence> seq) {
 bool Scheduler::reserve(Sequence& seq, int n_tokens) {
   const int need = (n_tokens + config_.block_size - 1) / config_.block_size - static_cast<int>(seq.blocks.size());
   if (need <= 0) return true;
-  return cache_.blocks().allocate(need, seq.blocks);
+  if (cache_.blocks().allocate(need, seq.blocks)) return true;
+  // Cached data gives way to running requests.
+  return tree_ && tree_->evict_blocks(need) && cache_.blocks().allocate(need, seq.blocks);
 }
 
 void Scheduler::release(Sequence& seq) {
@@ -22,10 +26,14 @@ void Scheduler::release(Sequence& seq) {
   seq.blocks.clear();
   if (seq.slot >= 0) cache_.release_slot(seq.slot);
   seq.slot = -1;
+  if (seq.rolling_slot >= 0) cache_.release_checkpoint(seq.rolling_slot);
+  seq.rolling_slot = -1;
+  seq.rolling_pos = 0;
 }
 
 void Scheduler::preempt(Sequence& seq) {
-  // Retraction: drop everything the cache holds for it; its known tokens are recomputed later.
+  // Retraction: drop everything the cache holds for it; its known tokens are recomputed later
+  // (after whatever prefix the cache still has).
   release(seq);
   seq.n_computed = 0;
   seq.n_drafts = 0;
@@ -61,8 +69,114 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::remove_all() {
   return out;
 }
 
+int Scheduler::take_checkpoint_slot() {
+  int slot = cache_.acquire_checkpoint();
+  if (slot < 0 && tree_ && tree_->evict_checkpoint()) slot = cache_.acquire_checkpoint();
+  return slot;
+}
+
+int Scheduler::resume_from_cache(Sequence& s) {
+  if (!tree_ || s.n_computed > 0 || !s.blocks.empty()) return s.n_computed;
+  const PrefixCache::Match m = tree_->match(s.tokens, static_cast<int>(s.tokens.size()) - 1);
+  if (m.n_tokens == 0) return 0;
+  if (cache_.has_state()) cache_.copy_slot(m.checkpoint_slot, s.slot);
+  for (int32_t b : m.blocks) cache_.blocks().retain(b);
+  s.blocks = m.blocks;
+  s.n_computed = m.n_tokens;
+  return m.n_tokens;
+}
+
+bool Scheduler::should_wait_for_running_prefix(const Sequence& s, int cached) const {
+  const int bs = config_.block_size;
+  const size_t limit = s.tokens.size() - 1;
+  for (const auto& r : running_) {
+    if (r->n_computed >= r->n_prompt) continue;  // its prefill is done: what it caches is cached
+    const size_t n = std::min(limit, static_cast<size_t>(r->n_prompt));
+    size_t common = 0;
+    while (common < n && s.tokens[common] == r->tokens[common]) ++common;
+    // Where s could resume once r's prefill is through: r caches its aligned prompt end, and (for
+    // models with state) the aligned ends of its chunks.
+    int best = static_cast<int>(common) / bs * bs;
+    if (cache_.has_state()) {
+      const int prompt_end = r->n_prompt / bs * bs;
+      if (prompt_end <= static_cast<int>(common)) {
+        best = prompt_end;
+      } else if (config_.chunked_prefill_size % bs == 0) {
+        const int step = config_.chunked_prefill_size;
+        best = r->n_computed + (static_cast<int>(common) - r->n_computed) / step * step;
+        if (best <= r->n_computed) best = 0;
+      } else {
+        best = 0;
+      }
+    }
+    if (best >= cached + 2 * bs) return true;
+  }
+  return false;
+}
+
+void Scheduler::plan_prefill_checkpoint(ScheduledItem& item) {
+  Sequence& s = *item.seq;
+  if (!tree_ || !cache_.has_state()) return;
+  const int bs = config_.block_size, n0 = s.n_computed, end = n0 + item.n_tokens;
+  const int prompt_end = s.n_prompt / bs * bs;
+  int at = -1;
+  if (n0 < prompt_end && prompt_end <= end) at = prompt_end;               // the prompt's last block
+  else if (end < s.n_prompt && end % bs == 0) at = end;                      // a chunk boundary
+  if (at <= n0) return;
+  const int slot = take_checkpoint_slot();
+  if (slot < 0) return;
+  item.checkpoint_at = at - n0 - 1;
+  item.checkpoint_slot = slot;
+  item.checkpoint_pos = at;
+  in_flight_checkpoints_.push_back(slot);
+}
+
+void Scheduler::plan_decode_checkpoint(ScheduledItem& item) {
+  Sequence& s = *item.seq;
+  const int bs = config_.block_size, n0 = s.n_computed;
+  if (s.rolling_slot < 0 || item.n_tokens != 1 || (n0 + 1) % bs != 0) return;
+  item.checkpoint_at = 0;
+  item.checkpoint_slot = s.rolling_slot;
+  item.checkpoint_pos = n0 + 1;
+}
+
+CommitCheckpoint Scheduler::commit_checkpoint(Sequence& s, int n_committed) {
+  const int bs = config_.block_size, end = s.n_computed, n0 = end - n_committed;
+  const int at = end / bs * bs;
+  if (s.rolling_slot < 0 || at <= n0) return {};
+  s.rolling_pos = at;
+  return {at - n0 - 1, s.rolling_slot};
+}
+
+void Scheduler::cache_prefix(Sequence& s, int n_tokens, int checkpoint_slot) {
+  const int n_blocks = std::min(n_tokens, s.n_computed) / config_.block_size;
+  if (n_blocks <= 0) {
+    if (checkpoint_slot >= 0) cache_.release_checkpoint(checkpoint_slot);
+    return;
+  }
+  tree_->insert(s.tokens, s.blocks, n_blocks, checkpoint_slot);
+}
+
+void Scheduler::order_waiting() {
+  if (!tree_ || config_.policy != SchedulePolicy::Lpm || waiting_.size() < 2) return;
+  // Longest cached prefix first (among the first 128, so the cost stays bounded); ties keep arrival order.
+  const size_t n = std::min<size_t>(waiting_.size(), 128);
+  std::vector<std::pair<int, size_t>> keys;
+  keys.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Sequence& s = *waiting_[i];
+    keys.push_back({-tree_->match_length(s.tokens, static_cast<int>(s.tokens.size()) - 1), i});
+  }
+  std::stable_sort(keys.begin(), keys.end());
+  std::vector<std::unique_ptr<Sequence>> head;
+  head.reserve(n);
+  for (auto [key, i] : keys) head.push_back(std::move(waiting_[i]));
+  for (size_t i = 0; i < n; ++i) waiting_[i] = std::move(head[i]);
+}
+
 const std::vector<ScheduledItem>& Scheduler::schedule() {
   items_.clear();
+  in_flight_checkpoints_.clear();
   // 1. Decodes (and prefill continuations) of running sequences, oldest first.
   std::sort(running_.begin(), running_.end(),
             [](const auto& a, const auto& b) { return a->admit_order < b->admit_order; });
@@ -92,44 +206,60 @@ const std::vector<ScheduledItem>& Scheduler::schedule() {
       continue;
     }
     if (!decoding) prefill_budget -= n;
-    items_.push_back({&s, n, decoding || s.n_computed + n == known});
+    ScheduledItem item{&s, n, decoding || s.n_computed + n == known};
+    if (decoding) plan_decode_checkpoint(item);
+    else plan_prefill_checkpoint(item);
+    items_.push_back(item);
   }
-  // 2. Admission.
-  while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_running && prefill_budget > 0) {
-    Sequence& s = *waiting_.front();
+  // 2. Admission, in policy order. A sequence whose prefix a running prefill is computing waits
+  //    for it; any other that cannot be admitted stops admission (first come, first served).
+  order_waiting();
+  for (size_t w = 0; w < waiting_.size() && static_cast<int>(running_.size()) < config_.max_running &&
+                     prefill_budget > 0;) {
+    Sequence& s = *waiting_[w];
     const int known = static_cast<int>(s.tokens.size());
-    const int n = std::min({known - s.n_computed, config_.chunked_prefill_size, prefill_budget});
+    if (tree_ && s.n_computed == 0 &&
+        should_wait_for_running_prefix(s, tree_->match_length(s.tokens, known - 1))) {
+      ++w;
+      continue;
+    }
     if (s.slot < 0) {
       s.slot = cache_.acquire_slot();
       if (s.slot < 0) break;
     }
+    const bool first_admission = s.admit_order == 0;
+    resume_from_cache(s);
+    if (first_admission) s.n_cached = std::min(s.n_computed, s.n_prompt);
+    const int n = std::min({known - s.n_computed, config_.chunked_prefill_size, prefill_budget});
     if (!reserve(s, s.n_computed + n)) {
       release(s);
+      s.n_computed = 0;
       break;
     }
+    if (tree_ && config_.decode_checkpoints && cache_.has_state() && s.rolling_slot < 0)
+      s.rolling_slot = take_checkpoint_slot();
     s.status = SeqStatus::Running;
     s.admit_order = ++admit_counter_;
     prefill_budget -= n;
-    items_.push_back({&s, n, s.n_computed + n == known});
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    ScheduledItem item{&s, n, s.n_computed + n == known};
+    plan_prefill_checkpoint(item);
+    items_.push_back(item);
+    running_.push_back(std::move(waiting_[w]));
+    waiting_.erase(waiting_.begin() + static_cast<long>(w));
   }
   return items_;
 }
 
 void Scheduler::update(std::span<const ScheduledItem> items, std::span<StepOutput> outputs) {
   DS_CHECK(items.size() == outputs.size(), "update: ", outputs.size(), " outputs for ", items.size(), " items");
+  in_flight_checkpoints_.clear();
   for (size_t i = 0; i < items.size(); ++i) {
     const ScheduledItem& it = items[i];
     StepOutput& out = outputs[i];
     Sequence& s = *it.seq;
     out.n_emit = 0;
     out.finish = FinishReason::None;
-    if (!it.sample) {
-      s.n_computed += it.n_tokens;
-      continue;
-    }
-    if (out.n_accepted < 0) {
+    if (!it.sample || out.n_accepted < 0) {
       s.n_computed += it.n_tokens;
     } else {
       // Fed [last token, d_1 .. d_k]: the last token and the accepted drafts stay.
@@ -139,6 +269,14 @@ void Scheduler::update(std::span<const ScheduledItem> items, std::span<StepOutpu
       ++s.spec_steps;
       s.spec_accepted += static_cast<uint64_t>(out.n_accepted) + 1;
     }
+    // The checkpoint this run wrote: a prefill one is cached now; a decode one is the rolling one.
+    if (it.checkpoint_slot >= 0) {
+      if (it.checkpoint_slot == s.rolling_slot) s.rolling_pos = it.checkpoint_pos;
+      else cache_prefix(s, it.checkpoint_pos, it.checkpoint_slot);
+    } else if (tree_ && !cache_.has_state() && !(it.sample && out.n_accepted >= 0)) {
+      cache_prefix(s, std::min(s.n_computed, s.n_prompt), -1);  // no state: any prompt block can be reused
+    }
+    if (!it.sample) continue;
     // The new tokens, up to the first that finishes the sequence.
     const size_t first = s.tokens.size() - static_cast<size_t>(out.n_sampled);
     size_t end = first;
@@ -168,7 +306,18 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
   std::vector<std::unique_ptr<Sequence>> done;
   for (auto it = running_.begin(); it != running_.end();) {
     if ((*it)->status == SeqStatus::Finished) {
-      release(**it);
+      Sequence& s = **it;
+      if (tree_) {
+        // What it computed stays for the next request with this prefix: up to its last
+        // checkpoint (models with state) or every full block (without).
+        if (!cache_.has_state()) {
+          cache_prefix(s, s.n_computed, -1);
+        } else if (s.rolling_slot >= 0) {
+          cache_prefix(s, s.rolling_pos, s.rolling_slot);
+          s.rolling_slot = -1;
+        }
+      }
+      release(s);
       done.push_back(std::move(*it));
       it = running_.erase(it);
     } else {
@@ -178,23 +327,58 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
   return done;
 }
 
+int Scheduler::n_blocks_held_by_requests() {
+  if (!tree_) return cache_.blocks().n_used();
+  block_mark_.resize(static_cast<size_t>(cache_.blocks().n_total()), 0);
+  if (++mark_gen_ == 0) {
+    std::fill(block_mark_.begin(), block_mark_.end(), 0);
+    mark_gen_ = 1;
+  }
+  int n = 0;
+  for (const auto& s : running_)
+    for (int32_t b : s->blocks)
+      if (block_mark_[b] != mark_gen_) {
+        block_mark_[b] = mark_gen_;
+        ++n;
+      }
+  return n;
+}
+
+bool Scheduler::flush_prefix_cache() {
+  if (!tree_) return true;
+  if (!running_.empty() || !waiting_.empty()) return false;
+  tree_->clear();
+  return true;
+}
+
 void Scheduler::check_integrity() const {
   cache_.check_integrity();
-  int64_t blocks = 0;
-  int slots = 0;
-  std::vector<uint8_t> seen_block(static_cast<size_t>(cache_.blocks().n_total()), 0);
+  if (tree_) tree_->check_integrity();
+  std::vector<int> refs(static_cast<size_t>(cache_.blocks().n_total()), 0);
   std::vector<uint8_t> seen_slot(static_cast<size_t>(cache_.n_slots_total()), 0);
+  const int n_live = cache_.n_slots_total();
+  std::vector<uint8_t> seen_ckpt(static_cast<size_t>(cache_.n_checkpoints_total()), 0);
+  int slots = 0, ckpts = 0;
+  auto hold_ckpt = [&](int c) {
+    DS_CHECK(c >= n_live && c < n_live + cache_.n_checkpoints_total() && !seen_ckpt[c - n_live], "checkpoint slot ", c,
+             " held twice or out of range");
+    seen_ckpt[c - n_live] = 1;
+    ++ckpts;
+  };
   auto count = [&](const Sequence& s) {
+    std::vector<int32_t> sorted = s.blocks;
+    std::sort(sorted.begin(), sorted.end());
+    DS_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), "sequence ", s.id, " lists a block twice");
     for (int32_t b : s.blocks) {
-      DS_CHECK(b >= 0 && b < cache_.blocks().n_total() && !seen_block[b], "block ", b, " held twice or out of range");
-      seen_block[b] = 1;
+      DS_CHECK(b >= 0 && b < cache_.blocks().n_total(), "block ", b, " out of range");
+      ++refs[b];
     }
-    blocks += static_cast<int64_t>(s.blocks.size());
     if (s.slot >= 0) {
-      DS_CHECK(s.slot < cache_.n_slots_total() && !seen_slot[s.slot], "slot ", s.slot, " held twice or out of range");
+      DS_CHECK(s.slot < n_live && !seen_slot[s.slot], "slot ", s.slot, " held twice or out of range");
       seen_slot[s.slot] = 1;
       ++slots;
     }
+    if (s.rolling_slot >= 0) hold_ckpt(s.rolling_slot);
     DS_CHECK(s.n_computed <= static_cast<int>(s.tokens.size()), "sequence ", s.id, " computed past its tokens");
     DS_CHECK(int64_t(s.blocks.size()) * config_.block_size >= s.n_computed, "sequence ", s.id,
              " has fewer blocks than computed tokens");
@@ -204,13 +388,20 @@ void Scheduler::check_integrity() const {
     count(*s);
   }
   for (const auto& s : waiting_) {
-    DS_CHECK(s->blocks.empty() && s->slot < 0 && s->n_computed == 0, "waiting sequence ", s->id, " holds memory");
+    DS_CHECK(s->blocks.empty() && s->slot < 0 && s->n_computed == 0 && s->rolling_slot < 0, "waiting sequence ",
+             s->id, " holds memory");
     count(*s);
   }
-  DS_CHECK(blocks == cache_.blocks().n_used(), "sequences hold ", blocks, " blocks, the pool counts ",
-           cache_.blocks().n_used());
-  DS_CHECK(slots == cache_.n_slots_total() - cache_.n_slots_free(), "sequences hold ", slots, " slots, the pool counts ",
-           cache_.n_slots_total() - cache_.n_slots_free());
+  if (tree_) tree_->for_each_held([&](int32_t b) { ++refs[b]; }, hold_ckpt);
+  // Prefill checkpoints between schedule() and update() belong to no one else yet.
+  for (int c : in_flight_checkpoints_) hold_ckpt(c);
+  for (int b = 0; b < cache_.blocks().n_total(); ++b)
+    DS_CHECK(refs[b] == cache_.blocks().ref_count(b), "block ", b, " has ", cache_.blocks().ref_count(b),
+             " references; sequences and cache hold ", refs[b]);
+  DS_CHECK(slots == n_live - cache_.n_slots_free(), "sequences hold ", slots, " slots, the pool counts ",
+           n_live - cache_.n_slots_free());
+  DS_CHECK(ckpts == cache_.n_checkpoints_total() - cache_.n_checkpoints_free(), "cache and sequences hold ", ckpts,
+           " checkpoints, the pool counts ", cache_.n_checkpoints_total() - cache_.n_checkpoints_free());
   DS_CHECK(static_cast<int>(running_.size()) <= config_.max_running, "running ", running_.size(), " > max ",
            config_.max_running);
 }

@@ -1,12 +1,18 @@
 // Scheduler: pure CPU decisions over sequences and cache memory (blocks and slots). Each step,
 // schedule()
 //   1. gives every decoding sequence its next token (plus drafts under speculation), preempting
-//      the newest running sequence when KV blocks run out (retraction: it is recomputed later);
+//      the newest running sequence when KV blocks run out (retraction: it is recomputed later,
+//      re-matching the prefix cache); cached blocks are evicted before anything running;
 //   2. continues unfinished prefills in chunks of at most chunked_prefill_size;
-//   3. admits waiting sequences while running < max_running, a slot is free, and the step's
-//      prefill token budget (max_prefill_tokens) lasts;
+//   3. admits waiting sequences (in FCFS or longest-prefix-match order) while running <
+//      max_running, a slot is free, and the step's prefill token budget lasts; an admitted
+//      sequence starts after the longest cached prefix it has (blocks shared, GDN state copied
+//      from the checkpoint), or waits when a running prefill is computing a longer one for it;
+//   4. asks for GDN state checkpoints at block boundaries: at the end of the prompt and of
+//      prefill chunks (cached after the step), and with decode checkpoints at the last boundary
+//      a decoding sequence crossed (cached when it finishes);
 // and after the forward and sampling, update() takes the step's results: computed tokens,
-// accepted drafts, and finishes (EOS, stop token ids, length).
+// accepted drafts, finishes (EOS, stop token ids, length), and the checkpoints to cache.
 #pragma once
 
 #include <deque>
@@ -15,9 +21,12 @@
 #include <vector>
 
 #include "cache/cache_allocator.h"
+#include "cache/prefix_cache.h"
 #include "engine/sequence.h"
 
 namespace deltaserve {
+
+enum class SchedulePolicy : uint8_t { Fcfs, Lpm };
 
 struct SchedulerConfig {
   int max_running = 1;
@@ -25,12 +34,21 @@ struct SchedulerConfig {
   int max_prefill_tokens = 1024;
   int block_size = 16;
   std::vector<int32_t> eos_token_ids;  // finish a sequence (reason Stop) unless it ignores EOS
+  bool prefix_cache = false;           // reuse cached prefixes (off: --disable-radix-cache)
+  bool decode_checkpoints = false;     // a checkpoint slot per running request (extra_buffer)
+  SchedulePolicy policy = SchedulePolicy::Fcfs;
 };
 
 struct ScheduledItem {
   Sequence* seq = nullptr;
   int n_tokens = 0;     // feeds tokens[n_computed, n_computed + n_tokens) (a decode: 1 + n_drafts)
   bool sample = false;  // reaches the end of the known tokens: sample the next one
+  // Save the GDN state after fed token checkpoint_at into checkpoint_slot (-1: none); it then
+  // covers checkpoint_pos tokens. A prefill checkpoint is cached after the step; a decode one is
+  // the sequence's rolling checkpoint.
+  int checkpoint_at = -1;
+  int checkpoint_slot = -1;
+  int checkpoint_pos = 0;
 };
 
 // What sampling produced for one scheduled item (schedule()'s order). Sampling appends the new
@@ -43,6 +61,12 @@ struct StepOutput {
   // Filled by Scheduler::update:
   int n_emit = 0;         // appended tokens that stand
   FinishReason finish = FinishReason::None;
+};
+
+// A checkpoint for a verification's commit (the accepted run is known only after sampling).
+struct CommitCheckpoint {
+  int at = -1;    // replayed token after which the state is saved
+  int slot = -1;
 };
 
 class Scheduler {
@@ -59,28 +83,58 @@ class Scheduler {
   const std::vector<ScheduledItem>& schedule();
   // The step's results, one per item of the last schedule(): advances n_computed (a verification
   // keeps 1 + accepted drafts), cuts each sequence's new tokens at the first EOS / stop token /
-  // length limit and marks it Finished. Fills n_emit and finish.
+  // length limit and marks it Finished, and caches the prefill checkpoints written this step.
   void update(std::span<const ScheduledItem> items, std::span<StepOutput> outputs);
-  // After a step: take finished sequences out (their memory released).
+  // A verified sequence whose state is about to be committed (n_computed already advanced by
+  // update() over `n_committed` tokens): where its rolling checkpoint goes, if it crossed a block.
+  CommitCheckpoint commit_checkpoint(Sequence& seq, int n_committed);
+  // After a step: take finished sequences out (their blocks and checkpoint cached, memory released).
   std::vector<std::unique_ptr<Sequence>> take_finished();
 
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   int n_running() const { return static_cast<int>(running_.size()); }
   int n_waiting() const { return static_cast<int>(waiting_.size()); }
   uint64_t n_preempted() const { return n_preempted_; }
-  // Grows seq's block table to cover n tokens; false when the pool is out of blocks.
+  // Grows seq's block table to cover n tokens (evicting cached blocks first if needed); false when
+  // the pool is out of blocks.
   [[nodiscard]] bool reserve(Sequence& seq, int n_tokens);
-  // Blocks and slots held by sequences equal what the cache counts as used (DS_CHECK otherwise).
+  // Distinct KV blocks held by running or waiting sequences (shared ones once); the rest of the
+  // pool's used blocks belong to the prefix cache alone (evictable).
+  int n_blocks_held_by_requests();
+  // The prefix cache (nullptr when off).
+  PrefixCache* prefix_cache() { return tree_.get(); }
+  const PrefixCache* prefix_cache() const { return tree_.get(); }
+  // Empties the prefix cache; false (nothing done) while requests run or wait.
+  bool flush_prefix_cache();
+  // Every block's reference count equals the sequences and cache nodes holding it; every slot and
+  // checkpoint is held once (DS_CHECK otherwise).
   void check_integrity() const;
 
  private:
   void release(Sequence& seq);
   void preempt(Sequence& seq);
+  // Matches the prefix cache for a sequence with nothing computed: shares the blocks, copies the
+  // checkpoint into its slot. Returns the tokens it starts after.
+  int resume_from_cache(Sequence& seq);
+  // Whether a running prefill is computing a longer prefix of seq than the cache has now.
+  bool should_wait_for_running_prefix(const Sequence& seq, int cached) const;
+  // A checkpoint slot for the cache (evicting the oldest cached checkpoint when none is free).
+  int take_checkpoint_slot();
+  // Block boundary checkpoint for a run over [n0, n0 + n) of seq (prefill: chunk end or prompt end).
+  void plan_prefill_checkpoint(ScheduledItem& item);
+  void plan_decode_checkpoint(ScheduledItem& item);
+  void cache_prefix(Sequence& seq, int n_tokens, int checkpoint_slot);
+  void order_waiting();
+
   SchedulerConfig config_;
   CacheAllocator& cache_;
+  std::unique_ptr<PrefixCache> tree_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<ScheduledItem> items_;
+  std::vector<int> in_flight_checkpoints_;
+  std::vector<uint32_t> block_mark_;  // n_blocks_held_by_requests scratch (generation stamps)
+  uint32_t mark_gen_ = 0;  // prefill checkpoint slots between schedule() and update()
   uint64_t admit_counter_ = 0;
   uint64_t n_preempted_ = 0;
 };

@@ -33,6 +33,10 @@ struct Sequence {
   // Grammar / logit_bias / ... (null: none): applied to every row this sequence samples from,
   // told every token it takes; its state follows `tokens` (drafts are rolled back after drafting).
   std::shared_ptr<TokenConstraint> constraint;
+  // Prefix cache.
+  int n_cached = 0;                 // prompt tokens served from the cache at first admission
+  int rolling_slot = -1;            // checkpoint slot with its state after rolling_pos tokens
+  int rolling_pos = 0;              //   (decode checkpoints: cached when the sequence finishes)
   uint64_t spec_steps = 0, spec_accepted = 0;  // verification steps, tokens emitted by them
 
   int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }

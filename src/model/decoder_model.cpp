@@ -81,6 +81,14 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::load(const ModelConfig& conf
 
 MemorySpec DecoderModel::memory_spec() const { return memory_spec_of(config_, mtp_.has_value()); }
 
+std::vector<KvScale> DecoderModel::kv_scales() const {
+  std::vector<KvScale> out(static_cast<std::size_t>(memory_spec().n_kv_layers));
+  for (const auto& l : layers_)
+    if (l.attn) out[l.kv_idx] = l.attn->kv_scale;
+  if (mtp_) out[mtp_->layer.kv_idx] = mtp_->layer.attn->kv_scale;
+  return out;
+}
+
 void DecoderModel::reserve(int max_tokens) {
   if (max_tokens <= max_tokens_) return;
   max_tokens_ = max_tokens;

@@ -43,6 +43,7 @@ class DecoderModel final : public Model {
 
   const ModelConfig& config() const override { return config_; }
   MemorySpec memory_spec() const override;
+  std::vector<KvScale> kv_scales() const override;
   bool has_mtp() const override { return mtp_.has_value(); }
   void reserve(int max_tokens) override;
   void forward(const ForwardArgs& args) override;

@@ -12,6 +12,13 @@
 
 namespace deltaserve {
 
+// Scales of one KV layer for an fp8 cache (stored = x / scale; see KvLayerView), from the
+// checkpoint's k_scale / v_scale tensors; 1 when it has none.
+struct KvScale {
+  float k = 1.f;
+  float v = 1.f;
+};
+
 struct MemoryViews {
   std::vector<KvLayerView> kv;        // [n_kv_layers]
   std::vector<StateLayerView> state;  // [n_state_layers]
@@ -49,6 +56,8 @@ class Model {
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
   virtual MemorySpec memory_spec() const = 0;
+  // One per KV layer, in MemorySpec order (the attention layers, then the MTP layer).
+  virtual std::vector<KvScale> kv_scales() const = 0;
   virtual bool has_mtp() const = 0;
   // Sizes the internal activation buffers for batches of up to max_tokens tokens (call once).
   virtual void reserve(int max_tokens) = 0;

@@ -93,6 +93,15 @@ Result<DeviceTensor> WeightLoader::f32(const std::string& name, const std::vecto
   return t;
 }
 
+Result<std::optional<float>> WeightLoader::optional_scalar(const std::string& name) {
+  if (!checkpoint_ || !checkpoint_->find(name)) return std::optional<float>();
+  DS_ASSIGN_OR_RETURN(std::vector<float> v, host_f32(name, {1}));
+  if (!(v[0] > 0.f) || !std::isfinite(v[0]))
+    return error(checkpoint_->file_of(*checkpoint_->find(name)).string(), ": tensor '", name,
+                 "' must be a positive finite scale, got ", v[0]);
+  return std::optional<float>(v[0]);
+}
+
 Result<DeviceTensor> WeightLoader::neg_exp(const std::string& name, int64_t n) {
   DS_ASSIGN_OR_RETURN(std::vector<float> host, host_f32(name, {n}));
   for (auto& x : host) x = -std::exp(x);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -33,6 +34,9 @@ class WeightLoader {
   // An f32 vector/matrix of the given shape; add_one stores (1 + w) for zero-centred norms.
   Result<DeviceTensor> f32(const std::string& name, const std::vector<int64_t>& shape,
                            bool add_one = false);
+  // A positive finite scalar ([] or [1]), if the checkpoint has it (nullopt when it does not, and
+  // with dummy weights): checkpoint scales such as the fp8 KV cache's k_scale.
+  Result<std::optional<float>> optional_scalar(const std::string& name);
   // -exp(A_log) as f32.
   Result<DeviceTensor> neg_exp(const std::string& name, int64_t n);
   // An embedding table [v, h] kept in its checkpoint dtype (bf16 stays bf16; f16 becomes f32).

@@ -122,22 +122,32 @@ TEST(MemoryPlan, StoryUnitFileOnTwoA6000s) {
   EXPECT_EQ(p.state_bytes_per_request_per_gpu, 82415616);
   EXPECT_EQ(p.pending_depth, 4);
   EXPECT_EQ(p.kv_bytes_per_token_per_gpu, 34 * 1024);
-  // state budget = cache x 0.5 / 1.5 = 5,742,729,980 -> 69 slots fit; 16 asked; the rest goes to KV.
+  // state budget = cache x 0.5 / 1.5 = 5,742,729,980 -> 69 slots fit; 16 asked; the prefix cache
+  // keeps one checkpoint (78,446,592 B) per request slot; the rest goes to KV.
   EXPECT_EQ(p.state_slots, 16);
+  EXPECT_EQ(p.checkpoint_slots, 16);
   EXPECT_EQ(p.max_running_requests, 16);
-  // KV = 17,228,189,941 - 16 x 82,415,616 = 15,909,540,085 / 34,816 = 456,961 -> 456,960 (blocks of 16);
-  // SGLang's own sizing for these flags gives 13 requests and ~248k tokens.
-  EXPECT_EQ(p.kv_tokens, 456960);
+  // KV = 17,228,189,941 - 16 x 82,415,616 - 16 x 78,446,592 = 14,654,394,613 / 34,816 = 420,909
+  // -> 420,896 (blocks of 16); SGLang's own sizing for these flags gives 13 requests and ~248k tokens.
+  EXPECT_EQ(p.kv_tokens, 420896);
   EXPECT_GE(p.kv_tokens, 420000);
   EXPECT_EQ(p.context_length, 131072);
 
-  // fp8 KV: half the bytes per token, twice the tokens: 15,909,540,085 / 17,408 -> 913,920.
+  // fp8 KV: half the bytes per token, twice the tokens: 14,654,394,613 / 17,408 -> 841,808.
   MemoryPlanInput in = story_input();
   in.kv_bytes_per_elem = 1;
   MemoryPlan q = plan_memory(c, in);
   ASSERT_TRUE(q.ok()) << q.status().message();
-  EXPECT_EQ(q.kv_tokens, 913920);
+  EXPECT_EQ(q.kv_tokens, 841808);
   EXPECT_GE(q.kv_tokens, 840000);
+
+  // Without the prefix cache the checkpoints' memory is KV: 15,909,540,085 / 34,816 -> 456,960.
+  in = story_input();
+  in.prefix_cache = false;
+  MemoryPlan r = plan_memory(c, in);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r.checkpoint_slots, 0);
+  EXPECT_EQ(r.kv_tokens, 456960);
 }
 
 // An explicit ratio that cannot hold the requests is refused with a message naming what fits.
@@ -270,8 +280,11 @@ TEST(MemoryPlan, FromServeFlagsAndJson) {
   EXPECT_EQ(j["weights_bytes_per_gpu"], int64_t{27321358336});
   EXPECT_EQ(j["kv_bytes_per_token_per_gpu"], 34816);
   EXPECT_EQ(j["state_bytes_per_request_per_gpu"], 82415616);
-  // (44,549,548,277 - 27,321,358,336 - 15 x 82,415,616) / 34,816 -> 459,312
-  EXPECT_EQ(j["kv_tokens"], 459312);
+  // (44,549,548,277 - 27,321,358,336 - 15 x 82,415,616 - 15 x 78,446,592 checkpoints) / 34,816 -> 425,520
+  EXPECT_EQ(j["kv_tokens"], 425520);
+  EXPECT_EQ(j["max_total_num_tokens"], 425520);
+  EXPECT_EQ(j["max_mamba_cache_size"], 30);
+  EXPECT_EQ(j["kv_cache_dtype"], "bf16");
   EXPECT_EQ(j["max_running_requests"], 15);
   EXPECT_EQ(j["context_length"], 131072);
 }

@@ -13,21 +13,35 @@ namespace {
 // The scheduler's view of the cache, without tensors.
 class FakeCache final : public CacheAllocator {
  public:
-  FakeCache(int n_blocks, int n_slots) : blocks_(n_blocks), slots_(n_slots) {}
+  FakeCache(int n_blocks, int n_slots, int n_checkpoints = 0, bool state = true)
+      : blocks_(n_blocks), slots_(n_slots), ckpts_(n_checkpoints), state_(state) {}
   BlockPool& blocks() override { return blocks_; }
   const BlockPool& blocks() const override { return blocks_; }
   int acquire_slot() override { return slots_.acquire(); }
   void release_slot(int slot) override { slots_.release(slot); }
   int n_slots_free() const override { return slots_.n_free(); }
   int n_slots_total() const override { return slots_.n_total(); }
+  int acquire_checkpoint() override {
+    const int c = ckpts_.acquire();
+    return c < 0 ? -1 : c + slots_.n_total();
+  }
+  void release_checkpoint(int slot) override { ckpts_.release(slot - slots_.n_total()); }
+  int n_checkpoints_free() const override { return ckpts_.n_free(); }
+  int n_checkpoints_total() const override { return ckpts_.n_total(); }
+  bool has_state() const override { return state_; }
+  // Records copies: (src, dst) - a real cache would copy the GDN state.
+  void copy_slot(int src, int dst) override { copies.push_back({src, dst}); }
   void check_integrity() const override {
     blocks_.check_integrity();
     slots_.check_integrity();
+    ckpts_.check_integrity();
   }
+  std::vector<std::pair<int, int>> copies;
 
  private:
   BlockPool blocks_;
-  SlotPool slots_;
+  SlotPool slots_, ckpts_;
+  bool state_;
 };
 
 SchedulerConfig config(int max_running, int chunk, int budget) {

@@ -1,7 +1,8 @@
 // The fixture models on the CUDA backend against the Hugging Face reference: logits of every
 // position (prefill: cuBLAS with bf16-rounded activations), greedy tokens through prefill +
 // token-by-token decode (the f32 GEMV path), and MTP logits (snapshots and rollback are covered by
-// tests/ops/cuda_ops_test.cpp). Skipped without a GPU.
+// tests/ops/cuda_ops_test.cpp), and the bf16 / fp8 KV caches against the f32 one (the same
+// checks and tolerances as kv_dtype_test.cpp on the CPU, see kv_runs.h). Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "engine/model_setup.h"
 #include "fixture.h"
+#include "kv_runs.h"
 
 namespace deltaserve::test {
 namespace {
@@ -62,13 +64,19 @@ class CudaModelTest : public ::testing::TestWithParam<ModelCase> {
     dir_ = source_dir() / GetParam().dir;
     fixture_ = std::make_unique<Fixture>(dir_);
     for (const auto& c : fixture_->cases()) max_t_ = std::max<int>(max_t_, c.tokens.size());
+    setup_ = make_setup(std::nullopt);
+    ASSERT_TRUE(setup_);
+  }
+  // The model on CUDA with the given KV cache dtype (unset: the activation dtype, f32).
+  std::unique_ptr<ModelSetup> make_setup(std::optional<DType> kv) {
     SetupOptions o;
     o.pending_depth = 1;  // MTP hidden states (MtpLogitsMatchReference)
     o.model_dir = dir_.string();
     o.device = "cuda";
+    o.kv_dtype = kv;
     auto s = ModelSetup::create(o, max_t_, 2, max_t_ + 16, max_t_);
-    ASSERT_TRUE(s.is_ok()) << s.status().message();
-    setup_ = std::move(*s);
+    EXPECT_TRUE(s.is_ok()) << s.status().message();
+    return s.is_ok() ? std::move(*s) : nullptr;
   }
   struct Seq {
     std::vector<int32_t> blocks;
@@ -174,6 +182,44 @@ TEST_P(CudaModelTest, MtpLogitsMatchReference) {
       ASSERT_LE(d, kPrefillTol) << c.name << " MTP row " << p;
     }
     free_seq(s);
+  }
+}
+
+// Prefill (cuBLAS, flash attention for prompts of 64+ tokens) + token-by-token decode (GEMV,
+// split-KV attention, CUDA graphs) with each KV cache dtype, against the f32 cache on CUDA.
+TEST_P(CudaModelTest, KvCacheDtypesTrackTheF32Cache) {
+  const int64_t V = setup_->model->config().vocab_size;
+  for (DType dt : kKvTestDtypes) {
+    auto s = make_setup(dt);
+    ASSERT_TRUE(s);
+    ASSERT_EQ(s->cache->kv_dtype(), dt);
+    float worst = 0;
+    for (const auto& c : fixture_->cases()) {
+      const auto want = prefill_then_decode_logits(*setup_, c.tokens, c.prompt_len);
+      const auto got = prefill_then_decode_logits(*s, c.tokens, c.prompt_len);
+      for (std::size_t t = 0; t < c.tokens.size(); ++t)
+        worst = std::max(worst, kv_max_abs_diff(got.data() + t * V, want.data() + t * V, V));
+    }
+    std::printf("[ %s ] kv %s: max |logit diff| vs f32 KV %.3g = %.1f u (tolerance %.3g)\n", GetParam().name.c_str(),
+                std::string(dtype_name(dt)).c_str(), worst, worst / kv_unit_roundoff(dt),
+                kv_logit_tolerance(GetParam().name, dt));
+    EXPECT_LE(worst, kv_logit_tolerance(GetParam().name, dt)) << dtype_name(dt);
+    EXPECT_GT(worst, 0.f) << dtype_name(dt) << ": identical to the f32 cache, is the dtype in effect?";
+  }
+}
+
+TEST_P(CudaModelTest, KvCacheDtypesPartFromTheF32CacheOnlyAtNearTies) {
+  if (GetParam().name != "tiny_coder") GTEST_SKIP() << "random-weight fixture: no meaningful greedy text";
+  for (DType dt : kKvTestDtypes) {
+    auto s = make_setup(dt);
+    ASSERT_TRUE(s);
+    for (const auto& c : fixture_->cases()) {
+      const std::string what = std::string(dtype_name(dt)) + " " + c.name;
+      const std::span<const int32_t> prompt(c.tokens.data(), c.prompt_len);
+      const int same = check_greedy_against_f32(*setup_, *s, dt, prompt, kKvGreedyTokens, what);
+      std::printf("[ tiny_coder ] kv %s: %d of %d greedy tokens equal to the f32 cache's\n", what.c_str(), same,
+                  kKvGreedyTokens);
+    }
   }
 }
 

@@ -7,12 +7,25 @@
 //   matmul, T <= 8 (f32 x, bf16 w, GEMV): 2e-5 (summation order only)
 //   matmul, T > 8 (cuBLAS, exact mode: x split into three bf16 parts): 1e-4
 //   attention, gated delta net (f32; order of sums and expf/cosf ulps): 1e-4
+//   attention, tensor-core (flash) path: 1e-2 (q, k in fp16, p and v in bf16)
+//
+// Attention with a bf16 / fp8 KV cache is compared with the CPU reference using the same cache
+// dtype and scales, on the same cache bytes: the kernels read identical stored values, so the
+// f32 tolerances above apply unchanged. The one difference the dtypes add: this step's keys are
+// computed in f32 on both sides (norm, RoPE) and differ by a few f32 ulps (cosf, sum order), so
+// a key that lands within those ulps of a rounding midpoint of the cache format can be stored as
+// the neighbouring code on one side ("flips": each one is checked to be exactly one code apart;
+// values are otherwise bit-equal, and V, which is only converted, always is). A flip is one
+// rounding error of the format; rounding the whole cache moves the output by at most u (the unit
+// roundoff: 2^-8 bf16, 2^-4 e4m3, 2^-3 e5m2; tests/ops/cpu_attention_test.cpp), so when flips
+// occur the output tolerance becomes max(f32 tolerance, u).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -22,6 +35,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "engine/model_runner.h"
+#include "core/dtype.h"
 
 namespace deltaserve {
 namespace {
@@ -41,10 +55,10 @@ class CudaOpsTest : public ::testing::Test {
     cpu_ = make_cpu_backend(0).release();
     // Ops are checked at f32 accuracy: GEMMs above 8 rows in exact mode (three bf16 parts).
     // The default mode (activations rounded to bf16) gets its own backend in Matmul.
-    setenv("DELTASERVE_CUDA_GEMM", "exact", 1);
-    gpu_ = cpu_only() ? make_cpu_backend(0).release() : make_cuda_backend(0).release();
-    unsetenv("DELTASERVE_CUDA_GEMM");
-    gpu_bf16_ = cpu_only() ? nullptr : make_cuda_backend(0).release();
+    CudaOptions exact;
+    exact.exact_gemm = true;
+    gpu_ = cpu_only() ? make_cpu_backend(0).release() : make_cuda_backend(0, exact).release();
+    gpu_bf16_ = cpu_only() ? nullptr : make_cuda_backend(0, CudaOptions{}).release();
   }
   static void TearDownTestSuite() {
     delete cpu_;
@@ -91,10 +105,30 @@ class CudaOpsTest : public ::testing::Test {
     for (auto& x : v) x = d(rng_);
     return v;
   }
+  // Tensor contents as f32 (f32, bf16 and fp8 tensors).
   std::vector<float> host_of(const Tensor& t, Backend& b) {
+    std::vector<uint8_t> raw(t.nbytes());
+    b.copy_to_host(raw.data(), t);
     std::vector<float> v(t.numel());
-    b.copy_to_host(v.data(), t);
+    for (int64_t i = 0; i < t.numel(); ++i) v[i] = decode_elem(t.dtype, raw.data(), i);
     return v;
+  }
+  static float decode_elem(DType dt, const uint8_t* raw, int64_t i) {
+    switch (dt) {
+      case DType::F32: {
+        float f;
+        std::memcpy(&f, raw + i * 4, 4);
+        return f;
+      }
+      case DType::BF16: {
+        uint16_t h;
+        std::memcpy(&h, raw + i * 2, 2);
+        return bf16_to_f32(h);
+      }
+      case DType::F8E4M3: return f8e4m3_to_f32(raw[i]);
+      case DType::F8E5M2: return f8e5m2_to_f32(raw[i]);
+      default: ADD_FAILURE() << "dtype " << dtype_name(dt); return NAN;
+    }
   }
   // max |gpu - cpu| / max |cpu|; NaN anywhere -> infinity.
   double rel_err(const Pair& p) {
@@ -110,7 +144,8 @@ class CudaOpsTest : public ::testing::Test {
   }
 
   void attention_case(const AttnShape& sh, const std::vector<std::pair<int, int>>& seqs, int n_blocks,
-                      int max_blocks, double tol);
+                      int max_blocks, double tol, DType kv_dtype = DType::F32, float k_scale = 1.f,
+                      float v_scale = 1.f);
 
   static Backend* cpu_;
   static Backend* gpu_;
@@ -211,26 +246,30 @@ TEST_F(CudaOpsTest, Matmul) {
   }
 }
 
-// 2 <= T <= 8 (tensor-core GEMV) on at most 3 blocks (DELTASERVE_GEMV_TC_GRID): each block takes
-// many units (row tile x K range) in turn, its weight stream running on from one into the next.
+// 2 <= T <= 8 (tensor-core GEMV) on at most 3 blocks (CudaOptions::gemv_tc_grid): each block
+// takes many units (row tile x K range) in turn, its weight stream running on from one into the next.
 TEST_F(CudaOpsTest, MatmulFewBlocks) {
-  setenv("DELTASERVE_GEMV_TC_GRID", "3", 1);
+  if (cpu_only()) GTEST_SKIP() << "a GPU option";
+  CudaOptions few;
+  few.exact_gemm = true;
+  few.gemv_tc_grid = 3;
+  std::unique_ptr<Backend> gpu = make_cuda_backend(0, few);
   struct Shape { int64_t n, k; };
   for (Shape s : {Shape{1000, 17408}, Shape{300, 1040}, Shape{33, 2560}}) {
     auto w = to_bf16(rnd(s.n * s.k));
     auto wc = cpu_->make_linear(w.data(), DType::BF16, s.n, s.k);
-    auto wg = gpu_->make_linear(w.data(), DType::BF16, s.n, s.k);
+    auto wg = gpu->make_linear(w.data(), DType::BF16, s.n, s.k);
     for (int64_t T : {2, 3, 5, 8}) {
       for (bool acc : {false, true}) {
         Pair x = make_f32({T, s.k}, rnd(T * s.k));
         Pair out = acc ? make_f32({T, s.n}, rnd(T * s.n)) : poisoned({T, s.n});
         cpu_->kernels().matmul(x.tc, *wc, out.tc, acc);
-        gpu_->kernels().matmul(x.tg, *wg, out.tg, acc);
+        gpu->kernels().matmul(x.tg, *wg, out.tg, acc);
+        gpu->synchronize();  // its own stream; the buffers come from gpu_ (one context)
         EXPECT_LE(rel_err(out), 2e-5) << "T=" << T << " N=" << s.n << " K=" << s.k << " acc=" << acc;
       }
     }
   }
-  unsetenv("DELTASERVE_GEMV_TC_GRID");
 }
 
 TEST_F(CudaOpsTest, MatmulDecodeShape27B) {  // the 27B down_proj at batch 1
@@ -319,10 +358,52 @@ std::unique_ptr<Meta> build_meta(Backend& gpu, const std::vector<std::pair<int, 
   return m;
 }
 
+// Unit roundoff of a KV cache dtype (relative error of one rounding).
+double kv_unit_roundoff(DType dt) {
+  switch (dt) {
+    case DType::BF16: return std::ldexp(1.0, -8);
+    case DType::F8E4M3: return std::ldexp(1.0, -4);
+    case DType::F8E5M2: return std::ldexp(1.0, -3);
+    default: return 0.0;
+  }
+}
+
+// Stored bytes of x / scale in dtype dt.
+std::vector<uint8_t> encode_cache(DType dt, const std::vector<float>& x, float scale) {
+  std::vector<uint8_t> out(x.size() * dtype_size(dt));
+  const float inv = 1.0f / scale;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float v = x[i] * inv;
+    switch (dt) {
+      case DType::F32: std::memcpy(&out[i * 4], &v, 4); break;
+      case DType::BF16: {
+        const uint16_t h = f32_to_bf16(v);
+        std::memcpy(&out[i * 2], &h, 2);
+        break;
+      }
+      case DType::F8E4M3: out[i] = f32_to_f8e4m3(v); break;
+      case DType::F8E5M2: out[i] = f32_to_f8e5m2(v); break;
+      default: ADD_FAILURE() << "dtype";
+    }
+  }
+  return out;
+}
+
+// Next representable value of a cache format above |c| (c finite, not the maximum).
+float next_up(DType dt, float c) {
+  const float a = std::fabs(c);
+  switch (dt) {
+    case DType::BF16: return bf16_to_f32(static_cast<uint16_t>(f32_to_bf16(a) + 1));
+    case DType::F8E4M3: return f8e4m3_to_f32(static_cast<uint8_t>(f32_to_f8e4m3(a) + 1));
+    case DType::F8E5M2: return f8e5m2_to_f32(static_cast<uint8_t>(f32_to_f8e5m2(a) + 1));
+    default: return std::nextafter(a, INFINITY);
+  }
+}
+
 // One attention call on both backends: sequences (n_past, n_new) over shuffled KV blocks whose
-// past context is random; checks out and the cache contents.
+// past context is random; checks out and the cache contents. kv_dtype / scales: the cache's.
 void CudaOpsTest::attention_case(const AttnShape& sh, const std::vector<std::pair<int, int>>& seqs, int n_blocks,
-                                 int max_blocks, double tol) {
+                                 int max_blocks, double tol, DType kv_dtype, float k_scale, float v_scale) {
   const int bs = 16;
   std::vector<int32_t> perm(n_blocks);
   std::iota(perm.begin(), perm.end(), 0);
@@ -331,8 +412,11 @@ void CudaOpsTest::attention_case(const AttnShape& sh, const std::vector<std::pai
   const int T = m->cpu.n_tokens;
   const int64_t row = int64_t(sh.nh) * sh.hd * (sh.gate ? 2 : 1) + 2LL * sh.nkv * sh.hd;
   const int64_t cache_n = int64_t(n_blocks) * bs * sh.nkv * sh.hd;
-  Pair kc = make_f32({n_blocks, bs, sh.nkv, sh.hd}, rnd(cache_n));  // the past context
-  Pair vc = make_f32({n_blocks, bs, sh.nkv, sh.hd}, rnd(cache_n));
+  // The past context: keys at the scale of RMS-normalised rotated keys, values of qkv's.
+  const auto kbytes = encode_cache(kv_dtype, rnd(cache_n, -2.f, 2.f), k_scale);
+  const auto vbytes = encode_cache(kv_dtype, rnd(cache_n), v_scale);
+  Pair kc = make(kv_dtype, {n_blocks, bs, sh.nkv, sh.hd}, kbytes.data());
+  Pair vc = make(kv_dtype, {n_blocks, bs, sh.nkv, sh.hd}, vbytes.data());
   Pair qkv = make_f32({T, row}, rnd(T * row, -2.f, 2.f));
   Pair qn = make_f32({sh.hd}, rnd(sh.hd, 0.5f, 1.5f)), kn = make_f32({sh.hd}, rnd(sh.hd, 0.5f, 1.5f));
   Pair out = poisoned({T, int64_t(sh.nh) * sh.hd});
@@ -347,19 +431,41 @@ void CudaOpsTest::attention_case(const AttnShape& sh, const std::vector<std::pai
   p.scale = 1.0f / std::sqrt(float(sh.hd));
   p.q_norm = qn.tc;
   p.k_norm = kn.tc;
-  cpu_->kernels().attention(p, qkv.tc, KvLayerView{kc.tc, vc.tc}, m->cpu, out.tc);
+  cpu_->kernels().attention(p, qkv.tc, KvLayerView{kc.tc, vc.tc, k_scale, v_scale}, m->cpu, out.tc);
   p.q_norm = qn.tg;
   p.k_norm = kn.tg;
-  gpu_->kernels().attention(p, qkv.tg, KvLayerView{kc.tg, vc.tg}, m->gpu, out.tg);
-  const std::string what = "nh=" + std::to_string(sh.nh) + " nkv=" + std::to_string(sh.nkv) +
-                           " hd=" + std::to_string(sh.hd) + " T=" + std::to_string(T) +
-                           " first seq past=" + std::to_string(seqs[0].first);
-  const double e = rel_err(out);
-  EXPECT_LE(e, tol) << what;
-  if (tol > 1e-4) std::printf("[ attention ] %s: rel err %.3g (tolerance %.0e)\n", what.c_str(), e, tol);
-  EXPECT_LE(rel_err(kc), 1e-5) << what;
+  gpu_->kernels().attention(p, qkv.tg, KvLayerView{kc.tg, vc.tg, k_scale, v_scale}, m->gpu, out.tg);
+  std::string what = "nh=" + std::to_string(sh.nh) + " nkv=" + std::to_string(sh.nkv) +
+                     " hd=" + std::to_string(sh.hd) + " T=" + std::to_string(T) +
+                     " first seq past=" + std::to_string(seqs[0].first) + " kv " + std::string(dtype_name(kv_dtype));
+  if (k_scale != 1.f || v_scale != 1.f) what += " scales " + std::to_string(k_scale) + "/" + std::to_string(v_scale);
+  // Cache: V bit-equal; K equal up to one code where the f32 key sat at a rounding midpoint.
+  int64_t flips = 0;
+  if (kv_dtype == DType::F32) {
+    EXPECT_LE(rel_err(kc), 1e-5) << what;
+  } else {
+    gpu_->synchronize();
+    const auto c = host_of(kc.tc, *cpu_), g = host_of(kc.tg, *gpu_);
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      if (c[i] == g[i] || (c[i] == 0.f && g[i] == 0.f)) continue;
+      ++flips;
+      const float lo = std::min(std::fabs(c[i]), std::fabs(g[i])), hi = std::max(std::fabs(c[i]), std::fabs(g[i]));
+      EXPECT_TRUE(std::signbit(c[i]) == std::signbit(g[i]) && next_up(kv_dtype, lo) == hi)
+          << what << ": key element " << i << " cpu " << c[i] << " gpu " << g[i] << " (not neighbouring codes)";
+      if (flips > 20) break;
+    }
+    EXPECT_LE(flips, std::max<int64_t>(2, int64_t(T) * sh.nkv * sh.hd / 1000)) << what;
+  }
   EXPECT_EQ(rel_err(vc), 0.0) << what;
+  const double tol_here = flips > 0 ? std::max(tol, kv_unit_roundoff(kv_dtype)) : tol;
+  const double e = rel_err(out);
+  EXPECT_LE(e, tol_here) << what << " (" << flips << " key flips)";
+  if (tol > 1e-4 || flips > 0)
+    std::printf("[ attention ] %s: rel err %.3g (tolerance %.0e, %lld key flips)\n", what.c_str(), e, tol_here,
+                static_cast<long long>(flips));
 }
+
+const DType kKvDtypes[] = {DType::F32, DType::BF16, DType::F8E4M3, DType::F8E5M2};
 
 TEST_F(CudaOpsTest, Attention) {
   const std::vector<std::vector<std::pair<int, int>>> batches = {
@@ -370,7 +476,31 @@ TEST_F(CudaOpsTest, Attention) {
   for (AttnShape sh : {AttnShape{4, 2, 64, 16, true}, AttnShape{24, 4, 256, 64, true},
                        AttnShape{16, 8, 128, 128, false}, AttnShape{6, 2, 32, 8, true},
                        AttnShape{4, 2, 16, 16, false}}) {
-    for (const auto& seqs : batches) attention_case(sh, seqs, 64, 16, 1e-4);
+    for (DType dt : kKvDtypes)
+      for (const auto& seqs : batches) attention_case(sh, seqs, 64, 16, 1e-4, dt);
+  }
+  // fp8 with checkpoint-style scales (stored = x / scale; keys reach ~6, values 2).
+  for (DType dt : {DType::F8E4M3, DType::F8E5M2})
+    for (const auto& seqs : batches)
+      attention_case(AttnShape{24, 4, 256, 64, true}, seqs, 64, 16, 1e-4, dt, 0.05f, 0.02f);
+}
+
+// Decode and verification on long contexts (4k+ tokens, split-KV over shuffled blocks), every
+// KV dtype: decode tokens beside a short and an empty context, and runs of k + 1 = 4 tokens.
+TEST_F(CudaOpsTest, AttentionLongContextDecodeAndVerify) {
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{4100, 1}, {5000, 1}, {37, 1}, {0, 1}},
+      {{4200, 4}, {4500, 4}},
+  };
+  for (AttnShape sh :
+       {AttnShape{24, 4, 256, 64, true}, AttnShape{16, 8, 128, 128, false}, AttnShape{4, 2, 64, 16, true}}) {
+    for (DType dt : kKvDtypes) {
+      for (const auto& seqs : batches) {
+        const bool scaled = dt == DType::F8E4M3 || dt == DType::F8E5M2;
+        attention_case(sh, seqs, 700, 330, 1e-4, dt);
+        if (scaled) attention_case(sh, seqs, 700, 330, 1e-4, dt, 0.05f, 0.02f);
+      }
+    }
   }
 }
 
@@ -388,6 +518,18 @@ TEST_F(CudaOpsTest, AttentionLongPrefill) {
   for (AttnShape sh : {AttnShape{24, 4, 256, 64, true}, AttnShape{16, 8, 128, 128, false},
                        AttnShape{4, 2, 64, 16, true}, AttnShape{6, 2, 64, 32, true}, AttnShape{8, 1, 128, 32, true}}) {
     for (const auto& seqs : batches) attention_case(sh, seqs, 128, 64, 1e-2);
+  }
+  // Every KV dtype: this step's keys come from the per-token scratch (the values the cache holds),
+  // earlier chunks' keys are staged from the cache in its dtype; also a chunk continuing a 4k prefix.
+  std::vector<std::vector<std::pair<int, int>>> with_long = batches;
+  with_long.push_back({{4096, 128}, {0, 70}});
+  for (AttnShape sh : {AttnShape{24, 4, 256, 64, true}, AttnShape{4, 2, 64, 16, true}}) {
+    for (DType dt : {DType::BF16, DType::F8E4M3, DType::F8E5M2}) {
+      for (const auto& seqs : with_long) {
+        attention_case(sh, seqs, 400, 300, 1e-2, dt);
+        if (dt == DType::F8E4M3) attention_case(sh, seqs, 400, 300, 1e-2, dt, 0.05f, 0.02f);
+      }
+    }
   }
 }
 

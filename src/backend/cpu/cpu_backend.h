@@ -25,6 +25,10 @@ class CpuKernels final : public Kernels {
   void gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta& commit) override;
 
  private:
+  // attention() for one KV cache dtype.
+  template <DType DT>
+  void attention_impl(const AttentionParams& p, const Tensor& qkv, const KvLayerView& kv,
+                      const BatchMeta& meta, Tensor out);
   // Scratch buffers reused across calls: they grow to the largest batch once, then never
   // allocate again (the decode loop must not allocate).
   float* scratch_f32(int idx, int64_t n) {

@@ -34,9 +34,9 @@ struct GdnRun {
 
 // Phase 1 for one (run, channel c): SiLU(causal conv) of each token into conv_out[j * conv_dim + c],
 // starting from the window `st` (K-1 inputs); the window after the run is written back to
-// `st_out` (nullptr: leave it).
+// `st_out` (nullptr: leave it), the window after token ckpt_j to ckpt_out.
 void conv_channel(const GdnRun& r, int64_t c, int K, const float* w, const float* st, float* st_out,
-                  float* conv_out, int64_t conv_dim) {
+                  float* conv_out, int64_t conv_dim, int ckpt_j = -1, float* ckpt_out = nullptr) {
   const int Km1 = K - 1;
   float window[16];
   DS_CHECK(K <= 16, "conv kernel too wide");
@@ -47,15 +47,17 @@ void conv_channel(const GdnRun& r, int64_t c, int K, const float* w, const float
     for (int q = 0; q < K; ++q) acc += w[q] * window[q];
     conv_out[int64_t(j) * conv_dim + c] = vec::silu(acc);
     std::copy(window + 1, window + K, window);  // shift: drop the oldest input
+    if (j == ckpt_j) std::copy_n(window, Km1, ckpt_out);
   }
   if (st_out) std::copy_n(window, Km1, st_out);
 }
 
 // Phase 2 for one (run, value head hv): the delta rule over the run's tokens on S [Dv, Dk] in
-// place; o_out(j) (nullptr: no output) receives token j's pre-norm output [Dv].
+// place; o_out(j) (nullptr: no output) receives token j's pre-norm output [Dv]; the state after
+// token ckpt_j is copied to ckpt_out.
 template <typename OutFn>
 void delta_head(const GdnParams& p, const GdnRun& r, int hv, const float* conv_out, float* S, float* q,
-                float* k, OutFn&& o_out) {
+                float* k, OutFn&& o_out, int ckpt_j = -1, float* ckpt_out = nullptr) {
   const int Hk = p.n_k_heads, Dk = p.k_head_dim, Dv = p.v_head_dim;
   const int64_t key_dim = int64_t(Hk) * Dk, conv_dim = p.conv_dim();
   const int hk = hv / (p.n_v_heads / Hk);
@@ -82,7 +84,21 @@ void delta_head(const GdnParams& p, const GdnRun& r, int hv, const float* conv_o
       const float y = vec::axpy_dot(Sj, delta, k, q, Dk);
       if (o) o[jv] = y;
     }
+    if (j == ckpt_j) std::copy_n(S, int64_t(Dv) * Dk, ckpt_out);
   }
+}
+
+// Where sequence s of a batch saves its checkpoint: (token index, conv window, head hv's state).
+struct StateCheckpoint {
+  int j = -1;
+  float* conv = nullptr;  // [conv_dim, K-1] of the slot
+  float* rec = nullptr;   // [Hv, Dv, Dk] of the slot
+};
+StateCheckpoint checkpoint_of(const BatchMeta& meta, const StateLayerView& state, int s) {
+  if (!meta.checkpoint_at || meta.checkpoint_at[s] < 0) return {};
+  const int64_t slot = meta.checkpoint_slot[s];
+  const int64_t conv = state.conv.numel() / state.conv.dim(0), rec = state.recurrent.numel() / state.recurrent.dim(0);
+  return {meta.checkpoint_at[s], state.conv.f32() + slot * conv, state.recurrent.f32() + slot * rec};
 }
 
 }  // namespace
@@ -122,8 +138,9 @@ void CpuKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const S
       const int s = static_cast<int>(i / conv_dim);
       const int64_t c = i % conv_dim;
       float* st = state.conv.f32() + (int64_t(meta.state_slot[s]) * conv_dim + c) * Km1;
+      const StateCheckpoint ck = deferred(s) ? StateCheckpoint{} : checkpoint_of(meta, state, s);
       conv_channel(run_of(s), c, K, cw + c * K, st, deferred(s) ? nullptr : st,
-                   conv_out + int64_t(meta.seq_start[s]) * conv_dim, conv_dim);
+                   conv_out + int64_t(meta.seq_start[s]) * conv_dim, conv_dim, ck.j, ck.conv ? ck.conv + c * Km1 : nullptr);
     }
   });
 
@@ -141,8 +158,10 @@ void CpuKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const S
       if (deferred(s)) S = static_cast<float*>(std::memcpy(S_copy, S, head_state * sizeof(float)));
       const GdnRun r = run_of(s);
       const int t0 = meta.seq_start[s];
+      const StateCheckpoint ck = deferred(s) ? StateCheckpoint{} : checkpoint_of(meta, state, s);
       delta_head(p, r, hv, conv_out + int64_t(t0) * conv_dim, S, q, k,
-                 [&](int j) { return out.f32() + int64_t(t0 + j) * value_dim + int64_t(hv) * Dv; });
+                 [&](int j) { return out.f32() + int64_t(t0 + j) * value_dim + int64_t(hv) * Dv; }, ck.j,
+                 ck.rec ? ck.rec + int64_t(hv) * head_state : nullptr);
       // Gated RMSNorm over Dv with silu(z).
       for (int j = 0; j < r.n; ++j) {
         float* o = out.f32() + int64_t(t0 + j) * value_dim + int64_t(hv) * Dv;
@@ -176,8 +195,9 @@ void CpuKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta
         const int s = static_cast<int>(i / conv_dim);
         const int64_t c = i % conv_dim;
         float* st = state.conv.f32() + (int64_t(commit.state_slot[s]) * conv_dim + c) * Km1;
+        const StateCheckpoint ck = checkpoint_of(commit, state, s);
         conv_channel(run_of(s), c, K, cw + c * K, st, st, conv_out + int64_t(commit.seq_start[s]) * conv_dim,
-                     conv_dim);
+                     conv_dim, ck.j, ck.conv ? ck.conv + c * Km1 : nullptr);
       }
     });
     float* tmp_all = scratch_f32(1, int64_t(pool_.n_threads()) * 2 * Dk);
@@ -187,8 +207,9 @@ void CpuKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta
       for (int64_t i = i0; i < i1; ++i) {
         const int s = static_cast<int>(i / Hv), hv = static_cast<int>(i % Hv);
         float* S = state.recurrent.f32() + (int64_t(commit.state_slot[s]) * Hv + hv) * head_state;
+        const StateCheckpoint ck = checkpoint_of(commit, state, s);
         delta_head(p, run_of(s), hv, conv_out + int64_t(commit.seq_start[s]) * conv_dim, S, q, k,
-                   [](int) -> float* { return nullptr; });
+                   [](int) -> float* { return nullptr; }, ck.j, ck.rec ? ck.rec + int64_t(hv) * head_state : nullptr);
       }
     });
   }

@@ -24,6 +24,9 @@ void scale(float* y, float s, int64_t n);
 float scale_dot(float* y, float s, const float* k, int64_t n);
 // y += alpha * x; returns dot(y_after, q)
 float axpy_dot(float* y, float alpha, const float* x, const float* q, int64_t n);
+// The same with x stored as bf16 (the upper halves of f32s): dot(a, x) and y += alpha * x.
+float dot_bf16(const float* a, const uint16_t* x, int64_t n);
+void axpy_bf16(float* y, float alpha, const uint16_t* x, int64_t n);
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }

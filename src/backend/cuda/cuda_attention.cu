@@ -8,12 +8,17 @@
 //   then the sigmoid output gate.
 // Prefill batches (a sequence of >= 64 tokens) use the tensor-core kernel of
 // cuda_flash_attention.cu instead of kernel 2; kernel 1 then also writes fp16 q / k and bf16 v.
+//
+// KV cache dtypes (AttnArgs::kv_type): both kernels are templates on it. Kernel 1 stores
+// convert(x * inv_scale); kernel 2 stages key / value tiles as f32 (16-byte loads: 4 f32, 8 bf16
+// or 16 fp8 elements), k_scale folded into the softmax scale and v_scale into the output.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_launch.h"
 
 namespace deltaserve::cuda {
@@ -42,7 +47,9 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // Dynamic shared memory: per warp, head_dim floats.
+template <KvType KV>
 __global__ void qk_prep_kernel(AttnArgs a) {
+  using St = KvStorage<KV>;
   extern __shared__ float sm[];
   const int t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -62,9 +69,9 @@ __global__ void qk_prep_kernel(AttnArgs a) {
     const int kvh = hh - nh;
     if (!is_q && block < 0) continue;
     const float* src = is_q ? r + int64_t(hh) * q_width : r + q_cols + int64_t(kvh) * hd;
-    // Flash path: q only as fp16 (q16, no q_scratch); k also as fp16 (the f32 cache keeps the exact value).
-    float* dst = is_q ? (a.q_scratch ? a.q_scratch + (int64_t(t) * nh + hh) * hd : nullptr)
-                      : a.k_cache + (cache_base + kvh) * hd;
+    // Flash path: q only as fp16 (q16, no q_scratch); k also as fp16 (of the value the cache holds).
+    float* dst = is_q && a.q_scratch ? a.q_scratch + (int64_t(t) * nh + hh) * hd : nullptr;
+    St* kdst = is_q ? nullptr : static_cast<St*>(a.k_cache) + (cache_base + kvh) * hd;
     __half* dst16 = is_q ? (a.q16 ? reinterpret_cast<__half*>(a.q16) + (int64_t(t) * nh + hh) * hd : nullptr)
                          : (a.k16 ? reinterpret_cast<__half*>(a.k16) + (int64_t(t) * nkv + kvh) * hd : nullptr);
     const float* w = is_q ? a.q_norm : a.k_norm;
@@ -88,28 +95,39 @@ __global__ void qk_prep_kernel(AttnArgs a) {
         const float ang = float(pos) * a.inv_freq[d - half];
         o = buf[d] * cosf(ang) + buf[d - half] * sinf(ang);
       }
-      if (dst) dst[d] = o;
-      if (dst16) dst16[d] = __float2half_rn(o);
+      if (is_q) {
+        if (dst) dst[d] = o;
+        if (dst16) dst16[d] = __float2half_rn(o);
+      } else {
+        const St st = kv_encode<KV>(o * a.k_inv_scale);
+        kdst[d] = st;
+        if (dst16) dst16[d] = __float2half_rn(kv_decode<KV>(st) * a.k_scale);
+      }
     }
     __syncwarp();
     if (!is_q) {
       const float* vs = r + q_cols + kv_cols + int64_t(kvh) * hd;
-      float* vd = a.v_cache + (cache_base + kvh) * hd;
+      St* vd = static_cast<St*>(a.v_cache) + (cache_base + kvh) * hd;
       __nv_bfloat16* vd16 = a.v16 ? reinterpret_cast<__nv_bfloat16*>(a.v16) + (int64_t(t) * nkv + kvh) * hd : nullptr;
       for (int d = lane; d < hd; d += 32) {
-        vd[d] = vs[d];
-        if (vd16) vd16[d] = __float2bfloat16_rn(vs[d]);
+        const St st = kv_encode<KV>(vs[d] * a.v_inv_scale);
+        vd[d] = st;
+        if (vd16) vd16[d] = __float2bfloat16_rn(kv_decode<KV>(st) * a.v_scale);
       }
     }
   }
 }
 
-// Shared memory: K tile [kTile][HD + 4] | V tile [kTile][HD] | q [G][HD].
-template <int HD>
+// Shared memory: K tile [kTile][HD + 4] | V tile [kTile][HD] | q [G][HD] (f32, whatever the cache
+// dtype: tiles are widened while staged).
+template <int HD, KvType KV>
 __global__ void attn_kernel(AttnArgs a) {
   extern __shared__ float sm[];
+  using St = KvStorage<KV>;
   constexpr int KS = HD + 4;  // padded K row: lane j's float4 reads hit distinct banks
   constexpr int NI = (HD + 31) / 32;  // output dims per lane (lanes >= HD idle when HD < 32)
+  constexpr int EPC = kv_per_chunk<KV>();  // elements per 16-byte load
+  constexpr int CPR = HD / EPC;            // 16-byte chunks per cache row
   float* Ks = sm;
   float* Vs = Ks + kTile * KS;
   float* Qs = Vs + kTile * HD;
@@ -126,6 +144,9 @@ __global__ void attn_kernel(AttnArgs a) {
   const int n_ctx = min(n_keys, (split + 1) * per_split * kTile);
   const int32_t* bt = a.block_table + int64_t(s) * a.max_blocks;
   const int bs = a.block_size;
+  const St* k_cache = static_cast<const St*>(a.k_cache);
+  const St* v_cache = static_cast<const St*>(a.v_cache);
+  const float qk_scale = a.scale * a.k_scale;
 
   float* q = Qs + warp * HD;
   const float* qsrc = a.q_scratch + (int64_t(t) * nh + h) * HD;
@@ -140,15 +161,21 @@ __global__ void attn_kernel(AttnArgs a) {
   for (int j0 = j_begin; j0 < n_ctx; j0 += kTile) {
     __syncthreads();  // previous tile fully consumed
     const int nk = min(kTile, n_ctx - j0);
-    for (int idx = threadIdx.x; idx < nk * (HD / 4); idx += nthreads) {
-      const int j = idx / (HD / 4), c = idx % (HD / 4);
+    for (int idx = threadIdx.x; idx < nk * CPR; idx += nthreads) {
+      const int j = idx / CPR, c = idx % CPR;
       const int pos = j0 + j;
       const int32_t block = bt[pos / bs];
-      const int64_t off = ((int64_t(block) * bs + pos % bs) * nkv + kvh) * HD + c * 4;
-      const float4 kv4 = *reinterpret_cast<const float4*>(a.k_cache + off);
-      const float4 vv4 = *reinterpret_cast<const float4*>(a.v_cache + off);
-      *reinterpret_cast<float4*>(Ks + j * KS + c * 4) = kv4;
-      *reinterpret_cast<float4*>(Vs + j * HD + c * 4) = vv4;
+      const int64_t off = ((int64_t(block) * bs + pos % bs) * nkv + kvh) * HD + c * EPC;
+      const uint4 kraw = *reinterpret_cast<const uint4*>(k_cache + off);
+      const uint4 vraw = *reinterpret_cast<const uint4*>(v_cache + off);
+      float kf[EPC], vf[EPC];
+      kv_decode_chunk<KV>(kraw, kf);
+      kv_decode_chunk<KV>(vraw, vf);
+#pragma unroll
+      for (int e = 0; e < EPC; e += 4) {
+        *reinterpret_cast<float4*>(Ks + j * KS + c * EPC + e) = make_float4(kf[e], kf[e + 1], kf[e + 2], kf[e + 3]);
+        *reinterpret_cast<float4*>(Vs + j * HD + c * EPC + e) = make_float4(vf[e], vf[e + 1], vf[e + 2], vf[e + 3]);
+      }
     }
     __syncthreads();
     float sc = -INFINITY;
@@ -166,7 +193,7 @@ __global__ void attn_kernel(AttnArgs a) {
         acc1 = fmaf(q1.x, k1.x, acc1); acc1 = fmaf(q1.y, k1.y, acc1);
         acc1 = fmaf(q1.z, k1.z, acc1); acc1 = fmaf(q1.w, k1.w, acc1);
       }
-      sc = (acc0 + acc1) * a.scale;
+      sc = (acc0 + acc1) * qk_scale;
     }
     const float m_new = fmaxf(m, warp_max(sc));
     const float p = lane < nk ? expf(sc - m_new) : 0.f;
@@ -193,11 +220,11 @@ __global__ void attn_kernel(AttnArgs a) {
 #pragma unroll
     for (int i = 0; i < NI; ++i) {
       const int d = lane + 32 * i;
-      if (d < HD) a.part_o[pi * HD + d] = o[i];
+      if (d < HD) a.part_o[pi * HD + d] = o[i] * a.v_scale;
     }
     return;
   }
-  const float inv = 1.0f / l;
+  const float inv = 1.0f / l * a.v_scale;
   const int q_width = a.output_gate ? 2 * HD : HD;
   const int64_t row = int64_t(nh) * q_width + 2 * int64_t(nkv) * HD;
   float* dst = a.out + int64_t(t) * nh * HD + int64_t(h) * HD;
@@ -242,19 +269,19 @@ __global__ void attn_combine_kernel(AttnArgs a) {
   }
 }
 
-template <int HD>
+template <int HD, KvType KV>
 void run_attn(const AttnArgs& a, cudaStream_t s) {
   const int G = a.n_heads / a.n_kv_heads;
   const size_t smem = (size_t(kTile) * (HD + 4) + size_t(kTile) * HD + size_t(G) * HD) * sizeof(float);
   static size_t configured = 0;  // opt in to > 48 KB of dynamic shared memory once per size
   if (smem > configured) {
-    DS_CUDA_CHECK(cudaFuncSetAttribute(attn_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    DS_CUDA_CHECK(cudaFuncSetAttribute(attn_kernel<HD, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
     configured = smem;
   }
   dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
             static_cast<unsigned>(a.n_split));
-  attn_kernel<HD><<<grid, 32 * G, smem, s>>>(a);
+  attn_kernel<HD, KV><<<grid, 32 * G, smem, s>>>(a);
   DS_CUDA_LAUNCH_CHECK();
   if (a.n_split > 1) {
     attn_combine_kernel<<<dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads)),
@@ -263,24 +290,35 @@ void run_attn(const AttnArgs& a, cudaStream_t s) {
   }
 }
 
-}  // namespace
-
-void launch_attention(const AttnArgs& a, cudaStream_t s) {
-  if (a.n_tokens == 0) return;
+template <KvType KV>
+void run_attention(const AttnArgs& a, cudaStream_t s) {
   const int warps = 4;
-  qk_prep_kernel<<<static_cast<unsigned>(a.n_tokens), 32 * warps, warps * a.head_dim * sizeof(float), s>>>(a);
+  qk_prep_kernel<KV><<<static_cast<unsigned>(a.n_tokens), 32 * warps, warps * a.head_dim * sizeof(float), s>>>(a);
   DS_CUDA_LAUNCH_CHECK();
   if (a.flash_tiles > 0) {
     launch_flash_attention(a, s);
     return;
   }
   switch (a.head_dim) {
-    case 16: run_attn<16>(a, s); break;
-    case 32: run_attn<32>(a, s); break;
-    case 64: run_attn<64>(a, s); break;
-    case 128: run_attn<128>(a, s); break;
-    case 256: run_attn<256>(a, s); break;
+    case 16: run_attn<16, KV>(a, s); break;
+    case 32: run_attn<32, KV>(a, s); break;
+    case 64: run_attn<64, KV>(a, s); break;
+    case 128: run_attn<128, KV>(a, s); break;
+    case 256: run_attn<256, KV>(a, s); break;
     default: cuda_fail("attention", "head_dim must be 16, 32, 64, 128 or 256", __FILE__, __LINE__);
+  }
+}
+
+}  // namespace
+
+void launch_attention(const AttnArgs& a, cudaStream_t s) {
+  if (a.n_tokens == 0) return;
+  switch (a.kv_type) {
+    case KvType::F32: run_attention<KvType::F32>(a, s); break;
+    case KvType::BF16: run_attention<KvType::BF16>(a, s); break;
+    case KvType::E4M3: run_attention<KvType::E4M3>(a, s); break;
+    case KvType::E5M2: run_attention<KvType::E5M2>(a, s); break;
+    default: cuda_fail("attention", "unknown KV cache type", __FILE__, __LINE__);
   }
 }
 

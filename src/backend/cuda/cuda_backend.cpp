@@ -89,7 +89,7 @@ class CudaGraph final : public DeviceGraph {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device), kernels_(*this) {
+  CudaBackend(int device, const CudaOptions& options) : device_(device), options_(options), kernels_(*this) {
     DS_CUDA_CHECK(cudaSetDevice(device));
     DS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     DS_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -98,11 +98,6 @@ class CudaBackend final : public Backend {
     DS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     name_ = prop.name;
     cc_ = prop.major * 10 + prop.minor;
-    // GEMMs above 8 rows (prefill, large batches) round activations to bf16 once, as vLLM and
-    // SGLang do. DELTASERVE_CUDA_GEMM=exact splits them into three bf16 parts instead (f32-exact
-    // products, 3x the tensor-core work; the fixture tests use it).
-    const char* g = std::getenv("DELTASERVE_CUDA_GEMM");
-    exact_gemm_ = g && std::strcmp(g, "exact") == 0;
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -112,7 +107,7 @@ class CudaBackend final : public Backend {
   std::string description() const override {
     const MemoryInfo m = memory_info();
     return str_cat("cuda (", name_, ", sm_", cc_, ", ", m.total_bytes >> 30, " GiB",
-                   exact_gemm_ ? ", exact GEMM" : ", bf16 GEMM", ")");
+                   options_.exact_gemm ? ", exact GEMM" : ", bf16 GEMM", ")");
   }
   DType activation_dtype() const override { return DType::F32; }
   MemoryInfo memory_info() const override {
@@ -208,7 +203,8 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
-  bool exact_gemm() const { return exact_gemm_; }
+  bool exact_gemm() const { return options_.exact_gemm; }
+  const CudaOptions& options() const { return options_; }
   const std::string& name() const { return name_; }
   CudaKernels& cuda_kernels() { return kernels_; }
 
@@ -218,7 +214,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   std::string name_;
   int cc_ = 0;
-  bool exact_gemm_ = false;
+  CudaOptions options_;
   uint64_t seed_ = 1;
   CudaKernels kernels_;
 };
@@ -320,7 +316,7 @@ void CudaKernels::matmul(const Tensor& x, const LinearWeight& w, Tensor out, boo
   if (T == 0) return;
   const bool small = T <= cuda::kGemvMaxRows;
   timed(timing_ ? str_cat(small ? "matmul gemv " : "matmul cublas ", N, "x", K) : std::string(), [&] {
-    if (small && cuda::launch_gemv(x.f32(), static_cast<int>(T), K, cw.data(), N, out.f32(), accumulate, stream()))
+    if (small && cuda::launch_gemv(x.f32(), static_cast<int>(T), K, cw.data(), N, out.f32(), accumulate, b_.options(), stream()))
       return;
     // cuBLAS, bf16 x bf16 -> f32. Default: x rounded to bf16 once. Exact mode
     // (DELTASERVE_CUDA_GEMM=exact): x = hi + mid + lo, three bf16 parts (24 mantissa bits, i.e.
@@ -358,7 +354,8 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
   const int64_t row = int64_t(nh) * (p.output_gate ? 2 : 1) * hd + 2LL * nkv * hd;
   DS_CHECK(qkv.cols() == row && qkv.rows() == meta.n_tokens, "attention qkv ", qkv.shape_string());
   DS_CHECK(out.cols() == int64_t(nh) * hd, "attention out ", out.shape_string());
-  DS_CHECK(kv.k.dtype == DType::F32, "CUDA attention expects an f32 KV cache");
+  DS_CHECK(kv.v.dtype == kv.k.dtype, "attention: K and V caches differ in dtype");
+  DS_CHECK(kv.k_scale > 0.f && kv.v_scale > 0.f, "attention: KV scales must be positive");
   DS_CHECK(nh % nkv == 0 && nh / nkv <= 32, "attention: GQA group of ", nh / nkv);
   DS_CHECK(p.rotary_dim % 2 == 0 && p.rotary_dim <= hd, "rotary_dim");
   const int T = meta.n_tokens;
@@ -377,26 +374,33 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
   a.k_norm = p.k_norm.f32();
   a.inv_freq = inv_freq(p.rotary_dim, p.rope_theta);
   a.qkv = qkv.f32();
-  a.k_cache = kv.k.f32();
-  a.v_cache = kv.v.f32();
+  a.k_cache = kv.k.data;
+  a.v_cache = kv.v.data;
+  switch (kv.k.dtype) {
+    case DType::F32: a.kv_type = cuda::KvType::F32; break;
+    case DType::BF16: a.kv_type = cuda::KvType::BF16; break;
+    case DType::F8E4M3: a.kv_type = cuda::KvType::E4M3; break;
+    case DType::F8E5M2: a.kv_type = cuda::KvType::E5M2; break;
+    default: DS_CHECK(false, "attention: unsupported KV cache dtype ", dtype_name(kv.k.dtype));
+  }
+  a.k_scale = kv.k_scale;
+  a.v_scale = kv.v_scale;
+  a.k_inv_scale = 1.0f / kv.k_scale;  // as the CPU reference: x * (1/scale)
+  a.v_inv_scale = 1.0f / kv.v_scale;
   a.positions = meta.d_positions.i32();
   a.seq_start = meta.d_seq_start.i32();
   a.block_table = meta.d_block_table.i32();
   a.max_blocks = meta.max_blocks;
   a.block_size = meta.block_size;
   a.out = out.f32();
-  // Prefill (a sequence with many tokens): the tensor-core flash kernel over the whole batch.
-  // DELTASERVE_CUDA_FLASH=0 keeps the CUDA-core kernel (A/B measurements).
-  static const bool flash_on = [] {
-    const char* e = std::getenv("DELTASERVE_CUDA_FLASH");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  const bool long_seq = flash_on && meta.max_seq_tokens >= kFlashMinSeqTokens;
-  bool past = false;  // a sequence continues a cached prefix (its earlier keys: f32 paged cache)
+  // Prefill (a sequence with many tokens): the tensor-core flash kernel over the whole batch
+  // (CudaOptions::flash_attention off keeps the CUDA-core kernel, for A/B measurements).
+  const bool long_seq = b_.options().flash_attention && meta.max_seq_tokens >= kFlashMinSeqTokens;
+  bool past = false;  // a sequence continues a cached prefix (its earlier keys: the paged cache)
   for (int s = 0; long_seq && s < meta.n_seqs; ++s)
     past = past || meta.context_len[s] > meta.seq_start[s + 1] - meta.seq_start[s];
   cuda::FlashPlan plan;
-  if (long_seq && cuda::flash_attention_plan(nh, nkv, hd, past, &plan)) {
+  if (long_seq && cuda::flash_attention_plan(nh, nkv, hd, past, b_.options(), &plan)) {
     const int bt = 16 * plan.m_tiles;
     int tiles = 0;
     for (int s = 0; s < meta.n_seqs; ++s) tiles += (meta.seq_start[s + 1] - meta.seq_start[s] + bt - 1) / bt;
@@ -454,18 +458,18 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
     a.pending = state.pending.f32();
     a.pending_depth = state.pending_depth;
   }
+  if (meta.checkpoint_at) {
+    a.ckpt_at = meta.d_checkpoint_at.i32();
+    a.ckpt_slot = meta.d_checkpoint_slot.i32();
+  }
   a.seq_start = meta.d_seq_start.i32();
   a.state_slot = meta.d_state_slot.i32();
   a.conv_out = static_cast<float*>(scratch(1, static_cast<std::size_t>(T) * conv_dim * 4));
   a.gb = static_cast<float*>(scratch(3, static_cast<std::size_t>(T) * p.n_v_heads * 2 * 4));
   a.out = out.f32();
   // Which recurrence kernel: rows spread over lanes (default) or a thread per row for runs of more
-  // than 8 tokens per sequence (DELTASERVE_CUDA_GDN=thread, for A/B measurements).
-  static const bool thread_per_row_for_prefill = [] {
-    const char* e = std::getenv("DELTASERVE_CUDA_GDN");
-    return e && std::strcmp(e, "thread") == 0;
-  }();
-  a.rows_kernel = !(thread_per_row_for_prefill && T > 8 * meta.n_seqs);
+  // than 8 tokens per sequence (CudaOptions::gdn_thread_per_row, for A/B measurements).
+  a.rows_kernel = !(b_.options().gdn_thread_per_row && T > 8 * meta.n_seqs);
   timed("gated_delta_net", [&] {
     DS_CHECK(cuda::launch_gated_delta_net(a, stream()), "CUDA gated_delta_net: unsupported head sizes (Dk ",
              a.Dk, ", conv kernel ", a.K, ")");
@@ -520,6 +524,10 @@ void CudaKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMet
   a.layers = static_cast<const cuda::GdnCommitLayer*>(commit_table_.data());
   a.seq_start = commit.d_seq_start.i32();
   a.state_slot = commit.d_state_slot.i32();
+  if (commit.checkpoint_at) {
+    a.ckpt_at = commit.d_checkpoint_at.i32();
+    a.ckpt_slot = commit.d_checkpoint_slot.i32();
+  }
   timed("gdn_commit", [&] {
     DS_CHECK(cuda::launch_gdn_commit(a, stream()), "CUDA gdn_commit: unsupported head sizes (Dk ", a.Dk, ")");
   });
@@ -541,8 +549,8 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device_index) {
-  return std::make_unique<CudaBackend>(device_index);
+std::unique_ptr<Backend> make_cuda_backend(int device_index, const CudaOptions& options) {
+  return std::make_unique<CudaBackend>(device_index, options);
 }
 
 void cuda_set_op_timing(Backend& backend, bool on) { as_cuda(backend).cuda_kernels().set_timing(on); }

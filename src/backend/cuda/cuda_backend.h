@@ -8,12 +8,16 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda_options.h"
 
 namespace deltaserve {
 
 // Number of CUDA devices (0 when there is no driver or no GPU).
 int cuda_device_count();
-std::unique_ptr<Backend> make_cuda_backend(int device_index);
+// options: the backend's knobs (default: production settings with the environment's developer
+// overrides, backend/cuda_options.h).
+std::unique_ptr<Backend> make_cuda_backend(int device_index,
+                                           const CudaOptions& options = CudaOptions::from_environment());
 
 // Extras for benchmarks and tests; `backend` must come from make_cuda_backend.
 struct CudaOpTime {

@@ -1,8 +1,9 @@
-// Tensor-core prefill attention over the paged f32 KV cache (flash-attention style: online
+// Tensor-core prefill attention over the paged KV cache (flash-attention style: online
 // softmax, nothing of size context^2 is materialised). Used by launch_attention for batches whose
 // sequences have many tokens. qk_prep_kernel (cuda_attention.cu) has already normalised and
-// rotated q and k, written this step's k, v into the paged cache (f32) and, for this path, also
-// q and k in fp16 and v in bf16 into per-token scratch ([T, nh, hd] and [T, nkv, hd]).
+// rotated q and k, written this step's k, v into the paged cache (in its dtype) and, for this
+// path, also q and (the cached values of) k in fp16 and v in bf16 into per-token scratch
+// ([T, nh, hd] and [T, nkv, hd]).
 //
 // One block = (token tile of one sequence, KV head, group of query heads sharing that KV head).
 // Each warp owns 16 query rows: one query head x 16 consecutive tokens; the block has HB heads x
@@ -14,9 +15,9 @@
 // buffer fits), double-buffered, the copy of tile i+1 in flight while tile i is computed:
 //   - keys of this step (position >= the sequence's first position in the batch): cp.async of the
 //     fp16 K / bf16 V rows from the per-token scratch straight into the tile;
-//   - keys of earlier chunks (a chunked prefill continuing a cached prefix): cp.async of the f32
-//     rows from the paged cache (block table per key) into a staging buffer, converted by the
-//     whole block at the start of the tile's turn;
+//   - keys of earlier chunks (a chunked prefill continuing a cached prefix): cp.async of the
+//     rows from the paged cache (block table per key; f32, bf16 or fp8) into a staging buffer,
+//     converted (times the layer's k / v scale) by the whole block at the start of the tile's turn;
 //   keys past the block's last query position are zero-filled.
 //   Each warp then: S = Q Kᵀ with mma.sync m16n8k16 (fp16 in, f32 accumulate; fp16 rather than
 //   bf16 keeps 3 more mantissa bits in the scores: q and k are RMS-normalised, so in range),
@@ -34,6 +35,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_launch.h"
 
 namespace deltaserve::cuda {
@@ -42,8 +44,9 @@ namespace {
 
 constexpr int kMaxWarps = 8;  // per block (O of head_dim 256 takes 128 registers per thread)
 
-// Shared memory: fp16 K and bf16 V tiles of bn keys, two buffers each | fp16 Q | (stage) f32
-// staging of earlier chunks' K and V tiles, only when some sequence continues a cached prefix.
+// Shared memory: fp16 K and bf16 V tiles of bn keys, two buffers each | fp16 Q | (stage) staging
+// of earlier chunks' K and V tiles, only when some sequence continues a cached prefix (sized for
+// an f32 cache, the widest dtype).
 constexpr std::size_t flash_smem_bytes(int hd, int bn, int warps, bool stage) {
   return std::size_t(4) * bn * (hd + 8) * 2 + std::size_t(warps) * 16 * (hd + 8) * 2 +
          (stage ? std::size_t(2) * bn * hd * 4 : 0);
@@ -91,20 +94,23 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 
 // BN keys per tile (64 without staging, 32 with: the f32 staging buffer of 64 keys would not fit);
-// STAGE: some sequence has keys from earlier chunks (read from the paged f32 cache).
-template <int HD, int BN, bool STAGE>
+// STAGE: some sequence has keys from earlier chunks (read from the paged cache, of type KV).
+template <int HD, int BN, bool STAGE, KvType KV>
 __global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs a) {
+  using St = KvStorage<KV>;
+  constexpr int EPC = kv_per_chunk<KV>();  // cache elements per 16-byte chunk
+  constexpr int CPR = HD / EPC;            // 16-byte chunks per cache row
   constexpr int kBN = BN;
   constexpr int LD = HD + 8;      // padded fp16/bf16 row: 16 bytes of skew per row
   constexpr int NT_O = HD / 8;    // n-tiles of O
   constexpr int NT_S = kBN / 8;   // n-tiles of S
-  constexpr int C4 = HD / 4;      // float4 per f32 row
   constexpr int C8 = HD / 8;      // 16-byte chunks per fp16/bf16 row
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nthreads = blockDim.x;
   uint16_t* kv_buf = reinterpret_cast<uint16_t*>(smem);                    // [2][K, V][kBN][LD]
   uint16_t* Qs = kv_buf + 4 * kBN * LD;                                    // [warps * 16][LD]
-  float* stage = reinterpret_cast<float*>(Qs + (nthreads >> 5) * 16 * LD); // [2][kBN][HD]: K, V
+  // [2][kBN][CPR] 16-byte chunks: K, V rows as stored in the cache.
+  uint4* stage = reinterpret_cast<uint4*>(Qs + (nthreads >> 5) * 16 * LD);
   const int HB = a.flash_hb, BT = 16 * a.flash_mt;
   const int nh = a.n_heads, nkv = a.n_kv_heads, G = nh / nkv;
 
@@ -166,20 +172,20 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs 
         vs += src_step;
         kd += dst_step;
       }
-    } else if constexpr (STAGE) {  // earlier chunks' keys: f32 rows of the paged cache
-      for (int i = tid; i < 2 * kBN * C4; i += nthreads) {
-        const int which = i / (kBN * C4);
-        const int rem = i - which * (kBN * C4);
-        const int j = rem / C4, c = rem - j * C4;
+    } else if constexpr (STAGE) {  // earlier chunks' keys: rows of the paged cache, as stored
+      for (int i = tid; i < 2 * kBN * CPR; i += nthreads) {
+        const int which = i / (kBN * CPR);
+        const int rem = i - which * (kBN * CPR);
+        const int j = rem / CPR, c = rem - j * CPR;
         const int pos = j0 + j;
-        const float* base = which ? a.v_cache : a.k_cache;
-        const float* src = base;
+        const St* base = static_cast<const St*>(which ? a.v_cache : a.k_cache);
+        const St* src = base;
         int bytes = 0;
         if (pos < n_keys) {
-          src = base + ((int64_t(bt[pos / bs]) * bs + pos % bs) * nkv + kvh) * HD + c * 4;
+          src = base + ((int64_t(bt[pos / bs]) * bs + pos % bs) * nkv + kvh) * HD + c * EPC;
           bytes = 16;
         }
-        cp_async16(smem_u32(stage + i * 4), src, bytes);
+        cp_async16(smem_u32(stage + i), src, bytes);
       }
     }
     cp_async_commit();
@@ -200,17 +206,19 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs 
     const uint16_t* Vs = Ks + kBN * LD;
     cp_async_wait_all();
     __syncthreads();  // tile it has landed; every warp is done with tile it - 1
-    if (STAGE && j0 < pos_first) {  // staged f32 -> fp16 K, bf16 V
-      for (int i = tid; i < kBN * C4; i += nthreads) {
-        const int j = i / C4, c = i - j * C4;
-        const float4 k = reinterpret_cast<const float4*>(stage)[i];
-        const float4 v = reinterpret_cast<const float4*>(stage + kBN * HD)[i];
-        __half2* kd = reinterpret_cast<__half2*>(const_cast<uint16_t*>(Ks) + j * LD + c * 4);
-        kd[0] = __floats2half2_rn(k.x, k.y);
-        kd[1] = __floats2half2_rn(k.z, k.w);
-        __nv_bfloat162* vd = reinterpret_cast<__nv_bfloat162*>(const_cast<uint16_t*>(Vs) + j * LD + c * 4);
-        vd[0] = __floats2bfloat162_rn(v.x, v.y);
-        vd[1] = __floats2bfloat162_rn(v.z, v.w);
+    if (STAGE && j0 < pos_first) {  // staged cache rows -> fp16 K, bf16 V (times the scales)
+      for (int i = tid; i < kBN * CPR; i += nthreads) {
+        const int j = i / CPR, c = i - j * CPR;
+        float k[EPC], v[EPC];
+        kv_decode_chunk<KV>(stage[i], k);
+        kv_decode_chunk<KV>(stage[kBN * CPR + i], v);
+        __half2* kd = reinterpret_cast<__half2*>(const_cast<uint16_t*>(Ks) + j * LD + c * EPC);
+        __nv_bfloat162* vd = reinterpret_cast<__nv_bfloat162*>(const_cast<uint16_t*>(Vs) + j * LD + c * EPC);
+#pragma unroll
+        for (int e = 0; e < EPC / 2; ++e) {
+          kd[e] = __floats2half2_rn(k[2 * e] * a.k_scale, k[2 * e + 1] * a.k_scale);
+          vd[e] = __floats2bfloat162_rn(v[2 * e] * a.v_scale, v[2 * e + 1] * a.v_scale);
+        }
       }
       __syncthreads();  // converted; staging free
     }
@@ -325,27 +333,38 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs 
   }
 }
 
-template <int HD, int BN, bool STAGE>
+template <int HD, int BN, bool STAGE, KvType KV = KvType::F32>
 void run_flash(const AttnArgs& a, cudaStream_t s) {
   const int warps = a.flash_hb * a.flash_mt;
   const std::size_t smem = flash_smem_bytes(HD, BN, warps, a.flash_stage);
   static std::size_t configured = 0;  // opt in to > 48 KB of dynamic shared memory once per size
   if (smem > configured) {
-    DS_CUDA_CHECK(cudaFuncSetAttribute(flash_attn_kernel<HD, BN, STAGE>,
+    DS_CUDA_CHECK(cudaFuncSetAttribute(flash_attn_kernel<HD, BN, STAGE, KV>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     configured = smem;
   }
   const int groups = (a.n_heads / a.n_kv_heads) / a.flash_hb;
   dim3 grid(static_cast<unsigned>(a.flash_tiles), static_cast<unsigned>(a.n_kv_heads * groups));
-  flash_attn_kernel<HD, BN, STAGE><<<grid, 32 * warps, smem, s>>>(a);
+  flash_attn_kernel<HD, BN, STAGE, KV><<<grid, 32 * warps, smem, s>>>(a);
   DS_CUDA_LAUNCH_CHECK();
 }
 
+// Only the staging path reads the cache, so only it has one kernel per KV type.
 template <int HD>
 void run_flash_hd(const AttnArgs& a, cudaStream_t s) {
-  if (a.flash_stage) run_flash<HD, 32, true>(a, s);
-  else if (a.flash_bn == 64) run_flash<HD, 64, false>(a, s);
-  else run_flash<HD, 32, true>(a, s);  // no staged tile occurs; staging smem not allocated
+  if (a.flash_stage) {
+    switch (a.kv_type) {
+      case KvType::F32: run_flash<HD, 32, true, KvType::F32>(a, s); break;
+      case KvType::BF16: run_flash<HD, 32, true, KvType::BF16>(a, s); break;
+      case KvType::E4M3: run_flash<HD, 32, true, KvType::E4M3>(a, s); break;
+      case KvType::E5M2: run_flash<HD, 32, true, KvType::E5M2>(a, s); break;
+      default: cuda_fail("flash attention", "unknown KV cache type", __FILE__, __LINE__);
+    }
+  } else if (a.flash_bn == 64) {
+    run_flash<HD, 64, false>(a, s);
+  } else {
+    run_flash<HD, 32, true>(a, s);  // no staged tile occurs; staging smem not allocated
+  }
 }
 
 int device_smem_optin() {
@@ -358,14 +377,11 @@ int device_smem_optin() {
   return optin;
 }
 
-int env_int(const char* name) {
-  const char* e = std::getenv(name);
-  return e ? std::atoi(e) : 0;
-}
 
 }  // namespace
 
-bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, FlashPlan* plan) {
+bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, const CudaOptions& o,
+                          FlashPlan* plan) {
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
   if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) return false;
   const int G = n_heads / n_kv_heads;
@@ -379,14 +395,14 @@ bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage,
       mt = kMaxWarps / d;
     }
   int bn = stage ? 32 : 64;
-  // Tuning overrides: DELTASERVE_FLASH_HB (query heads per block, divides G), DELTASERVE_FLASH_MT
-  // (16-token tiles per block), DELTASERVE_FLASH_BN (32 or 64 keys per tile; 64 only without staging).
-  if (const int v = env_int("DELTASERVE_FLASH_HB"); v >= 1 && v <= kMaxWarps && G % v == 0) {
+  // Tuning overrides (CudaOptions): query heads per block (divides G), 16-token tiles per block,
+  // 32 or 64 keys per tile (64 only without staging).
+  if (const int v = o.flash_heads_per_block; v >= 1 && v <= kMaxWarps && G % v == 0) {
     hb = v;
     mt = kMaxWarps / hb;
   }
-  if (const int v = env_int("DELTASERVE_FLASH_MT"); v >= 1 && v * hb <= kMaxWarps) mt = v;
-  if (env_int("DELTASERVE_FLASH_BN") == 32) bn = 32;
+  if (const int v = o.flash_m_tiles; v >= 1 && v * hb <= kMaxWarps) mt = v;
+  if (o.flash_keys_per_tile == 32) bn = 32;
   const std::size_t optin = static_cast<std::size_t>(device_smem_optin());
   auto fits = [&] { return flash_smem_bytes(head_dim, bn, hb * mt, stage) <= optin; };
   while (!fits() && mt > 1) --mt;

@@ -51,7 +51,7 @@ __device__ __forceinline__ float conv_input(const GdnArgs& a, const float* st, i
 }
 
 // One thread per (token, channel): the causal conv needs only inputs, so tokens are independent.
-// Snapshots (verification runs): the window after each token.
+// A checkpoint token also saves the window after it.
 __global__ void conv_tokens_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= int64_t(a.n_tokens) * conv_dim) return;
@@ -66,6 +66,10 @@ __global__ void conv_tokens_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   for (int q = 0; q < K; ++q) acc += a.conv_weight[c * K + q] * conv_input(a, st, t0, j - Km1 + q, c, row);
   a.conv_out[int64_t(t) * conv_dim + c] = silu(acc);
   (void)n;
+  if (a.ckpt_at && a.ckpt_at[s] == j && !(a.defer && a.defer[s])) {  // the window after token j
+    float* ck = a.conv_state + (int64_t(a.ckpt_slot[s]) * conv_dim + c) * Km1;
+    for (int q = 0; q < Km1; ++q) ck[q] = conv_input(a, st, t0, j - Km1 + 1 + q, c, row);
+  }
 }
 
 __device__ __forceinline__ bool deferred(const GdnArgs& a, int s) { return a.defer && a.defer[s]; }
@@ -152,6 +156,7 @@ __global__ void __launch_bounds__(32) delta_kernel(GdnArgs a, int64_t conv_dim) 
   // the unrolled loops let the compiler hoist all the loads and spill the state row.
   __shared__ float4 q4[DK / 4], k4[DK / 4];
   const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
+  const int ck_j = a.ckpt_at && !deferred(a, s) ? a.ckpt_at[s] : -1;
   for (int t = t0; t < t1; ++t) {
     const float* c = a.conv_out + int64_t(t) * conv_dim;
     __syncthreads();  // previous token's q/k consumed
@@ -185,6 +190,11 @@ __global__ void __launch_bounds__(32) delta_kernel(GdnArgs a, int64_t conv_dim) 
       p2 = fmaf(S[d + 2], q.z, p2); p3 = fmaf(S[d + 3], q.w, p3);
     }
     a.out[int64_t(t) * value_dim + int64_t(hv) * Dv + jv] = (p0 + p1) + (p2 + p3);
+    if (t - t0 == ck_j) {
+      float* ck = a.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state + int64_t(jv) * DK;
+#pragma unroll
+      for (int d = 0; d < DK; d += 4) *reinterpret_cast<float4*>(ck + d) = make_float4(S[d], S[d + 1], S[d + 2], S[d + 3]);
+    }
   }
   if (deferred(a, s)) return;
 #pragma unroll
@@ -227,6 +237,7 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
     return v;
   };
   const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
+  const int ck_j = a.ckpt_at && !deferred(a, s) ? a.ckpt_at[s] : -1;
   // Token t's inputs are loaded while token t-1 is computed: a run of prefill tokens is a serial
   // chain, and without the prefetch each step waits for its loads (~2 L2 round trips).
   struct In {
@@ -270,6 +281,12 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
     for (int r = 0; r < NR; ++r) {
       p[r] = row_sum(p[r]);
       if (ok[r] && li == 0) a.out[int64_t(t) * value_dim + int64_t(hv) * Dv + jv[r]] = p[r];
+    }
+    if (t - t0 == ck_j) {
+      float* ck = a.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state;
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+        if (ok[r]) reinterpret_cast<float4*>(ck + int64_t(jv[r]) * DK)[li] = S[r];
     }
   }
   if (deferred(a, s)) return;
@@ -378,6 +395,12 @@ __global__ void __launch_bounds__(128) gdn_commit_kernel(GdnCommitArgs a) {
       S[r].x = fmaf(delta, k.x, S[r].x); S[r].y = fmaf(delta, k.y, S[r].y);
       S[r].z = fmaf(delta, k.z, S[r].z); S[r].w = fmaf(delta, k.w, S[r].w);
     }
+    if (a.ckpt_at && a.ckpt_at[s] == j) {
+      float* ck = L.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state;
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+        if (ok[r]) reinterpret_cast<float4*>(ck + int64_t(jv[r]) * DK)[li] = S[r];
+    }
   }
 #pragma unroll
   for (int r = 0; r < NR; ++r)
@@ -398,6 +421,14 @@ __global__ void gdn_commit_window_kernel(GdnCommitArgs a, int64_t conv_dim) {
   const int32_t slot = a.state_slot[s];
   const float* pend = L.pending + int64_t(slot) * a.pending_depth * prow;
   float* st = L.conv_state + (int64_t(slot) * conv_dim + c) * Km1;
+  if (a.ckpt_at && a.ckpt_at[s] >= 0) {  // the window after token ckpt_at, before st changes
+    const int e = a.ckpt_at[s] + 1;
+    float* ck = L.conv_state + (int64_t(a.ckpt_slot[s]) * conv_dim + c) * Km1;
+    for (int q = 0; q < Km1; ++q) {
+      const int jj = e - Km1 + q;
+      ck[q] = jj >= 0 ? pend[int64_t(jj) * prow + c] : st[Km1 + jj];
+    }
+  }
   float win[kMaxConv];
 #pragma unroll
   for (int q = 0; q < kMaxConv; ++q)

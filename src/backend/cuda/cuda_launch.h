@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda_options.h"
+
 #include <cuda_runtime.h>
 
 namespace deltaserve::cuda {
@@ -35,9 +37,12 @@ void launch_random_bf16(uint16_t* w, int64_t n, float scale, uint64_t seed, cuda
 // caller then uses cuBLAS.
 constexpr int kGemvMaxRows = 8;
 bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out,
-                 bool accumulate, cudaStream_t s);
+                 bool accumulate, const CudaOptions& o, cudaStream_t s);
 
 // ---- cuda_attention.cu -------------------------------------------------------------------------
+// KV cache element type (deltaserve::DType F32, BF16, F8E4M3, F8E5M2; kernels.h KvLayerView).
+enum class KvType : int { F32 = 0, BF16 = 1, E4M3 = 2, E5M2 = 3 };
+
 struct AttnArgs {
   int n_tokens = 0, n_seqs = 0;
   int n_heads = 0, n_kv_heads = 0, head_dim = 0, rotary_dim = 0;
@@ -47,8 +52,11 @@ struct AttnArgs {
   const float* k_norm = nullptr;
   const float* inv_freq = nullptr; // [rotary_dim / 2] device
   const float* qkv = nullptr;      // [T, row]
-  float* k_cache = nullptr;        // [n_blocks, bs, nkv, hd]
-  float* v_cache = nullptr;
+  void* k_cache = nullptr;         // [n_blocks, bs, nkv, hd] of kv_type
+  void* v_cache = nullptr;
+  KvType kv_type = KvType::F32;
+  // Stored = convert(x * inv_scale); read = stored * scale (per layer; 1 unless fp8 with scales).
+  float k_scale = 1.f, v_scale = 1.f, k_inv_scale = 1.f, v_inv_scale = 1.f;
   float* q_scratch = nullptr;      // [T, nh, hd]
   int32_t* tok_seq = nullptr;      // [T] scratch
   const int32_t* positions = nullptr;  // [T]
@@ -66,9 +74,10 @@ struct AttnArgs {
   // (token tile of 16 * flash_mt tokens of one sequence, KV head, flash_hb query heads of its
   // group); flash_tiles = sum over sequences of ceil(tokens / (16 * flash_mt)).
   int flash_tiles = 0, flash_hb = 0, flash_mt = 0, flash_bn = 32;
-  bool flash_stage = false;  // some sequence continues a cached prefix: f32 staging of its keys
+  bool flash_stage = false;  // some sequence continues a cached prefix: staging of its keys
   // Flash path only: qk_prep writes q as fp16 to q16 [T, nh, hd] (instead of q_scratch), and this
-  // step's k as fp16 / v as bf16 to k16 / v16 [T, nkv, hd] (besides the f32 cache).
+  // step's k as fp16 / v as bf16 to k16 / v16 [T, nkv, hd] (besides the cache): the values the
+  // cache holds (stored * scale), so every key is read the same way whichever chunk wrote it.
   uint16_t* q16 = nullptr;
   uint16_t* k16 = nullptr;
   uint16_t* v16 = nullptr;
@@ -79,7 +88,7 @@ void launch_attention(const AttnArgs& a, cudaStream_t s);
 
 // ---- cuda_flash_attention.cu -------------------------------------------------------------------
 // Block layout of the tensor-core path for this head shape on the current device. stage: some
-// sequence continues a cached prefix (its earlier keys are staged as f32). False when the shape
+// sequence continues a cached prefix (its earlier keys are staged from the cache). False when the shape
 // has no kernel (head_dim other than 64, 128, 256) or the device's shared memory is too small
 // (head_dim 256 on sm_86).
 struct FlashPlan {
@@ -87,7 +96,8 @@ struct FlashPlan {
   int m_tiles = 0;          // 16-token tiles per block (flash_mt)
   int keys_per_tile = 0;    // 32 or 64 (flash_bn)
 };
-bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, FlashPlan* plan);
+bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, const CudaOptions& o,
+                          FlashPlan* plan);
 // The attention itself, after qk_prep (q in q16, this step's k/v in k16/v16 and the paged cache).
 void launch_flash_attention(const AttnArgs& a, cudaStream_t s);
 
@@ -108,6 +118,10 @@ struct GdnArgs {
   const int32_t* defer = nullptr;      // [S] device, nullptr = none
   float* pending = nullptr;            // [slots * pending_depth, conv_dim + 2*Hv]
   int pending_depth = 0;
+  // Prefix-cache checkpoints: the state after token ckpt_at[s] of the run goes to slot
+  // ckpt_slot[s] (ckpt_at -1: none). nullptr: none this step.
+  const int32_t* ckpt_at = nullptr;    // [S] device
+  const int32_t* ckpt_slot = nullptr;  // [S] device
   const int32_t* seq_start = nullptr;  // [S+1]
   const int32_t* state_slot = nullptr; // [S]
   float* conv_out = nullptr;           // scratch [T, conv_dim]
@@ -133,6 +147,8 @@ struct GdnCommitArgs {
   const GdnCommitLayer* layers = nullptr;  // [n_layers] device
   const int32_t* seq_start = nullptr;      // [S+1] device: tokens to replay per sequence
   const int32_t* state_slot = nullptr;     // [S] device
+  const int32_t* ckpt_at = nullptr;        // [S] device, nullptr = no checkpoints (as GdnArgs)
+  const int32_t* ckpt_slot = nullptr;      // [S] device
 };
 // Two launches for all layers: the recurrence (which reads the old conv windows), then the windows.
 bool launch_gdn_commit(const GdnCommitArgs& a, cudaStream_t s);

@@ -318,11 +318,6 @@ __global__ void __launch_bounds__(kTcThreads, MINB)
   }
 }
 
-int env_int(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : dflt;
-}
-
 // Per (device, stream): split partials and tile counters (zeroed once; the last block of a tile
 // sets its counter back to 0). Allocated on first use, never inside a stream capture (then the
 // caller falls back to S = 1).
@@ -402,7 +397,7 @@ int sm_count(int device) {
 // 2/3 G being about what saturates HBM: minimise (Ks + k0) * sum over rounds of max(a, Gs).
 template <int D, int MINB>
 bool run_tc_with(const float* x, int T, int64_t K64, const uint16_t* w, int64_t N64, float* out, bool accumulate,
-                 cudaStream_t s) {
+                 const CudaOptions& o, cudaStream_t s) {
   const int K = static_cast<int>(K64), N = static_cast<int>(N64);
   int device = 0;
   DS_CUDA_CHECK(cudaGetDevice(&device));
@@ -410,10 +405,10 @@ bool run_tc_with(const float* x, int T, int64_t K64, const uint16_t* w, int64_t 
   const int step = 64 * D;
   const int KP = (kTcSmemBytes / (4 * T)) / step * step;  // largest unit (staged x fits)
   int64_t G = int64_t(sm_count(device)) * TcKernel<D, MINB>::blocks_per_sm(device);
-  const int grid_cap = env_int("DELTASERVE_GEMV_TC_GRID", 0);
+  const int grid_cap = o.gemv_tc_grid;
   if (grid_cap > 0) G = std::min<int64_t>(G, grid_cap);
   const int64_t Gs = std::max<int64_t>(1, G * 2 / 3);
-  const int64_t k0 = std::max(0, env_int("DELTASERVE_GEMV_TC_K0", 128));
+  const int64_t k0 = std::max(0, o.gemv_tc_k0);
   const int s_min = (K + KP - 1) / KP;
   const int s_max = std::max(s_min, std::min(K / step, 4 * s_min + 64));
   int best_S = 0, best_Ks = 0;
@@ -445,22 +440,21 @@ bool run_tc_with(const float* x, int T, int64_t K64, const uint16_t* w, int64_t 
 }
 
 bool run_tc(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out, bool accumulate,
-            cudaStream_t s) {
+            const CudaOptions& o, cudaStream_t s) {
   if (T < 2 || T > 8 || K % 16 != 0 || K < 16 || N < 1) return false;
   if (K > (int64_t(1) << 30) || N > (int64_t(1) << 27)) return false;
-  const char* on = std::getenv("DELTASERVE_GEMV_TC");
-  if (on && std::strcmp(on, "0") == 0) return false;
-  return run_tc_with<2, 3>(x, T, K, w, N, out, accumulate, s);
+  if (!o.gemv_tensor_cores) return false;
+  return run_tc_with<2, 3>(x, T, K, w, N, out, accumulate, o, s);
 }
 
 }  // namespace
 
 bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out,
-                 bool accumulate, cudaStream_t s) {
+                 bool accumulate, const CudaOptions& o, cudaStream_t s) {
   if (T < 1 || T > kGemvMaxRows || K % 8 != 0 || N < 1) return false;
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0) return false;
   if (T == 1) run<1, 4, 2>(x, T, K, w, N, out, accumulate, s);
-  else if (run_tc(x, T, K, w, N, out, accumulate, s)) return true;
+  else if (run_tc(x, T, K, w, N, out, accumulate, o, s)) return true;
   else if (T == 2) run<2, 4, 2>(x, T, K, w, N, out, accumulate, s);
   // (R = 8 for T = 3..8, to halve the x re-reads, measured slower on the H200: 22.9 vs 21.6 ms for
   // the 27B 4-token verification forward.)

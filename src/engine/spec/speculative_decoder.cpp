@@ -45,9 +45,11 @@ void SpeculativeDecoder::finish_step(std::span<const ScheduledItem> items, std::
   // token and the accepted drafts now become the state.
   commits_.clear();
   for (size_t i = 0; i < items.size(); ++i) {
-    const Sequence& s = *items[i].seq;
-    if (outputs[i].n_accepted >= 0 && s.status != SeqStatus::Finished)
-      commits_.push_back(StateCommit{s.slot, outputs[i].n_accepted + 1});
+    Sequence& s = *items[i].seq;
+    if (outputs[i].n_accepted < 0 || s.status == SeqStatus::Finished) continue;
+    const int n = outputs[i].n_accepted + 1;
+    const CommitCheckpoint ck = scheduler.commit_checkpoint(s, n);  // prefix cache: the rolling checkpoint
+    commits_.push_back(StateCommit{s.slot, n, ck.at, ck.slot});
   }
   runner_.commit_state(commits_);
   drafter_.propose(items, outputs, scheduler);

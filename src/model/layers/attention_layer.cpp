@@ -1,8 +1,31 @@
 #include "model/layers/attention_layer.h"
 
 #include <cmath>
+#include <optional>
 
 namespace deltaserve {
+
+namespace {
+
+// The k ('k') or v ('v') cache scale of one attention layer (p = "<layer>.self_attn."): the one
+// of its accepted names the checkpoint has; 1 when it has none, an error when it has two.
+Result<float> kv_cache_scale(WeightLoader& w, const std::string& p, char which) {
+  const std::string x(1, which);
+  const std::string names[] = {p + x + "_scale", p + "attn." + x + "_scale", p + x + "_proj." + x + "_scale",
+                               p + "kv_scale"};
+  std::optional<float> found;
+  std::string found_name;
+  for (const auto& n : names) {
+    DS_ASSIGN_OR_RETURN(std::optional<float> v, w.optional_scalar(n));
+    if (!v) continue;
+    if (found) return error("checkpoint has two ", x, " cache scales for one layer: '", found_name, "' and '", n, "'");
+    found = v;
+    found_name = n;
+  }
+  return found.value_or(1.f);
+}
+
+}  // namespace
 
 Result<AttentionLayer> AttentionLayer::load(WeightLoader& w, const std::string& prefix,
                                             const ModelConfig& c, bool zero_centred_norm) {
@@ -26,6 +49,9 @@ Result<AttentionLayer> AttentionLayer::load(WeightLoader& w, const std::string& 
   l.params.q_norm = l.q_norm.view;
   l.params.k_norm = l.k_norm.view;
   l.params.scale = 1.0f / std::sqrt(float(c.head_dim));
+  DS_ASSIGN_OR_RETURN(auto ks, kv_cache_scale(w, p, 'k'));
+  DS_ASSIGN_OR_RETURN(auto vs, kv_cache_scale(w, p, 'v'));
+  l.kv_scale = KvScale{ks, vs};
   return l;
 }
 

@@ -1,11 +1,17 @@
 // Full (gated) attention mixer: fused q(+gate)/k/v projection, the attention kernel, o_proj.
-// Checkpoint names: <prefix>.self_attn.{q_proj,k_proj,v_proj,o_proj,q_norm,k_norm}.weight
+// Checkpoint names: <prefix>.self_attn.{q_proj,k_proj,v_proj,o_proj,q_norm,k_norm}.weight, and
+// optionally the fp8 KV cache scales under the names SGLang / vLLM accept (scalars):
+//   self_attn.{k_scale,v_scale}             (compressed-tensors, Quark)
+//   self_attn.attn.{k_scale,v_scale}        (the attention module's own parameter names)
+//   self_attn.k_proj.k_scale, v_proj.v_scale (NVIDIA ModelOpt)
+//   self_attn.kv_scale                      (deprecated: one scale for both)
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "model/config.h"
+#include "model/model.h"
 #include "model/weight_loader.h"
 
 namespace deltaserve {
@@ -15,6 +21,7 @@ struct AttentionLayer {
   std::unique_ptr<LinearWeight> o_proj;    // [H, n_heads*head_dim]
   DeviceTensor q_norm, k_norm;             // [head_dim] f32
   AttentionParams params;
+  KvScale kv_scale;                        // from the checkpoint, else 1
 
   static Result<AttentionLayer> load(WeightLoader& w, const std::string& prefix,
                                      const ModelConfig& c, bool zero_centred_norm);

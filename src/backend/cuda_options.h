@@ -1,0 +1,51 @@
+// CudaOptions: the CUDA backend's knobs, typed and passed to it when it is made. Defaults are the
+// production settings; the others exist for A/B measurements and exact-numerics tests. Developer
+// overrides come from the environment, read once when the backend is made (from_environment):
+//   DELTASERVE_CUDA_GEMM=exact   exact_gemm        DELTASERVE_CUDA_FLASH=0    flash_attention off
+//   DELTASERVE_CUDA_GDN=thread   gdn_thread_per_row DELTASERVE_GEMV_TC=0      gemv_tensor_cores off
+//   DELTASERVE_GEMV_TC_GRID=N    gemv_tc_grid      DELTASERVE_GEMV_TC_K0=N    gemv_tc_k0
+//   DELTASERVE_FLASH_HB / _MT / _BN   flash_heads_per_block / flash_m_tiles / flash_keys_per_tile
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace deltaserve {
+
+struct CudaOptions {
+  // GEMMs of more than 8 rows: activations rounded to bf16 (vLLM/SGLang's numerics; default), or
+  // split into three bf16 parts for f32-exact products (3x the tensor-core work; fixture tests).
+  bool exact_gemm = false;
+  bool flash_attention = true;      // tensor-core prefill attention (else the CUDA-core kernel)
+  bool gdn_thread_per_row = false;  // GDN runs of > 8 tokens: a thread per state row (else lanes)
+  bool gemv_tensor_cores = true;    // 2..8-row GEMV on tensor cores (else CUDA cores)
+  int gemv_tc_grid = 0;             // cap on that GEMV's grid (0: what the device runs at once)
+  int gemv_tc_k0 = 128;             // its cost model's fixed cost per K split
+  int flash_heads_per_block = 0;    // flash tile overrides (0: chosen per shape and device)
+  int flash_m_tiles = 0;
+  int flash_keys_per_tile = 0;      // 32 or 64
+
+  static CudaOptions from_environment() {
+    CudaOptions o;
+    auto is = [](const char* name, const char* value) {
+      const char* e = std::getenv(name);
+      return e != nullptr && std::strcmp(e, value) == 0;
+    };
+    auto num = [](const char* name, int dflt) {
+      const char* e = std::getenv(name);
+      return e != nullptr && *e ? std::atoi(e) : dflt;
+    };
+    o.exact_gemm = is("DELTASERVE_CUDA_GEMM", "exact");
+    o.flash_attention = !is("DELTASERVE_CUDA_FLASH", "0");
+    o.gdn_thread_per_row = is("DELTASERVE_CUDA_GDN", "thread");
+    o.gemv_tensor_cores = !is("DELTASERVE_GEMV_TC", "0");
+    o.gemv_tc_grid = num("DELTASERVE_GEMV_TC_GRID", 0);
+    o.gemv_tc_k0 = num("DELTASERVE_GEMV_TC_K0", 128);
+    o.flash_heads_per_block = num("DELTASERVE_FLASH_HB", 0);
+    o.flash_m_tiles = num("DELTASERVE_FLASH_MT", 0);
+    o.flash_keys_per_tile = num("DELTASERVE_FLASH_BN", 0);
+    return o;
+  }
+};
+
+}  // namespace deltaserve
