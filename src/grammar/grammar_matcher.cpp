@@ -105,7 +105,7 @@ std::shared_ptr<const TokenBitset> GrammarMaskCache::find_state(const std::vecto
 }
 
 void GrammarMaskCache::store_state(const std::vector<int32_t>& key, std::shared_ptr<const TokenBitset> mask) {
-  constexpr size_t kMaxStates = 4096;  // ~80 MB of masks at 151k tokens; then start over
+  constexpr size_t kMaxStates = 1024;  // at most ~32 MB of masks at 248k tokens; then start over
   std::lock_guard<std::mutex> lock(mutex_);
   if (states_.size() >= kMaxStates) states_.clear();
   states_.emplace(key, std::move(mask));
@@ -229,6 +229,11 @@ const GrammarMaskCache::Local& GrammarMatcher::local(const Frame& f) {
   walk(1, g_->vocab().n_nodes(), 0, std::span<const Frame>(&start, 1), local->accepted, &local->pops);
   std::sort(local->pops.begin(), local->pops.end());
   local->pops.erase(std::unique(local->pops.begin(), local->pops.end()), local->pops.end());
+  if (local->accepted.count() <= g_->vocab().size() / 64) {
+    local->ids = local->accepted.ids();
+    local->accepted = TokenBitset();
+    local->sparse = true;
+  }
   return *cache.store_local(global, std::move(local));
 }
 
@@ -258,7 +263,7 @@ const TokenBitset& GrammarMatcher::next_token_mask() {
     auto built = std::make_shared<TokenBitset>(v.size());
     // Copy the positions: walks below reuse the scratch buffers.
     std::vector<Frame> positions(cur.begin(), cur.end());
-    for (const Frame& f : positions) built->merge(local(f).accepted);
+    for (const Frame& f : positions) local(f).add_to(*built);
     for (const Frame& f : positions) {
       if (f.parent < 0) continue;  // the root rule ending leaves nothing to consume the rest
       const GrammarMaskCache::Local& loc = local(f);

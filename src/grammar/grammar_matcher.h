@@ -56,8 +56,16 @@ class GrammarStepper {
 class GrammarMaskCache {
  public:
   struct Local {
-    TokenBitset accepted;          // tokens accepted inside the rule (or ending exactly at its end)
+    // Tokens accepted inside the rule (or ending exactly at its end): a bitset, or (sparse, the
+    // usual case at structural positions) the ids, which keeps cached masks small.
+    TokenBitset accepted;
+    std::vector<int32_t> ids;
+    bool sparse = false;
     std::vector<int32_t> pops;     // trie nodes after which the rule has ended, bytes remaining
+    void add_to(TokenBitset& mask) const {
+      if (!sparse) return mask.merge(accepted);
+      for (int32_t id : ids) mask.set(id);
+    }
   };
   explicit GrammarMaskCache(const CompiledGrammar& g);
   ~GrammarMaskCache();
