@@ -44,6 +44,19 @@ ServerConfig server_config_from(const ServeOptions& opts) {
   if (opts.max_request_bytes > 0) sc.max_request_bytes = static_cast<std::size_t>(opts.max_request_bytes);
   sc.reasoning_parser = opts.reasoning_parser;
   sc.tool_call_parser = opts.tool_call_parser;
+  sc.model_path = opts.model_path;
+  sc.enable_cors = opts.enable_cors || opts.is_explicit("allowed-origins");
+  sc.allowed_origins.clear();
+  for (size_t pos = 0; pos <= opts.allowed_origins.size();) {
+    size_t comma = opts.allowed_origins.find(',', pos);
+    if (comma == std::string::npos) comma = opts.allowed_origins.size();
+    std::string o = opts.allowed_origins.substr(pos, comma - pos);
+    while (!o.empty() && o.front() == ' ') o.erase(0, 1);
+    while (!o.empty() && o.back() == ' ') o.pop_back();
+    if (!o.empty()) sc.allowed_origins.push_back(o);
+    pos = comma + 1;
+  }
+  if (sc.allowed_origins.empty()) sc.allowed_origins.push_back("*");
   return sc;
 }
 

@@ -8,6 +8,15 @@
 
 namespace deltaserve {
 
+void Sequence::constraint_took(int32_t token) {
+  // The row was masked by this same constraint, so it cannot refuse; if it ever does, its state
+  // lags the sequence: say so once rather than stopping the engine.
+  if (constraint && !constraint->accept(token)) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) log_warn("a token constraint refused a token sampled under it (request ", id, ")");
+  }
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::unique_ptr<Backend> backend) {
   const EngineConfig& c = config;
   // Capacities come from the memory plan (or the test that builds the engine): none is guessed here.
@@ -162,6 +171,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
   seq->id = req.id;
   seq->stream = stream;
   seq->params = req.sampling;
+  seq->constraint = std::move(req.constraint);
   seq->tokens = std::move(req.prompt);
   seq->n_prompt = static_cast<int>(seq->tokens.size());
   seq->max_total_tokens = std::min<int64_t>(int64_t(seq->n_prompt) + req.sampling.max_tokens, config_.context_length);
@@ -392,8 +402,12 @@ void Engine::sample_all(const std::vector<ScheduledItem>& items) {
     const bool want_lp = s.params.top_logprobs >= 0;
     if (s.n_drafts == 0) {
       TokenLogprob lp;
-      s.tokens.push_back(sampler.sample(runner_->logits(rows[i]), s.params, s.prompt(), s.generated(), s.rng,
-                                        want_lp ? &lp : nullptr));
+      const float* raw = runner_->logits(rows[i]);
+      const float* row = sampler.constrain(raw, s.constraint.get(), s.n_generated());
+      const int32_t tok = sampler.sample(row, s.params, s.prompt(), s.generated(), s.rng, want_lp && row == raw ? &lp : nullptr);
+      if (want_lp && row != raw) sampler.logprobs(raw, tok, s.params.top_logprobs, &lp);  // logprobs stay raw
+      s.tokens.push_back(tok);
+      s.constraint_took(tok);
       if (want_lp) o.logprobs.push_back(std::move(lp));
     } else {
       o.n_accepted = spec_->verify(s, rows[i], sampler, probs, want_lp ? &o.logprobs : nullptr);

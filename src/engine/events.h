@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "engine/token_constraint.h"
 #include "util/channel.h"
 
 namespace deltaserve {
@@ -59,6 +60,9 @@ struct GenerateRequest {
   RequestId id = 0;                 // unique; the caller assigns it (Engine::next_request_id())
   std::vector<TokenId> prompt;      // token ids, already templated and encoded
   SamplingParams sampling;
+  // Grammar / logit_bias / allowed ids / min_tokens for this sequence (null: none); one object
+  // per sequence, the engine calls it on the sampling path (engine/token_constraint.h).
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct TokenLogprob {

@@ -227,6 +227,13 @@ SpecDecision speculative_accept(std::vector<float>& p, const std::vector<float>&
   return {false, last};
 }
 
+const float* Sampler::constrain(const float* logits, TokenConstraint* c, int n_generated) {
+  if (!c || !c->active(n_generated)) return logits;
+  constrained_.assign(logits, logits + vocab_);
+  c->apply(constrained_.data(), vocab_, n_generated);
+  return constrained_.data();
+}
+
 int32_t Sampler::draw(const std::vector<float>& probs, std::mt19937_64& rng) {
   double total = 0;
   for (float x : probs) total += x;

@@ -10,6 +10,7 @@
 
 #include "engine/events.h"
 #include "engine/sampling_params.h"
+#include "engine/token_constraint.h"
 
 namespace deltaserve {
 
@@ -35,6 +36,9 @@ class Sampler {
   void logprobs(const float* logits, int32_t token, int top_n, TokenLogprob* lp) {
     fill_logprobs(logits, token, top_n, lp);
   }
+  // The row to sample from: `logits` itself, or (a sequence with an active TokenConstraint) a copy
+  // in this sampler's buffer that the constraint masked and biased. Valid until the next call.
+  const float* constrain(const float* logits, TokenConstraint* c, int n_generated);
   // Draws from a probability vector over the vocabulary.
   int32_t draw(const std::vector<float>& probs, std::mt19937_64& rng);
 
@@ -56,6 +60,7 @@ class Sampler {
 
   int64_t vocab_;
   std::vector<float> work_;                     // [vocab] processed logits
+  std::vector<float> constrained_;              // [vocab] a constrained row
   std::vector<std::pair<float, int32_t>> cand_; // (prob, token)
   std::vector<int32_t> sorted_;
 };

@@ -30,6 +30,9 @@ struct Sequence {
   int64_t max_total_tokens = 0;     // prompt + max generated (bounded by the context length)
   uint64_t admit_order = 0;         // for preemption: the newest running sequence goes first
   int n_drafts = 0;                 // draft tokens waiting for verification (engine/spec/)
+  // Grammar / logit_bias / ... (null: none): applied to every row this sequence samples from,
+  // told every token it takes; its state follows `tokens` (drafts are rolled back after drafting).
+  std::shared_ptr<TokenConstraint> constraint;
   // Prefix cache.
   int n_cached = 0;                 // prompt tokens served from the cache at first admission
   int rolling_slot = -1;            // checkpoint slot with its state after rolling_pos tokens
@@ -37,6 +40,8 @@ struct Sequence {
   uint64_t spec_steps = 0, spec_accepted = 0;  // verification steps, tokens emitted by them
 
   int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }
+  // Tells the constraint (if any) the sequence took `token` (engine.cpp).
+  void constraint_took(int32_t token);
   std::span<const int32_t> prompt() const { return {tokens.data(), static_cast<size_t>(n_prompt)}; }
   std::span<const int32_t> generated() const {
     return {tokens.data() + n_prompt, tokens.size() - static_cast<size_t>(n_prompt)};

@@ -50,6 +50,8 @@ const std::vector<Row>& rows() {
     {{"api-key", "", S, "", "", "require `Authorization: Bearer KEY` (default: no auth)", YES, NO_PERF}, &ServeOptions::api_key},
     {{"max-request-bytes", "", B, "32MiB", "", "largest accepted request body", YES, NO_PERF}, &ServeOptions::max_request_bytes},
     {{"http-threads", "", I, "auto", "", "HTTP io threads (auto: 1 on CPU, where compute threads take every core; 4 on GPU)", YES, PERF}, &ServeOptions::http_threads},
+    {{"enable-cors", "", BOOL, "false", "", "answer browsers: CORS headers and OPTIONS preflight for the origins in --allowed-origins", YES, NO_PERF}, &ServeOptions::enable_cors},
+    {{"allowed-origins", "", S, "*", "", "comma-separated origins CORS allows (* = any); setting it turns --enable-cors on", YES, NO_PERF}, &ServeOptions::allowed_origins},
     // Hardware.
     {{"device", "", C, "auto", "auto,cpu,cuda", "where to run (auto: cuda when built with CUDA and a GPU is present)", YES, PERF}, &ServeOptions::device},
     {{"tp-size", "tensor-parallel-size,tp", I, "1", "", "tensor parallel: GPUs per model replica", NOT_YET, PERF}, &ServeOptions::tp_size},

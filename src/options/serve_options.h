@@ -82,6 +82,8 @@ struct ServeOptions {
   std::string api_key;               // "" = no auth
   int64_t max_request_bytes = 0;     // request body limit, 32 MiB
   int64_t http_threads = 0;          // HTTP io threads; 0 = auto (1 on CPU, 4 on GPU)
+  bool enable_cors = false;          // CORS headers + OPTIONS preflight
+  std::string allowed_origins;       // comma-separated; "*" = any (setting it enables CORS)
 
   // Hardware.
   std::string device;                // auto | cpu | cuda

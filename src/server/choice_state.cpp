@@ -16,8 +16,15 @@ std::string finish_reason_text(FinishReason reason) {
 ChoiceState::ChoiceState(const Tokenizer& tokenizer, ChoiceOptions options)
     : tokenizer_(tokenizer),
       options_(std::move(options)),
-      detok_(tokenizer, options_.skip_special),
+      detok_(tokenizer, false),
       stop_(options_.stop) {
+  for (const auto& [pattern, grammar] : options_.stop_regex) {
+    RegexScan scan;
+    scan.stepper = std::make_unique<GrammarStepper>(*grammar);
+    MatchFlags flags;
+    scan.stepper->initial(scan.cur, flags);
+    regex_.push_back(std::move(scan));
+  }
   if (options_.chat && options_.reasoning) reasoning_.emplace(options_.start_in_reasoning);
   if (options_.chat && options_.tool_parser != ToolParserKind::None && !options_.tools.is_null()) {
     tools_ = make_tool_call_parser(options_.tool_parser, options_.tools);
@@ -57,7 +64,8 @@ void ChoiceState::route_text(std::string text, bool at_end, ChoiceDelta& out) {
     ToolParseDelta t = tools_->push(content);
     if (at_end) t.append(tools_->finish());
     out.text += t.content;
-    for (auto& c : t.calls) out.tool_calls.push_back(std::move(c));
+    for (auto& c : t.calls)
+      if (options_.max_tool_calls < 0 || c.index < options_.max_tool_calls) out.tool_calls.push_back(std::move(c));
   } else {
     out.text += content;
   }
@@ -94,7 +102,10 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
       if (options_.think_end_id && id == *options_.think_end_id) think_ended_ = true;
     }
     if (k < event.logprobs.size()) out.logprobs.push_back(event.logprobs[k]);
+    acc_ids_.push_back(id);
+    out.token_ids.push_back(id);
     if (options_.hidden_ids.count(id)) continue;
+    if (options_.skip_special && tokenizer_.is_special(id) && !options_.keep_special.count(id)) continue;
     text += detok_.push(id);
   }
   bool at_end = event.finish != FinishReason::None;
@@ -106,11 +117,22 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
   StopMatcher::Output s = stop_.push(text);
   if (s.stopped) {
     stop_matched_ = true;
-    route_text(std::move(s.text), true, out);
     nlohmann::ordered_json matched = nullptr;
-    if (s.stop_idx >= 0 && static_cast<std::size_t>(s.stop_idx) < options_.stop.size())
+    if (s.stop_idx >= 0 && static_cast<std::size_t>(s.stop_idx) < options_.stop.size()) {
       matched = options_.stop[static_cast<std::size_t>(s.stop_idx)];
+      if (options_.no_stop_trim) s.text += options_.stop[static_cast<std::size_t>(s.stop_idx)];
+    }
+    if (std::size_t cut = stop_regex_end(s.text); cut != std::string::npos) {
+      s.text.resize(cut);
+      matched = options_.stop_regex[static_cast<std::size_t>(matched_regex_)].first;
+    }
+    route_text(std::move(s.text), true, out);
     finish(out, "stop", std::move(matched));
+  } else if (std::size_t cut = stop_regex_end(s.text); cut != std::string::npos) {
+    stop_matched_ = true;
+    s.text.resize(cut);
+    route_text(std::move(s.text), true, out);
+    finish(out, "stop", options_.stop_regex[static_cast<std::size_t>(matched_regex_)].first);
   } else {
     std::string safe = std::move(s.text);
     if (at_end) safe += stop_.flush();
@@ -138,6 +160,26 @@ ChoiceDelta ChoiceState::on_closed(const std::string& reason) {
   finish(out, reason);
   accumulate(out);
   return out;
+}
+
+std::size_t ChoiceState::stop_regex_end(std::string_view text) {
+  std::size_t best = std::string::npos;
+  for (std::size_t r = 0; r < regex_.size(); ++r) {
+    RegexScan& scan = regex_[r];
+    if (scan.done) continue;
+    for (std::size_t i = 0; i < text.size() && i < best; ++i) {
+      MatchFlags flags;
+      scan.stepper->step(scan.cur, static_cast<uint8_t>(text[i]), scan.next, flags);
+      scan.cur.swap(scan.next);
+      if (flags.accept) {
+        best = i + 1;
+        matched_regex_ = static_cast<int>(r);
+        scan.done = true;
+        break;
+      }
+    }
+  }
+  return best;
 }
 
 void ChoiceState::accumulate(const ChoiceDelta& d) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/events.h"
+#include "grammar/grammar_matcher.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
 #include "tokenizer/detokenizer.h"
@@ -29,7 +30,13 @@ struct ChoiceOptions {
   ToolParserKind tool_parser = ToolParserKind::None;
   nlohmann::ordered_json tools;             // for schema-typed tool arguments
   std::unordered_set<TokenId> hidden_ids;  // EOS / stop-token ids: counted, never detokenized
-  bool skip_special = false;        // also drop every special token from the text
+  bool skip_special = false;        // also drop every special token from the text...
+  std::unordered_set<TokenId> keep_special;  // ...but these (the parsers' <think>, <tool_call>)
+  bool no_stop_trim = false;        // a matched stop string stays in the text
+  // stop_regex: (pattern, compiled "anything, then the pattern"): the choice stops at the end of
+  // the first match (the match stays in the text: it may have been streamed already).
+  std::vector<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> stop_regex;
+  int max_tool_calls = -1;          // parallel_tool_calls false: 1 (later calls are dropped)
   std::optional<TokenId> think_end_id;     // counts reasoning tokens up to and including it
   bool count_reasoning_tokens = false;
   bool include_reasoning = true;    // false: reasoning is split off and dropped (vLLM)
@@ -41,11 +48,12 @@ struct ChoiceDelta {
   std::string reasoning;  // chat only
   std::vector<ToolCallDelta> tool_calls;
   std::vector<TokenLogprob> logprobs;
+  std::vector<TokenId> token_ids;  // the tokens of this event (return_token_ids)
   bool finished = false;
   std::string finish_reason;  // "stop" | "length" | "tool_calls" | "abort" | "error"
   std::string error;          // engine error message (finish_reason "error")
-  // On the finishing delta: the stop string (string) or stop token id (integer, EOS included)
-  // that ended the choice; null when it ended otherwise (length, abort, error, tool_calls).
+  // On the finishing delta: the stop string or stop_regex pattern (string) or stop token id
+  // (integer, EOS included) that ended the choice; null when it ended otherwise.
   nlohmann::ordered_json matched_stop;
   bool empty() const {
     return text.empty() && reasoning.empty() && tool_calls.empty() && logprobs.empty() && !finished;
@@ -75,6 +83,7 @@ class ChoiceState {
   const std::string& reasoning() const { return acc_reasoning_; }
   const std::vector<ToolCallDelta>& tool_call_deltas() const { return acc_calls_; }
   const std::vector<TokenLogprob>& logprobs() const { return acc_logprobs_; }
+  const std::vector<TokenId>& token_ids() const { return acc_ids_; }
   const std::string& finish_reason() const { return finish_reason_; }
   const nlohmann::ordered_json& matched_stop() const { return matched_stop_; }
 
@@ -82,6 +91,8 @@ class ChoiceState {
   void route_text(std::string text, bool at_end, ChoiceDelta& out);
   void finish(ChoiceDelta& out, std::string reason, nlohmann::ordered_json matched = nullptr);
   void accumulate(const ChoiceDelta& d);
+  // Length of the prefix of `text` up to the end of the first stop_regex match (npos: none).
+  std::size_t stop_regex_end(std::string_view text);
 
   const Tokenizer& tokenizer_;
   ChoiceOptions options_;
@@ -105,6 +116,14 @@ class ChoiceState {
   std::string acc_text_, acc_reasoning_;
   std::vector<ToolCallDelta> acc_calls_;
   std::vector<TokenLogprob> acc_logprobs_;
+  std::vector<TokenId> acc_ids_;
+  struct RegexScan {
+    std::unique_ptr<GrammarStepper> stepper;
+    std::vector<Frame> cur, next;
+    bool done = false;
+  };
+  std::vector<RegexScan> regex_;
+  int matched_regex_ = -1;
 };
 
 std::string finish_reason_text(FinishReason reason);

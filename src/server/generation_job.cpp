@@ -3,6 +3,7 @@
 #include <random>
 
 #include "server/json_util.h"
+#include "server/request_constraint.h"
 #include "util/log.h"
 
 namespace deltaserve {
@@ -30,7 +31,10 @@ json token_bytes(const std::string& raw) {
   return b;
 }
 
+thread_local bool g_tokens_as_ids = false;  // return_tokens_as_token_ids of the request being formatted
+
 std::string token_string(const Tokenizer& tok, TokenId id) {
+  if (g_tokens_as_ids) return "token_id:" + std::to_string(id);
   TokenId ids[1] = {id};
   return tok.decode(ids, false);
 }
@@ -150,7 +154,8 @@ GenerationJob::GenerationJob(JobEnv env, OpenAiRequest request, std::vector<JobP
       options_(std::move(options)),
       exchange_(std::move(exchange)),
       arrival_(arrival) {
-  response_id_ = (request_.kind == ApiKind::Chat ? "chatcmpl-" : "cmpl-") + random_hex(32);
+  response_id_ = (request_.kind == ApiKind::Chat ? "chatcmpl-" : request_.kind == ApiKind::Responses ? "resp_" : "cmpl-") +
+                 random_hex(32);
   created_ = std::chrono::duration_cast<std::chrono::seconds>(
                  std::chrono::system_clock::now().time_since_epoch())
                  .count();
@@ -160,6 +165,19 @@ GenerationJob::GenerationJob(JobEnv env, OpenAiRequest request, std::vector<JobP
 
 GenerationJob::~GenerationJob() {
   if (env_.active_jobs) env_.active_jobs->fetch_sub(1);
+  if (env_.registry && registry_handle_) env_.registry->remove(registry_handle_);
+}
+
+const std::string& GenerationJob::route() const {
+  static const std::string kRoutes[] = {"/v1/chat/completions", "/v1/completions", "/generate", "/v1/responses"};
+  return kRoutes[static_cast<int>(request_.kind)];
+}
+
+void GenerationJob::abort() {
+  exchange_->post([job = shared_from_this()] {
+    if (job->released_) return;
+    for (auto& c : job->choices_) job->cancel_choice(c);
+  });
 }
 
 void GenerationJob::start() {
@@ -181,9 +199,16 @@ void GenerationJob::start() {
     g.sampling.max_tokens = prompts_[p].max_tokens;
     // Each prompt's j-th choice gets seed + j: a prompt samples the same in a batch as alone.
     if (g.sampling.seed && j > 0) g.sampling.seed = *g.sampling.seed + j;
+    g.constraint = make_constraint(request_.plan);  // one per sequence: it tracks its tokens
     choices_[i].id = g.id;
     choices_[i].prompt = p;
     choices_[i].stream = env_.engine->submit(std::move(g));
+  }
+  if (env_.registry) {
+    registry_handle_ = env_.registry->add(request_.rid.empty() ? response_id_ : request_.rid,
+                                          [weak] {
+                                            if (auto job = weak.lock()) job->abort();
+                                          });
   }
   // Hooks after all submits: the first drain sees every choice's stream.
   for (auto& c : choices_) {
@@ -258,9 +283,14 @@ void GenerationJob::process(std::size_t i, const TokenEvent& event, std::string&
 void GenerationJob::handle_delta(std::size_t i, const ChoiceDelta& d, std::string& out) {
   if (d.finished) env_.metrics->count_finish(d.finish_reason);
   if (!request_.stream || responded_) return;
+  g_tokens_as_ids = request_.tokens_as_ids;
   if (!head_sent_) {
     head_sent_ = true;
     exchange_->begin_stream(200, "text/event-stream");
+    if (request_.kind == ApiKind::Responses) {
+      responses_event("response.created", {{"response", responses_object("in_progress")}}, out);
+      responses_event("response.in_progress", {{"response", responses_object("in_progress")}}, out);
+    }
     if (request_.kind == ApiKind::Completion && request_.echo) {
       for (std::size_t k = 0; k < choices_.size(); ++k) {
         ChoiceDelta echo;
@@ -269,10 +299,11 @@ void GenerationJob::handle_delta(std::size_t i, const ChoiceDelta& d, std::strin
       }
     }
   }
-  if (request_.kind == ApiKind::Chat) {
-    append_chat_chunk(i, d, out);
-  } else {
-    append_completion_chunk(i, d, out);
+  switch (request_.kind) {
+    case ApiKind::Chat: append_chat_chunk(i, d, out); break;
+    case ApiKind::Completion: append_completion_chunk(i, d, out); break;
+    case ApiKind::Generate: append_generate_chunk(i, d, out); break;
+    case ApiKind::Responses: append_responses_events(d, out); break;
   }
 }
 
@@ -285,17 +316,20 @@ void GenerationJob::append_chat_chunk(std::size_t i, const ChoiceDelta& d, std::
                    {"logprobs", std::move(logprobs)},
                    {"finish_reason", std::move(finish)}};
     if (last) choice["matched_stop"] = d.matched_stop;
+    if (request_.return_token_ids && !last) choice["token_ids"] = d.token_ids;
     json payload = {{"id", response_id_},
                     {"object", "chat.completion.chunk"},
                     {"created", created_},
                     {"model", env_.model_name},
                     {"choices", json::array({choice})}};
     if (request_.continuous_usage_stats) payload["usage"] = current_usage();
+    if (!c.role_sent && (request_.return_token_ids || request_.return_prompt_token_ids))
+      payload["prompt_token_ids"] = prompts_[c.prompt].ids;
     append_sse(payload, out);
   };
   if (!c.role_sent) {
-    c.role_sent = true;
     chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
+    c.role_sent = true;
   }
   json delta = json::object();
   if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
@@ -303,7 +337,7 @@ void GenerationJob::append_chat_chunk(std::size_t i, const ChoiceDelta& d, std::
   if (!d.tool_calls.empty()) delta["tool_calls"] = tool_call_deltas_json(d.tool_calls);
   json lp = request_.logprobs && !d.logprobs.empty() ? chat_logprobs(*env_.tokenizer, d.logprobs)
                                                      : json(nullptr);
-  if (!delta.empty() || !lp.is_null()) chunk(delta, nullptr, lp);
+  if (!delta.empty() || !lp.is_null() || (request_.return_token_ids && !d.token_ids.empty())) chunk(delta, nullptr, lp);
   if (d.finished) {
     if (!d.error.empty()) {
       append_sse({{"error", {{"message", d.error}, {"type", "server_error"}, {"param", nullptr},
@@ -328,6 +362,7 @@ void GenerationJob::append_completion_chunk(std::size_t i, const ChoiceDelta& d,
                  {"logprobs", lp},
                  {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
   if (d.finished) choice["matched_stop"] = d.matched_stop;
+  if (request_.return_token_ids) choice["token_ids"] = d.token_ids;
   json payload = {{"id", response_id_},
                   {"object", "text_completion"},
                   {"created", created_},
@@ -357,6 +392,9 @@ void GenerationJob::append_usage_chunk(std::string& out) {
 }
 
 std::string GenerationJob::full_response() const {
+  g_tokens_as_ids = request_.tokens_as_ids;
+  if (request_.kind == ApiKind::Generate) return generate_response();
+  if (request_.kind == ApiKind::Responses) return safe_dump(responses_object(""));
   json choices = json::array();
   int completion = 0, reasoning = 0;
   for (std::size_t i = 0; i < choices_.size(); ++i) {
@@ -376,6 +414,7 @@ std::string GenerationJob::full_response() const {
                          {"logprobs", lp},
                          {"finish_reason", s.finish_reason()},
                          {"matched_stop", s.matched_stop()}});
+      if (request_.return_token_ids) choices.back()["token_ids"] = s.token_ids();
     } else {
       const std::string& echo = prompts_[choices_[i].prompt].echo_text;
       int64_t offset = request_.echo ? static_cast<int64_t>(echo.size()) : 0;
@@ -387,6 +426,7 @@ std::string GenerationJob::full_response() const {
                          {"logprobs", lp},
                          {"finish_reason", s.finish_reason()},
                          {"matched_stop", s.matched_stop()}});
+      if (request_.return_token_ids) choices.back()["token_ids"] = s.token_ids();
     }
   }
   json body = {{"id", response_id_},
@@ -395,15 +435,22 @@ std::string GenerationJob::full_response() const {
                {"model", env_.model_name},
                {"choices", choices},
                {"usage", usage_json(n_prompt_tokens_, completion, reasoning)}};
+  if (request_.return_token_ids || request_.return_prompt_token_ids) {
+    if (prompts_.size() == 1) {
+      body["prompt_token_ids"] = prompts_[0].ids;
+    } else {
+      json all = json::array();
+      for (const auto& p : prompts_) all.push_back(p.ids);
+      body["prompt_token_ids"] = all;
+    }
+  }
   return safe_dump(body);
 }
 
 void GenerationJob::send_error_response(EngineErrorKind kind, const std::string& message) {
   const ApiError e = api_error_for(kind, message);
   const int status = e.status;
-  env_.metrics->count_request(request_.kind == ApiKind::Chat ? "/v1/chat/completions"
-                                                             : "/v1/completions",
-                              status);
+  env_.metrics->count_request(route(), status);
   exchange_->respond(status, "application/json", e.to_json());
   responded_ = true;
   for (auto& c : choices_) {
@@ -437,8 +484,12 @@ void GenerationJob::finish() {
   if (!responded_ && !disconnected_) {
     if (request_.stream) {
       std::string out;
-      if (request_.include_usage) append_usage_chunk(out);
-      out += "data: [DONE]\n\n";
+      if (request_.kind == ApiKind::Responses) {
+        append_responses_end(out);
+      } else {
+        if (request_.include_usage && request_.kind != ApiKind::Generate) append_usage_chunk(out);
+        out += "data: [DONE]\n\n";
+      }
       exchange_->write(std::move(out));
       exchange_->end_stream();
     } else {
@@ -455,13 +506,12 @@ void GenerationJob::finish() {
         exchange_->respond(200, "application/json", full_response());
       }
     }
-    env_.metrics->count_request(request_.kind == ApiKind::Chat ? "/v1/chat/completions"
-                                                               : "/v1/completions",
-                                200);
+    env_.metrics->count_request(route(), 200);
     responded_ = true;
   }
   env_.metrics->observe_e2e(std::chrono::duration<double>(Clock::now() - arrival_).count());
   if (request_.stream) env_.metrics->stream_closed();
+  if (request_.kind == ApiKind::Responses && env_.on_response && !disconnected_) env_.on_response(responses_object(""));
   released_ = true;
   for (auto& c : choices_) c.stream->events.set_notify(nullptr);
   exchange_->post([job = std::move(self_)] {});  // drop the self-reference outside our frame

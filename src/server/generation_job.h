@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -20,6 +21,7 @@
 #include "server/choice_state.h"
 #include "server/http_server.h"
 #include "server/openai_request.h"
+#include "server/request_registry.h"
 #include "server/server_metrics.h"
 
 namespace deltaserve {
@@ -30,6 +32,9 @@ struct JobEnv {
   ServerMetrics* metrics = nullptr;
   std::atomic<int>* active_jobs = nullptr;  // incremented while a job lives
   std::string model_name;
+  RequestRegistry* registry = nullptr;      // for /abort_request (may be null)
+  // Responses API: the finished response object (for GET /v1/responses/{id}).
+  std::function<void(const nlohmann::ordered_json&)> on_response;
 };
 
 // One prompt of the request, tokenized and validated.
@@ -50,6 +55,10 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
 
   // Call on the exchange's strand (the HTTP handler). Submits the sequences.
   void start();
+  // Any thread: cancels every unfinished sequence (POST /abort_request); the response ends with
+  // finish_reason "abort".
+  void abort();
+  const std::string& response_id() const { return response_id_; }
 
  private:
   struct Choice {
@@ -79,6 +88,17 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void append_usage_chunk(std::string& out);
   nlohmann::ordered_json current_usage() const;  // usage over all choices so far
   std::string full_response() const;
+  const std::string& route() const;
+
+  // SGLang /generate output (sglang_routes.cpp).
+  nlohmann::ordered_json generate_item(std::size_t i, bool final) const;
+  void append_generate_chunk(std::size_t i, const ChoiceDelta& d, std::string& out);
+  std::string generate_response() const;
+  // Responses API output (responses_api.cpp).
+  nlohmann::ordered_json responses_object(const std::string& status) const;
+  void append_responses_events(const ChoiceDelta& d, std::string& out);
+  void append_responses_end(std::string& out);
+  void responses_event(const std::string& type, nlohmann::ordered_json payload, std::string& out);
 
   JobEnv env_;
   OpenAiRequest request_;
@@ -97,6 +117,18 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   bool responded_ = false;     // the HTTP response is complete (or abandoned)
   bool disconnected_ = false;
   bool released_ = false;
+  uint64_t registry_handle_ = 0;
+  // Responses API streaming: the output items opened so far.
+  struct ResponsesStream {
+    int seq = 0;                 // sequence_number of the next event
+    std::string open;            // "", "reasoning", "message", "function_call"
+    int output_index = -1;
+    std::string item_id, text;   // the open item
+    int call_index = -1;         // the open function call's tool-call index
+    std::string call_id, call_name;
+  };
+  ResponsesStream rs_;
+  nlohmann::ordered_json rs_items_ = nlohmann::ordered_json::array();  // finished output items
 };
 
 }  // namespace deltaserve

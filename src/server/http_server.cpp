@@ -29,6 +29,8 @@ const char* http_status_text(int status) {
   switch (status) {
     case 100: return "Continue";
     case 200: return "OK";
+    case 204: return "No Content";
+    case 403: return "Forbidden";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 404: return "Not Found";
@@ -338,6 +340,7 @@ HttpExchange::~HttpExchange() = default;
 
 void HttpExchange::respond(int status, std::string content_type, std::string body,
                            HttpHeaders headers) {
+  headers.insert(headers.end(), extra_headers_.begin(), extra_headers_.end());
   connection_->post([self = shared_from_this(), status, ct = std::move(content_type),
                      b = std::move(body), h = std::move(headers)]() mutable {
     HttpConnection& c = *self->connection_;
@@ -349,6 +352,7 @@ void HttpExchange::respond(int status, std::string content_type, std::string bod
 }
 
 void HttpExchange::begin_stream(int status, std::string content_type, HttpHeaders headers) {
+  headers.insert(headers.end(), extra_headers_.begin(), extra_headers_.end());
   connection_->post([self = shared_from_this(), status, ct = std::move(content_type),
                      h = std::move(headers)]() {
     HttpConnection& c = *self->connection_;

@@ -50,6 +50,9 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   HttpExchange& operator=(const HttpExchange&) = delete;
 
   void respond(int status, std::string content_type, std::string body, HttpHeaders headers = {});
+  // A header every response of this exchange carries (e.g. CORS). Call from the handler, before
+  // answering.
+  void add_header(std::string name, std::string value) { extra_headers_.emplace_back(std::move(name), std::move(value)); }
   // Sends the status line and headers with Transfer-Encoding: chunked; write() sends one chunk.
   void begin_stream(int status, std::string content_type, HttpHeaders headers = {});
   void write(std::string data);
@@ -71,6 +74,7 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   std::atomic<bool> disconnected_{false};
   std::function<void()> on_disconnect_;  // touched only on the strand
   bool disconnect_fired_ = false;
+  HttpHeaders extra_headers_;
 };
 
 using HttpHandler = std::function<void(HttpRequest&&, std::shared_ptr<HttpExchange>)>;

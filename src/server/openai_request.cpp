@@ -1,10 +1,13 @@
 #include "server/openai_request.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 
 #include "server/json_util.h"
+#include "server/request_fields.h"
 
 namespace deltaserve {
 
@@ -110,6 +113,7 @@ std::optional<ApiError> parse_common(const json& body, const SamplingDefaults& d
     s.repetition_penalty = static_cast<float>(*v);
   }
   if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) s.seed = static_cast<uint64_t>(*v);
+  if (auto v = f.integer("sampling_seed", INT64_MIN, INT64_MAX)) s.seed = static_cast<uint64_t>(*v);
   if (auto v = f.integer("n", 1, kMaxChoices)) out.n = static_cast<int>(*v);
   if (auto v = f.integer("max_tokens", 1, INT32_MAX)) out.max_tokens = static_cast<int>(*v);
   if (auto v = f.integer("max_completion_tokens", 1, INT32_MAX)) {
@@ -267,7 +271,17 @@ std::optional<ApiError> normalize_message(const json& m, std::size_t i, json& ou
 
 std::optional<ApiError> parse_tools(const json& body, OpenAiRequest& out) {
   out.tools = nullptr;
-  if (!body.contains("tools") || body["tools"].is_null()) return std::nullopt;
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
+    if (!body["parallel_tool_calls"].is_boolean())
+      return ApiError::bad_request("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
+    out.parallel_tool_calls = body["parallel_tool_calls"].get<bool>();
+  }
+  if (!body.contains("tools") || body["tools"].is_null()) {
+    if (body.contains("tool_choice") && !body["tool_choice"].is_null() && body["tool_choice"] != "none" &&
+        body["tool_choice"] != "auto")
+      return ApiError::bad_request("'tool_choice' requires 'tools'", "tool_choice");
+    return std::nullopt;
+  }
   const json& tools = body["tools"];
   if (!tools.is_array()) return ApiError::bad_request("'tools' must be a list", "tools");
   for (std::size_t i = 0; i < tools.size(); ++i) {
@@ -288,10 +302,11 @@ std::optional<ApiError> parse_tools(const json& body, OpenAiRequest& out) {
     const json& tc = body["tool_choice"];
     if (tc.is_string()) {
       std::string c = tc.get<std::string>();
-      if (c == "none") return std::nullopt;  // tools not rendered, no parsing
-      if (c != "auto" && c != "required")
-        return ApiError::bad_request("'tool_choice' must be none, auto, required or a function",
+      if (c != "none" && c != "auto" && c != "required")
+        return ApiError::bad_request("'tool_choice' must be none, auto, required or a function, got '" + c + "'",
                                      "tool_choice");
+      out.tool_choice = c;
+      if (c == "none") return std::nullopt;  // tools not rendered, no parsing
     } else if (tc.is_object() && tc.contains("function") && tc["function"].is_object() &&
                tc["function"].contains("name") && tc["function"]["name"].is_string()) {
       std::string name = tc["function"]["name"];
@@ -302,6 +317,9 @@ std::optional<ApiError> parse_tools(const json& body, OpenAiRequest& out) {
       if (selected.empty())
         return ApiError::bad_request("tool_choice names unknown function '" + name + "'",
                                      "tool_choice");
+      if (tc.contains("type") && tc["type"] != "function")
+        return ApiError::bad_request("'tool_choice.type' must be 'function'", "tool_choice.type");
+      out.tool_choice = "function";
     } else {
       return ApiError::bad_request("'tool_choice' must be none, auto, required or a function",
                                    "tool_choice");
@@ -372,6 +390,221 @@ std::optional<ApiError> parse_prompts(const json& p, OpenAiRequest& out) {
   return std::nullopt;
 }
 
+
+// A JSON value given either as JSON or as a string holding JSON (SGLang sends json_schema and
+// structural_tag as strings).
+std::optional<ApiError> json_or_text(const json& v, const std::string& param, json& out) {
+  if (v.is_string()) {
+    out = json::parse(v.get<std::string>(), nullptr, false);
+    if (out.is_discarded()) return ApiError::bad_request("'" + param + "' is not valid JSON", param);
+    return std::nullopt;
+  }
+  if (!v.is_object() && !v.is_boolean())
+    return ApiError::bad_request("'" + param + "' must be a JSON schema (object) or a string holding one", param);
+  out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> set_constraint(OpenAiRequest& out, ConstraintSpec spec) {
+  if (!out.constraint.empty()) {
+    return ApiError::bad_request("'" + spec.param + "' and '" + out.constraint.param +
+                                     "' both constrain the output; give only one",
+                                 spec.param);
+  }
+  out.constraint = std::move(spec);
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_response_format(const json& rf, const std::string& param, OpenAiRequest& out) {
+  if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+    return ApiError::bad_request("'" + param + "' must be an object with a 'type'", param);
+  const std::string type = rf["type"].get<std::string>();
+  ConstraintSpec spec;
+  spec.param = param;
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") {
+    spec.kind = ConstraintSpec::Kind::JsonObject;
+  } else if (type == "json_schema") {
+    // OpenAI: {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}; the Responses
+    // API puts name/schema beside type.
+    const json& js = rf.contains("json_schema") ? rf["json_schema"] : rf;
+    const std::string where = rf.contains("json_schema") ? param + ".json_schema" : param;
+    if (!js.is_object()) return ApiError::bad_request("'" + where + "' must be an object", where);
+    const char* key = js.contains("schema") ? "schema" : js.contains("schema_") ? "schema_" : nullptr;
+    if (!key) return ApiError::bad_request("'" + where + ".schema' is required", where + ".schema", "missing_required_field");
+    if (auto e = json_or_text(js[key], where + ".schema", spec.json)) return e;
+    spec.kind = ConstraintSpec::Kind::JsonSchema;
+    spec.param = where + ".schema";
+  } else if (type == "structural_tag") {
+    spec.kind = ConstraintSpec::Kind::StructuralTag;
+    spec.json = rf;
+  } else {
+    return ApiError::bad_request("'" + param + ".type' must be one of text, json_object, json_schema, structural_tag; got '" +
+                                     type + "'",
+                                 param + ".type");
+  }
+  return set_constraint(out, std::move(spec));
+}
+
+std::optional<ApiError> token_id_list(const json& v, const std::string& param, std::vector<TokenId>& out) {
+  if (!v.is_array()) return ApiError::bad_request("'" + param + "' must be a list of token ids", param);
+  for (const auto& x : v) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+      return ApiError::bad_request("'" + param + "' must be a list of token ids", param);
+    out.push_back(x.get<TokenId>());
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> string_list(const json& v, const std::string& param, std::vector<std::string>& out,
+                                    bool allow_single) {
+  if (allow_single && v.is_string()) {
+    out.push_back(v.get<std::string>());
+    return std::nullopt;
+  }
+  if (!v.is_array()) return ApiError::bad_request("'" + param + "' must be a list of strings", param);
+  for (const auto& x : v) {
+    if (!x.is_string()) return ApiError::bad_request("'" + param + "' must be a list of strings", param);
+    out.push_back(x.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> parse_constraint_fields(const json& body, bool sglang_names, OpenAiRequest& out) {
+  auto has = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
+  Fields f{body, std::nullopt};
+  if (auto v = f.integer(sglang_names ? "min_new_tokens" : "min_tokens", 0, INT32_MAX)) out.min_tokens = static_cast<int>(*v);
+  if (auto v = f.boolean("no_stop_trim")) out.no_stop_trim = *v;
+  if (!sglang_names) {
+    if (auto v = f.boolean("include_stop_str_in_output")) out.no_stop_trim = out.no_stop_trim || *v;
+  }
+  if (f.err) return f.err;
+  if (has("logit_bias")) {
+    const json& lb = body["logit_bias"];
+    if (!lb.is_object()) return ApiError::bad_request("'logit_bias' must map token ids to numbers", "logit_bias");
+    for (auto it = lb.begin(); it != lb.end(); ++it) {
+      const std::string& k = it.key();
+      char* end = nullptr;
+      errno = 0;
+      long long id = std::strtoll(k.c_str(), &end, 10);
+      if (k.empty() || *end != '\0' || errno || id < 0 || id > INT32_MAX)
+        return ApiError::bad_request("'logit_bias' keys must be token ids, got '" + k + "'", "logit_bias");
+      if (!it.value().is_number() || !std::isfinite(it.value().get<double>()) || it.value().get<double>() < -100.0 ||
+          it.value().get<double>() > 100.0)
+        return ApiError::bad_request("'logit_bias' values must be numbers in [-100, 100]", "logit_bias");
+      out.logit_bias.emplace_back(static_cast<TokenId>(id), it.value().get<float>());
+    }
+  }
+  if (has("allowed_token_ids")) {
+    if (auto e = token_id_list(body["allowed_token_ids"], "allowed_token_ids", out.allowed_token_ids)) return e;
+    if (out.allowed_token_ids.empty())
+      return ApiError::bad_request("'allowed_token_ids' must not be empty", "allowed_token_ids");
+  }
+  if (has("bad_words")) {
+    if (auto e = string_list(body["bad_words"], "bad_words", out.bad_words, false)) return e;
+  }
+  if (has("stop_regex")) {
+    if (auto e = string_list(body["stop_regex"], "stop_regex", out.stop_regex, true)) return e;
+  }
+  // Structured output sources.
+  if (has("response_format")) {
+    if (auto e = parse_response_format(body["response_format"], "response_format", out)) return e;
+  }
+  for (const char* key : {"regex", "guided_regex"}) {
+    if (!has(key)) continue;
+    if (!body[key].is_string()) return ApiError::bad_request(std::string("'") + key + "' must be a string", key);
+    ConstraintSpec spec{ConstraintSpec::Kind::Regex, key, nullptr, body[key].get<std::string>()};
+    if (auto e = set_constraint(out, std::move(spec))) return e;
+  }
+  for (const char* key : {"ebnf", "guided_grammar"}) {
+    if (!has(key)) continue;
+    if (!body[key].is_string()) return ApiError::bad_request(std::string("'") + key + "' must be a string", key);
+    ConstraintSpec spec{ConstraintSpec::Kind::Ebnf, key, nullptr, body[key].get<std::string>()};
+    if (auto e = set_constraint(out, std::move(spec))) return e;
+  }
+  for (const char* key : {"json_schema", "guided_json"}) {
+    if (!has(key)) continue;
+    ConstraintSpec spec{ConstraintSpec::Kind::JsonSchema, key, nullptr, ""};
+    if (auto e = json_or_text(body[key], key, spec.json)) return e;
+    if (auto e = set_constraint(out, std::move(spec))) return e;
+  }
+  if (has("structural_tag")) {
+    ConstraintSpec spec{ConstraintSpec::Kind::StructuralTag, "structural_tag", nullptr, ""};
+    if (auto e = json_or_text(body["structural_tag"], "structural_tag", spec.json)) return e;
+    if (auto e = set_constraint(out, std::move(spec))) return e;
+  }
+  if (has("guided_choice")) {
+    ConstraintSpec spec{ConstraintSpec::Kind::Choice, "guided_choice", json::array(), ""};
+    std::vector<std::string> choices;
+    if (auto e = string_list(body["guided_choice"], "guided_choice", choices, false)) return e;
+    if (choices.empty()) return ApiError::bad_request("'guided_choice' must not be empty", "guided_choice");
+    for (auto& c : choices) spec.json.push_back(c);
+    if (auto e = set_constraint(out, std::move(spec))) return e;
+  }
+  if (has("structured_outputs")) {
+    const json& so = body["structured_outputs"];
+    if (!so.is_object()) return ApiError::bad_request("'structured_outputs' must be an object", "structured_outputs");
+    for (auto it = so.begin(); it != so.end(); ++it) {
+      const std::string k = it.key();
+      const std::string param = "structured_outputs." + k;
+      const json& v = it.value();
+      if (v.is_null()) continue;
+      ConstraintSpec spec;
+      spec.param = param;
+      if (k == "json") {
+        spec.kind = ConstraintSpec::Kind::JsonSchema;
+        if (auto e = json_or_text(v, param, spec.json)) return e;
+      } else if (k == "regex" || k == "grammar") {
+        if (!v.is_string()) return ApiError::bad_request("'" + param + "' must be a string", param);
+        spec.kind = k == "regex" ? ConstraintSpec::Kind::Regex : ConstraintSpec::Kind::Ebnf;
+        spec.text = v.get<std::string>();
+      } else if (k == "choice") {
+        std::vector<std::string> choices;
+        if (auto e = string_list(v, param, choices, false)) return e;
+        if (choices.empty()) return ApiError::bad_request("'" + param + "' must not be empty", param);
+        spec.kind = ConstraintSpec::Kind::Choice;
+        spec.json = json::array();
+        for (auto& c : choices) spec.json.push_back(c);
+      } else if (k == "json_object") {
+        if (!v.is_boolean()) return ApiError::bad_request("'" + param + "' must be a boolean", param);
+        if (!v.get<bool>()) continue;
+        spec.kind = ConstraintSpec::Kind::JsonObject;
+      } else if (k == "structural_tag") {
+        spec.kind = ConstraintSpec::Kind::StructuralTag;
+        if (auto e = json_or_text(v, param, spec.json)) return e;
+      } else if (k == "disable_any_whitespace" || k == "disable_fallback" || k == "disable_additional_properties" ||
+                 k == "whitespace_pattern") {
+        return ApiError::bad_request("'" + param + "' is not supported: the grammar engine has fixed JSON options", param,
+                                     "unsupported_field");
+      } else {
+        return ApiError::bad_request("unrecognized field '" + param + "'", param, "unrecognized_field");
+      }
+      if (auto e = set_constraint(out, std::move(spec))) return e;
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Output and prompt-handling fields shared by chat and completions.
+std::optional<ApiError> parse_output_fields(const json& body, OpenAiRequest& out) {
+  Fields f{body, std::nullopt};
+  if (auto v = f.boolean("return_token_ids")) out.return_token_ids = *v;
+  if (auto v = f.boolean("return_prompt_token_ids")) out.return_prompt_token_ids = *v;
+  if (auto v = f.boolean("return_tokens_as_token_ids")) out.tokens_as_ids = *v;
+  if (auto v = f.integer("truncate_prompt_tokens", -1, INT32_MAX)) {
+    if (*v == 0) return ApiError::bad_request("'truncate_prompt_tokens' must be -1 or at least 1", "truncate_prompt_tokens");
+    out.truncate_prompt_tokens = static_cast<int>(*v);
+  }
+  if (auto v = f.string("rid")) out.rid = *v;
+  if (auto v = f.string("request_id")) out.rid = *v;
+  if (f.err) return f.err;
+  return parse_constraint_fields(body, false, out);
+}
+
 }  // namespace
 
 std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefaults& defaults,
@@ -379,7 +612,9 @@ std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefau
   out = OpenAiRequest{};
   out.kind = ApiKind::Chat;
   if (!body.is_object()) return ApiError::bad_request("the request body must be a JSON object");
+  if (auto e = check_request_fields(body, FieldApi::Chat)) return e;
   if (auto e = parse_common(body, defaults, out)) return e;
+  if (auto e = parse_output_fields(body, out)) return e;
   if (!body.contains("messages"))
     return ApiError::bad_request("'messages' is required", "messages", "missing_required_field");
   const json& msgs = body["messages"];
@@ -403,7 +638,18 @@ std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefau
   if (auto v = f.boolean("separate_reasoning")) out.separate_reasoning = *v;
   if (auto v = f.boolean("include_reasoning")) out.include_reasoning = *v;
   if (auto v = f.boolean("stream_reasoning")) out.stream_reasoning = *v;
+  if (auto v = f.boolean("add_generation_prompt")) out.add_generation_prompt = *v;
+  if (auto v = f.boolean("continue_final_message")) out.continue_final_message = *v;
   if (f.err) return f.err;
+  if (out.continue_final_message) {
+    if (out.add_generation_prompt && body.contains("add_generation_prompt"))
+      return ApiError::bad_request("'continue_final_message' and 'add_generation_prompt' cannot both be true",
+                                   "continue_final_message");
+    out.add_generation_prompt = false;
+    if (out.messages.back().value("role", "") != "assistant")
+      return ApiError::bad_request("'continue_final_message' needs the last message to be from the assistant",
+                                   "continue_final_message");
+  }
   if (out.logprobs) out.sampling.top_logprobs = out.top_logprobs;
 
   out.template_kwargs = json::object();
@@ -415,11 +661,33 @@ std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefau
   }
   // reasoning_effort "none" turns thinking off unless the kwargs say otherwise.
   std::string effort;
-  if (body.contains("reasoning_effort") && body["reasoning_effort"].is_string()) {
+  std::string effort_param;
+  if (body.contains("reasoning_effort") && !body["reasoning_effort"].is_null()) {
+    effort_param = "reasoning_effort";
+    if (!body["reasoning_effort"].is_string())
+      return ApiError::bad_request("'reasoning_effort' must be a string", effort_param);
     effort = body["reasoning_effort"];
-  } else if (body.contains("reasoning") && body["reasoning"].is_object() &&
-             body["reasoning"].contains("effort") && body["reasoning"]["effort"].is_string()) {
-    effort = body["reasoning"]["effort"];
+  } else if (body.contains("reasoning") && !body["reasoning"].is_null()) {
+    effort_param = "reasoning.effort";
+    const json& r = body["reasoning"];
+    if (!r.is_object()) return ApiError::bad_request("'reasoning' must be an object", "reasoning");
+    for (auto it = r.begin(); it != r.end(); ++it)
+      if (it.key() != "effort" && it.key() != "summary")
+        return ApiError::bad_request("unrecognized field 'reasoning." + it.key() + "'", "reasoning." + it.key(),
+                                     "unrecognized_field");
+    if (r.contains("summary") && !r["summary"].is_null())
+      return ApiError::bad_request("'reasoning.summary' is not supported (reasoning is returned as it is)",
+                                   "reasoning.summary", "unsupported_field");
+    if (r.contains("effort") && !r["effort"].is_null()) {
+      if (!r["effort"].is_string()) return ApiError::bad_request("'reasoning.effort' must be a string", effort_param);
+      effort = r["effort"];
+    }
+  }
+  if (!effort_param.empty() && !effort.empty() && effort != "none" && effort != "minimal" && effort != "low" &&
+      effort != "medium" && effort != "high") {
+    return ApiError::bad_request("'" + effort_param + "' must be one of none, minimal, low, medium, high; got '" +
+                                     effort + "'",
+                                 effort_param);
   }
   if (!effort.empty() && !out.template_kwargs.contains("enable_thinking")) {
     out.template_kwargs["enable_thinking"] = effort != "none";
@@ -437,7 +705,9 @@ std::optional<ApiError> parse_completion_request(const json& body,
   out = OpenAiRequest{};
   out.kind = ApiKind::Completion;
   if (!body.is_object()) return ApiError::bad_request("the request body must be a JSON object");
+  if (auto e = check_request_fields(body, FieldApi::Completion)) return e;
   if (auto e = parse_common(body, defaults, out)) return e;
+  if (auto e = parse_output_fields(body, out)) return e;
   if (!body.contains("prompt") || body["prompt"].is_null())
     return ApiError::bad_request("'prompt' is required", "prompt", "missing_required_field");
   if (auto e = parse_prompts(body["prompt"], out)) return e;

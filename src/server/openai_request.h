@@ -4,6 +4,7 @@
 
 #include "model/generation_config.h"
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "engine/sampling_params.h"
 #include "server/api_error.h"
+#include "server/constraint_spec.h"
 #include "tokenizer/token_id.h"
 
 namespace deltaserve {
@@ -21,7 +23,12 @@ namespace deltaserve {
 // Model defaults from generation_config.json (one loader for the whole program: model/).
 using SamplingDefaults = GenerationDefaults;
 
-enum class ApiKind { Chat, Completion };
+// The API a request came in on: it decides parsing (Chat and Responses run the reasoning and
+// tool-call parsers) and the output format.
+enum class ApiKind { Chat, Completion, Generate, Responses };
+inline bool is_chat_like(ApiKind k) { return k == ApiKind::Chat || k == ApiKind::Responses; }
+
+struct ConstraintPlan;
 
 // One prompt of /v1/completions: text, or token ids (`prompt` may be a list of either).
 struct CompletionPrompt {
@@ -57,8 +64,33 @@ struct OpenAiRequest {
   bool logprobs = false;
   int top_logprobs = 0;
   bool skip_special_tokens = true;
-  std::optional<int> max_tokens;   // absent: up to the context length
+  std::optional<int> max_tokens;   // absent: chat up to the context length, completions 16
   SamplingParams sampling;         // max_tokens filled in later, once the prompt length is known
+
+  // Structured output: at most one of response_format / regex / ebnf / json_schema /
+  // structural_tag / guided_* / structured_outputs (a forced tool call is added by the server,
+  // which knows the tool-call format).
+  ConstraintSpec constraint;
+  std::string tool_choice = "auto";  // none | auto | required | function (one named tool)
+  bool parallel_tool_calls = true;   // false: at most one call
+  // Logits processing on the engine's sampling path (server/request_constraint.h).
+  std::vector<std::pair<TokenId, float>> logit_bias;
+  std::vector<TokenId> allowed_token_ids;
+  std::vector<std::string> bad_words;
+  int min_tokens = 0;
+  // Stopping and output.
+  bool no_stop_trim = false;             // keep the matched stop string
+  std::vector<std::string> stop_regex;   // stop when the output contains a match
+  bool return_token_ids = false;         // prompt_token_ids + choices[i].token_ids
+  bool return_prompt_token_ids = false;  // prompt_token_ids
+  bool tokens_as_ids = false;            // logprob tokens as "token_id:N"
+  // Prompt.
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  std::optional<int> truncate_prompt_tokens;  // keep the last N prompt tokens (-1: what fits)
+  std::string rid;                            // for /abort_request
+  std::shared_ptr<const ConstraintPlan> plan;  // filled by the server (null: nothing to apply)
+  nlohmann::ordered_json extra;               // API-specific echo fields (Responses: the request)
 };
 
 // Parse and validate. `body` must already be parsed JSON (the caller rejects bad/too-deep JSON).
@@ -68,7 +100,13 @@ std::optional<ApiError> parse_completion_request(const nlohmann::ordered_json& b
                                                  const SamplingDefaults& defaults,
                                                  OpenAiRequest& out);
 
+// The logits-processing and structured-output fields shared by chat, completions and /generate
+// sampling_params (min_tokens, logit_bias, regex, ...). `api` picks the field names.
+std::optional<ApiError> parse_constraint_fields(const nlohmann::ordered_json& body, bool sglang_names,
+                                                OpenAiRequest& out);
+
 constexpr int kMaxChoices = 64;
+constexpr int kDefaultCompletionMaxTokens = 16;  // OpenAI, SGLang and vLLM
 // Sequences one request may start: prompts x n (a batched /v1/completions request).
 constexpr int kMaxSequencesPerRequest = 256;
 constexpr int kMaxTopLogprobs = 20;

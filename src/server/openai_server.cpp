@@ -1,7 +1,12 @@
 #include "server/openai_server.h"
 
+#include <algorithm>
+#include <cctype>
+
+#include "grammar/regex.h"
 #include "server/generation_job.h"
 #include "server/json_util.h"
+#include "server/request_constraint.h"
 #include "util/log.h"
 
 namespace deltaserve {
@@ -24,6 +29,9 @@ OpenAiServer::OpenAiServer(ServerConfig config, EngineService& engine, Tokenizer
     for (TokenId id : defaults_.eos_token_ids) have = have || id == *eos;
     if (!have) defaults_.eos_token_ids.push_back(*eos);
   }
+  grammar_ = std::make_unique<GrammarService>(tokenizer_, defaults_.eos_token_ids);
+  responses_ = make_responses_store(config_.responses_store_size);
+  metrics_.set_model_name(config_.served_model_name);
 }
 
 OpenAiServer::~OpenAiServer() { stop(); }
@@ -90,10 +98,72 @@ void OpenAiServer::send_error(HttpExchange& exchange, const std::string& route,
   exchange.respond(error.status, "application/json", error.to_json(), std::move(headers));
 }
 
+namespace {
+
+// Percent-decoding of a path segment ("org%2Fname" -> "org/name"); nullopt if malformed.
+std::optional<std::string> url_decode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    if (i + 2 >= s.size() || !std::isxdigit(static_cast<unsigned char>(s[i + 1])) ||
+        !std::isxdigit(static_cast<unsigned char>(s[i + 2])))
+      return std::nullopt;
+    out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+    i += 2;
+  }
+  return out;
+}
+
+}  // namespace
+
+HttpHeaders OpenAiServer::cors_headers(const HttpRequest& req) const {
+  if (!config_.enable_cors) return {};
+  const std::string origin = req.header("origin");
+  if (origin.empty()) return {};
+  bool any = false, listed = false;
+  for (const auto& o : config_.allowed_origins) {
+    any = any || o == "*";
+    listed = listed || o == origin;
+  }
+  if (!any && !listed) return {};
+  HttpHeaders h;
+  h.emplace_back("Access-Control-Allow-Origin", any ? "*" : origin);
+  if (!any) h.emplace_back("Vary", "Origin");
+  return h;
+}
+
+void OpenAiServer::send_json(HttpExchange& exchange, const std::string& route, const json& body) {
+  metrics_.count_request(route, 200);
+  exchange.respond(200, "application/json", safe_dump(body));
+}
+
 void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> exchange) {
   const std::string& path = req.path;
   bool get = req.method == "GET" || req.method == "HEAD";
   bool post = req.method == "POST";
+  const HttpHeaders cors = cors_headers(req);
+  for (const auto& [k, v] : cors) exchange->add_header(k, v);
+  if (req.method == "OPTIONS") {
+    // CORS preflight (browsers send it before a cross-origin POST with JSON).
+    if (!config_.enable_cors) {
+      return send_error(*exchange, "other", {405, "OPTIONS (CORS preflight) needs the server started with --enable-cors",
+                                             "invalid_request_error", "", "cors_disabled"});
+    }
+    if (cors.empty()) {
+      return send_error(*exchange, "other", {403, "origin '" + req.header("origin") + "' is not in --allowed-origins",
+                                             "invalid_request_error", "", "cors_origin"});
+    }
+    HttpHeaders h = {{"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
+                     {"Access-Control-Allow-Headers",
+                      req.header("access-control-request-headers").empty() ? "authorization, content-type"
+                                                                           : req.header("access-control-request-headers")},
+                     {"Access-Control-Max-Age", "600"}};
+    metrics_.count_request("OPTIONS", 204);
+    return exchange->respond(204, "text/plain", "", std::move(h));
+  }
   if (path == "/health" || path == "/v1/health") {
     if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
     metrics_.count_request("/health", 200);
@@ -122,6 +192,8 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
     metrics_.count_request(path == "/get_server_info" ? "/get_server_info" : "/v1/server_info", 200);
     return exchange->respond(200, "application/json", info.dump());
   }
+  if (handle_sglang(req, exchange)) return;
+  if (handle_responses(req, exchange)) return;
   bool known = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||
                path.rfind("/v1/models/", 0) == 0;
   if (!known) {
@@ -142,9 +214,11 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
                   {"root", config_.served_model_name},
                   {"max_model_len", engine_.context_length()}};
     if (path != "/v1/models") {
-      std::string id = path.substr(std::string("/v1/models/").size());
-      if (id != config_.served_model_name)
-        return send_error(*exchange, "/v1/models", ApiError::not_found("model '" + id + "' not found"));
+      // The id may contain slashes, sent raw ("org/name") or encoded ("org%2Fname").
+      auto id = url_decode(path.substr(std::string("/v1/models/").size()));
+      if (!id) return send_error(*exchange, "/v1/models", ApiError::bad_request("malformed percent-encoding in the model id"));
+      if (*id != config_.served_model_name)
+        return send_error(*exchange, "/v1/models", ApiError::not_found("model '" + *id + "' not found"));
       metrics_.count_request("/v1/models", 200);
       return exchange->respond(200, "application/json", safe_dump(model));
     }
@@ -160,20 +234,13 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
                   std::move(exchange));
 }
 
-void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
-                                   std::shared_ptr<HttpExchange> exchange) {
-  auto arrival = GenerationJob::Clock::now();
-  const std::string route = kind == ApiKind::Chat ? "/v1/chat/completions" : "/v1/completions";
-  if (req.body.size() > config_.max_request_bytes) {
-    return send_error(*exchange, route, ApiError::too_large("request body too large"));
-  }
+std::optional<ApiError> OpenAiServer::parse_body(const HttpRequest& req, json& body) const {
+  if (req.body.size() > config_.max_request_bytes) return ApiError::too_large("request body too large");
   if (json_nesting_depth(req.body, config_.max_json_depth) > config_.max_json_depth) {
-    return send_error(*exchange, route,
-                      ApiError::bad_request("JSON nesting deeper than " +
-                                                std::to_string(config_.max_json_depth) + " levels",
-                                            "", "invalid_json"));
+    return ApiError::bad_request("JSON nesting deeper than " + std::to_string(config_.max_json_depth) + " levels", "",
+                                 "invalid_json");
   }
-  json body = json::parse(req.body, nullptr, false);
+  body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) {
     // Say why: re-parse with exceptions for the message (rare path).
     std::string why = "malformed JSON";
@@ -183,19 +250,73 @@ void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
     } catch (const json::exception& e) {
       why = std::string("malformed JSON: ") + e.what();
     }
-    return send_error(*exchange, route, ApiError::bad_request(why, "", "invalid_json"));
+    return ApiError::bad_request(why, "", "invalid_json");
   }
+  return std::nullopt;
+}
+
+void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
+                                   std::shared_ptr<HttpExchange> exchange) {
+  auto arrival = GenerationJob::Clock::now();
+  const std::string route = kind == ApiKind::Chat ? "/v1/chat/completions" : "/v1/completions";
+  json body;
+  if (auto e = parse_body(req, body)) return send_error(*exchange, route, *e);
   OpenAiRequest request;
   std::optional<ApiError> err = kind == ApiKind::Chat
                                     ? parse_chat_request(body, defaults_, request)
                                     : parse_completion_request(body, defaults_, request);
   if (err) return send_error(*exchange, route, *err);
+  start_request(std::move(request), std::move(exchange), arrival);
+}
+
+std::string OpenAiServer::route_name(ApiKind kind) {
+  switch (kind) {
+    case ApiKind::Chat: return "/v1/chat/completions";
+    case ApiKind::Completion: return "/v1/completions";
+    case ApiKind::Generate: return "/generate";
+    case ApiKind::Responses: return "/v1/responses";
+  }
+  return "other";
+}
+
+void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExchange> exchange,
+                                 GenerationJob::Clock::time_point arrival, std::function<void(const json&)> on_response) {
+  const ApiKind kind = request.kind;
+  const bool chat = is_chat_like(kind);
+  const std::string route = route_name(kind);
+  const int vocab = tokenizer_.vocab_size();
+
+  // A forced tool call becomes the request's grammar, in the format the tool parser reads.
+  const bool forced_call = chat && !request.tools.is_null() &&
+                           (request.tool_choice == "required" || request.tool_choice == "function");
+  if (forced_call) {
+    if (tool_parser_ == ToolParserKind::None) {
+      return send_error(*exchange, route,
+                        ApiError::bad_request("tool_choice '" + request.tool_choice +
+                                                  "' forces a tool call, which needs the server started with "
+                                                  "--tool-call-parser (qwen3_coder or hermes)",
+                                              "tool_choice"));
+    }
+    if (!request.constraint.empty()) {
+      return send_error(*exchange, route,
+                        ApiError::bad_request("tool_choice '" + request.tool_choice + "' and '" + request.constraint.param +
+                                                  "' both constrain the output; give only one",
+                                              "tool_choice"));
+    }
+    request.constraint.kind = ConstraintSpec::Kind::ToolCall;
+    request.constraint.param = "tool_choice";
+    request.constraint.json = {{"format", config_.tool_call_parser},
+                               {"tools", request.tools},
+                               {"parallel", request.parallel_tool_calls && request.tool_choice == "required"}};
+  }
 
   // Prompt(s) → token ids. Chat has one prompt; /v1/completions may have a batch.
   std::vector<JobPrompt> prompts;
-  const char* prompt_param = kind == ApiKind::Chat ? "messages" : "prompt";
-  if (kind == ApiKind::Chat) {
+  const char* prompt_param = chat ? "messages" : kind == ApiKind::Generate ? "text" : "prompt";
+  bool prompt_opens_think = false;
+  if (chat) {
     if (!render_chat_) return send_error(*exchange, route, ApiError::internal("no chat template"));
+    if (!request.add_generation_prompt) request.template_kwargs["add_generation_prompt"] = false;
     // Tools are rendered whenever the request has them (tool_choice "none" already dropped them).
     Result<std::string> text =
         render_chat_(request.messages, request.tools, request.template_kwargs);
@@ -204,6 +325,21 @@ void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
                         ApiError::bad_request("chat template: " + text.status().message(),
                                               "messages"));
     }
+    if (request.continue_final_message) {
+      // vLLM's way: render the conversation closed, then cut after the final message's text.
+      const std::string final_text = request.messages.back().value("content", "");
+      const size_t at = final_text.empty() ? std::string::npos : text->rfind(final_text);
+      if (at == std::string::npos) {
+        return send_error(*exchange, route,
+                          ApiError::bad_request("continue_final_message: the final assistant message must have text "
+                                                "that the chat template renders",
+                                                "continue_final_message"));
+      }
+      text->resize(at + final_text.size());
+    }
+    // Thinking on: the prompt opened <think> (the grammar then starts after </think>).
+    const size_t open = text->rfind("<think>"), close = text->rfind("</think>");
+    prompt_opens_think = open != std::string::npos && (close == std::string::npos || close < open);
     prompts.push_back(JobPrompt{tokenizer_.encode(*text, true), {}, 0});
   } else {
     prompts.reserve(request.prompts.size());
@@ -212,15 +348,14 @@ void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
       JobPrompt jp;
       if (cp.is_ids) {
         jp.ids = std::move(cp.ids);
-        int vocab = tokenizer_.vocab_size();
         for (TokenId id : jp.ids) {
           if (id >= vocab) {
             std::string where =
-                request.batched_prompt ? "prompt[" + std::to_string(p) + "]: " : std::string();
+                request.batched_prompt ? std::string(prompt_param) + "[" + std::to_string(p) + "]: " : std::string();
             return send_error(*exchange, route,
                               ApiError::bad_request(where + "token id " + std::to_string(id) +
                                                         " is outside the vocabulary",
-                                                    "prompt"));
+                                                    kind == ApiKind::Generate ? "input_ids" : "prompt"));
           }
         }
         if (request.echo) jp.echo_text = tokenizer_.decode(jp.ids, false);
@@ -237,9 +372,16 @@ void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
     JobPrompt& jp = prompts[p];
     // Batched prompts: errors say which one ("prompt[2] has ...").
     const std::string which =
-        request.batched_prompt ? "prompt[" + std::to_string(p) + "]" : "the prompt";
+        request.batched_prompt ? std::string(prompt_param) + "[" + std::to_string(p) + "]" : "the prompt";
     if (jp.ids.empty()) {
       return send_error(*exchange, route, ApiError::bad_request(which + " is empty", prompt_param));
+    }
+    if (request.truncate_prompt_tokens) {
+      // vLLM: keep the last N tokens (-1: as many as leave room for one new token).
+      int64_t keep = *request.truncate_prompt_tokens;
+      if (keep < 0) keep = context > 0 ? context - 1 : static_cast<int64_t>(jp.ids.size());
+      if (static_cast<int64_t>(jp.ids.size()) > keep)
+        jp.ids.erase(jp.ids.begin(), jp.ids.end() - keep);
     }
     const auto n_prompt = static_cast<int64_t>(jp.ids.size());
     if (context > 0 && n_prompt >= context) {
@@ -262,14 +404,64 @@ void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
       }
       jp.max_tokens = *request.max_tokens;
     } else {
-      jp.max_tokens =
-          context > 0 ? static_cast<int>(std::min<int64_t>(context - n_prompt, INT32_MAX)) : 16;
+      // Chat: up to the context. Completions and /generate: a small default (16, SGLang's 128).
+      const int64_t room = context > 0 ? context - n_prompt : INT32_MAX;
+      const int64_t dflt = kind == ApiKind::Completion ? kDefaultCompletionMaxTokens
+                           : kind == ApiKind::Generate ? 128
+                                                       : room;
+      jp.max_tokens = static_cast<int>(std::min<int64_t>({room, dflt, INT32_MAX}));
+    }
+    if (request.min_tokens > jp.max_tokens) {
+      return send_error(*exchange, route,
+                        ApiError::bad_request("min_tokens (" + std::to_string(request.min_tokens) +
+                                                  ") is larger than max_tokens (" + std::to_string(jp.max_tokens) + ")",
+                                              kind == ApiKind::Generate ? "min_new_tokens" : "min_tokens"));
     }
   }
   request.sampling.max_tokens = prompts.front().max_tokens;  // per prompt: JobPrompt::max_tokens
 
+  // Structured output, forced tool calls and logits processing → one plan, a constraint per sequence.
+  auto plan = std::make_shared<ConstraintPlan>();
+  if (!request.constraint.empty()) {
+    auto g = grammar_->compile(request.constraint);
+    if (!g) {
+      return send_error(*exchange, route,
+                        ApiError::bad_request("'" + request.constraint.param + "': " + g.status().message(),
+                                              request.constraint.param));
+    }
+    plan->grammar = *g;
+    if (prompt_opens_think && think_end_id_) plan->grammar_after = think_end_id_;
+  }
+  for (const auto& [id, bias] : request.logit_bias) {
+    if (id >= vocab)
+      return send_error(*exchange, route,
+                        ApiError::bad_request("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary",
+                                              "logit_bias"));
+    plan->logit_bias.emplace_back(id, bias);
+  }
+  for (TokenId id : request.allowed_token_ids) {
+    if (id >= vocab)
+      return send_error(*exchange, route,
+                        ApiError::bad_request("allowed_token_ids: token id " + std::to_string(id) +
+                                                  " is outside the vocabulary",
+                                              "allowed_token_ids"));
+  }
+  plan->allowed_ids = request.allowed_token_ids;
+  std::sort(plan->allowed_ids.begin(), plan->allowed_ids.end());
+  plan->allowed_ids.erase(std::unique(plan->allowed_ids.begin(), plan->allowed_ids.end()), plan->allowed_ids.end());
+  for (const auto& word : request.bad_words) {
+    for (const std::string& variant : {word, " " + word}) {
+      std::vector<TokenId> ids = tokenizer_.encode(variant, false);
+      if (!ids.empty()) plan->bad_words.push_back(std::move(ids));
+    }
+  }
+  plan->min_tokens = request.min_tokens;
+  plan->end_ids = defaults_.eos_token_ids;
+  for (TokenId id : request.sampling.stop_token_ids) plan->end_ids.push_back(id);
+  if (!plan->empty()) request.plan = std::move(plan);
+
   ChoiceOptions options;
-  options.chat = kind == ApiKind::Chat;
+  options.chat = chat;
   options.stop = request.stop;
   options.reasoning = options.chat && reasoning_parser_ && request.separate_reasoning;
   options.start_in_reasoning = request.enable_thinking;
@@ -280,17 +472,44 @@ void OpenAiServer::handle_generate(ApiKind kind, const HttpRequest& req,
   options.think_end_id = think_end_id_;
   options.tool_parser = options.chat ? tool_parser_ : ToolParserKind::None;
   options.tools = request.tools;
+  options.max_tool_calls = request.parallel_tool_calls ? -1 : 1;
   bool parsers = options.reasoning ||
                  (options.tool_parser != ToolParserKind::None && !request.tools.is_null());
-  // The parsers need <think>/<tool_call> in the text, and some tokenizers mark them special.
-  options.skip_special = request.skip_special_tokens && !parsers;
+  options.skip_special = request.skip_special_tokens;
+  // The parsers read <think>/<tool_call> in the text, and some tokenizers mark them special.
+  if (parsers) {
+    for (const char* tag : {"<think>", "</think>", "<tool_call>", "</tool_call>"})
+      if (auto id = tokenizer_.token_id(tag)) options.keep_special.insert(*id);
+  }
+  options.no_stop_trim = request.no_stop_trim;
+  for (const auto& pattern : request.stop_regex) {
+    auto compiled = compile_stop_regex(pattern);
+    if (!compiled) {
+      return send_error(*exchange, route,
+                        ApiError::bad_request("stop_regex '" + pattern + "': " + compiled.status().message(),
+                                              "stop_regex"));
+    }
+    options.stop_regex.emplace_back(pattern, *compiled);
+  }
   for (TokenId id : defaults_.eos_token_ids) options.hidden_ids.insert(id);
-  for (TokenId id : request.sampling.stop_token_ids) options.hidden_ids.insert(id);
+  if (!request.no_stop_trim)
+    for (TokenId id : request.sampling.stop_token_ids) options.hidden_ids.insert(id);
 
-  JobEnv env{&engine_, &tokenizer_, &metrics_, &active_jobs_, config_.served_model_name};
+  JobEnv env{&engine_, &tokenizer_, &metrics_, &active_jobs_, config_.served_model_name, &registry_,
+             std::move(on_response)};
   auto job = std::make_shared<GenerationJob>(std::move(env), std::move(request), std::move(prompts),
                                              std::move(options), std::move(exchange), arrival);
   job->start();
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> OpenAiServer::compile_stop_regex(const std::string& pattern) {
+  auto e = regex_to_expr(pattern);
+  if (!e) return e.status();
+  // Anything, then the pattern: the scan's state accepts exactly where a match ends.
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::Regex;
+  spec.text = "[\\s\\S]*(" + pattern + ")";
+  return grammar_->compile(spec);
 }
 
 }  // namespace deltaserve

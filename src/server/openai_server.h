@@ -1,6 +1,9 @@
 // OpenAiServer: the OpenAI-compatible HTTP API over an EngineService.
-//   POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics,
-//   GET /get_server_info (SGLang) and /v1/server_info.
+//   POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}], GET /health,
+//   GET /metrics, GET /get_server_info (SGLang) and /v1/server_info; the OpenAI Responses API
+//   (responses_api.cpp: POST /v1/responses, GET /v1/responses/{id}); SGLang's native routes
+//   (sglang_routes.cpp: /generate, /abort_request, /flush_cache, /tokenize, /detokenize,
+//   /health_generate, /get_model_info, /get_load).
 // Requests are parsed and validated at the edge (openai_request.h), rendered with the chat
 // template, tokenized, and handed to a GenerationJob that streams the engine's events back.
 #pragma once
@@ -15,8 +18,11 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine_service.h"
+#include "server/generation_job.h"
+#include "server/grammar_service.h"
 #include "server/http_server.h"
 #include "server/openai_request.h"
+#include "server/request_registry.h"
 #include "server/server_metrics.h"
 #include "server/tool_call_parser.h"
 #include "tokenizer/tokenizer.h"
@@ -35,6 +41,10 @@ struct ServerConfig {
   std::string tool_call_parser;                 // "" | "qwen3_coder" | "hermes"
   int64_t launch_id = 0;                        // this launch's record (0 = not recorded)
   int speculative_num_steps = 0;                // reported at /v1/server_info
+  bool enable_cors = false;                     // CORS headers and OPTIONS preflight answers
+  std::vector<std::string> allowed_origins = {"*"};  // with enable_cors
+  std::string model_path;                       // reported by /get_model_info
+  size_t responses_store_size = 1000;           // /v1/responses kept for retrieval (oldest dropped)
   // /get_server_info (SGLang's route; also merged into /v1/server_info): the effective server
   // arguments and what the engine allocated (max_total_num_tokens, max_running_requests,
   // max_mamba_cache_size, kv_cache_dtype, context_length, ...). Built by cmd_serve.
@@ -63,8 +73,25 @@ class OpenAiServer {
   void handle(HttpRequest&& request, std::shared_ptr<HttpExchange> exchange);
   void handle_generate(ApiKind kind, const HttpRequest& request,
                        std::shared_ptr<HttpExchange> exchange);
+  // Everything after parsing: prompts, limits, constraint plan, output options, the job.
+  void start_request(OpenAiRequest request, std::shared_ptr<HttpExchange> exchange,
+                     GenerationJob::Clock::time_point arrival,
+                     std::function<void(const nlohmann::ordered_json&)> on_response = nullptr);
+  std::optional<ApiError> parse_body(const HttpRequest& request, nlohmann::ordered_json& body) const;
   void send_error(HttpExchange& exchange, const std::string& route, const ApiError& error);
+  void send_json(HttpExchange& exchange, const std::string& route, const nlohmann::ordered_json& body);
   bool authorized(const HttpRequest& request) const;
+  static std::string route_name(ApiKind kind);
+  Result<std::shared_ptr<const CompiledGrammar>> compile_stop_regex(const std::string& pattern);
+  // CORS: headers for the request's Origin (none if CORS is off or the origin is not allowed).
+  HttpHeaders cors_headers(const HttpRequest& request) const;
+
+  // SGLang routes (sglang_routes.cpp): true if the path was one of them.
+  bool handle_sglang(const HttpRequest& request, std::shared_ptr<HttpExchange>& exchange);
+  void handle_sglang_generate(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange);
+  void handle_health_generate(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange);
+  // OpenAI Responses API (responses_api.cpp): true if the path was one of its routes.
+  bool handle_responses(const HttpRequest& request, std::shared_ptr<HttpExchange>& exchange);
 
   ServerConfig config_;
   EngineService& engine_;
@@ -75,6 +102,11 @@ class OpenAiServer {
   bool reasoning_parser_ = false;
   std::optional<TokenId> think_end_id_;
   ServerMetrics metrics_;
+  std::unique_ptr<GrammarService> grammar_;
+  RequestRegistry registry_;
+  class ResponsesStore;
+  static std::shared_ptr<ResponsesStore> make_responses_store(size_t capacity);
+  std::shared_ptr<ResponsesStore> responses_;
   std::atomic<int> active_jobs_{0};
   int64_t created_ = 0;
   std::unique_ptr<HttpServer> http_;

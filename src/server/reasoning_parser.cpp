@@ -9,6 +9,7 @@ namespace {
 constexpr std::string_view kThinkStart = "<think>";
 constexpr std::string_view kThinkEnd = "</think>";
 constexpr std::string_view kToolCall = "<tool_call>";
+constexpr std::string_view kFunction = "<function=";
 
 bool is_proper_prefix(std::string_view text, std::string_view tag) {
   return text.size() < tag.size() && tag.substr(0, text.size()) == text;
@@ -17,7 +18,7 @@ bool is_proper_prefix(std::string_view text, std::string_view tag) {
 // Length of the longest suffix of `text` that is a proper prefix of one of the tags.
 std::size_t held_suffix(std::string_view text) {
   std::size_t best = 0;
-  for (std::string_view tag : {kThinkEnd, kToolCall}) {
+  for (std::string_view tag : {kThinkEnd, kToolCall, kFunction}) {
     std::size_t max_len = std::min(text.size(), tag.size() - 1);
     for (std::size_t len = max_len; len > best; --len) {
       if (text.substr(text.size() - len) == tag.substr(0, len)) {
@@ -32,17 +33,25 @@ std::size_t held_suffix(std::string_view text) {
 }  // namespace
 
 void ReasoningParser::step(ReasoningDelta& out, bool at_end) {
-  if (state_ == State::Start) {
-    // Skip leading whitespace only for the purpose of finding an opening <think>.
-    std::string_view view = buffer_;
-    if (view.substr(0, kThinkStart.size()) == kThinkStart) {
-      buffer_.erase(0, kThinkStart.size());
-      state_ = State::Reasoning;
-    } else if (!at_end && is_proper_prefix(view, kThinkStart)) {
-      return;  // wait for more
-    } else {
-      state_ = force_ ? State::Reasoning : State::Content;
+  if (state_ == State::Start || state_ == State::Opened) {
+    // Leading <think> tags are stripped, repeated ones too (as SGLang does): "<think><think>x"
+    // and "<think>\n<think>x" both start the reasoning at "x" (blank space between two tags
+    // goes with them; blank space after the last tag stays).
+    for (;;) {
+      std::string_view view = buffer_;
+      size_t ws = 0;
+      if (state_ == State::Opened)
+        while (ws < view.size() && (view[ws] == '\n' || view[ws] == ' ' || view[ws] == '\t' || view[ws] == '\r')) ++ws;
+      std::string_view rest = view.substr(ws);
+      if (rest.substr(0, kThinkStart.size()) == kThinkStart) {
+        buffer_.erase(0, ws + kThinkStart.size());
+        state_ = State::Opened;
+        continue;
+      }
+      if (!at_end && (ws == view.size() || is_proper_prefix(rest, kThinkStart))) return;  // wait for more
+      break;
     }
+    state_ = state_ == State::Opened || force_ ? State::Reasoning : State::Content;
   }
   if (state_ == State::Content) {
     out.content += buffer_;
@@ -51,7 +60,8 @@ void ReasoningParser::step(ReasoningDelta& out, bool at_end) {
   }
   // In reasoning: find the earliest end marker.
   std::size_t end_pos = buffer_.find(kThinkEnd);
-  std::size_t tool_pos = buffer_.find(kToolCall);
+  // <tool_call>, or a bare <function=, also ends the reasoning (and goes on to the tool parser).
+  std::size_t tool_pos = std::min(buffer_.find(kToolCall), buffer_.find(kFunction));
   if (end_pos != std::string::npos && (tool_pos == std::string::npos || end_pos < tool_pos)) {
     out.reasoning += buffer_.substr(0, end_pos);
     out.content += buffer_.substr(end_pos + kThinkEnd.size());

@@ -3,9 +3,10 @@
 //
 // * Started "in reasoning" when thinking is on (the prompt opened `<think>`); otherwise text is
 //   content unless the output itself opens with `<think>`.
-// * A leading `<think>` is stripped once.
+// * Leading `<think>` tags are stripped (repeated ones too, as SGLang does).
 // * `</think>` ends reasoning; the text after it is content (the usual "\n\n" is kept).
-// * `<tool_call>` while in reasoning also ends it, and stays in the content for the tool parser.
+// * `<tool_call>` (or a bare `<function=`) while in reasoning also ends it, and stays in the
+//   content for the tool parser.
 //
 // push() may be fed any split of the text; a suffix that could still become a tag is held back,
 // so the concatenated outputs are the same for every split. finish() releases what is held.
@@ -28,13 +29,15 @@ class ReasoningParser {
 
   ReasoningDelta push(std::string_view text);
   ReasoningDelta finish();
-  bool in_reasoning() const { return state_ == State::Reasoning || (state_ == State::Start && force_); }
+  bool in_reasoning() const {
+    return state_ == State::Reasoning || state_ == State::Opened || (state_ == State::Start && force_);
+  }
 
   // One-shot convenience: push(text) + finish().
   static ReasoningDelta parse(std::string_view text, bool start_in_reasoning);
 
  private:
-  enum class State { Start, Reasoning, Content };
+  enum class State { Start, Opened /* a leading <think> was stripped */, Reasoning, Content };
   void step(ReasoningDelta& out, bool at_end);
 
   State state_;

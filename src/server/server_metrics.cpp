@@ -1,5 +1,6 @@
 #include "server/server_metrics.h"
 
+#include <chrono>
 #include <cstdio>
 
 namespace deltaserve {
@@ -42,18 +43,21 @@ void Histogram::observe(double v) {
   ++count_;
 }
 
-void Histogram::render(const std::string& name, const std::string& help, std::string& out) const {
+void Histogram::render(const std::string& name, const std::string& help, std::string& out,
+                       const std::string& labels) const {
   std::lock_guard<std::mutex> lock(mutex_);
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  const std::string lead = labels.empty() ? "" : labels + ",";
+  const std::string plain = labels.empty() ? "" : "{" + labels + "}";
   uint64_t cumulative = 0;
   for (std::size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += counts_[i];
-    out += name + "_bucket{le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+    out += name + "_bucket{" + lead + "le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
   }
   cumulative += counts_.back();
-  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
-  out += name + "_sum " + num(sum_) + "\n";
-  out += name + "_count " + std::to_string(count_) + "\n";
+  out += name + "_bucket{" + lead + "le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+  out += name + "_sum" + plain + " " + num(sum_) + "\n";
+  out += name + "_count" + plain + " " + std::to_string(count_) + "\n";
 }
 
 ServerMetrics::ServerMetrics()
@@ -66,11 +70,13 @@ ServerMetrics::ServerMetrics()
 
 void ServerMetrics::count_request(const std::string& route, int status) {
   std::lock_guard<std::mutex> lock(mutex_);
+  ++n_requests_;
   add_count(requests_, "route=\"" + route + "\",code=\"" + std::to_string(status) + "\"");
 }
 
 void ServerMetrics::count_finish(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (reason == "abort") ++n_aborted_;
   add_count(finishes_, "reason=\"" + reason + "\"");
 }
 
@@ -130,7 +136,48 @@ std::string ServerMetrics::render(const EngineStats& s) const {
           "Requests whose client disconnected before the end.", static_cast<double>(n_abandoned_));
   gauge(out, "deltaserve_http_streams_open", "Responses in progress.",
         static_cast<double>(open_streams_));
+  render_sglang(s, out);
   return out;
+}
+
+// SGLang's names (python/sglang/srt/metrics/collector.py), labelled model_name as SGLang does.
+// Called with mutex_ held.
+void ServerMetrics::render_sglang(const EngineStats& s, std::string& out) const {
+  const std::string label = "model_name=\"" + model_name_ + "\"";
+  auto sample = [&](const char* type, const char* name, const char* help, double v) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + "{" + label +
+           "} " + num(v) + "\n";
+  };
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (last_scrape_ > 0 && now > last_scrape_) {
+    last_throughput_ = static_cast<double>(s.generated_tokens_total - last_generated_) / (now - last_scrape_);
+  }
+  last_scrape_ = now;
+  last_generated_ = s.generated_tokens_total;
+  sample("gauge", "sglang:num_running_reqs", "The number of running requests.", s.requests_running);
+  sample("gauge", "sglang:num_queue_reqs", "The number of requests in the waiting queue.", s.requests_waiting);
+  sample("gauge", "sglang:num_used_tokens", "The number of used tokens.", static_cast<double>(s.kv_tokens_used));
+  sample("gauge", "sglang:token_usage", "The token usage.",
+         s.kv_tokens_total > 0 ? static_cast<double>(s.kv_tokens_used) / static_cast<double>(s.kv_tokens_total) : 0.0);
+  sample("gauge", "sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache.",
+         static_cast<double>(s.kv_tokens_total));
+  sample("gauge", "sglang:gen_throughput", "The generation throughput (token/s) since the previous scrape.",
+         last_throughput_);
+  sample("gauge", "sglang:cache_hit_rate", "The prefix cache hit rate (no prefix cache yet: 0).", 0.0);
+  sample("gauge", "sglang:spec_accept_length", "The average acceptance length of speculative decoding.",
+         s.spec_verify_steps_total > 0
+             ? 1.0 + static_cast<double>(s.spec_accepted_tokens_total) / static_cast<double>(s.spec_verify_steps_total)
+             : 0.0);
+  sample("counter", "sglang:prompt_tokens_total", "Number of prefill tokens processed.",
+         static_cast<double>(s.prompt_tokens_total));
+  sample("counter", "sglang:generation_tokens_total", "Number of generation tokens processed.",
+         static_cast<double>(s.generated_tokens_total));
+  sample("counter", "sglang:cached_tokens_total", "Number of cached prompt tokens.", 0.0);
+  sample("counter", "sglang:num_requests_total", "Number of requests processed.", static_cast<double>(n_requests_));
+  sample("counter", "sglang:num_aborted_requests_total", "Number of requests aborted.", static_cast<double>(n_aborted_));
+  ttft_.render("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", out, label);
+  itl_.render("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", out, label);
+  e2e_.render("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", out, label);
 }
 
 }  // namespace deltaserve

@@ -1,6 +1,7 @@
 // ServerMetrics: Prometheus text exposition for /metrics. Gauges and engine counters come from
 // EngineStats at scrape time; latency histograms and request counters are observed by the server.
-// Thread-safe.
+// Every series is exported twice: deltaserve_* and SGLang's sglang:* names (with SGLang's
+// model_name label), so dashboards built for SGLang keep working. Thread-safe.
 #pragma once
 
 #include <array>
@@ -17,8 +18,10 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
   void observe(double v);
-  // Appends `# TYPE` and the _bucket/_sum/_count lines.
-  void render(const std::string& name, const std::string& help, std::string& out) const;
+  // Appends `# TYPE` and the _bucket/_sum/_count lines; `labels` (e.g. `model_name="m"`) go on
+  // every sample.
+  void render(const std::string& name, const std::string& help, std::string& out,
+              const std::string& labels = "") const;
 
  private:
   mutable std::mutex mutex_;
@@ -40,6 +43,8 @@ class ServerMetrics {
   void add_abandoned() { std::lock_guard<std::mutex> l(mutex_); ++n_abandoned_; }
   void stream_opened();
   void stream_closed();
+  // The model_name label of the sglang:* metrics.
+  void set_model_name(std::string name) { model_name_ = std::move(name); }
 
   std::string render(const EngineStats& stats) const;
 
@@ -50,6 +55,13 @@ class ServerMetrics {
   std::vector<std::pair<std::string, uint64_t>> finishes_;
   uint64_t n_abandoned_ = 0;
   int64_t open_streams_ = 0;
+  std::string model_name_ = "default";
+  uint64_t n_requests_ = 0, n_aborted_ = 0;
+  // For sglang:gen_throughput: generated tokens and time at the previous scrape.
+  mutable uint64_t last_generated_ = 0;
+  mutable double last_scrape_ = 0, last_throughput_ = 0;
+
+  void render_sglang(const EngineStats& s, std::string& out) const;
 };
 
 }  // namespace deltaserve

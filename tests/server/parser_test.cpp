@@ -106,6 +106,30 @@ TEST(ReasoningParser, StreamsDeltasAsTheyArrive) {
   EXPECT_EQ(p.push("Hi").content, "Hi");
 }
 
+TEST(ReasoningParser, RepeatedLeadingThinkIsStripped) {
+  for (bool force : {true, false}) {
+    auto r = ReasoningParser::parse("<think><think>Plan</think>Answer", force);
+    EXPECT_EQ(r.reasoning, "Plan");
+    EXPECT_EQ(r.content, "Answer");
+    r = ReasoningParser::parse("<think>\n<think>\nPlan</think>Answer", force);
+    EXPECT_EQ(r.reasoning, "\nPlan");
+    EXPECT_EQ(r.content, "Answer");
+    // Only leading tags: one in the middle of the reasoning stays.
+    r = ReasoningParser::parse("<think>a <think> b</think>c", force);
+    EXPECT_EQ(r.reasoning, "a <think> b");
+    for (const char* text : {"<think><think>Plan</think>Answer", "<think>\n<think>\nPlan</think>Answer",
+                             "<think>\n\nPlan</think>x", "<think>\n"})
+      expect_reasoning_split_invariant(text, force);
+  }
+}
+
+TEST(ReasoningParser, BareFunctionEndsReasoning) {
+  auto r = ReasoningParser::parse("Need a tool.\n<function=f>\n</function>", true);
+  EXPECT_EQ(r.reasoning, "Need a tool.\n");
+  EXPECT_EQ(r.content, "<function=f>\n</function>");
+  expect_reasoning_split_invariant("Need a tool.\n<function=f>\n</function>", true);
+}
+
 // --- qwen3_coder ---
 
 json weather_tools() {
@@ -262,6 +286,30 @@ TEST(Qwen3CoderParser, StreamingMatchesOneShotAtEverySplit) {
         std::string("<tool_call>\n<function=get_weather>\n<parameter=city>\nPar")}) {
     expect_tool_split_invariant(ToolParserKind::Qwen3Coder, tools, text);
   }
+}
+
+TEST(Qwen3CoderParser, BareFunctionBlockWithoutToolCallWrapper) {
+  const std::string bare =
+      "Sure.\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\nDone.";
+  auto r = run_tools(ToolParserKind::Qwen3Coder, weather_tools(), {bare});
+  EXPECT_EQ(r.content, "Sure.\nDone.");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, R"({"city": "Paris"})");
+  expect_tool_split_invariant(ToolParserKind::Qwen3Coder, weather_tools(), bare);
+  // Two bare blocks, and a bare block cut off by max_tokens.
+  auto two = run_tools(ToolParserKind::Qwen3Coder, weather_tools(),
+                       {"<function=get_weather>\n</function>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>"});
+  ASSERT_EQ(two.calls.size(), 2u);
+  EXPECT_EQ(two.calls[1].arguments, R"({"days": 2})");
+  auto cut = run_tools(ToolParserKind::Qwen3Coder, weather_tools(), {"<function=get_weather>\n<parameter=city>\nPar"});
+  ASSERT_EQ(cut.calls.size(), 1u);
+  EXPECT_EQ(cut.calls[0].arguments, R"({"city": "Par"})");
+  // A function name that is no tool is prose.
+  auto prose = run_tools(ToolParserKind::Qwen3Coder, weather_tools(), {"see <function=nope>\n</function>"});
+  EXPECT_TRUE(prose.calls.empty());
+  EXPECT_EQ(prose.content, "see <function=nope>\n</function>");
+  expect_tool_split_invariant(ToolParserKind::Qwen3Coder, weather_tools(), "see <function=get_w and <function=nope> x");
 }
 
 // --- hermes ---

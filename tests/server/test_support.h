@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -24,6 +25,9 @@ namespace deltaserve::testing {
 
 // Emits `script` (token ids) one per tick for each request, up to max_tokens, then Stop (or Length).
 // With `script_for` set, each request gets its own script (e.g. derived from its prompt).
+// A request with a TokenConstraint (and `vocab` set) samples like the real engine's sampling path
+// would with logits that favour the script: logits 0, the script's token 10, then the
+// constraint's apply(); the argmax is emitted and accept()ed, and a token in `eos` ends it (Stop).
 class FakeEngine final : public EngineService {
  public:
   std::vector<TokenId> script;
@@ -33,6 +37,9 @@ class FakeEngine final : public EngineService {
   // Every request is refused with this kind (None: served). Overloaded says "queue is full".
   EngineErrorKind reject_kind = EngineErrorKind::None;
   bool with_logprobs = true;
+  int64_t vocab = 0;                 // logits row size for constrained requests (0: ignore constraints)
+  std::vector<TokenId> eos;          // constrained requests stop on these
+  std::atomic<int> constraint_rejects{0};  // accept() refusals (must stay 0)
 
   FakeEngine() : thread_([this] { loop(); }) {}
   ~FakeEngine() override {
@@ -127,6 +134,16 @@ class FakeEngine final : public EngineService {
         } else {
           const std::vector<TokenId>& sc = live.script_of(*this);
           TokenId tok = live.n_emitted < static_cast<int>(sc.size()) ? sc[live.n_emitted] : 0;
+          bool constrained_end = false;
+          if (live.request.constraint && vocab > 0) {
+            TokenConstraint& c = *live.request.constraint;
+            std::vector<float> logits(static_cast<size_t>(vocab), 0.0f);
+            if (tok < vocab) logits[static_cast<size_t>(tok)] = 10.0f;
+            if (c.active(live.n_emitted)) c.apply(logits.data(), vocab, live.n_emitted);
+            tok = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+            if (!c.accept(tok)) ++constraint_rejects;
+            constrained_end = std::find(eos.begin(), eos.end(), tok) != eos.end();
+          }
           ev.tokens.push_back(tok);
           if (with_logprobs && live.request.sampling.top_logprobs >= 0) {
             TokenLogprob lp;
@@ -137,9 +154,11 @@ class FakeEngine final : public EngineService {
           }
           ++live.n_emitted;
           ++generated_;
-          if (live.n_emitted >= live.request.sampling.max_tokens) {
+          if (constrained_end) {
+            ev.finish = FinishReason::Stop;
+          } else if (live.n_emitted >= live.request.sampling.max_tokens) {
             ev.finish = FinishReason::Length;
-          } else if (live.n_emitted >= static_cast<int>(sc.size())) {
+          } else if (live.n_emitted >= static_cast<int>(sc.size()) && !(live.request.constraint && vocab > 0)) {
             ev.finish = FinishReason::Stop;
           }
         }

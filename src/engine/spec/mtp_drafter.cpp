@@ -20,15 +20,21 @@ int64_t MtpDrafter::budget(const Sequence& s) const {
   return std::min<int64_t>({k_, context_length_ - n1, s.max_total_tokens - n1});
 }
 
-void MtpDrafter::add_draft(Sequence& s, const float* logits, Sampler& sampler) {
+void MtpDrafter::add_draft(Sequence& s, const float* logits_in, Sampler& sampler) {
+  // A constrained sequence drafts under its constraint too (advanced by each draft here, rolled
+  // back to the accepted tokens at the end of propose()).
+  const float* logits = sampler.constrain(logits_in, s.constraint.get(), s.n_generated() + s.n_drafts);
   const bool greedy = s.params.temperature <= 0.0f || s.params.top_k == 1;
+  int32_t draft;
   if (greedy) {
-    store_.push(s, sampler.sample(logits, s.params, s.prompt(), s.generated(), s.rng, nullptr));
-    return;
+    draft = sampler.sample(logits, s.params, s.prompt(), s.generated(), s.rng, nullptr);
+  } else {
+    std::vector<float>& q = store_.q(s, s.n_drafts);
+    sampler.distribution(logits, s.params, s.prompt(), s.generated(), q);
+    draft = sampler.draw(q, s.rng);
   }
-  std::vector<float>& q = store_.q(s, s.n_drafts);
-  sampler.distribution(logits, s.params, s.prompt(), s.generated(), q);
-  store_.push(s, sampler.draw(q, s.rng));
+  store_.push(s, draft);
+  s.constraint_took(draft);
 }
 
 void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const StepOutput> outputs,
@@ -109,6 +115,9 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
     chain_rows_.resize(kept);
     chain_left_.resize(kept);
   }
+  // Constraints follow the accepted tokens: the drafts are checked again at verification.
+  for (Sequence* s : drafting_)
+    if (s->constraint) s->constraint->rollback(s->n_drafts);
 }
 
 }  // namespace deltaserve

@@ -9,26 +9,32 @@ int SpeculativeDecoder::verify(Sequence& s, int row, Sampler& sampler, std::vect
   const bool greedy = s.params.temperature <= 0.0f || s.params.top_k == 1;
   for (int a = 0; a < k; ++a) {
     const float* logits = runner_.logits(row + a);
+    const float* row_c = sampler.constrain(logits, s.constraint.get(), s.n_generated());  // drafts were masked too
     const int32_t d = drafts[a];
     bool accept;
     int32_t alt;
     if (greedy) {
-      alt = sampler.sample(logits, s.params, s.prompt(), s.generated(), s.rng, nullptr);
+      alt = sampler.sample(row_c, s.params, s.prompt(), s.generated(), s.rng, nullptr);
       accept = alt == d;
     } else {
-      sampler.distribution(logits, s.params, s.prompt(), s.generated(), probs);
+      sampler.distribution(row_c, s.params, s.prompt(), s.generated(), probs);
       const SpecDecision dec = speculative_accept(probs, store_.q(s, a), d, s.rng);
       accept = dec.accepted;
       alt = dec.token;
     }
     if (lps) sampler.logprobs(logits, accept ? d : alt, s.params.top_logprobs, &lps->emplace_back());
     s.tokens.push_back(accept ? d : alt);
+    s.constraint_took(s.tokens.back());
     if (!accept) return a;
   }
   // Every draft accepted: the bonus token comes from the last row.
   TokenLogprob lp;
-  s.tokens.push_back(sampler.sample(runner_.logits(row + k), s.params, s.prompt(), s.generated(), s.rng,
-                                    lps ? &lp : nullptr));
+  const float* raw = runner_.logits(row + k);
+  const float* row_c = sampler.constrain(raw, s.constraint.get(), s.n_generated());
+  const int32_t bonus = sampler.sample(row_c, s.params, s.prompt(), s.generated(), s.rng, lps && row_c == raw ? &lp : nullptr);
+  if (lps && row_c != raw) sampler.logprobs(raw, bonus, s.params.top_logprobs, &lp);  // logprobs stay raw
+  s.tokens.push_back(bonus);
+  s.constraint_took(bonus);
   if (lps) lps->push_back(std::move(lp));
   return k;
 }

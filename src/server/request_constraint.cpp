@@ -1,0 +1,129 @@
+#include "server/request_constraint.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+namespace deltaserve {
+
+RequestConstraint::RequestConstraint(std::shared_ptr<const ConstraintPlan> plan) : plan_(std::move(plan)) {
+  if (plan_->grammar) {
+    matcher_.emplace(plan_->grammar);
+    if (!plan_->grammar_after) started_at_ = 0;
+  }
+}
+
+bool RequestConstraint::is_end(TokenId t) const {
+  return std::find(plan_->end_ids.begin(), plan_->end_ids.end(), t) != plan_->end_ids.end();
+}
+
+bool RequestConstraint::active(int n_generated) const {
+  return started_at_ >= 0 || !plan_->logit_bias.empty() || !plan_->allowed_ids.empty() || !plan_->bad_words.empty() ||
+         n_generated < plan_->min_tokens;
+}
+
+void RequestConstraint::apply(float* logits, int64_t vocab, int n_generated) {
+  const ConstraintPlan& p = *plan_;
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id < vocab) logits[id] += bias;
+  if (!p.allowed_ids.empty()) {
+    saved_.clear();
+    for (TokenId id : p.allowed_ids)
+      if (id < vocab) saved_.emplace_back(id, logits[id]);
+    std::fill(logits, logits + vocab, -INFINITY);
+    for (const auto& [id, v] : saved_) logits[id] = v;
+  }
+  for (const auto& word : p.bad_words) {
+    const size_t k = word.size() - 1;
+    if (history_.size() < k) continue;
+    if (std::equal(word.begin(), word.begin() + static_cast<long>(k), history_.end() - static_cast<long>(k)) &&
+        word.back() < vocab)
+      logits[word.back()] = -INFINITY;
+  }
+  const bool grammar_on = started_at_ >= 0 && matcher_;
+  const bool grammar_must_end = grammar_on && (matcher_->must_end() || matcher_->is_terminated());
+  const bool ban_end = n_generated < p.min_tokens && !grammar_must_end;
+  if (ban_end) {
+    for (TokenId id : p.end_ids)
+      if (id < vocab) logits[id] = -INFINITY;
+  }
+  if (!grammar_on) return;
+  const TokenBitset& mask = matcher_->next_token_mask();
+  // Request stop ids end a complete match like EOS does.
+  saved_.clear();
+  if (matcher_->can_end())
+    for (TokenId id : p.end_ids)
+      if (id < vocab && !(id < mask.size() && mask.test(id))) saved_.emplace_back(id, logits[id]);
+  const std::vector<uint64_t>& words = mask.words();
+  const int64_t covered = std::min<int64_t>(vocab, mask.size());
+  for (int64_t w = 0; w * 64 < covered; ++w) {
+    const uint64_t bits = words[static_cast<size_t>(w)];
+    const int64_t base = w * 64;
+    const int64_t end = std::min<int64_t>(base + 64, covered);
+    if (bits == ~uint64_t{0}) continue;
+    if (bits == 0) {
+      std::fill(logits + base, logits + end, -INFINITY);
+      continue;
+    }
+    for (int64_t i = base; i < end; ++i)
+      if (!((bits >> (i - base)) & 1u)) logits[i] = -INFINITY;
+  }
+  for (int64_t i = covered; i < vocab; ++i) logits[i] = -INFINITY;
+  for (const auto& [id, v] : saved_) logits[id] = v;
+  // Only allowed ids, bad words and min_tokens remove tokens the grammar allows: if together they
+  // removed all of them, keep the grammar's first token.
+  if (p.allowed_ids.empty() && p.bad_words.empty() && !ban_end) return;
+  for (size_t w = 0; w < words.size(); ++w) {
+    uint64_t bits = words[w];
+    while (bits) {
+      const int64_t id = static_cast<int64_t>(w * 64) + std::countr_zero(bits);
+      if (id < vocab && logits[id] > -INFINITY) return;
+      bits &= bits - 1;
+    }
+  }
+  for (const auto& [id, v] : saved_)
+    if (v > -INFINITY) return;
+  for (size_t w = 0; w < words.size(); ++w) {
+    if (!words[w]) continue;
+    const int64_t id = static_cast<int64_t>(w * 64) + std::countr_zero(words[w]);
+    if (id < vocab) logits[id] = 0.0f;
+    return;
+  }
+}
+
+bool RequestConstraint::accept(int32_t token) {
+  uint8_t fed = 0;
+  if (started_at_ >= 0 && matcher_) {
+    const bool vocab_eos = token < matcher_->grammar().vocab().size() && matcher_->grammar().vocab().is_eos(token);
+    if (matcher_->is_terminated()) {
+      // After the end only ends follow (speculative drafts past an EOS).
+      if (!vocab_eos && !is_end(token)) return false;
+    } else if (!vocab_eos && is_end(token)) {
+      if (!matcher_->can_end()) return false;  // a stop id ends a complete match only
+    } else {
+      if (!matcher_->accept_token(token)) return false;
+      fed = 1;
+    }
+  }
+  history_.push_back(token);
+  fed_.push_back(fed);
+  if (started_at_ < 0 && matcher_ && plan_->grammar_after && token == *plan_->grammar_after)
+    started_at_ = static_cast<int>(history_.size());
+  return true;
+}
+
+void RequestConstraint::rollback(int n) {
+  for (; n > 0 && !history_.empty(); --n) {
+    if (fed_.back()) matcher_->rollback(1);
+    if (plan_->grammar_after && started_at_ == static_cast<int>(history_.size())) started_at_ = -1;
+    history_.pop_back();
+    fed_.pop_back();
+  }
+}
+
+std::shared_ptr<TokenConstraint> make_constraint(const std::shared_ptr<const ConstraintPlan>& plan) {
+  if (!plan || plan->empty()) return nullptr;
+  return std::make_shared<RequestConstraint>(plan);
+}
+
+}  // namespace deltaserve

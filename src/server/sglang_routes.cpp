@@ -1,0 +1,462 @@
+// SGLang's native routes on OpenAiServer, and GenerationJob's /generate output format:
+//
+//   POST /generate         {"text" | "input_ids", "sampling_params", "stream", "rid", "return_logprob", ...}
+//                          -> {"text", "output_ids", "meta_info": {"id", "finish_reason", "prompt_tokens",
+//                             "completion_tokens", "cached_tokens", "e2e_latency"}} (a list for batches
+//                             or n > 1); streaming sends the cumulative text, then "data: [DONE]", which
+//                             is what `bench_serving --backend sglang` reads.
+//   POST /abort_request    {"rid": "...", "abort_all": false}: cancels requests by rid (any API)
+//   POST|GET /flush_cache  there is no prefix cache yet: success, nothing cached
+//   POST /tokenize, /v1/tokenize      {"prompt": text | [texts] | "messages": [...]} -> {"tokens", "count", "max_model_len"}
+//   POST /detokenize, /v1/detokenize  {"tokens": [ids] | [[ids]]} -> {"text"}
+//   GET  /health_generate  runs a one-token generation through the engine: 200, or 503 if it fails
+//   GET  /get_model_info, /get_load
+#include <cmath>
+
+#include "server/generation_job.h"
+#include "server/json_util.h"
+#include "server/openai_server.h"
+#include "server/request_fields.h"
+
+namespace deltaserve {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+ApiError method_not_allowed(const std::string& use) { return {405, "use " + use, "invalid_request_error", "", ""}; }
+
+// /generate body -> OpenAiRequest (kind Generate).
+std::optional<ApiError> parse_generate_request(const json& body, const SamplingDefaults& defaults, OpenAiRequest& out) {
+  out = OpenAiRequest{};
+  out.kind = ApiKind::Generate;
+  if (!body.is_object()) return ApiError::bad_request("the request body must be a JSON object");
+  if (auto e = check_request_fields(body, FieldApi::Generate)) return e;
+  const bool has_text = body.contains("text") && !body["text"].is_null();
+  const bool has_ids = body.contains("input_ids") && !body["input_ids"].is_null();
+  if (has_text == has_ids) return ApiError::bad_request("give exactly one of 'text' and 'input_ids'", has_text ? "input_ids" : "text");
+  // Prompts: one or a batch.
+  if (has_text) {
+    const json& t = body["text"];
+    if (t.is_string()) {
+      out.prompts.push_back(CompletionPrompt{t.get<std::string>(), {}, false});
+    } else if (t.is_array() && !t.empty()) {
+      for (const auto& x : t) {
+        if (!x.is_string()) return ApiError::bad_request("'text' must be a string or a list of strings", "text");
+        out.prompts.push_back(CompletionPrompt{x.get<std::string>(), {}, false});
+      }
+      out.batched_prompt = true;
+    } else {
+      return ApiError::bad_request("'text' must be a string or a non-empty list of strings", "text");
+    }
+  } else {
+    const json& ids = body["input_ids"];
+    auto one = [&](const json& list, CompletionPrompt& cp) -> std::optional<ApiError> {
+      if (!list.is_array()) return ApiError::bad_request("'input_ids' must be a list of token ids or a list of such lists", "input_ids");
+      cp.is_ids = true;
+      for (const auto& x : list) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+          return ApiError::bad_request("'input_ids' must hold non-negative token ids", "input_ids");
+        cp.ids.push_back(x.get<TokenId>());
+      }
+      return std::nullopt;
+    };
+    if (ids.is_array() && !ids.empty() && ids[0].is_array()) {
+      for (const auto& list : ids) {
+        CompletionPrompt cp;
+        if (auto e = one(list, cp)) return e;
+        out.prompts.push_back(std::move(cp));
+      }
+      out.batched_prompt = true;
+    } else {
+      CompletionPrompt cp;
+      if (auto e = one(ids, cp)) return e;
+      out.prompts.push_back(std::move(cp));
+    }
+  }
+  if (out.prompts.size() > static_cast<size_t>(kMaxSequencesPerRequest))
+    return ApiError::bad_request("too many prompts in one request", has_text ? "text" : "input_ids");
+  // sampling_params: one object (a list must repeat the same one).
+  json sp = json::object();
+  if (body.contains("sampling_params") && !body["sampling_params"].is_null()) {
+    const json& v = body["sampling_params"];
+    if (v.is_array()) {
+      if (v.empty()) return ApiError::bad_request("'sampling_params' must not be an empty list", "sampling_params");
+      for (const auto& x : v)
+        if (x != v[0])
+          return ApiError::bad_request("per-prompt sampling_params are not supported: give one object", "sampling_params");
+      sp = v[0];
+    } else {
+      sp = v;
+    }
+    if (!sp.is_object()) return ApiError::bad_request("'sampling_params' must be an object", "sampling_params");
+  }
+  if (auto e = check_request_fields(sp, FieldApi::GenerateSampling, "sampling_params.")) return e;
+  // The shared sampling parser reads OpenAI names; SGLang's extra names are mapped here.
+  json common = sp;
+  if (common.contains("max_new_tokens")) {
+    common["max_tokens"] = common["max_new_tokens"];
+    common.erase("max_new_tokens");
+  }
+  auto prefix = [](std::optional<ApiError> e) {
+    if (e && !e->param.empty()) {
+      if (e->param == "max_tokens") e->param = "max_new_tokens";
+      e->param = "sampling_params." + e->param;
+      e->message = "sampling_params: " + e->message;
+    }
+    return e;
+  };
+  // parse_completion_request would want a prompt: run the pieces it shares with /generate.
+  OpenAiRequest tmp;
+  json with_prompt = common;
+  with_prompt["prompt"] = "x";
+  // Fields of sampling_params unknown to /v1/completions were refused above by the table.
+  with_prompt.erase("min_new_tokens");
+  with_prompt.erase("no_stop_trim");
+  with_prompt.erase("stop_regex");
+  with_prompt.erase("json_schema");
+  with_prompt.erase("regex");
+  with_prompt.erase("ebnf");
+  with_prompt.erase("structural_tag");
+  with_prompt.erase("logit_bias");
+  with_prompt.erase("custom_params");
+  with_prompt.erase("stream_interval");
+  with_prompt.erase("spaces_between_special_tokens");
+  if (auto e = prefix(parse_completion_request(with_prompt, defaults, tmp))) return e;
+  out.sampling = tmp.sampling;
+  out.n = tmp.n;
+  out.stop = tmp.stop;
+  out.max_tokens = tmp.max_tokens;
+  out.skip_special_tokens = tmp.skip_special_tokens;
+  if (auto e = prefix(parse_constraint_fields(sp, /*sglang_names=*/true, out))) return e;
+  if (static_cast<int64_t>(out.prompts.size()) * out.n > kMaxSequencesPerRequest)
+    return ApiError::bad_request("too many sequences (prompts x n) in one request", "sampling_params.n");
+  // Top level.
+  if (body.contains("stream") && !body["stream"].is_null()) {
+    if (!body["stream"].is_boolean()) return ApiError::bad_request("'stream' must be a boolean", "stream");
+    out.stream = body["stream"].get<bool>();
+  }
+  if (body.contains("rid") && !body["rid"].is_null()) {
+    const json& rid = body["rid"];
+    if (rid.is_string()) out.rid = rid.get<std::string>();
+    else if (rid.is_array() && rid.size() == 1 && rid[0].is_string()) out.rid = rid[0].get<std::string>();
+    else return ApiError::bad_request("'rid' must be a string", "rid");
+  }
+  const bool want_lp = body.value("return_logprob", false) == true;
+  if (body.contains("return_logprob") && !body["return_logprob"].is_boolean() && !body["return_logprob"].is_null())
+    return ApiError::bad_request("'return_logprob' must be a boolean", "return_logprob");
+  int top = 0;
+  if (body.contains("top_logprobs_num") && !body["top_logprobs_num"].is_null()) {
+    const json& t = body["top_logprobs_num"];
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > kMaxTopLogprobs)
+      return ApiError::bad_request("'top_logprobs_num' must be an integer in [0, 20]", "top_logprobs_num");
+    top = t.get<int>();
+  }
+  if (want_lp) {
+    out.logprobs = true;
+    out.top_logprobs = top;
+    out.sampling.top_logprobs = top;
+  }
+  out.extra = {{"return_text_in_logprobs", body.value("return_text_in_logprobs", false) == true}};
+  return std::nullopt;
+}
+
+json finish_reason_object(const ChoiceState& s, int max_tokens) {
+  const std::string& r = s.finish_reason();
+  if (r.empty()) return nullptr;
+  if (r == "length") return {{"type", "length"}, {"length", max_tokens}};
+  if (r == "stop" || r == "tool_calls") return {{"type", "stop"}, {"matched", s.matched_stop()}};
+  return {{"type", r == "error" ? "abort" : r}, {"message", r == "error" ? "the engine failed" : "aborted"}};
+}
+
+}  // namespace
+
+// --- GenerationJob: the /generate output format ---
+
+json GenerationJob::generate_item(std::size_t i, bool final) const {
+  const Choice& c = choices_[i];
+  const ChoiceState& s = *c.state;
+  json meta = {{"id", request_.rid.empty() ? response_id_ : request_.rid},
+               {"finish_reason", final ? finish_reason_object(s, prompts_[c.prompt].max_tokens) : json(nullptr)},
+               {"prompt_tokens", static_cast<int>(prompts_[c.prompt].ids.size())},
+               {"completion_tokens", s.n_generated()},
+               {"cached_tokens", 0},
+               {"e2e_latency", std::chrono::duration<double>(Clock::now() - arrival_).count()}};
+  if (request_.logprobs) {
+    const bool with_text = request_.extra.value("return_text_in_logprobs", false);
+    auto text_of = [&](TokenId id) -> json {
+      if (!with_text) return nullptr;
+      TokenId ids[1] = {id};
+      return env_.tokenizer->decode(ids, false);
+    };
+    json lps = json::array(), tops = json::array();
+    for (const auto& lp : s.logprobs()) {
+      lps.push_back(json::array({std::isfinite(lp.logprob) ? lp.logprob : -9999.0f, lp.token, text_of(lp.token)}));
+      json alt = json::array();
+      for (const auto& [id, v] : lp.top) alt.push_back(json::array({std::isfinite(v) ? v : -9999.0f, id, text_of(id)}));
+      tops.push_back(std::move(alt));
+    }
+    meta["input_token_logprobs"] = json::array();
+    meta["output_token_logprobs"] = std::move(lps);
+    if (request_.top_logprobs > 0) meta["output_top_logprobs"] = std::move(tops);
+  }
+  json item = {{"text", s.text()}, {"output_ids", s.token_ids()}, {"meta_info", std::move(meta)}};
+  if (choices_.size() > 1) item["index"] = static_cast<int>(i);
+  return item;
+}
+
+void GenerationJob::append_generate_chunk(std::size_t i, const ChoiceDelta& d, std::string& out) {
+  if (d.text.empty() && d.token_ids.empty() && !d.finished) return;
+  out += "data: ";
+  out += safe_dump(generate_item(i, d.finished));
+  out += "\n\n";
+}
+
+std::string GenerationJob::generate_response() const {
+  if (choices_.size() == 1 && !request_.batched_prompt) return safe_dump(generate_item(0, true));
+  json all = json::array();
+  for (std::size_t i = 0; i < choices_.size(); ++i) all.push_back(generate_item(i, true));
+  return safe_dump(all);
+}
+
+// --- OpenAiServer: the routes ---
+
+void OpenAiServer::handle_sglang_generate(const HttpRequest& req, std::shared_ptr<HttpExchange> exchange) {
+  const auto arrival = GenerationJob::Clock::now();
+  json body;
+  if (auto e = parse_body(req, body)) return send_error(*exchange, "/generate", *e);
+  OpenAiRequest request;
+  if (auto e = parse_generate_request(body, defaults_, request)) return send_error(*exchange, "/generate", *e);
+  start_request(std::move(request), std::move(exchange), arrival);
+}
+
+namespace {
+
+// One-token generation for /health_generate: answers when the engine's stream ends.
+struct HealthProbe : std::enable_shared_from_this<HealthProbe> {
+  std::shared_ptr<HttpExchange> exchange;
+  std::shared_ptr<RequestStream> stream;
+  ServerMetrics* metrics = nullptr;
+  bool done = false;
+
+  void check() {
+    if (done) return;
+    while (auto ev = stream->events.try_pop()) {
+      if (ev->finish == FinishReason::None) continue;
+      done = true;
+      const bool ok = ev->finish != FinishReason::Error && ev->finish != FinishReason::Abort;
+      metrics->count_request("/health_generate", ok ? 200 : 503);
+      if (ok) {
+        exchange->respond(200, "application/json", "{}");
+      } else {
+        ApiError e{503, "health generation failed: " + (ev->error.empty() ? std::string(finish_reason_name(ev->finish)) : ev->error),
+                   "server_unavailable", "", "engine_unhealthy"};
+        exchange->respond(503, "application/json", e.to_json());
+      }
+      stream->events.set_notify(nullptr);
+      return;
+    }
+  }
+};
+
+}  // namespace
+
+void OpenAiServer::handle_health_generate(const HttpRequest& req, std::shared_ptr<HttpExchange> exchange) {
+  (void)req;
+  auto probe = std::make_shared<HealthProbe>();
+  probe->exchange = exchange;
+  probe->metrics = &metrics_;
+  GenerateRequest g;
+  g.id = engine_.next_request_id();
+  // Any short prompt: the first id of an encoded newline (every vocabulary has one).
+  std::vector<TokenId> prompt = tokenizer_.encode("\n", false);
+  if (prompt.empty()) prompt.push_back(0);
+  g.prompt = prompt;
+  g.sampling.max_tokens = 1;
+  g.sampling.temperature = 0.0f;
+  g.sampling.ignore_eos = true;
+  probe->stream = engine_.submit(std::move(g));
+  std::weak_ptr<HealthProbe> weak = probe;
+  probe->stream->events.set_notify([weak] {
+    if (auto p = weak.lock()) p->exchange->post([p] { p->check(); });
+  });
+  exchange->on_disconnect([probe] { probe->done = true; });
+  exchange->post([probe] { probe->check(); });  // the events may have arrived before the hook
+}
+
+bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExchange>& exchange) {
+  const std::string& path = req.path;
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  const bool post = req.method == "POST";
+  static const char* kRoutes[] = {"/generate",      "/abort_request", "/flush_cache",    "/tokenize", "/v1/tokenize",
+                                  "/detokenize",    "/v1/detokenize", "/health_generate", "/get_model_info",
+                                  "/get_load"};
+  bool mine = false;
+  for (const char* r : kRoutes) mine = mine || path == r;
+  if (!mine) return false;
+  if (path == "/health_generate") {
+    if (!get) return send_error(*exchange, path, method_not_allowed("GET")), true;
+    handle_health_generate(req, std::move(exchange));
+    return true;
+  }
+  if (!authorized(req)) {
+    send_error(*exchange, path, ApiError::unauthorized("missing or invalid API key: send 'Authorization: Bearer <key>'"));
+    return true;
+  }
+  if (path == "/generate") {
+    if (!post) return send_error(*exchange, path, method_not_allowed("POST")), true;
+    handle_sglang_generate(req, std::move(exchange));
+    return true;
+  }
+  if (path == "/get_model_info") {
+    if (!get) return send_error(*exchange, path, method_not_allowed("GET")), true;
+    json prefs = json::object();
+    if (defaults_.temperature) prefs["temperature"] = *defaults_.temperature;
+    if (defaults_.top_p) prefs["top_p"] = *defaults_.top_p;
+    if (defaults_.top_k) prefs["top_k"] = *defaults_.top_k;
+    if (defaults_.min_p) prefs["min_p"] = *defaults_.min_p;
+    if (defaults_.repetition_penalty) prefs["repetition_penalty"] = *defaults_.repetition_penalty;
+    send_json(*exchange, path,
+              {{"model_path", config_.model_path.empty() ? config_.served_model_name : config_.model_path},
+               {"tokenizer_path", config_.model_path.empty() ? config_.served_model_name : config_.model_path},
+               {"served_model_name", config_.served_model_name},
+               {"is_generation", true},
+               {"context_length", engine_.context_length()},
+               {"vocab_size", tokenizer_.vocab_size()},
+               {"eos_token_ids", defaults_.eos_token_ids},
+               {"preferred_sampling_params", prefs.empty() ? json(nullptr) : prefs},
+               {"weight_version", "default"},
+               {"has_image_understanding", false},
+               {"has_audio_understanding", false}});
+    return true;
+  }
+  if (path == "/get_load") {
+    if (!get) return send_error(*exchange, path, method_not_allowed("GET")), true;
+    const EngineStats st = engine_.stats();
+    send_json(*exchange, path,
+              json::array({{{"dp_rank", 0},
+                            {"num_reqs", st.requests_running + st.requests_waiting},
+                            {"num_running_reqs", st.requests_running},
+                            {"num_waiting_reqs", st.requests_waiting},
+                            {"num_tokens", st.kv_tokens_used}}}));
+    return true;
+  }
+  if (path == "/flush_cache") {
+    if (!post && !get) return send_error(*exchange, path, method_not_allowed("POST")), true;
+    send_json(*exchange, path, {{"success", true}, {"message", "no prefix cache is kept yet: nothing was cached, nothing to flush"}});
+    return true;
+  }
+  // The rest take a JSON body.
+  if (!post) return send_error(*exchange, path, method_not_allowed("POST")), true;
+  json body;
+  if (auto e = parse_body(req, body)) return send_error(*exchange, path, *e), true;
+  if (!body.is_object()) return send_error(*exchange, path, ApiError::bad_request("the request body must be a JSON object")), true;
+  if (path == "/abort_request") {
+    for (auto it = body.begin(); it != body.end(); ++it) {
+      if (it.key() != "rid" && it.key() != "abort_all" && it.key() != "finished_reason" && it.key() != "abort_message")
+        return send_error(*exchange, path, ApiError::bad_request("unrecognized request field '" + it.key() + "'", it.key(),
+                                                                 "unrecognized_field")), true;
+    }
+    const bool all = body.value("abort_all", false) == true;
+    const std::string rid = body.contains("rid") && body["rid"].is_string() ? body["rid"].get<std::string>() : "";
+    if (!all && rid.empty())
+      return send_error(*exchange, path, ApiError::bad_request("give 'rid' (or 'abort_all': true)", "rid")), true;
+    const int n = registry_.abort(rid, all);
+    send_json(*exchange, path, {{"success", true}, {"aborted", n}});
+    return true;
+  }
+  if (path == "/tokenize" || path == "/v1/tokenize") {
+    for (auto it = body.begin(); it != body.end(); ++it) {
+      static const char* kKnown[] = {"model", "prompt", "messages", "add_special_tokens", "return_token_strs",
+                                     "add_generation_prompt", "chat_template_kwargs", "tools"};
+      bool ok = false;
+      for (const char* k : kKnown) ok = ok || it.key() == k;
+      if (!ok)
+        return send_error(*exchange, path, ApiError::bad_request("unrecognized request field '" + it.key() + "'", it.key(),
+                                                                 "unrecognized_field")), true;
+    }
+    const bool strs = body.value("return_token_strs", false) == true;
+    const bool special = body.value("add_special_tokens", true) == true;
+    auto one = [&](const std::string& text) {
+      std::vector<TokenId> ids = tokenizer_.encode(text, special);
+      json r = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_.context_length()}};
+      if (strs) {
+        json s = json::array();
+        for (TokenId id : ids) s.push_back(sanitize_utf8(tokenizer_.token_text(id)));
+        r["token_strs"] = s;
+      }
+      return r;
+    };
+    if (body.contains("messages")) {
+      // vLLM: the chat template applied to messages.
+      json chat_body = {{"messages", body["messages"]}};
+      if (body.contains("tools")) chat_body["tools"] = body["tools"];
+      if (body.contains("chat_template_kwargs")) chat_body["chat_template_kwargs"] = body["chat_template_kwargs"];
+      OpenAiRequest chat;
+      if (auto e = parse_chat_request(chat_body, defaults_, chat)) return send_error(*exchange, path, *e), true;
+      if (body.value("add_generation_prompt", true) == false) chat.template_kwargs["add_generation_prompt"] = false;
+      auto text = render_chat_ ? render_chat_(chat.messages, chat.tools, chat.template_kwargs)
+                               : Result<std::string>(error("no chat template"));
+      if (!text) return send_error(*exchange, path, ApiError::bad_request("chat template: " + text.status().message(), "messages")), true;
+      send_json(*exchange, path, one(*text));
+      return true;
+    }
+    if (!body.contains("prompt")) return send_error(*exchange, path, ApiError::bad_request("'prompt' is required", "prompt")), true;
+    const json& p = body["prompt"];
+    if (p.is_string()) {
+      send_json(*exchange, path, one(p.get<std::string>()));
+      return true;
+    }
+    if (p.is_array()) {
+      json tokens = json::array(), counts = json::array();
+      for (const auto& x : p) {
+        if (!x.is_string())
+          return send_error(*exchange, path, ApiError::bad_request("'prompt' must be a string or a list of strings", "prompt")), true;
+        json r = one(x.get<std::string>());
+        tokens.push_back(r["tokens"]);
+        counts.push_back(r["count"]);
+      }
+      send_json(*exchange, path, {{"tokens", tokens}, {"count", counts}, {"max_model_len", engine_.context_length()}});
+      return true;
+    }
+    return send_error(*exchange, path, ApiError::bad_request("'prompt' must be a string or a list of strings", "prompt")), true;
+  }
+  // /detokenize
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (it.key() != "model" && it.key() != "tokens" && it.key() != "skip_special_tokens")
+      return send_error(*exchange, path, ApiError::bad_request("unrecognized request field '" + it.key() + "'", it.key(),
+                                                               "unrecognized_field")), true;
+  }
+  if (!body.contains("tokens") || !body["tokens"].is_array())
+    return send_error(*exchange, path, ApiError::bad_request("'tokens' must be a list of token ids", "tokens")), true;
+  const bool skip = body.value("skip_special_tokens", false) == true;
+  auto decode = [&](const json& list, std::string& out) -> std::optional<ApiError> {
+    std::vector<TokenId> ids;
+    for (const auto& x : list) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= tokenizer_.vocab_size())
+        return ApiError::bad_request("'tokens' must hold token ids of the vocabulary (0.." +
+                                         std::to_string(tokenizer_.vocab_size() - 1) + ")",
+                                     "tokens");
+      ids.push_back(x.get<TokenId>());
+    }
+    out = tokenizer_.decode(ids, skip);
+    return std::nullopt;
+  };
+  const json& t = body["tokens"];
+  if (!t.empty() && t[0].is_array()) {
+    json texts = json::array();
+    for (const auto& list : t) {
+      std::string text;
+      if (auto e = decode(list, text)) return send_error(*exchange, path, *e), true;
+      texts.push_back(text);
+    }
+    send_json(*exchange, path, {{"text", texts}});
+    return true;
+  }
+  std::string text;
+  if (auto e = decode(t, text)) return send_error(*exchange, path, *e), true;
+  send_json(*exchange, path, {{"text", text}});
+  return true;
+}
+
+}  // namespace deltaserve

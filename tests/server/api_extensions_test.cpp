@@ -1,0 +1,641 @@
+// Structured output, forced tool calls, the newly honoured request fields, SGLang's native routes,
+// the Responses API, CORS and the sglang:* metrics, over HTTP against the FakeEngine (which applies
+// each request's TokenConstraint the way the engine's sampling path does) and the tiny-coder
+// tokenizer.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/grammar_matcher.h"
+#include "grammar/json_schema.h"
+#include "server/openai_server.h"
+#include "test_support.h"
+
+namespace deltaserve {
+namespace {
+
+using json = nlohmann::ordered_json;  // property order matters to schema grammars
+using testing::FakeEngine;
+using testing::http;
+using testing::sse_data;
+using testing::wait_until;
+
+const std::string kModelDir = std::string(DELTASERVE_SOURCE_DIR) + "/models/tiny-coder";
+constexpr TokenId kImEnd = 8185;     // tiny-coder <|im_end|> (an EOS id)
+constexpr TokenId kImStart = 8184;   // <|im_start|> (special)
+
+Result<std::string> chatml(const nlohmann::ordered_json& messages, const nlohmann::ordered_json&,
+                           const nlohmann::ordered_json& kwargs) {
+  std::string out;
+  for (const auto& m : messages) {
+    out += "<|im_start|>" + m["role"].get<std::string>() + "\n" + m.value("content", std::string()) + "<|im_end|>\n";
+  }
+  if (kwargs.contains("add_generation_prompt") && kwargs["add_generation_prompt"] == false) return out;
+  out += "<|im_start|>assistant\n";
+  bool thinking = !(kwargs.contains("enable_thinking") && kwargs["enable_thinking"] == false);
+  out += thinking ? "<think>\n" : "<think>\n\n</think>\n\n";
+  return out;
+}
+
+class ApiTest : public ::testing::Test {
+ protected:
+  void start(ServerConfig cfg = {}) {
+    auto tok = Tokenizer::load(kModelDir);
+    ASSERT_TRUE(tok.is_ok()) << tok.status().message();
+    tokenizer_ = std::make_unique<Tokenizer>(*tok);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    if (cfg.served_model_name == "default") cfg.served_model_name = "tiny";
+    engine_.vocab = tokenizer_->vocab_size();
+    engine_.eos = {8183, kImEnd};
+    server_ = std::make_unique<OpenAiServer>(cfg, engine_, *tokenizer_, chatml, *load_generation_defaults(kModelDir));
+    auto st = server_->start();
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    port_ = server_->port();
+  }
+  void script(const std::string& text, bool eos = true) {
+    engine_.script = tokenizer_->encode(text, true);
+    if (eos) engine_.script.push_back(kImEnd);
+  }
+  void TearDown() override {
+    if (server_) server_->stop();
+    EXPECT_EQ(engine_.constraint_rejects.load(), 0);
+  }
+  testing::HttpResult post(const std::string& path, const json& body, std::vector<std::string> headers = {}) {
+    return http(port_, "POST", path, body.dump(), headers);
+  }
+  json ok_json(const testing::HttpResult& r) {
+    EXPECT_EQ(r.status, 200) << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r.body;
+    return j;
+  }
+  json error_of(const testing::HttpResult& r, int status = 400) {
+    EXPECT_EQ(r.status, status) << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    EXPECT_TRUE(!j.is_discarded() && j.contains("error")) << r.body;
+    return j.is_discarded() ? json() : j["error"];
+  }
+  static json chat(json extra = json::object()) {
+    json b = {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
+              {"chat_template_kwargs", {{"enable_thinking", false}}},
+              {"max_tokens", 24}};
+    for (auto it = extra.begin(); it != extra.end(); ++it) b[it.key()] = it.value();
+    return b;
+  }
+  // Does the grammar of `schema` accept `text` as a prefix (prefix = true) or exactly?
+  bool schema_accepts(const std::string& schema, const std::string& text, bool prefix) {
+    auto g = grammar_from_json_schema_text(schema);
+    EXPECT_TRUE(g.is_ok());
+    std::vector<std::string> bytes;
+    for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, static_cast<char>(b)));
+    auto c = CompiledGrammar::compile(*g, TokenVocabulary::create(bytes, {}, {}));
+    EXPECT_TRUE(c.is_ok());
+    GrammarMatcher m(*c);
+    return m.accept_string(text) && (prefix || m.can_end());
+  }
+  void expect_idle() {
+    EXPECT_TRUE(wait_until([&] { return server_->active_jobs() == 0 && engine_.n_live() == 0; }));
+  }
+
+  FakeEngine engine_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<OpenAiServer> server_;
+  int port_ = 0;
+};
+
+const char* kPointSchema = R"({"type":"object","properties":{"x":{"type":"integer"},"label":{"type":"string","maxLength":6}},"required":["x","label"]})";
+
+// --- structured output ---
+
+TEST_F(ApiTest, JsonSchemaLetsAValidOutputThroughUnchanged) {
+  start();
+  script(R"({"x": 12, "label": "pt"})");
+  json rf = {{"type", "json_schema"}, {"json_schema", {{"name", "point"}, {"schema", json::parse(kPointSchema)}}}};
+  json j = ok_json(post("/v1/chat/completions", chat({{"response_format", rf}})));
+  EXPECT_EQ(j["choices"][0]["message"]["content"], R"({"x": 12, "label": "pt"})");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(schema_accepts(kPointSchema, j["choices"][0]["message"]["content"], false));
+  expect_idle();
+}
+
+TEST_F(ApiTest, JsonSchemaForcesAnInvalidOutputIntoShape) {
+  start();
+  script("hello world, not json");
+  json rf = {{"type", "json_schema"}, {"json_schema", {{"name", "point"}, {"schema", json::parse(kPointSchema)}}}};
+  json j = ok_json(post("/v1/chat/completions", chat({{"response_format", rf}, {"max_tokens", 12}})));
+  const std::string text = j["choices"][0]["message"]["content"];
+  EXPECT_NE(text, "hello world, not json");
+  EXPECT_FALSE(text.empty());
+  EXPECT_TRUE(schema_accepts(kPointSchema, text, true)) << text;
+  expect_idle();
+}
+
+TEST_F(ApiTest, GrammarStartsAfterThinkWhenThePromptOpensIt) {
+  ServerConfig cfg;
+  cfg.reasoning_parser = "qwen3";
+  start(cfg);
+  // Reasoning is free text; the JSON comes after </think>.
+  engine_.script = tokenizer_->encode("free *thoughts*", true);
+  engine_.script.push_back(*tokenizer_->token_id("</think>"));
+  for (TokenId id : tokenizer_->encode(R"({"x": 1, "label": "a"})", true)) engine_.script.push_back(id);
+  engine_.script.push_back(kImEnd);
+  json body = chat({{"response_format", {{"type", "json_object"}}}});
+  body.erase("chat_template_kwargs");
+  json j = ok_json(post("/v1/chat/completions", body));
+  EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "free *thoughts*");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], R"({"x": 1, "label": "a"})");
+  expect_idle();
+}
+
+TEST_F(ApiTest, ResponseFormatErrors) {
+  start();
+  json e = error_of(post("/v1/chat/completions", chat({{"response_format", {{"type", "bogus"}}}})));
+  EXPECT_EQ(e["param"], "response_format.type");
+  EXPECT_NE(e["message"].get<std::string>().find("bogus"), std::string::npos);
+  e = error_of(post("/v1/chat/completions",
+                    chat({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "a"}}}}}})));
+  EXPECT_EQ(e["param"], "response_format.json_schema.schema");
+  e = error_of(post("/v1/chat/completions",
+                    chat({{"response_format", {{"type", "json_schema"},
+                                               {"json_schema", {{"name", "a"}, {"schema", {{"type", "array"}, {"uniqueItems", true}}}}}}}})));
+  EXPECT_EQ(e["param"], "response_format.json_schema.schema");
+  EXPECT_NE(e["message"].get<std::string>().find("uniqueItems"), std::string::npos);
+  e = error_of(post("/v1/chat/completions", chat({{"regex", "[a-z]+"}, {"response_format", {{"type", "json_object"}}}})));
+  EXPECT_NE(e["message"].get<std::string>().find("give only one"), std::string::npos);
+  e = error_of(post("/v1/completions", {{"prompt", "x"}, {"regex", "(a"}}));
+  EXPECT_EQ(e["param"], "regex");
+  e = error_of(post("/v1/completions", {{"prompt", "x"}, {"ebnf", "root ::= root \"a\" | \"b\""}}));
+  EXPECT_NE(e["message"].get<std::string>().find("left-recursive"), std::string::npos);
+}
+
+TEST_F(ApiTest, RegexEbnfChoiceAndSglangJsonSchema) {
+  start();
+  script("abc123");
+  json j = ok_json(post("/v1/completions", {{"prompt", "x"}, {"regex", "[a-c]+[0-9]+"}, {"max_tokens", 6}}));
+  EXPECT_EQ(j["choices"][0]["text"], "abc123");
+  script("maybe");
+  j = ok_json(post("/v1/completions", {{"prompt", "x"}, {"ebnf", "root ::= \"yes\" | \"no\""}, {"max_tokens", 6}}));
+  const std::string yn = j["choices"][0]["text"];
+  EXPECT_TRUE(yn == "yes" || yn == "no") << yn;
+  j = ok_json(post("/v1/completions", {{"prompt", "x"}, {"guided_choice", {"red", "green"}}, {"max_tokens", 6}}));
+  const std::string rg = j["choices"][0]["text"];
+  EXPECT_TRUE(rg == "red" || rg == "green") << rg;
+  script("42");
+  j = ok_json(post("/v1/completions", {{"prompt", "x"}, {"json_schema", R"({"type":"integer","maximum":50})"}, {"max_tokens", 6}}));
+  EXPECT_EQ(j["choices"][0]["text"], "42");
+  expect_idle();
+}
+
+// --- tool calls ---
+
+json weather_tools() {
+  return json::parse(R"([
+    {"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer","minimum":1,"maximum":7}},"required":["city","days"]}}},
+    {"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{"zone":{"type":"string","enum":["UTC","CET"]}},"required":["zone"]}}}])");
+}
+
+TEST_F(ApiTest, ToolChoiceRequiredNeedsAToolParser) {
+  start();
+  json e = error_of(post("/v1/chat/completions", chat({{"tools", weather_tools()}, {"tool_choice", "required"}})));
+  EXPECT_EQ(e["param"], "tool_choice");
+  EXPECT_NE(e["message"].get<std::string>().find("--tool-call-parser"), std::string::npos);
+  e = error_of(post("/v1/chat/completions", chat({{"tool_choice", "required"}})));
+  EXPECT_EQ(e["param"], "tool_choice");
+}
+
+TEST_F(ApiTest, ToolChoiceRequiredQwen3Coder) {
+  ServerConfig cfg;
+  cfg.tool_call_parser = "qwen3_coder";
+  start(cfg);
+  const std::string call =
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
+  script(call);
+  json j = ok_json(post("/v1/chat/completions", chat({{"tools", weather_tools()}, {"tool_choice", "required"}, {"max_tokens", 80}})));
+  const json& msg = j["choices"][0]["message"];
+  ASSERT_EQ(msg["tool_calls"].size(), 1u) << j.dump();
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()), json::parse(R"({"city":"Paris","days":3})"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  // Plain text is not allowed: the output is forced into a call.
+  script("Sure, the weather is fine.");
+  j = ok_json(post("/v1/chat/completions", chat({{"tools", weather_tools()}, {"tool_choice", "required"}, {"max_tokens", 60}})));
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "");
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u) << j.dump();
+  expect_idle();
+}
+
+TEST_F(ApiTest, NamedToolChoiceForcesThatFunction) {
+  ServerConfig cfg;
+  cfg.tool_call_parser = "qwen3_coder";
+  start(cfg);
+  // The script calls get_weather; the request names get_time: the grammar wins.
+  script("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>");
+  json tc = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+  json j = ok_json(post("/v1/chat/completions", chat({{"tools", weather_tools()}, {"tool_choice", tc}, {"max_tokens", 60}})));
+  const json& calls = j["choices"][0]["message"]["tool_calls"];
+  ASSERT_EQ(calls.size(), 1u) << j.dump();
+  EXPECT_EQ(calls[0]["function"]["name"], "get_time");
+  const json args = json::parse(calls[0]["function"]["arguments"].get<std::string>());
+  EXPECT_TRUE(args["zone"] == "UTC" || args["zone"] == "CET") << args;
+  expect_idle();
+}
+
+TEST_F(ApiTest, ToolChoiceRequiredHermes) {
+  ServerConfig cfg;
+  cfg.tool_call_parser = "hermes";
+  start(cfg);
+  script("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>");
+  json j = ok_json(post("/v1/chat/completions", chat({{"tools", weather_tools()}, {"tool_choice", "required"}, {"max_tokens", 60}})));
+  const json& calls = j["choices"][0]["message"]["tool_calls"];
+  ASSERT_EQ(calls.size(), 1u) << j.dump();
+  EXPECT_EQ(calls[0]["function"]["name"], "get_time");
+  EXPECT_EQ(json::parse(calls[0]["function"]["arguments"].get<std::string>()), json::parse(R"({"zone":"UTC"})"));
+  expect_idle();
+}
+
+TEST_F(ApiTest, ParallelToolCallsFalseKeepsOneCall) {
+  ServerConfig cfg;
+  cfg.tool_call_parser = "qwen3_coder";
+  start(cfg);
+  const std::string one = "<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>";
+  script(one + "\n" + one);
+  json j = ok_json(post("/v1/chat/completions", chat({{"tools", weather_tools()}, {"max_tokens", 100}})));
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 2u);
+  j = ok_json(post("/v1/chat/completions", chat({{"tools", weather_tools()}, {"parallel_tool_calls", false}, {"max_tokens", 100}})));
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u);
+  // Forced and not parallel: the grammar allows exactly one call, then the end.
+  j = ok_json(post("/v1/chat/completions",
+                   chat({{"tools", weather_tools()}, {"tool_choice", "required"}, {"parallel_tool_calls", false}, {"max_tokens", 100}})));
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u);
+  EXPECT_LT(j["usage"]["completion_tokens"].get<int>(), static_cast<int>(engine_.script.size()));
+  expect_idle();
+}
+
+// --- logits processing and output fields ---
+
+TEST_F(ApiTest, LogitBiasAllowedIdsMinTokensBadWords) {
+  start();
+  script("hello there");
+  const TokenId x = tokenizer_->encode("x", false).front();
+  json j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 4}, {"logit_bias", {{std::to_string(x), 100}}},
+                                            {"return_token_ids", true}}));
+  EXPECT_EQ(j["choices"][0]["token_ids"], json::array({x, x, x, x}));
+  EXPECT_EQ(j["choices"][0]["text"], "xxxx");
+  const TokenId a = tokenizer_->encode("a", false).front(), b = tokenizer_->encode("b", false).front();
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 5}, {"allowed_token_ids", {a, b}}}));
+  for (char c : j["choices"][0]["text"].get<std::string>()) EXPECT_TRUE(c == 'a' || c == 'b') << j.dump();
+  // The script ends after one token; min_tokens keeps the end tokens away until 4.
+  engine_.script = {x, kImEnd};
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 8}, {"min_tokens", 4}}));
+  EXPECT_GE(j["usage"]["completion_tokens"].get<int>(), 4) << j.dump();
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 8}}));
+  EXPECT_EQ(j["usage"]["completion_tokens"].get<int>(), 2) << j.dump();
+  script("foo bar baz");
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 8}, {"bad_words", {"bar"}}}));
+  EXPECT_EQ(j["choices"][0]["text"].get<std::string>().find("bar"), std::string::npos) << j.dump();
+  json e = error_of(post("/v1/completions", {{"prompt", "p"}, {"logit_bias", {{"99999999", 1}}}}));
+  EXPECT_EQ(e["param"], "logit_bias");
+  e = error_of(post("/v1/completions", {{"prompt", "p"}, {"logit_bias", {{"5", 101}}}}));
+  EXPECT_EQ(e["param"], "logit_bias");
+  e = error_of(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 2}, {"min_tokens", 3}}));
+  EXPECT_EQ(e["param"], "min_tokens");
+  expect_idle();
+}
+
+TEST_F(ApiTest, StopTrimStopRegexSkipSpecialTokenIds) {
+  start();
+  script("hello world and more", false);
+  json j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stop", "world"}}));
+  EXPECT_EQ(j["choices"][0]["text"], "hello ");
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stop", "world"}, {"no_stop_trim", true}}));
+  EXPECT_EQ(j["choices"][0]["text"], "hello world");
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stop", "world"}, {"include_stop_str_in_output", true}}));
+  EXPECT_EQ(j["choices"][0]["text"], "hello world");
+  script("abc 123 def", false);
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stop_regex", "[0-9]{2}"}}));
+  EXPECT_EQ(j["choices"][0]["text"], "abc 12");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["choices"][0]["matched_stop"], "[0-9]{2}");
+  EXPECT_EQ(error_of(post("/v1/completions", {{"prompt", "p"}, {"stop_regex", "a(?=b)"}}))["param"], "stop_regex");
+  // A special token in the middle of the output: hidden by default, visible with false.
+  engine_.script = tokenizer_->encode("ab", true);
+  engine_.script.push_back(kImStart);
+  for (TokenId id : tokenizer_->encode("cd", true)) engine_.script.push_back(id);
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}}));
+  EXPECT_EQ(j["choices"][0]["text"], "abcd");
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"skip_special_tokens", false}}));
+  EXPECT_EQ(j["choices"][0]["text"], "ab<|im_start|>cd");
+  j = ok_json(post("/v1/chat/completions", chat({{"skip_special_tokens", false}})));
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "ab<|im_start|>cd");
+  j = ok_json(post("/v1/chat/completions", chat()));
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "abcd");
+  // Token ids.
+  j = ok_json(post("/v1/completions", {{"prompt", "p q"}, {"max_tokens", 20}, {"return_token_ids", true}}));
+  EXPECT_EQ(j["prompt_token_ids"], tokenizer_->encode("p q", true));
+  EXPECT_EQ(j["choices"][0]["token_ids"], engine_.script);
+  j = ok_json(post("/v1/completions", {{"prompt", "p q"}, {"max_tokens", 20}, {"return_prompt_token_ids", true}}));
+  EXPECT_EQ(j["prompt_token_ids"], tokenizer_->encode("p q", true));
+  EXPECT_FALSE(j["choices"][0].contains("token_ids"));
+  expect_idle();
+}
+
+TEST_F(ApiTest, PromptFieldsAndValidation) {
+  start();
+  script("lo");
+  json j = ok_json(post("/v1/chat/completions",
+                        {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", "Hel"}}})},
+                         {"continue_final_message", true}, {"max_tokens", 4}}));
+  auto sub = engine_.submitted();
+  std::string prompt = tokenizer_->decode(sub.back().prompt, false);
+  EXPECT_EQ(prompt.substr(prompt.size() - 3), "Hel") << prompt;
+  json e = error_of(post("/v1/chat/completions", chat({{"continue_final_message", true}})));
+  EXPECT_EQ(e["param"], "continue_final_message");
+  ok_json(post("/v1/chat/completions", chat({{"add_generation_prompt", false}})));
+  prompt = tokenizer_->decode(engine_.submitted().back().prompt, false);
+  EXPECT_EQ(prompt.find("<|im_start|>assistant"), std::string::npos) << prompt;
+  ok_json(post("/v1/completions", {{"prompt", "one two three four five"}, {"truncate_prompt_tokens", 2}}));
+  EXPECT_EQ(engine_.submitted().back().prompt.size(), 2u);
+  EXPECT_EQ(error_of(post("/v1/chat/completions", chat({{"reasoning_effort", "banana"}})))["param"], "reasoning_effort");
+  ok_json(post("/v1/chat/completions", chat({{"reasoning_effort", "low"}})));
+  EXPECT_EQ(error_of(post("/v1/chat/completions", chat({{"reasoning", {{"effort", "max"}}}})))["param"], "reasoning.effort");
+  e = error_of(post("/v1/chat/completions", chat({{"frobnicate", 1}})));
+  EXPECT_EQ(e["param"], "frobnicate");
+  EXPECT_EQ(e["code"], "unrecognized_field");
+  e = error_of(post("/v1/completions", {{"prompt", "x"}, {"lora_path", "/adapters/missing"}}));
+  EXPECT_EQ(e["param"], "lora_path");
+  EXPECT_EQ(error_of(post("/v1/chat/completions", chat({{"tool_choice", "maybe"}, {"tools", weather_tools()}})))["param"],
+            "tool_choice");
+  expect_idle();
+}
+
+TEST_F(ApiTest, AbortByRid) {
+  start();
+  engine_.tick = std::chrono::milliseconds(20);
+  script(std::string(200, 'a'), false);
+  testing::HttpResult r;
+  std::thread t([&] { r = post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 150}, {"rid", "job-7"}}); });
+  ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+  auto a = ok_json(post("/abort_request", {{"rid", "job-7"}}));
+  EXPECT_EQ(a["aborted"], 1);
+  t.join();
+  json j = ok_json(r);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "abort");
+  EXPECT_EQ(ok_json(post("/abort_request", {{"rid", "nobody"}}))["aborted"], 0);
+  EXPECT_EQ(error_of(post("/abort_request", json::object()))["param"], "rid");
+  expect_idle();
+}
+
+// --- SGLang native routes ---
+
+TEST_F(ApiTest, GenerateNative) {
+  start();
+  script("one two three four", false);
+  ASSERT_GE(engine_.script.size(), 4u);
+  const std::vector<TokenId> first3(engine_.script.begin(), engine_.script.begin() + 3);
+  json j = ok_json(post("/generate", {{"text", "Hello"}, {"sampling_params", {{"max_new_tokens", 3}, {"temperature", 0}}}}));
+  EXPECT_EQ(j["text"], tokenizer_->decode(first3, false));
+  EXPECT_EQ(j["output_ids"], first3);
+  EXPECT_EQ(j["meta_info"]["completion_tokens"], 3);
+  EXPECT_EQ(j["meta_info"]["prompt_tokens"], tokenizer_->encode("Hello", true).size());
+  EXPECT_EQ(j["meta_info"]["finish_reason"], json({{"type", "length"}, {"length", 3}}));
+  // input_ids, a batch: a list back.
+  j = ok_json(post("/generate", {{"input_ids", {{1, 2}, {3}}}, {"sampling_params", {{"max_new_tokens", 2}}}}));
+  ASSERT_TRUE(j.is_array());
+  EXPECT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[1]["meta_info"]["prompt_tokens"], 1);
+  // Default max_new_tokens 128 (SGLang) and a stop token.
+  script("xy");
+  j = ok_json(post("/generate", {{"text", "Hello"}}));
+  EXPECT_EQ(j["text"], "xy");
+  EXPECT_EQ(j["meta_info"]["finish_reason"]["type"], "stop");
+  EXPECT_EQ(j["meta_info"]["finish_reason"]["matched"], kImEnd);
+  EXPECT_EQ(engine_.submitted().back().sampling.max_tokens, std::min<int>(128, static_cast<int>(engine_.context - 1)));
+  // Constraints and logprobs in sampling_params / top level.
+  script("123", false);
+  j = ok_json(post("/generate", {{"text", "n="}, {"sampling_params", {{"max_new_tokens", 3}, {"regex", "[0-9]+"}}},
+                                 {"return_logprob", true}, {"top_logprobs_num", 2}, {"return_text_in_logprobs", true}}));
+  EXPECT_EQ(j["text"], "123");
+  ASSERT_EQ(j["meta_info"]["output_token_logprobs"].size(), 3u);
+  EXPECT_EQ(j["meta_info"]["output_token_logprobs"][0][2], "1");
+  EXPECT_EQ(j["meta_info"]["output_top_logprobs"][0].size(), 2u);
+  EXPECT_EQ(error_of(post("/generate", {{"text", "x"}, {"input_ids", {1}}}))["param"], "input_ids");
+  EXPECT_EQ(error_of(post("/generate", {{"text", "x"}, {"sampling_params", {{"max_new_tokens", 0}}}}))["param"],
+            "sampling_params.max_new_tokens");
+  EXPECT_EQ(error_of(post("/generate", {{"text", "x"}, {"sampling_params", {{"bogus", 1}}}}))["param"], "sampling_params.bogus");
+  EXPECT_EQ(error_of(post("/generate", {{"text", "x"}, {"lora_path", "a"}}))["param"], "lora_path");
+  expect_idle();
+}
+
+TEST_F(ApiTest, GenerateStreamsCumulativeTextAsBenchServingReadsIt) {
+  start();
+  script("one two three four five", false);
+  ASSERT_GE(engine_.script.size(), 4u);
+  const std::string want = tokenizer_->decode(std::vector<TokenId>(engine_.script.begin(), engine_.script.begin() + 4), false);
+  // The payload `python -m sglang.bench_serving --backend sglang` sends.
+  json payload = {{"text", "Hello"},
+                  {"sampling_params", {{"temperature", 0.0}, {"max_new_tokens", 4}, {"ignore_eos", true}}},
+                  {"stream", true},
+                  {"lora_path", nullptr},
+                  {"return_logprob", false},
+                  {"logprob_start_len", -1}};
+  auto r = post("/generate", payload);
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto events = sse_data(r.body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string prev;
+  int last_tokens = 0;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    json e = json::parse(events[i]);
+    const std::string text = e["text"];
+    EXPECT_EQ(text.compare(0, prev.size(), prev), 0) << "not cumulative: " << text;
+    EXPECT_GE(e["meta_info"]["completion_tokens"].get<int>(), last_tokens);
+    last_tokens = e["meta_info"]["completion_tokens"];
+    prev = text;
+  }
+  EXPECT_EQ(prev, want);
+  EXPECT_EQ(last_tokens, 4);
+  EXPECT_EQ(json::parse(events[events.size() - 2])["meta_info"]["finish_reason"]["type"], "length");
+  expect_idle();
+}
+
+TEST_F(ApiTest, TokenizeDetokenizeInfoLoadFlushHealth) {
+  start();
+  for (const char* path : {"/tokenize", "/v1/tokenize"}) {
+    json j = ok_json(post(path, {{"prompt", "def f(x):"}}));
+    EXPECT_EQ(j["tokens"], tokenizer_->encode("def f(x):", true));
+    EXPECT_EQ(j["count"], j["tokens"].size());
+    EXPECT_EQ(j["max_model_len"], engine_.context);
+  }
+  json j = ok_json(post("/tokenize", {{"prompt", {"a", "bb"}}}));
+  EXPECT_EQ(j["tokens"].size(), 2u);
+  j = ok_json(post("/tokenize", {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"return_token_strs", true}}));
+  const json msgs = json::parse(R"([{"role":"user","content":"hi"}])");
+  EXPECT_EQ(j["tokens"], tokenizer_->encode(*chatml(msgs, nullptr, json::object()), true));
+  EXPECT_EQ(j["token_strs"].size(), j["tokens"].size());
+  for (const char* path : {"/detokenize", "/v1/detokenize"}) {
+    j = ok_json(post(path, {{"tokens", tokenizer_->encode("def f(x):", true)}}));
+    EXPECT_EQ(j["text"], "def f(x):");
+  }
+  EXPECT_EQ(error_of(post("/detokenize", {{"tokens", {999999}}}))["param"], "tokens");
+  j = ok_json(http(port_, "GET", "/get_model_info"));
+  EXPECT_EQ(j["is_generation"], true);
+  EXPECT_EQ(j["served_model_name"], "tiny");
+  j = ok_json(http(port_, "GET", "/get_load"));
+  ASSERT_TRUE(j.is_array());
+  EXPECT_EQ(j[0]["num_reqs"], 0);
+  j = ok_json(post("/flush_cache", json::object()));
+  EXPECT_EQ(j["success"], true);
+  EXPECT_EQ(http(port_, "GET", "/health_generate").status, 200);
+  ASSERT_FALSE(engine_.submitted().empty());
+  EXPECT_EQ(engine_.submitted().back().sampling.max_tokens, 1);
+  engine_.reject_kind = EngineErrorKind::Internal;
+  EXPECT_EQ(http(port_, "GET", "/health_generate").status, 503);
+  engine_.reject_kind = EngineErrorKind::None;
+  expect_idle();
+}
+
+TEST_F(ApiTest, ModelIdsWithSlashes) {
+  ServerConfig cfg;
+  cfg.served_model_name = "Qwen/Qwen3.6-27B";
+  start(cfg);
+  EXPECT_EQ(ok_json(http(port_, "GET", "/v1/models/Qwen%2FQwen3.6-27B"))["id"], "Qwen/Qwen3.6-27B");
+  EXPECT_EQ(ok_json(http(port_, "GET", "/v1/models/Qwen/Qwen3.6-27B"))["id"], "Qwen/Qwen3.6-27B");
+  EXPECT_EQ(http(port_, "GET", "/v1/models/Qwen%2Fother").status, 404);
+  EXPECT_EQ(http(port_, "GET", "/v1/models/bad%zz").status, 400);
+}
+
+TEST_F(ApiTest, Cors) {
+  ServerConfig cfg;
+  cfg.enable_cors = true;
+  cfg.allowed_origins = {"https://app.example"};
+  start(cfg);
+  script("ok");
+  auto r = http(port_, "OPTIONS", "/v1/chat/completions", "",
+                {"Origin: https://app.example", "Access-Control-Request-Method: POST",
+                 "Access-Control-Request-Headers: content-type, authorization"});
+  EXPECT_EQ(r.status, 204);
+  EXPECT_EQ(r.headers["access-control-allow-origin"], "https://app.example");
+  EXPECT_NE(r.headers["access-control-allow-methods"].find("POST"), std::string::npos);
+  EXPECT_EQ(r.headers["access-control-allow-headers"], "content-type, authorization");
+  r = post("/v1/chat/completions", chat(), {"Origin: https://app.example"});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["access-control-allow-origin"], "https://app.example");
+  r = post("/v1/chat/completions", chat({{"stream", true}}), {"Origin: https://app.example"});
+  EXPECT_EQ(r.headers["access-control-allow-origin"], "https://app.example");
+  r = post("/v1/chat/completions", chat(), {"Origin: https://evil.example"});
+  EXPECT_EQ(r.headers.count("access-control-allow-origin"), 0u);
+  EXPECT_EQ(http(port_, "OPTIONS", "/v1/models", "", {"Origin: https://evil.example"}).status, 403);
+  expect_idle();
+}
+
+TEST_F(ApiTest, CorsOffByDefault) {
+  start();
+  EXPECT_EQ(http(port_, "OPTIONS", "/v1/chat/completions", "", {"Origin: https://app.example"}).status, 405);
+  auto r = http(port_, "GET", "/v1/models", "", {"Origin: https://app.example"});
+  EXPECT_EQ(r.headers.count("access-control-allow-origin"), 0u);
+}
+
+TEST_F(ApiTest, SglangMetricNames) {
+  start();
+  script("ok");
+  ok_json(post("/v1/completions", {{"prompt", "p"}}));
+  auto m = http(port_, "GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  for (const char* name : {"sglang:num_running_reqs{model_name=\"tiny\"}", "sglang:num_queue_reqs{", "sglang:token_usage{",
+                           "sglang:gen_throughput{", "sglang:prompt_tokens_total{", "sglang:generation_tokens_total{",
+                           "sglang:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=",
+                           "sglang:e2e_request_latency_seconds_count{model_name=\"tiny\"}",
+                           "sglang:inter_token_latency_seconds_sum{", "deltaserve_requests_running"}) {
+    EXPECT_NE(m.body.find(name), std::string::npos) << name;
+  }
+}
+
+// --- the Responses API ---
+
+TEST_F(ApiTest, ResponsesCreateRetrieveDelete) {
+  start();
+  script("Hi there");
+  json j = ok_json(post("/v1/responses", {{"model", "tiny"}, {"input", "hello"}, {"instructions", "Be brief."}, {"max_output_tokens", 20}}));
+  EXPECT_EQ(j["object"], "response");
+  EXPECT_EQ(j["status"], "completed");
+  const std::string id = j["id"];
+  ASSERT_EQ(j["output"].size(), 1u);
+  EXPECT_EQ(j["output"][0]["type"], "message");
+  EXPECT_EQ(j["output"][0]["content"][0]["text"], "Hi there");
+  EXPECT_EQ(j["usage"]["output_tokens"], static_cast<int>(engine_.script.size()));
+  const std::string prompt = tokenizer_->decode(engine_.submitted().back().prompt, false);
+  EXPECT_NE(prompt.find("<|im_start|>system\nBe brief.<|im_end|>"), std::string::npos) << prompt;
+  json got = ok_json(http(port_, "GET", "/v1/responses/" + id));
+  EXPECT_EQ(got["id"], id);
+  EXPECT_EQ(got["output"], j["output"]);
+  // previous_response_id replays the conversation.
+  script("Bye");
+  j = ok_json(post("/v1/responses", {{"input", "again"}, {"previous_response_id", id}}));
+  const std::string prompt2 = tokenizer_->decode(engine_.submitted().back().prompt, false);
+  EXPECT_NE(prompt2.find("hello"), std::string::npos);
+  EXPECT_NE(prompt2.find("Hi there"), std::string::npos);
+  EXPECT_NE(prompt2.find("again"), std::string::npos);
+  EXPECT_EQ(ok_json(http(port_, "DELETE", "/v1/responses/" + id))["deleted"], true);
+  EXPECT_EQ(http(port_, "GET", "/v1/responses/" + id).status, 404);
+  // store false: not kept.
+  j = ok_json(post("/v1/responses", {{"input", "x"}, {"store", false}}));
+  EXPECT_EQ(http(port_, "GET", "/v1/responses/" + j["id"].get<std::string>()).status, 404);
+  EXPECT_EQ(error_of(post("/v1/responses", {{"input", "x"}, {"text", {{"format", {{"type", "bogus"}}}}}}))["param"], "text.format.type");
+  EXPECT_EQ(error_of(post("/v1/responses", {{"input", "x"}, {"background", true}}))["param"], "background");
+  expect_idle();
+}
+
+TEST_F(ApiTest, ResponsesStreamingEvents) {
+  start();
+  script("Hi there");
+  auto r = post("/v1/responses", {{"input", "hello"}, {"stream", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<std::string> types;
+  std::string text;
+  int seq = 0;
+  for (const auto& d : sse_data(r.body)) {
+    json e = json::parse(d);
+    types.push_back(e["type"]);
+    EXPECT_EQ(e["sequence_number"], seq++);
+    if (e["type"] == "response.output_text.delta") text += e["delta"].get<std::string>();
+  }
+  EXPECT_EQ(text, "Hi there");
+  ASSERT_GE(types.size(), 8u);
+  EXPECT_EQ(types[0], "response.created");
+  EXPECT_EQ(types[1], "response.in_progress");
+  EXPECT_EQ(types[2], "response.output_item.added");
+  EXPECT_EQ(types[3], "response.content_part.added");
+  EXPECT_EQ(types.back(), "response.completed");
+  EXPECT_NE(std::find(types.begin(), types.end(), "response.output_text.done"), types.end());
+  EXPECT_NE(std::find(types.begin(), types.end(), "response.output_item.done"), types.end());
+  EXPECT_NE(r.body.find("event: response.completed\n"), std::string::npos);
+  expect_idle();
+}
+
+TEST_F(ApiTest, ResponsesWithForcedToolCall) {
+  ServerConfig cfg;
+  cfg.tool_call_parser = "qwen3_coder";
+  start(cfg);
+  script("<tool_call>\n<function=get_time>\n<parameter=zone>\nCET\n</parameter>\n</function>\n</tool_call>");
+  json tools = json::parse(R"([{"type":"function","name":"get_time","parameters":{"type":"object","properties":{"zone":{"type":"string","enum":["UTC","CET"]}},"required":["zone"]}}])");
+  json j = ok_json(post("/v1/responses", {{"input", "time?"}, {"tools", tools}, {"tool_choice", "required"}, {"max_output_tokens", 60}}));
+  ASSERT_EQ(j["output"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["output"][0]["type"], "function_call");
+  EXPECT_EQ(j["output"][0]["name"], "get_time");
+  EXPECT_EQ(json::parse(j["output"][0]["arguments"].get<std::string>()), json::parse(R"({"zone":"CET"})"));
+  // The tool result goes back as input items.
+  json input = json::array({{{"role", "user"}, {"content", "time?"}},
+                            {{"type", "function_call"}, {"call_id", j["output"][0]["call_id"]}, {"name", "get_time"}, {"arguments", "{\"zone\": \"CET\"}"}},
+                            {{"type", "function_call_output"}, {"call_id", j["output"][0]["call_id"]}, {"output", "12:00"}}});
+  script("It is noon.");
+  j = ok_json(post("/v1/responses", {{"input", input}, {"tools", tools}}));
+  EXPECT_EQ(j["output"][0]["content"][0]["text"], "It is noon.");
+  expect_idle();
+}
+
+}  // namespace
+}  // namespace deltaserve
