@@ -89,6 +89,7 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
     // Only the bookkeeping of the final event after our own cancel (stop string) matters.
     if (event.finish != FinishReason::None && event.n_prompt_tokens > 0) {
       n_prompt_ = event.n_prompt_tokens;
+      n_cached_ = event.n_cached_tokens;
     }
     return out;
   }
@@ -112,6 +113,7 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
   if (at_end) {
     text += detok_.flush();
     if (event.n_prompt_tokens > 0) n_prompt_ = event.n_prompt_tokens;
+    n_cached_ = event.n_cached_tokens;
     accept_length_ = event.accept_length;
   }
   StopMatcher::Output s = stop_.push(text);

@@ -74,6 +74,7 @@ class ChoiceState {
   bool stop_matched() const { return stop_matched_; }
   int n_generated() const { return n_generated_; }
   int n_prompt() const { return n_prompt_; }
+  int n_cached() const { return n_cached_; }  // prompt tokens the engine served from its prefix cache
   int n_reasoning_tokens() const { return n_reasoning_; }
   double accept_length() const { return accept_length_; }
   bool saw_tool_call() const { return tools_ && tools_->saw_tool_call(); }
@@ -106,6 +107,7 @@ class ChoiceState {
   bool think_ended_ = false;
   int n_generated_ = 0;
   int n_prompt_ = 0;
+  int n_cached_ = 0;
   int n_reasoning_ = 0;
   double accept_length_ = 0.0;
   std::string finish_reason_;

@@ -122,11 +122,11 @@ void append_sse(const json& payload, std::string& out) {
   out += "\n\n";
 }
 
-json usage_json(int prompt_tokens, int completion_tokens, int reasoning_tokens) {
+json usage_json(int prompt_tokens, int completion_tokens, int reasoning_tokens, int cached_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
           {"total_tokens", prompt_tokens + completion_tokens},
-          {"prompt_tokens_details", nullptr},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}},
           {"reasoning_tokens", reasoning_tokens},
           {"completion_tokens_details", {{"reasoning_tokens", reasoning_tokens}}}};
 }
@@ -378,7 +378,20 @@ nlohmann::ordered_json GenerationJob::current_usage() const {
     completion += c.state->n_generated();
     reasoning += c.state->n_reasoning_tokens();
   }
-  return usage_json(n_prompt_tokens_, completion, reasoning);
+  return usage_json(n_prompt_tokens_, completion, reasoning, cached_tokens());
+}
+
+int GenerationJob::cached_tokens() const {
+  // Per prompt, what its choices were served from the prefix cache; the n choices of one prompt
+  // share it, so the one that computed it counts (the least cached).
+  std::vector<int> per_prompt(prompts_.size(), -1);
+  for (const auto& c : choices_) {
+    int& v = per_prompt[c.prompt];
+    v = v < 0 ? c.state->n_cached() : std::min(v, c.state->n_cached());
+  }
+  int sum = 0;
+  for (int v : per_prompt) sum += std::max(v, 0);
+  return sum;
 }
 
 void GenerationJob::append_usage_chunk(std::string& out) {
@@ -434,7 +447,7 @@ std::string GenerationJob::full_response() const {
                {"created", created_},
                {"model", env_.model_name},
                {"choices", choices},
-               {"usage", usage_json(n_prompt_tokens_, completion, reasoning)}};
+               {"usage", usage_json(n_prompt_tokens_, completion, reasoning, cached_tokens())}};
   if (request_.return_token_ids || request_.return_prompt_token_ids) {
     if (prompts_.size() == 1) {
       body["prompt_token_ids"] = prompts_[0].ids;

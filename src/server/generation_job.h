@@ -86,7 +86,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void append_chat_chunk(std::size_t i, const ChoiceDelta& d, std::string& out);
   void append_completion_chunk(std::size_t i, const ChoiceDelta& d, std::string& out);
   void append_usage_chunk(std::string& out);
-  nlohmann::ordered_json current_usage() const;  // usage over all choices so far
+  nlohmann::ordered_json current_usage() const;
+  int cached_tokens() const;  // usage.prompt_tokens_details.cached_tokens
   std::string full_response() const;
   const std::string& route() const;
 

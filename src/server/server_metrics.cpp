@@ -106,6 +106,16 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   gauge(out, "deltaserve_state_slots_total", "Recurrent (GDN) state slots.", s.state_slots_total);
   counter(out, "deltaserve_prompt_tokens_total", "Prompt tokens processed.",
           static_cast<double>(s.prompt_tokens_total));
+  counter(out, "deltaserve_prompt_tokens_cached_total", "Prompt tokens served from the prefix cache (not computed).",
+          static_cast<double>(s.prompt_tokens_cached_total));
+  counter(out, "deltaserve_prompt_tokens_computed_total", "Prompt tokens computed (not served from the prefix cache).",
+          static_cast<double>(s.prompt_tokens_total > s.prompt_tokens_cached_total
+                                  ? s.prompt_tokens_total - s.prompt_tokens_cached_total
+                                  : 0));
+  gauge(out, "deltaserve_prefix_cache_blocks", "KV blocks the prefix cache holds.", static_cast<double>(s.cached_blocks));
+  gauge(out, "deltaserve_prefix_cache_checkpoints", "GDN state checkpoints the prefix cache holds.",
+        s.cached_checkpoints);
+  gauge(out, "deltaserve_prefix_cache_checkpoint_slots", "GDN state checkpoint slots.", s.checkpoint_slots_total);
   counter(out, "deltaserve_generation_tokens_total", "Tokens generated.",
           static_cast<double>(s.generated_tokens_total));
   counter(out, "deltaserve_spec_draft_tokens_total", "Speculative draft tokens proposed.",
@@ -163,7 +173,10 @@ void ServerMetrics::render_sglang(const EngineStats& s, std::string& out) const 
          static_cast<double>(s.kv_tokens_total));
   sample("gauge", "sglang:gen_throughput", "The generation throughput (token/s) since the previous scrape.",
          last_throughput_);
-  sample("gauge", "sglang:cache_hit_rate", "The prefix cache hit rate (no prefix cache yet: 0).", 0.0);
+  sample("gauge", "sglang:cache_hit_rate", "The prefix cache hit rate (cached prompt tokens / prompt tokens).",
+         s.prompt_tokens_total > 0
+             ? static_cast<double>(s.prompt_tokens_cached_total) / static_cast<double>(s.prompt_tokens_total)
+             : 0.0);
   sample("gauge", "sglang:spec_accept_length", "The average acceptance length of speculative decoding.",
          s.spec_verify_steps_total > 0
              ? 1.0 + static_cast<double>(s.spec_accepted_tokens_total) / static_cast<double>(s.spec_verify_steps_total)
@@ -172,7 +185,8 @@ void ServerMetrics::render_sglang(const EngineStats& s, std::string& out) const 
          static_cast<double>(s.prompt_tokens_total));
   sample("counter", "sglang:generation_tokens_total", "Number of generation tokens processed.",
          static_cast<double>(s.generated_tokens_total));
-  sample("counter", "sglang:cached_tokens_total", "Number of cached prompt tokens.", 0.0);
+  sample("counter", "sglang:cached_tokens_total", "Number of cached prompt tokens.",
+         static_cast<double>(s.prompt_tokens_cached_total));
   sample("counter", "sglang:num_requests_total", "Number of requests processed.", static_cast<double>(n_requests_));
   sample("counter", "sglang:num_aborted_requests_total", "Number of requests aborted.", static_cast<double>(n_aborted_));
   ttft_.render("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", out, label);

@@ -6,7 +6,7 @@
 //                             or n > 1); streaming sends the cumulative text, then "data: [DONE]", which
 //                             is what `bench_serving --backend sglang` reads.
 //   POST /abort_request    {"rid": "...", "abort_all": false}: cancels requests by rid (any API)
-//   POST|GET /flush_cache  there is no prefix cache yet: success, nothing cached
+//   POST|GET /flush_cache  empties the prefix cache when no request runs (else 400, nothing dropped)
 //   POST /tokenize, /v1/tokenize      {"prompt": text | [texts] | "messages": [...]} -> {"tokens", "count", "max_model_len"}
 //   POST /detokenize, /v1/detokenize  {"tokens": [ids] | [[ids]]} -> {"text"}
 //   GET  /health_generate  runs a one-token generation through the engine: 200, or 503 if it fails
@@ -343,7 +343,11 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
   }
   if (path == "/flush_cache") {
     if (!post && !get) return send_error(*exchange, path, method_not_allowed("POST")), true;
-    send_json(*exchange, path, {{"success", true}, {"message", "no prefix cache is kept yet: nothing was cached, nothing to flush"}});
+    if (!engine_.flush_cache())
+      return send_error(*exchange, path,
+                        ApiError::bad_request("the prefix cache cannot be flushed while requests are running or waiting",
+                                              "", "requests_running")), true;
+    send_json(*exchange, path, {{"success", true}, {"message", "Cache flushed."}});
     return true;
   }
   // The rest take a JSON body.

@@ -471,6 +471,34 @@ test('api key: 401 without a valid token; health open', async () => {
   }
 });
 
+// The prefix cache: a repeated prompt is served mostly from cache, and usage says how much (the
+// OpenAI field), streamed or not; /flush_cache empties it when idle.
+test('prefix cache: usage.prompt_tokens_details.cached_tokens, streaming too; /flush_cache', async () => {
+  const prompt = 'def add(a, b):\n    return a + b\n\n'.repeat(12);
+  const first = await client.completions.create({ model: 'tiny-coder', prompt, max_tokens: 4, temperature: 0 });
+  assert.equal(first.usage.prompt_tokens_details.cached_tokens, 0);
+  const again = await client.completions.create({ model: 'tiny-coder', prompt, max_tokens: 4, temperature: 0 });
+  assert.equal(again.choices[0].text, first.choices[0].text);
+  const cached = again.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(cached > 0 && cached < again.usage.prompt_tokens, JSON.stringify(again.usage));
+  const stream = await client.chat.completions.create({ model: 'tiny-coder', messages: [{ role: 'user', content: prompt }],
+    max_tokens: 4, temperature: 0, stream: true, stream_options: { include_usage: true } });
+  let usage;
+  for await (const chunk of stream) if (chunk.usage) usage = chunk.usage;
+  assert.ok(usage && usage.prompt_tokens_details && usage.prompt_tokens_details.cached_tokens >= 0, JSON.stringify(usage));
+  const chat = await client.chat.completions.create({ model: 'tiny-coder', messages: [{ role: 'user', content: prompt }],
+    max_tokens: 4, temperature: 0 });
+  assert.ok(chat.usage.prompt_tokens_details.cached_tokens > 0, JSON.stringify(chat.usage));
+  await waitIdle(server.base);
+  const flushed = await curl(['-X', 'POST', `${server.base}/flush_cache`]);
+  assert.equal(flushed.status, 200, flushed.body);
+  const m = await metrics(server.base);
+  assert.ok(m.value('deltaserve_prompt_tokens_cached_total') > 0, m.text);
+  assert.equal(m.value('deltaserve_prefix_cache_blocks'), 0, 'flushed');
+  const after = await client.completions.create({ model: 'tiny-coder', prompt, max_tokens: 4, temperature: 0 });
+  assert.equal(after.usage.prompt_tokens_details.cached_tokens, 0, 'flushed');
+});
+
 // One memory model: what serve allocated (/get_server_info) is what `plan` prints for the same flags.
 test('get_server_info equals plan for the same flags (CPU, --max-memory 1GiB)', async () => {
   const flags = ['--model-path', MODEL, '--device', 'cpu', '--max-memory', '1GiB',

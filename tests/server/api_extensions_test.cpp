@@ -489,6 +489,7 @@ TEST_F(ApiTest, TokenizeDetokenizeInfoLoadFlushHealth) {
   EXPECT_EQ(j[0]["num_reqs"], 0);
   j = ok_json(post("/flush_cache", json::object()));
   EXPECT_EQ(j["success"], true);
+  EXPECT_EQ(engine_.flushes, 1) << "/flush_cache asks the engine";
   EXPECT_EQ(http(port_, "GET", "/health_generate").status, 200);
   ASSERT_FALSE(engine_.submitted().empty());
   EXPECT_EQ(engine_.submitted().back().sampling.max_tokens, 1);

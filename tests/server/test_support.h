@@ -77,6 +77,13 @@ class FakeEngine final : public EngineService {
     cv_.notify_all();
   }
   RequestId next_request_id() override { return next_id_.fetch_add(1); }
+  // As the engine: the cache empties only when nothing runs.
+  bool flush_cache() override {
+    std::lock_guard<std::mutex> l(mutex_);
+    ++flushes;
+    return live_.empty();
+  }
+  int flushes = 0;
   EngineStats stats() const override {
     std::lock_guard<std::mutex> l(mutex_);
     EngineStats s;
