@@ -24,6 +24,12 @@ constexpr Entry kRegistry[] = {
 
 }  // namespace
 
+Status unexpected_tensors(const std::string& source, const std::vector<std::string>& names) {
+  std::string list;
+  for (std::size_t i = 0; i < names.size() && i < 5; ++i) list += (i ? ", " : "") + names[i];
+  return error(source, ": ", names.size(), " unexpected tensor(s) in the checkpoint: ", list);
+}
+
 Result<std::unique_ptr<Model>> load_model(const std::filesystem::path& dir, Backend& backend,
                                           const ModelLoadOptions& options) {
   DS_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));

@@ -1,16 +1,81 @@
-// Dense Qwen3 (Qwen3ForCausalLM): every layer is attention without output gate; plain RMSNorm
-// (x̂ · w); tied embeddings in the small models. Weights under "model.*".
+// Dense Qwen3 (Qwen3ForCausalLM): embedding, every layer gated-free attention + SwiGLU MLP with
+// plain RMSNorm (x̂ · w), final norm, lm_head (tied in the small models). Weights under "model.*".
+//
+//   x = embed(ids)
+//   for each layer:  x += attention(norm_in(x));  x += mlp(norm_post(x))
+//   logits = lm_head(norm(x))  (only the rows that need them)
 #include "model/arch/architectures.h"
-#include "model/decoder_model.h"
+#include "model/layers/decoder_layer.h"
+#include "model/layers/lm_head.h"
 
 namespace deltaserve {
 
+namespace {
+
+class Qwen3Model final : public Model {
+ public:
+  Qwen3Model(Backend& backend, ModelConfig config) : backend_(backend), config_(std::move(config)) {}
+
+  Status load(const Checkpoint* ck, const std::string& source) {
+    WeightLoader w(ck, backend_, source);
+    DS_ASSIGN_OR_RETURN(head_, LmHead::load(w, {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"},
+                                            config_, /*zero_centred_norm=*/false, ck != nullptr, source));
+    for (int i = 0; i < config_.n_layers; ++i) {
+      DS_ASSIGN_OR_RETURN(DecoderLayer l, DecoderLayer::load(w, "model.layers." + std::to_string(i), config_,
+                                                             LayerType::FullAttention, false));
+      l.kv_idx = i;
+      layers_.push_back(std::move(l));
+    }
+    if (auto left = w.unused({}); !left.empty()) return unexpected_tensors(source, left);
+    weight_bytes_ = w.bytes_loaded();
+    size_activations(config_, layers_, nullptr, act_);
+    return Status::ok();
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  MemorySpec memory_spec() const override { return memory_spec_of(config_, false); }
+  std::vector<KvScale> kv_scales() const override {
+    std::vector<KvScale> out;
+    for (const auto& l : layers_) out.push_back(l.attn->kv_scale);
+    return out;
+  }
+  bool has_mtp() const override { return false; }
+  void reserve(int max_tokens) override { act_.reserve(backend_, max_tokens, false); }
+  std::size_t weight_bytes() const override { return weight_bytes_; }
+  std::size_t decode_weight_bytes() const override { return weight_bytes_ - head_.embed_bytes; }
+
+  void forward(const ForwardArgs& a) override {
+    const int T = a.meta->n_tokens;
+    DS_CHECK(T <= act_.max_tokens, "batch of ", T, " tokens exceeds reserve(", act_.max_tokens, ")");
+    Kernels& k = backend_.kernels();
+    Tensor x = act_.x.view(DType::F32, {T, config_.hidden_size});
+    head_.embed_tokens(k, a.ids, x);
+    if (a.observer) (*a.observer)(-1, x);
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      layers_[i].forward(k, config_, T, *a.meta, *a.memory, act_, x);
+      if (a.observer) (*a.observer)(static_cast<int>(i), x);
+    }
+    head_.logits(k, config_.rms_norm_eps, x, head_.final_norm, a.output_rows, a.n_output_rows, a.logits, a.hidden,
+                 act_);
+  }
+  void forward_mtp(const MtpArgs&) override { DS_CHECK(false, "Qwen3 has no MTP head"); }
+  void commit_state(const BatchMeta&, const MemoryViews&) override {}  // no recurrent state
+
+ private:
+  Backend& backend_;
+  ModelConfig config_;
+  LmHead head_;
+  std::vector<DecoderLayer> layers_;
+  Activations act_;
+  std::size_t weight_bytes_ = 0;
+};
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> load_qwen3(const ModelConfig& c, const Checkpoint* ck, Backend& b,
-                                          const ModelLoadOptions& o, const std::string& source) {
-  DecoderNaming n{"model.layers", "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
-                  "mtp", {}};
-  DecoderOptions opt{/*zero_centred_norm=*/false, /*load_mtp=*/false};
-  DS_ASSIGN_OR_RETURN(auto m, DecoderModel::load(c, ck, b, n, opt, source));
+                                          const ModelLoadOptions&, const std::string& source) {
+  auto m = std::make_unique<Qwen3Model>(b, c);
+  if (Status s = m->load(ck, source); !s) return s;
   return std::unique_ptr<Model>(std::move(m));
 }
 

@@ -1,0 +1,43 @@
+// DecoderLayer: one pre-norm residual block, the unit every architecture stacks:
+//   x += mixer(norm_in(x));  x += mlp(norm_post(x))
+// The mixer is gated full attention (KV layer kv_idx) or a Gated DeltaNet (state layer
+// state_idx). Checkpoint names: <prefix>.{input_layernorm, post_attention_layernorm}.weight, the
+// mixer's (self_attn.* / linear_attn.*) and mlp.*.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "model/layers/activations.h"
+#include "model/layers/attention_layer.h"
+#include "model/layers/gated_deltanet_layer.h"
+#include "model/layers/mlp.h"
+#include "model/model.h"
+
+namespace deltaserve {
+
+struct DecoderLayer {
+  LayerType type = LayerType::FullAttention;
+  DeviceTensor input_norm, post_norm;  // [H] f32
+  std::optional<AttentionLayer> attn;
+  std::optional<GatedDeltaNetLayer> gdn;
+  Mlp mlp;
+  int kv_idx = -1, state_idx = -1;
+
+  static Result<DecoderLayer> load(WeightLoader& w, const std::string& prefix, const ModelConfig& c, LayerType type,
+                                   bool zero_centred_norm);
+  // Widths this layer needs in Activations.
+  int64_t proj_cols() const { return attn ? attn->proj_cols() : gdn->proj_cols(); }
+  int64_t mix_cols(const ModelConfig& c) const {
+    return attn ? int64_t(c.n_heads) * c.head_dim : c.linear_value_dim();
+  }
+  // x [T, H] in place.
+  void forward(Kernels& k, const ModelConfig& c, int T, const BatchMeta& meta, const MemoryViews& memory,
+               Activations& a, Tensor x) const;
+};
+
+// Sizes a.{hidden, max_proj, max_mix, intermediate} for these layers (before a.reserve).
+void size_activations(const ModelConfig& c, std::span<const DecoderLayer> layers, const DecoderLayer* extra,
+                      Activations& a);
+
+}  // namespace deltaserve

@@ -1,0 +1,34 @@
+// LmHead: the model's ends. Token embedding on the way in; on the way out, the final RMSNorm of
+// the rows that need logits and the vocabulary projection (tied to the embedding or its own).
+// Checkpoint names come from the architecture (embed_tokens, norm, lm_head).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/layers/activations.h"
+#include "model/model.h"
+#include "model/weight_loader.h"
+
+namespace deltaserve {
+
+struct LmHead {
+  DeviceTensor embed;                       // [V, H]
+  std::unique_ptr<LinearWeight> lm_head;    // [V, H]
+  DeviceTensor final_norm;                  // [H] f32
+  std::size_t embed_bytes = 0;              // of the embedding table (not streamed per decode step)
+
+  struct Names {
+    std::string embed, norm, lm_head;
+  };
+  static Result<LmHead> load(WeightLoader& w, const Names& names, const ModelConfig& c, bool zero_centred_norm,
+                             bool have_checkpoint, const std::string& source);
+  // x [T, H] = embed[ids].
+  void embed_tokens(Kernels& k, const Tensor& ids, Tensor x) const { k.embed(embed.view, ids, x); }
+  // logits [n_rows, V] of rows `rows` of x after `norm`; hidden_all (optional [T, H]) receives the
+  // normed hidden of every row.
+  void logits(Kernels& k, float eps, Tensor x, const DeviceTensor& norm, const int32_t* rows, int n_rows,
+              Tensor logits, Tensor hidden_all, Activations& a) const;
+};
+
+}  // namespace deltaserve
