@@ -70,7 +70,7 @@ class CudaKernels final : public Kernels {
   std::map<std::pair<int, float>, DeviceBuffer> inv_freq_;
   // gdn_commit's per-layer table on the device, built on the first call for a set of layers
   // (keyed by the layers' state pointers, which are fixed for the cache's lifetime).
-  std::vector<const float*> commit_key_;
+  std::vector<const void*> commit_key_, commit_probe_;
   DeviceBuffer commit_table_;
   bool timing_ = false;
   uint64_t epoch_ = 0;  // +1 whenever a scratch buffer moves
@@ -487,10 +487,14 @@ void CudaKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMet
   if (layers.empty() || commit.n_seqs == 0) return;
   const GdnParams& p0 = *layers[0].params;
   const StateLayerView& s0 = *layers[0].state;
-  std::vector<const float*> key;
-  key.reserve(layers.size());
-  for (const GdnLayerRef& l : layers) key.push_back(l.state->recurrent.f32());
-  if (key != commit_key_) {
+  // Keyed by every pointer the table holds (a cache or its parameters reallocated at the same
+  // address of the recurrent state must not reuse a stale table).
+  commit_probe_.clear();
+  for (const GdnLayerRef& l : layers)
+    for (const Tensor* t : {&l.params->conv_weight, &l.params->neg_exp_a, &l.params->dt_bias, &l.state->conv,
+                            &l.state->recurrent, &l.state->pending})
+      commit_probe_.push_back(t->data);
+  if (commit_probe_ != commit_key_) {
     DS_CHECK(!capturing(), "CUDA graph capture: gdn_commit must run eagerly once first");
     std::vector<cuda::GdnCommitLayer> table;
     for (const GdnLayerRef& l : layers) {
@@ -506,7 +510,7 @@ void CudaKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMet
     commit_table_ = b_.allocate(table.size() * sizeof(cuda::GdnCommitLayer));
     DS_CUDA_CHECK(cudaMemcpy(commit_table_.data(), table.data(), table.size() * sizeof(cuda::GdnCommitLayer),
                              cudaMemcpyHostToDevice));
-    commit_key_ = std::move(key);
+    commit_key_ = commit_probe_;
   }
   int max_n = 0;
   for (int s = 0; s < commit.n_seqs; ++s) max_n = std::max(max_n, commit.seq_start[s + 1] - commit.seq_start[s]);
