@@ -16,6 +16,12 @@ for f in src/app/deltaserve tests/ops/cuda_ops_test tests/model/cuda_model_test 
          bench/cuda/bench_cuda_decode; do
   strip -o ".gpu/bin/$(basename "$f")" "$BUILD/$f"
 done
+# Debian libraries deltaserve links that the device image lacks (tools/gpu-run.sh puts lib/ first
+# on LD_LIBRARY_PATH); the CUDA runtime and libstdc++ are there.
+mkdir -p .gpu/bin/lib
+for lib in $(ldd "$BUILD/src/app/deltaserve" | awk '/=> \/lib/ {print $3}' | grep -E 'sqlite3|pcre2|utf8proc'); do
+  cp -L "$lib" .gpu/bin/lib/
+done
 tar -C .gpu/bin -cJf .gpu/bin.tar.xz .
 rm -rf .gpu/bin
 git rev-parse --short HEAD >.gpu/commit

@@ -16,6 +16,7 @@ mkdir -p "$OUT" "$ROOT/.gpu/bin"
 cd "$ROOT"
 tar -C .gpu/bin -xJf .gpu/bin.tar.xz
 B=$ROOT/.gpu/bin
+export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # The binaries find models/ and tests/fixtures/ under the source dir they were built from.
 if [ "$ROOT" != /work/main ] && [ ! -e /work/main ]; then mkdir -p /work && ln -s "$ROOT" /work/main; fi
 export NCCL_NVLS_ENABLE=0

@@ -312,11 +312,15 @@ __global__ void gated_norm_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
 }
 
 // ---- commit (speculative rollback) ----------------------------------------------------------
-// Block (sequence s, value head hv, group of rows; layer = blockIdx.z): replays the first n_s
-// tokens of the slot's pending rows from the live state, with the arithmetic of the forward:
-// conv_tokens_kernel's conv, prep_kernel's norms and gates, delta_rows_kernel's recurrence (NR = 4).
-// It reads the old conv window and leaves it: gdn_commit_window_kernel moves it afterwards (every
-// block of a key head needs the old window of its q/k channels).
+// Block (sequence s, value head hv; layer = blockIdx.z): replays the first n_s tokens of the
+// slot's pending rows from the live state, with the arithmetic of the forward: conv_tokens_kernel's
+// conv, prep_kernel's norms and gates, delta_rows_kernel's recurrence (rows over lanes). q, k and
+// the gates of every token are computed once into shared memory; then the block walks the head's
+// rows NR per warp at a time, each group replaying all tokens in registers. It reads the old conv
+// window and leaves it: gdn_commit_window_kernel moves it afterwards (every block of a key head
+// needs the old window of its q/k channels).
+constexpr int kMaxCommit = 9;  // tokens of one verification: 1 + up to 8 drafts
+
 template <int DK, int NR>
 __global__ void __launch_bounds__(128) gdn_commit_kernel(GdnCommitArgs a) {
   constexpr int LPR = DK / 4, RPW = 32 / LPR, ROWS_PER_WARP = RPW * NR;
@@ -324,7 +328,7 @@ __global__ void __launch_bounds__(128) gdn_commit_kernel(GdnCommitArgs a) {
   const int s = blockIdx.x / a.Hv, hv = blockIdx.x % a.Hv;
   const int n = a.seq_start[s + 1] - a.seq_start[s];
   if (n <= 0) return;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = blockDim.x >> 5;
   const int sub = lane / LPR, li = lane % LPR;
   const int hk = hv / (a.Hv / a.Hk), Dv = a.Dv, K = a.K, Km1 = K - 1;
   const int64_t key_dim = int64_t(a.Hk) * DK, conv_dim = 2 * key_dim + int64_t(a.Hv) * Dv;
@@ -339,72 +343,80 @@ __global__ void __launch_bounds__(128) gdn_commit_kernel(GdnCommitArgs a) {
     for (int q = 0; q < K; ++q) acc += L.conv_weight[c * K + q] * input(c, j - Km1 + q);
     return silu(acc);
   };
+  // 1. Every token's q | k (conv, SiLU, L2 norm) and beta, decay.
+  __shared__ __align__(16) float qk[kMaxCommit][2 * DK];
+  __shared__ float gates[kMaxCommit][2];
+  for (int j = 0; j < n; ++j)
+    for (int i = threadIdx.x; i < 2 * DK; i += blockDim.x)
+      qk[j][i] = conv(i < DK ? int64_t(hk) * DK + i : key_dim + int64_t(hk) * DK + (i - DK), j);
+  __syncthreads();
+  const float q_scale = 1.0f / sqrtf(float(DK));
+  for (int item = warp; item < 2 * n; item += n_warps) {  // prep_kernel's norm: a warp per head
+    float* v = qk[item / 2] + (item % 2) * DK;
+    float ss = 0.f;
+    for (int d = lane; d < DK; d += 32) ss += v[d] * v[d];
+    ss = warp_sum(ss);
+    const float nrm = (item % 2 == 0 ? q_scale : 1.0f) / sqrtf(ss + 1e-6f);
+    for (int d = lane; d < DK; d += 32) v[d] *= nrm;
+  }
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const float b = pend[int64_t(j) * prow + conv_dim + hv];
+    const float x = pend[int64_t(j) * prow + conv_dim + a.Hv + hv] + L.dt_bias[hv];
+    const float sp = x > 20.0f ? x : log1pf(expf(x));
+    gates[j][0] = 1.0f / (1.0f + expf(-b));
+    gates[j][1] = expf(L.neg_exp_a[hv] * sp);
+  }
+  __syncthreads();
+  // 2. The recurrence, a group of rows at a time.
   const int64_t head_state = int64_t(Dv) * DK;
   float* Shead = L.rec_state + (int64_t(slot) * a.Hv + hv) * head_state;
-  const int row0 = (blockIdx.y * (blockDim.x >> 5) + warp) * ROWS_PER_WARP;
-  int jv[NR];
-  bool ok[NR];
-  float4 S[NR];
-#pragma unroll
-  for (int r = 0; r < NR; ++r) {
-    jv[r] = row0 + r * RPW + sub;
-    ok[r] = jv[r] < Dv;
-    S[r] = ok[r] ? reinterpret_cast<const float4*>(Shead + int64_t(jv[r]) * DK)[li] : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  const int ck_j = a.ckpt_at ? a.ckpt_at[s] : -1;
+  float* ck = ck_j >= 0 ? L.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state : nullptr;
   auto row_sum = [](float v) {
 #pragma unroll
     for (int o = LPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
   };
-  __shared__ __align__(16) float qk[2 * DK];  // this token's q | k after conv, SiLU and L2 norm
-  const float q_scale = 1.0f / sqrtf(float(DK));
-  for (int j = 0; j < n; ++j) {
-    __syncthreads();  // previous token's q, k consumed
-    for (int i = threadIdx.x; i < 2 * DK; i += blockDim.x)
-      qk[i] = conv(i < DK ? int64_t(hk) * DK + i : key_dim + int64_t(hk) * DK + (i - DK), j);
-    __syncthreads();
-    if (warp < 2) {  // prep_kernel's L2 norm: a warp per head, lane-strided sums
-      float* v = qk + warp * DK;
-      float ss = 0.f;
-      for (int d = lane; d < DK; d += 32) ss += v[d] * v[d];
-      ss = warp_sum(ss);
-      const float nrm = (warp == 0 ? q_scale : 1.0f) / sqrtf(ss + 1e-6f);
-      for (int d = lane; d < DK; d += 32) v[d] *= nrm;
-    }
-    __syncthreads();
-    const float b = pend[int64_t(j) * prow + conv_dim + hv];
-    const float x = pend[int64_t(j) * prow + conv_dim + a.Hv + hv] + L.dt_bias[hv];
-    const float sp = x > 20.0f ? x : log1pf(expf(x));
-    const float beta = 1.0f / (1.0f + expf(-b));
-    const float decay = expf(L.neg_exp_a[hv] * sp);
-    const float4 q = reinterpret_cast<const float4*>(qk)[li];
-    const float4 k = reinterpret_cast<const float4*>(qk + DK)[li];
-    float v[NR], p[NR];
-#pragma unroll
-    for (int r = 0; r < NR; ++r) v[r] = ok[r] ? conv(2 * key_dim + int64_t(hv) * Dv + jv[r], j) : 0.f;
+  for (int row0 = warp * ROWS_PER_WARP; row0 < Dv; row0 += n_warps * ROWS_PER_WARP) {
+    int jv[NR];
+    bool ok[NR];
+    float4 S[NR];
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
-      S[r].x *= decay; S[r].y *= decay; S[r].z *= decay; S[r].w *= decay;
-      p[r] = S[r].x * k.x + S[r].y * k.y + S[r].z * k.z + S[r].w * k.w;
+      jv[r] = row0 + r * RPW + sub;
+      ok[r] = jv[r] < Dv;
+      S[r] = ok[r] ? reinterpret_cast<const float4*>(Shead + int64_t(jv[r]) * DK)[li] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int j = 0; j < n; ++j) {
+      const float beta = gates[j][0], decay = gates[j][1];
+      const float4 q = reinterpret_cast<const float4*>(qk[j])[li];
+      const float4 k = reinterpret_cast<const float4*>(qk[j] + DK)[li];
+      float v[NR], p[NR];
+#pragma unroll
+      for (int r = 0; r < NR; ++r) v[r] = ok[r] ? conv(2 * key_dim + int64_t(hv) * Dv + jv[r], j) : 0.f;
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        S[r].x *= decay; S[r].y *= decay; S[r].z *= decay; S[r].w *= decay;
+        p[r] = S[r].x * k.x + S[r].y * k.y + S[r].z * k.z + S[r].w * k.w;
+      }
+#pragma unroll
+      for (int r = 0; r < NR; ++r) p[r] = row_sum(p[r]);
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        const float delta = (v[r] - p[r]) * beta;
+        S[r].x = fmaf(delta, k.x, S[r].x); S[r].y = fmaf(delta, k.y, S[r].y);
+        S[r].z = fmaf(delta, k.z, S[r].z); S[r].w = fmaf(delta, k.w, S[r].w);
+      }
+      if (j == ck_j) {
+#pragma unroll
+        for (int r = 0; r < NR; ++r)
+          if (ok[r]) reinterpret_cast<float4*>(ck + int64_t(jv[r]) * DK)[li] = S[r];
+      }
     }
 #pragma unroll
-    for (int r = 0; r < NR; ++r) p[r] = row_sum(p[r]);
-#pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      const float delta = (v[r] - p[r]) * beta;
-      S[r].x = fmaf(delta, k.x, S[r].x); S[r].y = fmaf(delta, k.y, S[r].y);
-      S[r].z = fmaf(delta, k.z, S[r].z); S[r].w = fmaf(delta, k.w, S[r].w);
-    }
-    if (a.ckpt_at && a.ckpt_at[s] == j) {
-      float* ck = L.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state;
-#pragma unroll
-      for (int r = 0; r < NR; ++r)
-        if (ok[r]) reinterpret_cast<float4*>(ck + int64_t(jv[r]) * DK)[li] = S[r];
-    }
+    for (int r = 0; r < NR; ++r)
+      if (ok[r]) reinterpret_cast<float4*>(Shead + int64_t(jv[r]) * DK)[li] = S[r];
   }
-#pragma unroll
-  for (int r = 0; r < NR; ++r)
-    if (ok[r]) reinterpret_cast<float4*>(Shead + int64_t(jv[r]) * DK)[li] = S[r];
 }
 
 // One thread per (layer, sequence, channel): the window after the replayed tokens.
@@ -444,9 +456,7 @@ __global__ void gdn_commit_window_kernel(GdnCommitArgs a, int64_t conv_dim) {
 template <int DK>
 void run_commit(const GdnCommitArgs& a, cudaStream_t s) {
   constexpr int NR = 4;
-  const int rows_per_block = 4 * (32 / (DK / 4)) * NR;
-  dim3 grid(static_cast<unsigned>(a.n_seqs * a.Hv), static_cast<unsigned>((a.Dv + rows_per_block - 1) / rows_per_block),
-            static_cast<unsigned>(a.n_layers));
+  dim3 grid(static_cast<unsigned>(a.n_seqs * a.Hv), 1, static_cast<unsigned>(a.n_layers));
   gdn_commit_kernel<DK, NR><<<grid, 128, 0, s>>>(a);
   DS_CUDA_LAUNCH_CHECK();
 }
@@ -500,7 +510,7 @@ bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s) {
 }
 
 bool launch_gdn_commit(const GdnCommitArgs& a, cudaStream_t s) {
-  if (a.K > kMaxConv || a.K < 2) return false;
+  if (a.K > kMaxConv || a.K < 2 || a.max_tokens > kMaxCommit) return false;
   if (a.Dk != 16 && a.Dk != 32 && a.Dk != 64 && a.Dk != 128) return false;
   if (a.n_seqs == 0 || a.n_layers == 0) return true;
   switch (a.Dk) {
