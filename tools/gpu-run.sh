@@ -6,6 +6,8 @@
 #         3 MTP steps, 8k TTFT, batch 16; once per KV dtype (KV_DTYPES, default "bf16 fp8_e4m3")
 # engine: deltaserve bench-offline through the engine (scheduler, sampling, graphs): batch
 #         1/16/64 at a 1k context, 8k prefill, and MTP k=3 at batch 1, per KV dtype
+# ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
+#         (its own flags: --model, f32 KV), for before/after figures from one session
 # Logs and a summary go to $OUT.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,4 +58,32 @@ if has engine; then
     --prefill-len 1024 >"$OUT/engine_mtp.log" 2>&1
   echo "bench-offline MTP k=3 rc=$?" | tee -a "$OUT/summary.txt"
   grep -vE '^\[' "$OUT/engine_mtp.log" | tail -6 | tee -a "$OUT/summary.txt"
+fi
+
+if has ab && [ -f .gpu/old.tar.xz ]; then
+  mkdir -p .gpu/old && tar -C .gpu/old -xJf .gpu/old.tar.xz
+  O=$ROOT/.gpu/old
+  LD_LIBRARY_PATH=$O/lib timeout 240 "$O/bench_cuda_decode" --model $M --ctx 1024 --steps 64 --prefill 8192 --batch 16 \
+    >"$OUT/old_decode.log" 2>&1
+  echo "OLD bench_cuda_decode rc=$?" | tee -a "$OUT/summary.txt"
+  sed -n '/^| metric/,$p' "$OUT/old_decode.log" | tee -a "$OUT/summary.txt"
+  timeout 240 "$B/bench_cuda_decode" --model $M --kv-dtype f32 --ctx 1024 --steps 64 --prefill 8192 --batch 16 \
+    >"$OUT/decode_f32.log" 2>&1
+  echo "NEW bench_cuda_decode kv=f32 rc=$?" | tee -a "$OUT/summary.txt"
+  sed -n '/^| metric/,$p' "$OUT/decode_f32.log" | tee -a "$OUT/summary.txt"
+  LD_LIBRARY_PATH=$O/lib timeout 300 "$O/deltaserve" bench-offline --device cuda --model $M --load-format dummy \
+    --batch 1,16,64 --threads 1 --prompt-len 1024 --gen-len 128 --prefill-len 8192 >"$OUT/old_engine.log" 2>&1
+  echo "OLD bench-offline rc=$?" | tee -a "$OUT/summary.txt"
+  grep -vE '^\[' "$OUT/old_engine.log" | tail -8 | tee -a "$OUT/summary.txt"
+  LD_LIBRARY_PATH=$O/lib timeout 200 "$O/deltaserve" bench-offline --device cuda --model $M --load-format dummy \
+    --speculative-num-steps 3 --batch 1 --threads 1 --prompt-len 1024 --gen-len 128 --prefill-len 1024 \
+    >"$OUT/old_engine_mtp.log" 2>&1
+  echo "OLD bench-offline MTP k=3 rc=$?" | tee -a "$OUT/summary.txt"
+  grep -vE '^\[' "$OUT/old_engine_mtp.log" | tail -4 | tee -a "$OUT/summary.txt"
+  for kv in $KV_DTYPES; do
+    timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --kv-cache-dtype "$kv" \
+      --batch 1,16,64 --threads 1 --prompt-len 1024 --gen-len 128 --prefill-len 8192 >"$OUT/new_engine_$kv.log" 2>&1
+    echo "NEW bench-offline kv=$kv rc=$?" | tee -a "$OUT/summary.txt"
+    grep -vE '^\[' "$OUT/new_engine_$kv.log" | tail -8 | tee -a "$OUT/summary.txt"
+  done
 fi

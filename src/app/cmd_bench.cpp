@@ -8,6 +8,7 @@
 #include "app/commands.h"
 #include "options/serve_options.h"
 #include "deploy/bench.h"
+#include "deploy/bench_multiturn.h"
 #include "deploy/launch_db.h"
 
 namespace deltaserve {
@@ -22,7 +23,15 @@ constexpr const char* kUsage =
     "prints output tok/s, requests/s, TTFT/ITL/E2E percentiles and the server's accept length, writes\n"
     "JSON and an SVG plot, and attaches the results to the launch the server reports at\n"
     "/v1/server_info (in the local launch database).\n"
-    "Dataset: JSON lines or a JSON array of {\"prompt\": ..., \"output_len\": N} or ShareGPT conversations.\n";
+    "Dataset: JSON lines or a JSON array of {\"prompt\": ..., \"output_len\": N} or ShareGPT conversations.\n"
+    "\n"
+    "deltaserve bench --multi-turn [--conversations 4] [--turns 12] [--system-len 6000] [--turn-len 150]\n"
+    "                  [--output-len 64] [--dataset conversations.jsonl] [--output multiturn.json] [--url ...]\n"
+    "Replays conversations turn by turn, each turn's prompt = the previous prompt + the model's reply + the\n"
+    "next user/tool message (a coding agent's pattern), all conversations at once; reports TTFT per turn,\n"
+    "the prompt tokens served from the server's prefix cache (hit ratio) and output tok/s. Without a\n"
+    "dataset: a generated agent workload (system prompt with tool schemas of --system-len words, then\n"
+    "--turn-len words per turn). Dataset: JSON lines of {\"system\": \"...\", \"turns\": [\"...\", ...]}.\n";
 
 bool write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
@@ -34,8 +43,8 @@ bool write_file(const std::string& path, const std::string& text) {
 
 int cmd_bench(const Args& args) {
   CliArgs cli({"url", "concurrency", "input-len", "output-len", "dataset", "num-prompts", "model", "output", "svg",
-               "state-dir", "temperature", "seed", "timeout"},
-              {"no-record", "help"});
+               "state-dir", "temperature", "seed", "timeout", "conversations", "turns", "system-len", "turn-len"},
+              {"no-record", "help", "multi-turn"});
   if (Status s = cli.parse(args); !s) {
     std::fprintf(stderr, "deltaserve bench: %s\n", s.message().c_str());
     return 2;
@@ -89,6 +98,43 @@ int cmd_bench(const Args& args) {
     if (!t) return fail(t.status());
     opts.timeout_s = *t;
   }
+  if (cli.flag("multi-turn")) {
+    MultiTurnOptions mt;
+    mt.dataset = opts.dataset;
+    if (!cli.has("output-len")) opts.output_len = 64;
+    struct MtOpt { const char* name; int64_t min, max; };
+    int64_t vals[4] = {mt.conversations, mt.turns, mt.system_words, mt.turn_words};
+    const MtOpt mopts[4] = {{"conversations", 1, 1024}, {"turns", 1, 1000}, {"system-len", 0, 10000000}, {"turn-len", 1, 1000000}};
+    for (int i = 0; i < 4; ++i)
+      if (auto v = cli.get(mopts[i].name)) {
+        auto n = parse_int(mopts[i].name, *v);
+        if (!n) return fail(n.status());
+        if (*n < mopts[i].min || *n > mopts[i].max)
+          return fail(error("--", mopts[i].name, " must be ", mopts[i].min, "..", mopts[i].max));
+        vals[i] = *n;
+      }
+    mt.conversations = static_cast<int>(vals[0]);
+    mt.turns = static_cast<int>(vals[1]);
+    mt.system_words = vals[2];
+    mt.turn_words = vals[3];
+    for (const char* not_here : {"concurrency", "num-prompts", "input-len", "svg"})
+      if (cli.has(not_here)) return fail(error("--", not_here, " does not apply to --multi-turn"));
+    if (!mt.dataset.empty())
+      if (auto ds = make_conversations(opts, mt); !ds) return fail(ds.status());
+    auto report = run_multi_turn(opts, mt);
+    if (!report) {
+      std::fprintf(stderr, "deltaserve bench: %s\n", report.status().message().c_str());
+      return 1;
+    }
+    std::fputs(multi_turn_table(*report).c_str(), stdout);
+    if (auto out = cli.get("output")) {
+      if (!write_file(*out, multi_turn_json(*report) + "\n")) std::fprintf(stderr, "cannot write %s\n", out->c_str());
+      else std::printf("wrote %s\n", out->c_str());
+    }
+    return report->first_error.empty() ? 0 : 1;
+  }
+  for (const char* only_mt : {"conversations", "turns", "system-len", "turn-len"})
+    if (cli.has(only_mt)) return fail(error("--", only_mt, " needs --multi-turn"));
   if (!opts.dataset.empty()) {  // fail early on a bad dataset
     auto ds = load_bench_dataset(opts.dataset, opts.output_len);
     if (!ds) return fail(ds.status());

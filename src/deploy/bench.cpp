@@ -151,13 +151,19 @@ RequestResult run_completion(const BenchOptions& opts, const std::string& model,
       return;
     }
     if (j.contains("usage") && j["usage"].is_object()) {
-      r.prompt_tokens = j["usage"].value("prompt_tokens", r.prompt_tokens);
-      r.output_tokens = j["usage"].value("completion_tokens", r.output_tokens);
+      const auto& u = j["usage"];
+      r.prompt_tokens = u.value("prompt_tokens", r.prompt_tokens);
+      r.output_tokens = u.value("completion_tokens", r.output_tokens);
+      if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
+        r.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", r.cached_tokens);
     }
     bool has_text = false;
     if (j.contains("choices") && j["choices"].is_array())
       for (auto& c : j["choices"])
-        if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) has_text = true;
+        if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) {
+          has_text = true;
+          r.text += c["text"].get<std::string>();
+        }
     if (!has_text) return;
     const double now = ms_since(t0);
     if (last < 0) r.ttft_ms = now;

@@ -36,6 +36,8 @@ struct RequestResult {
   bool ok = false;
   std::string error;
   int64_t prompt_tokens = 0, output_tokens = 0;
+  int64_t cached_tokens = 0;   // usage.prompt_tokens_details.cached_tokens (prefix cache)
+  std::string text;            // the completion (multi-turn replays it)
   double ttft_ms = 0, e2e_ms = 0;
   std::vector<double> itl_ms;  // gaps between streamed chunks after the first
 };

@@ -49,7 +49,7 @@ std::string basename_of(const std::string& w) {
 const std::map<std::string, std::string>& perf_notes() {
   static const std::map<std::string, std::string> k = {
       {"speculative-num-steps", "MTP draft steps per verification: more steps, more tokens per step when drafts are accepted (speed)"},
-      {"speculative-num-draft-tokens", "tokens verified per step (speed, state snapshots)"},
+      {"speculative-num-draft-tokens", "tokens verified per step (speed, pending GDN rows)"},
       {"speculative-algorithm", "speculative decoding on/off (speed)"},
       {"speculative-eagle-topk", "drafts per step (speed)"},
       {"context-length", "longest request; bounds KV the scheduler reserves (memory)"},

@@ -69,9 +69,9 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::remove_all() {
   return out;
 }
 
-int Scheduler::take_checkpoint_slot() {
+int Scheduler::take_checkpoint_slot(bool evict) {
   int slot = cache_.acquire_checkpoint();
-  if (slot < 0 && tree_ && tree_->evict_checkpoint()) slot = cache_.acquire_checkpoint();
+  if (slot < 0 && evict && tree_ && tree_->evict_checkpoint()) slot = cache_.acquire_checkpoint();
   return slot;
 }
 
@@ -125,7 +125,7 @@ void Scheduler::plan_prefill_checkpoint(ScheduledItem& item) {
   if (n0 < prompt_end && prompt_end <= end) at = prompt_end;
   else if (end < s.n_prompt && end % bs == 0) at = end;                      // a chunk boundary
   if (at <= n0) return;
-  const int slot = take_checkpoint_slot();
+  const int slot = take_checkpoint_slot(/*evict=*/true);
   if (slot < 0) return;
   item.checkpoint_at = at - n0 - 1;
   item.checkpoint_slot = slot;
@@ -238,8 +238,10 @@ const std::vector<ScheduledItem>& Scheduler::schedule() {
       s.n_computed = 0;
       break;
     }
+    // A rolling checkpoint only from a free slot: it pays off when the request finishes, while
+    // what the cache holds pays off now.
     if (tree_ && config_.decode_checkpoints && cache_.has_state() && s.rolling_slot < 0)
-      s.rolling_slot = take_checkpoint_slot();
+      s.rolling_slot = take_checkpoint_slot(/*evict=*/false);
     s.status = SeqStatus::Running;
     s.admit_order = ++admit_counter_;
     prefill_budget -= n;

@@ -118,8 +118,9 @@ class Scheduler {
   int resume_from_cache(Sequence& seq);
   // Whether a running prefill is computing a longer prefix of seq than the cache has now.
   bool should_wait_for_running_prefix(const Sequence& seq, int cached) const;
-  // A checkpoint slot for the cache (evicting the oldest cached checkpoint when none is free).
-  int take_checkpoint_slot();
+  // A checkpoint slot for the cache (evicting the oldest cached checkpoint when none is free and
+  // `evict` says so); -1 when there is none.
+  int take_checkpoint_slot(bool evict);
   // Block boundary checkpoint for a run over [n0, n0 + n) of seq (prefill: chunk end or prompt end).
   void plan_prefill_checkpoint(ScheduledItem& item);
   void plan_decode_checkpoint(ScheduledItem& item);

@@ -499,6 +499,30 @@ test('prefix cache: usage.prompt_tokens_details.cached_tokens, streaming too; /f
   assert.equal(after.usage.prompt_tokens_details.cached_tokens, 0, 'flushed');
 });
 
+// deltaserve bench --multi-turn: each turn resends the conversation; the cache serves the history.
+test('bench --multi-turn: later turns are served from the prefix cache', async () => {
+  const srv = await startServer(['--model-path', MODEL, '--context-length', '4096', '--max-running-requests', '4'],
+    { bare: true });
+  const out = path.join(STATE_DIR, 'multiturn.json');
+  let r;
+  try {
+    r = await new Promise((resolve) => execFile(BIN, ['bench', '--multi-turn', '--url', srv.base,
+      '--conversations', '2', '--turns', '4', '--system-len', '300', '--turn-len', '40', '--output-len', '8',
+      '--output', out], { timeout: 120000 }, (err, stdout, stderr) => resolve({ err, stdout, stderr })));
+  } finally {
+    await stopServer(srv);
+  }
+  assert.equal(r.err, null, r.stderr + r.stdout);
+  const j = JSON.parse(fs.readFileSync(out, 'utf8'));
+  assert.equal(j.turns.length, 4);
+  assert.equal(j.turns[0].cached_tokens, 0, JSON.stringify(j.turns[0]));
+  for (const t of j.turns.slice(1)) {
+    assert.equal(t.failed, 0);
+    assert.ok(t.cached_tokens > 0.7 * t.prompt_tokens, JSON.stringify(t));
+  }
+  assert.ok(j.hit_ratio > 0.5 && j.hit_ratio < 1, String(j.hit_ratio));
+});
+
 // One memory model: what serve allocated (/get_server_info) is what `plan` prints for the same flags.
 test('get_server_info equals plan for the same flags (CPU, --max-memory 1GiB)', async () => {
   const flags = ['--model-path', MODEL, '--device', 'cpu', '--max-memory', '1GiB',
