@@ -80,6 +80,11 @@ if has ab && [ -f .gpu/old.tar.xz ]; then
     >"$OUT/old_engine_mtp.log" 2>&1
   echo "OLD bench-offline MTP k=3 rc=$?" | tee -a "$OUT/summary.txt"
   grep -vE '^\[' "$OUT/old_engine_mtp.log" | tail -4 | tee -a "$OUT/summary.txt"
+  timeout 200 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy \
+    --speculative-num-steps 3 --batch 1 --threads 1 --prompt-len 1024 --gen-len 128 --prefill-len 1024 \
+    >"$OUT/new_engine_mtp.log" 2>&1
+  echo "NEW bench-offline MTP k=3 rc=$?" | tee -a "$OUT/summary.txt"
+  grep -vE '^\[' "$OUT/new_engine_mtp.log" | tail -4 | tee -a "$OUT/summary.txt"
   for kv in $KV_DTYPES; do
     timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --kv-cache-dtype "$kv" \
       --batch 1,16,64 --threads 1 --prompt-len 1024 --gen-len 128 --prefill-len 8192 >"$OUT/new_engine_$kv.log" 2>&1
