@@ -92,3 +92,23 @@ if has ab && [ -f .gpu/old.tar.xz ]; then
     grep -vE '^\[' "$OUT/new_engine_$kv.log" | tail -8 | tee -a "$OUT/summary.txt"
   done
 fi
+
+# prefix: the multi-turn agent workload against serve (27B shape, dummy weights, the Qwen3
+# tokenizer), with and without the prefix cache (issue #13).
+if has prefix; then
+  for mode in cache nocache; do
+    extra=()
+    [ "$mode" = nocache ] && extra=(--disable-radix-cache)
+    "$B/deltaserve" serve --device cuda --model-path $M --load-format dummy --tokenizer-path tests/fixtures/tokenizer-qwen3 \
+      --port 30555 --state-dir "$OUT/state" --context-length 32768 --max-running-requests 16 "${extra[@]}" \
+      >"$OUT/serve_$mode.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 240); do grep -q "listening on" "$OUT/serve_$mode.log" && break; sleep 0.5; done
+    timeout 300 "$B/deltaserve" bench --multi-turn --url http://127.0.0.1:30555 --conversations 4 --turns 12 \
+      --system-len ${SYSTEM_LEN:-6000} --turn-len ${TURN_LEN:-150} --output-len 64 --output "$OUT/multiturn_$mode.json" \
+      >"$OUT/multiturn_$mode.txt" 2>&1
+    echo "multi-turn $mode rc=$?" | tee -a "$OUT/summary.txt"
+    grep -vE '^  turn' "$OUT/multiturn_$mode.txt" | tee -a "$OUT/summary.txt"
+    kill $pid; wait $pid 2>/dev/null
+  done
+fi
