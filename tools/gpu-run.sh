@@ -100,6 +100,7 @@ if has prefix; then
     extra=()
     [ "$mode" = nocache ] && extra=(--disable-radix-cache)
     "$B/deltaserve" serve --device cuda --model-path $M --load-format dummy --tokenizer-path tests/fixtures/tokenizer-qwen3 \
+      --chat-template tests/fixtures/qwen3.6-chat_template.jinja \
       --port 30555 --state-dir "$OUT/state" --context-length 32768 --max-running-requests 16 "${extra[@]}" \
       >"$OUT/serve_$mode.log" 2>&1 &
     pid=$!

@@ -120,6 +120,7 @@ Result<MultiTurnReport> run_multi_turn(const BenchOptions& base, const MultiTurn
             ts.cached_tokens += r.cached_tokens;
             ts.ttft_ms.push_back(r.ttft_ms);
             report.output_tokens += r.output_tokens;
+            report.itl_ms.insert(report.itl_ms.end(), r.itl_ms.begin(), r.itl_ms.end());
           }
         }
         if (!r.ok) return;
@@ -153,9 +154,11 @@ std::string multi_turn_table(const MultiTurnReport& r) {
                   percentile(t.ttft_ms, 50), percentile(t.ttft_ms, 90));
     os << line;
   }
-  std::snprintf(line, sizeof line, "cache hit ratio %.3f (%lld of %lld prompt tokens); output %.1f tok/s over %.1f s\n",
+  std::snprintf(line, sizeof line,
+                "cache hit ratio %.3f (%lld of %lld prompt tokens); output %.1f tok/s over %.1f s; ITL p50 %.2f ms, "
+                "p90 %.2f ms\n",
                 r.hit_ratio(), static_cast<long long>(r.cached_tokens), static_cast<long long>(r.prompt_tokens),
-                r.output_tokens_per_s, r.duration_s);
+                r.output_tokens_per_s, r.duration_s, percentile(r.itl_ms, 50), percentile(r.itl_ms, 90));
   os << line;
   if (!r.first_error.empty()) os << "first error: " << r.first_error << "\n";
   return os.str();
@@ -170,6 +173,8 @@ std::string multi_turn_json(const MultiTurnReport& r) {
   j["cached_tokens"] = r.cached_tokens;
   j["output_tokens_per_second"] = r.output_tokens_per_s;
   j["duration_seconds"] = r.duration_s;
+  j["itl_ms_p50"] = percentile(r.itl_ms, 50);
+  j["itl_ms_p90"] = percentile(r.itl_ms, 90);
   nlohmann::ordered_json turns = nlohmann::ordered_json::array();
   for (const auto& t : r.turns)
     turns.push_back({{"turn", t.turn},

@@ -33,6 +33,7 @@ struct MultiTurnReport {
   std::vector<TurnStats> turns;
   int64_t prompt_tokens = 0, cached_tokens = 0, output_tokens = 0;
   double duration_s = 0, output_tokens_per_s = 0;
+  std::vector<double> itl_ms;    // gaps between streamed tokens, every request (decode speed)
   double hit_ratio() const { return prompt_tokens > 0 ? double(cached_tokens) / double(prompt_tokens) : 0.0; }
   std::string first_error;
 };
