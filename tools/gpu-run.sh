@@ -113,3 +113,16 @@ if has prefix; then
     kill $pid; wait $pid 2>/dev/null
   done
 fi
+
+# grammar: the per-step cost of a grammar constraint at 16 concurrent streams (issue #15),
+# through serve on the 27B shape (Qwen3 tokenizer: the 151k vocabulary the masks cover).
+if has grammar; then
+  "$B/deltaserve" serve --device cuda --model-path $M --load-format dummy --tokenizer-path tests/fixtures/tokenizer-qwen3 \
+    --chat-template tests/fixtures/qwen3.6-chat_template.jinja --port 30556 --state-dir "$OUT/state" \
+    --context-length 8192 --max-running-requests 16 >"$OUT/serve_grammar.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 240); do grep -q "listening on" "$OUT/serve_grammar.log" && break; sleep 0.5; done
+  timeout 300 python3 bench/grammar/serve_overhead.py --url http://127.0.0.1:30556 --concurrency 16 --max-tokens 128 \
+    --rounds 3 2>&1 | tee -a "$OUT/summary.txt"
+  kill $pid; wait $pid 2>/dev/null
+fi
