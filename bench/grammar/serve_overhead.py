@@ -21,10 +21,11 @@ REGEX = r"[a-z]+( [a-z]+)*"  # words, forever: every step is masked, nothing end
 
 def one(url, model, prompt, max_tokens, extra, out):
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "ignore_eos": True}
+            "ignore_eos": True, "stream_options": {"include_usage": True}}
     body.update(extra)
     t0 = time.perf_counter()
     times = []
+    tokens = 0
     with requests.post(url + "/v1/completions", json=body, stream=True, timeout=600) as r:
         if r.status_code != 200:
             out.append({"error": r.text[:300]})
@@ -33,9 +34,11 @@ def one(url, model, prompt, max_tokens, extra, out):
             if not line.startswith(b"data: ") or line == b"data: [DONE]":
                 continue
             j = json.loads(line[6:])
+            if j.get("usage"):
+                tokens = j["usage"]["completion_tokens"]
             if j.get("choices") and j["choices"][0].get("text"):
                 times.append(time.perf_counter())
-    out.append({"t0": t0, "times": times})
+    out.append({"t0": t0, "times": times, "tokens": tokens})
 
 
 def run(url, model, n, max_tokens, extra):
@@ -49,11 +52,12 @@ def run(url, model, n, max_tokens, extra):
     errors = [o["error"] for o in out if "error" in o]
     if errors:
         raise SystemExit("request failed: " + errors[0])
+    # Tokens come from usage (a streamed chunk can hold several tokens, or none: held-back bytes).
     first = min(o["times"][0] for o in out)
     last = max(o["times"][-1] for o in out)
-    tokens = sum(len(o["times"]) - 1 for o in out)
-    itl = [b - a for o in out for a, b in zip(o["times"], o["times"][1:])]
-    return {"decode_tok_s": tokens / (last - first), "itl_ms_p50": 1e3 * statistics.median(itl), "chunks": tokens + n}
+    tokens = sum(o["tokens"] - 1 for o in out)
+    per_token = [(o["times"][-1] - o["times"][0]) / max(1, o["tokens"] - 1) for o in out]
+    return {"decode_tok_s": tokens / (last - first), "itl_ms_p50": 1e3 * statistics.median(per_token)}
 
 
 def main():
@@ -75,7 +79,7 @@ def main():
         rates = [r["decode_tok_s"] for n, r in rows if n == name]
         itls = [r["itl_ms_p50"] for n, r in rows if n == name]
         print(f"{name:6s} decode {statistics.median(rates):8.1f} tok/s (rounds {', '.join(f'{x:.1f}' for x in rates)}); "
-              f"ITL p50 {statistics.median(itls):.2f} ms")
+              f"time per token p50 {statistics.median(itls):.2f} ms")
     plain = statistics.median(r["decode_tok_s"] for n, r in rows if n == "plain")
     regex = statistics.median(r["decode_tok_s"] for n, r in rows if n == "regex")
     print(f"overhead of the constraint: {100 * (1 - regex / plain):.1f}% of decode throughput "

@@ -229,8 +229,8 @@ SpecDecision speculative_accept(std::vector<float>& p, const std::vector<float>&
 
 const float* Sampler::constrain(const float* logits, TokenConstraint* c, int n_generated) {
   if (!c || !c->active(n_generated)) return logits;
-  constrained_.assign(logits, logits + vocab_);
-  c->apply(constrained_.data(), vocab_, n_generated);
+  constrained_.resize(static_cast<size_t>(vocab_));
+  c->apply_from(logits, constrained_.data(), vocab_, n_generated);
   return constrained_.data();
 }
 

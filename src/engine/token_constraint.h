@@ -23,6 +23,12 @@ class TokenConstraint {
   virtual bool active(int n_generated) const = 0;
   // Masks (-inf) and biases the logits of the next token in place. `vocab`: row length.
   virtual void apply(float* logits, int64_t vocab, int n_generated) = 0;
+  // The same into dst from src (the raw row stays as it is, for logprobs). An implementation may
+  // fuse the copy with its mask; by default: copy, then apply.
+  virtual void apply_from(const float* src, float* dst, int64_t vocab, int n_generated) {
+    for (int64_t i = 0; i < vocab; ++i) dst[i] = src[i];
+    apply(dst, vocab, n_generated);
+  }
   // The sequence took `token`. False: the token breaks the constraint (the engine ends the
   // sequence with an error; it cannot happen for tokens sampled from an applied row).
   virtual bool accept(int32_t token) = 0;

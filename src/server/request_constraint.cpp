@@ -91,6 +91,62 @@ void RequestConstraint::apply(float* logits, int64_t vocab, int n_generated) {
   }
 }
 
+void RequestConstraint::apply_from(const float* src, float* dst, int64_t vocab, int n_generated) {
+  const ConstraintPlan& p = *plan_;
+  const bool grammar_on = started_at_ >= 0 && matcher_;
+  if (!grammar_on || !p.allowed_ids.empty()) {
+    std::copy(src, src + vocab, dst);
+    apply(dst, vocab, n_generated);
+    return;
+  }
+  // 1. The grammar's mask, fused with the copy (masked words are never read).
+  const TokenBitset& mask = matcher_->next_token_mask();
+  const std::vector<uint64_t>& words = mask.words();
+  const int64_t covered = std::min<int64_t>(vocab, mask.size());
+  for (int64_t w = 0; w * 64 < covered; ++w) {
+    const uint64_t bits = words[static_cast<size_t>(w)];
+    const int64_t base = w * 64;
+    const int64_t end = std::min<int64_t>(base + 64, covered);
+    if (bits == 0) {
+      std::fill(dst + base, dst + end, -INFINITY);
+    } else if (bits == ~uint64_t{0}) {
+      std::copy(src + base, src + end, dst + base);
+    } else {
+      for (int64_t i = base; i < end; ++i) dst[i] = ((bits >> (i - base)) & 1u) ? src[i] : -INFINITY;
+    }
+  }
+  std::fill(dst + covered, dst + vocab, -INFINITY);
+  // Request stop ids end a complete match like EOS does.
+  if (matcher_->can_end())
+    for (TokenId id : p.end_ids)
+      if (id < vocab) dst[id] = src[id];
+  // 2. What apply() does before the mask; on -inf entries it changes nothing.
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id < vocab) dst[id] += bias;
+  for (const auto& word : p.bad_words) {
+    const size_t k = word.size() - 1;
+    if (history_.size() < k) continue;
+    if (std::equal(word.begin(), word.begin() + static_cast<long>(k), history_.end() - static_cast<long>(k)) &&
+        word.back() < vocab)
+      dst[word.back()] = -INFINITY;
+  }
+  const bool grammar_must_end = matcher_->must_end() || matcher_->is_terminated();
+  const bool ban_end = n_generated < p.min_tokens && !grammar_must_end;
+  if (ban_end)
+    for (TokenId id : p.end_ids)
+      if (id < vocab) dst[id] = -INFINITY;
+  // 3. If bad words and min_tokens removed every token the grammar allows, keep its first one.
+  if (p.bad_words.empty() && !ban_end) return;
+  for (int64_t i = 0; i < vocab; ++i)
+    if (dst[i] > -INFINITY) return;
+  for (size_t w = 0; w < words.size(); ++w) {
+    if (!words[w]) continue;
+    const int64_t id = static_cast<int64_t>(w * 64) + std::countr_zero(words[w]);
+    if (id < vocab) dst[id] = 0.0f;
+    return;
+  }
+}
+
 bool RequestConstraint::accept(int32_t token) {
   uint8_t fed = 0;
   if (started_at_ >= 0 && matcher_) {

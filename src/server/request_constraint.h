@@ -37,6 +37,9 @@ class RequestConstraint final : public TokenConstraint {
 
   bool active(int n_generated) const override;
   void apply(float* logits, int64_t vocab, int n_generated) override;
+  // Grammar without allowed_token_ids: the grammar's mask is applied while copying (only the
+  // allowed logits are read), then the rest as apply() does.
+  void apply_from(const float* src, float* dst, int64_t vocab, int n_generated) override;
   bool accept(int32_t token) override;
   void rollback(int n) override;
 

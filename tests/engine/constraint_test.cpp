@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstring>
+#include <random>
 
 #include "engine/engine.h"
 #include "grammar/json_schema.h"
@@ -191,6 +194,41 @@ TEST(EngineConstraint, LogitBiasAndMinTokens) {
   for (size_t i = 0; i < 5; ++i) EXPECT_NE(longer.tokens[i], kImEnd);
   EXPECT_EQ(longer.tokens[5], kImEnd);
   e->stop();
+}
+
+}  // namespace
+}  // namespace deltaserve::test
+
+namespace deltaserve::test {
+namespace {
+
+// The fused masked copy (what the sampler calls) gives exactly what copying then apply() gives,
+// along a sequence of accepted tokens, with a bias, a bad word and min_tokens on top of the grammar.
+TEST(EngineConstraint, FusedApplyFromEqualsCopyThenApply) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::Regex;
+  spec.text = "(def|class) [a-z_]+\\(\\)";
+  auto plan = grammar_plan(spec);
+  plan->logit_bias = {{10, 2.5f}, {11, -7.0f}};
+  plan->bad_words = {{40, 41}};
+  plan->min_tokens = 3;
+  const int64_t V = static_cast<int64_t>(tokenizer().vocab_size());
+  auto a = make_constraint(plan), b = make_constraint(plan);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<float> src(V), d1(V), d2(V);
+  for (int n = 0; n < 12; ++n) {
+    if (!a->active(n)) break;
+    for (auto& x : src) x = nd(rng);
+    a->apply_from(src.data(), d1.data(), V, n);
+    d2 = src;
+    b->apply(d2.data(), V, n);
+    ASSERT_EQ(std::memcmp(d1.data(), d2.data(), V * sizeof(float)), 0) << "step " << n;
+    const int32_t tok = static_cast<int32_t>(std::max_element(d1.begin(), d1.end()) - d1.begin());
+    ASSERT_GT(d1[tok], -INFINITY);
+    ASSERT_TRUE(a->accept(tok));
+    ASSERT_TRUE(b->accept(tok));
+  }
 }
 
 }  // namespace
