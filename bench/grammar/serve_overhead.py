@@ -41,10 +41,15 @@ def one(url, model, prompt, max_tokens, extra, out):
     out.append({"t0": t0, "times": times, "tokens": tokens})
 
 
+RUNS = [0]
+
+
 def run(url, model, n, max_tokens, extra):
+    # Prompts new to the server every run (a nonce first), so its prefix cache serves neither side.
+    RUNS[0] += 1
     out = []
-    threads = [threading.Thread(target=one, args=(url, model, "def f(x):\n    return x" * 4 + str(i), max_tokens,
-                                                  extra, out)) for i in range(n)]
+    threads = [threading.Thread(target=one, args=(url, model, f"# run {RUNS[0]} request {i}\n" + "def f(x):\n    return x" * 4,
+                                                  max_tokens, extra, out)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
