@@ -44,9 +44,20 @@ def one(url, model, prompt, max_tokens, extra, out):
 RUNS = [0]
 
 
+def engine_times(url):
+    """Engine step counters from /metrics (seconds and steps since start)."""
+    out = {}
+    for line in requests.get(url + "/metrics").text.splitlines():
+        for k in ("steps", "step_seconds", "forward_seconds", "sample_seconds"):
+            if line.startswith(f"deltaserve_engine_{k}_total "):
+                out[k] = float(line.split()[1])
+    return out
+
+
 def run(url, model, n, max_tokens, extra):
     # Prompts new to the server every run (a nonce first), so its prefix cache serves neither side.
     RUNS[0] += 1
+    before = engine_times(url)
     out = []
     threads = [threading.Thread(target=one, args=(url, model, f"# run {RUNS[0]} request {i}\n" + "def f(x):\n    return x" * 4,
                                                   max_tokens, extra, out)) for i in range(n)]
@@ -62,7 +73,12 @@ def run(url, model, n, max_tokens, extra):
     last = max(o["times"][-1] for o in out)
     tokens = sum(o["tokens"] - 1 for o in out)
     per_token = [(o["times"][-1] - o["times"][0]) / max(1, o["tokens"] - 1) for o in out]
-    return {"decode_tok_s": tokens / (last - first), "itl_ms_p50": 1e3 * statistics.median(per_token)}
+    after = engine_times(url)
+    steps = max(1.0, after.get("steps", 0) - before.get("steps", 0))
+    per_step = {k: 1e3 * (after.get(k, 0) - before.get(k, 0)) / steps
+                for k in ("step_seconds", "forward_seconds", "sample_seconds")}
+    return {"decode_tok_s": tokens / (last - first), "itl_ms_p50": 1e3 * statistics.median(per_token),
+            "step_ms": per_step}
 
 
 def main():
@@ -83,8 +99,11 @@ def main():
     for name in ("plain", "regex"):
         rates = [r["decode_tok_s"] for n, r in rows if n == name]
         itls = [r["itl_ms_p50"] for n, r in rows if n == name]
+        steps = [r["step_ms"] for n, r in rows if n == name]
+        med = {k: statistics.median(s[k] for s in steps) for k in steps[0]}
         print(f"{name:6s} decode {statistics.median(rates):8.1f} tok/s (rounds {', '.join(f'{x:.1f}' for x in rates)}); "
-              f"time per token p50 {statistics.median(itls):.2f} ms")
+              f"time per token p50 {statistics.median(itls):.2f} ms; engine per step {med['step_seconds']:.2f} ms = "
+              f"forward {med['forward_seconds']:.2f} + sampling {med['sample_seconds']:.2f} + other")
     plain = statistics.median(r["decode_tok_s"] for n, r in rows if n == "plain")
     regex = statistics.median(r["decode_tok_s"] for n, r in rows if n == "regex")
     print(f"overhead of the constraint: {100 * (1 - regex / plain):.1f}% of decode throughput "

@@ -124,6 +124,12 @@ std::string ServerMetrics::render(const EngineStats& s) const {
           static_cast<double>(s.spec_accepted_tokens_total));
   counter(out, "deltaserve_spec_verify_steps_total", "Speculative verification steps.",
           static_cast<double>(s.spec_verify_steps_total));
+  counter(out, "deltaserve_engine_steps_total", "Engine steps (one forward each).", static_cast<double>(s.steps_total));
+  counter(out, "deltaserve_engine_step_seconds_total", "Engine thread time in steps.", s.step_seconds);
+  counter(out, "deltaserve_engine_forward_seconds_total", "Of which the forward (incl. logits to the host).",
+          s.forward_seconds);
+  counter(out, "deltaserve_engine_sample_seconds_total", "Of which sampling and verification.", s.sample_seconds);
+  counter(out, "deltaserve_engine_draft_seconds_total", "Of which speculative rollback and drafting.", s.draft_seconds);
   ttft_.render("deltaserve_time_to_first_token_seconds",
                "Time from request arrival to its first generated token.", out);
   itl_.render("deltaserve_inter_token_latency_seconds", "Time between generated tokens.", out);
