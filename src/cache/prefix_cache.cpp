@@ -151,6 +151,16 @@ bool PrefixCache::evict_checkpoint() {
   return true;
 }
 
+bool PrefixCache::drop_superseded_checkpoint(std::span<const int32_t> tokens, int n_tokens) {
+  if (n_tokens <= 0 || n_tokens % block_size_ != 0 || static_cast<size_t>(n_tokens) > tokens.size()) return false;
+  Node* n = root_.get();
+  for (int b = 0; n && b < n_tokens / block_size_; ++b)
+    n = child(n, tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_));
+  if (!n || n->checkpoint < 0 || n->checkpoint == pinned_slot_ || n->children.size() > 1) return false;
+  drop_checkpoint(n);
+  return true;
+}
+
 void PrefixCache::clear() {
   // Post-order: leaves first.
   std::vector<Node*> order;

@@ -47,6 +47,10 @@ class PrefixCache {
   bool evict_blocks(int n_blocks);
   // Frees the least recently used checkpoint's slot; false when there is none.
   bool evict_checkpoint();
+  // Frees the checkpoint after the first n_tokens of tokens when a deeper one on the same path is
+  // about to replace it: the node is on no branch (at most one child) and not pinned. A multi-turn
+  // conversation's previous turn gives way to its new one, not another conversation's.
+  bool drop_superseded_checkpoint(std::span<const int32_t> tokens, int n_tokens);
   // Keeps a checkpoint from eviction between match() and its use (one at a time).
   void pin(int checkpoint_slot) { pinned_slot_ = checkpoint_slot; }
   void unpin() { pinned_slot_ = -1; }

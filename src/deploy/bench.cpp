@@ -205,19 +205,21 @@ RequestResult run_completion(const BenchOptions& opts, const std::string& model,
   return r;
 }
 
+Result<std::string> resolve_bench_model(const HttpUrl& url, const std::string& model) {
+  if (!model.empty()) return model;
+  auto models = http_request(url, "GET", "/v1/models", "", nullptr, 30);
+  if (!models) return models.status();
+  auto j = nlohmann::json::parse(models->body, nullptr, false);
+  if (models->status != 200 || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
+    return error(url.to_string(), "/v1/models did not list a model (HTTP ", models->status, "); pass --model NAME");
+  return j["data"][0].value("id", "");
+}
+
 Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose) {
   BenchReport report;
   report.url = opts.url.to_string();
   report.started_at = utc_now_iso();
-  report.model = opts.model;
-  if (report.model.empty()) {
-    auto models = http_request(opts.url, "GET", "/v1/models", "", nullptr, 30);
-    if (!models) return models.status();
-    auto j = nlohmann::json::parse(models->body, nullptr, false);
-    if (models->status != 200 || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
-      return error(report.url, "/v1/models did not list a model (HTTP ", models->status, "); pass --model NAME");
-    report.model = j["data"][0].value("id", "");
-  }
+  DS_ASSIGN_OR_RETURN(report.model, resolve_bench_model(opts.url, opts.model));
   auto info_before = http_request(opts.url, "GET", "/v1/server_info", "", nullptr, 30);
   if (info_before && info_before->status == 200) {
     double ignored = 0;

@@ -65,6 +65,9 @@ struct BenchReport {
 Result<std::vector<BenchPrompt>> make_bench_prompts(const BenchOptions& opts, int64_t n);
 Result<std::vector<BenchPrompt>> load_bench_dataset(const std::string& path, int64_t default_output_len);
 
+// The model to ask for: `model` when given, else the first id the server lists at /v1/models.
+Result<std::string> resolve_bench_model(const HttpUrl& url, const std::string& model);
+
 // One streaming request against /v1/completions.
 RequestResult run_completion(const BenchOptions& opts, const std::string& model, const BenchPrompt& prompt);
 // The whole benchmark; progress lines go to stderr when verbose.

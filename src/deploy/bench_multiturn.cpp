@@ -84,15 +84,7 @@ Result<std::vector<Conversation>> make_conversations(const BenchOptions& base, c
 Result<MultiTurnReport> run_multi_turn(const BenchOptions& base, const MultiTurnOptions& mt, bool verbose) {
   MultiTurnReport report;
   report.url = base.url.to_string();
-  report.model = base.model;
-  if (report.model.empty()) {
-    auto models = http_request(base.url, "GET", "/v1/models", "", nullptr, 30);
-    if (!models) return models.status();
-    auto j = nlohmann::json::parse(models->body, nullptr, false);
-    if (models->status != 200 || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
-      return error(report.url, "/v1/models did not list a model (HTTP ", models->status, "); pass --model NAME");
-    report.model = j["data"][0].value("id", "");
-  }
+  DS_ASSIGN_OR_RETURN(report.model, resolve_bench_model(base.url, base.model));
   DS_ASSIGN_OR_RETURN(std::vector<Conversation> convs, make_conversations(base, mt));
   int n_turns = 0;
   for (const auto& c : convs) n_turns = std::max<int>(n_turns, static_cast<int>(c.messages.size()));

@@ -83,6 +83,7 @@ int Scheduler::resume_from_cache(Sequence& s) {
   for (int32_t b : m.blocks) cache_.blocks().retain(b);
   s.blocks = m.blocks;
   s.n_computed = m.n_tokens;
+  s.resumed_at = m.n_tokens;
   return m.n_tokens;
 }
 
@@ -121,11 +122,24 @@ void Scheduler::plan_prefill_checkpoint(ScheduledItem& item) {
   // The prompt's last whole block before its last token: a request with the same prompt (n > 1, a
   // retry) still has a token to compute from there, and one that extends it loses < 2 blocks.
   const int prompt_end = (s.n_prompt - 1) / bs * bs;
+  // A chunk boundary's checkpoint only helps a prompt that leaves this one mid-way: it takes a free
+  // slot but never evicts (evicting would drop another conversation's latest checkpoint).
   int at = -1;
-  if (n0 < prompt_end && prompt_end <= end) at = prompt_end;
-  else if (end < s.n_prompt && end % bs == 0) at = end;                      // a chunk boundary
+  bool evict = true;
+  if (n0 < prompt_end && prompt_end <= end) {
+    at = prompt_end;
+  } else if (end < s.n_prompt && end % bs == 0) {
+    at = end;
+    evict = false;
+  }
   if (at <= n0) return;
-  const int slot = take_checkpoint_slot(/*evict=*/true);
+  // No free slot for the prompt end: first the checkpoint this request resumed from, which the new
+  // one supersedes on its path, then the least recently used one.
+  int slot = cache_.acquire_checkpoint();
+  if (slot < 0 && evict && s.resumed_at > 0 && s.resumed_at < at &&
+      tree_->drop_superseded_checkpoint(s.tokens, s.resumed_at))
+    slot = cache_.acquire_checkpoint();
+  if (slot < 0) slot = take_checkpoint_slot(evict);
   if (slot < 0) return;
   item.checkpoint_at = at - n0 - 1;
   item.checkpoint_slot = slot;

@@ -35,6 +35,7 @@ struct Sequence {
   std::shared_ptr<TokenConstraint> constraint;
   // Prefix cache.
   int n_cached = 0;                 // prompt tokens served from the cache at first admission
+  int resumed_at = 0;               // where its last admission resumed from a cached checkpoint
   int rolling_slot = -1;            // checkpoint slot with its state after rolling_pos tokens
   int rolling_pos = 0;              //   (decode checkpoints: cached when the sequence finishes)
   uint64_t spec_steps = 0, spec_accepted = 0;  // verification steps, tokens emitted by them

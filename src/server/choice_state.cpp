@@ -2,17 +2,6 @@
 
 namespace deltaserve {
 
-std::string finish_reason_text(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::None: return "";
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Abort: return "abort";
-    case FinishReason::Error: return "error";
-  }
-  return "";
-}
-
 ChoiceState::ChoiceState(const Tokenizer& tokenizer, ChoiceOptions options)
     : tokenizer_(tokenizer),
       options_(std::move(options)),
@@ -145,7 +134,7 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
       // last one it emitted (it is part of the output, hidden from the text).
       nlohmann::ordered_json matched = nullptr;
       if (event.finish == FinishReason::Stop && last_token_) matched = *last_token_;
-      finish(out, finish_reason_text(event.finish), std::move(matched));
+      finish(out, finish_reason_name(event.finish), std::move(matched));
     }
   }
   accumulate(out);

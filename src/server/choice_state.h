@@ -128,6 +128,4 @@ class ChoiceState {
   int matched_regex_ = -1;
 };
 
-std::string finish_reason_text(FinishReason reason);
-
 }  // namespace deltaserve

@@ -22,6 +22,17 @@ bool RequestConstraint::active(int n_generated) const {
          n_generated < plan_->min_tokens;
 }
 
+void RequestConstraint::ban_bad_words(float* logits, int64_t vocab) const {
+  // A bad word's last token is banned when the tokens before it were just generated.
+  for (const auto& word : plan_->bad_words) {
+    const size_t k = word.size() - 1;
+    if (history_.size() < k) continue;
+    if (std::equal(word.begin(), word.begin() + static_cast<long>(k), history_.end() - static_cast<long>(k)) &&
+        word.back() < vocab)
+      logits[word.back()] = -INFINITY;
+  }
+}
+
 void RequestConstraint::apply(float* logits, int64_t vocab, int n_generated) {
   const ConstraintPlan& p = *plan_;
   for (const auto& [id, bias] : p.logit_bias)
@@ -33,13 +44,7 @@ void RequestConstraint::apply(float* logits, int64_t vocab, int n_generated) {
     std::fill(logits, logits + vocab, -INFINITY);
     for (const auto& [id, v] : saved_) logits[id] = v;
   }
-  for (const auto& word : p.bad_words) {
-    const size_t k = word.size() - 1;
-    if (history_.size() < k) continue;
-    if (std::equal(word.begin(), word.begin() + static_cast<long>(k), history_.end() - static_cast<long>(k)) &&
-        word.back() < vocab)
-      logits[word.back()] = -INFINITY;
-  }
+  ban_bad_words(logits, vocab);
   const bool grammar_on = started_at_ >= 0 && matcher_;
   const bool grammar_must_end = grammar_on && (matcher_->must_end() || matcher_->is_terminated());
   const bool ban_end = n_generated < p.min_tokens && !grammar_must_end;
@@ -145,13 +150,7 @@ void RequestConstraint::apply_from(const float* src, float* dst, int64_t vocab, 
   // 2. What apply() does before the mask; on -inf entries it changes nothing.
   for (const auto& [id, bias] : p.logit_bias)
     if (id < vocab) dst[id] += bias;
-  for (const auto& word : p.bad_words) {
-    const size_t k = word.size() - 1;
-    if (history_.size() < k) continue;
-    if (std::equal(word.begin(), word.begin() + static_cast<long>(k), history_.end() - static_cast<long>(k)) &&
-        word.back() < vocab)
-      dst[word.back()] = -INFINITY;
-  }
+  ban_bad_words(dst, vocab);
   const bool grammar_must_end = matcher_->must_end() || matcher_->is_terminated();
   const bool ban_end = n_generated < p.min_tokens && !grammar_must_end;
   if (ban_end)

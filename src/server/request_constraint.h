@@ -54,6 +54,7 @@ class RequestConstraint final : public TokenConstraint {
   std::vector<TokenId> history_;  // accepted tokens
   std::vector<uint8_t> fed_;      // per accepted token: the matcher took it
   int started_at_ = -1;           // history size when the grammar started (-1: not yet)
+  void ban_bad_words(float* logits, int64_t vocab) const;
   std::vector<std::pair<TokenId, float>> saved_;  // scratch
 };
 

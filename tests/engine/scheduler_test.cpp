@@ -332,6 +332,37 @@ TEST(PrefixCache, MatchesEndAtCheckpointsAndEvictLeastRecentlyUsedFirst) {
   cache.check_integrity();
 }
 
+// A checkpoint on a straight path gives way to a deeper one; a branch point (a shared system
+// prompt) or a pinned one stays.
+TEST(PrefixCache, DropsASupersededCheckpointButNotABranchPoint) {
+  FakeCache cache(16, 2, 4);
+  PrefixCache pc(4, cache);
+  std::vector<int32_t> blocks;
+  ASSERT_TRUE(cache.blocks().allocate(4, blocks));
+  const auto a = toks(16, 100);
+  pc.insert(a, blocks, 2, cache.acquire_checkpoint());  // state after token 8
+  pc.insert(a, blocks, 3, -1);                           // the path goes on (one child)
+  EXPECT_FALSE(pc.drop_superseded_checkpoint(a, 4)) << "no checkpoint there";
+  EXPECT_TRUE(pc.drop_superseded_checkpoint(a, 8));
+  EXPECT_EQ(pc.n_checkpoints(), 0);
+  EXPECT_EQ(cache.n_checkpoints_free(), 4);
+  // Two continuations of the first 8 tokens: the checkpoint at 8 is where they part.
+  pc.insert(a, blocks, 2, cache.acquire_checkpoint());
+  auto b = a;
+  b[9] = 7;
+  std::vector<int32_t> other;
+  ASSERT_TRUE(cache.blocks().allocate(1, other));
+  std::vector<int32_t> b_blocks{blocks[0], blocks[1], other[0]};
+  pc.insert(b, b_blocks, 3, -1);
+  EXPECT_FALSE(pc.drop_superseded_checkpoint(a, 8)) << "a branch point";
+  EXPECT_EQ(pc.n_checkpoints(), 1);
+  pc.clear();
+  for (int32_t x : blocks) cache.blocks().release(x);
+  cache.blocks().release(other[0]);
+  EXPECT_EQ(cache.blocks().n_used(), 0);
+  cache.check_integrity();
+}
+
 TEST(PrefixCache, WithoutStateAnyMatchedBlockCounts) {
   FakeCache cache(16, 2, 0, /*state=*/false);
   PrefixCache pc(4, cache);
@@ -436,6 +467,58 @@ TEST(Scheduler, CacheIsEvictedForRunningRequests) {
   }
   EXPECT_EQ(sch.n_preempted(), 0u);
   EXPECT_GT(sch.prefix_cache()->n_cached_blocks(), 0);
+}
+
+// Two conversations taking turns at once, with a checkpoint per request slot and prompts longer
+// than a chunk: every turn resumes at least from the end of the previous turn's prompt. A chunk
+// boundary's checkpoint comes only from a free slot, so it never evicts the other conversation's.
+TEST(Scheduler, ConcurrentConversationsKeepTheirCheckpointsAcrossTurns) {
+  FakeCache cache(512, 2, 2);
+  SchedulerConfig c = config(2, 16, 24);  // a budget below two chunks: prompts share the steps
+  c.prefix_cache = true;
+  c.decode_checkpoints = true;
+  Scheduler sch(c, cache);
+  std::vector<std::vector<int32_t>> convo(2);
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < 40; ++i) convo[k].push_back(1000 * (k + 1) + i);  // distinct system prompts
+  RequestId id = 0;
+  for (int turn = 0; turn < 5; ++turn) {
+    std::vector<int> prev_len(2);
+    std::vector<RequestId> ids(2);
+    for (int k = 0; k < 2; ++k) {
+      for (int i = 0; i < 10; ++i) convo[k].push_back(1000 * (k + 1) + 100 * (turn + 1) + i);  // the user turn
+      prev_len[k] = static_cast<int>(convo[k].size());
+      auto s = std::make_unique<Sequence>();
+      s->id = ids[k] = ++id;
+      s->tokens = convo[k];
+      s->n_prompt = static_cast<int>(convo[k].size());
+      s->max_total_tokens = s->n_prompt + 3;
+      s->params.ignore_eos = true;
+      sch.add(std::move(s));
+    }
+    std::vector<int> cached(2, -1);
+    int guard = 0;
+    while (sch.has_work() && guard++ < 200) {
+      auto items = sch.schedule();
+      auto out = sample(items, static_cast<int32_t>(7 + turn));
+      sch.update(items, out);
+      for (auto& done : sch.take_finished()) {
+        const int k = done->id == ids[0] ? 0 : 1;
+        cached[k] = done->n_cached;
+        convo[k] = done->tokens;  // prompt + reply: the next turn's history
+      }
+      sch.check_integrity();
+    }
+    ASSERT_FALSE(sch.has_work()) << "turn " << turn;
+    for (int k = 0; k < 2; ++k) {
+      if (turn == 0) {
+        EXPECT_EQ(cached[k], 0);
+      } else {
+        // At least the previous prompt's checkpoint (its last whole block before the user turn).
+        EXPECT_GE(cached[k], prev_len[k] - 10 - 3 - 2 * c.block_size) << "turn " << turn << " conversation " << k;
+      }
+    }
+  }
 }
 
 // The randomised run again, with the prefix cache and decode checkpoints: prompts share
