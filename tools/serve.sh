@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
-exec "${BUILD_DIR:-build}/deltaserve" serve "$@"
+exec "${BUILD_DIR:-build}/src/app/deltaserve" serve "$@"
