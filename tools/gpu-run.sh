@@ -2,10 +2,14 @@
 # tools/gpu-run.sh: on the device machine, with the binaries tools/gpu-pack.sh packed:
 #   STAGES="tests decode engine" OUT=$OUT bash tools/gpu-run.sh
 # tests:  cuda_ops_test, cuda_model_test (KV dtypes, graphs), spec_rollback_test on CUDA
+#         (OPS_FILTER / MODEL_FILTER: gtest filters; TEST_TIMEOUT seconds each)
 # decode: bench_cuda_decode on the 27B shape (dummy weights): batch 1 decode, verify + commit +
 #         3 MTP steps, 8k TTFT, batch 16; once per KV dtype (KV_DTYPES, default "bf16 fp8_e4m3")
 # engine: deltaserve bench-offline through the engine (scheduler, sampling, graphs): batch
 #         1/16/64 at a 1k context, 8k prefill, and MTP k=3 at batch 1, per KV dtype
+# longctx: bench-offline decode at long contexts (issue #14): batch 1 at 1k / 8k / 32k, batch 16
+#         at 8k, batch 1 at 128k, with the split-KV decode kernel and (OLD_ATTN=1) with the tiled
+#         kernel it replaced (DELTASERVE_CUDA_DECODE_ATTN=0); VARIANTS adds runs with other knobs
 # ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
 #         (its own flags: --model, f32 KV), for before/after figures from one session
 # Logs and a summary go to $OUT.
@@ -29,7 +33,8 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 
 if has tests; then
   for t in cuda_ops_test cuda_model_test; do
-    timeout 300 "$B/$t" --gtest_brief=1 >"$OUT/$t.log" 2>&1
+    f=${OPS_FILTER:-*}; [ $t = cuda_model_test ] && f=${MODEL_FILTER:-*}
+    timeout ${TEST_TIMEOUT:-300} "$B/$t" --gtest_brief=1 --gtest_filter="$f" >"$OUT/$t.log" 2>&1
     echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$t.log" | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
   done
   timeout 120 "$B/spec_rollback_test" --gtest_filter='*cuda*' >"$OUT/spec_rollback.log" 2>&1
@@ -58,6 +63,31 @@ if has engine; then
     --prefill-len 1024 >"$OUT/engine_mtp.log" 2>&1
   echo "bench-offline MTP k=3 rc=$?" | tee -a "$OUT/summary.txt"
   grep -vE '^\[' "$OUT/engine_mtp.log" | tail -6 | tee -a "$OUT/summary.txt"
+fi
+
+if has longctx; then
+  lc() {  # name, timeout, env..., -- bench-offline flags
+    local name=$1 to=$2; shift 2
+    local envs=()
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    env "${envs[@]}" timeout "$to" "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy \
+      --threads 1 --gen-len 64 --prefill-len "${PF:-1024}" "$@" >"$OUT/longctx_$name.log" 2>&1
+    echo "longctx $name rc=$? $*" | tee -a "$OUT/summary.txt"
+    grep -E '^(threads|[0-9])' "$OUT/longctx_$name.log" | tee -a "$OUT/summary.txt"
+  }
+  lc b1 150 DELTASERVE_CUDA_DECODE_ATTN=1 -- --batch 1 --prompt-len 1024,8192,32768
+  lc b16 120 DELTASERVE_CUDA_DECODE_ATTN=1 -- --batch 16 --prompt-len 8192
+  # issue #14's oddity: 16 x 8k decode at 611 ms a step when an 8k prefill ran first
+  [ "${PF8K:-1}" = 1 ] && PF=8192 lc b16_pf8k 120 DELTASERVE_CUDA_DECODE_ATTN=1 -- --batch 16 --prompt-len 8192
+  if [ "${OLD_ATTN:-1}" = 1 ]; then
+    lc old_b1 90 DELTASERVE_CUDA_DECODE_ATTN=0 -- --batch 1 --prompt-len 32768
+    lc old_b16 120 DELTASERVE_CUDA_DECODE_ATTN=0 -- --batch 16 --prompt-len 8192
+  fi
+  for v in ${VARIANTS:-}; do  # e.g. bps8:DELTASERVE_CUDA_DECODE_BLOCKS_PER_SM=8
+    lc "${v%%:*}" 90 "${v#*:}" -- --batch 1 --prompt-len 32768
+  done
+  [ "${LONG128:-1}" = 1 ] && lc b1_128k 150 DELTASERVE_CUDA_DECODE_ATTN=1 -- --batch 1 --prompt-len 131072
 fi
 
 if has ab && [ -f .gpu/old.tar.xz ]; then

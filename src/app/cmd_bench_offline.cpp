@@ -1,4 +1,4 @@
-// deltaserve bench-offline [--batch 1,8] [--threads 1,2] [--prompt-len 128] [--gen-len 128] [--json]
+// deltaserve bench-offline [--batch 1,8] [--threads 1,2] [--prompt-len 1024] [--gen-len 128] [--json]
 //     [serve flags: --model-path DIR --load-format dummy --speculative-num-steps K ...]
 // Offline throughput through the Engine (no HTTP): prefill tokens/s for one prompt, and decode
 // tokens/s with B concurrent sequences, plus the weight-streaming bandwidth at batch 1. With
@@ -24,7 +24,7 @@ namespace deltaserve {
 namespace {
 
 struct RunResult {
-  double prefill_tok_s = 0, decode_tok_s = 0, accept_length = 0;
+  double prefill_tok_s = 0, decode_tok_s = 0, decode_only_tok_s = 0, accept_length = 0;
   int generated = 0;
 };
 
@@ -43,33 +43,56 @@ GenerateRequest random_request(Engine& e, std::mt19937_64& rng, const SamplingPa
   return r;
 }
 
-// B requests submitted at once.
+// B requests submitted at once, each drained by its own reader thread (event times are when the
+// engine emitted them, not when a single reader got round to a stream).
+// decode_tok_s: tokens after each sequence's first, from the first token of any sequence to the
+// last; it includes steps shared with other sequences' prefill chunks. decode_only_tok_s: tokens
+// emitted once every sequence had its first token (pure decode steps), over that span.
 RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int prompt_len, int gen_len, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<std::shared_ptr<RequestStream>> streams;
   const double t0 = now_seconds();
   for (int b = 0; b < batch; ++b)
     streams.push_back(e.submit(random_request(e, rng, sampling, prompt_len, gen_len, seed * 1000 + uint64_t(b))));
-  // Decode: tokens after each sequence's first, from the first token of any sequence to the last.
-  std::vector<double> first(batch, 0), last(batch, 0);
-  RunResult res;
-  double accept = 0;
+  struct Emitted {
+    double time;
+    int tokens;
+  };
+  std::vector<std::vector<Emitted>> emitted(batch);  // [batch][events]
+  std::vector<double> first(batch, 0), last(batch, 0), accept(batch, 0);
+  std::vector<std::thread> readers;
   for (int b = 0; b < batch; ++b) {
-    while (auto ev = streams[b]->events.pop()) {
-      if (!ev->tokens.empty() && first[b] == 0) first[b] = now_seconds();
-      res.generated += static_cast<int>(ev->tokens.size());
-      if (ev->finish != FinishReason::None) {
-        last[b] = now_seconds();
-        accept += ev->accept_length;
-        break;
+    readers.emplace_back([&, b] {
+      emitted[b].reserve(static_cast<std::size_t>(gen_len) + 1);
+      while (auto ev = streams[b]->events.pop()) {
+        const double now = now_seconds();
+        if (!ev->tokens.empty()) {
+          if (first[b] == 0) first[b] = now;
+          emitted[b].push_back({now, static_cast<int>(ev->tokens.size())});
+        }
+        if (ev->finish != FinishReason::None) {
+          last[b] = now;
+          accept[b] = ev->accept_length;
+          break;
+        }
       }
-    }
+    });
   }
+  for (auto& r : readers) r.join();
+  RunResult res;
   const double end = *std::max_element(last.begin(), last.end());
   const double first_any = *std::min_element(first.begin(), first.end());
+  const double first_all = *std::max_element(first.begin(), first.end());
+  int after_all = 0;
+  for (int b = 0; b < batch; ++b)
+    for (const Emitted& x : emitted[b]) {
+      res.generated += x.tokens;
+      if (x.time > first_all) after_all += x.tokens;
+    }
   res.prefill_tok_s = double(batch) * prompt_len / (first_any - t0);
   res.decode_tok_s = end > first_any ? double(res.generated - batch) / (end - first_any) : 0;
-  res.accept_length = accept / batch;
+  res.decode_only_tok_s = end > first_all ? double(after_all) / (end - first_all) : 0;
+  for (double a : accept) res.accept_length += a / batch;
   return res;
 }
 
@@ -118,7 +141,7 @@ int cmd_bench_offline(const Args& args) {
     return 2;
   }
   if (cli.flag("help")) {
-    std::printf("usage: deltaserve bench-offline [--batch 1,8] [--threads 1,2] [--prompt-len 16] [--gen-len 128]\n"
+    std::printf("usage: deltaserve bench-offline [--batch 1,8] [--threads 1,2] [--prompt-len 1024[,8192,...]] [--gen-len 128]\n"
                 "         [--prefill-len 512] [--workload] [--temperature 0 --top-k -1 --top-p 1] (greedy by default)\n"
                 "         [--json] [serve flags: --model-path DIR --load-format dummy --device cuda\n"
                 "          --speculative-algorithm NEXTN --speculative-num-steps K --kv-cache-dtype ...]\n"
@@ -145,9 +168,9 @@ int cmd_bench_offline(const Args& args) {
   }
   auto batches = parse_int_list("batch", cli.get_or("batch", "1,8"));
   auto threads = parse_int_list("threads", cli.get_or("threads", "1,2"));
-  auto prompt_len = parse_int("prompt-len", cli.get_or("prompt-len", "16"));
+  auto prompt_lens = parse_int_list("prompt-len", cli.get_or("prompt-len", "1024"));
   auto gen_len = parse_int("gen-len", cli.get_or("gen-len", "128"));
-  auto prefill_len = parse_int("prefill-len", cli.get_or("prefill-len", "512"));
+  auto prefill_len = parse_int("prefill-len", cli.get_or("prefill-len", "1024"));
   auto top_k = parse_int("top-k", cli.get_or("top-k", "-1"));
   SamplingParams sampling;  // greedy unless --temperature
   sampling.temperature = std::strtof(cli.get_or("temperature", "0").c_str(), nullptr);
@@ -156,7 +179,7 @@ int cmd_bench_offline(const Args& args) {
     std::fprintf(stderr, "deltaserve bench-offline: --temperature must be >= 0 and --top-p in (0, 1]\n");
     return 2;
   }
-  for (const Status& st : {batches.status(), threads.status(), prompt_len.status(), gen_len.status(),
+  for (const Status& st : {batches.status(), threads.status(), prompt_lens.status(), gen_len.status(),
                            prefill_len.status(), top_k.status()}) {
     if (!st.is_ok()) {
       std::fprintf(stderr, "deltaserve bench-offline: %s\n", st.message().c_str());
@@ -166,15 +189,20 @@ int cmd_bench_offline(const Args& args) {
   sampling.top_k = static_cast<int>(*top_k);
   nlohmann::json results = nlohmann::json::array();
   const bool workload = cli.flag("workload");
-  std::printf("%-8s %-6s %14s %14s %14s %12s%s\n", "threads", "batch", "prefill tok/s", "decode tok/s", "weights GB/s",
-              "accept len", workload ? "  workload tok/s" : "");
+  // Every figure names its context: prefill over --prefill-len tokens, decode at --prompt-len
+  // (+ up to --gen-len) tokens; "decode-only" excludes steps shared with other prefills.
+  const int64_t max_prompt = *std::max_element(prompt_lens->begin(), prompt_lens->end());
+  std::printf("prefill context %lld tokens; decode context: the context column (+ up to %lld generated)\n",
+              static_cast<long long>(*prefill_len), static_cast<long long>(*gen_len));
+  std::printf("%-8s %-6s %8s %14s %14s %17s %14s %12s%s\n", "threads", "batch", "context", "prefill tok/s", "decode tok/s",
+              "decode-only tok/s", "weights GB/s", "accept len", workload ? "  workload tok/s" : "");
   for (int t : *threads) {
     // The workload's size, unless the flags say otherwise.
     ServeOptions o = opts;
     o.threads = t;
     if (!o.is_explicit("max-running-requests")) o.max_running_requests = *std::max_element(batches->begin(), batches->end());
     if (!o.is_explicit("context-length"))
-      o.context_length = std::max<int64_t>(*prompt_len + *gen_len, *prefill_len) + 16;
+      o.context_length = std::max<int64_t>(max_prompt + *gen_len, *prefill_len) + 16;
     auto setup = setup_engine(o, *model_config);
     if (!setup) {
       std::fprintf(stderr, "deltaserve bench-offline: %s\n", setup.status().message().c_str());
@@ -196,9 +224,10 @@ int cmd_bench_offline(const Args& args) {
     run_batch(e, sampling, 1, 16, 8, 1);  // warm-up: buffers reach their steady size
     // Prefill: one long prompt, one generated token.
     RunResult pre = run_batch(e, sampling, 1, static_cast<int>(*prefill_len), 1, 2);
+    for (int prompt_len : *prompt_lens)
     for (int b : *batches) {
       const EngineStats s0 = settled_stats(e);
-      RunResult r = run_batch(e, sampling, b, static_cast<int>(*prompt_len), static_cast<int>(*gen_len), 3 + b);
+      RunResult r = run_batch(e, sampling, b, prompt_len, static_cast<int>(*gen_len), 3 + b);
       // At batch 1 every decode step streams all weights once (MTP verification streams them
       // once per step too, so divide by the accept length when speculating).
       const double steps_per_s = r.decode_tok_s / b / (r.accept_length > 0 ? r.accept_length : 1.0);
@@ -210,17 +239,20 @@ int cmd_bench_offline(const Args& args) {
       const double smp_ms = 1e3 * (s1.sample_seconds - s0.sample_seconds) / n_steps;
       const double drf_ms = 1e3 * (s1.draft_seconds - s0.draft_seconds) / n_steps;
       const double step_ms = 1e3 * (s1.step_seconds - s0.step_seconds) / n_steps;
-      const double wl = workload ? run_workload(e, sampling, b, std::max<int64_t>(8, 4 * int64_t(b)), static_cast<int>(*prompt_len),
+      const double wl = workload ? run_workload(e, sampling, b, std::max<int64_t>(8, 4 * int64_t(b)), prompt_len,
                                                 static_cast<int>(*gen_len), 100 + b)
                                  : 0.0;
-      std::printf("%-8d %-6d %14.0f %14.1f %14.2f %12.2f", t, b, pre.prefill_tok_s, r.decode_tok_s, gbps, r.accept_length);
+      std::printf("%-8d %-6d %8lld %14.0f %14.1f %17.1f %14.2f %12.2f", t, b, static_cast<long long>(prompt_len),
+                  pre.prefill_tok_s, r.decode_tok_s, r.decode_only_tok_s, gbps, r.accept_length);
       if (workload) std::printf(" %16.1f", wl);
       std::printf("\n");
       std::fprintf(stderr, "  batch %d: %.0f steps, per step %.3f ms = forward %.3f + sampling %.3f + drafts %.3f + other %.3f\n",
                    b, n_steps, step_ms, fwd_ms, smp_ms, drf_ms, step_ms - fwd_ms - smp_ms - drf_ms);
       std::fflush(stdout);
       nlohmann::json row = {{"threads", t}, {"batch", b}, {"prefill_tokens_per_second", pre.prefill_tok_s},
-                            {"decode_tokens_per_second", r.decode_tok_s}, {"weight_gb_per_second", gbps},
+                            {"decode_tokens_per_second", r.decode_tok_s},
+                            {"decode_only_tokens_per_second", r.decode_only_tok_s}, {"context_tokens", prompt_len},
+                            {"prefill_context_tokens", *prefill_len}, {"weight_gb_per_second", gbps},
                             {"accept_length", r.accept_length}, {"weight_bytes", e.weight_bytes()},
                             {"decode_weight_bytes", e.decode_weight_bytes()}, {"backend", e.backend_description()}};
       if (workload) row["workload_output_tokens_per_second"] = wl;

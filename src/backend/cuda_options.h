@@ -24,6 +24,10 @@ struct CudaOptions {
   int flash_heads_per_block = 0;    // flash tile overrides (0: chosen per shape and device)
   int flash_m_tiles = 0;
   int flash_keys_per_tile = 0;      // 32 or 64
+  bool decode_attention = true;     // split-KV decode kernel for decode / verification (else tiled)
+  int decode_blocks_per_sm = 2;     // its split count: (token, kv head, split) blocks per SM
+  int decode_max_splits = 64;
+  int decode_min_keys = 256;        // keys per split at least
 
   static CudaOptions from_environment() {
     CudaOptions o;
@@ -44,6 +48,10 @@ struct CudaOptions {
     o.flash_heads_per_block = num("DELTASERVE_FLASH_HB", 0);
     o.flash_m_tiles = num("DELTASERVE_FLASH_MT", 0);
     o.flash_keys_per_tile = num("DELTASERVE_FLASH_BN", 0);
+    o.decode_attention = !is("DELTASERVE_CUDA_DECODE_ATTN", "0");
+    o.decode_blocks_per_sm = num("DELTASERVE_CUDA_DECODE_BLOCKS_PER_SM", 2);
+    o.decode_max_splits = num("DELTASERVE_CUDA_DECODE_MAX_SPLITS", 64);
+    o.decode_min_keys = num("DELTASERVE_CUDA_DECODE_MIN_KEYS", 256);
     return o;
   }
 };

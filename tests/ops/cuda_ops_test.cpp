@@ -502,6 +502,12 @@ TEST_F(CudaOpsTest, AttentionLongContextDecodeAndVerify) {
       }
     }
   }
+  // A 33k context beside a short one (the split-KV decode kernel: every split busy for the long
+  // sequence, most empty for the short one), decode and verification, on the 27B head shape.
+  for (DType dt : {DType::BF16, DType::F8E4M3}) {
+    attention_case(AttnShape{24, 4, 256, 64, true}, {{33001, 1}, {100, 1}}, 2200, 2100, 1e-4, dt);
+    attention_case(AttnShape{24, 4, 256, 64, true}, {{32999, 4}}, 2200, 2100, 1e-4, dt);
+  }
 }
 
 // Sequences of >= 64 tokens: the tensor-core (flash) path on CUDA. Two fresh prompts, a chunk

@@ -299,6 +299,14 @@ void run_attention(const AttnArgs& a, cudaStream_t s) {
     launch_flash_attention(a, s);
     return;
   }
+  if (a.decode_kernel && launch_decode_attention(a, s)) {
+    if (a.n_split > 1) {
+      attn_combine_kernel<<<dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads)),
+                            a.head_dim < 128 ? a.head_dim : 128, 0, s>>>(a);
+      DS_CUDA_LAUNCH_CHECK();
+    }
+    return;
+  }
   switch (a.head_dim) {
     case 16: run_attn<16, KV>(a, s); break;
     case 32: run_attn<32, KV>(a, s); break;

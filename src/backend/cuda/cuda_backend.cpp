@@ -415,10 +415,19 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
     a.v16 = a.k16 + kv_n;
   } else {
     a.q_scratch = static_cast<float*>(scratch(2, static_cast<std::size_t>(T) * nh * hd * 4));
-    // Few (token, kv head) blocks (decode, verification): split each context over 8 blocks.
-    // Depends only on the batch shape, so a captured graph stays valid as contexts grow.
-    if (int64_t(T) * nkv < 128) {
+    // Decode / verification: the split-KV kernel, its split count from the batch shape only (a
+    // captured graph stays valid as contexts grow). Else the tiled kernel, 8 splits when it has
+    // few (token, kv head) blocks.
+    const CudaOptions& o = b_.options();
+    a.decode_kernel = o.decode_attention &&
+                      cuda::decode_attention_supported(nh, nkv, hd, a.kv_type, meta.block_size);
+    if (a.decode_kernel) {
+      a.n_split = cuda::decode_attention_splits(T, nkv, o);
+      a.dec_min_keys = std::max(1, o.decode_min_keys);
+    } else if (int64_t(T) * nkv < 128) {
       a.n_split = 8;
+    }
+    if (a.n_split > 1) {
       a.part_ml = static_cast<float*>(scratch(5, static_cast<std::size_t>(T) * nh * a.n_split * 2 * 4));
       a.part_o = static_cast<float*>(scratch(6, static_cast<std::size_t>(T) * nh * a.n_split * hd * 4));
     }

@@ -70,6 +70,10 @@ struct AttnArgs {
   int n_split = 1;
   float* part_ml = nullptr;
   float* part_o = nullptr;
+  // Split-KV decode kernel (cuda_decode_attention.cu), when decode_kernel: each split takes at
+  // least dec_min_keys keys (the high splits of a short context stay empty).
+  bool decode_kernel = false;
+  int dec_min_keys = 256;
   // Tensor-core prefill path (cuda_flash_attention.cu), when flash_tiles > 0: one block per
   // (token tile of 16 * flash_mt tokens of one sequence, KV head, flash_hb query heads of its
   // group); flash_tiles = sum over sequences of ceil(tokens / (16 * flash_mt)).
@@ -83,8 +87,19 @@ struct AttnArgs {
   uint16_t* v16 = nullptr;
 };
 // q/k norm + RoPE + KV write (qk_prep), then the flash path when a.flash_tiles > 0, else the
-// CUDA-core kernel (split-KV when n_split > 1).
+// split-KV decode kernel when a.decode_kernel, else the tiled CUDA-core kernel (split-KV when
+// n_split > 1); a combine kernel merges the splits' partials.
 void launch_attention(const AttnArgs& a, cudaStream_t s);
+
+// ---- cuda_decode_attention.cu ------------------------------------------------------------------
+// Whether the split-KV decode kernel handles this shape (group size 1, 2, 4, 6 or 8; head_dim 64,
+// 128 or 256, not fp8 at 64; block_size a multiple of 4).
+bool decode_attention_supported(int n_heads, int n_kv_heads, int head_dim, KvType kv, int block_size);
+// Its split count for a batch shape (graph-safe: independent of the contexts): enough blocks for
+// CudaOptions::decode_blocks_per_sm per SM, at most decode_max_splits.
+int decode_attention_splits(int n_tokens, int n_kv_heads, const CudaOptions& o);
+// The kernel alone (partials when a.n_split > 1); false when the shape is not handled.
+bool launch_decode_attention(const AttnArgs& a, cudaStream_t s);
 
 // ---- cuda_flash_attention.cu -------------------------------------------------------------------
 // Block layout of the tensor-core path for this head shape on the current device. stage: some

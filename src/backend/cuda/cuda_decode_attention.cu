@@ -1,0 +1,319 @@
+// Split-KV decode / verification attention over the paged KV cache (flash-decoding) on CUDA cores.
+// Reference: backend/cpu/cpu_attention.cpp; the q/k norm + RoPE + cache write ran before
+// (cuda_attention.cu, qk_prep_kernel), so q sits in q_scratch [T, nh, HD] (f32).
+//
+// Grid (token, kv head, split); 4 warps per block. A split is a contiguous key range of the
+// token's context; within it, warp w takes the key groups w, w + 4, ... of KB = 4 keys. Each lane
+// owns E = HD / 32 consecutive dims of every row: a warp reads a whole K / V row with one
+// coalesced load per lane, scores the G query heads of the GQA group at once (q of all G heads in
+// registers, partial dots reduced over the warp by butterfly shuffles), and keeps an online
+// softmax per head (m, l, o[E] in registers). No shared memory in the key loop: the KV is read
+// once per (token, kv head) straight from HBM, KB keys in flight per warp, the next group's block
+// id fetched a step ahead. The 4 warps then merge through shared memory, and the block writes
+// either the final gated output (n_split = 1) or its partial (max, sum, unnormalised o) for
+// cuda_attention.cu's combine kernel.
+//
+// Graph safety: n_split depends on the batch shape only (decode_attention_splits); each split's
+// key range is computed on the device from the token's position, with at least dec_min_keys keys
+// per split, so short contexts leave the high splits empty (l = 0, skipped by the combine).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kv.cuh"
+#include "backend/cuda/cuda_launch.h"
+
+namespace deltaserve::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;  // warps per block
+constexpr int kKb = 4;     // keys per warp step
+
+__device__ __forceinline__ int seq_of_token(const int32_t* seq_start, int n_seqs, int t) {
+  int lo = 0, hi = n_seqs - 1;  // largest s with seq_start[s] <= t
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (seq_start[mid] <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// E stored elements (E * sizeof(St) a multiple of 4 bytes) -> E floats (unscaled).
+template <KvType KV, int E>
+__device__ __forceinline__ void load_row(const KvStorage<KV>* p, float (&f)[E]) {
+  constexpr int kBytes = E * static_cast<int>(sizeof(KvStorage<KV>));
+  constexpr int kWords = kBytes / 4;
+  uint32_t w[kWords];
+  if constexpr (kBytes % 16 == 0) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + i);
+      w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+    }
+  } else if constexpr (kBytes == 8) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    w[0] = v.x; w[1] = v.y;
+  } else {
+    static_assert(kBytes == 4, "row slice of 4, 8 or 16n bytes");
+    w[0] = __ldg(reinterpret_cast<const unsigned int*>(p));
+  }
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) {
+    if constexpr (KV == KvType::F32) {
+      f[i] = __uint_as_float(w[i]);
+    } else if constexpr (KV == KvType::BF16) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const auto pair = static_cast<__nv_fp8x2_storage_t>(w[i] >> (16 * h));
+        const float2 x = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, KvTraits<KV>::kInterp)));
+        f[4 * i + 2 * h] = x.x;
+        f[4 * i + 2 * h + 1] = x.y;
+      }
+    }
+  }
+}
+
+// Static shared memory: the 4 warps' (m, l) [kWarps][G][2] and o [kWarps][G][HD].
+template <int HD, int G, KvType KV>
+__global__ void __launch_bounds__(32 * kWarps) decode_attn_kernel(AttnArgs a) {
+  using St = KvStorage<KV>;
+  constexpr int E = HD / 32;
+  __shared__ float s_ml[kWarps][G][2];
+  __shared__ float s_o[kWarps][G][HD];
+  const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int nh = a.n_heads, nkv = a.n_kv_heads, bs = a.block_size;
+  const int s = seq_of_token(a.seq_start, a.n_seqs, t);
+  const int n_keys = a.positions[t] + 1;
+  // This split's keys [j_begin, j_end): whole groups of kWarps * kKb keys, >= dec_min_keys each.
+  constexpr int kStep = kWarps * kKb;
+  int per = (n_keys + a.n_split - 1) / a.n_split;
+  per = max(per, a.dec_min_keys);
+  per = (per + kStep - 1) / kStep * kStep;
+  const int j_begin = split * per;
+  const int j_end = min(n_keys, j_begin + per);
+  const int32_t* bt = a.block_table + int64_t(s) * a.max_blocks;
+  const St* kc = static_cast<const St*>(a.k_cache);
+  const St* vc = static_cast<const St*>(a.v_cache);
+  const int64_t row_stride = int64_t(nkv) * HD;  // elements between consecutive token rows
+  const int64_t lane_off = int64_t(kvh) * HD + lane * E;
+
+  // q of the group's G heads, this lane's dims, pre-multiplied by the softmax scale (k_scale folded in).
+  const float qk_scale = a.scale * a.k_scale;
+  float q[G][E];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const float* qs = a.q_scratch + (int64_t(t) * nh + kvh * G + g) * HD + lane * E;
+#pragma unroll
+    for (int e = 0; e < E; ++e) q[g][e] = qs[e] * qk_scale;
+  }
+  float m[G], l[G], o[G][E];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) o[g][e] = 0.f;
+  }
+
+  int j = j_begin + warp * kKb;
+  int32_t blk = j < j_end ? bt[j / bs] : 0;
+  for (; j < j_end; j += kStep) {
+    const int jn = j + kStep;
+    const int32_t blk_next = jn < j_end ? bt[jn / bs] : 0;  // fetched a step ahead
+    const int nk = min(kKb, j_end - j);
+    const int64_t base = (int64_t(blk) * bs + j % bs) * row_stride + lane_off;  // kKb keys in one block
+    float kf[kKb][E], vf[kKb][E];
+#pragma unroll
+    for (int kb = 0; kb < kKb; ++kb) {
+      if (kb < nk) {
+        load_row<KV, E>(kc + base + kb * row_stride, kf[kb]);
+        load_row<KV, E>(vc + base + kb * row_stride, vf[kb]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e) kf[kb][e] = vf[kb][e] = 0.f;
+      }
+    }
+    float sc[kKb][G];
+#pragma unroll
+    for (int kb = 0; kb < kKb; ++kb)
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float acc = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc = fmaf(q[g][e], kf[kb][e], acc);
+        sc[kb][g] = acc;
+      }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+      for (int kb = 0; kb < kKb; ++kb)
+#pragma unroll
+        for (int g = 0; g < G; ++g) sc[kb][g] += __shfl_xor_sync(0xffffffffu, sc[kb][g], off);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float mx = m[g];
+#pragma unroll
+      for (int kb = 0; kb < kKb; ++kb)
+        if (kb < nk) mx = fmaxf(mx, sc[kb][g]);
+      const float corr = __expf(m[g] - mx);  // 0 on the first group (m = -inf)
+      float p[kKb], psum = 0.f;
+#pragma unroll
+      for (int kb = 0; kb < kKb; ++kb) {
+        p[kb] = kb < nk ? __expf(sc[kb][g] - mx) : 0.f;
+        psum += p[kb];
+      }
+      l[g] = l[g] * corr + psum;
+      m[g] = mx;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        float acc = o[g][e] * corr;
+#pragma unroll
+        for (int kb = 0; kb < kKb; ++kb) acc = fmaf(p[kb], vf[kb][e], acc);
+        o[g][e] = acc;
+      }
+    }
+    blk = blk_next;
+  }
+
+  // Merge the warps: M = max m_w, L = sum e^(m_w - M) l_w, O = sum e^(m_w - M) o_w.
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    if (lane == 0) {
+      s_ml[warp][g][0] = m[g];
+      s_ml[warp][g][1] = l[g];
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) s_o[warp][g][lane * E + e] = o[g][e];
+  }
+  __syncthreads();
+  const int q_width = a.output_gate ? 2 * HD : HD;
+  const int64_t qkv_row = int64_t(nh) * q_width + 2 * int64_t(nkv) * HD;
+  for (int idx = threadIdx.x; idx < G * HD; idx += blockDim.x) {
+    const int g = idx / HD, d = idx % HD;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      if (s_ml[w][g][1] > 0.f) M = fmaxf(M, s_ml[w][g][0]);
+    float L = 0.f, O = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float lw = s_ml[w][g][1];
+      if (lw > 0.f) {
+        const float f = __expf(s_ml[w][g][0] - M);
+        L += f * lw;
+        O += f * s_o[w][g][d];
+      }
+    }
+    const int h = kvh * G + g;
+    if (a.n_split > 1) {
+      const int64_t pi = (int64_t(t) * nh + h) * a.n_split + split;
+      if (d == 0) {
+        a.part_ml[pi * 2] = M;
+        a.part_ml[pi * 2 + 1] = L;
+      }
+      a.part_o[pi * HD + d] = O * a.v_scale;
+    } else {
+      float v = O / L * a.v_scale;
+      if (a.output_gate) {
+        const float gt = a.qkv[int64_t(t) * qkv_row + int64_t(h) * q_width + HD + d];
+        v *= 1.0f / (1.0f + expf(-gt));
+      }
+      a.out[(int64_t(t) * nh + h) * HD + d] = v;
+    }
+  }
+}
+
+template <int HD, int G, KvType KV>
+void run(const AttnArgs& a, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
+                  static_cast<unsigned>(a.n_split));
+  decode_attn_kernel<HD, G, KV><<<grid, 32 * kWarps, 0, s>>>(a);
+  DS_CUDA_LAUNCH_CHECK();
+}
+
+template <int HD, KvType KV>
+bool run_group(const AttnArgs& a, cudaStream_t s) {
+  if constexpr ((HD / 32) * sizeof(KvStorage<KV>) % 4 != 0) {
+    return false;  // fp8 at head_dim 64: a lane's slice is 2 bytes (decode_attention_supported says no)
+  } else {
+    switch (a.n_heads / a.n_kv_heads) {
+    case 1: run<HD, 1, KV>(a, s); return true;
+    case 2: run<HD, 2, KV>(a, s); return true;
+    case 4: run<HD, 4, KV>(a, s); return true;
+    case 6: run<HD, 6, KV>(a, s); return true;
+    case 8: run<HD, 8, KV>(a, s); return true;
+    default: return false;
+    }
+  }
+}
+
+template <KvType KV>
+bool run_kv(const AttnArgs& a, cudaStream_t s) {
+  switch (a.head_dim) {
+    case 64: return run_group<64, KV>(a, s);
+    case 128: return run_group<128, KV>(a, s);
+    case 256: return run_group<256, KV>(a, s);
+    default: return false;
+  }
+}
+
+int device_sm_count() {
+  static std::mutex mu;
+  static std::map<int, int> cache;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(dev);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 1;
+  }
+  return cache[dev] = std::max(n, 1);
+}
+
+}  // namespace
+
+bool decode_attention_supported(int n_heads, int n_kv_heads, int head_dim, KvType kv, int block_size) {
+  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) return false;
+  const int g = n_heads / n_kv_heads;
+  if (g != 1 && g != 2 && g != 4 && g != 6 && g != 8) return false;
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
+  const int elem = kv == KvType::F32 ? 4 : kv == KvType::BF16 ? 2 : 1;
+  if ((head_dim / 32) * elem % 4 != 0) return false;  // a lane's slice: whole 32-bit words
+  return block_size > 0 && block_size % kKb == 0;       // a warp's kKb keys share one KV block
+}
+
+int decode_attention_splits(int n_tokens, int n_kv_heads, const CudaOptions& o) {
+  const int64_t blocks = int64_t(n_tokens) * n_kv_heads;
+  const int64_t target = int64_t(device_sm_count()) * std::max(1, o.decode_blocks_per_sm);
+  if (blocks <= 0 || blocks >= target) return 1;
+  const int64_t n = target / blocks;  // rounded down: the grid fits the resident blocks (one wave)
+  return static_cast<int>(std::min<int64_t>(n, std::max(1, o.decode_max_splits)));
+}
+
+bool launch_decode_attention(const AttnArgs& a, cudaStream_t s) {
+  switch (a.kv_type) {
+    case KvType::F32: return run_kv<KvType::F32>(a, s);
+    case KvType::BF16: return run_kv<KvType::BF16>(a, s);
+    case KvType::E4M3: return run_kv<KvType::E4M3>(a, s);
+    case KvType::E5M2: return run_kv<KvType::E5M2>(a, s);
+  }
+  return false;
+}
+
+}  // namespace deltaserve::cuda
