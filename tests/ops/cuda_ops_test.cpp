@@ -510,6 +510,34 @@ TEST_F(CudaOpsTest, AttentionLongContextDecodeAndVerify) {
   }
 }
 
+// The split-KV decode kernel's tuning variants (keys per warp step, register caps, split counts)
+// and the tiled kernel it replaced, on the 27B head shape with a bf16 cache: each must match the
+// CPU reference, as the default does.
+TEST_F(CudaOpsTest, AttentionDecodeKernelVariants) {
+  if (cpu_only()) GTEST_SKIP() << "GPU options";
+  struct V {
+    bool decode;
+    int keys, min_blocks, blocks_per_sm;
+  };
+  for (V v : {V{true, 4, 0, 1}, V{true, 4, 3, 3}, V{true, 8, 0, 2}, V{true, 8, 2, 4}, V{false, 4, 0, 2}}) {
+    CudaOptions o;
+    o.exact_gemm = true;
+    o.decode_attention = v.decode;
+    o.decode_keys_per_step = v.keys;
+    o.decode_min_blocks = v.min_blocks;
+    o.decode_blocks_per_sm = v.blocks_per_sm;
+    std::unique_ptr<Backend> variant = make_cuda_backend(0, o);
+    Backend* saved = gpu_;
+    gpu_ = variant.get();
+    SCOPED_TRACE("decode " + std::to_string(v.decode) + " keys " + std::to_string(v.keys) + " min_blocks " +
+                 std::to_string(v.min_blocks) + " blocks/SM " + std::to_string(v.blocks_per_sm));
+    for (const auto& seqs : std::vector<std::vector<std::pair<int, int>>>{{{4100, 1}, {5000, 1}, {37, 1}, {0, 1}},
+                                                                          {{4200, 4}, {4500, 4}}})
+      attention_case(AttnShape{24, 4, 256, 64, true}, seqs, 700, 330, 1e-4, DType::BF16);
+    gpu_ = saved;
+  }
+}
+
 // Sequences of >= 64 tokens: the tensor-core (flash) path on CUDA. Two fresh prompts, a chunk
 // continuing a cached 400-token prefix (keys from earlier chunks through the block table) and a
 // decode token in the same batch; a chunk alone; fresh prompts only (no staged keys: 64-key

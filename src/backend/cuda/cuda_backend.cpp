@@ -424,6 +424,8 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
     if (a.decode_kernel) {
       a.n_split = cuda::decode_attention_splits(T, nkv, o);
       a.dec_min_keys = std::max(1, o.decode_min_keys);
+      a.dec_keys_per_step = o.decode_keys_per_step;
+      a.dec_min_blocks = o.decode_min_blocks;
     } else if (int64_t(T) * nkv < 128) {
       a.n_split = 8;
     }

@@ -32,7 +32,7 @@ namespace deltaserve::cuda {
 namespace {
 
 constexpr int kWarps = 4;  // warps per block
-constexpr int kKb = 4;     // keys per warp step
+constexpr int kKbMin = 4;  // keys per warp step, at least (the block-size rule below)
 
 __device__ __forceinline__ int seq_of_token(const int32_t* seq_start, int n_seqs, int t) {
   int lo = 0, hi = n_seqs - 1;  // largest s with seq_start[s] <= t
@@ -44,27 +44,35 @@ __device__ __forceinline__ int seq_of_token(const int32_t* seq_start, int n_seqs
   return lo;
 }
 
-// E stored elements (E * sizeof(St) a multiple of 4 bytes) -> E floats (unscaled).
+// A lane's slice of a row: E stored elements = NW 32-bit words (E * sizeof(St) a multiple of 4).
 template <KvType KV, int E>
-__device__ __forceinline__ void load_row(const KvStorage<KV>* p, float (&f)[E]) {
-  constexpr int kBytes = E * static_cast<int>(sizeof(KvStorage<KV>));
-  constexpr int kWords = kBytes / 4;
-  uint32_t w[kWords];
-  if constexpr (kBytes % 16 == 0) {
+constexpr int slice_words() {
+  return E * static_cast<int>(sizeof(KvStorage<KV>)) / 4;
+}
+
+template <KvType KV, int E>
+__device__ __forceinline__ void load_words(const KvStorage<KV>* p, uint32_t (&w)[slice_words<KV, E>()]) {
+  constexpr int kWords = slice_words<KV, E>();
+  if constexpr (kWords % 4 == 0) {
 #pragma unroll
-    for (int i = 0; i < kBytes / 16; ++i) {
+    for (int i = 0; i < kWords / 4; ++i) {
       const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + i);
       w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
     }
-  } else if constexpr (kBytes == 8) {
+  } else if constexpr (kWords == 2) {
     const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
     w[0] = v.x; w[1] = v.y;
   } else {
-    static_assert(kBytes == 4, "row slice of 4, 8 or 16n bytes");
+    static_assert(kWords == 1, "row slice of 4, 8 or 16n bytes");
     w[0] = __ldg(reinterpret_cast<const unsigned int*>(p));
   }
+}
+
+// Stored words -> E floats (unscaled).
+template <KvType KV, int E>
+__device__ __forceinline__ void decode_words(const uint32_t (&w)[slice_words<KV, E>()], float (&f)[E]) {
 #pragma unroll
-  for (int i = 0; i < kWords; ++i) {
+  for (int i = 0; i < slice_words<KV, E>(); ++i) {
     if constexpr (KV == KvType::F32) {
       f[i] = __uint_as_float(w[i]);
     } else if constexpr (KV == KvType::BF16) {
@@ -82,11 +90,14 @@ __device__ __forceinline__ void load_row(const KvStorage<KV>* p, float (&f)[E]) 
   }
 }
 
+// KB: keys per warp step (their K / V slices stay in registers as stored words until used).
+// MINB: resident blocks per SM the register allocation must allow (1: as many as it likes).
 // Static shared memory: the 4 warps' (m, l) [kWarps][G][2] and o [kWarps][G][HD].
-template <int HD, int G, KvType KV>
-__global__ void __launch_bounds__(32 * kWarps) decode_attn_kernel(AttnArgs a) {
+template <int HD, int G, KvType KV, int KB, int MINB>
+__global__ void __launch_bounds__(32 * kWarps, MINB) decode_attn_kernel(AttnArgs a) {
   using St = KvStorage<KV>;
   constexpr int E = HD / 32;
+  constexpr int NW = slice_words<KV, E>();
   __shared__ float s_ml[kWarps][G][2];
   __shared__ float s_o[kWarps][G][HD];
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
@@ -94,8 +105,8 @@ __global__ void __launch_bounds__(32 * kWarps) decode_attn_kernel(AttnArgs a) {
   const int nh = a.n_heads, nkv = a.n_kv_heads, bs = a.block_size;
   const int s = seq_of_token(a.seq_start, a.n_seqs, t);
   const int n_keys = a.positions[t] + 1;
-  // This split's keys [j_begin, j_end): whole groups of kWarps * kKb keys, >= dec_min_keys each.
-  constexpr int kStep = kWarps * kKb;
+  // This split's keys [j_begin, j_end): whole groups of kWarps * KB keys, >= dec_min_keys each.
+  constexpr int kStep = kWarps * KB;
   int per = (n_keys + a.n_split - 1) / a.n_split;
   per = max(per, a.dec_min_keys);
   per = (per + kStep - 1) / kStep * kStep;
@@ -125,62 +136,69 @@ __global__ void __launch_bounds__(32 * kWarps) decode_attn_kernel(AttnArgs a) {
     for (int e = 0; e < E; ++e) o[g][e] = 0.f;
   }
 
-  int j = j_begin + warp * kKb;
+  int j = j_begin + warp * KB;
   int32_t blk = j < j_end ? bt[j / bs] : 0;
   for (; j < j_end; j += kStep) {
     const int jn = j + kStep;
     const int32_t blk_next = jn < j_end ? bt[jn / bs] : 0;  // fetched a step ahead
-    const int nk = min(kKb, j_end - j);
-    const int64_t base = (int64_t(blk) * bs + j % bs) * row_stride + lane_off;  // kKb keys in one block
-    float kf[kKb][E], vf[kKb][E];
+    const int nk = min(KB, j_end - j);
+    const int64_t base = (int64_t(blk) * bs + j % bs) * row_stride + lane_off;  // KB keys in one block
+    uint32_t kr[KB][NW], vr[KB][NW];
 #pragma unroll
-    for (int kb = 0; kb < kKb; ++kb) {
+    for (int kb = 0; kb < KB; ++kb) {
       if (kb < nk) {
-        load_row<KV, E>(kc + base + kb * row_stride, kf[kb]);
-        load_row<KV, E>(vc + base + kb * row_stride, vf[kb]);
+        load_words<KV, E>(kc + base + kb * row_stride, kr[kb]);
+        load_words<KV, E>(vc + base + kb * row_stride, vr[kb]);
       } else {
 #pragma unroll
-        for (int e = 0; e < E; ++e) kf[kb][e] = vf[kb][e] = 0.f;
+        for (int i = 0; i < NW; ++i) kr[kb][i] = vr[kb][i] = 0u;
       }
     }
-    float sc[kKb][G];
+    float sc[KB][G];  // scores, then probabilities
 #pragma unroll
-    for (int kb = 0; kb < kKb; ++kb)
+    for (int kb = 0; kb < KB; ++kb) {
+      float kf[E];
+      decode_words<KV, E>(kr[kb], kf);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         float acc = 0.f;
 #pragma unroll
-        for (int e = 0; e < E; ++e) acc = fmaf(q[g][e], kf[kb][e], acc);
+        for (int e = 0; e < E; ++e) acc = fmaf(q[g][e], kf[e], acc);
         sc[kb][g] = acc;
       }
+    }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
-      for (int kb = 0; kb < kKb; ++kb)
+      for (int kb = 0; kb < KB; ++kb)
 #pragma unroll
         for (int g = 0; g < G; ++g) sc[kb][g] += __shfl_xor_sync(0xffffffffu, sc[kb][g], off);
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       float mx = m[g];
 #pragma unroll
-      for (int kb = 0; kb < kKb; ++kb)
+      for (int kb = 0; kb < KB; ++kb)
         if (kb < nk) mx = fmaxf(mx, sc[kb][g]);
       const float corr = __expf(m[g] - mx);  // 0 on the first group (m = -inf)
-      float p[kKb], psum = 0.f;
+      float psum = 0.f;
 #pragma unroll
-      for (int kb = 0; kb < kKb; ++kb) {
-        p[kb] = kb < nk ? __expf(sc[kb][g] - mx) : 0.f;
-        psum += p[kb];
+      for (int kb = 0; kb < KB; ++kb) {
+        sc[kb][g] = kb < nk ? __expf(sc[kb][g] - mx) : 0.f;
+        psum += sc[kb][g];
       }
       l[g] = l[g] * corr + psum;
       m[g] = mx;
 #pragma unroll
-      for (int e = 0; e < E; ++e) {
-        float acc = o[g][e] * corr;
+      for (int e = 0; e < E; ++e) o[g][e] *= corr;
+    }
 #pragma unroll
-        for (int kb = 0; kb < kKb; ++kb) acc = fmaf(p[kb], vf[kb][e], acc);
-        o[g][e] = acc;
-      }
+    for (int kb = 0; kb < KB; ++kb) {
+      float vf[E];
+      decode_words<KV, E>(vr[kb], vf);
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int e = 0; e < E; ++e) o[g][e] = fmaf(sc[kb][g], vf[e], o[g][e]);
     }
     blk = blk_next;
   }
@@ -233,12 +251,23 @@ __global__ void __launch_bounds__(32 * kWarps) decode_attn_kernel(AttnArgs a) {
   }
 }
 
-template <int HD, int G, KvType KV>
-void run(const AttnArgs& a, cudaStream_t s) {
+template <int HD, int G, KvType KV, int KB, int MINB>
+void launch(const AttnArgs& a, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
                   static_cast<unsigned>(a.n_split));
-  decode_attn_kernel<HD, G, KV><<<grid, 32 * kWarps, 0, s>>>(a);
+  decode_attn_kernel<HD, G, KV, KB, MINB><<<grid, 32 * kWarps, 0, s>>>(a);
   DS_CUDA_LAUNCH_CHECK();
+}
+
+template <int HD, int G, KvType KV>
+void run(const AttnArgs& a, cudaStream_t s) {
+  if constexpr (KV == KvType::BF16 && HD == 256) {  // the 27B's shape: tuning variants (CudaOptions)
+    const bool kb8 = a.dec_keys_per_step == 8 && a.block_size % 8 == 0;
+    if (kb8 && a.dec_min_blocks >= 2) return launch<HD, G, KV, 8, 2>(a, s);
+    if (kb8) return launch<HD, G, KV, 8, 1>(a, s);
+    if (a.dec_min_blocks >= 3) return launch<HD, G, KV, 4, 3>(a, s);
+  }
+  launch<HD, G, KV, kKbMin, 1>(a, s);
 }
 
 template <int HD, KvType KV>
@@ -295,7 +324,7 @@ bool decode_attention_supported(int n_heads, int n_kv_heads, int head_dim, KvTyp
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
   const int elem = kv == KvType::F32 ? 4 : kv == KvType::BF16 ? 2 : 1;
   if ((head_dim / 32) * elem % 4 != 0) return false;  // a lane's slice: whole 32-bit words
-  return block_size > 0 && block_size % kKb == 0;       // a warp's kKb keys share one KV block
+  return block_size > 0 && block_size % kKbMin == 0;    // a warp's step of keys shares one KV block
 }
 
 int decode_attention_splits(int n_tokens, int n_kv_heads, const CudaOptions& o) {
