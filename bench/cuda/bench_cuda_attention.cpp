@@ -89,14 +89,13 @@ int main(int argc, char** argv) {
   const int bs = 16;
   const size_t elem = fp8 ? 1 : 2;
   const std::vector<Variant> variants = {
-      {"split-KV (default)", true, 2, 256, 4, 0},
-      {"split-KV 1 blk/SM", true, 1, 256, 4, 0},
-      {"split-KV 4 blk/SM", true, 4, 256, 4, 0},
-      {"split-KV min 128 keys", true, 2, 128, 4, 0},
-      {"split-KV 3 blk/SM capped", true, 3, 256, 4, 3},
-      {"split-KV 8 keys", true, 2, 256, 8, 0},
-      {"split-KV 8 keys 4 blk/SM", true, 4, 256, 8, 0},
-      {"split-KV 8 keys capped 2", true, 2, 256, 8, 2},
+      {"split-KV (default)", true, 2, 128, 8, 0},
+      {"split-KV 4 keys, min 256", true, 2, 256, 4, 0},
+      {"split-KV 4 keys", true, 2, 128, 4, 0},
+      {"split-KV 1 blk/SM", true, 1, 128, 8, 0},
+      {"split-KV 4 blk/SM", true, 4, 128, 8, 0},
+      {"split-KV min 64 keys", true, 2, 64, 8, 0},
+      {"split-KV 3 blk/SM capped", true, 3, 128, 4, 3},
       {"tiled (old)", false, 0, 0, 0, 0},
   };
   std::printf("attention op: nh %d, nkv %d, head_dim %d, KV %s, %d row(s) per sequence, %s blocks\n", nh, nkv, hd,

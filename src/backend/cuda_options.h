@@ -27,8 +27,8 @@ struct CudaOptions {
   bool decode_attention = true;     // split-KV decode kernel for decode / verification (else tiled)
   int decode_blocks_per_sm = 2;     // its split count: (token, kv head, split) blocks per SM
   int decode_max_splits = 64;
-  int decode_min_keys = 256;        // keys per split at least
-  int decode_keys_per_step = 4;     // 4 or 8 (bf16, head_dim 256)
+  int decode_min_keys = 128;        // keys per split at least
+  int decode_keys_per_step = 8;     // 4 or 8 (8: bf16 at head_dim 256 only)
   int decode_min_blocks = 0;        // register cap: 2 (with 8 keys) or 3 resident blocks per SM
 
   static CudaOptions from_environment() {
@@ -53,8 +53,8 @@ struct CudaOptions {
     o.decode_attention = !is("DELTASERVE_CUDA_DECODE_ATTN", "0");
     o.decode_blocks_per_sm = num("DELTASERVE_CUDA_DECODE_BLOCKS_PER_SM", 2);
     o.decode_max_splits = num("DELTASERVE_CUDA_DECODE_MAX_SPLITS", 64);
-    o.decode_min_keys = num("DELTASERVE_CUDA_DECODE_MIN_KEYS", 256);
-    o.decode_keys_per_step = num("DELTASERVE_CUDA_DECODE_KEYS", 4);
+    o.decode_min_keys = num("DELTASERVE_CUDA_DECODE_MIN_KEYS", 128);
+    o.decode_keys_per_step = num("DELTASERVE_CUDA_DECODE_KEYS", 8);
     o.decode_min_blocks = num("DELTASERVE_CUDA_DECODE_MIN_BLOCKS", 0);
     return o;
   }

@@ -1,6 +1,6 @@
 // Gated attention over the paged KV cache on CUDA. Reference: backend/cpu/cpu_attention.cpp.
 //
-// Kernel 1 (one block per token): per-head RMSNorm of q and k, partial RoPE (rotate-half, inv_freq
+// Kernel 1 (one block per token, or per (token, 4 heads) for few tokens): per-head RMSNorm of q and k, partial RoPE (rotate-half, inv_freq
 //   computed on the host exactly as the CPU does), q -> scratch, k and v -> the paged cache.
 // Kernel 2 (one block per (token, kv head); one warp per query head of the GQA group): causal
 //   attention with an online softmax over key tiles of 32 staged in shared memory (each lane
@@ -53,6 +53,8 @@ __global__ void qk_prep_kernel(AttnArgs a) {
   extern __shared__ float sm[];
   const int t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const int head0 = blockIdx.y * nw;  // this block's heads: head0 + warp, + nw * gridDim.y, ...
+  const int head_stride = nw * gridDim.y;
   const int hd = a.head_dim, nh = a.n_heads, nkv = a.n_kv_heads;
   const int q_width = a.output_gate ? 2 * hd : hd;
   const int64_t q_cols = int64_t(nh) * q_width, kv_cols = int64_t(nkv) * hd;
@@ -64,7 +66,7 @@ __global__ void qk_prep_kernel(AttnArgs a) {
   float* buf = sm + warp * hd;
   const float* r = a.qkv + int64_t(t) * row;
   const int half = a.rotary_dim / 2;
-  for (int hh = warp; hh < nh + nkv; hh += nw) {
+  for (int hh = head0 + warp; hh < nh + nkv; hh += head_stride) {
     const bool is_q = hh < nh;
     const int kvh = hh - nh;
     if (!is_q && block < 0) continue;
@@ -292,8 +294,12 @@ void run_attn(const AttnArgs& a, cudaStream_t s) {
 
 template <KvType KV>
 void run_attention(const AttnArgs& a, cudaStream_t s) {
+  // Few tokens (decode, verification): a block per (token, 4 heads), so that a single token's 28
+  // heads do not queue behind 4 warps; many tokens: a block per token.
   const int warps = 4;
-  qk_prep_kernel<KV><<<static_cast<unsigned>(a.n_tokens), 32 * warps, warps * a.head_dim * sizeof(float), s>>>(a);
+  const int head_blocks = a.n_tokens < 64 ? (a.n_heads + a.n_kv_heads + warps - 1) / warps : 1;
+  qk_prep_kernel<KV><<<dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(head_blocks)), 32 * warps,
+                       warps * a.head_dim * sizeof(float), s>>>(a);
   DS_CUDA_LAUNCH_CHECK();
   if (a.flash_tiles > 0) {
     launch_flash_attention(a, s);

@@ -73,10 +73,10 @@ struct AttnArgs {
   // Split-KV decode kernel (cuda_decode_attention.cu), when decode_kernel: each split takes at
   // least dec_min_keys keys (the high splits of a short context stay empty).
   bool decode_kernel = false;
-  int dec_min_keys = 256;
+  int dec_min_keys = 128;
   // Tuning variants (bf16, head_dim 256 only): 8 keys per warp step; register caps for 2 / 3
   // resident blocks per SM (min_blocks 2 goes with 8 keys, 3 with 4).
-  int dec_keys_per_step = 4;
+  int dec_keys_per_step = 8;
   int dec_min_blocks = 0;
   // Tensor-core prefill path (cuda_flash_attention.cu), when flash_tiles > 0: one block per
   // (token tile of 16 * flash_mt tokens of one sequence, KV head, flash_hb query heads of its
