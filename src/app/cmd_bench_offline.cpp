@@ -13,6 +13,7 @@
 
 #include "app/cli_args.h"
 #include "app/engine_setup.h"
+#include "app/speculation_choice.h"
 #include "app/commands.h"
 #include "engine/engine.h"
 #include "engine/model_setup.h"
@@ -220,6 +221,8 @@ int cmd_bench_offline(const Args& args) {
       return 1;
     }
     Engine& e = **engine;
+    const SpeculationChoice spec_choice = choose_speculation(e, o);
+    if (spec_choice.measured) std::fprintf(stderr, "%s\n", spec_choice.summary().c_str());
     e.start();
     run_batch(e, sampling, 1, 16, 8, 1);  // warm-up: buffers reach their steady size
     // Prefill: one long prompt, one generated token.

@@ -7,6 +7,7 @@
 
 #include "app/cli_args.h"
 #include "app/engine_setup.h"
+#include "app/speculation_choice.h"
 #include "app/commands.h"
 #include "options/serve_options.h"
 #include "engine/engine.h"
@@ -105,6 +106,8 @@ int cmd_generate(const Args& args) {
   auto engine = Engine::create(ec, std::move(setup->backend));
   if (!engine) return fail(engine.status().message(), 1);
   Engine& e = **engine;
+  const SpeculationChoice spec_choice = choose_speculation(e, *opts);
+  if (spec_choice.measured) std::fprintf(stderr, "%s\n", spec_choice.summary().c_str());
   e.start();
   GenerateRequest req;
   req.id = e.next_request_id();
@@ -143,7 +146,7 @@ int cmd_generate(const Args& args) {
     j["decode_tokens_per_second"] = decode_s > 0 ? decode_tokens / decode_s : 0.0;
     j["prefill_tokens_per_second"] = prefill_s > 0 ? double(prompt.size()) / prefill_s : 0.0;
     if (ec.spec_num_steps > 0) j["accept_length"] = last.accept_length;
-    j["speculative_num_steps"] = ec.spec_num_steps;
+    j["speculative_num_steps"] = e.speculative_steps();
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("%s\n", tokenizer ? text.c_str() : "");

@@ -11,6 +11,7 @@
 
 #include "app/commands.h"
 #include "app/engine_setup.h"
+#include "app/speculation_choice.h"
 #include "options/serve_options.h"
 #include "chat/chat_template.h"
 #include "deploy/hardware.h"
@@ -156,12 +157,14 @@ int cmd_serve(const Args& args) {
 
   auto engine = Engine::create(ec, std::move(setup->backend));
   if (!engine) return fail(engine.status().message(), 1);
+  const SpeculationChoice spec_choice = choose_speculation(**engine, opts);
+  if (spec_choice.measured) log_info(spec_choice.summary());
   (*engine)->start();
   std::fprintf(stderr, "%s\n", (*engine)->plan_summary().c_str());
 
   ServerConfig server_config = server_config_from(opts);
   server_config.launch_id = launch.launch_id();
-  server_config.speculative_num_steps = ec.spec_num_steps;
+  server_config.speculative_num_steps = (*engine)->speculative_steps();
   {
     // /get_server_info: the effective arguments (SGLang's names, underscores) and what the
     // engine allocated, which equals `deltaserve plan` for the same flags and memory.
@@ -178,6 +181,7 @@ int cmd_serve(const Args& args) {
     info["max_mamba_cache_size"] = cap.state_slots + cap.checkpoint_slots;
     info["checkpoint_slots"] = cap.checkpoint_slots;
     info["prefix_cache"] = cap.prefix_cache;
+    if (spec_choice.measured) info["speculative_num_steps"] = cap.spec_num_steps;  // what auto chose
     info["kv_cache_dtype"] = cap.kv_cache_dtype;
     info["context_length"] = cap.context_length;
     info["page_size"] = cap.kv_block_size;

@@ -113,8 +113,35 @@ EngineCapacity Engine::capacity() const {
   cap.weight_bytes = static_cast<int64_t>(model_->weight_bytes());
   cap.kv_cache_dtype = std::string(dtype_name(cache_->views().kv.empty() ? backend_->activation_dtype()
                                                                           : cache_->views().kv[0].k.dtype));
-  cap.spec_num_steps = config_.spec_num_steps;
+  cap.spec_num_steps = speculative_steps();
   return cap;
+}
+
+void Engine::set_speculation(bool on) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DS_CHECK(!thread_.joinable(), "set_speculation while the engine runs");
+  }
+  if (!on) {
+    spec_.reset();
+  } else if (!spec_ && config_.spec_num_steps > 0) {
+    spec_ = std::make_unique<SpeculativeDecoder>(*runner_, *sampling_, config_.spec_num_steps,
+                                                 config_.max_running_requests, config_.context_length);
+  }
+}
+
+void Engine::reset_after_probe() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DS_CHECK(!thread_.joinable(), "reset_after_probe while the engine runs");
+  }
+  scheduler_->flush_prefix_cache();
+  prompt_tokens_total_ = generated_tokens_total_ = prompt_tokens_cached_total_ = 0;
+  spec_draft_total_ = spec_accepted_total_ = spec_steps_total_ = 0;
+  steps_total_ = 0;
+  step_s_ = forward_s_ = sample_s_ = draft_s_ = 0;
+  log_ = LogMark{};
+  update_stats();
 }
 
 std::string Engine::plan_summary() const {
@@ -124,7 +151,7 @@ std::string Engine::plan_summary() const {
                  cap.state_slots, " + ", cap.checkpoint_slots, " checkpoints (", cap.state_cache_bytes >> 20,
                  " MiB); prefix cache ", cap.prefix_cache ? "on" : "off", "; max running ", cap.max_running_requests,
                  "; context ", cap.context_length, "; chunked prefill ", config_.chunked_prefill_size,
-                 "; speculative steps ", config_.spec_num_steps);
+                 "; speculative steps ", speculative_steps());
 }
 
 void Engine::start() {

@@ -67,6 +67,14 @@ class Engine final : public EngineService {
   // Human-readable capacity summary (printed once at start-up).
   std::string plan_summary() const;
 
+  // Speculative decoding on (the config's k draft steps) or off (plain decoding; the MTP head
+  // stays loaded), for an engine created with k > 0. Only while stopped.
+  void set_speculation(bool on);
+  int speculative_steps() const { return spec_ ? spec_->k() : 0; }
+  // After probe requests (app/speculation_choice.h): counters back to zero and the prefix cache
+  // emptied, as a fresh engine. Only while stopped.
+  void reset_after_probe();
+
  private:
   explicit Engine(EngineConfig config) : config_(std::move(config)) {}
   void loop();
