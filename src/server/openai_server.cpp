@@ -7,6 +7,8 @@
 #include "server/generation_job.h"
 #include "server/json_util.h"
 #include "server/request_constraint.h"
+#include "util/json_parse.h"
+#include "util/task_queue.h"
 #include "util/log.h"
 
 namespace deltaserve {
@@ -58,6 +60,19 @@ Status OpenAiServer::start() {
     e.status = status;
     return e.to_json();
   };
+  // Authentication from the request head: a request without the key is answered 401 before its
+  // body is read.
+  hc.screen = [this](const HttpRequest& head) -> std::optional<HttpEarlyResponse> {
+    if (auth_exempt(head) || authorized(head)) return std::nullopt;
+    metrics_.count_request(head.path, 401);
+    HttpEarlyResponse r;
+    r.status = 401;
+    r.body = unauthorized_error().to_json();
+    r.headers = cors_headers(head);
+    r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return r;
+  };
+  workers_ = std::make_unique<TaskQueue>(std::max(1, config_.n_prepare_threads));
   http_ = std::make_unique<HttpServer>(hc, [this](HttpRequest&& req,
                                                   std::shared_ptr<HttpExchange> exchange) {
     handle(std::move(req), std::move(exchange));
@@ -69,6 +84,22 @@ int OpenAiServer::port() const { return http_ ? http_->port() : 0; }
 
 void OpenAiServer::stop() {
   if (http_) http_->stop();
+  if (workers_) workers_->stop();
+}
+
+void OpenAiServer::stop_accepting() {
+  if (http_) http_->stop_accepting();
+}
+
+bool OpenAiServer::auth_exempt(const HttpRequest& request) {
+  // /health for liveness probes, /metrics for scrapers (aggregate counters; route labels come
+  // from the route table only), and CORS preflights (browsers send them without credentials).
+  return request.method == "OPTIONS" || request.path == "/health" || request.path == "/v1/health" ||
+         request.path == "/metrics";
+}
+
+ApiError OpenAiServer::unauthorized_error() {
+  return ApiError::unauthorized("missing or invalid API key: send 'Authorization: Bearer <key>'");
 }
 
 void OpenAiServer::wait() {
@@ -95,6 +126,8 @@ void OpenAiServer::send_error(HttpExchange& exchange, const std::string& route,
   metrics_.count_request(route, error.status);
   HttpHeaders headers;
   if (error.status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
+  if (error.status == 503) headers.emplace_back("Retry-After", "1");
+  if (error.status == 405) headers.emplace_back("Allow", error.allow.empty() ? "GET, HEAD, POST" : error.allow);
   exchange.respond(error.status, "application/json", error.to_json(), std::move(headers));
 }
 
@@ -141,6 +174,31 @@ void OpenAiServer::send_json(HttpExchange& exchange, const std::string& route, c
 }
 
 void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> exchange) {
+  // Requests with a body (parsing, chat templating, tokenization: up to seconds for a huge
+  // prompt) run on the prepare workers, so the io threads keep answering /health and streaming.
+  if (req.method == "POST" && workers_) {
+    workers_->post([this, req = std::move(req), exchange = std::move(exchange)]() mutable {
+      route_guarded(std::move(req), std::move(exchange));
+    });
+    return;
+  }
+  route_guarded(std::move(req), std::move(exchange));
+}
+
+void OpenAiServer::route_guarded(HttpRequest&& req, std::shared_ptr<HttpExchange> exchange) {
+  const std::string path = req.path;
+  try {
+    route(std::move(req), exchange);
+  } catch (const nlohmann::json::exception& e) {
+    // A field of the wrong JSON type that validation did not name: still the client's error.
+    send_error(*exchange, path, ApiError::bad_request(std::string("invalid request: ") + e.what()));
+  } catch (const std::exception& e) {
+    log_warn("http: handler threw: ", e.what());
+    send_error(*exchange, path, ApiError::internal(std::string("internal error: ") + e.what()));
+  }
+}
+
+void OpenAiServer::route(HttpRequest&& req, std::shared_ptr<HttpExchange> exchange) {
   const std::string& path = req.path;
   bool get = req.method == "GET" || req.method == "HEAD";
   bool post = req.method == "POST";
@@ -164,13 +222,15 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
     metrics_.count_request("OPTIONS", 204);
     return exchange->respond(204, "text/plain", "", std::move(h));
   }
+  // Every route but /health and /metrics needs the key (unknown paths too: 401 before 404).
+  if (!auth_exempt(req) && !authorized(req)) return send_error(*exchange, path, unauthorized_error());
   if (path == "/health" || path == "/v1/health") {
-    if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
+    if (!get) return send_error(*exchange, path, ApiError::method_not_allowed("GET"));
     metrics_.count_request("/health", 200);
     return exchange->respond(200, "application/json", "{}");
   }
   if (path == "/metrics") {
-    if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
+    if (!get) return send_error(*exchange, path, ApiError::method_not_allowed("GET"));
     metrics_.count_request("/metrics", 200);
     return exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8",
                              metrics_.render(engine_.stats()));
@@ -178,7 +238,7 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
   if (path == "/v1/server_info" || path == "/server_info" || path == "/get_server_info") {
     // The server's arguments and the engine's allocation (SGLang's /get_server_info), what
     // `deltaserve bench` attaches its results to, and live figures.
-    if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
+    if (!get) return send_error(*exchange, path, ApiError::method_not_allowed("GET"));
     const EngineStats st = engine_.stats();
     json info = json::parse(config_.server_info.dump());
     info["launch_id"] = config_.launch_id;
@@ -197,16 +257,10 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
   bool known = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||
                path.rfind("/v1/models/", 0) == 0;
   if (!known) {
-    return send_error(*exchange, "other",
-                      ApiError::not_found("no route for " + req.method + " " + path));
-  }
-  if (!authorized(req)) {
-    return send_error(*exchange, path,
-                      ApiError::unauthorized("missing or invalid API key: send "
-                                             "'Authorization: Bearer <key>'"));
+    return send_error(*exchange, path, ApiError::not_found("no route for " + req.method + " " + path));
   }
   if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
-    if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
+    if (!get) return send_error(*exchange, path, ApiError::method_not_allowed("GET"));
     json model = {{"id", config_.served_model_name},
                   {"object", "model"},
                   {"created", created_},
@@ -228,7 +282,7 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
   }
   if (!post) {
     return send_error(*exchange, path,
-                      {405, "use POST for " + path, "invalid_request_error", "", ""});
+                      ApiError::method_not_allowed("POST"));
   }
   handle_generate(path == "/v1/chat/completions" ? ApiKind::Chat : ApiKind::Completion, req,
                   std::move(exchange));
@@ -240,17 +294,10 @@ std::optional<ApiError> OpenAiServer::parse_body(const HttpRequest& req, json& b
     return ApiError::bad_request("JSON nesting deeper than " + std::to_string(config_.max_json_depth) + " levels", "",
                                  "invalid_json");
   }
-  body = json::parse(req.body, nullptr, false);
-  if (body.is_discarded()) {
-    // Say why: re-parse with exceptions for the message (rare path).
-    std::string why = "malformed JSON";
-    try {
-      json ignored = json::parse(req.body);
-      (void)ignored;
-    } catch (const json::exception& e) {
-      why = std::string("malformed JSON: ") + e.what();
-    }
-    return ApiError::bad_request(why, "", "invalid_json");
+  // Linear-time parse into ordered_json (key order kept for schemas and tool arguments).
+  std::string why;
+  if (!parse_ordered_json(req.body, body, &why)) {
+    return ApiError::bad_request("malformed JSON: " + why, "", "invalid_json");
   }
   return std::nullopt;
 }
@@ -497,9 +544,11 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
 
   JobEnv env{&engine_, &tokenizer_, &metrics_, &active_jobs_, config_.served_model_name, &registry_,
              std::move(on_response)};
+  auto strand = exchange;
   auto job = std::make_shared<GenerationJob>(std::move(env), std::move(request), std::move(prompts),
                                              std::move(options), std::move(exchange), arrival);
-  job->start();
+  // Started on the connection's strand: its disconnect hook and drains run there too.
+  strand->post([job] { job->start(); });
 }
 
 Result<std::shared_ptr<const CompiledGrammar>> OpenAiServer::compile_stop_regex(const std::string& pattern) {

@@ -26,6 +26,7 @@
 #include "server/server_metrics.h"
 #include "server/tool_call_parser.h"
 #include "tokenizer/tokenizer.h"
+#include "util/task_queue.h"
 
 namespace deltaserve {
 
@@ -33,6 +34,7 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 30000;
   int n_http_threads = 4;
+  int n_prepare_threads = 2;                    // parse + template + tokenize requests off the io threads
   std::string api_key;                          // "" = no authentication
   std::string served_model_name = "default";
   std::size_t max_request_bytes = 32u << 20;    // larger bodies get 413
@@ -65,12 +67,17 @@ class OpenAiServer {
   Status start();           // binds and serves on background threads
   int port() const;
   void stop();
+  void stop_accepting();    // new connections are refused; open ones are still served
   void wait();              // until stop()
   int active_jobs() const { return active_jobs_.load(); }
   ServerMetrics& metrics() { return metrics_; }
 
  private:
   void handle(HttpRequest&& request, std::shared_ptr<HttpExchange> exchange);
+  void route_guarded(HttpRequest&& request, std::shared_ptr<HttpExchange> exchange);
+  void route(HttpRequest&& request, std::shared_ptr<HttpExchange> exchange);
+  static bool auth_exempt(const HttpRequest& request);
+  static ApiError unauthorized_error();
   void handle_generate(ApiKind kind, const HttpRequest& request,
                        std::shared_ptr<HttpExchange> exchange);
   // Everything after parsing: prompts, limits, constraint plan, output options, the job.
@@ -109,6 +116,7 @@ class OpenAiServer {
   std::shared_ptr<ResponsesStore> responses_;
   std::atomic<int> active_jobs_{0};
   int64_t created_ = 0;
+  std::unique_ptr<TaskQueue> workers_;  // prepare workers (see handle())
   std::unique_ptr<HttpServer> http_;
 };
 
