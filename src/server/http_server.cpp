@@ -52,6 +52,7 @@ struct HttpServer::Impl {
   std::optional<tcp::acceptor> acceptor;
   std::vector<std::thread> threads;
   std::atomic<std::size_t> n_connections{0};
+  std::atomic<std::size_t> n_pending_writes{0};  // queue_write() calls not yet written or dropped
   std::mutex mutex;
   std::condition_variable cv;
   bool stopped = false;
@@ -75,7 +76,10 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
       : stream_(std::move(socket)), server_(server) {
     server_.n_connections.fetch_add(1);
   }
-  ~HttpConnection() { server_.n_connections.fetch_sub(1); }
+  ~HttpConnection() {
+    server_.n_pending_writes.fetch_sub(n_queued_);
+    server_.n_connections.fetch_sub(1);
+  }
 
   void start() { do_read_header(); }
 
@@ -308,7 +312,15 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void queue_write(std::string data) {
     pending_ += data;
+    ++n_queued_;
+    server_.n_pending_writes.fetch_add(1);
     if (!writing_) do_write();
+  }
+  // The writes counted in n_pending_writes that are done (written or dropped with the socket).
+  void writes_done(std::size_t n) {
+    if (n == 0) return;
+    n_queued_ -= n;
+    server_.n_pending_writes.fetch_sub(n);
   }
 
   void write_raw_now(std::string data) { queue_write(std::move(data)); }
@@ -318,6 +330,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     writing_ = true;
     in_flight_.swap(pending_);
     pending_.clear();
+    n_in_flight_ = n_queued_;
     stream_.expires_after(std::chrono::seconds(300));
     net::async_write(stream_, net::buffer(in_flight_),
                      [self = shared_from_this()](beast::error_code ec, std::size_t) {
@@ -328,6 +341,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void on_write(beast::error_code ec) {
     writing_ = false;
     in_flight_.clear();
+    writes_done(n_in_flight_);
+    n_in_flight_ = 0;
     if (closed_) return;
     if (ec) return close();
     if (!pending_.empty()) return do_write();
@@ -387,6 +402,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   std::string pending_, in_flight_;
   std::vector<char> drain_buffer_;
   std::size_t drained_ = 0;
+  std::size_t n_queued_ = 0;     // this connection's share of n_pending_writes
+  std::size_t n_in_flight_ = 0;  // of which the async_write in progress carries this many
   std::size_t linger_limit_ = 256u << 20;  // bytes drained before a lingering close gives up
   bool writing_ = false;
   bool closed_ = false;
@@ -581,6 +598,10 @@ void HttpServer::wait() {
   if (!impl_) return;
   std::unique_lock<std::mutex> lock(impl_->mutex);
   impl_->cv.wait(lock, [&] { return impl_->stopped; });
+}
+
+std::size_t HttpServer::pending_writes() const {
+  return impl_ ? impl_->n_pending_writes.load() : 0;
 }
 
 std::size_t HttpServer::open_connections() const {

@@ -122,6 +122,8 @@ class HttpServer {
   // Blocks until stop() is called from another thread (or a signal handler thread).
   void wait();
   std::size_t open_connections() const;
+  // Response bytes queued on connections or being written (a graceful stop waits for 0).
+  std::size_t pending_writes() const;
 
   struct Impl;
 

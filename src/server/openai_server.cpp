@@ -34,7 +34,16 @@ OpenAiServer::OpenAiServer(ServerConfig config, EngineService& engine, Tokenizer
   grammar_ = std::make_unique<GrammarService>(tokenizer_, defaults_.eos_token_ids);
   responses_ = make_responses_store(config_.responses_store_size);
   metrics_.set_model_name(config_.served_model_name);
+  if (config_.start_loading) state_.store(ServeState::Loading);
 }
+
+void OpenAiServer::set_server_info(int64_t launch_id, int speculative_num_steps, json info) {
+  config_.launch_id = launch_id;
+  config_.speculative_num_steps = speculative_num_steps;
+  config_.server_info = std::move(info);
+}
+
+std::size_t OpenAiServer::pending_writes() const { return http_ ? http_->pending_writes() : 0; }
 
 OpenAiServer::~OpenAiServer() { stop(); }
 
@@ -176,9 +185,24 @@ void OpenAiServer::send_json(HttpExchange& exchange, const std::string& route, c
 void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> exchange) {
   // Requests with a body (parsing, chat templating, tokenization: up to seconds for a huge
   // prompt) run on the prepare workers, so the io threads keep answering /health and streaming.
+  if (const ServeState st = state(); st != ServeState::Ready && req.path != "/metrics" && req.method != "OPTIONS") {
+    // Loading or draining: nothing is served (a request already being prepared still is).
+    const bool loading = st == ServeState::Loading;
+    ApiError e(503, loading ? "the model is loading; retry shortly" : "the server is shutting down",
+               "server_unavailable", {}, loading ? "loading" : "shutting_down");
+    metrics_.count_request(req.path, 503);
+    if (req.path == "/health" || req.path == "/v1/health") {
+      return exchange->respond(503, "application/json",
+                               json{{"status", loading ? "loading" : "shutting_down"}}.dump(),
+                               {{"Retry-After", "1"}});
+    }
+    return send_error(*exchange, req.path, e);
+  }
   if (req.method == "POST" && workers_) {
+    preparing_.fetch_add(1);
     workers_->post([this, req = std::move(req), exchange = std::move(exchange)]() mutable {
       route_guarded(std::move(req), std::move(exchange));
+      preparing_.fetch_sub(1);
     });
     return;
   }

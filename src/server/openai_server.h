@@ -47,6 +47,7 @@ struct ServerConfig {
   std::vector<std::string> allowed_origins = {"*"};  // with enable_cors
   std::string model_path;                       // reported by /get_model_info
   size_t responses_store_size = 1000;           // /v1/responses kept for retrieval (oldest dropped)
+  bool start_loading = false;                   // start in ServeState::Loading (see set_state)
   // /get_server_info (SGLang's route; also merged into /v1/server_info): the effective server
   // arguments and what the engine allocated (max_total_num_tokens, max_running_requests,
   // max_mamba_cache_size, kv_cache_dtype, context_length, ...). Built by cmd_serve.
@@ -57,6 +58,11 @@ struct ServerConfig {
 // chat_template_kwargs into the prompt text, with add_generation_prompt=true.
 using ChatRenderFn = std::function<Result<std::string>(
     const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools, const nlohmann::ordered_json& kwargs)>;
+
+// Loading: the port is open while the model loads; /health and every route but /metrics answer
+// 503 (Retry-After). Ready: serving. Draining: after SIGTERM, requests in flight run on, new ones
+// get 503 and /health says so (load balancers take the server out).
+enum class ServeState { Loading, Ready, Draining };
 
 class OpenAiServer {
  public:
@@ -70,6 +76,16 @@ class OpenAiServer {
   void stop_accepting();    // new connections are refused; open ones are still served
   void wait();              // until stop()
   int active_jobs() const { return active_jobs_.load(); }
+  // Requests being served: generation jobs plus requests still being prepared (parsed/tokenized).
+  int busy() const { return active_jobs_.load() + preparing_.load(); }
+  void set_state(ServeState state) { state_.store(state, std::memory_order_release); }
+  ServeState state() const { return state_.load(std::memory_order_acquire); }
+  // What /get_server_info reports; call before set_state(Ready) (read only once Ready).
+  void set_server_info(int64_t launch_id, int speculative_num_steps, nlohmann::ordered_json info);
+  // Aborts every generation in flight (they end with finish_reason "abort"); returns how many.
+  int abort_all() { return registry_.abort("", true); }
+  // Bytes queued or being written to sockets (0: every response so far is on the wire).
+  std::size_t pending_writes() const;
   ServerMetrics& metrics() { return metrics_; }
 
  private:
@@ -115,6 +131,8 @@ class OpenAiServer {
   static std::shared_ptr<ResponsesStore> make_responses_store(size_t capacity);
   std::shared_ptr<ResponsesStore> responses_;
   std::atomic<int> active_jobs_{0};
+  std::atomic<int> preparing_{0};
+  std::atomic<ServeState> state_{ServeState::Ready};
   int64_t created_ = 0;
   std::unique_ptr<TaskQueue> workers_;  // prepare workers (see handle())
   std::unique_ptr<HttpServer> http_;

@@ -467,5 +467,65 @@ TEST_F(HardeningTest, QueueFull503HasRetryAfter) {
   expect_idle();
 }
 
+// --- serving states: 503 while the model loads and while draining ---
+
+TEST_F(HardeningTest, LoadingAndDrainingAnswer503) {
+  ServerConfig cfg;
+  cfg.start_loading = true;
+  start(cfg);
+  engine_.script = tokenizer_->encode("ok", false);
+  auto h = http(port_, "GET", "/health");
+  EXPECT_EQ(h.status, 503);
+  EXPECT_EQ(json::parse(h.body)["status"], "loading");
+  EXPECT_EQ(h.headers["retry-after"], "1");
+  auto c = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(c.status, 503);
+  EXPECT_EQ(error_of(c)["code"], "loading");
+  EXPECT_EQ(http(port_, "GET", "/metrics").status, 200);
+  EXPECT_TRUE(engine_.submitted().empty());
+
+  server_->set_state(ServeState::Ready);
+  EXPECT_EQ(http(port_, "GET", "/health").status, 200);
+  EXPECT_EQ(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})").status, 200);
+
+  // Draining: a stream already running finishes; new requests are refused.
+  engine_.tick = std::chrono::milliseconds(5);
+  engine_.script = tokenizer_->encode(std::string(60, 'z'), false);
+  std::string streamed;
+  std::thread running([&] {
+    streamed = post("/v1/completions", R"({"prompt":"a","max_tokens":40,"stream":true})").body;
+  });
+  ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+  server_->set_state(ServeState::Draining);
+  EXPECT_EQ(server_->busy(), 1);
+  auto d = http(port_, "GET", "/health");
+  EXPECT_EQ(d.status, 503);
+  EXPECT_EQ(json::parse(d.body)["status"], "shutting_down");
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":2})").status, 503);
+  running.join();
+  EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos) << streamed;
+  EXPECT_EQ(streamed.find("\"abort\""), std::string::npos);
+  expect_idle();
+  EXPECT_EQ(server_->busy(), 0);
+}
+
+TEST_F(HardeningTest, AbortAllEndsStreamsWithAbortAndDone) {
+  start();
+  engine_.tick = std::chrono::milliseconds(5);
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += " x";
+  engine_.script = tokenizer_->encode(words, false);
+  std::string streamed;
+  std::thread running([&] {
+    streamed = post("/v1/completions", R"({"prompt":"a","max_tokens":200,"stream":true})").body;
+  });
+  ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+  EXPECT_TRUE(wait_until([&] { return server_->abort_all() == 1; }));
+  running.join();
+  EXPECT_NE(streamed.find(R"("finish_reason":"abort")"), std::string::npos) << streamed;
+  EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos);
+  expect_idle();
+}
+
 }  // namespace
 }  // namespace deltaserve
