@@ -234,8 +234,11 @@ TEST_F(HardeningTest, HangUpAfterStrayBytesCancels) {
     ASSERT_GE(fd, 0);
     std::string req = testing::build_request("POST", "/v1/completions", R"({"prompt":"go","max_tokens":200})");
     req.replace(req.find("Connection: close"), 17, "Connection: keep-alive");
-    send_all(fd, req + extra);  // a non-streaming request: nothing is written until it ends
+    send_all(fd, req);  // a non-streaming request: nothing is written until it ends
     ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+    // The extra bytes arrive after the request was read (so they sit in the socket, not in the
+    // parser's buffer), then the client hangs up.
+    send_all(fd, extra);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ::close(fd);
     EXPECT_TRUE(wait_until([&] { return engine_.cancelled().size() == cancelled_before + 1; },
@@ -247,15 +250,17 @@ TEST_F(HardeningTest, HangUpAfterStrayBytesCancels) {
 
 TEST_F(HardeningTest, PipelinedRequestStillServedAfterWatch) {
   start();
-  engine_.tick = std::chrono::milliseconds(2);
-  engine_.script = tokenizer_->encode("abc", false);
+  engine_.tick = std::chrono::milliseconds(50);
+  engine_.script = tokenizer_->encode(" a b c d e f", false);
   int fd = connect_local(port_);
   ASSERT_GE(fd, 0);
   std::string first = testing::build_request("POST", "/v1/completions", R"({"prompt":"go","max_tokens":3})");
   first.replace(first.find("Connection: close"), 17, "Connection: keep-alive");
   // The second request arrives while the first is generating: the peer watch reads it into the
   // connection's buffer, and it is answered after the first.
-  send_all(fd, first + testing::build_request("GET", "/health", ""));
+  send_all(fd, first);
+  ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+  send_all(fd, testing::build_request("GET", "/health", ""));
   std::string raw = read_all(fd);
   ::close(fd);
   ASSERT_NE(raw.find("HTTP/1.1 200"), std::string::npos) << raw;
