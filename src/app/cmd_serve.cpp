@@ -12,6 +12,7 @@
 
 #include "app/commands.h"
 #include "app/engine_setup.h"
+#include "app/service_notify.h"
 #include "options/serve_options.h"
 #include "chat/chat_template.h"
 #include "deploy/hardware.h"
@@ -248,12 +249,54 @@ int cmd_serve(const Args& args) {
                opts.host.empty() ? "127.0.0.1" : opts.host.c_str(), server.port(),
                opts.model_path.c_str(), static_cast<long long>(plan.context_length));
   std::fflush(stderr);
+  notify_ready("serving on port " + std::to_string(server.port()));
+
+  // Watchdog: the engine must make progress (a step finishes) whenever requests are pending.
+  // Stuck for --watchdog-timeout seconds: the launch is recorded failed and the process exits 1
+  // (a supervisor restarts it). Under systemd with WatchdogSec, pings go out only while healthy.
+  std::atomic<bool> watchdog_stop{false};
+  std::thread watchdog;
+  const auto systemd_interval = watchdog_interval();
+  if (opts.watchdog_timeout > 0 || systemd_interval) {
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.watchdog_timeout * 1000));
+    const auto period = systemd_interval ? std::min<std::chrono::milliseconds>(
+                                               std::chrono::duration_cast<std::chrono::milliseconds>(*systemd_interval) / 2,
+                                               std::chrono::milliseconds(1000))
+                                         : std::chrono::milliseconds(1000);
+    const std::string state_dir = opts.state_dir.empty() ? default_state_dir().string() : opts.state_dir;
+    const int64_t launch_id = launch.launch_id();
+    EngineService* svc = engine->get();
+    watchdog = std::thread([&watchdog_stop, svc, timeout, period, state_dir, launch_id] {
+      uint64_t last_steps = svc->stats().steps_total;
+      auto last_progress = std::chrono::steady_clock::now();
+      while (!watchdog_stop.load()) {
+        const EngineStats st = svc->stats();
+        const auto now = std::chrono::steady_clock::now();
+        if (st.steps_total != last_steps || st.requests_running + st.requests_waiting == 0) {
+          last_steps = st.steps_total;
+          last_progress = now;
+        }
+        if (timeout.count() > 0 && now - last_progress > timeout) {
+          const std::string why = str_cat("watchdog: the engine made no progress for ",
+                                          std::chrono::duration_cast<std::chrono::seconds>(now - last_progress).count(),
+                                          " s with ", st.requests_running + st.requests_waiting, " requests pending");
+          log_error("deltaserve: ", why, "; exiting");
+          if (launch_id > 0)
+            if (auto db = LaunchDb::open(state_dir)) Status ignored = (*db)->set_stopped(launch_id, utc_now_iso(), "failed: " + why);
+          std::_Exit(1);
+        }
+        notify_watchdog();
+        std::this_thread::sleep_for(period);
+      }
+    });
+  }
 
   serving.store(true);
   {
     std::unique_lock<std::mutex> lock(stop_mutex);
     stop_cv.wait(lock, [] { return stop_signal != 0; });
   }
+  notify_stopping("shutting down");
   // Graceful shutdown: no new connections or requests; running ones get --shutdown-timeout
   // seconds, then are aborted (streams end with finish_reason "abort" and [DONE]).
   server.stop_accepting();
@@ -279,6 +322,8 @@ int cmd_serve(const Args& args) {
   const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (server.pending_writes() > 0 && std::chrono::steady_clock::now() < flush_deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  watchdog_stop.store(true);
+  if (watchdog.joinable()) watchdog.join();
   server.stop();
   (*engine)->stop();
   launch.stop("stopped");

@@ -2,6 +2,8 @@
 
 #include "deploy/launch_db.h"
 
+#include <cmath>
+
 namespace deltaserve {
 
 std::string systemd_quote(const std::string& word) {
@@ -30,7 +32,13 @@ std::string make_systemd_unit(const ServeOptions& opts, const UnitFileOptions& u
   out += "[Unit]\n";
   out += "Description=" + (unit.description.empty() ? "deltaserve (" + o.model_path + ")" : unit.description) + "\n";
   out += "After=network-online.target\nWants=network-online.target\n\n";
-  out += "[Service]\nType=simple\n";
+  if (unit.notify) {
+    out += "[Service]\nType=notify\nNotifyAccess=main\n";
+    if (unit.watchdog_sec > 0)
+      out += "WatchdogSec=" + std::to_string(static_cast<long long>(std::ceil(unit.watchdog_sec))) + "\n";
+  } else {
+    out += "[Service]\nType=simple\n";
+  }
   if (!unit.user.empty()) out += "User=" + unit.user + "\n";
   if (!unit.working_directory.empty()) out += "WorkingDirectory=" + unit.working_directory + "\n";
   for (const auto& e : unit.environment) out += "Environment=" + systemd_quote(e) + "\n";

@@ -90,7 +90,7 @@ const std::vector<Row>& rows() {
     {{"enable-metrics", "", BOOL, "false", "", "Prometheus /metrics", NOT_YET, NO_PERF}, &ServeOptions::enable_metrics},
     {{"random-seed", "", I, "0", "", "seed for sampling without a per-request seed (0: random)", YES, NO_PERF}, &ServeOptions::random_seed},
     {{"skip-server-warmup", "", BOOL, "false", "", "skip the warm-up request at start-up", YES, NO_PERF}, &ServeOptions::skip_server_warmup},
-    {{"watchdog-timeout", "", F, "300", "", "seconds a stuck engine step may take before the server exits", NOT_YET, NO_PERF}, &ServeOptions::watchdog_timeout},
+    {{"watchdog-timeout", "", F, "300", "", "seconds the engine may make no progress with requests pending before the server exits (1); under systemd it pings WatchdogSec only while the engine progresses (0: off)", YES, NO_PERF}, &ServeOptions::watchdog_timeout},
     {{"help", "h", BOOL, "false", "", "print this help", YES, NO_PERF}, &ServeOptions::help},
   };
   return kRows;
@@ -418,6 +418,8 @@ Status validate_serve_options(ServeOptions& o) {
   if (o.dp_size < 1) return error("--dp-size must be at least 1 (got ", o.dp_size, ")");
   if (o.threads < 0) return error("--threads must be 0 (all CPUs) or more (got ", o.threads, ")");
   if (o.cuda_graph_max_bs < 0) return error("--cuda-graph-max-bs must be positive, or auto (got ", o.cuda_graph_max_bs, ")");
+  if (!(o.watchdog_timeout >= 0))
+    return error("--watchdog-timeout must be >= 0 seconds (0: off) (got ", o.watchdog_timeout, ")");
   if (!(o.shutdown_timeout >= 0) || o.shutdown_timeout > 86400)
     return error("--shutdown-timeout must be 0..86400 seconds (got ", o.shutdown_timeout, ")");
   if (o.http_threads < 0 || o.http_threads > 256)
