@@ -116,22 +116,23 @@ class ServeProcessTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::unique_ptr<Proc> spawn(const std::vector<std::string>& args, const std::string& log_name = "serve.log",
-                              const std::vector<std::pair<std::string, std::string>>& env = {}) {
+                              const std::vector<std::pair<std::string, std::string>>& env = {},
+                              const std::vector<std::string>& program = {DELTASERVE_BIN}, const fs::path& cwd = {}) {
     auto p = std::make_unique<Proc>();
     p->log = dir_ / log_name;
     p->pid = ::fork();
     if (p->pid == 0) {
       for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+      if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
       int fd = ::open(p->log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
       std::vector<char*> argv;
-      std::string bin = DELTASERVE_BIN;
-      argv.push_back(bin.data());
-      std::vector<std::string> copy = args;
+      std::vector<std::string> copy = program;
+      copy.insert(copy.end(), args.begin(), args.end());
       for (auto& a : copy) argv.push_back(a.data());
       argv.push_back(nullptr);
-      ::execv(bin.c_str(), argv.data());
+      ::execvp(copy[0].c_str(), argv.data());
       ::_exit(127);
     }
     return p;
@@ -323,6 +324,45 @@ TEST_F(ServeProcessTest, NotifiesSystemdReadyWatchdogStopping) {
   EXPECT_NE(unit.find("Type=notify\n"), std::string::npos) << unit;
   EXPECT_NE(unit.find("NotifyAccess=main\n"), std::string::npos) << unit;
   EXPECT_NE(unit.find("WatchdogSec=120\n"), std::string::npos) << unit;
+}
+
+// README's first command as a new user runs it: a clean clone, `bash tools/serve.sh --port N`,
+// a chat request. The clone reuses this build (BUILD_DIR) instead of building for ten minutes, but
+// runs serve.sh and setup.sh as they are, and the server must be serve.sh's exec'd binary.
+TEST_F(ServeProcessTest, ReadmeQuickStartFromACleanClone) {
+  if (std::system("command -v git >/dev/null 2>&1") != 0) GTEST_SKIP() << "git missing";
+  const std::string readme = read_file(fs::path(DELTASERVE_SOURCE_DIR) / "README.md");
+  ASSERT_NE(readme.find("    bash tools/serve.sh\n"), std::string::npos) << "README's first command changed";
+  const fs::path repo = dir_ / "clone";
+  const std::string clone = "git clone -q " + std::string(DELTASERVE_SOURCE_DIR) + " " + repo.string() + " 2>&1";
+  ASSERT_EQ(std::system(clone.c_str()), 0);
+  ASSERT_TRUE(fs::exists(repo / "tools/serve.sh"));
+  const fs::path bin = fs::canonical(DELTASERVE_BIN);
+  const fs::path build_dir = bin.parent_path().parent_path().parent_path();  // <build>/src/app/deltaserve
+  ASSERT_TRUE(fs::exists(build_dir / "CMakeCache.txt")) << build_dir;
+  const int port = free_port();
+  auto p = spawn({"tools/serve.sh", "--port", std::to_string(port), "--state-dir", (dir_ / "state").string()},
+                 "quickstart.log", {{"BUILD_DIR", build_dir.string()}}, {"bash"}, repo);
+  ASSERT_TRUE(wait_listening(*p, 600)) << p->output();
+  // serve.sh exec'd the binary: the process we started is deltaserve itself, not a shell.
+  std::error_code ec;
+  EXPECT_EQ(fs::read_symlink("/proc/" + std::to_string(p->pid) + "/exe", ec), bin) << ec.message();
+  int fd = connect_to(port);
+  ASSERT_GE(fd, 0);
+  send_all(fd, post_request("/v1/chat/completions",
+                            R"({"messages":[{"role":"user","content":"def quicksort"}],"max_tokens":8})"));
+  std::string raw;
+  char buf[65536];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) raw.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  ASSERT_EQ(raw.rfind("HTTP/1.1 200", 0), 0u) << raw;
+  auto body = nlohmann::json::parse(raw.substr(raw.find("\r\n\r\n") + 4), nullptr, false);
+  ASSERT_FALSE(body.is_discarded()) << raw;
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_GT(body["usage"]["completion_tokens"].get<int>(), 0);
+  ASSERT_EQ(::kill(p->pid, SIGTERM), 0);
+  EXPECT_EQ(p->wait(60), 0) << p->output();
 }
 
 }  // namespace
