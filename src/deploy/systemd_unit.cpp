@@ -2,6 +2,7 @@
 
 #include "deploy/launch_db.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace deltaserve {
@@ -48,7 +49,10 @@ std::string make_systemd_unit(const ServeOptions& opts, const UnitFileOptions& u
     if (args[i].rfind("--", 0) == 0) out += " \\\n    " + args[i];
     else out += " " + systemd_quote(args[i]);
   }
-  out += "\nRestart=on-failure\nRestartSec=10\nTimeoutStartSec=900\nTimeoutStopSec=60\nKillSignal=SIGTERM\n";
+  // Stop: SIGTERM, then --shutdown-timeout for running requests, then a margin before SIGKILL.
+  const long long stop_sec = std::max(60LL, static_cast<long long>(std::ceil(o.shutdown_timeout)) + 30);
+  out += "\nRestart=on-failure\nRestartSec=10\nTimeoutStartSec=900\nTimeoutStopSec=" + std::to_string(stop_sec) +
+         "\nKillSignal=SIGTERM\n";
   out += "LimitNOFILE=65536\n\n[Install]\n";
   out += std::string("WantedBy=") + (unit.user_unit ? "default.target" : "multi-user.target") + "\n";
   return out;

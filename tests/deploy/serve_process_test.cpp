@@ -318,12 +318,14 @@ TEST_F(ServeProcessTest, NotifiesSystemdReadyWatchdogStopping) {
   ::close(sock);
 
   // The unit file such a binary writes waits for READY=1 and arms the watchdog.
-  auto u = spawn({"systemd-unit", "--model-path", kModel, "--watchdog-timeout", "120"}, "unit.log");
+  auto u = spawn({"systemd-unit", "--model-path", kModel, "--watchdog-timeout", "120", "--shutdown-timeout", "100"},
+                 "unit.log");
   EXPECT_EQ(u->wait(30), 0) << u->output();
   const std::string unit = u->output();
   EXPECT_NE(unit.find("Type=notify\n"), std::string::npos) << unit;
   EXPECT_NE(unit.find("NotifyAccess=main\n"), std::string::npos) << unit;
   EXPECT_NE(unit.find("WatchdogSec=120\n"), std::string::npos) << unit;
+  EXPECT_NE(unit.find("TimeoutStopSec=130\n"), std::string::npos) << unit;  // drain time + margin
 }
 
 // README's first command as a new user runs it: a clean clone, `bash tools/serve.sh --port N`,
