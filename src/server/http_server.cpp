@@ -269,8 +269,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     if (ec == net::error::operation_aborted) return;
     if (ec) return close();
     // Readiness alone proves nothing: the reactor can report a socket readable when the bytes
-    // that made it so were already consumed (edge-triggered epoll). Peek: 0 bytes means the
-    // peer closed; EAGAIN means nothing happened, so watch again.
+    // that made it so were already consumed (edge-triggered epoll). Read: 0 bytes means the peer
+    // closed; EAGAIN means nothing (more) happened, so watch again.
     // Bytes after the request (a stray CRLF, a pipelined request) are read into the buffer the
     // next request is parsed from, so the watch goes on and still sees a later hang-up. Past the
     // header limit the client is pipelining more than one request head's worth: stop reading
