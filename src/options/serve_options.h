@@ -127,7 +127,7 @@ struct ServeOptions {
   bool enable_metrics = false;
   int64_t random_seed = 0;           // 0 = random
   bool skip_server_warmup = false;
-  double watchdog_timeout = 0;       // seconds
+  double watchdog_timeout = 0;       // seconds without engine progress (requests pending) before exit; 0 = off
   bool help = false;                 // --help was given
 
   // Canonical names (dashed) set explicitly on the command line or in the config file. The
