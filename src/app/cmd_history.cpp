@@ -51,7 +51,8 @@ int cmd_history(const Args& in_args) {
       for (const auto& [k, v] : l.config) cfg[k] = v;
       for (const auto& [k, v] : l.derived) derived[k] = v;
       out.push_back({{"launch_id", l.id}, {"started_at", l.started_at}, {"stopped_at", l.stopped_at},
-                     {"exit_status", l.exit_status}, {"hostname", l.hostname}, {"hardware", l.host_summary},
+                     {"exit_status", l.exit_status}, {"state", launch_state(l)}, {"pid", l.pid},
+                     {"boot_id", l.boot_id}, {"hostname", l.hostname}, {"hardware", l.host_summary},
                      {"version", l.version}, {"model_path", l.model.path}, {"model_config_hash", l.model.config_hash},
                      {"weight_index_hash", l.model.weight_index_hash},
                      {"best_output_tokens_per_s", l.best_output_tokens_per_s},
@@ -74,7 +75,8 @@ int cmd_history(const Args& in_args) {
     };
     std::string model_name = l.model.path;
     if (model_name.size() > 28) model_name = "..." + model_name.substr(model_name.size() - 25);
-    std::string status = l.stopped_at.empty() ? "running?" : (l.exit_status.empty() ? "stopped" : l.exit_status);
+    std::string status = launch_state(l);
+    if (status.size() > 9 && status.rfind("failed", 0) == 0) status = "failed";  // the column; --json has all
     std::string spec = get("speculative-algorithm") == "-" ? "off" : get("speculative-num-steps");
     std::string best = l.n_measurements ? std::to_string(static_cast<long long>(l.best_output_tokens_per_s + 0.5)) +
                                               " @" + std::to_string(l.best_concurrency)

@@ -2,6 +2,7 @@
 // The OpenAI-compatible server: flags (serve_options) → memory plan → Engine thread, tokenizer,
 // chat template → OpenAiServer (HTTP threads). Runs until SIGINT/SIGTERM.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 #include "app/commands.h"
 #include "app/engine_setup.h"
+#include "app/service_notify.h"
 #include "app/speculation_choice.h"
 #include "options/serve_options.h"
 #include "chat/chat_template.h"
@@ -61,6 +63,38 @@ ServerConfig server_config_from(const ServeOptions& opts) {
   return sc;
 }
 
+// The engine behind the HTTP server before the model has loaded: the server starts listening
+// first (a busy port fails at once, /health answers 503 while loading) and this forwards to the
+// engine once it exists. The server serves nothing but /metrics until it is set.
+class LateEngine final : public EngineService {
+ public:
+  void set(EngineService* engine) { engine_.store(engine, std::memory_order_release); }
+  std::shared_ptr<RequestStream> submit(GenerateRequest request) override {
+    if (EngineService* e = get()) return e->submit(std::move(request));
+    auto stream = std::make_shared<RequestStream>();
+    stream->id = request.id;
+    TokenEvent ev;
+    ev.finish = FinishReason::Error;
+    ev.error_kind = EngineErrorKind::Overloaded;
+    ev.error = "the model is loading; retry shortly";
+    stream->events.push(std::move(ev));
+    stream->events.close();
+    return stream;
+  }
+  void cancel(RequestId id) override {
+    if (EngineService* e = get()) e->cancel(id);
+  }
+  RequestId next_request_id() override { return get() ? get()->next_request_id() : next_id_.fetch_add(1); }
+  EngineStats stats() const override { return get() ? get()->stats() : EngineStats{}; }
+  int64_t context_length() const override { return get() ? get()->context_length() : 0; }
+  bool flush_cache() override { return get() ? get()->flush_cache() : false; }
+
+ private:
+  EngineService* get() const { return engine_.load(std::memory_order_acquire); }
+  std::atomic<EngineService*> engine_{nullptr};
+  std::atomic<RequestId> next_id_{1};
+};
+
 }  // namespace
 
 int cmd_serve(const Args& args) {
@@ -84,27 +118,9 @@ int cmd_serve(const Args& args) {
 
   auto model_config = load_model_config(opts.model_path);
   if (!model_config) return fail(model_config.status().message(), 1);
-
-  // Device (its CUDA context up), measured memory, memory plan -> engine capacities.
-  auto setup = setup_engine(opts, *model_config);
-  if (!setup) return fail(setup.status().message(), 1);
-  const MemoryPlan& plan = setup->plan;
-  const PlanDevice device = setup->device;
-  std::fprintf(stderr, "%s", render_memory_plan(plan).c_str());
-  for (const auto& w : plan.warnings) log_warn(w);
-
   auto generation_defaults = load_generation_defaults(opts.model_path);
   if (!generation_defaults) return fail(generation_defaults.status().message(), 1);
   const SamplingDefaults defaults = *generation_defaults;
-
-  // Remember this launch (effective config, model identity, hardware) for `history`/`config diff`.
-  LaunchRecorder launch = LaunchRecorder::start(
-      opts, &plan, {{"device", device == PlanDevice::Cuda ? "cuda" : "cpu"}}, DELTASERVE_VERSION);
-  if (!launch.warning().empty()) log_warn(launch.warning());
-  if (auto w = launch.faster_config_warning()) log_warn(*w);
-  if (launch.launch_id() > 0) log_info("launch ", launch.launch_id(), " recorded (deltaserve history)");
-
-  const EngineConfig& ec = setup->config;
 
   auto tokenizer = Tokenizer::load(opts.tokenizer_path.empty() ? opts.model_path : opts.tokenizer_path);
   if (!tokenizer) return fail(tokenizer.status().message(), 1);
@@ -131,7 +147,7 @@ int cmd_serve(const Args& args) {
 
   // Block the stop signals before any thread starts (every thread inherits the mask), and take
   // them on one thread: during start-up a signal exits at once (the engine may be allocating);
-  // once serving, it asks main to shut down in order.
+  // once serving, the first asks main to shut down gracefully, a second cuts the wait short.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -141,36 +157,72 @@ int cmd_serve(const Args& args) {
   static std::mutex stop_mutex;
   static std::condition_variable stop_cv;
   static int stop_signal = 0;
+  static bool force_stop = false;
   std::thread([signals] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (!serving.load()) {
-      std::fprintf(stderr, "deltaserve serve: signal %d during start-up, exiting\n", sig);
-      std::_Exit(128 + sig);
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&signals, &sig) != 0) continue;
+      if (!serving.load()) {
+        std::fprintf(stderr, "deltaserve serve: signal %d during start-up, exiting\n", sig);
+        std::_Exit(128 + sig);
+      }
+      {
+        std::lock_guard<std::mutex> lock(stop_mutex);
+        if (stop_signal != 0) force_stop = true;
+        stop_signal = sig;
+      }
+      stop_cv.notify_all();
     }
-    {
-      std::lock_guard<std::mutex> lock(stop_mutex);
-      stop_signal = sig;
-    }
-    stop_cv.notify_all();
   }).detach();
 
+  // Listen before anything heavy: a busy port fails now, not after the model has loaded, and
+  // /health answers 503 ("loading") meanwhile.
+  LateEngine late_engine;
+  ServerConfig server_config = server_config_from(opts);
+  server_config.start_loading = true;
+  // On the CPU the compute pool has a thread per core: more io threads only hand each token's
+  // write from one to another (measured: bench/RESULTS.md, HTTP vs offline).
+  const bool cpu = opts.device == "cpu" || !cuda_available();
+  server_config.n_http_threads = opts.http_threads > 0 ? static_cast<int>(opts.http_threads) : (cpu ? 1 : 4);
+  OpenAiServer server(server_config, late_engine, *tokenizer, render, defaults);
+  if (Status s = server.start(); !s) return fail(s.message(), 1);
+  log_info("deltaserve: port ", server.port(), " open; loading the model (GET /health answers 503 until ready)");
+
+  // Device (its CUDA context up), measured memory, memory plan -> engine capacities.
+  auto setup = setup_engine(opts, *model_config);
+  if (!setup) return fail(setup.status().message(), 1);
+  const MemoryPlan& plan = setup->plan;
+  const PlanDevice device = setup->device;
+  std::fprintf(stderr, "%s", render_memory_plan(plan).c_str());
+  for (const auto& w : plan.warnings) log_warn(w);
+
+  // Remember this launch (effective config, model identity, hardware) for `history`/`config diff`.
+  // Until stop(), the record says "running" while this process lives ("died" once it is gone);
+  // a load that fails below is recorded as failed.
+  LaunchRecorder launch = LaunchRecorder::start(
+      opts, &plan, {{"device", device == PlanDevice::Cuda ? "cuda" : "cpu"}}, DELTASERVE_VERSION);
+  if (!launch.warning().empty()) log_warn(launch.warning());
+  if (auto w = launch.faster_config_warning()) log_warn(*w);
+  if (launch.launch_id() > 0) log_info("launch ", launch.launch_id(), " recorded (deltaserve history)");
+
+  const EngineConfig& ec = setup->config;
   auto engine = Engine::create(ec, std::move(setup->backend));
-  if (!engine) return fail(engine.status().message(), 1);
+  if (!engine) {
+    launch.stop("failed: " + engine.status().message());
+    server.stop();
+    return fail(engine.status().message(), 1);
+  }
   const SpeculationChoice spec_choice = choose_speculation(**engine, opts);
   if (spec_choice.measured) log_info(spec_choice.summary());
   (*engine)->start();
   std::fprintf(stderr, "%s\n", (*engine)->plan_summary().c_str());
 
-  ServerConfig server_config = server_config_from(opts);
-  server_config.launch_id = launch.launch_id();
-  server_config.speculative_num_steps = (*engine)->speculative_steps();
   {
     // /get_server_info: the effective arguments (SGLang's names, underscores) and what the
     // engine allocated, which equals `deltaserve plan` for the same flags and memory.
-    nlohmann::ordered_json& info = server_config.server_info;
+    nlohmann::ordered_json info = nlohmann::ordered_json::object();
     for (const auto& [name, value] : effective_config(opts)) {
-      if (name == "api-key") continue;
+      if (is_secret_serve_flag(name)) continue;
       std::string key = name;
       for (char& ch : key) ch = ch == '-' ? '_' : ch;
       info[key] = value;
@@ -192,32 +244,94 @@ int cmd_serve(const Args& args) {
                       {"plan_budget_bytes", plan.budget_bytes},
                       {"device_memory_used_before_load_bytes", setup->plan_input.device_memory_used_bytes}};
     info["version"] = DELTASERVE_VERSION;
+    server.set_server_info(launch.launch_id(), (*engine)->speculative_steps(), std::move(info));
   }
-  // On the CPU the compute pool has a thread per core: more io threads only hand each token's
-  // write from one to another (measured: bench/RESULTS.md, HTTP vs offline).
-  server_config.n_http_threads =
-      opts.http_threads > 0 ? static_cast<int>(opts.http_threads) : (ec.device == Device::Cpu ? 1 : 4);
-  OpenAiServer server(server_config, **engine, *tokenizer, render, defaults);
-  if (Status s = server.start(); !s) {
-    (*engine)->stop();
-    launch.stop("failed: " + s.message());
-    return fail(s.message(), 1);
-  }
+  late_engine.set(engine->get());
+  server.set_state(ServeState::Ready);
   // The e2e tests and launchers wait for this line.
   std::fprintf(stderr, "deltaserve: listening on http://%s:%d (model %s, context %lld)\n",
                opts.host.empty() ? "127.0.0.1" : opts.host.c_str(), server.port(),
                opts.model_path.c_str(), static_cast<long long>(plan.context_length));
   std::fflush(stderr);
+  notify_ready("serving on port " + std::to_string(server.port()));
+
+  // Watchdog: the engine must make progress (a step finishes) whenever requests are pending.
+  // Stuck for --watchdog-timeout seconds: the launch is recorded failed and the process exits 1
+  // (a supervisor restarts it). Under systemd with WatchdogSec, pings go out only while healthy.
+  std::atomic<bool> watchdog_stop{false};
+  std::thread watchdog;
+  const auto systemd_interval = watchdog_interval();
+  if (opts.watchdog_timeout > 0 || systemd_interval) {
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(opts.watchdog_timeout * 1000));
+    const auto period = systemd_interval ? std::min<std::chrono::milliseconds>(
+                                               std::chrono::duration_cast<std::chrono::milliseconds>(*systemd_interval) / 2,
+                                               std::chrono::milliseconds(1000))
+                                         : std::chrono::milliseconds(1000);
+    const std::string state_dir = opts.state_dir.empty() ? default_state_dir().string() : opts.state_dir;
+    const int64_t launch_id = launch.launch_id();
+    EngineService* svc = engine->get();
+    watchdog = std::thread([&watchdog_stop, svc, timeout, period, state_dir, launch_id] {
+      uint64_t last_steps = svc->stats().steps_total;
+      auto last_progress = std::chrono::steady_clock::now();
+      while (!watchdog_stop.load()) {
+        const EngineStats st = svc->stats();
+        const auto now = std::chrono::steady_clock::now();
+        if (st.steps_total != last_steps || st.requests_running + st.requests_waiting == 0) {
+          last_steps = st.steps_total;
+          last_progress = now;
+        }
+        if (timeout.count() > 0 && now - last_progress > timeout) {
+          const std::string why = str_cat("watchdog: the engine made no progress for ",
+                                          std::chrono::duration_cast<std::chrono::seconds>(now - last_progress).count(),
+                                          " s with ", st.requests_running + st.requests_waiting, " requests pending");
+          log_error("deltaserve: ", why, "; exiting");
+          if (launch_id > 0)
+            if (auto db = LaunchDb::open(state_dir)) Status ignored = (*db)->set_stopped(launch_id, utc_now_iso(), "failed: " + why);
+          std::_Exit(1);
+        }
+        notify_watchdog();
+        std::this_thread::sleep_for(period);
+      }
+    });
+  }
 
   serving.store(true);
   {
     std::unique_lock<std::mutex> lock(stop_mutex);
     stop_cv.wait(lock, [] { return stop_signal != 0; });
   }
-  log_info("deltaserve: signal ", stop_signal, ", shutting down");
+  notify_stopping("shutting down");
+  // Graceful shutdown: no new connections or requests; running ones get --shutdown-timeout
+  // seconds, then are aborted (streams end with finish_reason "abort" and [DONE]).
+  server.stop_accepting();
+  server.set_state(ServeState::Draining);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(opts.shutdown_timeout * 1000));
+  log_info("deltaserve: signal ", stop_signal, ", shutting down (", server.busy(), " requests running; up to ",
+           opts.shutdown_timeout, " s for them to finish)");
+  {
+    std::unique_lock<std::mutex> lock(stop_mutex);
+    while (server.busy() > 0 && !force_stop && std::chrono::steady_clock::now() < deadline)
+      stop_cv.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  if (server.busy() > 0) {
+    log_warn("deltaserve: aborting ", server.busy(), " requests still running");
+    const auto abort_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (server.busy() > 0 && std::chrono::steady_clock::now() < abort_deadline) {
+      server.abort_all();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  // The last responses are queued: let them reach the sockets.
+  const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (server.pending_writes() > 0 && std::chrono::steady_clock::now() < flush_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  watchdog_stop.store(true);
+  if (watchdog.joinable()) watchdog.join();
   server.stop();
   (*engine)->stop();
-  launch.stop("ok");
+  launch.stop("stopped");
+  log_info("deltaserve: stopped");
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "app/commands.h"
+#include "app/service_notify.h"
 #include "options/serve_options.h"
 #include "deploy/cli_split.h"
 #include "deploy/systemd_unit.h"
@@ -70,6 +71,8 @@ int cmd_systemd_unit(const Args& in_args) {
   unit.working_directory = wd->value_or("");
   unit.user_unit = user_unit->has_value();
   unit.environment = *env;
+  unit.notify = service_notify_supported();
+  unit.watchdog_sec = opts->watchdog_timeout;
   const std::string text = make_systemd_unit(*opts, unit);
   if (output->has_value()) {
     std::ofstream out(**output, std::ios::binary);

@@ -1,5 +1,6 @@
 #include "chat/chat_template.h"
 
+#include "util/json_parse.h"
 #include "util/mmap_file.h"
 
 namespace deltaserve {
@@ -27,8 +28,8 @@ Status normalize_tool_call_arguments(ojson& messages) {
         continue;
       }
       if (!args->is_string()) continue;
-      ojson parsed = ojson::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
-      if (parsed.is_discarded())
+      ojson parsed;
+      if (!parse_ordered_json(args->get<std::string>(), parsed))
         return error("messages[", m, "].tool_calls[", c, "].function.arguments is not valid JSON");
       *args = std::move(parsed);
     }

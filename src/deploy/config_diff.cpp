@@ -382,7 +382,8 @@ ConfigSource config_source_from_settings(const KeyValues& settings, const std::v
   return src;
 }
 
-Result<ConfigSource> load_config_source(const std::string& spec, const fs::path& state_dir) {
+namespace {
+Result<ConfigSource> load_config_source_unredacted(const std::string& spec, const fs::path& state_dir) {
   const bool digits = !spec.empty() && std::all_of(spec.begin(), spec.end(), ::isdigit);
   std::error_code ec;
   if (digits && !fs::exists(spec, ec)) {
@@ -403,6 +404,13 @@ Result<ConfigSource> load_config_source(const std::string& spec, const fs::path&
   }
   if (spec.find(' ') != std::string::npos) return config_source_from_script(spec, "command line");
   return error("'", spec, "' is not a launch id, a readable file, or a command line");
+}
+}  // namespace
+
+Result<ConfigSource> load_config_source(const std::string& spec, const fs::path& state_dir) {
+  auto src = load_config_source_unredacted(spec, state_dir);
+  if (src) src->settings = redact_secret_settings(std::move(src->settings));  // printed by show / diff
+  return src;
 }
 
 std::vector<DiffRow> diff_settings(const KeyValues& a, const KeyValues& b) {

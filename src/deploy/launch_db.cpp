@@ -1,9 +1,13 @@
 #include "deploy/launch_db.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <ctime>
+#include <fstream>
+#include <sstream>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -34,7 +38,10 @@ CREATE TABLE IF NOT EXISTS launches (
   weight_index_hash TEXT NOT NULL DEFAULT '',
   config_json TEXT NOT NULL DEFAULT '{}',
   args_json TEXT NOT NULL DEFAULT '[]',
-  derived_json TEXT NOT NULL DEFAULT '{}'
+  derived_json TEXT NOT NULL DEFAULT '{}',
+  pid INTEGER NOT NULL DEFAULT 0,
+  boot_id TEXT NOT NULL DEFAULT '',
+  pid_start_ticks INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS measurements (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -107,7 +114,8 @@ const char* kLaunchColumns =
     "l.derived_json, "
     "(SELECT MAX(output_tokens_per_s) FROM measurements m WHERE m.launch_id = l.id), "
     "(SELECT concurrency FROM measurements m WHERE m.launch_id = l.id ORDER BY output_tokens_per_s DESC LIMIT 1), "
-    "(SELECT COUNT(*) FROM measurements m WHERE m.launch_id = l.id)";
+    "(SELECT COUNT(*) FROM measurements m WHERE m.launch_id = l.id), "
+    "l.pid, l.boot_id, l.pid_start_ticks";
 
 LaunchRecord read_launch(const Stmt& s) {
   LaunchRecord r;
@@ -123,12 +131,16 @@ LaunchRecord read_launch(const Stmt& s) {
   r.model.path = s.text(9);
   r.model.config_hash = s.text(10);
   r.model.weight_index_hash = s.text(11);
-  r.config = kv_from_json(s.text(12));
-  r.args = list_from_json(s.text(13));
+  // Records written before secrets were redacted at recording time are redacted on reading.
+  r.config = redact_secret_settings(kv_from_json(s.text(12)));
+  r.args = redact_secret_args(list_from_json(s.text(13)));
   r.derived = kv_from_json(s.text(14));
   r.best_output_tokens_per_s = s.f64(15);
   r.best_concurrency = s.i64(16);
   r.n_measurements = s.i64(17);
+  r.pid = s.i64(18);
+  r.boot_id = s.text(19);
+  r.pid_start_ticks = s.i64(20);
   return r;
 }
 
@@ -141,6 +153,41 @@ std::string utc_now_iso() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+std::string current_boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+int64_t process_start_ticks(int64_t pid) {
+  if (pid <= 0) return 0;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return 0;
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses; fields restart after
+  // the last ')'. starttime is field 22, the 20th after the ')'.
+  const std::size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  for (int i = 0; i < 20 && rest >> field; ++i) {
+  }
+  try {
+    return std::stoll(field);
+  } catch (...) {
+    return 0;
+  }
+}
+
+std::string launch_state(const LaunchRecord& r) {
+  if (!r.stopped_at.empty()) return r.exit_status.empty() ? "stopped" : r.exit_status;
+  if (r.pid <= 0) return "running?";
+  const bool same_boot = !r.boot_id.empty() && r.boot_id == current_boot_id();
+  const bool alive = same_boot && process_start_ticks(r.pid) == r.pid_start_ticks && r.pid_start_ticks > 0;
+  return alive ? "running" : "died";
 }
 
 std::string LaunchRecord::config_value(const std::string& key) const {
@@ -180,6 +227,13 @@ Result<std::unique_ptr<LaunchDb>> LaunchDb::open(const fs::path& state_dir) {
   if (ec) return error("cannot create state folder ", state_dir.string(), ": ", ec.message());
   std::unique_ptr<LaunchDb> db(new LaunchDb());
   db->path_ = state_dir / "launches.sqlite";
+  // Owner-only (0600): the records hold command lines and paths. Created that way before SQLite
+  // opens it (its journals copy the mode), and tightened if an older file is wider.
+  {
+    const int fd = ::open(db->path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) ::close(fd);
+    fs::permissions(db->path_, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace, ec);
+  }
   if (sqlite3_open_v2(db->path_.c_str(), &db->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK)
     return error("cannot open launch database ", db->path_.string(), ": ",
                  db->db_ ? sqlite3_errmsg(db->db_) : "out of memory");
@@ -188,6 +242,16 @@ Result<std::unique_ptr<LaunchDb>> LaunchDb::open(const fs::path& state_dir) {
   Status s = db->exec(kSchema);
   if (!s) return error("launch database ", db->path_.string(), " is unusable (", s.message(),
                        "); move it aside to start a new one");
+  // Columns added after the first release of schema 1 (additive: older binaries still read it).
+  for (const char* column : {"pid INTEGER NOT NULL DEFAULT 0", "boot_id TEXT NOT NULL DEFAULT ''",
+                             "pid_start_ticks INTEGER NOT NULL DEFAULT 0"}) {
+    const std::string name = std::string(column).substr(0, std::string(column).find(' '));
+    Stmt q(db->db_, "SELECT COUNT(*) FROM pragma_table_info('launches') WHERE name = ?");
+    if (!q.ok()) return error("launch database ", db->path_.string(), ": ", q.error());
+    q.bind(1, name);
+    if (q.step() == SQLITE_ROW && q.i64(0) == 0)
+      DS_RETURN_IF_ERROR(db->exec(("ALTER TABLE launches ADD COLUMN " + std::string(column)).c_str()));
+  }
   {
     Stmt q(db->db_, "SELECT value FROM meta WHERE key = 'schema_version'");
     if (!q.ok()) return error("launch database ", db->path_.string(), ": ", q.error());
@@ -219,8 +283,8 @@ Status LaunchDb::exec(const char* sql) {
 Result<int64_t> LaunchDb::insert_launch(const LaunchRecord& r) {
   Stmt s(db_,
          "INSERT INTO launches(started_at, stopped_at, exit_status, hostname, host_summary, cpu_model, gpus, "
-         "version, model_path, model_config_hash, weight_index_hash, config_json, args_json, derived_json) "
-         "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         "version, model_path, model_config_hash, weight_index_hash, config_json, args_json, derived_json, "
+         "pid, boot_id, pid_start_ticks) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!s.ok()) return error("launch database: ", s.error());
   s.bind(1, r.started_at.empty() ? utc_now_iso() : r.started_at);
   s.bind(2, r.stopped_at);
@@ -236,6 +300,9 @@ Result<int64_t> LaunchDb::insert_launch(const LaunchRecord& r) {
   s.bind(12, kv_to_json(r.config));
   s.bind(13, nlohmann::json(r.args).dump());
   s.bind(14, kv_to_json(r.derived));
+  s.bind(15, r.pid);
+  s.bind(16, r.boot_id);
+  s.bind(17, r.pid_start_ticks);
   if (s.step() != SQLITE_DONE) return error("launch database: cannot record the launch: ", s.error());
   return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
 }
@@ -395,7 +462,8 @@ LaunchRecorder& LaunchRecorder::operator=(LaunchRecorder&& o) noexcept {
 }
 
 LaunchRecorder::~LaunchRecorder() {
-  if (!stopped_) stop("exited");
+  // Every orderly exit calls stop(); reaching here without it means start-up failed.
+  if (!stopped_) stop("failed");
 }
 
 LaunchRecorder LaunchRecorder::start(const ServeOptions& opts, const MemoryPlan* plan, KeyValues derived,
@@ -417,9 +485,12 @@ LaunchRecorder LaunchRecorder::start(const ServeOptions& opts, const MemoryPlan*
   r.cpu_model = host.cpu_model;
   for (const auto& g : host.gpus) r.gpus += g.name + "=" + std::to_string(g.memory_bytes) + ";";
   r.version = version;
+  r.pid = static_cast<int64_t>(::getpid());
+  r.boot_id = current_boot_id();
+  r.pid_start_ticks = process_start_ticks(r.pid);
   r.model = identify_model(opts.model_path);
-  r.config = effective_config(opts);
-  r.args = explicit_args(opts);
+  r.config = redact_secret_settings(effective_config(opts));  // never store the API key
+  r.args = redact_secret_args(explicit_args(opts));
   if (plan) {
     derived.emplace_back("plan.weights_bytes_per_gpu", std::to_string(plan->weights_bytes_per_gpu));
     derived.emplace_back("plan.kv_bytes_per_token_per_gpu", std::to_string(plan->kv_bytes_per_token_per_gpu));

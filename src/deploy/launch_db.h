@@ -9,8 +9,12 @@
 //   if (!rec.warning().empty()) log_warn(rec.warning());          // DB trouble never stops serve
 //   if (auto w = rec.faster_config_warning()) log_warn(*w);       // "launch #3 measured 71 tok/s ..."
 //   ... GET /v1/server_info returns {"launch_id": rec.launch_id(), ...} (0 = not recorded)
-//   rec.stop("ok");                                               // at shutdown (the destructor
-//                                                                 // records "exited" otherwise)
+//   rec.stop("stopped");                                          // at shutdown (the destructor
+//                                                                 // records "failed" otherwise)
+//
+// A record without a stop time is "running" while its process (pid + boot id + the process's
+// start time, so a reused pid is not mistaken for it) is alive, and "died" once it is gone
+// (kill -9, OOM killer, power loss): launch_state().
 #pragma once
 
 #include <cstdint>
@@ -60,7 +64,10 @@ struct LaunchRecord {
   std::string version;
   ModelIdentity model;
   KeyValues config;               // effective serve settings, every flag (table order)
-  std::vector<std::string> args;  // the explicit settings as a command line
+  std::vector<std::string> args;  // the explicit settings as a command line (secrets redacted)
+  int64_t pid = 0;                // the serving process (0: recorded before pids were)
+  std::string boot_id;            // /proc/sys/kernel/random/boot_id at launch
+  int64_t pid_start_ticks = 0;    // the process's start time (clock ticks after boot, /proc/PID/stat)
   KeyValues derived;              // plan figures and other derived values
   // Filled by LaunchDb::list/get from the measurements.
   double best_output_tokens_per_s = 0;
@@ -99,6 +106,16 @@ class LaunchDb {
 // UTC now as "2026-11-30T01:02:03Z".
 std::string utc_now_iso();
 
+// This machine's boot id ("" if unknown) and a process's start time in clock ticks after boot
+// (0 if the process does not exist).
+std::string current_boot_id();
+int64_t process_start_ticks(int64_t pid);
+
+// What `history` shows: exit_status once stopped ("stopped", "failed: ...", ...); otherwise
+// "running" if the recorded process is alive, "died" if it is gone, "running?" for records
+// without a pid.
+std::string launch_state(const LaunchRecord& record);
+
 class LaunchRecorder {
  public:
   // Records the launch. Never fails: a DB problem leaves launch_id() 0 and sets warning().
@@ -115,7 +132,7 @@ class LaunchRecorder {
   std::optional<std::string> faster_config_warning() const { return faster_warning_; }
   // Server-side figures (e.g. average throughput at shutdown).
   void record_measurement(Measurement m);
-  void stop(const std::string& exit_status = "ok");
+  void stop(const std::string& exit_status = "stopped");
 
  private:
   LaunchRecorder() = default;

@@ -2,6 +2,9 @@
 
 #include "deploy/launch_db.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace deltaserve {
 
 std::string systemd_quote(const std::string& word) {
@@ -30,7 +33,13 @@ std::string make_systemd_unit(const ServeOptions& opts, const UnitFileOptions& u
   out += "[Unit]\n";
   out += "Description=" + (unit.description.empty() ? "deltaserve (" + o.model_path + ")" : unit.description) + "\n";
   out += "After=network-online.target\nWants=network-online.target\n\n";
-  out += "[Service]\nType=simple\n";
+  if (unit.notify) {
+    out += "[Service]\nType=notify\nNotifyAccess=main\n";
+    if (unit.watchdog_sec > 0)
+      out += "WatchdogSec=" + std::to_string(static_cast<long long>(std::ceil(unit.watchdog_sec))) + "\n";
+  } else {
+    out += "[Service]\nType=simple\n";
+  }
   if (!unit.user.empty()) out += "User=" + unit.user + "\n";
   if (!unit.working_directory.empty()) out += "WorkingDirectory=" + unit.working_directory + "\n";
   for (const auto& e : unit.environment) out += "Environment=" + systemd_quote(e) + "\n";
@@ -40,7 +49,10 @@ std::string make_systemd_unit(const ServeOptions& opts, const UnitFileOptions& u
     if (args[i].rfind("--", 0) == 0) out += " \\\n    " + args[i];
     else out += " " + systemd_quote(args[i]);
   }
-  out += "\nRestart=on-failure\nRestartSec=10\nTimeoutStartSec=900\nTimeoutStopSec=60\nKillSignal=SIGTERM\n";
+  // Stop: SIGTERM, then --shutdown-timeout for running requests, then a margin before SIGKILL.
+  const long long stop_sec = std::max(60LL, static_cast<long long>(std::ceil(o.shutdown_timeout)) + 30);
+  out += "\nRestart=on-failure\nRestartSec=10\nTimeoutStartSec=900\nTimeoutStopSec=" + std::to_string(stop_sec) +
+         "\nKillSignal=SIGTERM\n";
   out += "LimitNOFILE=65536\n\n[Install]\n";
   out += std::string("WantedBy=") + (unit.user_unit ? "default.target" : "multi-user.target") + "\n";
   return out;

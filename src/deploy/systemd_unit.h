@@ -16,6 +16,11 @@ struct UnitFileOptions {
   std::string working_directory;  // "" = none
   std::vector<std::string> environment;  // "NAME=value"
   bool user_unit = false;         // WantedBy=default.target instead of multi-user.target
+  // Type=notify (the binary sends READY=1 once it serves; systemd's start waits for it) and,
+  // with watchdog_sec > 0, WatchdogSec= (serve pings while its engine makes progress). Set when
+  // the binary was built with libsystemd; Type=simple otherwise.
+  bool notify = false;
+  double watchdog_sec = 0;
 };
 
 // Every explicit setting appears as a flag in ExecStart=; --state-dir is pinned to the resolved

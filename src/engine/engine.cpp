@@ -205,7 +205,9 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stats_.requests_waiting + n_inbox_waiting_ >= config_.max_waiting_requests)
-      return reject(str_cat("the server is busy: ", config_.max_waiting_requests, " requests are already waiting"),
+      return reject(str_cat("the server is busy: ", config_.max_waiting_requests,
+                            " requests are already waiting (the queue holds max(1024, 4 x --max-running-requests)); "
+                            "retry later"),
                     EngineErrorKind::Overloaded);
     seq->rng.seed(req.sampling.seed ? *req.sampling.seed : seed_rng_());
     ++n_inbox_waiting_;

@@ -177,7 +177,7 @@ void Sampler::fill_logprobs(const float* logits, int32_t token, int top_n, Token
 
 int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<const int32_t> prompt,
                         std::span<const int32_t> generated, std::mt19937_64& rng, TokenLogprob* lp) {
-  const bool greedy = p.temperature <= 0.0f || p.top_k == 1;
+  const bool greedy = p.greedy();
   const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   int32_t token;
   const float* src = logits;  // the raw row unless penalties change it (no 1 MB copy per row)
@@ -259,7 +259,7 @@ void Sampler::distribution(const float* logits, const SamplingParams& p, std::sp
     src = work_.data();
   }
   probs.assign(vocab_, 0.0f);
-  if (p.temperature <= 0.0f || p.top_k == 1) {
+  if (p.greedy()) {
     probs[std::max_element(src, src + vocab_) - src] = 1.0f;
     return;
   }

@@ -7,8 +7,12 @@
 
 namespace deltaserve {
 
+// Temperatures below this sample greedily (vLLM's _SAMPLING_EPS): 1/T would overflow the logits.
+inline constexpr float kGreedyTemperature = 1e-5f;
+
 struct SamplingParams {
-  float temperature = 1.0f;         // 0 = greedy
+  bool greedy() const { return temperature < kGreedyTemperature || top_k == 1; }
+  float temperature = 1.0f;         // below kGreedyTemperature (e.g. 0) = greedy
   float top_p = 1.0f;               // (0, 1]
   int top_k = -1;                   // -1 or 0 = off
   float min_p = 0.0f;               // [0, 1]

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "grammar/regex.h"
+#include "util/json_parse.h"
 
 namespace deltaserve {
 
@@ -860,8 +861,8 @@ Result<Grammar> grammar_from_json_schema(const json& schema, const JsonSchemaOpt
 }
 
 Result<Grammar> grammar_from_json_schema_text(std::string_view text, const JsonSchemaOptions& options) {
-  json schema = json::parse(text, nullptr, false);
-  if (schema.is_discarded()) return error("json_schema: the schema is not valid JSON");
+  json schema;
+  if (!parse_ordered_json(text, schema)) return error("json_schema: the schema is not valid JSON");
   return grammar_from_json_schema(schema, options);
 }
 

@@ -84,12 +84,13 @@ const std::vector<Row>& rows() {
     // Operations.
     {{"state-dir", "", S, "", "", "launch records database folder (default: $XDG_STATE_HOME/deltaserve or ~/.local/state/deltaserve)", YES, NO_PERF}, &ServeOptions::state_dir},
     {{"config", "", S, "", "", "read settings from a TOML file (keys are these flag names); flags given on the command line win", YES, NO_PERF}, &ServeOptions::config},
+    {{"shutdown-timeout", "", F, "30", "", "on SIGTERM/SIGINT: seconds running requests may take to finish before they are aborted", YES, NO_PERF}, &ServeOptions::shutdown_timeout},
     {{"log-level", "", C, "info", "debug,info,warning,error", "log verbosity", YES, NO_PERF}, &ServeOptions::log_level},
     {{"log-requests", "", BOOL, "false", "", "log every request and response", NOT_YET, NO_PERF}, &ServeOptions::log_requests},
     {{"enable-metrics", "", BOOL, "false", "", "Prometheus /metrics", NOT_YET, NO_PERF}, &ServeOptions::enable_metrics},
     {{"random-seed", "", I, "0", "", "seed for sampling without a per-request seed (0: random)", YES, NO_PERF}, &ServeOptions::random_seed},
     {{"skip-server-warmup", "", BOOL, "false", "", "skip the warm-up request at start-up", YES, NO_PERF}, &ServeOptions::skip_server_warmup},
-    {{"watchdog-timeout", "", F, "300", "", "seconds a stuck engine step may take before the server exits", NOT_YET, NO_PERF}, &ServeOptions::watchdog_timeout},
+    {{"watchdog-timeout", "", F, "300", "", "seconds the engine may make no progress with requests pending before the server exits (1); under systemd it pings WatchdogSec only while the engine progresses (0: off)", YES, NO_PERF}, &ServeOptions::watchdog_timeout},
     {{"help", "h", BOOL, "false", "", "print this help", YES, NO_PERF}, &ServeOptions::help},
   };
   return kRows;
@@ -417,6 +418,10 @@ Status validate_serve_options(ServeOptions& o) {
   if (o.dp_size < 1) return error("--dp-size must be at least 1 (got ", o.dp_size, ")");
   if (o.threads < 0) return error("--threads must be 0 (all CPUs) or more (got ", o.threads, ")");
   if (o.cuda_graph_max_bs < 0) return error("--cuda-graph-max-bs must be positive, or auto (got ", o.cuda_graph_max_bs, ")");
+  if (!(o.watchdog_timeout >= 0))
+    return error("--watchdog-timeout must be >= 0 seconds (0: off) (got ", o.watchdog_timeout, ")");
+  if (!(o.shutdown_timeout >= 0) || o.shutdown_timeout > 86400)
+    return error("--shutdown-timeout must be 0..86400 seconds (got ", o.shutdown_timeout, ")");
   if (o.http_threads < 0 || o.http_threads > 256)
     return error("--http-threads must be 1..256, or auto (got ", o.http_threads, ")");
   if (o.mem_fraction_static < 0 || o.mem_fraction_static >= 1)
@@ -510,6 +515,34 @@ std::string toml_quote(const std::string& s) {
 }
 }  // namespace
 
+bool is_secret_serve_flag(std::string_view name) {
+  while (!name.empty() && name.front() == '-') name.remove_prefix(1);
+  const FlagSpec* f = find_serve_flag(name);
+  return f && std::string_view(f->name) == "api-key";
+}
+
+std::vector<std::pair<std::string, std::string>> redact_secret_settings(
+    std::vector<std::pair<std::string, std::string>> settings) {
+  for (auto& [k, v] : settings)
+    if (!v.empty() && is_secret_serve_flag(k)) v = kRedactedValue;
+  return settings;
+}
+
+std::vector<std::string> redact_secret_args(std::vector<std::string> args) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("-", 0) != 0) continue;
+    const std::size_t eq = a.find('=');
+    if (!is_secret_serve_flag(a.substr(0, eq))) continue;
+    if (eq != std::string::npos) {
+      args[i] = a.substr(0, eq + 1) + kRedactedValue;
+    } else if (i + 1 < args.size()) {
+      args[++i] = kRedactedValue;
+    }
+  }
+  return args;
+}
+
 std::string serve_options_to_toml(const ServeOptions& opts, bool all) {
   std::string out = "# deltaserve serve settings (keys are `deltaserve serve` flags)\n";
   for (const Row& r : rows()) {
@@ -519,6 +552,10 @@ std::string serve_options_to_toml(const ServeOptions& opts, bool all) {
     std::string v = render(r, opts);
     std::string key(name);
     std::replace(key.begin(), key.end(), '-', '_');
+    if (is_secret_serve_flag(name)) {
+      out += "# " + key + (v.empty() ? " is not set" : " is set (not shown; pass it with --" + std::string(name) + ")") + "\n";
+      continue;
+    }
     bool bare = (r.spec.type == FlagType::Bool) ||
                 ((r.spec.type == FlagType::Int || r.spec.type == FlagType::Float) && v != "auto");
     out += key + " = " + (bare ? v : toml_quote(v)) + "\n";

@@ -122,11 +122,12 @@ struct ServeOptions {
   std::string state_dir;             // launch records; "" = $XDG_STATE_HOME/deltaserve
   std::string config;                // --config FILE.toml it was read from ("" = none)
   std::string log_level;             // debug | info | warning | error
+  double shutdown_timeout = 30;      // seconds running requests get to finish after SIGTERM/SIGINT
   bool log_requests = false;
   bool enable_metrics = false;
   int64_t random_seed = 0;           // 0 = random
   bool skip_server_warmup = false;
-  double watchdog_timeout = 0;       // seconds
+  double watchdog_timeout = 0;       // seconds without engine progress (requests pending) before exit; 0 = off
   bool help = false;                 // --help was given
 
   // Canonical names (dashed) set explicitly on the command line or in the config file. The
@@ -170,8 +171,19 @@ std::vector<std::pair<std::string, std::string>> effective_config(const ServeOpt
 std::string serve_option_text(const ServeOptions& opts, std::string_view canonical_name);
 // A command line (`--name value ...`) for the explicit settings, in table order.
 std::vector<std::string> explicit_args(const ServeOptions& opts);
-// TOML text for the explicit settings (or all settings with all=true).
+// TOML text for the explicit settings (or all settings with all=true). Secret settings
+// (is_secret_serve_flag) are written as a comment saying they are set, never their value.
 std::string serve_options_to_toml(const ServeOptions& opts, bool all = false);
+
+// Settings whose values are secrets (--api-key): never recorded in the launch database, printed
+// by `history` / `config show` / `config diff`, or reported by /get_server_info.
+bool is_secret_serve_flag(std::string_view name);
+inline constexpr const char* kRedactedValue = "<redacted>";
+// `settings` with every non-empty secret value replaced by kRedactedValue.
+std::vector<std::pair<std::string, std::string>> redact_secret_settings(
+    std::vector<std::pair<std::string, std::string>> settings);
+// A command line with the value of every secret flag (`--api-key X`, `--api-key=X`) redacted.
+std::vector<std::string> redact_secret_args(std::vector<std::string> args);
 
 // `deltaserve serve --help` text generated from the table.
 std::string serve_options_help();

@@ -464,7 +464,9 @@ void GenerationJob::send_error_response(EngineErrorKind kind, const std::string&
   const ApiError e = api_error_for(kind, message);
   const int status = e.status;
   env_.metrics->count_request(route(), status);
-  exchange_->respond(status, "application/json", e.to_json());
+  HttpHeaders headers;
+  if (status == 503) headers.emplace_back("Retry-After", "1");  // queue full: a retry soon may be admitted
+  exchange_->respond(status, "application/json", e.to_json(), std::move(headers));
   responded_ = true;
   for (auto& c : choices_) {
     if (!c.engine_done) cancel_choice(c);

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <future>
 #include <optional>
 
 #include "util/log.h"
@@ -40,6 +41,7 @@ const char* http_status_text(int status) {
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     default: return "Unknown";
   }
@@ -50,12 +52,21 @@ struct HttpServer::Impl {
   std::optional<tcp::acceptor> acceptor;
   std::vector<std::thread> threads;
   std::atomic<std::size_t> n_connections{0};
+  std::atomic<std::size_t> n_pending_writes{0};  // queue_write() calls not yet written or dropped
   std::mutex mutex;
   std::condition_variable cv;
   bool stopped = false;
   HttpServerConfig config;
   HttpHandler handler;
+  // Accept back-off when the process is out of descriptors (EMFILE/ENFILE): instead of
+  // retrying at once (a busy loop: the listening socket stays readable), wait, doubling up to 1 s;
+  // one log line per interval counts the failures.
+  std::optional<net::steady_timer> accept_timer;
+  std::chrono::milliseconds accept_delay{10};
+  std::chrono::steady_clock::time_point last_accept_log{};
+  std::uint64_t accept_failures_unlogged = 0;
   void accept();
+  void on_accept_error(const beast::error_code& ec);
 };
 
 // One TCP connection. Lives while an async operation or an exchange refers to it.
@@ -65,7 +76,10 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
       : stream_(std::move(socket)), server_(server) {
     server_.n_connections.fetch_add(1);
   }
-  ~HttpConnection() { server_.n_connections.fetch_sub(1); }
+  ~HttpConnection() {
+    server_.n_pending_writes.fetch_sub(n_queued_);
+    server_.n_connections.fetch_sub(1);
+  }
 
   void start() { do_read_header(); }
 
@@ -91,11 +105,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     }
     head += keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
     head += "\r\n";
-    head += body;
+    if (!head_request_) head += body;  // a HEAD response has the headers of a GET, no body
     queue_write(std::move(head));
   }
   void send_chunk(const std::string& data) {
-    if (closed_ || data.empty()) return;
+    if (closed_ || data.empty() || head_request_) return;
     char size[32];
     std::snprintf(size, sizeof size, "%zx\r\n", data.size());
     std::string framed;
@@ -107,7 +121,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   }
   void complete_response(bool chunked) {
     if (closed_ || response_complete_) return;
-    if (chunked) queue_write("0\r\n\r\n");
+    if (chunked && !head_request_) queue_write("0\r\n\r\n");
     response_complete_ = true;
     maybe_finish_exchange();
   }
@@ -134,6 +148,29 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     if (closed_) return;
     if (ec) return fail_read(ec);
     auto& req = parser_->get();
+    // Framing: only "chunked" is a transfer coding we read; with Content-Length as well the
+    // length is ambiguous (request smuggling), so both are refused and the connection closed.
+    const std::size_t n_te = req.count(http::field::transfer_encoding);
+    if (n_te > 0) {
+      if (req.count(http::field::content_length) > 0) {
+        return reject(400, "both Transfer-Encoding and Content-Length are set");
+      }
+      std::string te(req[http::field::transfer_encoding]);
+      auto trim = [](std::string& v) {
+        while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.pop_back();
+        std::size_t i = 0;
+        while (i < v.size() && (v[i] == ' ' || v[i] == '\t')) ++i;
+        v.erase(0, i);
+      };
+      trim(te);
+      if (n_te != 1 || !beast::iequals(te, "chunked")) {
+        return reject(501, "Transfer-Encoding '" + te + "' is not supported (only 'chunked')");
+      }
+    }
+    if (server_.config.screen) {
+      HttpRequest head = request_head(req);
+      if (auto early = server_.config.screen(head)) return send_early(std::move(*early));
+    }
     if (auto cl = parser_->content_length(); cl && *cl > server_.config.max_body_bytes) {
       return reject(413, "request body of " + std::to_string(*cl) + " bytes exceeds the limit of " +
                              std::to_string(server_.config.max_body_bytes) + " bytes");
@@ -163,23 +200,43 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     reject(400, "malformed HTTP request: " + ec.message());
   }
 
-  void on_body(beast::error_code ec) {
-    if (closed_) return;
-    if (ec) return fail_read(ec);
-    stream_.expires_never();
-    auto req_msg = parser_->release();
+  static HttpRequest request_head(const http::request<http::string_body>& msg) {
     HttpRequest req;
-    req.method = std::string(req_msg.method_string());
-    req.target = std::string(req_msg.target());
+    req.method = std::string(msg.method_string());
+    req.target = std::string(msg.target());
     req.path = req.target.substr(0, req.target.find('?'));
-    for (const auto& field : req_msg) {
+    for (const auto& field : msg) {
       std::string name(field.name_string());
       std::transform(name.begin(), name.end(), name.begin(),
                      [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
       req.headers[name] = std::string(field.value());
     }
+    return req;
+  }
+
+  // A screened request: answer, never read the body, close after a short bounded drain (so the
+  // client can read the answer instead of a reset).
+  void send_early(HttpEarlyResponse r) {
+    head_sent_ = false;
+    keep_alive_ = false;
+    head_request_ = false;
+    const std::size_t length = r.body.size();
+    send_head(r.status, r.content_type, r.headers, false, length, std::move(r.body));
+    response_complete_ = true;
+    lingering_close_ = true;
+    linger_limit_ = 64u << 10;
+    maybe_finish_exchange();
+  }
+
+  void on_body(beast::error_code ec) {
+    if (closed_) return;
+    if (ec) return fail_read(ec);
+    stream_.expires_never();
+    auto req_msg = parser_->release();
+    HttpRequest req = request_head(req_msg);
     req.body = std::move(req_msg.body());
     keep_alive_ = req_msg.keep_alive();
+    head_request_ = req.method == "HEAD";
     head_sent_ = false;
     response_complete_ = false;
     exchange_ = std::make_shared<HttpExchange>(shared_from_this());
@@ -212,14 +269,26 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     if (ec == net::error::operation_aborted) return;
     if (ec) return close();
     // Readiness alone proves nothing: the reactor can report a socket readable when the bytes
-    // that made it so were already consumed (edge-triggered epoll). Peek: 0 bytes means the
-    // peer closed; EAGAIN means nothing happened, so watch again.
-    char byte;
-    const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return close();
-    if (n < 0) return watch_peer();
-    // The client sent more bytes (a pipelined request); those wait for the next read. We can no
-    // longer detect a hang-up by readiness, but a failing write still will.
+    // that made it so were already consumed (edge-triggered epoll). Read: 0 bytes means the peer
+    // closed; EAGAIN means nothing (more) happened, so watch again.
+    // Bytes after the request (a stray CRLF, a pipelined request) are read into the buffer the
+    // next request is parsed from, so the watch goes on and still sees a later hang-up. Past the
+    // header limit the client is pipelining more than one request head's worth: stop reading
+    // (a failing write still detects a hang-up).
+    const int fd = stream_.socket().native_handle();
+    for (;;) {
+      if (buffer_.size() >= server_.config.max_header_bytes) return;
+      auto space = buffer_.prepare(4096);
+      const ssize_t n = ::recv(fd, space.data(), space.size(), MSG_DONTWAIT);
+      if (n == 0) return close();
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        return close();
+      }
+      buffer_.commit(static_cast<std::size_t>(n));
+    }
+    watch_peer();
   }
 
   void reject(int status, const std::string& message) {
@@ -229,6 +298,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void send_error_now(int status, const std::string& message) {
     head_sent_ = false;
+    head_request_ = false;
     keep_alive_ = false;
     std::string body = server_.config.error_body ? server_.config.error_body(status, message)
                                                  : message + "\n";
@@ -242,7 +312,15 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void queue_write(std::string data) {
     pending_ += data;
+    ++n_queued_;
+    server_.n_pending_writes.fetch_add(1);
     if (!writing_) do_write();
+  }
+  // The writes counted in n_pending_writes that are done (written or dropped with the socket).
+  void writes_done(std::size_t n) {
+    if (n == 0) return;
+    n_queued_ -= n;
+    server_.n_pending_writes.fetch_sub(n);
   }
 
   void write_raw_now(std::string data) { queue_write(std::move(data)); }
@@ -252,6 +330,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     writing_ = true;
     in_flight_.swap(pending_);
     pending_.clear();
+    n_in_flight_ = n_queued_;
     stream_.expires_after(std::chrono::seconds(300));
     net::async_write(stream_, net::buffer(in_flight_),
                      [self = shared_from_this()](beast::error_code ec, std::size_t) {
@@ -262,6 +341,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void on_write(beast::error_code ec) {
     writing_ = false;
     in_flight_.clear();
+    writes_done(n_in_flight_);
+    n_in_flight_ = 0;
     if (closed_) return;
     if (ec) return close();
     if (!pending_.empty()) return do_write();
@@ -289,7 +370,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     stream_.async_read_some(net::buffer(drain_buffer_),
                             [self = shared_from_this()](beast::error_code ec, std::size_t n) {
                               self->drained_ += n;
-                              if (ec || self->drained_ > (256u << 20)) return self->close();
+                              if (ec || self->drained_ > self->linger_limit_) return self->close();
                               self->linger_more();
                             });
   }
@@ -297,7 +378,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     stream_.async_read_some(net::buffer(drain_buffer_),
                             [self = shared_from_this()](beast::error_code ec, std::size_t n) {
                               self->drained_ += n;
-                              if (ec || self->drained_ > (256u << 20)) return self->close();
+                              if (ec || self->drained_ > self->linger_limit_) return self->close();
                               self->linger_more();
                             });
   }
@@ -321,6 +402,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   std::string pending_, in_flight_;
   std::vector<char> drain_buffer_;
   std::size_t drained_ = 0;
+  std::size_t n_queued_ = 0;     // this connection's share of n_pending_writes
+  std::size_t n_in_flight_ = 0;  // of which the async_write in progress carries this many
+  std::size_t linger_limit_ = 256u << 20;  // bytes drained before a lingering close gives up
   bool writing_ = false;
   bool closed_ = false;
   bool keep_alive_ = true;
@@ -328,6 +412,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   bool response_complete_ = false;
   bool watching_ = false;
   bool lingering_close_ = false;
+  bool head_request_ = false;  // the current request is HEAD: responses carry no body
 };
 
 // --- HttpExchange ---
@@ -396,16 +481,38 @@ void HttpExchange::notify_disconnect() {
 // --- HttpServer ---
 
 void HttpServer::Impl::accept() {
+  if (!acceptor || !acceptor->is_open()) return;
   acceptor->async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec) {
       if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
-      log_warn("http: accept failed: ", ec.message());
-    } else {
-      beast::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<HttpConnection>(std::move(socket), *this)->start();
+      return on_accept_error(ec);
     }
+    accept_delay = std::chrono::milliseconds(10);
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    std::make_shared<HttpConnection>(std::move(socket), *this)->start();
     accept();
+  });
+}
+
+void HttpServer::Impl::on_accept_error(const beast::error_code& ec) {
+  const bool out_of_resources = ec.value() == EMFILE || ec.value() == ENFILE ||
+                                ec.value() == ENOBUFS || ec.value() == ENOMEM;
+  const auto now = std::chrono::steady_clock::now();
+  ++accept_failures_unlogged;
+  if (now - last_accept_log >= std::chrono::seconds(10)) {
+    log_warn("http: accept failed: ", ec.message(), " (", accept_failures_unlogged,
+             accept_failures_unlogged == 1 ? " failure" : " failures", " since the last message)",
+             out_of_resources ? "; pausing accepts until descriptors free up" : "");
+    last_accept_log = now;
+    accept_failures_unlogged = 0;
+  }
+  if (!out_of_resources) return accept();  // e.g. a connection reset before it was accepted
+  if (!accept_timer) accept_timer.emplace(ioc);
+  accept_timer->expires_after(accept_delay);
+  accept_delay = std::min<std::chrono::milliseconds>(accept_delay * 2, std::chrono::seconds(1));
+  accept_timer->async_wait([this](beast::error_code wait_ec) {
+    if (!wait_ec) accept();
   });
 }
 
@@ -454,6 +561,20 @@ Status HttpServer::start() {
   return Status::ok();
 }
 
+void HttpServer::stop_accepting() {
+  if (!impl_) return;
+  auto done = std::make_shared<std::promise<void>>();
+  auto closed = done->get_future();
+  net::post(impl_->ioc, [this, done] {
+    beast::error_code ec;
+    if (impl_->acceptor) impl_->acceptor->close(ec);
+    if (impl_->accept_timer) impl_->accept_timer->cancel();
+    done->set_value();
+  });
+  // The io threads run until stop(); if they were stopped already nothing is listening anyway.
+  closed.wait_for(std::chrono::seconds(5));
+}
+
 void HttpServer::stop() {
   if (!impl_) return;
   {
@@ -464,6 +585,7 @@ void HttpServer::stop() {
   net::post(impl_->ioc, [this] {
     beast::error_code ec;
     if (impl_->acceptor) impl_->acceptor->close(ec);
+    if (impl_->accept_timer) impl_->accept_timer->cancel();
   });
   impl_->ioc.stop();
   for (auto& t : impl_->threads) {
@@ -476,6 +598,10 @@ void HttpServer::wait() {
   if (!impl_) return;
   std::unique_lock<std::mutex> lock(impl_->mutex);
   impl_->cv.wait(lock, [&] { return impl_->stopped; });
+}
+
+std::size_t HttpServer::pending_writes() const {
+  return impl_ ? impl_->n_pending_writes.load() : 0;
 }
 
 std::size_t HttpServer::open_connections() const {

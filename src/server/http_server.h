@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -79,6 +80,15 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
 
 using HttpHandler = std::function<void(HttpRequest&&, std::shared_ptr<HttpExchange>)>;
 
+// A response the server sends instead of reading a request's body (e.g. 401): the connection
+// is closed after it.
+struct HttpEarlyResponse {
+  int status = 400;
+  std::string content_type = "application/json";
+  std::string body;
+  HttpHeaders headers;
+};
+
 struct HttpServerConfig {
   std::string host = "127.0.0.1";
   int port = 0;                                // 0 = any free port (see HttpServer::port())
@@ -88,6 +98,10 @@ struct HttpServerConfig {
   int keep_alive_timeout_s = 120;              // idle connection lifetime between requests
   // Body for errors the HTTP layer answers itself (413, 431, 400 for broken HTTP); JSON if set.
   std::function<std::string(int status, const std::string& message)> error_body;
+  // Called with each request's head (method, target, path, headers; no body) before the body is
+  // read: a response it returns is sent at once, the body is never read and the connection is
+  // closed (authentication: an unauthenticated client cannot make the server read its body).
+  std::function<std::optional<HttpEarlyResponse>(const HttpRequest& head)> screen;
 };
 
 class HttpServer {
@@ -102,9 +116,14 @@ class HttpServer {
   int port() const { return bound_port_; }
   // Stops accepting, closes connections and joins the io threads. Safe to call twice.
   void stop();
+  // Closes the listening socket (new connections are refused); open connections keep being
+  // served. For a graceful shutdown: stop_accepting(), let requests finish, then stop().
+  void stop_accepting();
   // Blocks until stop() is called from another thread (or a signal handler thread).
   void wait();
   std::size_t open_connections() const;
+  // Response bytes queued on connections or being written (a graceful stop waits for 0).
+  std::size_t pending_writes() const;
 
   struct Impl;
 

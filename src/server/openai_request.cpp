@@ -8,6 +8,7 @@
 
 #include "server/json_util.h"
 #include "server/request_fields.h"
+#include "util/json_parse.h"
 
 namespace deltaserve {
 
@@ -99,6 +100,7 @@ std::optional<ApiError> parse_common(const json& body, const SamplingDefaults& d
   s.repetition_penalty = defaults.repetition_penalty.value_or(1.0f);
 
   if (auto v = f.number("temperature", 0.0, kInf)) s.temperature = static_cast<float>(*v);
+  if (s.temperature < kGreedyTemperature) s.temperature = 0.0f;  // vLLM: below 1e-5 is greedy
   if (auto v = f.number("top_p", 0.0, 1.0)) {
     if (*v <= 0.0) return ApiError::bad_request("'top_p' must be in (0, 1], got 0", "top_p");
     s.top_p = static_cast<float>(*v);
@@ -180,6 +182,8 @@ std::optional<ApiError> flatten_text_parts(const json& content, const std::strin
     }
     if (!part.is_object())
       return ApiError::bad_request("content parts must be objects", p);
+    if (part.contains("type") && !part["type"].is_string())
+      return ApiError::bad_request("a content part's 'type' must be a string", p + ".type");
     std::string type = part.value("type", "text");
     if (type == "text" || type == "input_text") {
       if (!part.contains("text") || !part["text"].is_string())
@@ -244,8 +248,7 @@ std::optional<ApiError> normalize_message(const json& m, std::size_t i, json& ou
         json args = json::object();
         if (fn.contains("arguments")) {
           if (fn["arguments"].is_string()) {
-            args = json::parse(fn["arguments"].get<std::string>(), nullptr, false);
-            if (args.is_discarded())
+            if (!parse_ordered_json(fn["arguments"].get<std::string>(), args))
               return ApiError::bad_request(cp + ".function.arguments must be valid JSON",
                                            cp + ".function.arguments");
           } else {
@@ -287,6 +290,8 @@ std::optional<ApiError> parse_tools(const json& body, OpenAiRequest& out) {
   for (std::size_t i = 0; i < tools.size(); ++i) {
     std::string p = "tools[" + std::to_string(i) + "]";
     const json& t = tools[i];
+    if (t.is_object() && t.contains("type") && !t["type"].is_string())
+      return ApiError::bad_request(p + ".type must be a string", p + ".type");
     if (!t.is_object() || t.value("type", "function") != "function" || !t.contains("function") ||
         !t["function"].is_object())
       return ApiError::bad_request(p + " must be {\"type\": \"function\", \"function\": {...}}", p);
@@ -395,8 +400,7 @@ std::optional<ApiError> parse_prompts(const json& p, OpenAiRequest& out) {
 // structural_tag as strings).
 std::optional<ApiError> json_or_text(const json& v, const std::string& param, json& out) {
   if (v.is_string()) {
-    out = json::parse(v.get<std::string>(), nullptr, false);
-    if (out.is_discarded()) return ApiError::bad_request("'" + param + "' is not valid JSON", param);
+    if (!parse_ordered_json(v.get<std::string>(), out)) return ApiError::bad_request("'" + param + "' is not valid JSON", param);
     return std::nullopt;
   }
   if (!v.is_object() && !v.is_boolean())
@@ -658,6 +662,14 @@ std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefau
       return ApiError::bad_request("'chat_template_kwargs' must be an object",
                                    "chat_template_kwargs");
     out.template_kwargs = body["chat_template_kwargs"];
+    // Names the server sets itself: a request may not replace them through the template.
+    for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt", "continue_final_message",
+                                 "bos_token", "eos_token"}) {
+      if (out.template_kwargs.contains(reserved))
+        return ApiError::bad_request(std::string("'chat_template_kwargs' may not set '") + reserved +
+                                         "' (the server sets it from the request)",
+                                     std::string("chat_template_kwargs.") + reserved);
+    }
   }
   // reasoning_effort "none" turns thinking off unless the kwargs say otherwise.
   std::string effort;

@@ -7,6 +7,8 @@
 #include "server/generation_job.h"
 #include "server/json_util.h"
 #include "server/request_constraint.h"
+#include "util/json_parse.h"
+#include "util/task_queue.h"
 #include "util/log.h"
 
 namespace deltaserve {
@@ -32,7 +34,16 @@ OpenAiServer::OpenAiServer(ServerConfig config, EngineService& engine, Tokenizer
   grammar_ = std::make_unique<GrammarService>(tokenizer_, defaults_.eos_token_ids);
   responses_ = make_responses_store(config_.responses_store_size);
   metrics_.set_model_name(config_.served_model_name);
+  if (config_.start_loading) state_.store(ServeState::Loading);
 }
+
+void OpenAiServer::set_server_info(int64_t launch_id, int speculative_num_steps, json info) {
+  config_.launch_id = launch_id;
+  config_.speculative_num_steps = speculative_num_steps;
+  config_.server_info = std::move(info);
+}
+
+std::size_t OpenAiServer::pending_writes() const { return http_ ? http_->pending_writes() : 0; }
 
 OpenAiServer::~OpenAiServer() { stop(); }
 
@@ -58,6 +69,19 @@ Status OpenAiServer::start() {
     e.status = status;
     return e.to_json();
   };
+  // Authentication from the request head: a request without the key is answered 401 before its
+  // body is read.
+  hc.screen = [this](const HttpRequest& head) -> std::optional<HttpEarlyResponse> {
+    if (auth_exempt(head) || authorized(head)) return std::nullopt;
+    metrics_.count_request(head.path, 401);
+    HttpEarlyResponse r;
+    r.status = 401;
+    r.body = unauthorized_error().to_json();
+    r.headers = cors_headers(head);
+    r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return r;
+  };
+  workers_ = std::make_unique<TaskQueue>(std::max(1, config_.n_prepare_threads));
   http_ = std::make_unique<HttpServer>(hc, [this](HttpRequest&& req,
                                                   std::shared_ptr<HttpExchange> exchange) {
     handle(std::move(req), std::move(exchange));
@@ -69,6 +93,22 @@ int OpenAiServer::port() const { return http_ ? http_->port() : 0; }
 
 void OpenAiServer::stop() {
   if (http_) http_->stop();
+  if (workers_) workers_->stop();
+}
+
+void OpenAiServer::stop_accepting() {
+  if (http_) http_->stop_accepting();
+}
+
+bool OpenAiServer::auth_exempt(const HttpRequest& request) {
+  // /health for liveness probes, /metrics for scrapers (aggregate counters; route labels come
+  // from the route table only), and CORS preflights (browsers send them without credentials).
+  return request.method == "OPTIONS" || request.path == "/health" || request.path == "/v1/health" ||
+         request.path == "/metrics";
+}
+
+ApiError OpenAiServer::unauthorized_error() {
+  return ApiError::unauthorized("missing or invalid API key: send 'Authorization: Bearer <key>'");
 }
 
 void OpenAiServer::wait() {
@@ -95,6 +135,8 @@ void OpenAiServer::send_error(HttpExchange& exchange, const std::string& route,
   metrics_.count_request(route, error.status);
   HttpHeaders headers;
   if (error.status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
+  if (error.status == 503) headers.emplace_back("Retry-After", "1");
+  if (error.status == 405) headers.emplace_back("Allow", error.allow.empty() ? "GET, HEAD, POST" : error.allow);
   exchange.respond(error.status, "application/json", error.to_json(), std::move(headers));
 }
 
@@ -141,6 +183,46 @@ void OpenAiServer::send_json(HttpExchange& exchange, const std::string& route, c
 }
 
 void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> exchange) {
+  // Requests with a body (parsing, chat templating, tokenization: up to seconds for a huge
+  // prompt) run on the prepare workers, so the io threads keep answering /health and streaming.
+  if (const ServeState st = state(); st != ServeState::Ready && req.path != "/metrics" && req.method != "OPTIONS") {
+    // Loading or draining: nothing is served (a request already being prepared still is).
+    const bool loading = st == ServeState::Loading;
+    ApiError e(503, loading ? "the model is loading; retry shortly" : "the server is shutting down",
+               "server_unavailable", {}, loading ? "loading" : "shutting_down");
+    metrics_.count_request(req.path, 503);
+    if (req.path == "/health" || req.path == "/v1/health") {
+      return exchange->respond(503, "application/json",
+                               json{{"status", loading ? "loading" : "shutting_down"}}.dump(),
+                               {{"Retry-After", "1"}});
+    }
+    return send_error(*exchange, req.path, e);
+  }
+  if (req.method == "POST" && workers_) {
+    preparing_.fetch_add(1);
+    workers_->post([this, req = std::move(req), exchange = std::move(exchange)]() mutable {
+      route_guarded(std::move(req), std::move(exchange));
+      preparing_.fetch_sub(1);
+    });
+    return;
+  }
+  route_guarded(std::move(req), std::move(exchange));
+}
+
+void OpenAiServer::route_guarded(HttpRequest&& req, std::shared_ptr<HttpExchange> exchange) {
+  const std::string path = req.path;
+  try {
+    route(std::move(req), exchange);
+  } catch (const nlohmann::json::exception& e) {
+    // A field of the wrong JSON type that validation did not name: still the client's error.
+    send_error(*exchange, path, ApiError::bad_request(std::string("invalid request: ") + e.what()));
+  } catch (const std::exception& e) {
+    log_warn("http: handler threw: ", e.what());
+    send_error(*exchange, path, ApiError::internal(std::string("internal error: ") + e.what()));
+  }
+}
+
+void OpenAiServer::route(HttpRequest&& req, std::shared_ptr<HttpExchange> exchange) {
   const std::string& path = req.path;
   bool get = req.method == "GET" || req.method == "HEAD";
   bool post = req.method == "POST";
@@ -164,13 +246,15 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
     metrics_.count_request("OPTIONS", 204);
     return exchange->respond(204, "text/plain", "", std::move(h));
   }
+  // Every route but /health and /metrics needs the key (unknown paths too: 401 before 404).
+  if (!auth_exempt(req) && !authorized(req)) return send_error(*exchange, path, unauthorized_error());
   if (path == "/health" || path == "/v1/health") {
-    if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
+    if (!get) return send_error(*exchange, path, ApiError::method_not_allowed("GET"));
     metrics_.count_request("/health", 200);
     return exchange->respond(200, "application/json", "{}");
   }
   if (path == "/metrics") {
-    if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
+    if (!get) return send_error(*exchange, path, ApiError::method_not_allowed("GET"));
     metrics_.count_request("/metrics", 200);
     return exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8",
                              metrics_.render(engine_.stats()));
@@ -178,7 +262,7 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
   if (path == "/v1/server_info" || path == "/server_info" || path == "/get_server_info") {
     // The server's arguments and the engine's allocation (SGLang's /get_server_info), what
     // `deltaserve bench` attaches its results to, and live figures.
-    if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
+    if (!get) return send_error(*exchange, path, ApiError::method_not_allowed("GET"));
     const EngineStats st = engine_.stats();
     json info = json::parse(config_.server_info.dump());
     info["launch_id"] = config_.launch_id;
@@ -197,16 +281,10 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
   bool known = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||
                path.rfind("/v1/models/", 0) == 0;
   if (!known) {
-    return send_error(*exchange, "other",
-                      ApiError::not_found("no route for " + req.method + " " + path));
-  }
-  if (!authorized(req)) {
-    return send_error(*exchange, path,
-                      ApiError::unauthorized("missing or invalid API key: send "
-                                             "'Authorization: Bearer <key>'"));
+    return send_error(*exchange, path, ApiError::not_found("no route for " + req.method + " " + path));
   }
   if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
-    if (!get) return send_error(*exchange, path, {405, "use GET", "invalid_request_error", "", ""});
+    if (!get) return send_error(*exchange, path, ApiError::method_not_allowed("GET"));
     json model = {{"id", config_.served_model_name},
                   {"object", "model"},
                   {"created", created_},
@@ -228,7 +306,7 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
   }
   if (!post) {
     return send_error(*exchange, path,
-                      {405, "use POST for " + path, "invalid_request_error", "", ""});
+                      ApiError::method_not_allowed("POST"));
   }
   handle_generate(path == "/v1/chat/completions" ? ApiKind::Chat : ApiKind::Completion, req,
                   std::move(exchange));
@@ -240,17 +318,10 @@ std::optional<ApiError> OpenAiServer::parse_body(const HttpRequest& req, json& b
     return ApiError::bad_request("JSON nesting deeper than " + std::to_string(config_.max_json_depth) + " levels", "",
                                  "invalid_json");
   }
-  body = json::parse(req.body, nullptr, false);
-  if (body.is_discarded()) {
-    // Say why: re-parse with exceptions for the message (rare path).
-    std::string why = "malformed JSON";
-    try {
-      json ignored = json::parse(req.body);
-      (void)ignored;
-    } catch (const json::exception& e) {
-      why = std::string("malformed JSON: ") + e.what();
-    }
-    return ApiError::bad_request(why, "", "invalid_json");
+  // Linear-time parse into ordered_json (key order kept for schemas and tool arguments).
+  std::string why;
+  if (!parse_ordered_json(req.body, body, &why)) {
+    return ApiError::bad_request("malformed JSON: " + why, "", "invalid_json");
   }
   return std::nullopt;
 }
@@ -497,9 +568,11 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
 
   JobEnv env{&engine_, &tokenizer_, &metrics_, &active_jobs_, config_.served_model_name, &registry_,
              std::move(on_response)};
+  auto strand = exchange;
   auto job = std::make_shared<GenerationJob>(std::move(env), std::move(request), std::move(prompts),
                                              std::move(options), std::move(exchange), arrival);
-  job->start();
+  // Started on the connection's strand: its disconnect hook and drains run there too.
+  strand->post([job] { job->start(); });
 }
 
 Result<std::shared_ptr<const CompiledGrammar>> OpenAiServer::compile_stop_regex(const std::string& pattern) {

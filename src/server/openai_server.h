@@ -26,6 +26,7 @@
 #include "server/server_metrics.h"
 #include "server/tool_call_parser.h"
 #include "tokenizer/tokenizer.h"
+#include "util/task_queue.h"
 
 namespace deltaserve {
 
@@ -33,6 +34,7 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 30000;
   int n_http_threads = 4;
+  int n_prepare_threads = 2;                    // parse + template + tokenize requests off the io threads
   std::string api_key;                          // "" = no authentication
   std::string served_model_name = "default";
   std::size_t max_request_bytes = 32u << 20;    // larger bodies get 413
@@ -45,6 +47,7 @@ struct ServerConfig {
   std::vector<std::string> allowed_origins = {"*"};  // with enable_cors
   std::string model_path;                       // reported by /get_model_info
   size_t responses_store_size = 1000;           // /v1/responses kept for retrieval (oldest dropped)
+  bool start_loading = false;                   // start in ServeState::Loading (see set_state)
   // /get_server_info (SGLang's route; also merged into /v1/server_info): the effective server
   // arguments and what the engine allocated (max_total_num_tokens, max_running_requests,
   // max_mamba_cache_size, kv_cache_dtype, context_length, ...). Built by cmd_serve.
@@ -56,6 +59,11 @@ struct ServerConfig {
 using ChatRenderFn = std::function<Result<std::string>(
     const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools, const nlohmann::ordered_json& kwargs)>;
 
+// Loading: the port is open while the model loads; /health and every route but /metrics answer
+// 503 (Retry-After). Ready: serving. Draining: after SIGTERM, requests in flight run on, new ones
+// get 503 and /health says so (load balancers take the server out).
+enum class ServeState { Loading, Ready, Draining };
+
 class OpenAiServer {
  public:
   OpenAiServer(ServerConfig config, EngineService& engine, Tokenizer tokenizer,
@@ -65,12 +73,27 @@ class OpenAiServer {
   Status start();           // binds and serves on background threads
   int port() const;
   void stop();
+  void stop_accepting();    // new connections are refused; open ones are still served
   void wait();              // until stop()
   int active_jobs() const { return active_jobs_.load(); }
+  // Requests being served: generation jobs plus requests still being prepared (parsed/tokenized).
+  int busy() const { return active_jobs_.load() + preparing_.load(); }
+  void set_state(ServeState state) { state_.store(state, std::memory_order_release); }
+  ServeState state() const { return state_.load(std::memory_order_acquire); }
+  // What /get_server_info reports; call before set_state(Ready) (read only once Ready).
+  void set_server_info(int64_t launch_id, int speculative_num_steps, nlohmann::ordered_json info);
+  // Aborts every generation in flight (they end with finish_reason "abort"); returns how many.
+  int abort_all() { return registry_.abort("", true); }
+  // Bytes queued or being written to sockets (0: every response so far is on the wire).
+  std::size_t pending_writes() const;
   ServerMetrics& metrics() { return metrics_; }
 
  private:
   void handle(HttpRequest&& request, std::shared_ptr<HttpExchange> exchange);
+  void route_guarded(HttpRequest&& request, std::shared_ptr<HttpExchange> exchange);
+  void route(HttpRequest&& request, std::shared_ptr<HttpExchange> exchange);
+  static bool auth_exempt(const HttpRequest& request);
+  static ApiError unauthorized_error();
   void handle_generate(ApiKind kind, const HttpRequest& request,
                        std::shared_ptr<HttpExchange> exchange);
   // Everything after parsing: prompts, limits, constraint plan, output options, the job.
@@ -108,7 +131,10 @@ class OpenAiServer {
   static std::shared_ptr<ResponsesStore> make_responses_store(size_t capacity);
   std::shared_ptr<ResponsesStore> responses_;
   std::atomic<int> active_jobs_{0};
+  std::atomic<int> preparing_{0};
+  std::atomic<ServeState> state_{ServeState::Ready};
   int64_t created_ = 0;
+  std::unique_ptr<TaskQueue> workers_;  // prepare workers (see handle())
   std::unique_ptr<HttpServer> http_;
 };
 

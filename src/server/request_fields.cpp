@@ -43,7 +43,7 @@ const std::vector<RequestField> kFields = {
   {"min_tokens", C | P, YES, nullptr, "2", "EOS and stop tokens are masked until this many tokens are generated"},
   {"min_new_tokens", S, YES, nullptr, "2", "SGLang name of min_tokens"},
   // --- sampling ---
-  {"temperature", C | P | S | R, YES, nullptr, "0.5", "0 = greedy"},
+  {"temperature", C | P | S | R, YES, nullptr, "0.5", "below 1e-5 (e.g. 0) = greedy, as vLLM"},
   {"top_p", C | P | S | R, YES, nullptr, "0.9", ""},
   {"top_k", C | P | S, YES, nullptr, "20", "-1 or 0 = off"},
   {"min_p", C | P | S, YES, nullptr, "0.05", ""},
@@ -90,7 +90,7 @@ const std::vector<RequestField> kFields = {
   {"tools", C | R, YES, nullptr, R"([{"type":"function","function":{"name":"f"}}])", ""},
   {"tool_choice", C | R, YES, nullptr, R"("auto")", "none, auto, required (a call is forced), or {\"type\":\"function\",\"function\":{\"name\":...}}"},
   {"parallel_tool_calls", C | R, YES, nullptr, "false", "false: at most one call (exactly one when a call is forced)"},
-  {"chat_template_kwargs", C, YES, nullptr, R"({"enable_thinking":false})", "passed to the chat template"},
+  {"chat_template_kwargs", C, YES, nullptr, R"({"enable_thinking":false})", "passed to the chat template; may not set messages, tools, documents, add_generation_prompt, continue_final_message, bos_token or eos_token"},
   {"add_generation_prompt", C, YES, nullptr, "true", "vLLM: false renders without the assistant prefix"},
   {"continue_final_message", C, YES, nullptr, "true", "the final assistant message is continued, not closed"},
   {"reasoning_effort", C, YES, nullptr, R"("low")", "none (thinking off), minimal, low, medium, high (thinking on; no budget)"},

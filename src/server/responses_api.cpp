@@ -337,10 +337,10 @@ bool OpenAiServer::handle_responses(const HttpRequest& req, std::shared_ptr<Http
       send_json(*exchange, route, {{"id", id}, {"object", "response"}, {"deleted", true}});
       return true;
     }
-    send_error(*exchange, route, {405, "use GET or DELETE", "invalid_request_error", "", ""});
+    send_error(*exchange, route, ApiError::method_not_allowed("GET, DELETE"));
     return true;
   }
-  if (req.method != "POST") return send_error(*exchange, route, {405, "use POST", "invalid_request_error", "", ""}), true;
+  if (req.method != "POST") return send_error(*exchange, route, ApiError::method_not_allowed("POST")), true;
   const auto arrival = GenerationJob::Clock::now();
   json body;
   if (auto e = parse_body(req, body)) return send_error(*exchange, route, *e), true;

@@ -68,16 +68,45 @@ ServerMetrics::ServerMetrics()
       e2e_({0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0}),
       accept_length_({1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0}) {}
 
+std::string metric_route_label(const std::string& route) {
+  // The route table: a label is one of these, so a client cannot mint label values (one time
+  // series per path it invents) by requesting paths that do not exist.
+  static const char* const kRoutes[] = {
+      "/v1/chat/completions", "/v1/completions", "/v1/models",     "/v1/responses",  "/health",
+      "/metrics",             "/v1/server_info", "/get_server_info", "/generate",    "/abort_request",
+      "/flush_cache",         "/tokenize",       "/v1/tokenize",   "/detokenize",    "/v1/detokenize",
+      "/health_generate",     "/get_model_info", "/get_load",      "OPTIONS"};
+  for (const char* r : kRoutes)
+    if (route == r) return route;
+  if (route == "/v1/health") return "/health";
+  if (route == "/server_info") return "/v1/server_info";
+  if (route.rfind("/v1/models/", 0) == 0) return "/v1/models";
+  if (route.rfind("/v1/responses/", 0) == 0) return "/v1/responses";
+  return "unknown";
+}
+
+std::string escape_label_value(const std::string& value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
 void ServerMetrics::count_request(const std::string& route, int status) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++n_requests_;
-  add_count(requests_, "route=\"" + route + "\",code=\"" + std::to_string(status) + "\"");
+  add_count(requests_, "route=\"" + metric_route_label(route) + "\",code=\"" + std::to_string(status) + "\"");
 }
 
 void ServerMetrics::count_finish(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (reason == "abort") ++n_aborted_;
-  add_count(finishes_, "reason=\"" + reason + "\"");
+  add_count(finishes_, "reason=\"" + escape_label_value(reason) + "\"");
 }
 
 void ServerMetrics::stream_opened() {
@@ -159,7 +188,7 @@ std::string ServerMetrics::render(const EngineStats& s) const {
 // SGLang's names (python/sglang/srt/metrics/collector.py), labelled model_name as SGLang does.
 // Called with mutex_ held.
 void ServerMetrics::render_sglang(const EngineStats& s, std::string& out) const {
-  const std::string label = "model_name=\"" + model_name_ + "\"";
+  const std::string label = "model_name=\"" + escape_label_value(model_name_) + "\"";
   auto sample = [&](const char* type, const char* name, const char* help, double v) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + "{" + label +
            "} " + num(v) + "\n";

@@ -31,6 +31,12 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
+// The `route` label for a request path: the path if it is in the route table ("/v1/models/x" →
+// "/v1/models"), "unknown" otherwise.
+std::string metric_route_label(const std::string& route);
+// A Prometheus label value with \\, " and newline escaped.
+std::string escape_label_value(const std::string& value);
+
 class ServerMetrics {
  public:
   ServerMetrics();
@@ -38,6 +44,7 @@ class ServerMetrics {
   void observe_itl(double seconds) { itl_.observe(seconds); }
   void observe_e2e(double seconds) { e2e_.observe(seconds); }
   void observe_accept_length(double tokens) { accept_length_.observe(tokens); }
+  // `route` is reported as metric_route_label(route).
   void count_request(const std::string& route, int status);
   void count_finish(const std::string& reason);
   void add_abandoned() { std::lock_guard<std::mutex> l(mutex_); ++n_abandoned_; }

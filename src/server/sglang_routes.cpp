@@ -24,7 +24,7 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-ApiError method_not_allowed(const std::string& use) { return {405, "use " + use, "invalid_request_error", "", ""}; }
+ApiError method_not_allowed(const std::string& use) { return ApiError::method_not_allowed(use); }
 
 // /generate body -> OpenAiRequest (kind Generate).
 std::optional<ApiError> parse_generate_request(const json& body, const SamplingDefaults& defaults, OpenAiRequest& out) {
@@ -342,7 +342,7 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
     return true;
   }
   if (path == "/flush_cache") {
-    if (!post && !get) return send_error(*exchange, path, method_not_allowed("POST")), true;
+    if (!post && !get) return send_error(*exchange, path, method_not_allowed("GET, POST")), true;
     if (!engine_.flush_cache())
       return send_error(*exchange, path,
                         ApiError::bad_request("the prefix cache cannot be flushed while requests are running or waiting",

@@ -2,6 +2,8 @@
 // warning, corrupt databases, the recorder API serve uses, and the systemd unit writer.
 #include "deploy/launch_db.h"
 
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -9,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "deploy/config_diff.h"
 #include "deploy/systemd_unit.h"
@@ -199,6 +202,118 @@ TEST_F(LaunchDbTest, SystemdUnitRoundTripAndVerify) {
   // Whatever the exit code, it must not complain about our unit's syntax.
   EXPECT_EQ(out.find("Unknown key"), std::string::npos) << out;
   EXPECT_EQ(out.find("Invalid"), std::string::npos) << out;
+}
+
+TEST_F(LaunchDbTest, ApiKeyIsNeverStoredOrPrintedAndTheDbIsPrivate) {
+  const std::string secret = "sk-very-secret-0123456789";
+  auto opts = parse_serve_args_raw({"--model-path", "/srv/m", "--api-key", secret, "--state-dir", dir_.string()});
+  ASSERT_TRUE(opts) << opts.status().message();
+  {
+    LaunchRecorder rec = LaunchRecorder::start(*opts, nullptr, {}, "0.1.0");
+    ASSERT_GT(rec.launch_id(), 0) << rec.warning();
+    rec.stop();
+  }
+  const auto file = dir_ / "launches.sqlite";
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  EXPECT_EQ(bytes.str().find(secret), std::string::npos) << "the key is in the database file";
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  auto db = LaunchDb::open(dir_);
+  ASSERT_TRUE(db);
+  auto all = (*db)->list();
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].config_value("api-key"), kRedactedValue);
+  bool redacted_arg = false;
+  for (const auto& a : (*all)[0].args) {
+    EXPECT_EQ(a.find(secret), std::string::npos);
+    redacted_arg = redacted_arg || a == kRedactedValue;
+  }
+  EXPECT_TRUE(redacted_arg);
+  // `config show` / `config diff` of the launch, and `config show --toml` of a command line.
+  auto src = load_config_source(std::to_string((*all)[0].id), dir_);
+  ASSERT_TRUE(src) << src.status().message();
+  for (const auto& [k, v] : src->settings) EXPECT_EQ(v.find(secret), std::string::npos) << k;
+  auto cmd = load_config_source("deltaserve serve --model-path /m --api-key " + secret, dir_);
+  ASSERT_TRUE(cmd) << cmd.status().message();
+  for (const auto& [k, v] : cmd->settings) EXPECT_EQ(v.find(secret), std::string::npos) << k;
+  const std::string toml = serve_options_to_toml(*opts);
+  EXPECT_EQ(toml.find(secret), std::string::npos) << toml;
+  EXPECT_NE(toml.find("# api_key is set"), std::string::npos) << toml;
+  EXPECT_EQ(redact_secret_args({"--api-key=abc", "--port", "1", "--api_key", "def"}),
+            (std::vector<std::string>{"--api-key=<redacted>", "--port", "1", "--api_key", "<redacted>"}));
+
+  // A record written by an older version (plaintext) is redacted when read.
+  LaunchRecord old;
+  old.config = {{"api-key", secret}};
+  old.args = {"--api-key", secret};
+  auto id = (*db)->insert_launch(old);
+  ASSERT_TRUE(id);
+  auto back = (*db)->get(*id);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->config_value("api-key"), kRedactedValue);
+  EXPECT_EQ(back->args, (std::vector<std::string>{"--api-key", kRedactedValue}));
+}
+
+TEST_F(LaunchDbTest, LaunchStateFromPidBootIdAndStartTime) {
+  auto db = LaunchDb::open(dir_);
+  ASSERT_TRUE(db);
+  // A child that is alive while recorded, then killed.
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    char c;
+    (void)::read(pipefd[0], &c, 1);  // blocks until the parent closes the pipe
+    ::_exit(0);
+  }
+  LaunchRecord r;
+  r.pid = child;
+  r.boot_id = current_boot_id();
+  r.pid_start_ticks = process_start_ticks(child);
+  ASSERT_FALSE(r.boot_id.empty());
+  ASSERT_GT(r.pid_start_ticks, 0);
+  auto id = (*db)->insert_launch(r);
+  ASSERT_TRUE(id);
+  EXPECT_EQ(launch_state(*(*db)->get(*id)), "running");
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ::close(pipefd[0]);
+  ::close(pipefd[1]);
+  EXPECT_EQ(launch_state(*(*db)->get(*id)), "died");
+
+  LaunchRecord me = r;
+  me.pid = ::getpid();
+  me.pid_start_ticks = process_start_ticks(me.pid);
+  EXPECT_EQ(launch_state(me), "running");
+  me.pid_start_ticks += 1;  // the pid now belongs to another process
+  EXPECT_EQ(launch_state(me), "died");
+  me.pid_start_ticks -= 1;
+  me.boot_id = "another-boot";
+  EXPECT_EQ(launch_state(me), "died");
+  LaunchRecord legacy;  // recorded before pids were
+  EXPECT_EQ(launch_state(legacy), "running?");
+  legacy.stopped_at = "2026-01-01T00:00:00Z";
+  legacy.exit_status = "stopped";
+  EXPECT_EQ(launch_state(legacy), "stopped");
+
+  // The recorder: its own pid while running; "failed" when destroyed without stop().
+  auto opts = parse_serve_args_raw({"--model-path", "/srv/m", "--state-dir", dir_.string()});
+  ASSERT_TRUE(opts);
+  int64_t rec_id = 0;
+  {
+    LaunchRecorder rec = LaunchRecorder::start(*opts, nullptr, {}, "0.1.0");
+    rec_id = rec.launch_id();
+    auto live = (*db)->get(rec_id);
+    ASSERT_TRUE(live);
+    EXPECT_EQ(live->pid, ::getpid());
+    EXPECT_EQ(launch_state(*live), "running");
+  }
+  EXPECT_EQ(launch_state(*(*db)->get(rec_id)), "failed");
 }
 
 }  // namespace

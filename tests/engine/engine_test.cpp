@@ -227,5 +227,46 @@ TEST(Engine, BadRequestsGetErrors) {
   expect_idle(*e);
 }
 
+// vLLM's rule: a temperature below 1e-5 samples greedily. 1e-40 (a float denormal) would make
+// 1/T infinite and the scaled logits NaN.
+TEST(Engine, TinyTemperatureSamplesGreedily) {
+  auto e = make_engine("models/tiny-coder", 0);
+  Output greedy = collect(*submit(*e, {8183, 755}, 16, 0.0f));
+  for (float t : {1e-40f, 1e-7f, 9e-6f}) {
+    Output tiny = collect(*submit(*e, {8183, 755}, 16, t, 1234));
+    EXPECT_EQ(tiny.finish, FinishReason::Length) << t;
+    EXPECT_EQ(tiny.tokens, greedy.tokens) << t;
+  }
+  expect_idle(*e);
+}
+
+// A full waiting queue refuses with Overloaded and a message naming the flag that sizes it.
+TEST(Engine, QueueFullNamesARealFlag) {
+  EngineConfig c;
+  c.model_dir = source_dir() / "models/tiny-coder";
+  c.n_threads = 2;
+  c.max_running_requests = 1;
+  c.max_waiting_requests = 1;
+  c.context_length = 512;
+  c.kv_tokens = 512;
+  c.kv_block_size = 16;
+  c.chunked_prefill_size = 64;
+  c.max_prefill_tokens = 128;
+  auto e = Engine::create(c);
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  (*e)->start();
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) streams.push_back(submit(**e, {8183, 755, 1000 + i}, 64));
+  int refused = 0;
+  for (auto& s : streams) {
+    Output o = collect(*s);
+    if (o.finish != FinishReason::Error) continue;
+    ++refused;
+    EXPECT_NE(o.error.find("--max-running-requests"), std::string::npos) << o.error;
+  }
+  EXPECT_GE(refused, 4);  // one runs, one waits, the rest are refused
+  expect_idle(**e);
+}
+
 }  // namespace
 }  // namespace deltaserve::test

@@ -101,8 +101,10 @@ TEST(PreTokenizerProperty, BuiltinQwenSplitMatchesPcre2) {
   ASSERT_TRUE(builtin.is_ok() && regex.is_ok());
   std::mt19937 rng(77);
   std::vector<std::string> texts;
-  for (const auto& c : read_json(qwen3_dir() / "reference.json").at("encode"))
-    texts.push_back(c.at("text").get<std::string>());
+  // The document must outlive the loop: `for (x : temp().at(k))` iterates into a temporary that
+  // is destroyed before the first iteration (before C++23).
+  const auto reference = read_json(qwen3_dir() / "reference.json");
+  for (const auto& c : reference.at("encode")) texts.push_back(c.at("text").get<std::string>());
   // Contractions with case and long s, whitespace mixes around letters and punctuation.
   texts.push_back("I'M HE'LL 'S 'Re 'vE 'Ll 'ſ 'x ''s");
   texts.push_back(" \t\n  \r\n x\u3000y  \u00a0z\n\n \t");

@@ -24,7 +24,7 @@ void MtpDrafter::add_draft(Sequence& s, const float* logits_in, Sampler& sampler
   // A constrained sequence drafts under its constraint too (advanced by each draft here, rolled
   // back to the accepted tokens at the end of propose()).
   const float* logits = sampler.constrain(logits_in, s.constraint.get(), s.n_generated() + s.n_drafts);
-  const bool greedy = s.params.temperature <= 0.0f || s.params.top_k == 1;
+  const bool greedy = s.params.greedy();
   int32_t draft;
   if (greedy) {
     draft = sampler.sample(logits, s.params, s.prompt(), s.generated(), s.rng, nullptr);

@@ -6,7 +6,7 @@ int SpeculativeDecoder::verify(Sequence& s, int row, Sampler& sampler, std::vect
                                std::vector<TokenLogprob>* lps) const {
   const auto drafts = store_.drafts(s);
   const int k = static_cast<int>(drafts.size());
-  const bool greedy = s.params.temperature <= 0.0f || s.params.top_k == 1;
+  const bool greedy = s.params.greedy();
   for (int a = 0; a < k; ++a) {
     const float* logits = runner_.logits(row + a);
     const float* row_c = sampler.constrain(logits, s.constraint.get(), s.n_generated());  // drafts were masked too

@@ -1,0 +1,372 @@
+// `deltaserve serve` as a process, with models/tiny-coder on the CPU: the port is checked before
+// the model loads, SIGTERM drains then aborts running requests and exits 0 with the launch
+// recorded "stopped", a killed server shows "died" in `history`, a failed load is "failed".
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+const std::string kModel = std::string(DELTASERVE_SOURCE_DIR) + "/models/tiny-coder";
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+int connect_to(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+void send_all(int fd, const std::string& data) {
+  for (std::size_t off = 0; off < data.size();) {
+    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    off += static_cast<std::size_t>(n);
+  }
+}
+
+std::string post_request(const std::string& path, const std::string& body) {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n" +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// A child process whose stdout+stderr go to a file.
+struct Proc {
+  pid_t pid = -1;
+  fs::path log;
+  std::string output() const { return read_file(log); }
+  // Exit status, or -1 if it has not exited within `timeout_s`.
+  int wait(double timeout_s) {
+    auto t0 = Clock::now();
+    while (seconds_since(t0) < timeout_s) {
+      int status = 0;
+      pid_t r = ::waitpid(pid, &status, WNOHANG);
+      if (r == pid) {
+        pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+  ~Proc() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+class ServeProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ds-serve-proc-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::unique_ptr<Proc> spawn(const std::vector<std::string>& args, const std::string& log_name = "serve.log",
+                              const std::vector<std::pair<std::string, std::string>>& env = {},
+                              const std::vector<std::string>& program = {DELTASERVE_BIN}, const fs::path& cwd = {}) {
+    auto p = std::make_unique<Proc>();
+    p->log = dir_ / log_name;
+    p->pid = ::fork();
+    if (p->pid == 0) {
+      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+      if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
+      int fd = ::open(p->log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      std::vector<char*> argv;
+      std::vector<std::string> copy = program;
+      copy.insert(copy.end(), args.begin(), args.end());
+      for (auto& a : copy) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execvp(copy[0].c_str(), argv.data());
+      ::_exit(127);
+    }
+    return p;
+  }
+  std::vector<std::string> serve_args(int port) {
+    return {"serve", "--model-path", kModel, "--host", "127.0.0.1", "--port", std::to_string(port),
+            "--state-dir", (dir_ / "state").string(), "--context-length", "4096", "--max-running-requests", "4",
+            "--max-total-tokens", "16384"};
+  }
+  bool wait_listening(Proc& p, double timeout_s = 120) {
+    auto t0 = Clock::now();
+    while (seconds_since(t0) < timeout_s) {
+      if (p.output().find("listening on") != std::string::npos) return true;
+      int status = 0;
+      if (::waitpid(p.pid, &status, WNOHANG) == p.pid) {
+        p.pid = -1;
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  nlohmann::json history() {
+    auto h = spawn({"history", "--json", "--state-dir", (dir_ / "state").string()}, "history.log");
+    EXPECT_EQ(h->wait(30), 0) << h->output();
+    auto j = nlohmann::json::parse(h->output(), nullptr, false);
+    EXPECT_TRUE(j.is_array()) << h->output();
+    return j;
+  }
+  fs::path dir_;
+};
+
+TEST_F(ServeProcessTest, BusyPortFailsFastWithoutLoadingTheModel) {
+  // Hold a port, then start a server on it.
+  int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(holder, 4), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(holder, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  auto t0 = Clock::now();
+  auto p = spawn(serve_args(port));
+  const int rc = p->wait(30);
+  const double took = seconds_since(t0);
+  ::close(holder);
+  const std::string out = p->output();
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos) << out;
+  // ~0.55 s here, of which ~0.4 s is the binary's own start (`deltaserve --help`: CUDA libraries);
+  // the margin is for a loaded machine.
+  EXPECT_LT(took, 1.5) << out;
+  // Neither the memory plan nor the weights: nothing heavy ran, and no launch was recorded.
+  EXPECT_EQ(out.find("memory plan"), std::string::npos) << out;
+  EXPECT_EQ(out.find("launch "), std::string::npos) << out;
+}
+
+TEST_F(ServeProcessTest, SigtermDrainsAbortsAndRecordsStopped) {
+  const int port = free_port();
+  std::vector<std::string> args = serve_args(port);
+  args.insert(args.end(), {"--shutdown-timeout", "1"});
+  auto p = spawn(args);
+  ASSERT_TRUE(wait_listening(*p)) << p->output();
+  // A stream that would run far longer than the shutdown timeout.
+  int fd = connect_to(port);
+  ASSERT_GE(fd, 0);
+  send_all(fd, post_request("/v1/completions",
+                            R"({"prompt":"def f(x):","max_tokens":3900,"ignore_eos":true,"stream":true})"));
+  std::string raw;
+  char buf[65536];
+  while (raw.find("data: ") == std::string::npos) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << raw;
+    raw.append(buf, static_cast<std::size_t>(n));
+  }
+  auto t0 = Clock::now();
+  ASSERT_EQ(::kill(p->pid, SIGTERM), 0);
+  // New connections are refused once the server drains.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int late = connect_to(port);
+  EXPECT_LT(late, 0) << "still accepting after SIGTERM";
+  if (late >= 0) ::close(late);
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    raw.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  const int rc = p->wait(30);
+  const double took = seconds_since(t0);
+  EXPECT_EQ(rc, 0) << p->output();
+  EXPECT_GT(took, 0.9);  // the stream had its --shutdown-timeout of 1 s
+  EXPECT_LT(took, 10.0);
+  EXPECT_NE(raw.find(R"("finish_reason":"abort")"), std::string::npos) << raw.substr(raw.size() > 2000 ? raw.size() - 2000 : 0);
+  EXPECT_NE(raw.find("data: [DONE]"), std::string::npos);
+  EXPECT_NE(raw.find("0\r\n\r\n"), std::string::npos);  // the chunked response was terminated
+  auto h = history();
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0]["state"], "stopped");
+  EXPECT_EQ(h[0]["exit_status"], "stopped");
+}
+
+TEST_F(ServeProcessTest, KilledServerShowsDiedAndFailedLoadShowsFailed) {
+  const int port = free_port();
+  auto p = spawn(serve_args(port));
+  ASSERT_TRUE(wait_listening(*p)) << p->output();
+  auto h = history();
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0]["state"], "running");
+  EXPECT_EQ(h[0]["pid"], p->pid);
+  ::kill(p->pid, SIGKILL);
+  p->wait(10);
+  h = history();
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0]["state"], "died");
+
+  // A model whose weights are cut short: the plan works, the load fails.
+  const fs::path broken = dir_ / "broken-model";
+  fs::create_directories(broken);
+  for (const auto& e : fs::directory_iterator(kModel)) {
+    if (e.path().extension() == ".safetensors") {
+      std::ofstream out(broken / e.path().filename(), std::ios::binary);
+      out << read_file(e.path()).substr(0, 64);
+    } else {
+      fs::copy_file(e.path(), broken / e.path().filename());
+    }
+  }
+  std::vector<std::string> args = serve_args(free_port());
+  args[2] = broken.string();
+  auto f = spawn(args, "broken.log");
+  EXPECT_NE(f->wait(60), 0) << f->output();
+  h = history();
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0]["state"].get<std::string>().rfind("failed", 0), 0u) << h[0].dump();
+  EXPECT_EQ(h[1]["state"], "died");
+}
+
+TEST_F(ServeProcessTest, NotifiesSystemdReadyWatchdogStopping) {
+#if !DELTASERVE_WITH_SYSTEMD
+  GTEST_SKIP() << "built without libsystemd";
+#endif
+  // systemd's side of the protocol: a datagram socket named by $NOTIFY_SOCKET.
+  const fs::path sock_path = dir_ / "notify.sock";
+  int sock = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock_path.c_str());
+  ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  timeval tv{0, 100000};
+  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::vector<std::string> messages;
+  auto collect_until = [&](const std::string& what, double timeout_s) {
+    auto t0 = Clock::now();
+    while (seconds_since(t0) < timeout_s) {
+      char buf[4096];
+      ssize_t n = ::recv(sock, buf, sizeof buf, 0);
+      if (n > 0) {
+        messages.emplace_back(buf, static_cast<std::size_t>(n));
+        if (messages.back().find(what) != std::string::npos) return true;
+      }
+    }
+    return false;
+  };
+  const int port = free_port();
+  auto p = spawn(serve_args(port), "serve.log", {{"NOTIFY_SOCKET", sock_path.string()}, {"WATCHDOG_USEC", "200000"}});
+  ASSERT_TRUE(collect_until("READY=1", 120)) << p->output();
+  EXPECT_NE(p->output().find("listening on"), std::string::npos);  // ready means serving
+  int fd = connect_to(port);
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) ::close(fd);
+  // Pings every WATCHDOG_USEC / 2 while the (idle) engine is healthy.
+  const std::size_t before = messages.size();
+  collect_until("(nothing: collect for 1 s)", 1.0);
+  int pings = 0;
+  for (std::size_t i = before; i < messages.size(); ++i) pings += messages[i] == "WATCHDOG=1";
+  EXPECT_GE(pings, 3);
+  ASSERT_EQ(::kill(p->pid, SIGTERM), 0);
+  EXPECT_TRUE(collect_until("STOPPING=1", 10));
+  EXPECT_EQ(p->wait(30), 0) << p->output();
+  ::close(sock);
+
+  // The unit file such a binary writes waits for READY=1 and arms the watchdog.
+  auto u = spawn({"systemd-unit", "--model-path", kModel, "--watchdog-timeout", "120", "--shutdown-timeout", "100"},
+                 "unit.log");
+  EXPECT_EQ(u->wait(30), 0) << u->output();
+  const std::string unit = u->output();
+  EXPECT_NE(unit.find("Type=notify\n"), std::string::npos) << unit;
+  EXPECT_NE(unit.find("NotifyAccess=main\n"), std::string::npos) << unit;
+  EXPECT_NE(unit.find("WatchdogSec=120\n"), std::string::npos) << unit;
+  EXPECT_NE(unit.find("TimeoutStopSec=130\n"), std::string::npos) << unit;  // drain time + margin
+}
+
+// README's first command as a new user runs it: a clean clone, `bash tools/serve.sh --port N`,
+// a chat request. The clone reuses this build (BUILD_DIR) instead of building for ten minutes, but
+// runs serve.sh and setup.sh as they are, and the server must be serve.sh's exec'd binary.
+TEST_F(ServeProcessTest, ReadmeQuickStartFromACleanClone) {
+  if (std::system("command -v git >/dev/null 2>&1") != 0) GTEST_SKIP() << "git missing";
+  const std::string is_repo = "git -C " + std::string(DELTASERVE_SOURCE_DIR) + " rev-parse --git-dir >/dev/null 2>&1";
+  if (std::system(is_repo.c_str()) != 0) GTEST_SKIP() << "the source tree is not a git checkout";
+  const std::string readme = read_file(fs::path(DELTASERVE_SOURCE_DIR) / "README.md");
+  ASSERT_NE(readme.find("    bash tools/serve.sh\n"), std::string::npos) << "README's first command changed";
+  const fs::path repo = dir_ / "clone";
+  const std::string clone = "git clone -q " + std::string(DELTASERVE_SOURCE_DIR) + " " + repo.string() + " 2>&1";
+  ASSERT_EQ(std::system(clone.c_str()), 0);
+  ASSERT_TRUE(fs::exists(repo / "tools/serve.sh"));
+  const fs::path bin = fs::canonical(DELTASERVE_BIN);
+  const fs::path build_dir = bin.parent_path().parent_path().parent_path();  // <build>/src/app/deltaserve
+  ASSERT_TRUE(fs::exists(build_dir / "CMakeCache.txt")) << build_dir;
+  const int port = free_port();
+  auto p = spawn({"tools/serve.sh", "--port", std::to_string(port), "--state-dir", (dir_ / "state").string()},
+                 "quickstart.log", {{"BUILD_DIR", build_dir.string()}}, {"bash"}, repo);
+  ASSERT_TRUE(wait_listening(*p, 600)) << p->output();
+  // serve.sh exec'd the binary: the process we started is deltaserve itself, not a shell.
+  std::error_code ec;
+  EXPECT_EQ(fs::read_symlink("/proc/" + std::to_string(p->pid) + "/exe", ec), bin) << ec.message();
+  int fd = connect_to(port);
+  ASSERT_GE(fd, 0);
+  send_all(fd, post_request("/v1/chat/completions",
+                            R"({"messages":[{"role":"user","content":"def quicksort"}],"max_tokens":8})"));
+  std::string raw;
+  char buf[65536];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) raw.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  ASSERT_EQ(raw.rfind("HTTP/1.1 200", 0), 0u) << raw;
+  auto body = nlohmann::json::parse(raw.substr(raw.find("\r\n\r\n") + 4), nullptr, false);
+  ASSERT_FALSE(body.is_discarded()) << raw;
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_GT(body["usage"]["completion_tokens"].get<int>(), 0);
+  ASSERT_EQ(::kill(p->pid, SIGTERM), 0);
+  EXPECT_EQ(p->wait(60), 0) << p->output();
+}
+
+}  // namespace

@@ -1,0 +1,539 @@
+// Hardening of the HTTP API (issue #16), each against a real OpenAiServer + HttpServer over raw
+// sockets, with a scripted FakeEngine and the tiny-coder tokenizer: huge JSON objects, the
+// descriptor limit, prompts tokenized off the io threads, hang-ups after stray bytes, auth before
+// the body, fixed metric labels, transfer codings, HEAD / 405 / 503 details.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "server/openai_server.h"
+#include "server/server_metrics.h"
+#include "test_support.h"
+#include "util/json_parse.h"
+
+namespace deltaserve {
+namespace {
+
+using json = nlohmann::json;
+using testing::connect_local;
+using testing::FakeEngine;
+using testing::http;
+using testing::send_all;
+using testing::wait_until;
+using Clock = std::chrono::steady_clock;
+
+const std::string kModelDir = std::string(DELTASERVE_SOURCE_DIR) + "/models/tiny-coder";
+
+Result<std::string> chatml(const nlohmann::ordered_json& messages, const nlohmann::ordered_json&,
+                           const nlohmann::ordered_json&) {
+  std::string out;
+  for (const auto& m : messages)
+    out += "<|im_start|>" + m["role"].get<std::string>() + "\n" + m["content"].get<std::string>() + "<|im_end|>\n";
+  return out + "<|im_start|>assistant\n";
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Everything the socket delivers until the peer closes (or the receive timeout).
+std::string read_all(int fd) {
+  std::string raw;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    raw.append(buf, static_cast<std::size_t>(n));
+  }
+  return raw;
+}
+
+void set_recv_timeout(int fd, int ms) {
+  timeval tv{ms / 1000, (ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+class HardeningTest : public ::testing::Test {
+ protected:
+  void start(ServerConfig cfg = {}) {
+    auto tok = Tokenizer::load(kModelDir);
+    ASSERT_TRUE(tok.is_ok()) << tok.status().message();
+    tokenizer_ = std::make_unique<Tokenizer>(*tok);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.served_model_name = "tiny";
+    server_ = std::make_unique<OpenAiServer>(cfg, engine_, *tokenizer_, chatml, *load_generation_defaults(kModelDir));
+    auto st = server_->start();
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    port_ = server_->port();
+  }
+  void TearDown() override {
+    if (server_) server_->stop();
+  }
+  testing::HttpResult post(const std::string& path, const std::string& body, std::vector<std::string> headers = {}) {
+    return http(port_, "POST", path, body, headers);
+  }
+  static json error_of(const testing::HttpResult& r) {
+    json j = json::parse(r.body, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r.body;
+    EXPECT_TRUE(j.contains("error")) << r.body;
+    return j.is_discarded() ? json() : j["error"];
+  }
+  void expect_idle() {
+    EXPECT_TRUE(wait_until([&] { return server_->active_jobs() == 0 && engine_.n_live() == 0; }))
+        << "active jobs " << server_->active_jobs() << ", live " << engine_.n_live();
+  }
+
+  FakeEngine engine_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<OpenAiServer> server_;
+  int port_ = 0;
+};
+
+// --- H1: JSON objects with many keys parse in linear time ---
+
+TEST(OrderedJsonParse, KeepsOrderDuplicatesAndErrors) {
+  nlohmann::ordered_json j;
+  ASSERT_TRUE(parse_ordered_json(R"({"b":1,"a":[1,{"z":2,"y":3}],"c":null,"b":4})", j));
+  // Key order is the document's; a repeated key keeps its first place and takes the last value
+  // (as ordered_json::parse does).
+  EXPECT_EQ(j.dump(), R"({"b":4,"a":[1,{"z":2,"y":3}],"c":null})");
+  EXPECT_EQ(j, nlohmann::ordered_json::parse(R"({"b":1,"a":[1,{"z":2,"y":3}],"c":null,"b":4})"));
+  // Duplicates in a large object (hash-indexed) behave the same.
+  std::string big = "{";
+  for (int i = 0; i < 100; ++i) big += "\"k" + std::to_string(i) + "\":" + std::to_string(i) + ",";
+  big += "\"k7\":\"again\"}";
+  ASSERT_TRUE(parse_ordered_json(big, j));
+  EXPECT_EQ(j.size(), 100u);
+  EXPECT_EQ(j["k7"], "again");
+  EXPECT_EQ(j.begin().key(), "k0");
+  EXPECT_EQ(j, nlohmann::ordered_json::parse(big));
+  std::string why;
+  EXPECT_FALSE(parse_ordered_json(R"({"a":1,})", j, &why));
+  EXPECT_NE(why.find("parse error"), std::string::npos) << why;
+  EXPECT_FALSE(parse_ordered_json("[1] 2", j, &why));
+  EXPECT_TRUE(parse_ordered_json("\"s\"", j));
+  EXPECT_EQ(j, "s");
+}
+
+TEST_F(HardeningTest, ObjectWithHundredThousandKeysIsFast) {
+  start();
+  engine_.script = tokenizer_->encode("ok", false);
+  // 100k extra keys in a message (ignored by the parser) and at the top level (400: unknown
+  // field). ordered_json's own parser takes ~18 s for either.
+  std::string keys;
+  for (int i = 0; i < 100000; ++i) keys += "\"key" + std::to_string(i) + "\":" + std::to_string(i) + ",";
+  const std::string in_message =
+      R"({"messages":[{)" + keys + R"("role":"user","content":"hi"}],"max_tokens":2})";
+  ASSERT_GT(in_message.size(), 1'000'000u);
+  auto t0 = Clock::now();
+  auto r = post("/v1/chat/completions", in_message);
+  EXPECT_LT(seconds_since(t0), 2.0);
+  EXPECT_EQ(r.status, 200) << r.body.substr(0, 300);
+  const std::string top = "{" + keys + R"("messages":[{"role":"user","content":"hi"}]})";
+  t0 = Clock::now();
+  r = post("/v1/chat/completions", top);
+  EXPECT_LT(seconds_since(t0), 2.0);
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+  expect_idle();
+}
+
+// --- H2: at the descriptor limit the accept loop backs off ---
+
+TEST_F(HardeningTest, AcceptBacksOffAtDescriptorLimit) {
+  start();
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  // Client sockets are made before the limit drops (connect needs no new descriptor); the
+  // server can then accept none of them.
+  std::vector<int> clients;
+  for (int i = 0; i < 6; ++i) clients.push_back(::socket(AF_INET, SOCK_STREAM, 0));
+  int max_fd = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd"))
+    max_fd = std::max(max_fd, std::stoi(e.path().filename().string()));
+  ::testing::internal::CaptureStderr();
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(max_fd + 1);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> fillers;  // every free number below the limit: the server cannot accept
+  for (int f; (f = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers.push_back(f);
+  EXPECT_EQ(errno, EMFILE);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int fd : clients) EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  rusage before{}, after{};
+  getrusage(RUSAGE_SELF, &before);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  getrusage(RUSAGE_SELF, &after);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  for (int f : fillers) ::close(f);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  auto cpu = [](const rusage& u) {
+    return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  };
+  // A spinning accept loop burns a core (~1.5 CPU-s here) and logs every failure.
+  EXPECT_LT(cpu(after) - cpu(before), 0.3);
+  std::size_t lines = 0;
+  for (std::size_t p = 0; (p = log.find("accept failed", p)) != std::string::npos; ++p) ++lines;
+  EXPECT_GE(lines, 1u);
+  EXPECT_LE(lines, 2u) << log.substr(0, 500);
+  // With descriptors back the server accepts again (the waiting clients and new ones).
+  send_all(clients[0], testing::build_request("GET", "/health", ""));
+  set_recv_timeout(clients[0], 5000);
+  EXPECT_EQ(testing::parse_response(read_all(clients[0])).status, 200);
+  for (int fd : clients) ::close(fd);
+  EXPECT_EQ(http(port_, "GET", "/health").status, 200);
+}
+
+// --- H3: a huge prompt is tokenized off the io thread ---
+
+TEST_F(HardeningTest, HugePromptDoesNotBlockHealth) {
+  ServerConfig cfg;
+  cfg.n_http_threads = 1;  // one io thread: any blocking work on it stalls every connection
+  start(cfg);
+  const std::string prompt(4u << 20, 'x');  // one long "word": ~1.5 s of BPE here
+  const std::string body = json{{"prompt", prompt}, {"max_tokens", 1}}.dump();
+  double big_s = 0;
+  std::thread big([&] {
+    auto t0 = Clock::now();
+    auto r = post("/v1/completions", body);
+    big_s = seconds_since(t0);
+    EXPECT_EQ(r.status, 400);  // longer than the fake engine's context
+    EXPECT_EQ(error_of(r)["code"], "context_length_exceeded");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the request is being tokenized
+  double worst = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    EXPECT_EQ(http(port_, "GET", "/health").status, 200);
+    worst = std::max(worst, seconds_since(t0));
+  }
+  big.join();
+  // Tokenized on the io thread, /health would wait for most of the big request (> 0.8 s).
+  ASSERT_GT(big_s, 1.0) << "the prompt must take a while to tokenize for this test to mean anything";
+  EXPECT_LT(worst, 0.5) << "the big request took " << big_s << " s";
+}
+
+// --- H4: a hang-up is seen even when bytes follow the request ---
+
+TEST_F(HardeningTest, HangUpAfterStrayBytesCancels) {
+  start();
+  engine_.tick = std::chrono::milliseconds(10);
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += " x";
+  engine_.script = tokenizer_->encode(words, false);
+  ASSERT_GE(engine_.script.size(), 200u);
+  for (const std::string& extra : {std::string("\r\n"), std::string("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")}) {
+    const auto cancelled_before = engine_.cancelled().size();
+    int fd = connect_local(port_);
+    ASSERT_GE(fd, 0);
+    std::string req = testing::build_request("POST", "/v1/completions", R"({"prompt":"go","max_tokens":200})");
+    req.replace(req.find("Connection: close"), 17, "Connection: keep-alive");
+    send_all(fd, req);  // a non-streaming request: nothing is written until it ends
+    ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+    // The extra bytes arrive after the request was read (so they sit in the socket, not in the
+    // parser's buffer), then the client hangs up.
+    send_all(fd, extra);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ::close(fd);
+    EXPECT_TRUE(wait_until([&] { return engine_.cancelled().size() == cancelled_before + 1; },
+                           std::chrono::milliseconds(1000)))
+        << "hang-up after " << json(extra).dump() << " not detected";
+    expect_idle();
+  }
+}
+
+TEST_F(HardeningTest, PipelinedRequestStillServedAfterWatch) {
+  start();
+  engine_.tick = std::chrono::milliseconds(50);
+  engine_.script = tokenizer_->encode(" a b c d e f", false);
+  int fd = connect_local(port_);
+  ASSERT_GE(fd, 0);
+  std::string first = testing::build_request("POST", "/v1/completions", R"({"prompt":"go","max_tokens":3})");
+  first.replace(first.find("Connection: close"), 17, "Connection: keep-alive");
+  // The second request arrives while the first is generating: the peer watch reads it into the
+  // connection's buffer, and it is answered after the first.
+  send_all(fd, first);
+  ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+  send_all(fd, testing::build_request("GET", "/health", ""));
+  std::string raw = read_all(fd);
+  ::close(fd);
+  ASSERT_NE(raw.find("HTTP/1.1 200"), std::string::npos) << raw;
+  EXPECT_NE(raw.find("HTTP/1.1 200", raw.find("HTTP/1.1 200") + 1), std::string::npos) << raw;
+  EXPECT_NE(raw.find("\"text_completion\""), std::string::npos) << raw;
+  EXPECT_NE(raw.find("\r\n\r\n{}"), std::string::npos) << raw;
+}
+
+// --- S2 / S5: authentication ---
+
+TEST_F(HardeningTest, UnauthenticatedBodyIsNeverRead) {
+  ServerConfig cfg;
+  cfg.api_key = "sekret";
+  start(cfg);
+  int fd = connect_local(port_);
+  ASSERT_GE(fd, 0);
+  set_recv_timeout(fd, 3000);
+  // Announce 10 MB and send none of it: the answer must come from the head alone.
+  send_all(fd,
+           "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           "Content-Length: 10000000\r\n\r\n{\"messages\":");
+  auto t0 = Clock::now();
+  const std::string raw = read_all(fd);
+  ::close(fd);
+  EXPECT_LT(seconds_since(t0), 2.0);
+  auto r = testing::parse_response(raw);
+  EXPECT_EQ(r.status, 401) << raw;
+  EXPECT_EQ(r.headers["connection"], "close");
+  EXPECT_EQ(r.headers["www-authenticate"], "Bearer");
+  EXPECT_EQ(error_of(r)["type"], "authentication_error");
+  // With the key the same head is read normally (here: the body is short, so 400).
+  auto ok = post("/v1/chat/completions", R"({"messages":[]})", {"Authorization: Bearer sekret"});
+  EXPECT_NE(ok.status, 401);
+}
+
+TEST_F(HardeningTest, ApiKeyGuardsEveryRouteButHealthAndMetrics) {
+  ServerConfig cfg;
+  cfg.api_key = "sekret";
+  start(cfg);
+  for (const char* path : {"/server_info", "/v1/server_info", "/get_server_info", "/v1/models", "/v1/models/tiny",
+                           "/get_model_info", "/get_load", "/health_generate", "/v1/responses/x", "/nope",
+                           "/v2/anything"}) {
+    auto r = http(port_, "GET", path);
+    EXPECT_EQ(r.status, 401) << path;
+    auto with_key = http(port_, "GET", path, "", {"Authorization: Bearer sekret"});
+    EXPECT_NE(with_key.status, 401) << path;
+  }
+  EXPECT_EQ(http(port_, "GET", "/nope", "", {"Authorization: Bearer sekret"}).status, 404);
+  for (const char* path : {"/generate", "/tokenize", "/v1/completions", "/flush_cache", "/abort_request"})
+    EXPECT_EQ(post(path, "{}").status, 401) << path;
+  EXPECT_EQ(http(port_, "GET", "/health").status, 200);
+  EXPECT_EQ(http(port_, "GET", "/v1/health").status, 200);
+  EXPECT_EQ(http(port_, "GET", "/metrics").status, 200);
+}
+
+// --- S3: metric labels come from the route table ---
+
+TEST_F(HardeningTest, MetricRouteLabelsAreFixed) {
+  ServerConfig cfg;
+  cfg.api_key = "sekret";
+  start(cfg);
+  http(port_, "GET", "/made-up-path-1");                                                // 401
+  http(port_, "GET", "/made%22up\\path", "", {"Authorization: Bearer sekret"});          // 404
+  http(port_, "POST", "/v1/models/some-model-name", "", {"Authorization: Bearer sekret"});  // 405
+  http(port_, "GET", "/v1/models/other-model", "", {"Authorization: Bearer sekret"});    // 404
+  const std::string m = http(port_, "GET", "/metrics").body;
+  EXPECT_EQ(m.find("made"), std::string::npos) << m;
+  EXPECT_EQ(m.find("some-model-name"), std::string::npos);
+  EXPECT_EQ(m.find("other-model"), std::string::npos);
+  EXPECT_NE(m.find(R"(route="unknown",code="401")"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(route="unknown",code="404")"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(route="/v1/models",code="405")"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(route="/v1/models",code="404")"), std::string::npos) << m;
+  EXPECT_EQ(metric_route_label("/v1/chat/completions"), "/v1/chat/completions");
+  EXPECT_EQ(metric_route_label("/x\"}\n"), "unknown");
+  EXPECT_EQ(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+}
+
+TEST_F(HardeningTest, ModelNameLabelIsEscaped) {
+  ServerConfig cfg;
+  start(cfg);
+  server_->metrics().set_model_name("we\"ird\nname");
+  const std::string m = http(port_, "GET", "/metrics").body;
+  EXPECT_NE(m.find(R"(model_name="we\"ird\nname")"), std::string::npos) << m.substr(0, 2000);
+  EXPECT_EQ(m.find("we\"ird\nname"), std::string::npos);
+}
+
+// --- S4: transfer codings ---
+
+TEST_F(HardeningTest, TransferEncodingOtherThanChunkedIsRefused) {
+  start();
+  engine_.script = tokenizer_->encode("ok", false);
+  auto raw_request = [&](const std::string& head_lines, const std::string& body) {
+    int fd = connect_local(port_);
+    set_recv_timeout(fd, 3000);
+    send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + head_lines +
+                     "\r\n" + body);
+    auto t0 = Clock::now();
+    std::string raw = read_all(fd);  // the server closes: no keep-alive after a framing error
+    ::close(fd);
+    EXPECT_LT(seconds_since(t0), 2.5) << head_lines;
+    return testing::parse_response(raw);
+  };
+  const std::string body = R"({"prompt":"hi","max_tokens":2})";
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", body.size());
+  const std::string chunked = std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n";
+  // Exactly "chunked" is served.
+  EXPECT_EQ(raw_request("Transfer-Encoding: chunked\r\nConnection: close\r\n", chunked).status, 200);
+  auto gz = raw_request("Transfer-Encoding: gzip, chunked\r\n", chunked);
+  EXPECT_TRUE(gz.status == 501 || gz.status == 400) << gz.status;
+  EXPECT_EQ(gz.headers["connection"], "close");
+  auto identity = raw_request("Transfer-Encoding: identity\r\n", body);
+  EXPECT_TRUE(identity.status == 501 || identity.status == 400) << identity.status;
+  auto both = raw_request("Transfer-Encoding: chunked\r\nContent-Length: " + std::to_string(chunked.size()) + "\r\n",
+                          chunked);
+  EXPECT_EQ(both.status, 400);
+  EXPECT_EQ(both.headers["connection"], "close");
+  auto twice = raw_request("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", chunked);
+  EXPECT_TRUE(twice.status == 501 || twice.status == 400) << twice.status;
+  expect_idle();
+}
+
+// --- W1 / W2 / W3 ---
+
+TEST_F(HardeningTest, WrongJsonTypesAre400) {
+  start();
+  engine_.script = tokenizer_->encode("ok", false);
+  for (const char* body : {
+           R"({"messages":[{"role":"user","content":[{"type":5,"text":"x"}]}]})",
+           R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":5,"function":{"name":"f"}}]})",
+           R"({"messages":[{"role":"user","content":[{"type":"text","text":5}]}]})",
+       }) {
+    auto r = post("/v1/chat/completions", body);
+    EXPECT_EQ(r.status, 400) << body << " -> " << r.body;
+    auto e = error_of(r);
+    EXPECT_EQ(e["type"], "invalid_request_error") << r.body;
+  }
+  expect_idle();
+}
+
+TEST_F(HardeningTest, ReservedTemplateKwargsAre400) {
+  start();
+  engine_.script = tokenizer_->encode("ok", false);
+  for (const char* name : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "documents"}) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"chat_template_kwargs", {{name, true}}}};
+    auto r = post("/v1/chat/completions", body.dump());
+    EXPECT_EQ(r.status, 400) << name << ": " << r.body;
+    EXPECT_EQ(error_of(r)["param"], "chat_template_kwargs." + std::string(name));
+  }
+  json ok = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  EXPECT_EQ(post("/v1/chat/completions", ok.dump()).status, 200);
+  expect_idle();
+}
+
+TEST_F(HardeningTest, TinyTemperatureIsGreedy) {
+  start();
+  engine_.script = tokenizer_->encode("ok", false);
+  ASSERT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":1,"temperature":1e-6})").status, 200);
+  ASSERT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":1,"temperature":0.5})").status, 200);
+  auto sub = engine_.submitted();
+  ASSERT_EQ(sub.size(), 2u);
+  EXPECT_TRUE(sub[0].sampling.greedy());
+  EXPECT_EQ(sub[0].sampling.temperature, 0.0f);
+  EXPECT_FALSE(sub[1].sampling.greedy());
+  SamplingParams p;
+  p.temperature = 9e-6f;
+  EXPECT_TRUE(p.greedy());
+  p.temperature = 1e-5f;
+  EXPECT_FALSE(p.greedy());
+}
+
+TEST_F(HardeningTest, HeadHasNoBodyAnd405HasAllow) {
+  start();
+  int fd = connect_local(port_);
+  // Two HEADs on one keep-alive connection: if the first carried a body, the second response
+  // would not start where the first one's headers end.
+  send_all(fd, "HEAD /v1/models HTTP/1.1\r\nHost: x\r\n\r\nHEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const std::string raw = read_all(fd);
+  ::close(fd);
+  const std::size_t first_end = raw.find("\r\n\r\n");
+  ASSERT_NE(first_end, std::string::npos) << raw;
+  EXPECT_EQ(raw.compare(first_end + 4, 12, "HTTP/1.1 200"), 0) << raw;
+  EXPECT_NE(raw.find("Content-Length: "), std::string::npos);
+  EXPECT_EQ(raw.substr(raw.size() - 4), "\r\n\r\n") << raw;
+  EXPECT_EQ(raw.find("\"data\""), std::string::npos) << raw;
+
+  auto r = http(port_, "POST", "/health", "{}");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.headers["allow"], "GET, HEAD");
+  r = http(port_, "GET", "/v1/chat/completions");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.headers["allow"], "POST");
+  r = http(port_, "PUT", "/v1/responses/abc");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.headers["allow"], "GET, HEAD, DELETE");
+}
+
+TEST_F(HardeningTest, QueueFull503HasRetryAfter) {
+  start();
+  engine_.reject_kind = EngineErrorKind::Overloaded;
+  auto r = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_FALSE(r.headers["retry-after"].empty());
+  auto s = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"stream":true})");
+  EXPECT_EQ(s.status, 503);
+  EXPECT_FALSE(s.headers["retry-after"].empty());
+  engine_.reject_kind = EngineErrorKind::None;
+  expect_idle();
+}
+
+// --- serving states: 503 while the model loads and while draining ---
+
+TEST_F(HardeningTest, LoadingAndDrainingAnswer503) {
+  ServerConfig cfg;
+  cfg.start_loading = true;
+  start(cfg);
+  engine_.script = tokenizer_->encode("ok", false);
+  auto h = http(port_, "GET", "/health");
+  EXPECT_EQ(h.status, 503);
+  EXPECT_EQ(json::parse(h.body)["status"], "loading");
+  EXPECT_EQ(h.headers["retry-after"], "1");
+  auto c = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(c.status, 503);
+  EXPECT_EQ(error_of(c)["code"], "loading");
+  EXPECT_EQ(http(port_, "GET", "/metrics").status, 200);
+  EXPECT_TRUE(engine_.submitted().empty());
+
+  server_->set_state(ServeState::Ready);
+  EXPECT_EQ(http(port_, "GET", "/health").status, 200);
+  EXPECT_EQ(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})").status, 200);
+
+  // Draining: a stream already running finishes; new requests are refused.
+  engine_.tick = std::chrono::milliseconds(5);
+  engine_.script = tokenizer_->encode(std::string(60, 'z'), false);
+  std::string streamed;
+  std::thread running([&] {
+    streamed = post("/v1/completions", R"({"prompt":"a","max_tokens":40,"stream":true})").body;
+  });
+  ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+  server_->set_state(ServeState::Draining);
+  EXPECT_EQ(server_->busy(), 1);
+  auto d = http(port_, "GET", "/health");
+  EXPECT_EQ(d.status, 503);
+  EXPECT_EQ(json::parse(d.body)["status"], "shutting_down");
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":2})").status, 503);
+  running.join();
+  EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos) << streamed;
+  EXPECT_EQ(streamed.find("\"abort\""), std::string::npos);
+  expect_idle();
+  EXPECT_EQ(server_->busy(), 0);
+}
+
+TEST_F(HardeningTest, AbortAllEndsStreamsWithAbortAndDone) {
+  start();
+  engine_.tick = std::chrono::milliseconds(5);
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += " x";
+  engine_.script = tokenizer_->encode(words, false);
+  std::string streamed;
+  std::thread running([&] {
+    streamed = post("/v1/completions", R"({"prompt":"a","max_tokens":200,"stream":true})").body;
+  });
+  ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+  EXPECT_TRUE(wait_until([&] { return server_->abort_all() == 1; }));
+  running.join();
+  EXPECT_NE(streamed.find(R"("finish_reason":"abort")"), std::string::npos) << streamed;
+  EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos);
+  expect_idle();
+}
+
+}  // namespace
+}  // namespace deltaserve
