@@ -184,9 +184,9 @@ TEST_F(ServeProcessTest, BusyPortFailsFastWithoutLoadingTheModel) {
   const std::string out = p->output();
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos) << out;
-  // ~0.55 s here, of which ~0.4 s is the binary's own start (`deltaserve --help`: CUDA libraries);
-  // the margin is for a loaded machine.
-  EXPECT_LT(took, 1.5) << out;
+  // Not a speed check (bench/RESULTS.md has the figure: ~0.55 s, mostly the binary's own start):
+  // only that it does not wait for anything. What proves no model was loaded is below.
+  EXPECT_LT(took, 10.0) << out;
   // Neither the memory plan nor the weights: nothing heavy ran, and no launch was recorded.
   EXPECT_EQ(out.find("memory plan"), std::string::npos) << out;
   EXPECT_EQ(out.find("launch "), std::string::npos) << out;

@@ -134,12 +134,12 @@ TEST_F(HardeningTest, ObjectWithHundredThousandKeysIsFast) {
   ASSERT_GT(in_message.size(), 1'000'000u);
   auto t0 = Clock::now();
   auto r = post("/v1/chat/completions", in_message);
-  EXPECT_LT(seconds_since(t0), 2.0);
+  EXPECT_LT(seconds_since(t0), 5.0);  // linear parse ~0.1 s; the quadratic one took 9-18 s
   EXPECT_EQ(r.status, 200) << r.body.substr(0, 300);
   const std::string top = "{" + keys + R"("messages":[{"role":"user","content":"hi"}]})";
   t0 = Clock::now();
   r = post("/v1/chat/completions", top);
-  EXPECT_LT(seconds_since(t0), 2.0);
+  EXPECT_LT(seconds_since(t0), 5.0);
   EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
   expect_idle();
 }
