@@ -432,7 +432,7 @@ bool OpenAiServer::handle_status(const HttpRequest& req, std::shared_ptr<HttpExc
   const std::string& path = req.path;
   if (path != "/" && path != "/status.json") return false;
   if (req.method != "GET" && req.method != "HEAD") {
-    send_error(*exchange, path, ApiError::method_not_allowed("GET, HEAD"));
+    send_error(*exchange, path, ApiError::method_not_allowed("GET"));
     return true;
   }
   // Never cached: the figures are live, and the page must not outlive a key change.
