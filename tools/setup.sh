@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev
-      libboost-dev libsqlite3-dev libtoml11-dev libgtest-dev libgmock-dev libbenchmark-dev libsystemd-dev curl)
+      libboost-dev libsqlite3-dev libtoml11-dev libgtest-dev libgmock-dev libbenchmark-dev libsystemd-dev curl
+      chromium)  # chromium: headless browser for the status page e2e test (tests/e2e, playwright-core)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -60,6 +60,28 @@ ServerConfig server_config_from(const ServeOptions& opts) {
     pos = comma + 1;
   }
   if (sc.allowed_origins.empty()) sc.allowed_origins.push_back("*");
+  // The status page's recent launches: read from the launch database at most every 5 s (the page
+  // polls every second; a bench run adds measurements rarely).
+  struct HistoryCache {
+    std::mutex mutex;
+    std::chrono::steady_clock::time_point at{};
+    bool have = false;
+    Result<nlohmann::ordered_json> value = nlohmann::ordered_json::array();
+  };
+  auto cache = std::make_shared<HistoryCache>();
+  const std::filesystem::path state_dir = opts.state_dir.empty() ? default_state_dir() : std::filesystem::path(opts.state_dir);
+  sc.launch_history = [cache, state_dir]() -> Result<nlohmann::ordered_json> {
+    std::lock_guard<std::mutex> lock(cache->mutex);
+    const auto now = std::chrono::steady_clock::now();
+    if (cache->have && now - cache->at < std::chrono::seconds(5)) return cache->value;
+    cache->have = true;
+    cache->at = now;
+    auto db = LaunchDb::open(state_dir);
+    if (!db) return cache->value = db.status();
+    auto text = recent_launches_json(**db, 10, 5);
+    if (!text) return cache->value = text.status();
+    return cache->value = nlohmann::ordered_json::parse(*text);
+  };
   return sc;
 }
 

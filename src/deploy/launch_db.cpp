@@ -531,4 +531,39 @@ void LaunchRecorder::stop(const std::string& exit_status) {
   }
 }
 
+Result<std::string> recent_launches_json(LaunchDb& db, int limit, int measurements_per_launch) {
+  auto launches = db.list("", limit);
+  if (!launches) return launches.status();
+  // The settings the page shows (a fixed list: config_json is redacted already, and this keeps
+  // the page's payload small).
+  static const char* const kSettings[] = {"device", "context-length", "max-running-requests", "max-total-tokens",
+                                          "mem-fraction-static", "kv-cache-dtype", "speculative-algorithm",
+                                          "speculative-num-steps", "tp-size", "mamba-full-memory-ratio"};
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const LaunchRecord& l : *launches) {
+    nlohmann::ordered_json settings = nlohmann::ordered_json::object(), derived = nlohmann::ordered_json::object();
+    for (const char* k : kSettings)
+      if (std::string v = l.config_value(k); !v.empty()) settings[k] = v;
+    for (const auto& [k, v] : l.derived) derived[k] = v;
+    nlohmann::ordered_json ms = nlohmann::ordered_json::array();
+    if (auto all = db.measurements(l.id)) {
+      for (auto it = all->rbegin(); it != all->rend() && static_cast<int>(ms.size()) < measurements_per_launch; ++it) {
+        ms.push_back({{"measured_at", it->measured_at}, {"source", it->source}, {"concurrency", it->concurrency},
+                      {"n_requests", it->n_requests}, {"output_tokens_per_s", it->output_tokens_per_s},
+                      {"request_throughput", it->request_throughput}, {"ttft_p50_ms", it->ttft_p50_ms},
+                      {"itl_p50_ms", it->itl_p50_ms}, {"e2e_p50_ms", it->e2e_p50_ms},
+                      {"accept_length", it->accept_length}});
+      }
+    } else {
+      return all.status();
+    }
+    out.push_back({{"launch_id", l.id}, {"started_at", l.started_at}, {"stopped_at", l.stopped_at},
+                   {"state", launch_state(l)}, {"model_path", l.model.path}, {"version", l.version},
+                   {"hostname", l.hostname}, {"settings", settings}, {"derived", derived},
+                   {"best_output_tokens_per_s", l.best_output_tokens_per_s}, {"best_concurrency", l.best_concurrency},
+                   {"n_measurements", l.n_measurements}, {"measurements", ms}});
+  }
+  return out.dump();
+}
+
 }  // namespace deltaserve

@@ -149,6 +149,11 @@ class LaunchRecorder {
 std::optional<std::string> faster_launch_warning(const LaunchRecord& current,
                                                  const std::vector<LaunchRecord>& launches);
 
+// The last `limit` launches (newest first) with their state, key settings, plan figures and their
+// newest `measurements_per_launch` measurements (newest first), as a JSON array text: what the
+// status page (`serve`'s /status.json "launches") shows. Secrets are never included.
+Result<std::string> recent_launches_json(LaunchDb& db, int limit = 10, int measurements_per_launch = 5);
+
 // A stable key over the settings that change speed or memory (for "same configuration").
 std::string performance_fingerprint(const KeyValues& config);
 

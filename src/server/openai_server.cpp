@@ -102,9 +102,10 @@ void OpenAiServer::stop_accepting() {
 
 bool OpenAiServer::auth_exempt(const HttpRequest& request) {
   // /health for liveness probes, /metrics for scrapers (aggregate counters; route labels come
-  // from the route table only), and CORS preflights (browsers send them without credentials).
+  // from the route table only), CORS preflights (browsers send them without credentials), and
+  // the status page itself (GET / is static HTML; its data, /status.json, needs the key).
   return request.method == "OPTIONS" || request.path == "/health" || request.path == "/v1/health" ||
-         request.path == "/metrics";
+         request.path == "/metrics" || (request.path == "/" && (request.method == "GET" || request.method == "HEAD"));
 }
 
 ApiError OpenAiServer::unauthorized_error() {
@@ -246,7 +247,7 @@ void OpenAiServer::route(HttpRequest&& req, std::shared_ptr<HttpExchange> exchan
     metrics_.count_request("OPTIONS", 204);
     return exchange->respond(204, "text/plain", "", std::move(h));
   }
-  // Every route but /health and /metrics needs the key (unknown paths too: 401 before 404).
+  // Every route but /health, /metrics and the page at / needs the key (unknown paths too: 401 before 404).
   if (!auth_exempt(req) && !authorized(req)) return send_error(*exchange, path, unauthorized_error());
   if (path == "/health" || path == "/v1/health") {
     if (!get) return send_error(*exchange, path, ApiError::method_not_allowed("GET"));
@@ -276,6 +277,7 @@ void OpenAiServer::route(HttpRequest&& req, std::shared_ptr<HttpExchange> exchan
     metrics_.count_request(path == "/get_server_info" ? "/get_server_info" : "/v1/server_info", 200);
     return exchange->respond(200, "application/json", info.dump());
   }
+  if (handle_status(req, exchange)) return;
   if (handle_sglang(req, exchange)) return;
   if (handle_responses(req, exchange)) return;
   bool known = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||

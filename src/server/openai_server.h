@@ -1,6 +1,7 @@
 // OpenAiServer: the OpenAI-compatible HTTP API over an EngineService.
 //   POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}], GET /health,
-//   GET /metrics, GET /get_server_info (SGLang) and /v1/server_info; the OpenAI Responses API
+//   GET /metrics, GET /get_server_info (SGLang) and /v1/server_info; the status page (status_page.cpp:
+//   GET / and GET /status.json); the OpenAI Responses API
 //   (responses_api.cpp: POST /v1/responses, GET /v1/responses/{id}); SGLang's native routes
 //   (sglang_routes.cpp: /generate, /abort_request, /flush_cache, /tokenize, /detokenize,
 //   /health_generate, /get_model_info, /get_load).
@@ -52,6 +53,10 @@ struct ServerConfig {
   // arguments and what the engine allocated (max_total_num_tokens, max_running_requests,
   // max_mamba_cache_size, kv_cache_dtype, context_length, ...). Built by cmd_serve.
   nlohmann::ordered_json server_info = nlohmann::ordered_json::object();
+  // Recent launches for the status page (/status.json "launches"): a JSON array, newest first.
+  // Built by cmd_serve from the launch database (the server layer does not read it). Called on
+  // an io thread: keep it quick (cmd_serve caches it). Unset: the page says none are available.
+  std::function<Result<nlohmann::ordered_json>()> launch_history;
 };
 
 // Renders chat messages (normalized OpenAI messages), tools (array or null) and
@@ -113,6 +118,9 @@ class OpenAiServer {
   bool handle_sglang(const HttpRequest& request, std::shared_ptr<HttpExchange>& exchange);
   void handle_sglang_generate(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange);
   void handle_health_generate(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange);
+  // The status page (status_page.cpp): GET / (HTML) and GET /status.json; true if it was one.
+  bool handle_status(const HttpRequest& request, std::shared_ptr<HttpExchange>& exchange);
+  nlohmann::ordered_json status_json();
   // OpenAI Responses API (responses_api.cpp): true if the path was one of its routes.
   bool handle_responses(const HttpRequest& request, std::shared_ptr<HttpExchange>& exchange);
 
@@ -134,6 +142,7 @@ class OpenAiServer {
   std::atomic<int> preparing_{0};
   std::atomic<ServeState> state_{ServeState::Ready};
   int64_t created_ = 0;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::unique_ptr<TaskQueue> workers_;  // prepare workers (see handle())
   std::unique_ptr<HttpServer> http_;
 };

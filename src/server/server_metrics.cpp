@@ -75,7 +75,8 @@ std::string metric_route_label(const std::string& route) {
       "/v1/chat/completions", "/v1/completions", "/v1/models",     "/v1/responses",  "/health",
       "/metrics",             "/v1/server_info", "/get_server_info", "/generate",    "/abort_request",
       "/flush_cache",         "/tokenize",       "/v1/tokenize",   "/detokenize",    "/v1/detokenize",
-      "/health_generate",     "/get_model_info", "/get_load",      "OPTIONS"};
+      "/health_generate",     "/get_model_info", "/get_load",      "/",              "/status.json",
+      "OPTIONS"};
   for (const char* r : kRoutes)
     if (route == r) return route;
   if (route == "/v1/health") return "/health";

@@ -54,6 +54,9 @@ class ServerMetrics {
   void set_model_name(std::string name) { model_name_ = std::move(name); }
 
   std::string render(const EngineStats& stats) const;
+  // Responses in progress (deltaserve_http_streams_open) and requests aborted so far.
+  int64_t open_streams() const { std::lock_guard<std::mutex> l(mutex_); return open_streams_; }
+  uint64_t aborted_requests() const { std::lock_guard<std::mutex> l(mutex_); return n_aborted_; }
 
  private:
   Histogram ttft_, itl_, e2e_, accept_length_;

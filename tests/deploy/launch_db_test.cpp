@@ -13,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "deploy/config_diff.h"
 #include "deploy/systemd_unit.h"
 
@@ -86,6 +88,67 @@ TEST_F(LaunchDbTest, RoundTripAndMeasurements) {
   auto none = (*db)->list("Llama");
   ASSERT_TRUE(none);
   EXPECT_TRUE(none->empty());
+}
+
+// What the status page shows: the newest launches first, with their settings, state and newest
+// measurements first; the limits hold; secrets never appear.
+TEST_F(LaunchDbTest, RecentLaunchesJson) {
+  auto db = LaunchDb::open(dir_);
+  ASSERT_TRUE(db) << db.status().message();
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    LaunchRecord r;
+    r.started_at = "2026-12-01T10:0" + std::to_string(i) + ":00Z";
+    r.model = {"/srv/models/m" + std::to_string(i), "h", "w"};
+    r.config = {{"context-length", std::to_string(1024 * (i + 1))}, {"max-running-requests", "8"},
+                {"kv-cache-dtype", "bf16"}, {"api-key", "<redacted>"}, {"model-path", "/srv/models/m"}};
+    r.derived = {{"plan.kv_tokens", std::to_string(1000 + i)}};
+    auto id = (*db)->insert_launch(r);
+    ASSERT_TRUE(id) << id.status().message();
+    ids.push_back(*id);
+  }
+  ASSERT_TRUE((*db)->set_stopped(ids[0], "2026-12-01T11:00:00Z", "stopped"));
+  // Launch ids[2]: three measurements (newest last), the best in the middle.
+  for (double tps : {10.0, 30.0, 20.0}) {
+    Measurement m;
+    m.launch_id = ids[2];
+    m.concurrency = static_cast<int64_t>(tps);
+    m.output_tokens_per_s = tps;
+    m.ttft_p50_ms = tps * 2;
+    ASSERT_TRUE((*db)->add_measurement(m));
+  }
+  auto text = recent_launches_json(**db, 3, 2);
+  ASSERT_TRUE(text) << text.status().message();
+  const auto j = nlohmann::json::parse(*text);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 3u);  // the limit
+  EXPECT_EQ(j[0]["launch_id"], ids[3]);
+  EXPECT_EQ(j[1]["launch_id"], ids[2]);
+  EXPECT_EQ(j[2]["launch_id"], ids[1]);
+  EXPECT_EQ(j[0]["settings"]["context-length"], "4096");
+  EXPECT_EQ(j[0]["settings"]["kv-cache-dtype"], "bf16");
+  EXPECT_FALSE(j[0]["settings"].contains("api-key"));
+  EXPECT_EQ(j[0]["derived"]["plan.kv_tokens"], "1003");
+  EXPECT_EQ(j[0]["model_path"], "/srv/models/m3");
+  EXPECT_EQ(j[0]["n_measurements"], 0);
+  EXPECT_TRUE(j[0]["measurements"].empty());
+  const auto& measured = j[1];
+  EXPECT_EQ(measured["n_measurements"], 3);
+  EXPECT_EQ(measured["best_output_tokens_per_s"], 30.0);
+  EXPECT_EQ(measured["best_concurrency"], 30);
+  ASSERT_EQ(measured["measurements"].size(), 2u);  // measurements_per_launch
+  EXPECT_EQ(measured["measurements"][0]["output_tokens_per_s"], 20.0);  // newest first
+  EXPECT_EQ(measured["measurements"][0]["ttft_p50_ms"], 40.0);
+  EXPECT_EQ(measured["measurements"][1]["output_tokens_per_s"], 30.0);
+  // No stop time and this process recorded no pid: not "stopped".
+  EXPECT_NE(j[0]["state"], "stopped");
+  auto all = recent_launches_json(**db, 10, 5);
+  ASSERT_TRUE(all);
+  const auto every = nlohmann::json::parse(*all);
+  ASSERT_EQ(every.size(), 4u);
+  EXPECT_EQ(every[3]["state"], "stopped");
+  EXPECT_EQ(every[3]["stopped_at"], "2026-12-01T11:00:00Z");
+  EXPECT_EQ(all->find("redacted"), std::string::npos);
 }
 
 TEST_F(LaunchDbTest, CorruptDatabaseIsAClearError) {

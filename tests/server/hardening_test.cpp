@@ -305,7 +305,7 @@ TEST_F(HardeningTest, ApiKeyGuardsEveryRouteButHealthAndMetrics) {
   start(cfg);
   for (const char* path : {"/server_info", "/v1/server_info", "/get_server_info", "/v1/models", "/v1/models/tiny",
                            "/get_model_info", "/get_load", "/health_generate", "/v1/responses/x", "/nope",
-                           "/v2/anything"}) {
+                           "/v2/anything", "/status.json", "/index.html"}) {
     auto r = http(port_, "GET", path);
     EXPECT_EQ(r.status, 401) << path;
     auto with_key = http(port_, "GET", path, "", {"Authorization: Bearer sekret"});
@@ -317,6 +317,10 @@ TEST_F(HardeningTest, ApiKeyGuardsEveryRouteButHealthAndMetrics) {
   EXPECT_EQ(http(port_, "GET", "/health").status, 200);
   EXPECT_EQ(http(port_, "GET", "/v1/health").status, 200);
   EXPECT_EQ(http(port_, "GET", "/metrics").status, 200);
+  // The status page's HTML is static and open; its data (/status.json, above) is not.
+  EXPECT_EQ(http(port_, "GET", "/").status, 200);
+  EXPECT_EQ(http(port_, "HEAD", "/").status, 200);
+  EXPECT_EQ(post("/", "{}").status, 401);
 }
 
 // --- S3: metric labels come from the route table ---
