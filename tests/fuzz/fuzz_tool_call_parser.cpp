@@ -1,8 +1,10 @@
 // Tool-call parsers (qwen3_coder, hermes): any model output, pushed in one piece (non-streaming)
-// or in arbitrary pieces (streaming), parses without crashing; merged calls carry a name and
-// JSON-object arguments.
+// or in arbitrary pieces (streaming), gives the same content and the same calls (names and
+// arguments; tool_call_parser.h promises it), and no more content than was pushed.
 #include <cstdint>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "fuzz_util.h"
 #include "server/tool_call_parser.h"
@@ -18,7 +20,12 @@ static const nlohmann::ordered_json& tools() {
   return t;
 }
 
-static void run(ToolParserKind kind, std::string_view text, std::string_view seed, bool streaming) {
+struct Parsed {
+  std::string content;
+  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+};
+
+static Parsed run(ToolParserKind kind, std::string_view text, std::string_view seed, bool streaming) {
   auto parser = make_tool_call_parser(kind, tools());
   std::vector<ToolCallDelta> deltas;
   std::string content;
@@ -33,9 +40,9 @@ static void run(ToolParserKind kind, std::string_view text, std::string_view see
   }
   take(parser->finish());
   FUZZ_CHECK(content.size() <= text.size());
-  for (const auto& call : merge_tool_call_deltas(deltas)) {
-    (void)call;
-  }
+  Parsed out{content, {}};
+  for (const auto& call : merge_tool_call_deltas(deltas)) out.calls.emplace_back(call.name, call.arguments);
+  return out;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -44,7 +51,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::size_t seed_len = std::min<std::size_t>(data[1] % 8, size - 2);
   std::string_view seed(reinterpret_cast<const char*>(data) + 2, seed_len);
   std::string_view text(reinterpret_cast<const char*>(data) + 2 + seed_len, size - 2 - seed_len);
-  run(kind, text, seed, false);
-  run(kind, text, seed, true);
+  const Parsed whole = run(kind, text, seed, false);
+  const Parsed streamed = run(kind, text, seed, true);
+  FUZZ_CHECK(streamed.content == whole.content);
+  FUZZ_CHECK(streamed.calls == whole.calls);
   return 0;
 }
