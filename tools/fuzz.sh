@@ -7,7 +7,8 @@
 # Each target starts from its seeds in tests/fuzz/corpus/<name>/ (never written to); the growing
 # corpus lives in build-fuzz/corpus/<name>/, crashes/leaks/timeouts in build-fuzz/findings/<name>/.
 # Prints per target: executions, exec/s, findings; exits 1 if any target found something.
-# Env: BUILD_DIR (build-fuzz), JOBS (build jobs, 2), MAX_LEN (4096), FUZZ_FLAGS (extra flags).
+# Env: BUILD_DIR (build-fuzz), JOBS (build jobs, 2), MAX_LEN (4096), FUZZ_TIMEOUT (s per input, 60:
+# on a loaded machine a short limit reports CPU starvation as a timeout), FUZZ_FLAGS (extra flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${BUILD_DIR:-build-fuzz}"
@@ -42,8 +43,9 @@ for t in "${targets[@]}"; do
   limit=(-max_total_time="$amount"); [ "$mode" = runs ] && limit=(-runs="$amount")
   log="$BUILD_DIR/fuzz-$name.log"
   start=$(date +%s.%N)
+  stamp="$BUILD_DIR/.fuzz-start-$name"; touch "$stamp"
   set +e
-  "$BUILD_DIR/tests/fuzz/$t" "${limit[@]}" -max_len="${MAX_LEN:-4096}" -timeout=20 -rss_limit_mb=2048 \
+  "$BUILD_DIR/tests/fuzz/$t" "${limit[@]}" -max_len="${MAX_LEN:-4096}" -timeout="${FUZZ_TIMEOUT:-60}" -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$findings/" ${FUZZ_FLAGS:-} "$corpus" "tests/fuzz/corpus/$name" \
     >"$log" 2>&1
   rc=$?
@@ -51,7 +53,9 @@ for t in "${targets[@]}"; do
   secs=$(echo "$(date +%s.%N) - $start" | bc)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-  n_find=$(find "$findings" -type f | wc -l)
+  # New crash/leak/timeout/oom inputs of this run (slow-unit-* files are only reports).
+  n_find=$(find "$findings" -type f -newer "$stamp" \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' \
+           -o -name 'oom-*' \) | wc -l)
   [ "$rc" -ne 0 ] && [ "$n_find" -eq 0 ] && n_find="rc=$rc"
   printf '%-24s %12s %10s %9s %.0f\n' "$t" "${execs:-?}" "${rate:-?}" "$n_find" "$secs"
   if [ "$rc" -ne 0 ] || [ "$n_find" != 0 ]; then
