@@ -50,6 +50,7 @@ class Soak:
         self.counts = {}      # (scenario, outcome) -> n
         self.unexpected = []  # descriptions (first 50 kept)
         self.rng = random.Random(args.seed)
+        self.unexpected_log = None  # file: every unexpected answer, as it happens
 
     # ---- bookkeeping
     def note(self, scenario, outcome, ok=True, detail=""):
@@ -59,6 +60,9 @@ class Soak:
                 self.unexpected.append(f"{scenario}: {outcome} {detail[:200]}")
             if not ok:
                 self.counts[("UNEXPECTED", scenario)] = self.counts.get(("UNEXPECTED", scenario), 0) + 1
+                if self.unexpected_log:
+                    self.unexpected_log.write(f"{time.strftime('%H:%M:%S')} {scenario}: {outcome} {detail[:500]}\n")
+                    self.unexpected_log.flush()
 
     # ---- HTTP helpers
     def conn(self, timeout=120):
@@ -290,6 +294,7 @@ def main():
     log = open(log_path, "w")
     srv = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     soak = Soak(a)
+    soak.unexpected_log = open(out[:-4] + ".unexpected.log", "w")
     deadline = time.time() + 300
     while True:
         if srv.poll() is not None:
