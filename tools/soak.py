@@ -138,7 +138,7 @@ class Soak:
     def sc_stream_cut(self):
         """Streams, reads a few events, then drops the connection (half the time with an RST)."""
         body = json.dumps(self.chat_body(True, max_tokens=400)).encode()
-        s = socket.create_connection(("127.0.0.1", self.a.port), timeout=60)
+        s = socket.create_connection(("127.0.0.1", self.a.port), timeout=300)
         try:
             s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
