@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <cerrno>
 #include "server/http_server.h"
+#include "server/http_parse.h"
 
 #include <sys/resource.h>
 
@@ -150,23 +151,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     auto& req = parser_->get();
     // Framing: only "chunked" is a transfer coding we read; with Content-Length as well the
     // length is ambiguous (request smuggling), so both are refused and the connection closed.
-    const std::size_t n_te = req.count(http::field::transfer_encoding);
-    if (n_te > 0) {
-      if (req.count(http::field::content_length) > 0) {
-        return reject(400, "both Transfer-Encoding and Content-Length are set");
-      }
-      std::string te(req[http::field::transfer_encoding]);
-      auto trim = [](std::string& v) {
-        while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.pop_back();
-        std::size_t i = 0;
-        while (i < v.size() && (v[i] == ' ' || v[i] == '\t')) ++i;
-        v.erase(0, i);
-      };
-      trim(te);
-      if (n_te != 1 || !beast::iequals(te, "chunked")) {
-        return reject(501, "Transfer-Encoding '" + te + "' is not supported (only 'chunked')");
-      }
-    }
+    if (auto r = check_request_framing(req)) return reject(r->status, r->message);
     if (server_.config.screen) {
       HttpRequest head = request_head(req);
       if (auto early = server_.config.screen(head)) return send_early(std::move(*early));
@@ -187,31 +172,18 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   }
 
   void fail_read(beast::error_code ec) {
-    if (ec == http::error::body_limit) {
-      return reject(413, "request body exceeds the limit of " +
-                             std::to_string(server_.config.max_body_bytes) + " bytes");
-    }
-    if (ec == http::error::header_limit) return reject(431, "request headers too large");
-    if (ec == http::error::end_of_stream || ec == net::error::eof ||
-        ec == beast::error::timeout || ec == net::error::operation_aborted ||
-        ec == net::error::connection_reset || buffer_.size() == 0) {
+    if (ec != http::error::body_limit && ec != http::error::header_limit &&
+        (ec == http::error::end_of_stream || ec == net::error::eof ||
+         ec == beast::error::timeout || ec == net::error::operation_aborted ||
+         ec == net::error::connection_reset || buffer_.size() == 0)) {
       return close();
     }
-    reject(400, "malformed HTTP request: " + ec.message());
+    auto r = rejection_for_parse_error(ec, server_.config.max_body_bytes);
+    reject(r.status, r.message);
   }
 
   static HttpRequest request_head(const http::request<http::string_body>& msg) {
-    HttpRequest req;
-    req.method = std::string(msg.method_string());
-    req.target = std::string(msg.target());
-    req.path = req.target.substr(0, req.target.find('?'));
-    for (const auto& field : msg) {
-      std::string name(field.name_string());
-      std::transform(name.begin(), name.end(), name.begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      req.headers[name] = std::string(field.value());
-    }
-    return req;
+    return http_request_head(msg);
   }
 
   // A screened request: answer, never read the body, close after a short bounded drain (so the
