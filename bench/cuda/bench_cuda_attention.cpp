@@ -21,19 +21,11 @@
 #include <vector>
 
 #include "backend/cuda/cuda_launch.h"
+#include "bench_check.h"
 
 using namespace deltaserve;
 
 namespace {
-
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 std::vector<int> int_list(const std::string& s) {
   std::vector<int> v;

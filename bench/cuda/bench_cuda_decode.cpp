@@ -26,19 +26,11 @@
 #include "backend/backend_factory.h"
 #include "engine/model_runner.h"
 #include "model/model.h"
+#include "bench_check.h"
 
 using namespace deltaserve;
 
 namespace {
-
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -14,7 +14,7 @@
 
 #include "server/openai_server.h"
 #include "server/server_metrics.h"
-#include "test_support.h"
+#include "server_fixture.h"
 #include "util/json_parse.h"
 
 namespace deltaserve {
@@ -25,10 +25,11 @@ using testing::connect_local;
 using testing::FakeEngine;
 using testing::http;
 using testing::send_all;
+using testing::read_all;
+using testing::set_recv_timeout;
 using testing::wait_until;
 using Clock = std::chrono::steady_clock;
 
-const std::string kModelDir = std::string(DELTASERVE_SOURCE_DIR) + "/models/tiny-coder";
 
 Result<std::string> chatml(const nlohmann::ordered_json& messages, const nlohmann::ordered_json&,
                            const nlohmann::ordered_json&) {
@@ -42,58 +43,9 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Everything the socket delivers until the peer closes (or the receive timeout).
-std::string read_all(int fd) {
-  std::string raw;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    raw.append(buf, static_cast<std::size_t>(n));
-  }
-  return raw;
-}
-
-void set_recv_timeout(int fd, int ms) {
-  timeval tv{ms / 1000, (ms % 1000) * 1000};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-}
-
-class HardeningTest : public ::testing::Test {
+class HardeningTest : public testing::ServerFixture {
  protected:
-  void start(ServerConfig cfg = {}) {
-    auto tok = Tokenizer::load(kModelDir);
-    ASSERT_TRUE(tok.is_ok()) << tok.status().message();
-    tokenizer_ = std::make_unique<Tokenizer>(*tok);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.served_model_name = "tiny";
-    server_ = std::make_unique<OpenAiServer>(cfg, engine_, *tokenizer_, chatml, *load_generation_defaults(kModelDir));
-    auto st = server_->start();
-    ASSERT_TRUE(st.is_ok()) << st.message();
-    port_ = server_->port();
-  }
-  void TearDown() override {
-    if (server_) server_->stop();
-  }
-  testing::HttpResult post(const std::string& path, const std::string& body, std::vector<std::string> headers = {}) {
-    return http(port_, "POST", path, body, headers);
-  }
-  static json error_of(const testing::HttpResult& r) {
-    json j = json::parse(r.body, nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << r.body;
-    EXPECT_TRUE(j.contains("error")) << r.body;
-    return j.is_discarded() ? json() : j["error"];
-  }
-  void expect_idle() {
-    EXPECT_TRUE(wait_until([&] { return server_->active_jobs() == 0 && engine_.n_live() == 0; }))
-        << "active jobs " << server_->active_jobs() << ", live " << engine_.n_live();
-  }
-
-  FakeEngine engine_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<OpenAiServer> server_;
-  int port_ = 0;
+  void start(ServerConfig cfg = {}) { start_server(cfg, chatml); }
 };
 
 // --- H1: JSON objects with many keys parse in linear time ---

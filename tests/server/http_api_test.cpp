@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/openai_server.h"
-#include "test_support.h"
+#include "server_fixture.h"
 
 namespace deltaserve {
 namespace {
@@ -16,7 +16,6 @@ using testing::http;
 using testing::sse_data;
 using testing::wait_until;
 
-const std::string kModelDir = std::string(DELTASERVE_SOURCE_DIR) + "/models/tiny-coder";
 
 Result<std::string> chatml(const nlohmann::ordered_json& messages, const nlohmann::ordered_json&,
                            const nlohmann::ordered_json& kwargs) {
@@ -31,44 +30,10 @@ Result<std::string> chatml(const nlohmann::ordered_json& messages, const nlohman
   return out;
 }
 
-class HttpApiTest : public ::testing::Test {
+class HttpApiTest : public testing::ServerFixture {
  protected:
-  void start(ServerConfig cfg = {}) {
-    auto tok = Tokenizer::load(kModelDir);
-    ASSERT_TRUE(tok.is_ok()) << tok.status().message();
-    tokenizer_ = std::make_unique<Tokenizer>(*tok);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.served_model_name = "tiny";
-    server_ = std::make_unique<OpenAiServer>(cfg, engine_, *tokenizer_, chatml,
-                                             *load_generation_defaults(kModelDir));
-    auto st = server_->start();
-    ASSERT_TRUE(st.is_ok()) << st.message();
-    port_ = server_->port();
-  }
+  void start(ServerConfig cfg = {}) { start_server(cfg, chatml); }
   void script(const std::string& text) { engine_.script = tokenizer_->encode(text, true); }
-  void TearDown() override {
-    if (server_) server_->stop();
-  }
-  testing::HttpResult post(const std::string& path, const std::string& body,
-                           std::vector<std::string> headers = {}) {
-    return http(port_, "POST", path, body, headers);
-  }
-  static json error_of(const testing::HttpResult& r) {
-    json j = json::parse(r.body, nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << r.body;
-    EXPECT_TRUE(j.contains("error")) << r.body;
-    return j.is_discarded() ? json() : j["error"];
-  }
-  void expect_idle() {
-    EXPECT_TRUE(wait_until([&] { return server_->active_jobs() == 0 && engine_.n_live() == 0; }))
-        << "active jobs " << server_->active_jobs() << ", live " << engine_.n_live();
-  }
-
-  FakeEngine engine_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<OpenAiServer> server_;
-  int port_ = 0;
 };
 
 TEST_F(HttpApiTest, HealthModelsMetrics) {

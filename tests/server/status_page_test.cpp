@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/openai_server.h"
-#include "test_support.h"
+#include "server_fixture.h"
 
 namespace deltaserve {
 namespace {
@@ -20,7 +20,6 @@ using testing::FakeEngine;
 using testing::http;
 using testing::wait_until;
 
-const std::string kModelDir = std::string(DELTASERVE_SOURCE_DIR) + "/models/tiny-coder";
 
 Result<std::string> plain_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json&,
                                const nlohmann::ordered_json&) {
@@ -43,35 +42,19 @@ std::map<std::string, double> scrape(const std::string& text) {
   return out;
 }
 
-class StatusPageTest : public ::testing::Test {
+class StatusPageTest : public testing::ServerFixture {
  protected:
   void start(ServerConfig cfg = {}) {
-    auto tok = Tokenizer::load(kModelDir);
-    ASSERT_TRUE(tok.is_ok()) << tok.status().message();
-    tokenizer_ = std::make_unique<Tokenizer>(*tok);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.served_model_name = "tiny";
-    server_ = std::make_unique<OpenAiServer>(cfg, engine_, *tokenizer_, plain_chat, *load_generation_defaults(kModelDir));
-    nlohmann::ordered_json info = {{"max_total_num_tokens", 4096}, {"max_running_requests", 8},
-                                   {"max_mamba_cache_size", 12},   {"checkpoint_slots", 4},
-                                   {"kv_cache_dtype", "f32"},      {"page_size", 16},
-                                   {"prefix_cache", true},         {"device", "cpu"},
-                                   {"version", "9.9.9"},
-                                   {"memory", {{"weights_bytes", 1000}, {"kv_cache_bytes", 2000}, {"state_cache_bytes", 300}}}};
-    server_->set_server_info(42, 3, info);
-    auto st = server_->start();
-    ASSERT_TRUE(st.is_ok()) << st.message();
-    port_ = server_->port();
+    start_server(cfg, plain_chat, [](OpenAiServer& server) {
+      nlohmann::ordered_json info = {{"max_total_num_tokens", 4096}, {"max_running_requests", 8},
+                                     {"max_mamba_cache_size", 12},   {"checkpoint_slots", 4},
+                                     {"kv_cache_dtype", "f32"},      {"page_size", 16},
+                                     {"prefix_cache", true},         {"device", "cpu"},
+                                     {"version", "9.9.9"},
+                                     {"memory", {{"weights_bytes", 1000}, {"kv_cache_bytes", 2000}, {"state_cache_bytes", 300}}}};
+      server.set_server_info(42, 3, info);
+    });
   }
-  void TearDown() override {
-    if (server_) server_->stop();
-  }
-
-  FakeEngine engine_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<OpenAiServer> server_;
-  int port_ = 0;
 };
 
 TEST_F(StatusPageTest, PageIsHtmlWithItsElements) {

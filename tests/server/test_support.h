@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -278,12 +279,8 @@ inline HttpResult parse_response(const std::string& raw) {
   return r;
 }
 
-inline HttpResult http(int port, const std::string& method, const std::string& path,
-                       const std::string& body = "",
-                       const std::vector<std::string>& extra_headers = {}) {
-  int fd = connect_local(port);
-  if (fd < 0) return {};
-  send_all(fd, build_request(method, path, body, extra_headers));
+// Everything the socket delivers until the peer closes (or the receive timeout).
+inline std::string read_all(int fd) {
   std::string raw;
   char buf[65536];
   for (;;) {
@@ -291,6 +288,21 @@ inline HttpResult http(int port, const std::string& method, const std::string& p
     if (n <= 0) break;
     raw.append(buf, static_cast<std::size_t>(n));
   }
+  return raw;
+}
+
+inline void set_recv_timeout(int fd, int ms) {
+  timeval tv{ms / 1000, (ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+inline HttpResult http(int port, const std::string& method, const std::string& path,
+                       const std::string& body = "",
+                       const std::vector<std::string>& extra_headers = {}) {
+  int fd = connect_local(port);
+  if (fd < 0) return {};
+  send_all(fd, build_request(method, path, body, extra_headers));
+  const std::string raw = read_all(fd);
   ::close(fd);
   return parse_response(raw);
 }

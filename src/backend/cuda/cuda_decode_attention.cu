@@ -20,8 +20,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kv.cuh"
@@ -65,28 +63,6 @@ __device__ __forceinline__ void load_words(const KvStorage<KV>* p, uint32_t (&w)
   } else {
     static_assert(kWords == 1, "row slice of 4, 8 or 16n bytes");
     w[0] = __ldg(reinterpret_cast<const unsigned int*>(p));
-  }
-}
-
-// Stored words -> E floats (unscaled).
-template <KvType KV, int E>
-__device__ __forceinline__ void decode_words(const uint32_t (&w)[slice_words<KV, E>()], float (&f)[E]) {
-#pragma unroll
-  for (int i = 0; i < slice_words<KV, E>(); ++i) {
-    if constexpr (KV == KvType::F32) {
-      f[i] = __uint_as_float(w[i]);
-    } else if constexpr (KV == KvType::BF16) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    } else {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const auto pair = static_cast<__nv_fp8x2_storage_t>(w[i] >> (16 * h));
-        const float2 x = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, KvTraits<KV>::kInterp)));
-        f[4 * i + 2 * h] = x.x;
-        f[4 * i + 2 * h + 1] = x.y;
-      }
-    }
   }
 }
 
@@ -158,7 +134,7 @@ __global__ void __launch_bounds__(32 * kWarps, MINB) decode_attn_kernel(AttnArgs
 #pragma unroll
     for (int kb = 0; kb < KB; ++kb) {
       float kf[E];
-      decode_words<KV, E>(kr[kb], kf);
+      kv_decode_words<KV, NW>(kr[kb], kf);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         float acc = 0.f;
@@ -194,7 +170,7 @@ __global__ void __launch_bounds__(32 * kWarps, MINB) decode_attn_kernel(AttnArgs
 #pragma unroll
     for (int kb = 0; kb < KB; ++kb) {
       float vf[E];
-      decode_words<KV, E>(vr[kb], vf);
+      kv_decode_words<KV, NW>(vr[kb], vf);
 #pragma unroll
       for (int g = 0; g < G; ++g)
 #pragma unroll
@@ -296,25 +272,6 @@ bool run_kv(const AttnArgs& a, cudaStream_t s) {
   }
 }
 
-int device_sm_count() {
-  static std::mutex mu;
-  static std::map<int, int> cache;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 1;
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(dev);
-  if (it != cache.end()) return it->second;
-  int n = 0;
-  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    n = 1;
-  }
-  return cache[dev] = std::max(n, 1);
-}
-
 }  // namespace
 
 bool decode_attention_supported(int n_heads, int n_kv_heads, int head_dim, KvType kv, int block_size) {
@@ -329,7 +286,9 @@ bool decode_attention_supported(int n_heads, int n_kv_heads, int head_dim, KvTyp
 
 int decode_attention_splits(int n_tokens, int n_kv_heads, const CudaOptions& o) {
   const int64_t blocks = int64_t(n_tokens) * n_kv_heads;
-  const int64_t target = int64_t(device_sm_count()) * std::max(1, o.decode_blocks_per_sm);
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
+  const int64_t target = int64_t(sm_count(dev)) * std::max(1, o.decode_blocks_per_sm);
   if (blocks <= 0 || blocks >= target) return 1;
   const int64_t n = target / blocks;  // rounded down: the grid fits the resident blocks (one wave)
   return static_cast<int>(std::min<int64_t>(n, std::max(1, o.decode_max_splits)));

@@ -69,12 +69,12 @@ __device__ __forceinline__ float kv_decode(KvStorage<KV> s) {
   }
 }
 
-// One 16-byte chunk of stored elements -> kv_per_chunk<KV>() floats (unscaled), lowest address first.
-template <KvType KV>
-__device__ __forceinline__ void kv_decode_chunk(const uint4& raw, float* out) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+// NW 32-bit words of stored elements (lowest address first) -> NW * 4 / sizeof(storage) floats
+// (unscaled).
+template <KvType KV, int NW>
+__device__ __forceinline__ void kv_decode_words(const uint32_t* w, float* out) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < NW; ++i) {
     if constexpr (KV == KvType::F32) {
       out[i] = __uint_as_float(w[i]);
     } else if constexpr (KV == KvType::BF16) {
@@ -90,6 +90,13 @@ __device__ __forceinline__ void kv_decode_chunk(const uint4& raw, float* out) {
       }
     }
   }
+}
+
+// One 16-byte chunk of stored elements -> kv_per_chunk<KV>() floats (unscaled), lowest address first.
+template <KvType KV>
+__device__ __forceinline__ void kv_decode_chunk(const uint4& raw, float* out) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  kv_decode_words<KV, 4>(w, out);
 }
 
 }  // namespace deltaserve::cuda

@@ -36,6 +36,8 @@ void launch_random_bf16(uint16_t* w, int64_t n, float scale, uint64_t seed, cuda
 // Deterministic. Returns false when the shape is not handled (T > kGemvMaxRows or K % 8 != 0); the
 // caller then uses cuBLAS.
 constexpr int kGemvMaxRows = 8;
+// Streaming multiprocessors of a device (cached; 1 when the query fails).
+int sm_count(int device);
 bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out,
                  bool accumulate, const CudaOptions& o, cudaStream_t s);
 

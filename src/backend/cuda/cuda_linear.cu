@@ -373,19 +373,6 @@ struct TcKernel {
   }
 };
 
-int sm_count(int device) {
-  static std::mutex mu;
-  static std::map<int, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(device);
-  if (it != cache.end()) return it->second;
-  int n = 0;
-  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    n = 1;
-  }
-  return cache[device] = std::max(n, 1);
-}
 
 // Tuning (environment, read per call; for measurements and tests):
 //   DELTASERVE_GEMV_TC=0        CUDA-core GEMV for all T (no tensor-core path)
@@ -448,6 +435,20 @@ bool run_tc(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, floa
 }
 
 }  // namespace
+
+int sm_count(int device) {
+  static std::mutex mu;
+  static std::map<int, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 1;
+  }
+  return cache[device] = std::max(n, 1);
+}
 
 bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out,
                  bool accumulate, const CudaOptions& o, cudaStream_t s) {
