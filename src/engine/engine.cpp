@@ -87,9 +87,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   // backend its compute pool already owns them.
   const int n_sample = c.device == Device::Cpu ? 1 : std::clamp(hardware_threads() - 1, 1, 8);
   e->sampling_ = std::make_unique<SamplingPool>(n_sample, mc.vocab_size);
-  if (k > 0)
-    e->spec_ = std::make_unique<SpeculativeDecoder>(*e->runner_, *e->sampling_, k, c.max_running_requests,
-                                                    c.context_length);
+  if (k > 0) e->set_speculation(true);
   e->run_items_.reserve(static_cast<size_t>(c.max_running_requests));
   e->outputs_.reserve(static_cast<size_t>(c.max_running_requests));
   e->seed_rng_.seed(c.random_seed != 0 ? c.random_seed : std::random_device{}());
