@@ -260,7 +260,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", be_r.status().message().c_str());
     return 1;
   }
-  std::unique_ptr<Backend> be = std::move(*be_r);
+  std::unique_ptr<Backend> be_owned = std::move(*be_r);
+  Backend* be = be_owned.get();  // rank 0 of the group below from then on
   std::printf("device: %s\nmodel: %s (dummy weights)\n", be->description().c_str(), o.model.c_str());
 
   // Ceiling: device-to-device copy bandwidth (bytes read + written).
@@ -284,14 +285,17 @@ int main(int argc, char** argv) {
   }
 
   double t0 = now_s();
-  ModelLoadOptions lo;
-  lo.dummy_weights = true;
-  auto model_r = load_model(o.model, *be, lo);
-  if (!model_r.is_ok()) {
-    std::fprintf(stderr, "%s\n", model_r.status().message().c_str());
+  RankGroupOptions ro;
+  ro.model_dir = o.model;
+  ro.device = "cuda";
+  ro.load.dummy_weights = true;
+  auto group_r = RankGroup::create(ro, std::move(be_owned));
+  if (!group_r.is_ok()) {
+    std::fprintf(stderr, "%s\n", group_r.status().message().c_str());
     return 1;
   }
-  std::unique_ptr<Model> model = std::move(*model_r);
+  std::unique_ptr<RankGroup> group = std::move(*group_r);
+  Model* model = &group->model();
   be->synchronize();
   const ModelConfig& cfg = model->config();
   const double wbytes = decode_weight_bytes(cfg);
@@ -316,7 +320,7 @@ int main(int argc, char** argv) {
   lim.max_blocks_per_seq = blocks_per_seq;
   lim.max_logit_rows = std::max(16, o.batch);
   lim.mtp = true;  // commit_state staging
-  ModelRunner runner(*be, *model, cache, lim);
+  ModelRunner runner(*group, cache, lim);
   std::printf("cache: %d blocks x %d tokens, KV %s, %d slots, pending depth 4; free after setup: %.1f GiB\n",
               cc.n_blocks, bs, std::string(dtype_name(cache.kv_dtype())).c_str(), cc.n_slots,
               be->memory_info().free_bytes / double(1 << 30));

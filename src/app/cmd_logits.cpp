@@ -1,4 +1,4 @@
-// deltaserve logits --model DIR --tokens 1,2,3 --out FILE.safetensors [--mtp] [--threads N]
+// deltaserve logits --model DIR --tokens 1,2,3 --out FILE.safetensors [--mtp] [--threads N] [--tp-size N]
 // Writes f32 `logits` [T, vocab] for every position and, with --mtp, `mtp_logits` [T-1, vocab]
 // teacher-forced: row p feeds (t_{p+1}, h_p) at position p, predicting t_{p+2}.
 #include <cstdio>
@@ -14,14 +14,15 @@
 namespace deltaserve {
 
 int cmd_logits(const Args& args) {
-  CliArgs cli({"model", "tokens", "out", "threads", "device"}, {"mtp", "help"});
+  CliArgs cli({"model", "tokens", "out", "threads", "device", "tp-size"}, {"mtp", "help"});
   if (Status s = cli.parse(args); !s) {
     std::fprintf(stderr, "deltaserve logits: %s\n", s.message().c_str());
     return 2;
   }
   if (cli.flag("help") || !cli.get("tokens") || !cli.get("out")) {
     std::fprintf(cli.flag("help") ? stdout : stderr,
-                 "usage: deltaserve logits --model DIR --tokens 1,2,3 --out FILE.safetensors [--mtp] [--threads N]\n");
+                 "usage: deltaserve logits --model DIR --tokens 1,2,3 --out FILE.safetensors [--mtp] [--threads N]\n"
+                 "                        [--device cpu|cuda] [--tp-size N]\n");
     return cli.flag("help") ? 0 : 2;
   }
   auto tokens = parse_int_list("tokens", *cli.get("tokens"));
@@ -35,11 +36,17 @@ int cmd_logits(const Args& args) {
     std::fprintf(stderr, "deltaserve logits: %s\n", threads.status().message().c_str());
     return 2;
   }
+  auto tp = parse_int("tp-size", cli.get_or("tp-size", "1"));
+  if (!tp || *tp < 1 || *tp > 64) {
+    std::fprintf(stderr, "deltaserve logits: --tp-size must be 1..64\n");
+    return 2;
+  }
   const int T = static_cast<int>(tokens->size());
   SetupOptions opt;
   opt.model_dir = cli.get_or("model", default_model_dir());
   opt.n_threads = static_cast<int>(*threads);
   opt.device = cli.get_or("device", "cpu");
+  opt.tp_size = static_cast<int>(*tp);
   opt.pending_depth = want_mtp ? 1 : 0;  // keeps the main model's hidden states for the MTP head
   auto setup = ModelSetup::create(opt, /*max_tokens=*/T, /*max_seqs=*/1, /*max_context=*/T + 1,
                                   /*max_logit_rows=*/T);

@@ -14,8 +14,10 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   s.device = resolve_plan_device(opts, host, cuda_built);
   if (opts.device == "cuda" && !cuda_built)
     return error("--device cuda: this build has no CUDA backend, or no CUDA device is visible");
-  DS_ASSIGN_OR_RETURN(s.backend, make_backend(s.device == PlanDevice::Cuda ? "cuda" : "cpu", static_cast<int>(opts.threads)));
   if (s.device == PlanDevice::Cuda) {
+    // Made here to measure the memory the CUDA context takes; the engine's rank 0 uses it. (On the
+    // CPU the engine makes its backends, sharing the threads out between tensor-parallel ranks.)
+    DS_ASSIGN_OR_RETURN(s.backend, make_backend("cuda", static_cast<int>(opts.threads)));
     // As SGLang: the fraction is of the whole GPU; what is already in use (this CUDA context,
     // other processes) comes out of it.
     const MemoryInfo m = s.backend->memory_info();
@@ -32,6 +34,7 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   ec.dummy_weights = opts.load_format == "dummy";
   ec.device = s.device == PlanDevice::Cuda ? Device::Cuda : Device::Cpu;
   ec.n_threads = static_cast<int>(opts.threads);
+  ec.tp_size = static_cast<int>(opts.tp_size);
   ec.max_running_requests = static_cast<int>(s.plan.max_running_requests);
   ec.max_waiting_requests = std::max(1024, 4 * ec.max_running_requests);
   ec.context_length = s.plan.context_length;

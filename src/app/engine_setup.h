@@ -22,7 +22,7 @@ struct EngineSetup {
   MemoryPlanInput plan_input;
   MemoryPlan plan;
   EngineConfig config;
-  std::unique_ptr<Backend> backend;  // made before planning (its free memory feeds the plan)
+  std::unique_ptr<Backend> backend;  // CUDA: made before planning (its free memory feeds the plan); CPU: null
 };
 
 // Validated options and the model's config. Errors: the plan's (every one joined), a device that

@@ -117,8 +117,16 @@ class Kernels {
  public:
   virtual ~Kernels() = default;
 
-  // out[t] = table[ids[t]]. table [V, H] bf16/f32; ids [T] i32; out [T, H].
-  virtual void embed(const Tensor& table, const Tensor& ids, Tensor out) = 0;
+  // out[t] = table[ids[t] - first_row]. table [V_r, H] bf16/f32 (rows first_row .. first_row + V_r
+  // of a vocabulary of `vocab`; vocab 0 = V_r); ids [T] i32; out [T, H]. A vocabulary-parallel
+  // shard (tensor parallelism) writes zeros for ids of other ranks' rows; an id outside
+  // [0, vocab) is a caller bug.
+  virtual void embed(const Tensor& table, const Tensor& ids, Tensor out, int64_t first_row = 0,
+                     int64_t vocab = 0) = 0;
+
+  // dst[:, col .. col + c) = src. src [R, c] f32; dst [R, C] f32 (the vocabulary-parallel logits
+  // of one rank into the full row).
+  virtual void copy_columns(const Tensor& src, Tensor dst, int64_t col) = 0;
 
   // out[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * w. x [R, D]; w [D] f32.
   // out_stride: elements between output rows (0 = D), so two norms can fill halves of one row.

@@ -7,7 +7,9 @@
 //            [n_slots * pending_depth, conv_dim + 2*Hv] (see BatchMeta::state_defer)
 // Blocks grow with a sequence's tokens; a slot is one per running request (its GDN state and
 // pending rows; dense models have slots too, holding nothing on the device).
-// Sizes come from model/memory_spec.h, the formulas the memory plan uses.
+// Sizes come from model/memory_spec.h, the formulas the memory plan uses. Tensor parallelism:
+// one copy of the storage per rank (each on its rank's backend, holding that rank's heads), one
+// set of block and slot ids for the group.
 #pragma once
 
 #include <cstdint>
@@ -35,11 +37,15 @@ struct CacheConfig {
 
 class CacheMemory final : public CacheAllocator {
  public:
-  CacheMemory(Backend& backend, const MemorySpec& spec, const CacheConfig& config);
+  // backends: one per tensor-parallel rank; spec: one rank's.
+  CacheMemory(std::vector<Backend*> backends, const MemorySpec& spec, const CacheConfig& config);
+  CacheMemory(Backend& backend, const MemorySpec& spec, const CacheConfig& config)
+      : CacheMemory(std::vector<Backend*>{&backend}, spec, config) {}
 
   const CacheConfig& config() const { return config_; }
   const MemorySpec& spec() const { return spec_; }
-  const MemoryViews& views() const { return views_; }
+  int n_ranks() const { return static_cast<int>(ranks_.size()); }
+  const MemoryViews& views(int rank = 0) const { return ranks_[rank].views; }
   BlockPool& blocks() override { return blocks_; }
   const BlockPool& blocks() const override { return blocks_; }
   bool has_state() const override { return spec_.n_state_layers > 0; }
@@ -56,7 +62,7 @@ class CacheMemory final : public CacheAllocator {
   int n_checkpoints_total() const override { return checkpoints_.n_total(); }
   void check_integrity() const override;
 
-  // Bytes this cache allocated on the device: KV, and GDN state + pending rows.
+  // Bytes this cache allocated on each device (per rank): KV, and GDN state + pending rows.
   int64_t kv_bytes() const { return kv_bytes_; }
   int64_t state_bytes() const { return state_bytes_; }
   DType kv_dtype() const { return kv_dtype_; }
@@ -64,16 +70,21 @@ class CacheMemory final : public CacheAllocator {
 
  private:
   void zero_slot(int slot);
-  Backend& backend_;
+  // One rank's storage.
+  struct RankStorage {
+    Backend* backend = nullptr;
+    std::vector<DeviceBuffer> buffers;
+    MemoryViews views;
+    DeviceBuffer zeros;  // one slot's worth of zeros, for resetting a slot
+  };
+  void allocate(RankStorage& r);
   MemorySpec spec_;
   CacheConfig config_;
   DType kv_dtype_;
   BlockPool blocks_;
   SlotPool slots_;
   SlotPool checkpoints_;  // ids offset by n_slots
-  std::vector<DeviceBuffer> buffers_;
-  MemoryViews views_;
-  DeviceBuffer zeros_;  // one slot's worth of zeros, for resetting a slot
+  std::vector<RankStorage> ranks_;
   int64_t kv_bytes_ = 0, state_bytes_ = 0;
 };
 

@@ -104,7 +104,7 @@ struct Ctx {
 
 int64_t activation_reserve(const Ctx& x) {
   const ModelConfig& c = x.c;
-  const int64_t tp = std::max(1, x.in.tp_size);
+  const int64_t tp = x.cuda() ? std::max(1, x.in.tp_size) : 1;
   const int64_t chunk = std::min(std::max<int64_t>(1, x.in.chunked_prefill_size),
                                  std::max<int64_t>(1, x.in.max_prefill_tokens));
   const int64_t act_elem = 4;  // activations are f32 on both backends
@@ -125,13 +125,12 @@ int64_t activation_reserve(const Ctx& x) {
 MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
   MemoryPlan p;
   Ctx x{c, in, p};
-  const int tp = std::max(1, in.tp_size);
+  // On the CPU the tensor-parallel ranks are threads of one process sharing its memory: the
+  // process holds every shard, so the plan is the one of a single rank over the whole model.
+  const int tp = x.cuda() ? std::max(1, in.tp_size) : 1;
   const bool spec = in.spec_num_steps > 0;
   const bool hybrid = c.n_linear_layers() > 0;
   const std::string PER = x.per();
-
-  if (!x.cuda() && tp != 1)
-    p.errors.push_back("--tp-size " + std::to_string(tp) + " splits a model over GPUs; on the CPU use 1");
   if (spec && c.mtp_n_layers == 0)
     p.errors.push_back("speculative decoding needs the model's MTP head, and this config has "
                        "none (mtp_num_hidden_layers = 0): remove --speculative-algorithm");

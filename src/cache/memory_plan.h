@@ -35,7 +35,7 @@ struct MemoryPlanInput {
   // other processes). serve measures it after its CUDA context is up; `plan --gpu-memory X`
   // assumes kCudaContextBytes. As SGLang does, it comes out of the static budget.
   int64_t device_memory_used_bytes = 0;
-  int tp_size = 1;                  // GPUs the model is split over (Cpu: must be 1)
+  int tp_size = 1;                  // GPUs the model is split over (Cpu: ranks share the process memory)
 
   // Budget. Cuda: device_memory_bytes * mem_fraction_static (0 = auto) - device_memory_used_bytes.
   // Cpu: max_memory_bytes (0 = auto: kCpuAutoShare of device_memory_bytes).

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "backend/backend_factory.h"
 #include "util/log.h"
 #include "util/timer.h"
 
@@ -34,17 +33,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   if (c.kv_tokens < c.kv_block_size) return error("engine config: kv_tokens ", c.kv_tokens, " is less than one block");
 
   std::unique_ptr<Engine> e(new Engine(config));
-  if (backend) {
-    e->backend_ = std::move(backend);
-  } else {
-    DS_ASSIGN_OR_RETURN(e->backend_, make_backend(c.device == Device::Cuda ? "cuda" : "cpu", c.n_threads));
-  }
-  ModelLoadOptions lo;
-  lo.dummy_weights = c.dummy_weights;
-  lo.load_mtp = c.spec_num_steps > 0;
-  DS_ASSIGN_OR_RETURN(e->model_, load_model(c.model_dir, *e->backend_, lo));
-  const ModelConfig& mc = e->model_->config();
-  if (c.spec_num_steps > 0 && !e->model_->has_mtp())
+  RankGroupOptions ro;
+  ro.model_dir = c.model_dir;
+  ro.device = c.device == Device::Cuda ? "cuda" : "cpu";
+  ro.n_threads = c.n_threads;
+  ro.tp_size = c.tp_size;
+  ro.load.dummy_weights = c.dummy_weights;
+  ro.load.load_mtp = c.spec_num_steps > 0;
+  DS_ASSIGN_OR_RETURN(e->ranks_, RankGroup::create(ro, std::move(backend)));
+  Model& model = e->ranks_->model();
+  const ModelConfig& mc = model.config();
+  if (c.spec_num_steps > 0 && !model.has_mtp())
     return error(c.model_dir.string(), ": speculative decoding needs an MTP head, and this model has none");
 
   const int k = c.spec_num_steps;
@@ -55,8 +54,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   cc.pending_depth = k > 0 ? k + 1 : 0;
   cc.n_checkpoints = c.prefix_cache ? c.checkpoint_slots : 0;
   cc.kv_dtype = c.kv_cache_dtype;
-  cc.kv_scales = e->model_->kv_scales();
-  e->cache_ = std::make_unique<CacheMemory>(*e->backend_, e->model_->memory_spec(), cc);
+  cc.kv_scales = model.kv_scales();
+  e->cache_ = std::make_unique<CacheMemory>(e->ranks_->backends(), model.memory_spec(), cc);
 
   const int per_decode = 1 + k;
   RunnerLimits lim;
@@ -68,7 +67,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   lim.checkpoints = c.prefix_cache && e->cache_->has_state();
   if (c.device == Device::Cuda)
     lim.graph_max_seqs = c.cuda_graph_max_bs < 0 ? std::min(c.max_running_requests, 64) : c.cuda_graph_max_bs;
-  e->runner_ = std::make_unique<ModelRunner>(*e->backend_, *e->model_, *e->cache_, lim);
+  e->runner_ = std::make_unique<ModelRunner>(*e->ranks_, *e->cache_, lim);
 
   SchedulerConfig sc;
   sc.max_running = c.max_running_requests;
@@ -108,8 +107,9 @@ EngineCapacity Engine::capacity() const {
   cap.context_length = config_.context_length;
   cap.kv_cache_bytes = cache_->kv_bytes();
   cap.state_cache_bytes = cache_->state_bytes();
-  cap.weight_bytes = static_cast<int64_t>(model_->weight_bytes());
-  cap.kv_cache_dtype = std::string(dtype_name(cache_->views().kv.empty() ? backend_->activation_dtype()
+  cap.weight_bytes = static_cast<int64_t>(weight_bytes());
+  cap.tp_size = tp_size();
+  cap.kv_cache_dtype = std::string(dtype_name(cache_->views().kv.empty() ? ranks_->backend().activation_dtype()
                                                                           : cache_->views().kv[0].k.dtype));
   cap.spec_num_steps = speculative_steps();
   return cap;
@@ -144,7 +144,9 @@ void Engine::reset_after_probe() {
 
 std::string Engine::plan_summary() const {
   const EngineCapacity cap = capacity();
-  return str_cat("engine: backend ", backend_->description(), "; weights ", cap.weight_bytes >> 20, " MiB; KV ",
+  return str_cat("engine: backend ", ranks_->backend().description(),
+                 cap.tp_size > 1 ? str_cat(" x ", cap.tp_size, " tensor-parallel ranks (figures per rank)") : "",
+                 "; weights ", cap.weight_bytes >> 20, " MiB; KV ",
                  cap.kv_tokens, " tokens (", cap.kv_cache_dtype, ", ", cap.kv_cache_bytes >> 20, " MiB); state slots ",
                  cap.state_slots, " + ", cap.checkpoint_slots, " checkpoints (", cap.state_cache_bytes >> 20,
                  " MiB); prefix cache ", cap.prefix_cache ? "on" : "off", "; max running ", cap.max_running_requests,
@@ -181,7 +183,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
     stream->events.close();
     return stream;
   };
-  const int64_t vocab = model_->config().vocab_size;
+  const int64_t vocab = model_config().vocab_size;
   if (req.prompt.empty()) return reject("the prompt is empty", EngineErrorKind::BadRequest);
   for (int32_t t : req.prompt)
     if (t < 0 || t >= vocab)

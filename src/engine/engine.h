@@ -36,7 +36,8 @@ struct EngineCapacity {
   int64_t context_length = 0;
   int64_t kv_cache_bytes = 0;        // device bytes of the KV cache
   int64_t state_cache_bytes = 0;     // device bytes of GDN state + speculative pending rows
-  int64_t weight_bytes = 0;
+  int64_t weight_bytes = 0;          // per tensor-parallel rank (per GPU)
+  int tp_size = 1;
   std::string kv_cache_dtype;        // "f32", "bf16", ...
   int spec_num_steps = 0;
 };
@@ -58,12 +59,14 @@ class Engine final : public EngineService {
   int64_t context_length() const override { return config_.context_length; }
   bool flush_cache() override;
 
-  const ModelConfig& model_config() const { return model_->config(); }
+  const ModelConfig& model_config() const { return ranks_->model().config(); }
   const EngineConfig& config() const { return config_; }
   EngineCapacity capacity() const;
-  std::string backend_description() const { return backend_->description(); }
-  std::size_t weight_bytes() const { return model_->weight_bytes(); }
-  std::size_t decode_weight_bytes() const { return model_->decode_weight_bytes(); }
+  std::string backend_description() const { return ranks_->backend().description(); }
+  int tp_size() const { return ranks_->size(); }
+  // Per rank (per GPU) with tensor parallelism.
+  std::size_t weight_bytes() const { return ranks_->model().weight_bytes(); }
+  std::size_t decode_weight_bytes() const { return ranks_->model().decode_weight_bytes(); }
   // Human-readable capacity summary (printed once at start-up).
   std::string plan_summary() const;
 
@@ -90,8 +93,7 @@ class Engine final : public EngineService {
   void maybe_log_progress();
 
   EngineConfig config_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<RankGroup> ranks_;  // backends and model shards (one rank without --tp-size)
   std::unique_ptr<CacheMemory> cache_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;

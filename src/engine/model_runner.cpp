@@ -5,13 +5,14 @@
 
 namespace deltaserve {
 
-ModelRunner::ModelRunner(Backend& backend, Model& model, CacheMemory& cache, const RunnerLimits& limits)
-    : backend_(backend),
-      model_(model),
+ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimits& limits)
+    : group_(ranks),
       cache_(cache),
       limits_(limits),
-      vocab_(model.config().vocab_size),
-      hidden_(model.config().hidden_size) {
+      vocab_(ranks.model().config().vocab_size),
+      hidden_(ranks.model().config().hidden_size) {
+  DS_CHECK(cache.n_ranks() == ranks.size(), "cache for ", cache.n_ranks(), " ranks, group of ", ranks.size());
+  Backend& backend = ranks.backend(0);
   const int64_t T = limits.max_tokens, S = limits.max_seqs, B = limits.max_blocks_per_seq;
   n_meta_i32_ = T + (S + 1) + S + S * B + S + S + S + S;
   // The staging area is host memory on every backend (page-locked on CUDA).
@@ -28,42 +29,50 @@ ModelRunner::ModelRunner(Backend& backend, Model& model, CacheMemory& cache, con
   ids_ = p; p += T;
   out_rows_ = p;
   const bool gpu = backend.device() != Device::Cpu;
-  if (gpu) {
-    dev_i32_ = backend.allocate(n_meta_i32_ * 4);
-    dev_ids_ = backend.allocate(T * 4);
-  }
-  logits_buf_ = backend.allocate(int64_t(limits.max_logit_rows) * vocab_ * 4);
   if (gpu) host_logits_store_ = backend.allocate_host(int64_t(limits.max_logit_rows) * vocab_ * 4);
-  if (limits.mtp) {
-    hidden_main_ = backend.allocate(T * hidden_ * 4);
-    mtp_in_ = backend.allocate(T * hidden_ * 4);
-    mtp_out_ = backend.allocate(T * hidden_ * 4);
-    chain_[0] = backend.allocate(S * hidden_ * 4);
-    chain_[1] = backend.allocate(S * hidden_ * 4);
-  }
   commit_host_ = backend.allocate_host((4 * S + 1) * 4);
-  if (gpu) commit_dev_ = backend.allocate((4 * S + 1) * 4);
-  model_.reserve(limits.max_tokens);
-  graphs_.resize(static_cast<std::size_t>(std::max(0, limits.graph_max_seqs)) + 1);
+  ranks_.resize(static_cast<std::size_t>(ranks.size()));
+  for (int i = 0; i < ranks.size(); ++i) {
+    Rank& r = ranks_[i];
+    Backend& b = ranks.backend(i);
+    r.backend = &b;
+    r.model = &ranks.model(i);
+    r.memory = &cache.views(i);
+    if (gpu) {
+      r.dev_i32 = b.allocate(n_meta_i32_ * 4);
+      r.dev_ids = b.allocate(T * 4);
+      r.commit_dev = b.allocate((4 * S + 1) * 4);
+    }
+    r.logits_buf = b.allocate(int64_t(limits.max_logit_rows) * vocab_ * 4);
+    if (limits.mtp) {
+      r.hidden_main = b.allocate(T * hidden_ * 4);
+      r.mtp_in = b.allocate(T * hidden_ * 4);
+      r.mtp_out = b.allocate(T * hidden_ * 4);
+      r.chain[0] = b.allocate(S * hidden_ * 4);
+      r.chain[1] = b.allocate(S * hidden_ * 4);
+    }
+    r.model->reserve(limits.max_tokens, limits.max_logit_rows);
+    r.graphs.resize(static_cast<std::size_t>(std::max(0, limits.graph_max_seqs)) + 1);
+  }
 }
 
-bool ModelRunner::run_graph(std::span<const RunItem> items, const ForwardArgs& a) {
+bool ModelRunner::run_graph(Rank& r, std::span<const RunItem> items, const ForwardArgs& a) {
   const int S = static_cast<int>(items.size());
   if (S > limits_.graph_max_seqs) return false;
   for (const RunItem& it : items)
     if (it.tokens.size() != 1 || it.logits_all || it.no_logits || it.defer_state) return false;
-  DecodeGraph& g = graphs_[S];
-  if (!g.graph || g.epoch != backend_.graph_epoch()) {
+  DecodeGraph& g = r.graphs[S];
+  if (!g.graph || g.epoch != r.backend->graph_epoch()) {
     g.graph.reset();
     if (!g.warm) {
       g.warm = true;
       return false;
     }
-    g.epoch = backend_.graph_epoch();
-    g.graph = backend_.capture([&] { model_.forward(a); });
+    g.epoch = r.backend->graph_epoch();
+    g.graph = r.backend->capture([&] { r.model->forward(a); });
     if (!g.graph) return false;
   }
-  backend_.replay(*g.graph);
+  r.backend->replay(*g.graph);
   return true;
 }
 
@@ -124,89 +133,108 @@ void ModelRunner::build(std::span<const RunItem> items) {
   meta_.block_size = bs;
   meta_.max_seq_tokens = max_seq_tokens;
   meta_.max_context = max_ctx;
-  const Device dev = backend_.device();
+}
+
+void ModelRunner::upload_meta(Rank& r) {
+  Backend& b = *r.backend;
+  const Device dev = b.device();
   int32_t* d = positions_;
   if (dev != Device::Cpu) {
     // One copy of the contiguous staging prefix [positions .. defer] (ids travel separately).
-    backend_.copy_to_device(dev_i32_.view(DType::I32, {n_meta_i32_}), positions_);
-    d = static_cast<int32_t*>(dev_i32_.data());
+    b.copy_to_device(r.dev_i32.view(DType::I32, {n_meta_i32_}), positions_);
+    d = static_cast<int32_t*>(r.dev_i32.data());
   }
-  const int64_t T = limits_.max_tokens, SM = limits_.max_seqs;
-  meta_.d_positions = Tensor(d, DType::I32, {t}, dev);
-  meta_.d_seq_start = Tensor(d + T, DType::I32, {S + 1}, dev);
-  meta_.d_context_len = Tensor(d + T + SM + 1, DType::I32, {S}, dev);
-  meta_.d_block_table = Tensor(d + T + 2 * SM + 1, DType::I32, {S, B}, dev);
-  meta_.d_state_slot = Tensor(d + T + 2 * SM + 1 + SM * B, DType::I32, {S}, dev);
-  meta_.d_state_defer = Tensor(d + T + 3 * SM + 1 + SM * B, DType::I32, {S}, dev);
-  meta_.d_checkpoint_at = Tensor(d + T + 4 * SM + 1 + SM * B, DType::I32, {S}, dev);
-  meta_.d_checkpoint_slot = Tensor(d + T + 5 * SM + 1 + SM * B, DType::I32, {S}, dev);
+  const int64_t T = limits_.max_tokens, SM = limits_.max_seqs, B = limits_.max_blocks_per_seq;
+  const int t = meta_.n_tokens, S = meta_.n_seqs;
+  r.meta = meta_;
+  r.meta.d_positions = Tensor(d, DType::I32, {t}, dev);
+  r.meta.d_seq_start = Tensor(d + T, DType::I32, {S + 1}, dev);
+  r.meta.d_context_len = Tensor(d + T + SM + 1, DType::I32, {S}, dev);
+  r.meta.d_block_table = Tensor(d + T + 2 * SM + 1, DType::I32, {S, B}, dev);
+  r.meta.d_state_slot = Tensor(d + T + 2 * SM + 1 + SM * B, DType::I32, {S}, dev);
+  r.meta.d_state_defer = Tensor(d + T + 3 * SM + 1 + SM * B, DType::I32, {S}, dev);
+  r.meta.d_checkpoint_at = Tensor(d + T + 4 * SM + 1 + SM * B, DType::I32, {S}, dev);
+  r.meta.d_checkpoint_slot = Tensor(d + T + 5 * SM + 1 + SM * B, DType::I32, {S}, dev);
 }
 
-Tensor ModelRunner::upload_ids() {
-  if (backend_.device() == Device::Cpu) return Tensor(ids_, DType::I32, {meta_.n_tokens});
-  Tensor ids(static_cast<int32_t*>(dev_ids_.data()), DType::I32, {meta_.n_tokens}, backend_.device());
-  backend_.copy_to_device(ids, ids_);
+Tensor ModelRunner::upload_ids(Rank& r) {
+  if (r.backend->device() == Device::Cpu) return Tensor(ids_, DType::I32, {meta_.n_tokens});
+  Tensor ids(static_cast<int32_t*>(r.dev_ids.data()), DType::I32, {meta_.n_tokens}, r.backend->device());
+  r.backend->copy_to_device(ids, ids_);
   return ids;
 }
 
 void ModelRunner::fetch_logits() {
-  if (backend_.device() == Device::Cpu) {
-    host_logits_ = static_cast<const float*>(logits_buf_.data());
+  Rank& r = ranks_[0];
+  if (r.backend->device() == Device::Cpu) {
+    host_logits_ = static_cast<const float*>(r.logits_buf.data());
   } else {
-    backend_.copy_to_host(host_logits_store_.data(), logits_buf_.view(DType::F32, {std::max(n_out_, 1), vocab_}));
+    r.backend->copy_to_host(host_logits_store_.data(), r.logits_buf.view(DType::F32, {std::max(n_out_, 1), vocab_}));
     host_logits_ = static_cast<const float*>(host_logits_store_.data());
   }
 }
 
 void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* observer) {
   build(items);
-  ForwardArgs a;
-  a.meta = &meta_;
-  a.memory = &cache_.views();
-  a.output_rows = out_rows_;
-  a.n_output_rows = n_out_;
-  a.logits = logits_buf_.view(DType::F32, {std::max(n_out_, 1), vocab_});
-  if (limits_.mtp) a.hidden = hidden_main_.view(DType::F32, {meta_.n_tokens, hidden_});
-  a.observer = observer;
-  a.ids = upload_ids();
-  if (observer != nullptr || !run_graph(items, a)) model_.forward(a);
+  group_.run([&](int rank) {
+    Rank& r = ranks_[rank];
+    upload_meta(r);
+    ForwardArgs a;
+    a.meta = &r.meta;
+    a.memory = r.memory;
+    a.output_rows = out_rows_;
+    a.n_output_rows = n_out_;
+    a.logits = r.logits_buf.view(DType::F32, {std::max(n_out_, 1), vocab_});
+    if (limits_.mtp) a.hidden = r.hidden_main.view(DType::F32, {meta_.n_tokens, hidden_});
+    a.observer = rank == 0 ? observer : nullptr;  // every rank holds the same residual stream
+    a.ids = upload_ids(r);
+    if (observer != nullptr || !run_graph(r, items, a)) r.model->forward(a);
+  });
   fetch_logits();
-  mtp_last_ = nullptr;
+  mtp_last_ = -1;
 }
 
 void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::span<const int32_t> hidden_rows) {
   DS_CHECK(limits_.mtp, "run_mtp without limits.mtp");
-  const DeviceBuffer* src = from == HiddenFrom::Main ? &hidden_main_ : mtp_last_;
-  DS_CHECK(src != nullptr, "run_mtp from the MTP head before any MTP step");
+  DS_CHECK(from == HiddenFrom::Main || mtp_last_ >= 0, "run_mtp from the MTP head before any MTP step");
+  const int src_which = mtp_last_;
   const int src_rows = from == HiddenFrom::Main ? meta_.n_tokens : mtp_last_rows_;
-  // Gather the input hidden states before build() replaces the batch (src_rows refers to the
-  // previous batch).
   const int n = static_cast<int>(hidden_rows.size());
-  Tensor in = mtp_in_.view(DType::F32, {n, hidden_});
-  backend_.kernels().gather_rows(src->view(DType::F32, {std::max(src_rows, 1), hidden_}), hidden_rows.data(), n, in);
-  build(items);
-  DS_CHECK(meta_.n_tokens == n, "run_mtp: ", n, " hidden rows for ", meta_.n_tokens, " tokens");
-  // Catch-up batches (from Main) write mtp_out_; chain steps alternate between the chain buffers.
-  const DeviceBuffer* out = &mtp_out_;
+  // Catch-up batches (from Main) write mtp_out; chain steps alternate between the chain buffers.
+  int out_which = 0;
   if (from == HiddenFrom::Mtp) {
     DS_CHECK(n <= limits_.max_seqs, "MTP chain of ", n, " rows");
-    out = &chain_[chain_next_];
+    out_which = 1 + chain_next_;
     chain_next_ ^= 1;
   } else {
     chain_next_ = 0;
   }
-  MtpArgs a;
-  a.meta = &meta_;
-  a.memory = &cache_.views();
-  a.output_rows = out_rows_;
-  a.n_output_rows = n_out_;
-  a.logits = logits_buf_.view(DType::F32, {std::max(n_out_, 1), vocab_});
-  a.hidden_in = in;
-  a.hidden_out = out->view(DType::F32, {n, hidden_});
-  a.ids = upload_ids();
-  model_.forward_mtp(a);
+  // Gather the input hidden states before build() replaces the batch (src_rows refers to the
+  // previous batch).
+  group_.run([&](int rank) {
+    Rank& r = ranks_[rank];
+    const DeviceBuffer& src = from == HiddenFrom::Main ? r.hidden_main : r.mtp_buffer(src_which);
+    r.backend->kernels().gather_rows(src.view(DType::F32, {std::max(src_rows, 1), hidden_}), hidden_rows.data(), n,
+                                     r.mtp_in.view(DType::F32, {n, hidden_}));
+  });
+  build(items);
+  DS_CHECK(meta_.n_tokens == n, "run_mtp: ", n, " hidden rows for ", meta_.n_tokens, " tokens");
+  group_.run([&](int rank) {
+    Rank& r = ranks_[rank];
+    upload_meta(r);
+    MtpArgs a;
+    a.meta = &r.meta;
+    a.memory = r.memory;
+    a.output_rows = out_rows_;
+    a.n_output_rows = n_out_;
+    a.logits = r.logits_buf.view(DType::F32, {std::max(n_out_, 1), vocab_});
+    a.hidden_in = r.mtp_in.view(DType::F32, {n, hidden_});
+    a.hidden_out = r.mtp_buffer(out_which).view(DType::F32, {n, hidden_});
+    a.ids = upload_ids(r);
+    r.model->forward_mtp(a);
+  });
   fetch_logits();
-  mtp_last_ = out;
+  mtp_last_ = out_which;
   mtp_last_rows_ = n;
 }
 
@@ -233,24 +261,27 @@ void ModelRunner::commit_state(std::span<const StateCommit> commits) {
     t += c.n_tokens;
   }
   seq_start[S] = t;
-  BatchMeta m;
-  m.n_seqs = S;
-  m.n_tokens = t;
-  m.seq_start = seq_start;
-  m.state_slot = slots;
-  m.checkpoint_at = any_ckpt ? ck_at : nullptr;
-  m.checkpoint_slot = any_ckpt ? ck_slot : nullptr;
-  const Device dev = backend_.device();
-  int32_t* d = h;
-  if (dev != Device::Cpu) {
-    backend_.copy_to_device(commit_dev_.view(DType::I32, {4 * S + 1}), h);
-    d = static_cast<int32_t*>(commit_dev_.data());
-  }
-  m.d_seq_start = Tensor(d, DType::I32, {S + 1}, dev);
-  m.d_state_slot = Tensor(d + S + 1, DType::I32, {S}, dev);
-  m.d_checkpoint_at = Tensor(d + 2 * S + 1, DType::I32, {S}, dev);
-  m.d_checkpoint_slot = Tensor(d + 3 * S + 1, DType::I32, {S}, dev);
-  model_.commit_state(m, cache_.views());
+  group_.run([&](int rank) {
+    Rank& r = ranks_[rank];
+    BatchMeta m;
+    m.n_seqs = S;
+    m.n_tokens = t;
+    m.seq_start = seq_start;
+    m.state_slot = slots;
+    m.checkpoint_at = any_ckpt ? ck_at : nullptr;
+    m.checkpoint_slot = any_ckpt ? ck_slot : nullptr;
+    const Device dev = r.backend->device();
+    int32_t* d = h;
+    if (dev != Device::Cpu) {
+      r.backend->copy_to_device(r.commit_dev.view(DType::I32, {4 * S + 1}), h);
+      d = static_cast<int32_t*>(r.commit_dev.data());
+    }
+    m.d_seq_start = Tensor(d, DType::I32, {S + 1}, dev);
+    m.d_state_slot = Tensor(d + S + 1, DType::I32, {S}, dev);
+    m.d_checkpoint_at = Tensor(d + 2 * S + 1, DType::I32, {S}, dev);
+    m.d_checkpoint_slot = Tensor(d + 3 * S + 1, DType::I32, {S}, dev);
+    r.model->commit_state(m, *r.memory);
+  });
 }
 
 }  // namespace deltaserve

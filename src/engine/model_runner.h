@@ -1,7 +1,9 @@
 // ModelRunner: turns a list of (sequence, tokens to feed) into one forward pass. It owns the
 // host staging arrays and their device mirrors, the logits, the hidden-state buffers the MTP head
 // reads, and the decode graphs (all sized once; nothing is allocated per step), and hands the
-// model BatchMeta + MemoryViews.
+// model BatchMeta + MemoryViews. With tensor parallelism it builds the host staging once and
+// runs every rank's shard at once (RankGroup::run), each with its own device mirrors, logits and
+// hidden buffers and cache views; the logits come from rank 0 (every rank gathers the full rows).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "cache/cache_memory.h"
+#include "engine/rank_group.h"
 #include "model/model.h"
 
 namespace deltaserve {
@@ -48,7 +51,7 @@ struct RunnerLimits {
 
 class ModelRunner {
  public:
-  ModelRunner(Backend& backend, Model& model, CacheMemory& cache, const RunnerLimits& limits);
+  ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimits& limits);
 
   // Runs the model. After it returns, logits(i) is the i-th output row (items in order; each item
   // contributes its last token, or all its tokens with logits_all, or none with no_logits). With
@@ -64,8 +67,8 @@ class ModelRunner {
   // Speculative rollback: the accepted tokens of deferred runs become the GDN state.
   void commit_state(std::span<const StateCommit> commits);
 
-  // The final-normed hidden of every token of the last run() [n_tokens, H] (device; limits.mtp).
-  Tensor hidden() const { return hidden_main_.view(DType::F32, {meta_.n_tokens, hidden_}); }
+  // The final-normed hidden of every token of the last run() [n_tokens, H] (rank 0's device; limits.mtp).
+  Tensor hidden() const { return ranks_[0].hidden_main.view(DType::F32, {meta_.n_tokens, hidden_}); }
   int n_output_rows() const { return n_out_; }
   const float* logits(int row) const { return host_logits_ + int64_t(row) * vocab_; }
   int64_t vocab() const { return vocab_; }
@@ -73,46 +76,6 @@ class ModelRunner {
   const RunnerLimits& limits() const { return limits_; }
 
  private:
-  void build(std::span<const RunItem> items);
-  Tensor upload_ids();
-  void fetch_logits();
-  // Runs the forward of a plain decode batch (one token and its logits per sequence) from the
-  // graph captured for its size, capturing it on the second batch of that size. False when the
-  // batch has to run eagerly.
-  bool run_graph(std::span<const RunItem> items, const ForwardArgs& a);
-
-  Backend& backend_;
-  Model& model_;
-  CacheMemory& cache_;
-  RunnerLimits limits_;
-  int64_t vocab_, hidden_;
-  // Host staging (page-locked on CUDA; on the CPU the same memory the kernels read):
-  //   positions [T] | seq_start [S+1] | context_len [S] | block_table [S, B] | slots [S] | defer [S]
-  //   | checkpoint_at [S] | checkpoint_slot [S] (one contiguous copy to the device) then ids [T] |
-  //   out_rows [T].
-  DeviceBuffer host_i32_;
-  int32_t *positions_, *seq_start_, *context_len_, *block_table_, *slots_, *defer_, *ckpt_at_, *ckpt_slot_, *ids_,
-      *out_rows_;
-  int64_t n_meta_i32_ = 0;           // elements of the contiguous prefix
-  DeviceBuffer dev_i32_;             // device mirror of the prefix (GPU backends)
-  DeviceBuffer dev_ids_;             // device copy of ids (GPU backends)
-  DeviceBuffer logits_buf_;          // [max_logit_rows, vocab] f32 (device)
-  DeviceBuffer host_logits_store_;   // GPU backends: page-locked host copy of logits
-  const float* host_logits_ = nullptr;
-  BatchMeta meta_;
-  int n_out_ = 0;
-  // MTP (limits.mtp): every fed token's hidden from run(), the gathered input of run_mtp, the
-  // catch-up output and two chain buffers that alternate (a chain step reads one, writes the other).
-  DeviceBuffer hidden_main_;         // [max_tokens, H]
-  DeviceBuffer mtp_in_;              // [max_tokens, H]
-  DeviceBuffer mtp_out_;             // [max_tokens, H]
-  DeviceBuffer chain_[2];            // [max_seqs, H]
-  const DeviceBuffer* mtp_last_ = nullptr;  // where the last run_mtp wrote
-  int mtp_last_rows_ = 0;
-  int chain_next_ = 0;
-  // commit_state staging: seq_start [S+1] | slots [S] | checkpoint_at [S] | checkpoint_slot [S],
-  // host and device.
-  DeviceBuffer commit_host_, commit_dev_;
   // Decode graphs by batch size. Every buffer a forward touches sits at a fixed address (staging,
   // device mirrors, logits, the model's activations, the backend's scratch), so a graph replays
   // any decode batch of its size; the backend's graph_epoch says when scratch has moved.
@@ -121,7 +84,58 @@ class ModelRunner {
     uint64_t epoch = 0;
     bool warm = false;  // ran eagerly once: every buffer is sized for this shape
   };
-  std::vector<DecodeGraph> graphs_;  // [graph_max_seqs + 1]
+  // What each tensor-parallel rank has of its own.
+  struct Rank {
+    Backend* backend = nullptr;
+    Model* model = nullptr;
+    const MemoryViews* memory = nullptr;
+    BatchMeta meta;                    // the shared host fields + this rank's device mirrors
+    DeviceBuffer dev_i32;              // device mirror of the staging prefix (GPU backends)
+    DeviceBuffer dev_ids;              // device copy of ids (GPU backends)
+    DeviceBuffer logits_buf;           // [max_logit_rows, vocab] f32 (device)
+    // MTP (limits.mtp): every fed token's hidden from run(), the gathered input of run_mtp, the
+    // catch-up output and two chain buffers that alternate (a chain step reads one, writes the other).
+    DeviceBuffer hidden_main;          // [max_tokens, H]
+    DeviceBuffer mtp_in;               // [max_tokens, H]
+    DeviceBuffer mtp_out;              // [max_tokens, H]
+    DeviceBuffer chain[2];             // [max_seqs, H]
+    DeviceBuffer commit_dev;           // commit_state staging on the device
+    std::vector<DecodeGraph> graphs;   // [graph_max_seqs + 1]
+    const DeviceBuffer& mtp_buffer(int which) const { return which == 0 ? mtp_out : chain[which - 1]; }
+  };
+
+  void build(std::span<const RunItem> items);
+  // This rank's device copy of the batch (GPU backends) and its meta.
+  void upload_meta(Rank& r);
+  Tensor upload_ids(Rank& r);
+  void fetch_logits();
+  // Runs the forward of a plain decode batch (one token and its logits per sequence) from the
+  // graph captured for its size, capturing it on the second batch of that size. False when the
+  // batch has to run eagerly.
+  bool run_graph(Rank& r, std::span<const RunItem> items, const ForwardArgs& a);
+
+  RankGroup& group_;
+  CacheMemory& cache_;
+  RunnerLimits limits_;
+  int64_t vocab_, hidden_;
+  std::vector<Rank> ranks_;
+  // Host staging (page-locked on CUDA; on the CPU the same memory the kernels read):
+  //   positions [T] | seq_start [S+1] | context_len [S] | block_table [S, B] | slots [S] | defer [S]
+  //   | checkpoint_at [S] | checkpoint_slot [S] (one contiguous copy to the device) then ids [T] |
+  //   out_rows [T].
+  DeviceBuffer host_i32_;
+  int32_t *positions_, *seq_start_, *context_len_, *block_table_, *slots_, *defer_, *ckpt_at_, *ckpt_slot_, *ids_,
+      *out_rows_;
+  int64_t n_meta_i32_ = 0;           // elements of the contiguous prefix
+  DeviceBuffer host_logits_store_;   // GPU backends: page-locked host copy of rank 0's logits
+  const float* host_logits_ = nullptr;
+  BatchMeta meta_;                   // host fields of the current batch
+  int n_out_ = 0;
+  int mtp_last_ = -1;                // where the last run_mtp wrote: 0 mtp_out, 1/2 chain[0/1]
+  int mtp_last_rows_ = 0;
+  int chain_next_ = 0;
+  // commit_state staging: seq_start [S+1] | slots [S] | checkpoint_at [S] | checkpoint_slot [S].
+  DeviceBuffer commit_host_;
 };
 
 }  // namespace deltaserve

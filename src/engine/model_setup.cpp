@@ -1,6 +1,5 @@
 #include "engine/model_setup.h"
 
-#include "backend/backend_factory.h"
 
 namespace deltaserve {
 
@@ -8,10 +7,15 @@ Result<std::unique_ptr<ModelSetup>> ModelSetup::create(const SetupOptions& o, in
                                                        int max_seqs, int max_context,
                                                        int max_logit_rows) {
   auto s = std::make_unique<ModelSetup>();
-  DS_ASSIGN_OR_RETURN(s->backend, make_backend(o.device, o.n_threads));
-  ModelLoadOptions lo;
-  lo.dummy_weights = o.dummy_weights;
-  DS_ASSIGN_OR_RETURN(s->model, load_model(o.model_dir, *s->backend, lo));
+  RankGroupOptions ro;
+  ro.model_dir = o.model_dir;
+  ro.device = o.device;
+  ro.n_threads = o.n_threads;
+  ro.tp_size = o.tp_size;
+  ro.load.dummy_weights = o.dummy_weights;
+  DS_ASSIGN_OR_RETURN(s->ranks, RankGroup::create(ro));
+  s->backend = &s->ranks->backend();
+  s->model = &s->ranks->model();
   CacheConfig cc;
   cc.block_size = 16;
   const int blocks_per_seq = (max_context + cc.block_size - 1) / cc.block_size;
@@ -20,7 +24,7 @@ Result<std::unique_ptr<ModelSetup>> ModelSetup::create(const SetupOptions& o, in
   cc.pending_depth = o.pending_depth;
   cc.kv_dtype = o.kv_dtype;
   cc.kv_scales = s->model->kv_scales();
-  s->cache = std::make_unique<CacheMemory>(*s->backend, s->model->memory_spec(), cc);
+  s->cache = std::make_unique<CacheMemory>(s->ranks->backends(), s->model->memory_spec(), cc);
   // Decode batches replay CUDA graphs (the CUDA fixture tests thus check graph replay against
   // the references); the CPU backend has no graphs.
   RunnerLimits lim;
@@ -30,7 +34,7 @@ Result<std::unique_ptr<ModelSetup>> ModelSetup::create(const SetupOptions& o, in
   lim.max_logit_rows = max_logit_rows;
   lim.graph_max_seqs = s->backend->device() == Device::Cpu ? 0 : max_seqs;
   lim.mtp = o.pending_depth > 0;
-  s->runner = std::make_unique<ModelRunner>(*s->backend, *s->model, *s->cache, lim);
+  s->runner = std::make_unique<ModelRunner>(*s->ranks, *s->cache, lim);
   return s;
 }
 

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "cache/cache_memory.h"
 #include "engine/model_runner.h"
+#include "engine/rank_group.h"
 #include "model/model.h"
 
 namespace deltaserve {
@@ -17,6 +18,7 @@ struct SetupOptions {
   std::string model_dir;
   int n_threads = 0;
   std::string device = "cpu";
+  int tp_size = 1;        // tensor-parallel ranks (CPU: threads of this process)
   bool dummy_weights = false;
   int pending_depth = 0;  // > 0: speculative rows for runs of this many tokens (and MTP hidden states)
   // KV cache element type (F32, BF16, F8E4M3, F8E5M2); unset = the backend's activation dtype.
@@ -25,8 +27,9 @@ struct SetupOptions {
 };
 
 struct ModelSetup {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Model> model;
+  std::unique_ptr<RankGroup> ranks;
+  Backend* backend = nullptr;  // rank 0's
+  Model* model = nullptr;      // rank 0's shard (config() is the whole model's)
   std::unique_ptr<CacheMemory> cache;
   std::unique_ptr<ModelRunner> runner;
   int blocks_for(int n_tokens) const {

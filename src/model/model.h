@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/communicator.h"
 #include "model/config.h"
 #include "model/memory_spec.h"
 
@@ -59,8 +60,9 @@ class Model {
   // One per KV layer, in MemorySpec order (the attention layers, then the MTP layer).
   virtual std::vector<KvScale> kv_scales() const = 0;
   virtual bool has_mtp() const = 0;
-  // Sizes the internal activation buffers for batches of up to max_tokens tokens (call once).
-  virtual void reserve(int max_tokens) = 0;
+  // Sizes the internal activation buffers for batches of up to max_tokens tokens and
+  // max_logit_rows rows of logits (call once).
+  virtual void reserve(int max_tokens, int max_logit_rows) = 0;
   virtual void forward(const ForwardArgs& args) = 0;
   virtual void forward_mtp(const MtpArgs& args) = 0;
   // Speculative rollback: replays each sequence's accepted tokens (commit.seq_start: how many,
@@ -69,13 +71,17 @@ class Model {
   virtual void commit_state(const BatchMeta& commit, const MemoryViews& memory) = 0;
   virtual std::size_t weight_bytes() const = 0;
   // Bytes of weights one decode step reads: everything but the embedding table (one row per
-  // token) and the MTP head.
+  // token) and the MTP head. Both: this tensor-parallel rank's shard.
   virtual std::size_t decode_weight_bytes() const = 0;
 };
 
 struct ModelLoadOptions {
   bool dummy_weights = false;  // random weights from config.json alone
   bool load_mtp = true;
+  // Tensor parallelism: this rank's communicator (nullptr: one rank). The model loads rank
+  // comm->rank()'s shard (model/tensor_parallel.h) and all-reduces between its layers; its
+  // config() stays the whole model's, memory_spec() is one rank's.
+  Communicator* comm = nullptr;
 };
 
 // The registry: reads config.json, picks the architecture, loads weights onto the backend.

@@ -1,5 +1,6 @@
 #include "model/weight_loader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -61,9 +62,34 @@ std::vector<uint16_t> WeightLoader::random_bf16(int64_t n, float scale) {
   return v;
 }
 
-Result<std::vector<float>> WeightLoader::host_f32(const std::string& name,
-                                                  const std::vector<int64_t>& shape) {
-  std::vector<float> out(static_cast<std::size_t>(numel(shape)));
+namespace {
+
+// Element i of a checkpoint tensor as f32.
+float element_f32(const TensorEntry& e, int64_t i) {
+  if (e.dtype == DType::F32) return static_cast<const float*>(e.data)[i];
+  const uint16_t v = static_cast<const uint16_t*>(e.data)[i];
+  return e.dtype == DType::BF16 ? bf16_to_f32(v) : f16_to_f32(v);
+}
+
+// The ranges to keep of n rows (all of them when take is empty), and their total.
+std::vector<RowRange> ranges_or_all(const std::vector<RowRange>& take, int64_t n) {
+  return take.empty() ? std::vector<RowRange>{RowRange{0, n}} : take;
+}
+int64_t total_rows(const std::vector<RowRange>& take, int64_t n) {
+  if (take.empty()) return n;
+  int64_t t = 0;
+  for (const auto& r : take) t += r.size();
+  return t;
+}
+
+}  // namespace
+
+Result<std::vector<float>> WeightLoader::host_f32(const std::string& name, const std::vector<int64_t>& shape,
+                                                  const std::vector<RowRange>& take) {
+  const int64_t n0 = shape.empty() ? 1 : shape[0];
+  const int64_t width = numel(shape) / std::max<int64_t>(n0, 1);
+  for (const auto& r : take) DS_CHECK(r.begin >= 0 && r.begin <= r.end && r.end <= n0, name, ": row range");
+  std::vector<float> out(static_cast<std::size_t>(total_rows(take, n0) * width));
   if (!checkpoint_) {
     std::uniform_real_distribution<float> dist(-0.1f, 0.1f);
     for (auto& x : out) x = bf16_to_f32(f32_to_bf16(dist(rng_)));
@@ -71,18 +97,22 @@ Result<std::vector<float>> WeightLoader::host_f32(const std::string& name,
   }
   const TensorEntry* e = nullptr;
   DS_RETURN_IF_ERROR(check(name, shape, &e));
-  const int64_t n = e->numel();
-  if (e->dtype == DType::F32) std::memcpy(out.data(), e->data, n * 4);
-  else if (e->dtype == DType::BF16)
-    for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(static_cast<const uint16_t*>(e->data)[i]);
-  else
-    for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(static_cast<const uint16_t*>(e->data)[i]);
+  std::size_t o = 0;
+  for (const RowRange& r : ranges_or_all(take, n0)) {
+    if (e->dtype == DType::F32) {
+      std::memcpy(out.data() + o, static_cast<const float*>(e->data) + r.begin * width,
+                  static_cast<std::size_t>(r.size() * width) * 4);
+      o += static_cast<std::size_t>(r.size() * width);
+    } else {
+      for (int64_t i = r.begin * width; i < r.end * width; ++i) out[o++] = element_f32(*e, i);
+    }
+  }
   return out;
 }
 
 Result<DeviceTensor> WeightLoader::f32(const std::string& name, const std::vector<int64_t>& shape,
-                                       bool add_one) {
-  DS_ASSIGN_OR_RETURN(std::vector<float> host, host_f32(name, shape));
+                                       bool add_one, const std::vector<RowRange>& take) {
+  DS_ASSIGN_OR_RETURN(std::vector<float> host, host_f32(name, shape, take));
   if (add_one)
     for (auto& x : host) x += 1.0f;
   DeviceTensor t;
@@ -102,22 +132,25 @@ Result<std::optional<float>> WeightLoader::optional_scalar(const std::string& na
   return std::optional<float>(v[0]);
 }
 
-Result<DeviceTensor> WeightLoader::neg_exp(const std::string& name, int64_t n) {
-  DS_ASSIGN_OR_RETURN(std::vector<float> host, host_f32(name, {n}));
+Result<DeviceTensor> WeightLoader::neg_exp(const std::string& name, int64_t n, const std::vector<RowRange>& take) {
+  DS_ASSIGN_OR_RETURN(std::vector<float> host, host_f32(name, {n}, take));
   for (auto& x : host) x = -std::exp(x);
   DeviceTensor t;
   t.buffer = backend_.allocate(host.size() * 4);
-  t.view = t.buffer.view(DType::F32, {n});
+  t.view = t.buffer.view(DType::F32, {static_cast<int64_t>(host.size())});
   backend_.copy_to_device(t.view, host.data());
   return t;
 }
 
-Result<DeviceTensor> WeightLoader::embedding(const std::string& name, int64_t v, int64_t h) {
+Result<DeviceTensor> WeightLoader::embedding(const std::string& name, int64_t v, int64_t h, RowRange rows) {
+  if (rows.size() == 0) rows = RowRange{0, v};
+  DS_CHECK(rows.begin >= 0 && rows.end <= v, name, ": vocabulary rows");
+  const int64_t n = rows.size();
   DeviceTensor t;
   if (!checkpoint_) {
-    auto host = random_bf16(v * h, 0.05f);
+    auto host = random_bf16(n * h, 0.05f);
     t.buffer = backend_.allocate(host.size() * 2);
-    t.view = t.buffer.view(DType::BF16, {v, h});
+    t.view = t.buffer.view(DType::BF16, {n, h});
     backend_.copy_to_device(t.view, host.data());
     bytes_loaded_ += host.size() * 2;
     return t;
@@ -125,15 +158,16 @@ Result<DeviceTensor> WeightLoader::embedding(const std::string& name, int64_t v,
   const TensorEntry* e = nullptr;
   DS_RETURN_IF_ERROR(check(name, {v, h}, &e));
   if (e->dtype == DType::BF16 || e->dtype == DType::F32) {
-    t.buffer = backend_.allocate(e->nbytes);
-    t.view = t.buffer.view(e->dtype, {v, h});
-    backend_.copy_to_device(t.view, e->data);
-    bytes_loaded_ += e->nbytes;
+    const std::size_t es = dtype_size(e->dtype);
+    t.buffer = backend_.allocate(static_cast<std::size_t>(n * h) * es);
+    t.view = t.buffer.view(e->dtype, {n, h});
+    backend_.copy_to_device(t.view, static_cast<const char*>(e->data) + static_cast<std::size_t>(rows.begin * h) * es);
+    bytes_loaded_ += t.view.nbytes();
     return t;
   }
-  DS_ASSIGN_OR_RETURN(std::vector<float> host, host_f32(name, {v, h}));
+  DS_ASSIGN_OR_RETURN(std::vector<float> host, host_f32(name, {v, h}, {rows}));
   t.buffer = backend_.allocate(host.size() * 4);
-  t.view = t.buffer.view(DType::F32, {v, h});
+  t.view = t.buffer.view(DType::F32, {n, h});
   backend_.copy_to_device(t.view, host.data());
   bytes_loaded_ += host.size() * 4;
   return t;
@@ -143,44 +177,67 @@ Result<std::unique_ptr<LinearWeight>> WeightLoader::linear(const std::vector<std
                                                            const std::vector<int64_t>& rows,
                                                            int64_t k) {
   DS_CHECK(names.size() == rows.size() && !names.empty(), "linear: names/rows mismatch");
+  std::vector<LinearPart> parts;
+  for (std::size_t i = 0; i < names.size(); ++i) parts.push_back(LinearPart{names[i], rows[i], {}});
+  return linear(parts, k);
+}
+
+Result<std::unique_ptr<LinearWeight>> WeightLoader::linear(const std::vector<LinearPart>& parts, int64_t k,
+                                                           RowRange cols) {
+  DS_CHECK(!parts.empty(), "linear: no parts");
+  if (cols.size() == 0) cols = RowRange{0, k};
+  DS_CHECK(cols.begin >= 0 && cols.end <= k, "linear: column range");
+  const int64_t kc = cols.size();
   int64_t n = 0;
-  for (auto r : rows) n += r;
+  bool whole = kc == k;
+  for (const auto& p : parts) {
+    n += total_rows(p.take, p.rows);
+    whole = whole && p.take.empty();
+  }
   if (!checkpoint_) {
     // GPU backends generate dummy weights on the device (host == nullptr, see Backend::make_linear):
     // no round trip of tens of GB through host memory for the large shapes.
     if (backend_.device() != Device::Cpu) {
-      bytes_loaded_ += static_cast<std::size_t>(n * k) * 2;
-      return backend_.make_linear(nullptr, DType::BF16, n, k);
+      bytes_loaded_ += static_cast<std::size_t>(n * kc) * 2;
+      return backend_.make_linear(nullptr, DType::BF16, n, kc);
     }
-    auto host = random_bf16(n * k, 1.0f / std::sqrt(float(k)));
+    auto host = random_bf16(n * kc, 1.0f / std::sqrt(float(k)));
     bytes_loaded_ += host.size() * 2;
-    return backend_.make_linear(host.data(), DType::BF16, n, k);
+    return backend_.make_linear(host.data(), DType::BF16, n, kc);
   }
-  // One source tensor in its own dtype: hand it over directly (no extra host copy).
   std::vector<const TensorEntry*> entries;
-  for (std::size_t i = 0; i < names.size(); ++i) {
+  for (const auto& p : parts) {
     const TensorEntry* e = nullptr;
-    DS_RETURN_IF_ERROR(check(names[i], {rows[i], k}, &e));
+    DS_RETURN_IF_ERROR(check(p.name, {p.rows, k}, &e));
     entries.push_back(e);
   }
   bool same_dtype = true;
   for (auto* e : entries) same_dtype &= e->dtype == entries[0]->dtype;
-  DType dtype = same_dtype ? entries[0]->dtype : DType::F32;
-  bytes_loaded_ += static_cast<std::size_t>(n * k) * dtype_size(dtype);
-  if (entries.size() == 1) return backend_.make_linear(entries[0]->data, dtype, n, k);
-  std::vector<uint8_t> host(static_cast<std::size_t>(n * k) * dtype_size(dtype));
-  std::size_t off = 0;
-  for (auto* e : entries) {
-    if (e->dtype == dtype) {
-      std::memcpy(host.data() + off, e->data, e->nbytes);
-      off += e->nbytes;
-    } else {
-      DS_ASSIGN_OR_RETURN(std::vector<float> f, host_f32(e->name, e->shape));
-      std::memcpy(host.data() + off, f.data(), f.size() * 4);
-      off += f.size() * 4;
+  const DType dtype = same_dtype ? entries[0]->dtype : DType::F32;
+  const std::size_t es = dtype_size(dtype);
+  bytes_loaded_ += static_cast<std::size_t>(n * kc) * es;
+  // One whole source tensor in its own dtype: hand it over directly (no extra host copy).
+  if (entries.size() == 1 && whole) return backend_.make_linear(entries[0]->data, dtype, n, k);
+  std::vector<uint8_t> host(static_cast<std::size_t>(n * kc) * es);
+  uint8_t* o = host.data();
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const TensorEntry& e = *entries[i];
+    for (const RowRange& r : ranges_or_all(parts[i].take, parts[i].rows)) {
+      DS_CHECK(r.begin >= 0 && r.begin <= r.end && r.end <= parts[i].rows, parts[i].name, ": row range");
+      for (int64_t row = r.begin; row < r.end; ++row) {
+        const int64_t first = row * k + cols.begin;
+        if (e.dtype == dtype) {
+          std::memcpy(o, static_cast<const uint8_t*>(e.data) + static_cast<std::size_t>(first) * es,
+                      static_cast<std::size_t>(kc) * es);
+        } else {
+          float* f = reinterpret_cast<float*>(o);
+          for (int64_t j = 0; j < kc; ++j) f[j] = element_f32(e, first + j);
+        }
+        o += static_cast<std::size_t>(kc) * es;
+      }
     }
   }
-  return backend_.make_linear(host.data(), dtype, n, k);
+  return backend_.make_linear(host.data(), dtype, n, kc);
 }
 
 std::vector<std::string> WeightLoader::unused(const std::vector<std::string>& ignore_prefixes) const {

@@ -243,9 +243,12 @@ TEST(MemoryPlan, CpuBudgetAndDenseModel) {
   EXPECT_EQ(p.kv_tokens, 63504);
   EXPECT_EQ(p.max_running_requests, 64);  // CPU running-request cap
   EXPECT_EQ(p.context_length, 4096);
-  // The CPU refuses TP.
+  // CPU tensor-parallel ranks are threads of one process sharing its memory: the same plan.
   in.tp_size = 2;
-  EXPECT_FALSE(plan_memory(c, in).ok());
+  const MemoryPlan tp2 = plan_memory(c, in);
+  ASSERT_TRUE(tp2.ok());
+  EXPECT_EQ(tp2.kv_tokens, p.kv_tokens);
+  EXPECT_EQ(tp2.weights_bytes_per_gpu, p.weights_bytes_per_gpu);
 }
 
 TEST(MemoryPlan, SmallModelKvIsCappedAtRunningTimesContext) {

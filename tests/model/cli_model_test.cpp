@@ -38,12 +38,13 @@ std::string join(const std::vector<int32_t>& v) {
 }
 
 TEST(CliLogits, MatchesReferenceLogitsAndMtpLogits) {
+  for (const char* tp : {"1", "2"})
   for (const char* dir : {"tests/fixtures/qwen35-tiny", "models/tiny-coder"}) {
     Fixture fx(source_dir() / dir);
     const auto& c = fx.cases()[1];
     const auto out = std::filesystem::temp_directory_path() / ("ds_cli_logits_" + std::to_string(::getpid()) + ".safetensors");
     RunResult r = run(std::string("logits --model ") + (source_dir() / dir).string() + " --tokens " + join(c.tokens) +
-                      " --out " + out.string() + " --mtp");
+                      " --out " + out.string() + " --mtp --threads 2 --tp-size " + tp);
     ASSERT_EQ(r.exit_code, 0) << r.out;
     auto ck = Checkpoint::open_file(out);
     ASSERT_TRUE(ck.is_ok()) << ck.status().message();
@@ -56,7 +57,7 @@ TEST(CliLogits, MatchesReferenceLogitsAndMtpLogits) {
       float maxd = 0;
       for (int64_t i = 0; i < got->numel(); ++i)
         maxd = std::max(maxd, std::fabs(static_cast<const float*>(got->data)[i] - static_cast<const float*>(ref->data)[i]));
-      EXPECT_LE(maxd, 2e-3f) << dir << " " << name;
+      EXPECT_LE(maxd, 2e-3f) << dir << " " << name << " --tp-size " << tp;
     }
     std::filesystem::remove(out);
   }
@@ -67,7 +68,8 @@ TEST(CliGenerate, JsonGreedyContinuationMatchesReference) {
   const auto& c = fx.cases()[0];
   std::vector<int32_t> prompt(c.tokens.begin(), c.tokens.begin() + c.prompt_len);
   const int n = static_cast<int>(c.tokens.size()) - c.prompt_len;
-  for (const char* spec : {"", " --speculative-algorithm NEXTN --speculative-num-steps 3"}) {
+  for (const char* spec : {"", " --speculative-algorithm NEXTN --speculative-num-steps 3", " --tp-size 2",
+                           " --tp-size 2 --speculative-algorithm NEXTN --speculative-num-steps 3"}) {
     RunResult r = run("generate --prompt-ids " + join(prompt) + " --max-tokens " + std::to_string(n) +
                       " --temperature 0 --ignore-eos --json" + spec);
     ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -77,7 +79,7 @@ TEST(CliGenerate, JsonGreedyContinuationMatchesReference) {
     EXPECT_EQ(j["prompt_tokens"].get<int>(), c.prompt_len);
     for (const char* k : {"text", "prefill_seconds", "decode_seconds", "decode_tokens_per_second"})
       EXPECT_TRUE(j.contains(k)) << k;
-    if (*spec) {
+    if (std::string(spec).find("NEXTN") != std::string::npos) {
       EXPECT_GT(j["accept_length"].get<double>(), 1.5);
     }
   }
@@ -97,6 +99,10 @@ TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
       {"generate --prompt-ids 1,2 --speculative-algorithm NEXTN --speculative-eagle-topk 4", "topk"},
       {"generate --prompt-ids 1,2 --bogus-flag 3", "bogus-flag"},
       {"nonsense-command", "unknown command"},
+      {"logits --model " + (source_dir() / "tests/fixtures/qwen35-tiny").string() + " --tokens 1,2 --out /tmp/x.st --tp-size 4",
+       "does not divide num_attention_heads (6)"},
+      {"generate --model-path " + (source_dir() / "tests/fixtures/qwen35-tiny").string() + " --prompt-ids 1,2 --tp-size 3",
+       "num_key_value_heads"},
   };
   for (const auto& c : cases) {
     RunResult r = run(c.args);

@@ -1,7 +1,9 @@
 // The CPU engine against the Hugging Face reference for every fixture model: logits of every
 // position, MTP logits, per-layer residual streams (naming the first bad layer), greedy tokens
 // through prefill + incremental decode, chunked vs one-shot vs token-by-token prefill, and batched
-// vs alone.
+// vs alone. Each also under tensor parallelism on the CPU communicator (`_tp2`, and `_tp4` where
+// the model's 2 KV heads are replicated over 4 ranks): every rank holds its heads, MLP rows and
+// vocabulary rows, and the same references hold.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +26,7 @@ constexpr float kShapeTol = 1e-3f;
 struct ModelCase {
   std::string name;
   std::string dir;  // relative to the source dir
+  int tp = 1;       // tensor-parallel ranks
 };
 
 std::ostream& operator<<(std::ostream& os, const ModelCase& m) { return os << m.name; }
@@ -40,6 +43,7 @@ class FixtureModelTest : public ::testing::TestWithParam<ModelCase> {
     o.pending_depth = 1;  // MTP hidden states (MtpLogitsMatchReference)
     o.model_dir = dir_.string();
     o.n_threads = 2;
+    o.tp_size = GetParam().tp;
     const int n_cases = static_cast<int>(fixture_->cases().size());
     auto s = ModelSetup::create(o, /*max_tokens=*/max_t * n_cases, /*max_seqs=*/n_cases + 1,
                                 /*max_context=*/max_t + 16, /*max_logit_rows=*/max_t * n_cases);
@@ -257,7 +261,11 @@ TEST_P(FixtureModelTest, BatchedSequencesEqualEachAlone) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureModelTest,
                          ::testing::Values(ModelCase{"qwen35_tiny", "tests/fixtures/qwen35-tiny"},
                                            ModelCase{"qwen3_tiny", "tests/fixtures/qwen3-tiny"},
-                                           ModelCase{"tiny_coder", "models/tiny-coder"}),
+                                           ModelCase{"tiny_coder", "models/tiny-coder"},
+                                           ModelCase{"qwen35_tiny_tp2", "tests/fixtures/qwen35-tiny", 2},
+                                           ModelCase{"qwen3_tiny_tp2", "tests/fixtures/qwen3-tiny", 2},
+                                           ModelCase{"qwen3_tiny_tp4", "tests/fixtures/qwen3-tiny", 4},
+                                           ModelCase{"tiny_coder_tp2", "models/tiny-coder", 2}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

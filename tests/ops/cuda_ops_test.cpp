@@ -178,6 +178,40 @@ TEST_F(CudaOpsTest, Embed) {
   }
 }
 
+// Vocabulary-parallel embedding (tensor parallelism): a shard of rows [first, first + rows) gives
+// zero rows for the other ranks' ids, on both backends; and copy_columns places one rank's
+// logits into the full rows.
+TEST_F(CudaOpsTest, EmbedShardAndCopyColumns) {
+  const int64_t V = 1000, H = 96, T = 29, first = 250, rows = 250;
+  auto table = rnd(rows * H);
+  Pair tab = make_f32({rows, H}, table);
+  std::vector<int32_t> ids(T);
+  for (auto& i : ids) i = static_cast<int32_t>(rng_() % V);
+  ids[0] = static_cast<int32_t>(first);
+  ids[1] = static_cast<int32_t>(first + rows - 1);
+  ids[2] = static_cast<int32_t>(first + rows);
+  Pair id = make(DType::I32, {T}, ids.data());
+  Pair out = poisoned({T, H});
+  cpu_->kernels().embed(tab.tc, id.tc, out.tc, first, V);
+  gpu_->kernels().embed(tab.tg, id.tg, out.tg, first, V);
+  EXPECT_EQ(rel_err(out), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    const bool mine = ids[t] >= first && ids[t] < first + rows;
+    const float* row = out.tc.f32() + t * H;
+    EXPECT_EQ(row[5], mine ? table[(ids[t] - first) * H + 5] : 0.f) << "token " << t << " id " << ids[t];
+  }
+  const int64_t R = 3, C = 40, c = 13, col = 20;
+  Pair src = make_f32({R, c}, rnd(R * c)), dst = poisoned({R, C});
+  cpu_->kernels().copy_columns(src.tc, dst.tc, col);
+  gpu_->kernels().copy_columns(src.tg, dst.tg, col);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < c; ++j) ASSERT_EQ(dst.tc.f32()[r * C + col + j], src.tc.f32()[r * c + j]);
+  std::vector<float> back(R * C);
+  gpu_->copy_to_host(back.data(), dst.tg);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < c; ++j) ASSERT_EQ(back[r * C + col + j], src.tc.f32()[r * c + j]);
+}
+
 TEST_F(CudaOpsTest, RmsNorm) {
   for (auto [R, D] : {std::pair<int64_t, int64_t>{1, 5120}, {7, 256}, {33, 1000}, {300, 17408}}) {
     auto x = rnd(R * D, -3.f, 3.f);

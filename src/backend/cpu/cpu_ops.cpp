@@ -8,13 +8,19 @@
 
 namespace deltaserve {
 
-void CpuKernels::embed(const Tensor& table, const Tensor& ids, Tensor out) {
-  const int64_t vocab = table.dim(0), h = table.dim(1), n = ids.numel();
+void CpuKernels::embed(const Tensor& table, const Tensor& ids, Tensor out, int64_t first_row, int64_t vocab) {
+  const int64_t rows = table.dim(0), h = table.dim(1), n = ids.numel();
+  if (vocab == 0) vocab = rows;
   DS_CHECK(out.rows() == n && out.cols() == h, "embed shapes");
   for (int64_t t = 0; t < n; ++t) {
-    int32_t id = ids.i32()[t];
-    DS_CHECK(id >= 0 && id < vocab, "token id ", id, " out of range");
+    const int64_t full_id = ids.i32()[t];
+    DS_CHECK(full_id >= 0 && full_id < vocab, "token id ", full_id, " out of range");
     float* dst = out.f32() + t * h;
+    const int64_t id = full_id - first_row;
+    if (id < 0 || id >= rows) {  // another rank's row
+      std::memset(dst, 0, static_cast<std::size_t>(h) * sizeof(float));
+      continue;
+    }
     if (table.dtype == DType::BF16) {
       const uint16_t* src = table.u16() + int64_t(id) * h;
       for (int64_t i = 0; i < h; ++i) dst[i] = bf16_to_f32(src[i]);
@@ -22,6 +28,13 @@ void CpuKernels::embed(const Tensor& table, const Tensor& ids, Tensor out) {
       std::memcpy(dst, table.f32() + int64_t(id) * h, h * sizeof(float));
     }
   }
+}
+
+void CpuKernels::copy_columns(const Tensor& src, Tensor dst, int64_t col) {
+  const int64_t rows = src.rows(), c = src.cols();
+  DS_CHECK(dst.rows() == rows && col >= 0 && col + c <= dst.cols(), "copy_columns shapes");
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst.f32() + r * dst.cols() + col, src.f32() + r * c, static_cast<std::size_t>(c) * sizeof(float));
 }
 
 void CpuKernels::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out,

@@ -39,7 +39,8 @@ class CudaKernels final : public Kernels {
  public:
   explicit CudaKernels(CudaBackend& b) : b_(b) {}
   ~CudaKernels() override;
-  void embed(const Tensor& table, const Tensor& ids, Tensor out) override;
+  void embed(const Tensor& table, const Tensor& ids, Tensor out, int64_t first_row, int64_t vocab) override;
+  void copy_columns(const Tensor& src, Tensor dst, int64_t col) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out, int64_t out_stride) override;
   void matmul(const Tensor& x, const LinearWeight& w, Tensor out, bool accumulate) override;
   void silu_mul(const Tensor& gate_up, Tensor out) override;
@@ -292,12 +293,23 @@ std::vector<CudaOpTime> CudaKernels::take_times() {
   return out;
 }
 
-void CudaKernels::embed(const Tensor& table, const Tensor& ids, Tensor out) {
-  const int64_t h = table.dim(1), n = ids.numel();
+void CudaKernels::embed(const Tensor& table, const Tensor& ids, Tensor out, int64_t first_row, int64_t vocab) {
+  const int64_t h = table.dim(1), n = ids.numel(), rows = table.dim(0);
   DS_CHECK(out.rows() == n && out.cols() == h && out.dtype == DType::F32, "embed shapes");
   DS_CHECK(table.dtype == DType::BF16 || table.dtype == DType::F32, "embed table dtype");
   timed("embed", [&] {
-    cuda::launch_embed(table.data, table.dtype == DType::BF16, table.dim(0), h, ids.i32(), n, out.f32(), stream());
+    cuda::launch_embed(table.data, table.dtype == DType::BF16, first_row, rows, vocab == 0 ? rows : vocab, h,
+                       ids.i32(), n, out.f32(), stream());
+  });
+}
+
+void CudaKernels::copy_columns(const Tensor& src, Tensor dst, int64_t col) {
+  const int64_t rows = src.rows(), c = src.cols();
+  DS_CHECK(dst.rows() == rows && col >= 0 && col + c <= dst.cols(), "copy_columns shapes");
+  if (rows == 0 || c == 0) return;
+  timed("copy_columns", [&] {
+    DS_CUDA_CHECK(cudaMemcpy2DAsync(dst.f32() + col, dst.cols() * sizeof(float), src.f32(), c * sizeof(float),
+                                    c * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream()));
   });
 }
 

@@ -12,8 +12,10 @@
 namespace deltaserve::cuda {
 
 // ---- cuda_ops.cu -------------------------------------------------------------------------------
-void launch_embed(const void* table, bool table_bf16, int64_t vocab, int64_t h, const int32_t* ids, int64_t n,
-                  float* out, cudaStream_t s);
+// Rows first_row .. first_row + rows of a vocabulary of `vocab`: ids of other rows give zeros,
+// ids outside [0, vocab) NaN rows.
+void launch_embed(const void* table, bool table_bf16, int64_t first_row, int64_t rows, int64_t vocab, int64_t h,
+                  const int32_t* ids, int64_t n, float* out, cudaStream_t s);
 void launch_rms_norm(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* out,
                      int64_t out_stride, cudaStream_t s);
 void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, cudaStream_t s);

@@ -30,13 +30,18 @@ __device__ float block_sum(float v, float* red) {
   return t;
 }
 
-__global__ void embed_kernel(const void* table, bool bf16, int64_t vocab, int64_t h, const int32_t* ids,
-                             float* out) {
+__global__ void embed_kernel(const void* table, bool bf16, int64_t first_row, int64_t rows, int64_t vocab,
+                             int64_t h, const int32_t* ids, float* out) {
   const int64_t t = blockIdx.x;
-  const int32_t id = ids[t];
+  const int64_t full_id = ids[t];
   float* dst = out + t * h;
-  if (id < 0 || id >= vocab) {  // the CPU reference rejects these; poison the row
+  if (full_id < 0 || full_id >= vocab) {  // the CPU reference rejects these; poison the row
     for (int64_t i = threadIdx.x; i < h; i += blockDim.x) dst[i] = __int_as_float(0x7fc00000);
+    return;
+  }
+  const int64_t id = full_id - first_row;
+  if (id < 0 || id >= rows) {  // another rank's row (vocabulary-parallel)
+    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) dst[i] = 0.f;
     return;
   }
   if (bf16) {
@@ -127,10 +132,10 @@ int grid_for(int64_t n, int threads) {
 
 }  // namespace
 
-void launch_embed(const void* table, bool table_bf16, int64_t vocab, int64_t h, const int32_t* ids,
-                  int64_t n, float* out, cudaStream_t s) {
+void launch_embed(const void* table, bool table_bf16, int64_t first_row, int64_t rows, int64_t vocab, int64_t h,
+                  const int32_t* ids, int64_t n, float* out, cudaStream_t s) {
   if (n == 0) return;
-  embed_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(table, table_bf16, vocab, h, ids, out);
+  embed_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(table, table_bf16, first_row, rows, vocab, h, ids, out);
   DS_CUDA_LAUNCH_CHECK();
 }
 

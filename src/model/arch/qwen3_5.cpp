@@ -12,6 +12,7 @@
 #include "model/arch/architectures.h"
 #include "model/layers/decoder_layer.h"
 #include "model/layers/lm_head.h"
+#include "model/tensor_parallel.h"
 #include "model/layers/mtp_head.h"
 
 namespace deltaserve {
@@ -20,17 +21,21 @@ namespace {
 
 class Qwen3_5Model final : public Model {
  public:
-  Qwen3_5Model(Backend& backend, ModelConfig config) : backend_(backend), config_(std::move(config)) {}
+  Qwen3_5Model(Backend& backend, ModelConfig config, Communicator* comm)
+      : backend_(backend), config_(std::move(config)), comm_(comm) {
+    if (comm) tp_ = TpShard{comm->rank(), comm->size()};
+  }
 
   Status load(const Checkpoint* ck, const ModelLoadOptions& o, const std::string& source) {
+    DS_RETURN_IF_ERROR(check_tp_split(config_, tp_.size, source));
     WeightLoader w(ck, backend_, source);
     const std::string base = config_.nested_layout ? "model.language_model" : "model";
     DS_ASSIGN_OR_RETURN(head_, LmHead::load(w, {base + ".embed_tokens.weight", base + ".norm.weight", "lm_head.weight"},
-                                            config_, /*zero_centred_norm=*/true, ck != nullptr, source));
+                                            config_, /*zero_centred_norm=*/true, ck != nullptr, source, tp_));
     int n_kv = 0, n_state = 0;
     for (int i = 0; i < config_.n_layers; ++i) {
       DS_ASSIGN_OR_RETURN(DecoderLayer l, DecoderLayer::load(w, base + ".layers." + std::to_string(i), config_,
-                                                             config_.layer_types[i], true));
+                                                             config_.layer_types[i], true, tp_));
       if (l.attn) l.kv_idx = n_kv++;
       else l.state_idx = n_state++;
       layers_.push_back(std::move(l));
@@ -41,7 +46,7 @@ class Qwen3_5Model final : public Model {
     if (o.load_mtp && config_.mtp_n_layers > 0 && (!ck || w.has("mtp.fc.weight"))) {
       if (config_.mtp_n_layers != 1)
         return error(source, ": only one MTP layer is supported (config has ", config_.mtp_n_layers, ")");
-      DS_ASSIGN_OR_RETURN(MtpHead m, MtpHead::load(w, "mtp", config_, true, n_kv));
+      DS_ASSIGN_OR_RETURN(MtpHead m, MtpHead::load(w, "mtp", config_, true, n_kv, tp_));
       mtp_ = std::move(m);
     } else {
       ignored.push_back("mtp.");
@@ -49,11 +54,12 @@ class Qwen3_5Model final : public Model {
     if (auto left = w.unused(ignored); !left.empty()) return unexpected_tensors(source, left);
     weight_bytes_ = w.bytes_loaded();
     size_activations(config_, layers_, mtp_ ? &mtp_->layer : nullptr, act_);
+    head_.size_activations(tp_, act_);
     return Status::ok();
   }
 
   const ModelConfig& config() const override { return config_; }
-  MemorySpec memory_spec() const override { return memory_spec_of(config_, mtp_.has_value()); }
+  MemorySpec memory_spec() const override { return memory_spec_of(config_, mtp_.has_value(), tp_.size); }
   std::vector<KvScale> kv_scales() const override {
     std::vector<KvScale> out(static_cast<std::size_t>(memory_spec().n_kv_layers));
     for (const auto& l : layers_)
@@ -62,7 +68,9 @@ class Qwen3_5Model final : public Model {
     return out;
   }
   bool has_mtp() const override { return mtp_.has_value(); }
-  void reserve(int max_tokens) override { act_.reserve(backend_, max_tokens, mtp_.has_value()); }
+  void reserve(int max_tokens, int max_logit_rows) override {
+    act_.reserve(backend_, max_tokens, max_logit_rows, mtp_.has_value());
+  }
   std::size_t weight_bytes() const override { return weight_bytes_; }
   std::size_t decode_weight_bytes() const override { return decode_weight_bytes_; }
 
@@ -71,19 +79,19 @@ class Qwen3_5Model final : public Model {
     DS_CHECK(T <= act_.max_tokens, "batch of ", T, " tokens exceeds reserve(", act_.max_tokens, ")");
     Kernels& k = backend_.kernels();
     Tensor x = act_.x.view(DType::F32, {T, config_.hidden_size});
-    head_.embed_tokens(k, a.ids, x);
+    head_.embed_tokens(k, a.ids, x, comm_);
     if (a.observer) (*a.observer)(-1, x);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      layers_[i].forward(k, config_, T, *a.meta, *a.memory, act_, x);
+      layers_[i].forward(k, config_, T, *a.meta, *a.memory, act_, x, comm_);
       if (a.observer) (*a.observer)(static_cast<int>(i), x);
     }
     head_.logits(k, config_.rms_norm_eps, x, head_.final_norm, a.output_rows, a.n_output_rows, a.logits, a.hidden,
-                 act_);
+                 act_, comm_);
   }
 
   void forward_mtp(const MtpArgs& a) override {
     DS_CHECK(mtp_.has_value(), "model has no MTP head");
-    mtp_->forward(backend_.kernels(), config_, head_, a, act_);
+    mtp_->forward(backend_.kernels(), config_, head_, a, act_, comm_);
   }
 
   void commit_state(const BatchMeta& commit, const MemoryViews& memory) override {
@@ -96,6 +104,8 @@ class Qwen3_5Model final : public Model {
  private:
   Backend& backend_;
   ModelConfig config_;
+  Communicator* comm_ = nullptr;  // tensor parallelism (nullptr: one rank)
+  TpShard tp_;
   LmHead head_;
   std::vector<DecoderLayer> layers_;
   std::optional<MtpHead> mtp_;
@@ -108,7 +118,7 @@ class Qwen3_5Model final : public Model {
 
 Result<std::unique_ptr<Model>> load_qwen3_5(const ModelConfig& c, const Checkpoint* ck, Backend& b,
                                             const ModelLoadOptions& o, const std::string& source) {
-  auto m = std::make_unique<Qwen3_5Model>(b, c);
+  auto m = std::make_unique<Qwen3_5Model>(b, c, o.comm);
   if (Status s = m->load(ck, o, source); !s) return s;
   return std::unique_ptr<Model>(std::move(m));
 }

@@ -9,6 +9,10 @@ namespace deltaserve {
 struct Activations {
   int max_tokens = 0;
   int64_t hidden = 0, max_proj = 0, max_mix = 0, intermediate = 0;
+  // Tensor parallelism (tp > 1): the vocabulary-parallel logits of one rank and of all ranks.
+  int tp = 1;
+  int64_t vocab_per_rank = 0;
+  int max_logit_rows = 0;
   DeviceBuffer x;          // [T, H] residual stream
   DeviceBuffer h;          // [T, H] normed input of a block
   DeviceBuffer proj;       // [T, max_proj] a mixer's fused projection
@@ -18,8 +22,15 @@ struct Activations {
   DeviceBuffer rows;       // [T, H] rows picked for logits
   DeviceBuffer rows_norm;  // [T, H] their final norm
   DeviceBuffer mtp_in;     // [T, 2H] MTP head input (only with an MTP head)
+  DeviceBuffer logits_local;   // tp > 1: [logit_rows, vocab_per_rank] this rank's logits
+  DeviceBuffer logits_gather;  // tp > 1: [tp, logit_rows, vocab_per_rank] every rank's
 
-  void reserve(Backend& b, int tokens, bool with_mtp) {
+  void reserve(Backend& b, int tokens, int logit_rows, bool with_mtp) {
+    if (tp > 1 && logit_rows > max_logit_rows) {
+      max_logit_rows = logit_rows;
+      logits_local = b.allocate(std::size_t(logit_rows) * vocab_per_rank * 4);
+      logits_gather = b.allocate(std::size_t(tp) * logit_rows * vocab_per_rank * 4);
+    }
     if (tokens <= max_tokens) return;
     max_tokens = tokens;
     const int64_t T = tokens;

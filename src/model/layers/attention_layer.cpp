@@ -28,19 +28,22 @@ Result<float> kv_cache_scale(WeightLoader& w, const std::string& p, char which) 
 }  // namespace
 
 Result<AttentionLayer> AttentionLayer::load(WeightLoader& w, const std::string& prefix,
-                                            const ModelConfig& c, bool zero_centred_norm) {
+                                            const ModelConfig& c, bool zero_centred_norm, const TpShard& tp) {
   AttentionLayer l;
   const std::string p = prefix + ".self_attn.";
   const int64_t H = c.hidden_size, hd = c.head_dim;
-  const int64_t q_rows = int64_t(c.n_heads) * hd * (c.attn_output_gate ? 2 : 1);
-  const int64_t kv_rows = int64_t(c.n_kv_heads) * hd;
-  DS_ASSIGN_OR_RETURN(l.qkv_proj, w.linear({p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"},
-                                           {q_rows, kv_rows, kv_rows}, H));
-  DS_ASSIGN_OR_RETURN(l.o_proj, w.linear({p + "o_proj.weight"}, {H}, int64_t(c.n_heads) * hd));
+  const int64_t q_per_head = hd * (c.attn_output_gate ? 2 : 1);  // q | gate rows of one head
+  const RowRange heads = tp.part(c.n_heads), kv = tp.kv_heads(c.n_kv_heads);
+  DS_ASSIGN_OR_RETURN(l.qkv_proj, w.linear({LinearPart{p + "q_proj.weight", c.n_heads * q_per_head, {heads.scaled(q_per_head)}},
+                                            LinearPart{p + "k_proj.weight", c.n_kv_heads * hd, {kv.scaled(hd)}},
+                                            LinearPart{p + "v_proj.weight", c.n_kv_heads * hd, {kv.scaled(hd)}}},
+                                           H));
+  DS_ASSIGN_OR_RETURN(l.o_proj, w.linear({LinearPart{p + "o_proj.weight", H, {}}}, int64_t(c.n_heads) * hd,
+                                         heads.scaled(hd)));
   DS_ASSIGN_OR_RETURN(l.q_norm, w.f32(p + "q_norm.weight", {hd}, zero_centred_norm));
   DS_ASSIGN_OR_RETURN(l.k_norm, w.f32(p + "k_norm.weight", {hd}, zero_centred_norm));
-  l.params.n_heads = c.n_heads;
-  l.params.n_kv_heads = c.n_kv_heads;
+  l.params.n_heads = static_cast<int>(heads.size());
+  l.params.n_kv_heads = static_cast<int>(kv.size());
   l.params.head_dim = c.head_dim;
   l.params.rotary_dim = c.rotary_dim;
   l.params.rope_theta = static_cast<float>(c.rope_theta);
@@ -56,10 +59,14 @@ Result<AttentionLayer> AttentionLayer::load(WeightLoader& w, const std::string& 
 }
 
 void AttentionLayer::forward(Kernels& k, const Tensor& x, const KvLayerView& kv,
-                             const BatchMeta& meta, Tensor proj, Tensor attn, Tensor residual) const {
+                             const BatchMeta& meta, Tensor proj, Tensor attn, Tensor residual,
+                             Communicator* comm) const {
   k.matmul(x, *qkv_proj, proj);
   k.attention(params, proj, kv, meta, attn);
-  k.matmul(attn, *o_proj, residual, /*accumulate=*/true);
+  // Tensor parallel: rank 0 adds its partial sum to the residual, the others replace theirs with
+  // it; the all-reduce leaves residual + every partial on every rank.
+  k.matmul(attn, *o_proj, residual, /*accumulate=*/comm == nullptr || comm->rank() == 0);
+  if (comm) comm->all_reduce_sum(residual);
 }
 
 }  // namespace deltaserve

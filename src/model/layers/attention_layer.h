@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/communicator.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weight_loader.h"
@@ -17,6 +18,7 @@
 namespace deltaserve {
 
 struct AttentionLayer {
+  // Shapes per tensor-parallel rank (n_heads, n_kv_heads: this rank's, params.n_heads / n_kv_heads).
   std::unique_ptr<LinearWeight> qkv_proj;  // [q_cols + 2*kv_cols, H]
   std::unique_ptr<LinearWeight> o_proj;    // [H, n_heads*head_dim]
   DeviceTensor q_norm, k_norm;             // [head_dim] f32
@@ -24,12 +26,14 @@ struct AttentionLayer {
   KvScale kv_scale;                        // from the checkpoint, else 1
 
   static Result<AttentionLayer> load(WeightLoader& w, const std::string& prefix,
-                                     const ModelConfig& c, bool zero_centred_norm);
+                                     const ModelConfig& c, bool zero_centred_norm, const TpShard& tp);
   int64_t proj_cols() const { return qkv_proj->n(); }
+  int64_t mix_cols() const { return int64_t(params.n_heads) * params.head_dim; }
   // residual += o_proj(attention(x)). x [T, H] (normed input); proj scratch [T, proj_cols()];
-  // attn scratch [T, n_heads*head_dim].
+  // attn scratch [T, mix_cols()]. comm (tensor parallelism): the ranks' partial o_proj outputs
+  // are summed into the residual (one all-reduce).
   void forward(Kernels& k, const Tensor& x, const KvLayerView& kv, const BatchMeta& meta,
-               Tensor proj, Tensor attn, Tensor residual) const;
+               Tensor proj, Tensor attn, Tensor residual, Communicator* comm) const;
 };
 
 }  // namespace deltaserve

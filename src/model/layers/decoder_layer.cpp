@@ -5,44 +5,44 @@
 namespace deltaserve {
 
 Result<DecoderLayer> DecoderLayer::load(WeightLoader& w, const std::string& prefix, const ModelConfig& c,
-                                        LayerType type, bool zero_centred) {
+                                        LayerType type, bool zero_centred, const TpShard& tp) {
   DecoderLayer l;
   l.type = type;
   const int64_t H = c.hidden_size;
   DS_ASSIGN_OR_RETURN(l.input_norm, w.f32(prefix + ".input_layernorm.weight", {H}, zero_centred));
   DS_ASSIGN_OR_RETURN(l.post_norm, w.f32(prefix + ".post_attention_layernorm.weight", {H}, zero_centred));
   if (type == LayerType::FullAttention) {
-    DS_ASSIGN_OR_RETURN(auto attn, AttentionLayer::load(w, prefix, c, zero_centred));
+    DS_ASSIGN_OR_RETURN(auto attn, AttentionLayer::load(w, prefix, c, zero_centred, tp));
     l.attn = std::move(attn);
   } else {
-    DS_ASSIGN_OR_RETURN(auto gdn, GatedDeltaNetLayer::load(w, prefix, c));
+    DS_ASSIGN_OR_RETURN(auto gdn, GatedDeltaNetLayer::load(w, prefix, c, tp));
     l.gdn = std::move(gdn);
   }
-  DS_ASSIGN_OR_RETURN(l.mlp, Mlp::load(w, prefix, c));
+  DS_ASSIGN_OR_RETURN(l.mlp, Mlp::load(w, prefix, c, tp));
   return l;
 }
 
 void DecoderLayer::forward(Kernels& k, const ModelConfig& c, int T, const BatchMeta& meta, const MemoryViews& memory,
-                           Activations& a, Tensor x) const {
+                           Activations& a, Tensor x, Communicator* comm) const {
   const int64_t H = c.hidden_size;
   Tensor h = a.h.view(DType::F32, {T, H});
   k.rms_norm(x, input_norm.view, c.rms_norm_eps, h);
   Tensor proj = a.proj.view(DType::F32, {T, proj_cols()});
-  Tensor mix = a.mix.view(DType::F32, {T, mix_cols(c)});
-  if (attn) attn->forward(k, h, memory.kv[kv_idx], meta, proj, mix, x);
-  else gdn->forward(k, h, memory.state[state_idx], meta, proj, mix, x);
+  Tensor mix = a.mix.view(DType::F32, {T, mix_cols()});
+  if (attn) attn->forward(k, h, memory.kv[kv_idx], meta, proj, mix, x, comm);
+  else gdn->forward(k, h, memory.state[state_idx], meta, proj, mix, x, comm);
   k.rms_norm(x, post_norm.view, c.rms_norm_eps, h);
   const int64_t I = mlp.intermediate();
-  mlp.forward(k, h, a.gu.view(DType::F32, {T, 2 * I}), a.act.view(DType::F32, {T, I}), x);
+  mlp.forward(k, h, a.gu.view(DType::F32, {T, 2 * I}), a.act.view(DType::F32, {T, I}), x, comm);
 }
 
 void size_activations(const ModelConfig& c, std::span<const DecoderLayer> layers, const DecoderLayer* extra,
                       Activations& a) {
   a.hidden = c.hidden_size;
-  a.intermediate = c.intermediate_size;
+  a.intermediate = 0;
   auto consider = [&](const DecoderLayer& l) {
     a.max_proj = std::max(a.max_proj, l.proj_cols());
-    a.max_mix = std::max(a.max_mix, l.mix_cols(c));
+    a.max_mix = std::max(a.max_mix, l.mix_cols());
     a.intermediate = std::max(a.intermediate, l.mlp.intermediate());
   };
   for (const auto& l : layers) consider(l);

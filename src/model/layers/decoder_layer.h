@@ -24,16 +24,15 @@ struct DecoderLayer {
   Mlp mlp;
   int kv_idx = -1, state_idx = -1;
 
+  // tp: this tensor-parallel rank's share of the mixer and MLP (norms are replicated).
   static Result<DecoderLayer> load(WeightLoader& w, const std::string& prefix, const ModelConfig& c, LayerType type,
-                                   bool zero_centred_norm);
+                                   bool zero_centred_norm, const TpShard& tp);
   // Widths this layer needs in Activations.
   int64_t proj_cols() const { return attn ? attn->proj_cols() : gdn->proj_cols(); }
-  int64_t mix_cols(const ModelConfig& c) const {
-    return attn ? int64_t(c.n_heads) * c.head_dim : c.linear_value_dim();
-  }
-  // x [T, H] in place.
+  int64_t mix_cols() const { return attn ? attn->mix_cols() : gdn->mix_cols(); }
+  // x [T, H] in place. comm: the tensor-parallel group (nullptr: one rank).
   void forward(Kernels& k, const ModelConfig& c, int T, const BatchMeta& meta, const MemoryViews& memory,
-               Activations& a, Tensor x) const;
+               Activations& a, Tensor x, Communicator* comm) const;
 };
 
 // Sizes a.{hidden, max_proj, max_mix, intermediate} for these layers (before a.reserve).

@@ -6,23 +6,27 @@
 #include <memory>
 #include <string>
 
+#include "backend/communicator.h"
 #include "model/config.h"
 #include "model/weight_loader.h"
 
 namespace deltaserve {
 
 struct GatedDeltaNetLayer {
+  // Shapes per tensor-parallel rank (Hk, Hv, conv_dim, value_dim: this rank's heads).
   std::unique_ptr<LinearWeight> in_proj;   // [conv_dim + value_dim + 2*Hv, H]
   std::unique_ptr<LinearWeight> out_proj;  // [H, value_dim]
   DeviceTensor conv_weight, neg_exp_a, dt_bias, norm;
   GdnParams params;
 
   static Result<GatedDeltaNetLayer> load(WeightLoader& w, const std::string& prefix,
-                                         const ModelConfig& c);
+                                         const ModelConfig& c, const TpShard& tp);
   int64_t proj_cols() const { return in_proj->n(); }
-  // residual += out_proj(gdn(x)). proj scratch [T, proj_cols()]; core scratch [T, value_dim].
+  int64_t mix_cols() const { return params.value_dim(); }
+  // residual += out_proj(gdn(x)). proj scratch [T, proj_cols()]; core scratch [T, mix_cols()].
+  // comm: as AttentionLayer::forward.
   void forward(Kernels& k, const Tensor& x, const StateLayerView& state, const BatchMeta& meta,
-               Tensor proj, Tensor core, Tensor residual) const;
+               Tensor proj, Tensor core, Tensor residual, Communicator* comm) const;
 };
 
 }  // namespace deltaserve

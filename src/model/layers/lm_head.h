@@ -8,13 +8,17 @@
 
 #include "model/layers/activations.h"
 #include "model/model.h"
+#include "backend/communicator.h"
 #include "model/weight_loader.h"
 
 namespace deltaserve {
 
 struct LmHead {
-  DeviceTensor embed;                       // [V, H]
-  std::unique_ptr<LinearWeight> lm_head;    // [V, H]
+  // Vocabulary-parallel (tensor parallelism): this rank holds rows vocab_rows of both tables.
+  DeviceTensor embed;                       // [V_r, H]
+  std::unique_ptr<LinearWeight> lm_head;    // [V_r, H]
+  int64_t vocab = 0;                        // V
+  RowRange vocab_rows;                      // V_r = vocab_rows.size()
   DeviceTensor final_norm;                  // [H] f32
   std::size_t embed_bytes = 0;              // of the embedding table (not streamed per decode step)
 
@@ -22,13 +26,16 @@ struct LmHead {
     std::string embed, norm, lm_head;
   };
   static Result<LmHead> load(WeightLoader& w, const Names& names, const ModelConfig& c, bool zero_centred_norm,
-                             bool have_checkpoint, const std::string& source);
-  // x [T, H] = embed[ids].
-  void embed_tokens(Kernels& k, const Tensor& ids, Tensor x) const { k.embed(embed.view, ids, x); }
+                             bool have_checkpoint, const std::string& source, const TpShard& tp);
+  // Sets a's vocabulary-parallel sizes (before a.reserve).
+  void size_activations(const TpShard& tp, Activations& a) const;
+  // x [T, H] = embed[ids] (each rank its rows, then summed over the group).
+  void embed_tokens(Kernels& k, const Tensor& ids, Tensor x, Communicator* comm) const;
   // logits [n_rows, V] of rows `rows` of x after `norm`; hidden_all (optional [T, H]) receives the
-  // normed hidden of every row.
+  // normed hidden of every row. With comm, every rank computes its vocabulary columns and gathers
+  // the full rows, so sampling sees exactly the logits of one rank.
   void logits(Kernels& k, float eps, Tensor x, const DeviceTensor& norm, const int32_t* rows, int n_rows,
-              Tensor logits, Tensor hidden_all, Activations& a) const;
+              Tensor logits, Tensor hidden_all, Activations& a, Communicator* comm) const;
 };
 
 }  // namespace deltaserve

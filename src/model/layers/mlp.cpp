@@ -2,19 +2,23 @@
 
 namespace deltaserve {
 
-Result<Mlp> Mlp::load(WeightLoader& w, const std::string& prefix, const ModelConfig& c) {
+Result<Mlp> Mlp::load(WeightLoader& w, const std::string& prefix, const ModelConfig& c, const TpShard& tp) {
   Mlp m;
   const std::string p = prefix + ".mlp.";
   const int64_t H = c.hidden_size, I = c.intermediate_size;
-  DS_ASSIGN_OR_RETURN(m.gate_up, w.linear({p + "gate_proj.weight", p + "up_proj.weight"}, {I, I}, H));
-  DS_ASSIGN_OR_RETURN(m.down, w.linear({p + "down_proj.weight"}, {H}, I));
+  const RowRange rows = tp.part(I);
+  DS_ASSIGN_OR_RETURN(m.gate_up, w.linear({LinearPart{p + "gate_proj.weight", I, {rows}},
+                                           LinearPart{p + "up_proj.weight", I, {rows}}},
+                                          H));
+  DS_ASSIGN_OR_RETURN(m.down, w.linear({LinearPart{p + "down_proj.weight", H, {}}}, I, rows));
   return m;
 }
 
-void Mlp::forward(Kernels& k, const Tensor& x, Tensor gu, Tensor act, Tensor residual) const {
+void Mlp::forward(Kernels& k, const Tensor& x, Tensor gu, Tensor act, Tensor residual, Communicator* comm) const {
   k.matmul(x, *gate_up, gu);
   k.silu_mul(gu, act);
-  k.matmul(act, *down, residual, /*accumulate=*/true);
+  k.matmul(act, *down, residual, /*accumulate=*/comm == nullptr || comm->rank() == 0);
+  if (comm) comm->all_reduce_sum(residual);
 }
 
 }  // namespace deltaserve

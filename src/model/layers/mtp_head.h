@@ -20,8 +20,9 @@ struct MtpHead {
   DecoderLayer layer;                                      // full attention
 
   static Result<MtpHead> load(WeightLoader& w, const std::string& prefix, const ModelConfig& c, bool zero_centred_norm,
-                              int kv_idx);
-  void forward(Kernels& k, const ModelConfig& c, const LmHead& head, const MtpArgs& args, Activations& a) const;
+                              int kv_idx, const TpShard& tp);
+  void forward(Kernels& k, const ModelConfig& c, const LmHead& head, const MtpArgs& args, Activations& a,
+               Communicator* comm) const;
 };
 
 }  // namespace deltaserve

@@ -1,0 +1,25 @@
+// Communicator: the collectives a tensor-parallel group needs, one object per rank. The model
+// calls them between its kernels (one all-reduce per mixer and per MLP, one for the embedding,
+// one gather of the vocabulary-parallel logits); every rank issues the same calls in the same
+// order. Implementations: CpuCommunicator (ranks are threads of one process, host memory; CI
+// checks tensor parallelism with it) and, for GPUs, NCCL (issue #12, not built yet).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace deltaserve {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // x [n] f32, in place: the element-wise sum over ranks, bit-identical on every rank (ranks are
+  // summed in rank order).
+  virtual void all_reduce_sum(Tensor x) = 0;
+  // in [n] (any dtype, the same n on every rank) → out [size * n]: rank r's data at r * n.
+  virtual void all_gather(const Tensor& in, Tensor out) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace deltaserve

@@ -1,0 +1,77 @@
+// RankGroup: the tensor-parallel group of one model replica. Per rank: a backend, the model's
+// shard (model/tensor_parallel.h) and a communicator; and the threads that run the ranks
+// together, rank 0 on the caller's thread. The runner fans each forward out with run(); the
+// block and slot bookkeeping stays single (CacheMemory). tp_size 1: one rank, no threads, no
+// communicator, exactly the single-device engine.
+#pragma once
+
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/communicator.h"
+#include "model/model.h"
+
+namespace deltaserve {
+
+struct RankGroupOptions {
+  std::filesystem::path model_dir;
+  std::string device = "cpu";  // "cpu" or "cuda"
+  int n_threads = 0;           // CPU: kernel threads over all ranks (0 = all usable CPUs)
+  int tp_size = 1;
+  ModelLoadOptions load;       // comm is set per rank here
+};
+
+class RankGroup {
+ public:
+  // rank0_backend: rank 0's backend when the caller already made one (to measure memory first).
+  static Result<std::unique_ptr<RankGroup>> create(const RankGroupOptions& o,
+                                                   std::unique_ptr<Backend> rank0_backend = nullptr);
+  ~RankGroup();
+  RankGroup(const RankGroup&) = delete;
+  RankGroup& operator=(const RankGroup&) = delete;
+
+  int size() const { return static_cast<int>(ranks_.size()); }
+  Backend& backend(int rank = 0) const { return *ranks_[rank].backend; }
+  Model& model(int rank = 0) const { return *ranks_[rank].model; }
+  std::vector<Backend*> backends() const;
+
+  // fn(rank) on every rank at once (rank 0 on this thread); returns when all have finished.
+  // Ranks issue the same collectives in the same order, so fn must not branch on data that
+  // differs between ranks around a collective. Never allocates (fn is referenced, not copied).
+  template <typename Fn>
+  void run(Fn&& fn) {
+    run_job(Job{&fn, [](void* f, int rank) { (*static_cast<std::remove_reference_t<Fn>*>(f))(rank); }});
+  }
+
+ private:
+  struct Job {
+    void* fn = nullptr;
+    void (*call)(void*, int) = nullptr;
+  };
+  RankGroup() = default;
+  void run_job(Job job);
+  void worker(int rank);
+
+  struct Rank {
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Communicator> comm;
+    std::unique_ptr<Model> model;
+  };
+  std::vector<Rank> ranks_;
+  std::vector<std::thread> threads_;  // ranks 1..size-1
+  std::mutex mu_;
+  std::condition_variable wake_, done_cv_;
+  Job job_;
+  uint64_t generation_ = 0;
+  int n_done_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace deltaserve

@@ -1,0 +1,233 @@
+// Tensor parallelism on the CPU communicator (ranks are threads of this process): how a rank's
+// share is cut (model/tensor_parallel.h), the collectives, refused shapes, and whole engines at
+// --tp-size 2 against --tp-size 1: greedy tokens identical, with and without MTP speculative
+// decoding, several requests batched together, prefix cache on. The per-fixture logits against
+// the Hugging Face references at tp 2 / 4 are in tests/model/model_fixture_test.cpp (`_tp*`).
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "backend/cpu/cpu_communicator.h"
+#include "engine/engine.h"
+#include "engine/model_setup.h"
+#include "model/tensor_parallel.h"
+#include "../model/fixture.h"
+
+namespace deltaserve::test {
+namespace {
+
+TEST(TpShard, PartsAndVocabularyRowsCoverEverythingOnce) {
+  for (int P : {1, 2, 3, 4, 8}) {
+    for (int64_t V : {int64_t(10), int64_t(512), int64_t(248320), int64_t(151669)}) {
+      int64_t next = 0;
+      for (int r = 0; r < P; ++r) {
+        const RowRange v = TpShard{r, P}.vocab(V);
+        EXPECT_EQ(v.begin, next) << "V " << V << " P " << P << " rank " << r;
+        EXPECT_LE(v.size(), (TpShard{r, P}.vocab_per_rank(V)));
+        next = v.end;
+      }
+      EXPECT_EQ(next, V);
+    }
+    int64_t next = 0;
+    for (int r = 0; r < P; ++r) {
+      const RowRange h = TpShard{r, P}.part(24);
+      EXPECT_EQ(h.begin, next);
+      next = h.end;
+    }
+    EXPECT_EQ(next, 24);
+  }
+  // 2 KV heads over 4 ranks: ranks 0, 1 keep head 0 (their query heads 0..1 use it), 2, 3 head 1.
+  EXPECT_EQ(TpShard({0, 4}).kv_heads(2).begin, 0);
+  EXPECT_EQ(TpShard({1, 4}).kv_heads(2).begin, 0);
+  EXPECT_EQ(TpShard({2, 4}).kv_heads(2).begin, 1);
+  EXPECT_EQ(TpShard({3, 4}).kv_heads(2).size(), 1);
+  EXPECT_EQ(TpShard({1, 2}).kv_heads(4).begin, 2);
+  EXPECT_EQ(TpShard({1, 2}).kv_heads(4).size(), 2);
+}
+
+TEST(TpShard, ShapesThatDoNotSplitAreRefusedNamingTheField) {
+  auto cfg = load_model_config(source_dir() / "tests/fixtures/qwen35-tiny");
+  ASSERT_TRUE(cfg.is_ok());
+  // qwen35-tiny: 6 query heads, 2 KV heads, 2 / 6 GDN key / value heads, intermediate 192.
+  EXPECT_TRUE(check_tp_split(*cfg, 1, "x").is_ok());
+  EXPECT_TRUE(check_tp_split(*cfg, 2, "x").is_ok());
+  struct Case {
+    int tp;
+    const char* field;
+  };
+  for (Case c : {Case{4, "num_attention_heads"}, Case{3, "num_key_value_heads"}, Case{5, "intermediate_size"}}) {
+    Status s = check_tp_split(*cfg, c.tp, "x");
+    ASSERT_FALSE(s.is_ok()) << c.tp;
+    EXPECT_NE(s.message().find(c.field), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("--tp-size " + std::to_string(c.tp)), std::string::npos) << s.message();
+  }
+  // Through the loader: an error, not a crash.
+  SetupOptions o;
+  o.model_dir = (source_dir() / "tests/fixtures/qwen35-tiny").string();
+  o.n_threads = 2;
+  o.tp_size = 4;
+  auto s = ModelSetup::create(o, 16, 1, 32, 16);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.status().message().find("num_attention_heads"), std::string::npos) << s.status().message();
+}
+
+TEST(CpuCommunicator, AllReduceSumsInRankOrderAndAllGatherConcatenates) {
+  constexpr int P = 3, N = 1000;
+  auto comms = make_cpu_communicators(P);
+  std::vector<std::vector<float>> data(P), gathered(P, std::vector<float>(P * 4));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < P; ++r) {
+    threads.emplace_back([&, r] {
+      Communicator& c = *comms[r];
+      EXPECT_EQ(c.rank(), r);
+      EXPECT_EQ(c.size(), P);
+      for (int round = 0; round < 50; ++round) {  // many rounds: the staging slots are reused
+        auto& x = data[r];
+        x.assign(N, 0.f);
+        for (int i = 0; i < N; ++i) x[i] = 0.1f * float(r + 1) + 1e-3f * float(i) + float(round);
+        c.all_reduce_sum(Tensor(x.data(), DType::F32, {N}));
+        std::vector<float> mine = {float(r), float(r) + 0.5f, float(round), -1.f};
+        c.all_gather(Tensor(mine.data(), DType::F32, {4}), Tensor(gathered[r].data(), DType::F32, {P * 4}));
+        c.barrier();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < N; ++i) {
+    float expect = 0.f;  // rank order, as the communicator sums
+    for (int r = 0; r < P; ++r) expect += 0.1f * float(r + 1) + 1e-3f * float(i) + 49.f;
+    for (int r = 0; r < P; ++r) ASSERT_EQ(data[r][i], expect) << "rank " << r << " element " << i;
+  }
+  for (int r = 0; r < P; ++r)
+    for (int q = 0; q < P; ++q) {
+      EXPECT_EQ(gathered[r][q * 4 + 0], float(q));
+      EXPECT_EQ(gathered[r][q * 4 + 1], float(q) + 0.5f);
+      EXPECT_EQ(gathered[r][q * 4 + 2], 49.f);
+    }
+}
+
+std::unique_ptr<Engine> make_engine(const std::string& model, int tp, int spec_steps) {
+  EngineConfig c;
+  c.model_dir = source_dir() / model;
+  c.n_threads = 2;
+  c.tp_size = tp;
+  c.spec_num_steps = spec_steps;
+  c.max_running_requests = 4;
+  c.max_waiting_requests = 16;
+  c.context_length = 512;
+  c.kv_tokens = 2048;
+  c.kv_block_size = 16;
+  c.chunked_prefill_size = 24;  // the longer prompt prefills in chunks, beside the other's decode
+  c.max_prefill_tokens = 48;
+  c.prefix_cache = true;
+  c.checkpoint_slots = 4;
+  c.check_integrity_every_step = true;
+  auto e = Engine::create(c);
+  EXPECT_TRUE(e.is_ok()) << e.status().message();
+  return e.is_ok() ? std::move(*e) : nullptr;
+}
+
+// Greedy continuations of several prompts submitted together (batched decode, chunked prefill).
+std::vector<std::vector<int32_t>> generate_all(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int n) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& p : prompts) {
+    GenerateRequest r;
+    r.id = e.next_request_id();
+    r.prompt = p;
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = n;
+    r.sampling.ignore_eos = true;
+    streams.push_back(e.submit(std::move(r)));
+  }
+  std::vector<std::vector<int32_t>> out;
+  for (auto& s : streams) {
+    std::vector<int32_t> toks;
+    while (auto ev = s->events.pop()) {
+      toks.insert(toks.end(), ev->tokens.begin(), ev->tokens.end());
+      if (ev->finish != FinishReason::None) break;
+    }
+    out.push_back(toks);
+  }
+  return out;
+}
+
+struct EngineCase {
+  const char* model;
+  int spec_steps;
+};
+
+class TensorParallelEngine : public ::testing::TestWithParam<EngineCase> {};
+
+TEST_P(TensorParallelEngine, GreedyTokensEqualOneRank) {
+  const EngineCase c = GetParam();
+  const int64_t V = load_model_config(source_dir() / c.model)->vocab_size;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int p = 0; p < 3; ++p) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 10 + 25 * p; ++i) ids.push_back(static_cast<int32_t>((i * 37 + p * 101 + 5) % V));
+    prompts.push_back(ids);
+  }
+  std::vector<std::vector<std::vector<int32_t>>> runs;
+  for (int tp : {1, 2}) {
+    auto e = make_engine(c.model, tp, c.spec_steps);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->tp_size(), tp);
+    e->start();
+    runs.push_back(generate_all(*e, prompts, 24));
+    // A second turn over the first prompt: served from the prefix cache, same tokens again.
+    runs.back().push_back(generate_all(*e, {prompts[0]}, 24)[0]);
+    e->stop();
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (std::size_t i = 0; i < runs[0].size(); ++i) {
+    EXPECT_EQ(runs[0][i].size(), 24u);
+    EXPECT_EQ(runs[1][i], runs[0][i]) << c.model << " request " << i;
+  }
+  EXPECT_EQ(runs[1][3], runs[1][0]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, TensorParallelEngine,
+                         ::testing::Values(EngineCase{"models/tiny-coder", 0}, EngineCase{"models/tiny-coder", 3},
+                                           EngineCase{"tests/fixtures/qwen35-tiny", 2},
+                                           EngineCase{"tests/fixtures/qwen3-tiny", 0}),
+                         [](const auto& info) {
+                           std::string n = std::filesystem::path(info.param.model).filename().string();
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n + "_mtp" + std::to_string(info.param.spec_steps);
+                         });
+
+TEST(TensorParallelEngine, ShardsHoldTheirShareOfWeightsAndCache) {
+  auto one = make_engine("models/tiny-coder", 1, 0);
+  auto two = make_engine("models/tiny-coder", 2, 0);
+  ASSERT_NE(one, nullptr);
+  ASSERT_NE(two, nullptr);
+  const EngineCapacity a = one->capacity(), b = two->capacity();
+  EXPECT_EQ(b.tp_size, 2);
+  // Everything is split but the norms and the MTP fc: a rank holds a little over half.
+  EXPECT_LT(b.weight_bytes, a.weight_bytes * 0.55);
+  EXPECT_GT(b.weight_bytes, a.weight_bytes * 0.45);
+  EXPECT_EQ(b.kv_cache_bytes * 2, a.kv_cache_bytes);
+  EXPECT_EQ(b.state_cache_bytes * 2, a.state_cache_bytes);
+  EXPECT_EQ(b.kv_tokens, a.kv_tokens);
+}
+
+TEST(TensorParallelEngine, GpuTensorParallelismIsRefusedClearlyUntilNccl) {
+  EngineConfig c;
+  c.model_dir = source_dir() / "models/tiny-coder";
+  c.device = Device::Cuda;
+  c.tp_size = 2;
+  c.max_running_requests = 1;
+  c.max_waiting_requests = 1;
+  c.context_length = 64;
+  c.kv_tokens = 64;
+  c.kv_block_size = 16;
+  c.chunked_prefill_size = 16;
+  c.max_prefill_tokens = 16;
+  auto e = Engine::create(c);
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.status().message().find("NCCL"), std::string::npos) << e.status().message();
+}
+
+}  // namespace
+}  // namespace deltaserve::test
