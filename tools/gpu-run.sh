@@ -7,6 +7,8 @@
 #         3 MTP steps, 8k TTFT, batch 16; once per KV dtype (KV_DTYPES, default "bf16 fp8_e4m3")
 # engine: deltaserve bench-offline through the engine (scheduler, sampling, graphs): batch
 #         1/16/64 at a 1k context, 8k prefill, and MTP k=3 at batch 1, per KV dtype
+# tp:     tensor parallelism (tp model tests, bench_cuda_comm, bench-offline --tp-size 1 vs 2;
+#         one GPU: both ranks on it)
 # longctx: bench-offline decode at long contexts (issue #14): batch 1 at 1k / 8k / 32k, batch 16
 #         at 8k, batch 1 at 128k, with the split-KV decode kernel and (OLD_ATTN=1) with the tiled
 #         kernel it replaced (DELTASERVE_CUDA_DECODE_ATTN=0); VARIANTS adds runs with other knobs
@@ -88,6 +90,29 @@ if has longctx; then
     lc "${v%%:*}" 90 "${v#*:}" -- --batch 1 --prompt-len 32768
   done
   [ "${LONG128:-1}" = 1 ] && lc b1_128k 150 DELTASERVE_CUDA_DECODE_ATTN=1 -- --batch 1 --prompt-len 131072
+fi
+
+# tp: tensor parallelism through CudaPeerCommunicator (issue #12). With one GPU every rank
+# shares it (DELTASERVE_TP_DEVICES=0,0): correctness and the collectives' cost, not a speed-up.
+if has tp; then
+  NG=$(nvidia-smi -L | wc -l)
+  TPD=${TP_DEVICES:-}; [ -z "$TPD" ] && [ "$NG" -lt 2 ] && TPD=0,0
+  if ! has tests; then  # (the tests stage runs every cuda_model_test case, these included)
+    timeout ${TEST_TIMEOUT:-300} "$B/cuda_model_test" --gtest_brief=1 --gtest_filter='*_tp*' >"$OUT/tp_model_test.log" 2>&1
+    echo "cuda_model_test(tp) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tp_model_test.log" | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
+  fi
+  DELTASERVE_TP_DEVICES=$TPD timeout 120 "$B/bench_cuda_comm" --ranks 2 >"$OUT/tp_comm.log" 2>&1
+  echo "bench_cuda_comm rc=$? devices=${TPD:-0,1}" | tee -a "$OUT/summary.txt"
+  grep -E '^(ranks|\|)' "$OUT/tp_comm.log" | tee -a "$OUT/summary.txt"
+  for tp in 1 2; do
+    # Ranks sharing one GPU each plan for a whole GPU: give each under half of it.
+    frac=(); [ $tp = 2 ] && [ -n "$TPD" ] && frac=(--mem-fraction-static 0.40)
+    DELTASERVE_TP_DEVICES=$([ $tp = 2 ] && echo "$TPD") timeout 240 "$B/deltaserve" bench-offline --device cuda \
+      --model-path $M --load-format dummy --tp-size $tp --batch 1,16 --threads 1 --prompt-len 1024 --gen-len 64 \
+      --prefill-len 8192 "${frac[@]}" >"$OUT/tp_engine_tp$tp.log" 2>&1
+    echo "bench-offline --tp-size $tp rc=$?" | tee -a "$OUT/summary.txt"
+    grep -E '^(threads|[0-9]|engine:)' "$OUT/tp_engine_tp$tp.log" | tee -a "$OUT/summary.txt"
+  done
 fi
 
 if has ab && [ -f .gpu/old.tar.xz ]; then

@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
     std::printf("deltaserve %s\n", DELTASERVE_VERSION);
     return 0;
   }
+  // Tensor-parallel collectives spin on the GPU waiting for their peers: a kernel loaded lazily on
+  // first launch (the CUDA 12 default) would wait for those spinning kernels and never load. Load
+  // every kernel when the context starts instead (read once, at the first CUDA call).
+  setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
   deltaserve::Args args(argv + 2, argv + argc);
   for (const auto& c : kCommands) {
     if (std::strcmp(argv[1], c.name) == 0) return c.run(args);

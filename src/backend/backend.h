@@ -88,6 +88,9 @@ class Backend {
   virtual void copy(Tensor dst, const Tensor& src) = 0;  // device to device, same bytes
   virtual void synchronize() = 0;
   virtual Kernels& kernels() = 0;
+  // Makes this backend's device current on the calling thread (CUDA: cudaSetDevice). A thread
+  // that launches work on a backend other than its first calls it (tensor-parallel rank threads).
+  virtual void bind_thread() {}
 
   // Graph capture (CUDA graphs). capture() records the device work `work` issues, without
   // running it, and returns the graph; nullptr when the backend cannot capture or the capture

@@ -16,13 +16,16 @@ bool cuda_available() {
 #endif
 }
 
-Result<std::unique_ptr<Backend>> make_backend(const std::string& device, int n_threads) {
+Result<std::unique_ptr<Backend>> make_backend(const std::string& device, int n_threads, int device_index) {
   if (device == "cpu") return make_cpu_backend(n_threads);
   if (device == "cuda") {
 #ifdef DELTASERVE_WITH_CUDA
     if (!cuda_available()) return error("--device cuda: no CUDA device found");
-    return make_cuda_backend(0);
+    if (device_index < 0 || device_index >= cuda_device_count())
+      return error("CUDA device ", device_index, " does not exist (", cuda_device_count(), " visible)");
+    return make_cuda_backend(device_index);
 #else
+    (void)device_index;
     return error("--device cuda: this build has no CUDA backend (configure with -DDELTASERVE_CUDA=ON)");
 #endif
   }

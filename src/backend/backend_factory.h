@@ -8,7 +8,8 @@
 
 namespace deltaserve {
 
-Result<std::unique_ptr<Backend>> make_backend(const std::string& device, int n_threads);
+// device_index: which CUDA device (ignored on the CPU).
+Result<std::unique_ptr<Backend>> make_backend(const std::string& device, int n_threads, int device_index = 0);
 bool cuda_available();
 
 }  // namespace deltaserve

@@ -2,7 +2,8 @@
 // calls them between its kernels (one all-reduce per mixer and per MLP, one for the embedding,
 // one gather of the vocabulary-parallel logits); every rank issues the same calls in the same
 // order. Implementations: CpuCommunicator (ranks are threads of one process, host memory; CI
-// checks tensor parallelism with it) and, for GPUs, NCCL (issue #12, not built yet).
+// checks tensor parallelism with it) and CudaPeerCommunicator (ranks are threads of one
+// process, one CUDA device each, peer-to-peer); NCCL (multi-node) is not built yet.
 #pragma once
 
 #include "core/tensor.h"
@@ -20,6 +21,11 @@ class Communicator {
   // in [n] (any dtype, the same n on every rank) → out [size * n]: rank r's data at r * n.
   virtual void all_gather(const Tensor& in, Tensor out) = 0;
   virtual void barrier() = 0;
+  // Sizes the staging of collectives of up to `bytes` per rank. Call on every rank at once, before
+  // the first collective and outside graph capture (a captured collective keeps its buffers).
+  virtual void reserve(std::size_t bytes) { (void)bytes; }
+  // Whether the collectives can be captured in a CUDA graph (no host synchronisation inside).
+  virtual bool graph_capturable() const { return true; }
 };
 
 }  // namespace deltaserve

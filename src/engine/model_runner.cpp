@@ -12,6 +12,7 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
       vocab_(ranks.model().config().vocab_size),
       hidden_(ranks.model().config().hidden_size) {
   DS_CHECK(cache.n_ranks() == ranks.size(), "cache for ", cache.n_ranks(), " ranks, group of ", ranks.size());
+  if (!ranks.graphs_ok()) limits_.graph_max_seqs = 0;  // collectives that synchronise on the host
   Backend& backend = ranks.backend(0);
   const int64_t T = limits.max_tokens, S = limits.max_seqs, B = limits.max_blocks_per_seq;
   n_meta_i32_ = T + (S + 1) + S + S * B + S + S + S + S;
@@ -54,6 +55,11 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
     r.model->reserve(limits.max_tokens, limits.max_logit_rows);
     r.graphs.resize(static_cast<std::size_t>(std::max(0, limits.graph_max_seqs)) + 1);
   }
+  // Tensor parallel collectives: the residual stream [T, H] (all-reduce) and one rank's
+  // vocabulary-parallel logits [rows, ceil(V / P)] (all-gather).
+  const int64_t P = ranks.size();
+  group_.reserve_collectives(static_cast<std::size_t>(std::max(
+      T * hidden_ * 4, int64_t(limits.max_logit_rows) * ((vocab_ + P - 1) / P) * 4)));
 }
 
 bool ModelRunner::run_graph(Rank& r, std::span<const RunItem> items, const ForwardArgs& a) {

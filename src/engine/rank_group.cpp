@@ -2,23 +2,41 @@
 
 #include <algorithm>
 
+#include <cstdlib>
+#include <sstream>
+
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_communicator.h"
 #include "util/thread_pool.h"
+#ifdef DELTASERVE_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_communicator.h"
+#endif
 
 namespace deltaserve {
 
 Result<std::unique_ptr<RankGroup>> RankGroup::create(const RankGroupOptions& o, std::unique_ptr<Backend> rank0_backend) {
   const int P = o.tp_size;
   if (P < 1) return error("--tp-size must be at least 1 (got ", P, ")");
-  if (P > 1 && o.device != "cpu")
-    return error("--tp-size ", P, " on --device ", o.device,
-                 ": tensor parallelism on GPUs needs the NCCL communicator, which is not built yet (issue #12); "
-                 "--device cpu runs it");
+  const bool cuda = o.device == "cuda";
+  // CUDA devices of the ranks: 0..P-1, or DELTASERVE_TP_DEVICES (a list; may repeat a device).
+  std::vector<int> devices;
+  for (int r = 0; r < P; ++r) devices.push_back(r);
+  if (const char* env = std::getenv("DELTASERVE_TP_DEVICES"); cuda && env && *env) {
+    devices.clear();
+    std::stringstream ss(env);
+    for (std::string item; std::getline(ss, item, ',');) devices.push_back(std::atoi(item.c_str()));
+    if (static_cast<int>(devices.size()) != P)
+      return error("DELTASERVE_TP_DEVICES=", env, " names ", devices.size(), " devices for --tp-size ", P);
+  }
+#ifdef DELTASERVE_WITH_CUDA
+  if (cuda && P > 1 && !std::getenv("DELTASERVE_TP_DEVICES") && cuda_device_count() < P)
+    return error("--tp-size ", P, " needs ", P, " GPUs; ", cuda_device_count(), " visible");
+#else
+  if (cuda && P > 1) return error("--tp-size ", P, " on --device cuda: this build has no CUDA backend");
+#endif
   std::unique_ptr<RankGroup> g(new RankGroup());
   g->ranks_.resize(static_cast<std::size_t>(P));
-  std::vector<std::unique_ptr<Communicator>> comms;
-  if (P > 1) comms = make_cpu_communicators(P);
   // CPU: the kernel threads are shared out between the ranks (each rank has its own pool).
   const int total = o.n_threads > 0 ? o.n_threads : hardware_threads();
   const int per_rank = P > 1 ? std::max(1, total / P) : o.n_threads;
@@ -27,9 +45,22 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(const RankGroupOptions& o, 
     if (r == 0 && rank0_backend) {
       rk.backend = std::move(rank0_backend);
     } else {
-      DS_ASSIGN_OR_RETURN(rk.backend, make_backend(o.device, per_rank));
+      DS_ASSIGN_OR_RETURN(rk.backend, make_backend(o.device, per_rank, devices[r]));
     }
-    if (P > 1) rk.comm = std::move(comms[r]);
+  }
+  if (P > 1) {
+    std::vector<std::unique_ptr<Communicator>> comms;
+    if (cuda) {
+#ifdef DELTASERVE_WITH_CUDA
+      DS_ASSIGN_OR_RETURN(comms, make_cuda_peer_communicators(g->backends()));
+#endif
+    } else {
+      comms = make_cpu_communicators(P);
+    }
+    for (int r = 0; r < P; ++r) g->ranks_[r].comm = std::move(comms[r]);
+  }
+  for (int r = 0; r < P; ++r) {
+    Rank& rk = g->ranks_[r];
     ModelLoadOptions lo = o.load;
     lo.comm = rk.comm.get();
     DS_ASSIGN_OR_RETURN(rk.model, load_model(o.model_dir, *rk.backend, lo));
@@ -53,7 +84,13 @@ std::vector<Backend*> RankGroup::backends() const {
   return out;
 }
 
+void RankGroup::reserve_collectives(std::size_t bytes) {
+  if (size() == 1) return;
+  run([&](int rank) { ranks_[rank].comm->reserve(bytes); });
+}
+
 void RankGroup::run_job(Job job) {
+  ranks_[0].backend->bind_thread();  // the caller may be a new thread (the engine's)
   if (ranks_.size() == 1) {
     job.call(job.fn, 0);
     return;
@@ -72,6 +109,7 @@ void RankGroup::run_job(Job job) {
 }
 
 void RankGroup::worker(int rank) {
+  ranks_[rank].backend->bind_thread();
   uint64_t seen = 0;
   for (;;) {
     Job job;

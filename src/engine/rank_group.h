@@ -3,6 +3,10 @@
 // together, rank 0 on the caller's thread. The runner fans each forward out with run(); the
 // block and slot bookkeeping stays single (CacheMemory). tp_size 1: one rank, no threads, no
 // communicator, exactly the single-device engine.
+//   CPU:  ranks share the process's cores (each its own thread pool) and talk through
+//         CpuCommunicator.
+//   CUDA: rank r on GPU r (DELTASERVE_TP_DEVICES=0,0 puts several ranks on one GPU: how a single
+//         GPU tests tensor parallelism), CudaPeerCommunicator between them.
 #pragma once
 
 #include <condition_variable>
@@ -41,6 +45,14 @@ class RankGroup {
   Backend& backend(int rank = 0) const { return *ranks_[rank].backend; }
   Model& model(int rank = 0) const { return *ranks_[rank].model; }
   std::vector<Backend*> backends() const;
+  // Sizes every rank's collective staging for messages of up to `bytes` (before any forward).
+  void reserve_collectives(std::size_t bytes);
+  // Whether a forward with its collectives can be captured in a CUDA graph.
+  bool graphs_ok() const {
+    for (const auto& r : ranks_)
+      if (r.comm && !r.comm->graph_capturable()) return false;
+    return true;
+  }
 
   // fn(rank) on every rank at once (rank 0 on this thread); returns when all have finished.
   // Ranks issue the same collectives in the same order, so fn must not branch on data that

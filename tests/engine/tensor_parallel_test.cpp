@@ -2,11 +2,13 @@
 // share is cut (model/tensor_parallel.h), the collectives, refused shapes, and whole engines at
 // --tp-size 2 against --tp-size 1: greedy tokens identical, with and without MTP speculative
 // decoding, several requests batched together, prefix cache on. The per-fixture logits against
-// the Hugging Face references at tp 2 / 4 are in tests/model/model_fixture_test.cpp (`_tp*`).
+// the Hugging Face references at tp 2 / 4 are in tests/model/model_fixture_test.cpp (`_tp*`), on
+// CUDA (CudaPeerCommunicator) in tests/model/cuda_model_test.cpp.
 #include <gtest/gtest.h>
 
 #include <thread>
 
+#include "backend/backend_factory.h"
 #include "backend/cpu/cpu_communicator.h"
 #include "engine/engine.h"
 #include "engine/model_setup.h"
@@ -212,7 +214,8 @@ TEST(TensorParallelEngine, ShardsHoldTheirShareOfWeightsAndCache) {
   EXPECT_EQ(b.kv_tokens, a.kv_tokens);
 }
 
-TEST(TensorParallelEngine, GpuTensorParallelismIsRefusedClearlyUntilNccl) {
+TEST(TensorParallelEngine, CudaWithoutAGpuPerRankIsRefusedClearly) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is visible: tests/model/cuda_model_test.cpp runs the _tp cases";
   EngineConfig c;
   c.model_dir = source_dir() / "models/tiny-coder";
   c.device = Device::Cuda;
@@ -226,7 +229,7 @@ TEST(TensorParallelEngine, GpuTensorParallelismIsRefusedClearlyUntilNccl) {
   c.max_prefill_tokens = 16;
   auto e = Engine::create(c);
   ASSERT_FALSE(e.is_ok());
-  EXPECT_NE(e.status().message().find("NCCL"), std::string::npos) << e.status().message();
+  EXPECT_NE(e.status().message().find("--tp-size 2"), std::string::npos) << e.status().message();
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // token-by-token decode (the f32 GEMV path), and MTP logits (snapshots and rollback are covered by
 // tests/ops/cuda_ops_test.cpp), and the bf16 / fp8 KV caches against the f32 one (the same
 // checks and tolerances as kv_dtype_test.cpp on the CPU, see kv_runs.h). Skipped without a GPU.
+// The `_tp*` cases run the same under tensor parallelism (CudaPeerCommunicator; with fewer GPUs
+// than ranks, every rank shares GPU 0 through DELTASERVE_TP_DEVICES).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,6 +32,7 @@ constexpr float kBf16PrefillTol = 1e-1f;
 struct ModelCase {
   std::string name;
   std::string dir;
+  int tp = 1;
 };
 std::ostream& operator<<(std::ostream& os, const ModelCase& m) { return os << m.name; }
 
@@ -74,6 +77,14 @@ class CudaModelTest : public ::testing::TestWithParam<ModelCase> {
     o.model_dir = dir_.string();
     o.device = "cuda";
     o.kv_dtype = kv;
+    o.tp_size = GetParam().tp;
+    if (o.tp_size > cuda_device_count()) {
+      std::string devs = "0";
+      for (int r = 1; r < o.tp_size; ++r) devs += ",0";
+      setenv("DELTASERVE_TP_DEVICES", devs.c_str(), 1);
+    } else {
+      unsetenv("DELTASERVE_TP_DEVICES");
+    }
     auto s = ModelSetup::create(o, max_t_, 2, max_t_ + 16, max_t_);
     EXPECT_TRUE(s.is_ok()) << s.status().message();
     return s.is_ok() ? std::move(*s) : nullptr;
@@ -226,7 +237,10 @@ TEST_P(CudaModelTest, KvCacheDtypesPartFromTheF32CacheOnlyAtNearTies) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelTest,
                          ::testing::Values(ModelCase{"tiny_coder", "models/tiny-coder"},
                                            ModelCase{"qwen35_tiny", "tests/fixtures/qwen35-tiny"},
-                                           ModelCase{"qwen3_tiny", "tests/fixtures/qwen3-tiny"}),
+                                           ModelCase{"qwen3_tiny", "tests/fixtures/qwen3-tiny"},
+                                           ModelCase{"tiny_coder_tp2", "models/tiny-coder", 2},
+                                           ModelCase{"qwen35_tiny_tp2", "tests/fixtures/qwen35-tiny", 2},
+                                           ModelCase{"qwen3_tiny_tp4", "tests/fixtures/qwen3-tiny", 4}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

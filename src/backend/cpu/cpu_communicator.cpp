@@ -14,18 +14,25 @@ struct CpuGroup {
   const int size;
   alignas(64) std::atomic<int> arrived{0};
   alignas(64) std::atomic<uint32_t> phase{0};
+  alignas(64) std::atomic<int> sleepers{0};
   std::vector<std::vector<unsigned char>> slots;  // [size]; slot r is written by rank r only
 
-  // Spins briefly (collectives come back to back in a forward), then yields the core.
+  // Spins (collectives come back to back in a forward, a few microseconds apart), then sleeps on
+  // a futex: on a busy machine the rank being waited for may not be running, and spinning or
+  // yielding would only take the core from it.
   void wait_all() {
     const uint32_t my_phase = phase.load(std::memory_order_acquire);
     if (arrived.fetch_add(1, std::memory_order_acq_rel) == size - 1) {
       arrived.store(0, std::memory_order_relaxed);
-      phase.store(my_phase + 1, std::memory_order_release);
+      phase.store(my_phase + 1, std::memory_order_seq_cst);
+      if (sleepers.load(std::memory_order_seq_cst) > 0) phase.notify_all();
       return;
     }
-    for (int spin = 0; phase.load(std::memory_order_acquire) == my_phase; ++spin)
-      if (spin > 256) std::this_thread::yield();
+    for (int spin = 0; spin < 4000; ++spin)
+      if (phase.load(std::memory_order_acquire) != my_phase) return;
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    while (phase.load(std::memory_order_seq_cst) == my_phase) phase.wait(my_phase, std::memory_order_seq_cst);
+    sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
 };
 

@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -275,11 +276,14 @@ template <int HD, KvType KV>
 void run_attn(const AttnArgs& a, cudaStream_t s) {
   const int G = a.n_heads / a.n_kv_heads;
   const size_t smem = (size_t(kTile) * (HD + 4) + size_t(kTile) * HD + size_t(G) * HD) * sizeof(float);
-  static size_t configured = 0;  // opt in to > 48 KB of dynamic shared memory once per size
-  if (smem > configured) {
+  // Opt in to > 48 KB of dynamic shared memory once per size and device (tensor-parallel ranks
+  // launch from several threads, on several devices).
+  static std::atomic<size_t> configured[kMaxDevices];
+  std::atomic<size_t>& conf = configured[current_device()];
+  if (smem > conf.load()) {
     DS_CUDA_CHECK(cudaFuncSetAttribute(attn_kernel<HD, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-    configured = smem;
+    conf.store(smem);
   }
   dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
             static_cast<unsigned>(a.n_split));

@@ -88,6 +88,27 @@ class CudaGraph final : public DeviceGraph {
   cudaGraphExec_t exec = nullptr;
 };
 
+// Makes `device` current for the scope (restoring the previous one): backend calls may come from a
+// thread bound to another rank's device (the engine thread copying a slot on every rank).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&prev_) == cudaSuccess && prev_ != device) {
+      DS_CUDA_CHECK(cudaSetDevice(device));
+      switched_ = true;
+    }
+  }
+  ~DeviceGuard() {
+    if (switched_) cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool switched_ = false;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const CudaOptions& options) : device_(device), options_(options), kernels_(*this) {
@@ -112,11 +133,13 @@ class CudaBackend final : public Backend {
   }
   DType activation_dtype() const override { return DType::F32; }
   MemoryInfo memory_info() const override {
+    DeviceGuard guard(device_);
     std::size_t f = 0, t = 0;
     DS_CUDA_CHECK(cudaMemGetInfo(&f, &t));
     return MemoryInfo{f, t};
   }
   DeviceBuffer allocate(std::size_t bytes) override {
+    DeviceGuard guard(device_);
     const std::size_t rounded = std::max<std::size_t>((bytes + 255) / 256 * 256, 256);
     void* p = nullptr;
     cudaError_t e = cudaMalloc(&p, rounded);
@@ -125,6 +148,7 @@ class CudaBackend final : public Backend {
     return DeviceBuffer(p, bytes, Device::Cuda, [](void* q) { cudaFree(q); });
   }
   DeviceBuffer allocate_host(std::size_t bytes) override {
+    DeviceGuard guard(device_);
     void* p = nullptr;
     cudaError_t e = cudaMallocHost(&p, std::max<std::size_t>(bytes, 1));
     DS_CHECK(e == cudaSuccess, "cudaMallocHost of ", bytes, " bytes failed: ", cudaGetErrorString(e));
@@ -132,6 +156,7 @@ class CudaBackend final : public Backend {
     return DeviceBuffer(p, bytes, Device::Cpu, [](void* q) { cudaFreeHost(q); });
   }
   std::unique_ptr<LinearWeight> make_linear(const void* host, DType dtype, int64_t n, int64_t k) override {
+    DeviceGuard guard(device_);
     DeviceBuffer buf = allocate(static_cast<std::size_t>(n * k) * 2);
     uint16_t* d = static_cast<uint16_t*>(buf.data());
     if (host == nullptr) {  // dummy weights: uniform(-1/sqrt(k), 1/sqrt(k)), generated on the device
@@ -158,20 +183,26 @@ class CudaBackend final : public Backend {
     return std::make_unique<CudaLinear>(std::move(buf), n, k);
   }
   void copy_to_device(Tensor dst, const void* host_src) override {
+    DeviceGuard guard(device_);
     DS_CUDA_CHECK(cudaMemcpyAsync(dst.data, host_src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
     DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void copy_to_host(void* host_dst, const Tensor& src) override {
+    DeviceGuard guard(device_);
     DS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
     DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void copy(Tensor dst, const Tensor& src) override {
+    DeviceGuard guard(device_);
     DS_CHECK(dst.nbytes() == src.nbytes(), "copy size mismatch");
     if (dst.nbytes() == 0) return;
     DS_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDefault, stream_));
     if (dst.device == Device::Cpu || src.device == Device::Cpu) DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
-  void synchronize() override { DS_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override {
+    DeviceGuard guard(device_);
+    DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
 
   std::unique_ptr<DeviceGraph> capture(const std::function<void()>& work) override {
     if (kernels_.timing()) return nullptr;  // op timing records events per op: run eagerly
@@ -207,6 +238,8 @@ class CudaBackend final : public Backend {
   bool exact_gemm() const { return options_.exact_gemm; }
   const CudaOptions& options() const { return options_; }
   const std::string& name() const { return name_; }
+  int device_index() const { return device_; }
+  void bind_thread() override { DS_CUDA_CHECK(cudaSetDevice(device_)); }
   CudaKernels& cuda_kernels() { return kernels_; }
 
  private:
@@ -584,5 +617,6 @@ void cuda_set_op_timing(Backend& backend, bool on) { as_cuda(backend).cuda_kerne
 std::vector<CudaOpTime> cuda_take_op_times(Backend& backend) { return as_cuda(backend).cuda_kernels().take_times(); }
 void* cuda_stream(Backend& backend) { return as_cuda(backend).stream(); }
 std::string cuda_device_name(Backend& backend) { return as_cuda(backend).name(); }
+int cuda_device_index(Backend& backend) { return as_cuda(backend).device_index(); }
 
 }  // namespace deltaserve

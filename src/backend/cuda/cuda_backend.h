@@ -31,6 +31,8 @@ void cuda_set_op_timing(Backend& backend, bool on);
 std::vector<CudaOpTime> cuda_take_op_times(Backend& backend);
 // The backend's stream (a cudaStream_t), for graph capture around Model::forward.
 void* cuda_stream(Backend& backend);
+// The CUDA device index the backend runs on.
+int cuda_device_index(Backend& backend);
 // The device's name, e.g. "NVIDIA H200".
 std::string cuda_device_name(Backend& backend);
 

@@ -31,6 +31,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 
@@ -337,11 +338,13 @@ template <int HD, int BN, bool STAGE, KvType KV = KvType::F32>
 void run_flash(const AttnArgs& a, cudaStream_t s) {
   const int warps = a.flash_hb * a.flash_mt;
   const std::size_t smem = flash_smem_bytes(HD, BN, warps, a.flash_stage);
-  static std::size_t configured = 0;  // opt in to > 48 KB of dynamic shared memory once per size
-  if (smem > configured) {
+  // Opt in to > 48 KB of dynamic shared memory once per size and device.
+  static std::atomic<std::size_t> configured[kMaxDevices];
+  std::atomic<std::size_t>& conf = configured[current_device()];
+  if (smem > conf.load()) {
     DS_CUDA_CHECK(cudaFuncSetAttribute(flash_attn_kernel<HD, BN, STAGE, KV>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    configured = smem;
+    conf.store(smem);
   }
   const int groups = (a.n_heads / a.n_kv_heads) / a.flash_hb;
   dim3 grid(static_cast<unsigned>(a.flash_tiles), static_cast<unsigned>(a.n_kv_heads * groups));
@@ -368,13 +371,14 @@ void run_flash_hd(const AttnArgs& a, cudaStream_t s) {
 }
 
 int device_smem_optin() {
-  static int optin = -1;  // one device per process in practice; the opt-in limit of the current one
-  if (optin < 0) {
-    int dev = 0;
-    DS_CUDA_CHECK(cudaGetDevice(&dev));
-    DS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  static std::atomic<int> optin[kMaxDevices];  // 0: not asked yet; the opt-in limit of each device
+  const int dev = current_device();
+  int v = optin[dev].load();
+  if (v == 0) {
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    optin[dev].store(v);
   }
-  return optin;
+  return v;
 }
 
 

@@ -11,6 +11,29 @@
 
 namespace deltaserve::cuda {
 
+// The calling thread's current device (0..kMaxDevices-1), for per-device one-time settings.
+constexpr int kMaxDevices = 16;
+inline int current_device() {
+  int d = 0;
+  if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= kMaxDevices) d = 0;
+  return d;
+}
+
+// ---- cuda_comm.cu (the in-process peer communicator) ---------------------------------------------
+constexpr int kMaxPeers = 8;
+struct PeerPtrs {
+  void* p[kMaxPeers];  // one per rank (passed by value: fixed in captured graphs)
+};
+// mine.p[0/1]: this rank's two staging buffers; epoch: this rank's collective counter (device).
+void launch_comm_stage(const void* x, int64_t n_words, PeerPtrs mine, const uint32_t* epoch, cudaStream_t s);
+// peer_flags.p[q]: rank q's flag array (uint32[kMaxPeers]); my_flags: this rank's.
+void launch_comm_barrier(uint32_t* epoch, PeerPtrs peer_flags, uint32_t* my_flags, int rank, int size, cudaStream_t s);
+// s0 / s1: every rank's staging buffer 0 / 1. x [n] = sum over ranks, in rank order.
+void launch_comm_sum(float* x, int64_t n, PeerPtrs s0, PeerPtrs s1, int size, const uint32_t* epoch, cudaStream_t s);
+// out [size * n_words] = every rank's staged words, rank-major.
+void launch_comm_gather(void* out, int64_t n_words, PeerPtrs s0, PeerPtrs s1, int size, const uint32_t* epoch,
+                        cudaStream_t s);
+
 // ---- cuda_ops.cu -------------------------------------------------------------------------------
 // Rows first_row .. first_row + rows of a vocabulary of `vocab`: ids of other rows give zeros,
 // ids outside [0, vocab) NaN rows.
