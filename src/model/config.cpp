@@ -2,6 +2,10 @@
 
 #include "model/memory_spec.h"
 
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
 #include <nlohmann/json.hpp>
 
 #include "util/mmap_file.h"
@@ -39,28 +43,45 @@ MemorySpec memory_spec_of(const ModelConfig& c, bool with_mtp, int tp_size) {
 
 namespace {
 
+// v as a T. Integer fields take integers, or floats with an integral value (4.0), within T's
+// range: converting 6.7e85 to an integer is undefined behaviour (found by fuzz_model_config).
+template <typename T>
+Status convert(const json& v, T& out, const char* key, const std::string& source) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());  // exact (a power of two)
+    constexpr double hi_excl = static_cast<double>(std::numeric_limits<T>::max()) + 1.0;
+    double d = 0;
+    if (v.is_number_unsigned()) d = static_cast<double>(v.get<uint64_t>());
+    else if (v.is_number_integer()) d = static_cast<double>(v.get<int64_t>());
+    else if (v.is_number_float()) d = v.get<double>();
+    else return error(source, ": key '", key, "' must be an integer, got ", v.type_name());
+    if (!(d >= lo && d < hi_excl) || d != std::floor(d))
+      return error(source, ": key '", key, "' must be an integer in [", static_cast<int64_t>(lo), ", ",
+                   std::numeric_limits<T>::max(), "], got ", v.dump());
+    out = v.is_number_float() ? static_cast<T>(d) : v.get<T>();
+    return Status::ok();
+  } else {
+    try {
+      out = v.get<T>();
+    } catch (const std::exception& e) {
+      return error(source, ": key '", key, "' has the wrong type (", e.what(), ")");
+    }
+    return Status::ok();
+  }
+}
+
 template <typename T>
 Status get_required(const json& obj, const char* key, T& out, const std::string& source) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return error(source, ": missing required key '", key, "'");
-  try {
-    out = it->get<T>();
-  } catch (const std::exception& e) {
-    return error(source, ": key '", key, "' has the wrong type (", e.what(), ")");
-  }
-  return Status::ok();
+  return convert(*it, out, key, source);
 }
 
 template <typename T>
 Status get_optional(const json& obj, const char* key, T& out, const std::string& source) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return Status::ok();
-  try {
-    out = it->get<T>();
-  } catch (const std::exception& e) {
-    return error(source, ": key '", key, "' has the wrong type (", e.what(), ")");
-  }
-  return Status::ok();
+  return convert(*it, out, key, source);
 }
 
 std::vector<int32_t> token_id_list(const json& v) {

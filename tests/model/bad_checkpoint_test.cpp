@@ -8,6 +8,9 @@
 #include "backend/cpu/cpu_backend.h"
 #include "fixture.h"
 #include "model/model.h"
+#include "util/mmap_file.h"
+
+#include <nlohmann/json.hpp>
 
 namespace deltaserve::test {
 namespace {
@@ -139,6 +142,37 @@ TEST_F(BadCheckpoint, ShardIndexNamingAMissingShard) {
 TEST_F(BadCheckpoint, NoWeightsAtAll) {
   std::string e = load_error();
   EXPECT_NE(e.find("no model.safetensors"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace deltaserve::test
+
+namespace deltaserve::test {
+namespace {
+
+// Found by fuzz_model_config: a float too large for an integer field (6.7e85) was converted to
+// int64 (undefined behaviour). Integer fields take integers, or integral floats, within range.
+TEST(BadConfig, NumbersOutsideAnIntegerFieldsRangeAreRefusedNamingTheKey) {
+  auto text = read_text_file(source_dir() / "tests/fixtures/qwen3-tiny/config.json");
+  ASSERT_TRUE(text.is_ok());
+  auto with = [&](const std::string& value) {
+    nlohmann::json j = nlohmann::json::parse(*text);
+    j["hidden_size"] = nlohmann::json::parse(value);
+    return parse_model_config(j.dump(), "config.json");
+  };
+  for (const char* bad : {"6.6e85", "-1e300", "64.5", "9223372036854775808", "\"64\"", "true"}) {
+    auto c = with(bad);
+    ASSERT_FALSE(c.is_ok()) << bad;
+    EXPECT_NE(c.status().message().find("hidden_size"), std::string::npos) << c.status().message();
+  }
+  auto ok = with("64.0");  // an integral float is an integer
+  ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+  EXPECT_EQ(ok->hidden_size, 64);
+  auto big = nlohmann::json::parse(*text);
+  big["num_attention_heads"] = 4294967296LL;  // an int field: beyond int32
+  auto c = parse_model_config(big.dump(), "config.json");
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("num_attention_heads"), std::string::npos) << c.status().message();
 }
 
 }  // namespace
