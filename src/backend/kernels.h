@@ -153,6 +153,10 @@ class Kernels {
   virtual void gated_delta_net(const GdnParams& p, const Tensor& proj, const StateLayerView& state,
                                const BatchMeta& meta, Tensor out) = 0;
 
+  // out[r] = the first index of the largest value of row r (std::max_element's choice): greedy
+  // sampling on the device. x [R, V] f32; out [R] i32.
+  virtual void argmax_rows(const Tensor& x, Tensor out) = 0;
+
   // dst[i] = src[rows[i]]. src [T, D]; rows [R] i32 (host memory); dst [R, D].
   virtual void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) = 0;
 

@@ -383,12 +383,17 @@ void Engine::step() {
                                    s.n_computed, s.blocks, s.slot, false, !it.sample, false, it.checkpoint_at,
                                    it.checkpoint_slot});
   }
-  // 2. Forward, 3. sampling and verification.
+  // 2. Forward, 3. sampling and verification. When every row samples greedily from the raw
+  // logits, the device picks the tokens and only they come back.
+  bool argmax_only = true;
+  for (const auto& it : items)
+    if (it.sample && !samples_raw_argmax(*it.seq)) argmax_only = false;
   const double t_fwd = now_seconds();
-  runner_->run(run_items_);
+  runner_->run(run_items_, nullptr, argmax_only ? ModelRunner::Fetch::Argmax : ModelRunner::Fetch::Logits);
   const double t_sample = now_seconds();
   forward_s_ += t_sample - t_fwd;
-  sample_all(items);
+  if (argmax_only) take_argmax(items);
+  else sample_all(items);
   sample_s_ += now_seconds() - t_sample;
   // 4. Computed tokens, accepted drafts, finishes.
   scheduler_->update(items, outputs_);
@@ -404,6 +409,27 @@ void Engine::step() {
   if (config_.check_integrity_every_step) scheduler_->check_integrity();
   ++steps_total_;
   step_s_ += now_seconds() - t_step;
+}
+
+bool Engine::samples_raw_argmax(const Sequence& s) {
+  const SamplingParams& p = s.params;
+  return s.n_drafts == 0 && p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f && p.top_logprobs < 0 && !s.constraint;
+}
+
+void Engine::take_argmax(const std::vector<ScheduledItem>& items) {
+  outputs_.resize(items.size());
+  int row = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    StepOutput& o = outputs_[i];
+    o.n_drafts = 0;
+    o.n_accepted = -1;
+    o.logprobs.clear();
+    o.n_sampled = 0;
+    if (!items[i].sample) continue;
+    items[i].seq->tokens.push_back(runner_->argmax(row++));
+    o.n_sampled = 1;
+  }
 }
 
 void Engine::sample_all(const std::vector<ScheduledItem>& items) {

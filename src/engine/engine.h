@@ -86,6 +86,11 @@ class Engine final : public EngineService {
   // Samples (or verifies) every item of this step that needs a token, in parallel over
   // sequences: appends tokens to each sequence and fills outputs_.
   void sample_all(const std::vector<ScheduledItem>& items);
+  // A sequence whose next token is the argmax of its raw logits row (greedy; no penalties,
+  // constraint, logprobs or drafts to verify).
+  static bool samples_raw_argmax(const Sequence& s);
+  // sample_all for a step where every row does (tokens picked on the device: Fetch::Argmax).
+  void take_argmax(const std::vector<ScheduledItem>& items);
   // Sends each item's new tokens (and the final event of a finished sequence).
   void emit_all(const std::vector<ScheduledItem>& items);
   void finish(Sequence& seq, FinishReason reason, TokenEvent& ev);

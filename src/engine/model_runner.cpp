@@ -31,6 +31,9 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
   out_rows_ = p;
   const bool gpu = backend.device() != Device::Cpu;
   if (gpu) host_logits_store_ = backend.allocate_host(int64_t(limits.max_logit_rows) * vocab_ * 4);
+  argmax_host_ = backend.allocate_host(std::max(limits.max_logit_rows, 1) * 4);
+  if (gpu) argmax_dev_ = backend.allocate(std::max(limits.max_logit_rows, 1) * 4);
+  host_argmax_ = static_cast<const int32_t*>(argmax_host_.data());
   commit_host_ = backend.allocate_host((4 * S + 1) * 4);
   ranks_.resize(static_cast<std::size_t>(ranks.size()));
   for (int i = 0; i < ranks.size(); ++i) {
@@ -180,7 +183,21 @@ void ModelRunner::fetch_logits() {
   }
 }
 
-void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* observer) {
+void ModelRunner::fetch_argmax() {
+  host_logits_ = nullptr;
+  if (n_out_ == 0) return;
+  Rank& r = ranks_[0];
+  const Tensor logits = r.logits_buf.view(DType::F32, {n_out_, vocab_});
+  if (r.backend->device() == Device::Cpu) {
+    r.backend->kernels().argmax_rows(logits, argmax_host_.view(DType::I32, {n_out_}));
+  } else {
+    const Tensor dev = argmax_dev_.view(DType::I32, {n_out_});
+    r.backend->kernels().argmax_rows(logits, dev);
+    r.backend->copy_to_host(argmax_host_.data(), dev);
+  }
+}
+
+void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* observer, Fetch fetch) {
   build(items);
   group_.run([&](int rank) {
     Rank& r = ranks_[rank];
@@ -196,7 +213,8 @@ void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* obser
     a.ids = upload_ids(r);
     if (observer != nullptr || !run_graph(r, items, a)) r.model->forward(a);
   });
-  fetch_logits();
+  if (fetch == Fetch::Argmax) fetch_argmax();
+  else fetch_logits();
   mtp_last_ = -1;
 }
 

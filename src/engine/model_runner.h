@@ -53,10 +53,17 @@ class ModelRunner {
  public:
   ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimits& limits);
 
-  // Runs the model. After it returns, logits(i) is the i-th output row (items in order; each item
-  // contributes its last token, or all its tokens with logits_all, or none with no_logits). With
-  // limits.mtp, the final-normed hidden of every fed token is kept for run_mtp.
-  void run(std::span<const RunItem> items, const LayerObserver* observer = nullptr);
+  // What run() brings back to the host: every output row's logits, or only each row's argmax,
+  // computed on the device (the engine's steps where every request samples greedily: one int
+  // per row crosses instead of a 248k-float row).
+  enum class Fetch : uint8_t { Logits, Argmax };
+
+  // Runs the model. After it returns, logits(i) (or with Fetch::Argmax, argmax(i)) is the i-th
+  // output row (items in order; each item contributes its last token, or all its tokens with
+  // logits_all, or none with no_logits). With limits.mtp, the final-normed hidden of every fed
+  // token is kept for run_mtp.
+  void run(std::span<const RunItem> items, const LayerObserver* observer = nullptr, Fetch fetch = Fetch::Logits);
+  int32_t argmax(int row) const { return host_argmax_[row]; }
 
   // The MTP head (NEXTN) over a batch whose ids are the next tokens: batch row r takes hidden row
   // hidden_rows[r] of the last run() (from = Main) or of the last run_mtp() (from = Mtp). Output
@@ -70,7 +77,10 @@ class ModelRunner {
   // The final-normed hidden of every token of the last run() [n_tokens, H] (rank 0's device; limits.mtp).
   Tensor hidden() const { return ranks_[0].hidden_main.view(DType::F32, {meta_.n_tokens, hidden_}); }
   int n_output_rows() const { return n_out_; }
-  const float* logits(int row) const { return host_logits_ + int64_t(row) * vocab_; }
+  const float* logits(int row) const {
+    DS_CHECK(host_logits_ != nullptr, "logits() after a Fetch::Argmax run");
+    return host_logits_ + int64_t(row) * vocab_;
+  }
   int64_t vocab() const { return vocab_; }
   int n_tokens() const { return meta_.n_tokens; }
   const RunnerLimits& limits() const { return limits_; }
@@ -109,6 +119,7 @@ class ModelRunner {
   void upload_meta(Rank& r);
   Tensor upload_ids(Rank& r);
   void fetch_logits();
+  void fetch_argmax();
   // Runs the forward of a plain decode batch (one token and its logits per sequence) from the
   // graph captured for its size, capturing it on the second batch of that size. False when the
   // batch has to run eagerly.
@@ -129,6 +140,9 @@ class ModelRunner {
   int64_t n_meta_i32_ = 0;           // elements of the contiguous prefix
   DeviceBuffer host_logits_store_;   // GPU backends: page-locked host copy of rank 0's logits
   const float* host_logits_ = nullptr;
+  DeviceBuffer argmax_dev_;          // [max_logit_rows] i32 on rank 0's device (GPU backends)
+  DeviceBuffer argmax_host_;         // [max_logit_rows] i32, host
+  const int32_t* host_argmax_ = nullptr;
   BatchMeta meta_;                   // host fields of the current batch
   int n_out_ = 0;
   int mtp_last_ = -1;                // where the last run_mtp wrote: 0 mtp_out, 1/2 chain[0/1]

@@ -212,6 +212,33 @@ TEST_F(CudaOpsTest, EmbedShardAndCopyColumns) {
     for (int64_t j = 0; j < c; ++j) ASSERT_EQ(back[r * C + col + j], src.tc.f32()[r * c + j]);
 }
 
+// Greedy sampling on the device picks what std::max_element picks on the host (ties: the first).
+TEST_F(CudaOpsTest, ArgmaxRowsMatchesTheHostIncludingTies) {
+  for (int64_t V : {int64_t(7), int64_t(1000), int64_t(248320)}) {
+    const int64_t R = 5;
+    auto x = rnd(R * V, -3.f, 3.f);
+    x[1 * V + V / 2] = 9.f;  // row 1: a tie, the first occurrence wins
+    x[1 * V + V - 1] = 9.f;
+    for (int64_t i = 0; i < V; ++i) x[2 * V + i] = -1.f;  // row 2: all equal -> 0
+    x[3 * V + V - 1] = 50.f;  // row 3: the last element
+    Pair px = make_f32({R, V}, x);
+    std::vector<int32_t> none(R, -7);
+    Pair out = make(DType::I32, {R}, none.data());
+    cpu_->kernels().argmax_rows(px.tc, out.tc);
+    gpu_->kernels().argmax_rows(px.tg, out.tg);
+    std::vector<int32_t> g(R);
+    gpu_->copy_to_host(g.data(), out.tg);
+    for (int64_t r = 0; r < R; ++r) {
+      const float* row = x.data() + r * V;
+      EXPECT_EQ(out.tc.i32()[r], std::max_element(row, row + V) - row) << "V " << V << " row " << r;
+      EXPECT_EQ(g[r], out.tc.i32()[r]) << "V " << V << " row " << r;
+    }
+    EXPECT_EQ(g[1], V / 2);
+    EXPECT_EQ(g[2], 0);
+    EXPECT_EQ(g[3], V - 1);
+  }
+}
+
 TEST_F(CudaOpsTest, RmsNorm) {
   for (auto [R, D] : {std::pair<int64_t, int64_t>{1, 5120}, {7, 256}, {33, 1000}, {300, 17408}}) {
     auto x = rnd(R * D, -3.f, 3.f);

@@ -23,6 +23,7 @@ class CpuKernels final : public Kernels {
   void gated_delta_net(const GdnParams& p, const Tensor& proj, const StateLayerView& state,
                        const BatchMeta& meta, Tensor out) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) override;
+  void argmax_rows(const Tensor& x, Tensor out) override;
   void gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta& commit) override;
 
  private:

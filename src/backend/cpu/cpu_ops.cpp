@@ -1,5 +1,6 @@
 // Small CPU ops: embedding, RMSNorm, SwiGLU, row gather.
 // Reference semantics: HF Qwen3_5RMSNorm / Qwen3RMSNorm (f32 compute), Qwen3MLP act.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -68,6 +69,15 @@ void CpuKernels::silu_mul(const Tensor& gate_up, Tensor out) {
   };
   if (rows * inter < 65536) body(0, rows);
   else pool_.parallel_for(rows, 4, [&](int, int64_t a, int64_t b) { body(a, b); });
+}
+
+void CpuKernels::argmax_rows(const Tensor& x, Tensor out) {
+  const int64_t rows = x.rows(), v = x.cols();
+  DS_CHECK(out.numel() >= rows && out.dtype == DType::I32, "argmax_rows shapes");
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x.f32() + r * v;
+    out.i32()[r] = static_cast<int32_t>(std::max_element(row, row + v) - row);
+  }
 }
 
 void CpuKernels::gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) {

@@ -49,6 +49,7 @@ class CudaKernels final : public Kernels {
   void gated_delta_net(const GdnParams& p, const Tensor& proj, const StateLayerView& state,
                        const BatchMeta& meta, Tensor out) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) override;
+  void argmax_rows(const Tensor& x, Tensor out) override;
   void gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta& commit) override;
 
   void set_timing(bool on) { timing_ = on; }
@@ -530,6 +531,11 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
     DS_CHECK(cuda::launch_gated_delta_net(a, stream()), "CUDA gated_delta_net: unsupported head sizes (Dk ",
              a.Dk, ", conv kernel ", a.K, ")");
   });
+}
+
+void CudaKernels::argmax_rows(const Tensor& x, Tensor out) {
+  DS_CHECK(out.numel() >= x.rows() && out.dtype == DType::I32 && x.dtype == DType::F32, "argmax_rows shapes");
+  timed("argmax_rows", [&] { cuda::launch_argmax_rows(x.f32(), x.rows(), x.cols(), out.i32(), stream()); });
 }
 
 void CudaKernels::gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) {

@@ -39,6 +39,8 @@ void launch_comm_gather(void* out, int64_t n_words, PeerPtrs s0, PeerPtrs s1, in
 // ids outside [0, vocab) NaN rows.
 void launch_embed(const void* table, bool table_bf16, int64_t first_row, int64_t rows, int64_t vocab, int64_t h,
                   const int32_t* ids, int64_t n, float* out, cudaStream_t s);
+// out[r] = first index of the largest value of row r. x [rows, v].
+void launch_argmax_rows(const float* x, int64_t rows, int64_t v, int32_t* out, cudaStream_t s);
 void launch_rms_norm(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* out,
                      int64_t out_stride, cudaStream_t s);
 void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, cudaStream_t s);

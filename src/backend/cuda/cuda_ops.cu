@@ -1,5 +1,6 @@
 // Small CUDA ops: embedding, RMSNorm, SwiGLU, row gather, f32->bf16, dummy-weight init.
 // Reference: backend/cpu/cpu_ops.cpp (same formulas, f32 compute).
+#include <cmath>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -85,6 +86,46 @@ __global__ void gather_rows_kernel(const float* src, int64_t d, GatherRows r, fl
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) o[i] = s[i];
 }
 
+// One block per row: each thread scans a strided slice (strictly greater keeps the earliest
+// index), then (value, index) pairs reduce with ties to the lower index.
+__device__ __forceinline__ void better(float& best, int& idx, float v, int i) {
+  if (v > best || (v == best && (idx < 0 || (i >= 0 && i < idx)))) {
+    best = v;
+    idx = i;
+  }
+}
+
+__global__ void argmax_rows_kernel(const float* x, int64_t v, int32_t* out) {
+  const float* row = x + int64_t(blockIdx.x) * v;
+  float best = -INFINITY;
+  int idx = -1;
+  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) better(best, idx, row[i], static_cast<int>(i));
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_down_sync(0xffffffffu, best, off);
+    const int oi = __shfl_down_sync(0xffffffffu, idx, off);
+    better(best, idx, ov, oi);
+  }
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    sv[warp] = best;
+    si[warp] = idx;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int nw = blockDim.x >> 5;
+    best = lane < nw ? sv[lane] : -INFINITY;
+    idx = lane < nw ? si[lane] : -1;
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_down_sync(0xffffffffu, best, off);
+      const int oi = __shfl_down_sync(0xffffffffu, idx, off);
+      better(best, idx, ov, oi);
+    }
+    if (lane == 0) out[blockIdx.x] = idx < 0 ? 0 : idx;
+  }
+}
+
 __global__ void f32_to_bf16_kernel(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = f32_to_bf16_bits(x[i]);
@@ -163,6 +204,12 @@ void launch_gather_rows(const float* src, int64_t d, const int32_t* rows_host, i
     gather_rows_kernel<<<n, 256, 0, s>>>(src, d, r, dst + int64_t(i0) * d);
     DS_CUDA_LAUNCH_CHECK();
   }
+}
+
+void launch_argmax_rows(const float* x, int64_t rows, int64_t v, int32_t* out, cudaStream_t s) {
+  if (rows == 0) return;
+  argmax_rows_kernel<<<static_cast<unsigned>(rows), 1024, 0, s>>>(x, v, out);
+  DS_CUDA_LAUNCH_CHECK();
 }
 
 void launch_f32_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t s) {
