@@ -124,9 +124,10 @@ class Kernels {
   virtual void embed(const Tensor& table, const Tensor& ids, Tensor out, int64_t first_row = 0,
                      int64_t vocab = 0) = 0;
 
-  // dst[:, col .. col + c) = src. src [R, c] f32; dst [R, C] f32 (the vocabulary-parallel logits
-  // of one rank into the full row).
-  virtual void copy_columns(const Tensor& src, Tensor dst, int64_t col) = 0;
+  // dst[:, dst_col .. dst_col + width) = src[:, src_col .. src_col + width). src [R, Cs] f32;
+  // dst [R, Cd] f32 (one rank's vocabulary-parallel logits into the full rows; a rank's input
+  // columns of a row-parallel matmul).
+  virtual void copy_columns(const Tensor& src, int64_t src_col, Tensor dst, int64_t dst_col, int64_t width) = 0;
 
   // out[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * w. x [R, D]; w [D] f32.
   // out_stride: elements between output rows (0 = D), so two norms can fill halves of one row.

@@ -18,6 +18,7 @@ Status check_tp_split(const ModelConfig& c, int tp, const std::string& source) {
       return error(source, ": --tp-size ", tp, " is neither a divisor nor a multiple of num_key_value_heads (",
                    c.n_kv_heads, ")");
   }
+  if (c.mtp_n_layers > 0) DS_RETURN_IF_ERROR(divides("2 x hidden_size (the MTP fc's inputs)", 2 * c.hidden_size));
   if (c.n_linear_layers() > 0) {
     DS_RETURN_IF_ERROR(divides("linear_num_key_heads", c.linear_n_key_heads));
     DS_RETURN_IF_ERROR(divides("linear_num_value_heads", c.linear_n_value_heads));

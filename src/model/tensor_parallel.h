@@ -5,7 +5,7 @@
 //              A_log and dt_bias follow); MLP: gate/up rows [r*I/P, ...);
 //   o_proj / out_proj / down_proj: the matching input columns (the partial sums are all-reduced);
 //   embedding and lm_head: vocabulary rows [r*ceil(V/P), ...) (vocabulary-parallel);
-//   norms and the MTP fc: replicated.
+//   MTP fc: input columns [r*2H/P, ...) (row-parallel, all-reduced); norms: replicated.
 // check_tp_split refuses, in one line naming the config field, a shape that does not split.
 #pragma once
 

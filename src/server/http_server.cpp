@@ -436,7 +436,7 @@ void HttpExchange::post(std::function<void()> fn) { connection_->post(std::move(
 void HttpExchange::on_disconnect(std::function<void()> fn) {
   connection_->post([self = shared_from_this(), fn = std::move(fn)]() mutable {
     if (self->disconnect_fired_) {
-      fn();
+      if (fn) fn();
       return;
     }
     self->on_disconnect_ = std::move(fn);

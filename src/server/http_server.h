@@ -63,7 +63,7 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   void post(std::function<void()> fn);
   // `fn` runs once, on the strand, if the peer closes before the response is complete. Set it
   // before the work that must be cancelled starts; if the peer is already gone, it runs at once
-  // (posted).
+  // (posted). nullptr removes the hook (and whatever it holds).
   void on_disconnect(std::function<void()> fn);
   bool disconnected() const { return disconnected_.load(); }
 

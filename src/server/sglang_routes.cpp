@@ -253,9 +253,17 @@ struct HealthProbe : std::enable_shared_from_this<HealthProbe> {
                    "server_unavailable", "", "engine_unhealthy"};
         exchange->respond(503, "application/json", e.to_json());
       }
-      stream->events.set_notify(nullptr);
+      release();
       return;
     }
+  }
+  // Answered (or the client left): drop the references that keep this probe, its exchange and
+  // its connection alive (the stream's notify hook and the exchange's disconnect hook hold it;
+  // found as a leak by the server suite under ASan).
+  void release() {
+    done = true;
+    stream->events.set_notify(nullptr);
+    exchange->on_disconnect(nullptr);
   }
 };
 
@@ -280,7 +288,7 @@ void OpenAiServer::handle_health_generate(const HttpRequest& req, std::shared_pt
   probe->stream->events.set_notify([weak] {
     if (auto p = weak.lock()) p->exchange->post([p] { p->check(); });
   });
-  exchange->on_disconnect([probe] { probe->done = true; });
+  exchange->on_disconnect([probe] { probe->release(); });
   exchange->post([probe] { probe->check(); });  // the events may have arrived before the hook
 }
 

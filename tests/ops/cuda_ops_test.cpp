@@ -202,8 +202,8 @@ TEST_F(CudaOpsTest, EmbedShardAndCopyColumns) {
   }
   const int64_t R = 3, C = 40, c = 13, col = 20;
   Pair src = make_f32({R, c}, rnd(R * c)), dst = poisoned({R, C});
-  cpu_->kernels().copy_columns(src.tc, dst.tc, col);
-  gpu_->kernels().copy_columns(src.tg, dst.tg, col);
+  cpu_->kernels().copy_columns(src.tc, 0, dst.tc, col, c);
+  gpu_->kernels().copy_columns(src.tg, 0, dst.tg, col, c);
   for (int64_t r = 0; r < R; ++r)
     for (int64_t j = 0; j < c; ++j) ASSERT_EQ(dst.tc.f32()[r * C + col + j], src.tc.f32()[r * c + j]);
   std::vector<float> back(R * C);

@@ -99,6 +99,11 @@ TEST_F(HardeningTest, ObjectWithHundredThousandKeysIsFast) {
 // --- H2: at the descriptor limit the accept loop backs off ---
 
 TEST_F(HardeningTest, AcceptBacksOffAtDescriptorLimit) {
+#if defined(__SANITIZE_ADDRESS__)
+  // With every descriptor taken, the sanitizers' own checks fail (UBSan's vptr check probes
+  // memory through a pipe, reports "invalid vptr" when it cannot open one, and aborts).
+  GTEST_SKIP() << "exhausts file descriptors, which the sanitizer runtime needs";
+#endif
   start();
   rlimit saved{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);

@@ -31,11 +31,14 @@ void CpuKernels::embed(const Tensor& table, const Tensor& ids, Tensor out, int64
   }
 }
 
-void CpuKernels::copy_columns(const Tensor& src, Tensor dst, int64_t col) {
-  const int64_t rows = src.rows(), c = src.cols();
-  DS_CHECK(dst.rows() == rows && col >= 0 && col + c <= dst.cols(), "copy_columns shapes");
+void CpuKernels::copy_columns(const Tensor& src, int64_t src_col, Tensor dst, int64_t dst_col, int64_t width) {
+  const int64_t rows = src.rows();
+  DS_CHECK(dst.rows() == rows && src_col >= 0 && dst_col >= 0 && src_col + width <= src.cols() &&
+               dst_col + width <= dst.cols(),
+           "copy_columns shapes");
   for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst.f32() + r * dst.cols() + col, src.f32() + r * c, static_cast<std::size_t>(c) * sizeof(float));
+    std::memcpy(dst.f32() + r * dst.cols() + dst_col, src.f32() + r * src.cols() + src_col,
+                static_cast<std::size_t>(width) * sizeof(float));
 }
 
 void CpuKernels::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out,

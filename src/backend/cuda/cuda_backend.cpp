@@ -40,7 +40,7 @@ class CudaKernels final : public Kernels {
   explicit CudaKernels(CudaBackend& b) : b_(b) {}
   ~CudaKernels() override;
   void embed(const Tensor& table, const Tensor& ids, Tensor out, int64_t first_row, int64_t vocab) override;
-  void copy_columns(const Tensor& src, Tensor dst, int64_t col) override;
+  void copy_columns(const Tensor& src, int64_t src_col, Tensor dst, int64_t dst_col, int64_t width) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out, int64_t out_stride) override;
   void matmul(const Tensor& x, const LinearWeight& w, Tensor out, bool accumulate) override;
   void silu_mul(const Tensor& gate_up, Tensor out) override;
@@ -337,13 +337,16 @@ void CudaKernels::embed(const Tensor& table, const Tensor& ids, Tensor out, int6
   });
 }
 
-void CudaKernels::copy_columns(const Tensor& src, Tensor dst, int64_t col) {
-  const int64_t rows = src.rows(), c = src.cols();
-  DS_CHECK(dst.rows() == rows && col >= 0 && col + c <= dst.cols(), "copy_columns shapes");
-  if (rows == 0 || c == 0) return;
+void CudaKernels::copy_columns(const Tensor& src, int64_t src_col, Tensor dst, int64_t dst_col, int64_t width) {
+  const int64_t rows = src.rows();
+  DS_CHECK(dst.rows() == rows && src_col >= 0 && dst_col >= 0 && src_col + width <= src.cols() &&
+               dst_col + width <= dst.cols(),
+           "copy_columns shapes");
+  if (rows == 0 || width == 0) return;
   timed("copy_columns", [&] {
-    DS_CUDA_CHECK(cudaMemcpy2DAsync(dst.f32() + col, dst.cols() * sizeof(float), src.f32(), c * sizeof(float),
-                                    c * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream()));
+    DS_CUDA_CHECK(cudaMemcpy2DAsync(dst.f32() + dst_col, dst.cols() * sizeof(float), src.f32() + src_col,
+                                    src.cols() * sizeof(float), width * sizeof(float), rows, cudaMemcpyDeviceToDevice,
+                                    stream()));
   });
 }
 

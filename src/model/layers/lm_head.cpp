@@ -58,7 +58,7 @@ void LmHead::logits(Kernels& k, float eps, Tensor x, const DeviceTensor& norm, c
     const RowRange cols = TpShard{r, P}.vocab(vocab);
     if (cols.size() == 0) continue;
     Tensor part(const_cast<float*>(base + r * slot), DType::F32, {n_rows, cols.size()}, out.device);
-    k.copy_columns(part, out, cols.begin);
+    k.copy_columns(part, 0, out, cols.begin, cols.size());
   }
 }
 

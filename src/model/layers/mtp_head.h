@@ -16,7 +16,8 @@ namespace deltaserve {
 
 struct MtpHead {
   DeviceTensor pre_norm_embedding, pre_norm_hidden, norm;  // [H] f32
-  std::unique_ptr<LinearWeight> fc;                        // [H, 2H]
+  std::unique_ptr<LinearWeight> fc;                        // [H, 2H] (tensor parallel: [H, 2H/P], input columns)
+  RowRange fc_cols;                                        // this rank's input columns of fc
   DecoderLayer layer;                                      // full attention
 
   static Result<MtpHead> load(WeightLoader& w, const std::string& prefix, const ModelConfig& c, bool zero_centred_norm,
