@@ -197,6 +197,10 @@ int cmd_bench_offline(const Args& args) {
               static_cast<long long>(*prefill_len), static_cast<long long>(*gen_len));
   std::printf("%-8s %-6s %8s %14s %14s %17s %14s %12s%s\n", "threads", "batch", "context", "prefill tok/s", "decode tok/s",
               "decode-only tok/s", "weights GB/s", "accept len", workload ? "  workload tok/s" : "");
+  if (Status s = single_replica_only(opts, "bench-offline"); !s) {
+    std::fprintf(stderr, "deltaserve bench-offline: %s\n", s.message().c_str());
+    return 2;
+  }
   for (int t : *threads) {
     // The workload's size, unless the flags say otherwise.
     ServeOptions o = opts;

@@ -49,6 +49,7 @@ int cmd_generate(const Args& args) {
   if (!opts) return fail(opts.status().message(), 2);
   for (const auto& w : warnings) std::fprintf(stderr, "deltaserve generate: warning: %s\n", w.c_str());
   if (opts->model_path.empty()) opts->model_path = default_model_dir();
+  if (Status s = single_replica_only(*opts, "generate"); !s) return fail(s.message(), 2);
   auto model_config = load_model_config(opts->model_path);
   if (!model_config) return fail(model_config.status().message(), 1);
   auto setup = setup_engine(*opts, *model_config);

@@ -21,6 +21,7 @@
 #include "deploy/plan_input.h"
 #include "backend/backend_factory.h"
 #include "engine/engine.h"
+#include "engine/replica_set.h"
 #include "cache/memory_plan.h"
 #include "engine/model_setup.h"
 #include "model/config.h"
@@ -108,6 +109,9 @@ class LateEngine final : public EngineService {
   }
   RequestId next_request_id() override { return get() ? get()->next_request_id() : next_id_.fetch_add(1); }
   EngineStats stats() const override { return get() ? get()->stats() : EngineStats{}; }
+  std::vector<EngineStats> replica_stats() const override {
+    return get() ? get()->replica_stats() : std::vector<EngineStats>{};
+  }
   int64_t context_length() const override { return get() ? get()->context_length() : 0; }
   bool flush_cache() override { return get() ? get()->flush_cache() : false; }
 
@@ -227,17 +231,22 @@ int cmd_serve(const Args& args) {
   if (auto w = launch.faster_config_warning()) log_warn(*w);
   if (launch.launch_id() > 0) log_info("launch ", launch.launch_id(), " recorded (deltaserve history)");
 
-  const EngineConfig& ec = setup->config;
-  auto engine = Engine::create(ec, std::move(setup->backend));
-  if (!engine) {
-    launch.stop("failed: " + engine.status().message());
+  // --dp-size N: N engines (replicas) behind one ReplicaSet; replica 0 answers for the capacity.
+  auto replicas = make_replicas(setup->config, std::move(setup->backend), static_cast<int>(opts.dp_size));
+  if (!replicas) {
+    launch.stop("failed: " + replicas.status().message());
     server.stop();
-    return fail(engine.status().message(), 1);
+    return fail(replicas.status().message(), 1);
   }
-  const SpeculationChoice spec_choice = choose_speculation(**engine, opts);
+  ReplicaSet engines(std::move(*replicas));
+  Engine& primary = engines.replica(0);
+  const SpeculationChoice spec_choice = choose_speculation(primary, opts);
   if (spec_choice.measured) log_info(spec_choice.summary());
-  (*engine)->start();
-  std::fprintf(stderr, "%s\n", (*engine)->plan_summary().c_str());
+  for (int i = 1; i < engines.size(); ++i) engines.replica(i).set_speculation(primary.speculative_steps() > 0);
+  engines.start();
+  std::fprintf(stderr, "%s\n", primary.plan_summary().c_str());
+  if (engines.size() > 1) log_info("deltaserve: ", engines.size(), " data-parallel replicas (figures above: each)");
+  EngineService* service = engines.size() > 1 ? static_cast<EngineService*>(&engines) : &primary;
 
   {
     // /get_server_info: the effective arguments (SGLang's names, underscores) and what the
@@ -249,7 +258,7 @@ int cmd_serve(const Args& args) {
       for (char& ch : key) ch = ch == '-' ? '_' : ch;
       info[key] = value;
     }
-    const EngineCapacity cap = (*engine)->capacity();
+    const EngineCapacity cap = primary.capacity();
     info["max_total_num_tokens"] = cap.kv_tokens;
     info["max_running_requests"] = cap.max_running_requests;
     info["max_mamba_cache_size"] = cap.state_slots + cap.checkpoint_slots;
@@ -266,9 +275,10 @@ int cmd_serve(const Args& args) {
                       {"plan_budget_bytes", plan.budget_bytes},
                       {"device_memory_used_before_load_bytes", setup->plan_input.device_memory_used_bytes}};
     info["version"] = DELTASERVE_VERSION;
-    server.set_server_info(launch.launch_id(), (*engine)->speculative_steps(), std::move(info));
+    info["dp_replicas"] = engines.size();
+    server.set_server_info(launch.launch_id(), primary.speculative_steps(), std::move(info));
   }
-  late_engine.set(engine->get());
+  late_engine.set(service);
   server.set_state(ServeState::Ready);
   // The e2e tests and launchers wait for this line.
   std::fprintf(stderr, "deltaserve: listening on http://%s:%d (model %s, context %lld)\n",
@@ -291,7 +301,7 @@ int cmd_serve(const Args& args) {
                                          : std::chrono::milliseconds(1000);
     const std::string state_dir = opts.state_dir.empty() ? default_state_dir().string() : opts.state_dir;
     const int64_t launch_id = launch.launch_id();
-    EngineService* svc = engine->get();
+    EngineService* svc = service;
     watchdog = std::thread([&watchdog_stop, svc, timeout, period, state_dir, launch_id] {
       uint64_t last_steps = svc->stats().steps_total;
       auto last_progress = std::chrono::steady_clock::now();
@@ -351,7 +361,7 @@ int cmd_serve(const Args& args) {
   watchdog_stop.store(true);
   if (watchdog.joinable()) watchdog.join();
   server.stop();
-  (*engine)->stop();
+  engines.stop();
   launch.stop("stopped");
   log_info("deltaserve: stopped");
   return 0;

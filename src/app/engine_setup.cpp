@@ -3,9 +3,42 @@
 #include <algorithm>
 
 #include "backend/backend_factory.h"
+#include "util/thread_pool.h"
 #include "model/generation_config.h"
 
 namespace deltaserve {
+
+Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& config, std::unique_ptr<Backend> backend,
+                                                           int dp) {
+  std::vector<std::unique_ptr<Engine>> out;
+  if (dp < 1) return error("--dp-size must be at least 1 (got ", dp, ")");
+  if (dp > 1 && config.device != Device::Cpu)
+    return error("--dp-size ", dp, " on GPUs is not built yet (each replica needs GPUs of its own; issue #12); "
+                 "use --dp-size 1, or --device cpu");
+  EngineConfig c = config;
+  if (dp > 1) {
+    const int threads = config.n_threads > 0 ? config.n_threads : hardware_threads();
+    c.n_threads = std::max(1, threads / dp);
+    const int64_t blocks = config.kv_tokens / config.kv_block_size / dp;
+    if (blocks < 1) return error("--dp-size ", dp, ": ", config.kv_tokens, " KV tokens cannot be shared out");
+    c.kv_tokens = blocks * config.kv_block_size;
+    c.max_running_requests = std::max(1, config.max_running_requests / dp);
+    c.max_waiting_requests = std::max(1, config.max_waiting_requests / dp);
+    c.checkpoint_slots = config.checkpoint_slots / dp;
+  }
+  for (int i = 0; i < dp; ++i) {
+    DS_ASSIGN_OR_RETURN(auto e, Engine::create(c, i == 0 ? std::move(backend) : nullptr));
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Status single_replica_only(const ServeOptions& opts, const char* command) {
+  if (opts.dp_size > 1)
+    return error("--dp-size ", opts.dp_size, ": `deltaserve ", command, "` drives one engine; data parallelism is "
+                 "for `deltaserve serve`");
+  return Status::ok();
+}
 
 Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& model_config) {
   EngineSetup s;

@@ -29,4 +29,13 @@ struct EngineSetup {
 // cannot be made, a generation_config.json that cannot be read.
 Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& model_config);
 
+// The engines of --dp-size `dp` replicas of `config` (dp 1: the one engine, on `backend` when
+// given). dp > 1 on the CPU: the process's threads, KV tokens, running requests and checkpoint
+// slots (what the plan gave the process) are shared out between the replicas. GPUs: refused
+// until replicas get GPUs of their own (issue #12).
+Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& config, std::unique_ptr<Backend> backend,
+                                                           int dp);
+// Refuses --dp-size > 1 for the commands that drive one engine (generate, bench-offline).
+Status single_replica_only(const ServeOptions& opts, const char* command);
+
 }  // namespace deltaserve

@@ -230,6 +230,11 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
+int Engine::load() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_.requests_running + stats_.requests_waiting + static_cast<int>(inbox_.size());
+}
+
 void Engine::update_stats() {
   EngineStats s;
   s.requests_running = scheduler_->n_running();

@@ -56,6 +56,9 @@ class Engine final : public EngineService {
   void cancel(RequestId id) override;
   RequestId next_request_id() override { return next_id_.fetch_add(1); }
   EngineStats stats() const override;
+  // Requests this engine holds: running + waiting + submitted but not yet picked up (what a
+  // data-parallel dispatcher balances).
+  int load() const;
   int64_t context_length() const override { return config_.context_length; }
   bool flush_cache() override;
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "engine/events.h"
 
@@ -45,6 +46,8 @@ class EngineService {
   virtual void cancel(RequestId id) = 0;
   virtual RequestId next_request_id() = 0;
   virtual EngineStats stats() const = 0;
+  // Data parallelism: each replica's statistics (stats() is their sum); empty for one engine.
+  virtual std::vector<EngineStats> replica_stats() const { return {}; }
   virtual int64_t context_length() const = 0;  // prompt + generated tokens at most
   // Empties the prefix cache (SGLang's /flush_cache). False when requests are running or waiting
   // (nothing is dropped then), or when the engine does not answer within a few seconds.

@@ -55,7 +55,7 @@ const std::vector<Row>& rows() {
     // Hardware.
     {{"device", "", C, "auto", "auto,cpu,cuda", "where to run (auto: cuda when built with CUDA and a GPU is present)", YES, PERF}, &ServeOptions::device},
     {{"tp-size", "tensor-parallel-size,tp", I, "1", "", "tensor parallel: GPUs per model replica (--device cpu: threads of one process; CUDA needs NCCL, not built yet)", YES, PERF}, &ServeOptions::tp_size},
-    {{"dp-size", "data-parallel-size,dp", I, "1", "", "data parallel: model replicas", NOT_YET, PERF}, &ServeOptions::dp_size},
+    {{"dp-size", "data-parallel-size,dp", I, "1", "", "data parallel: model replicas behind one server, least-loaded dispatch (serve; CPU for now)", YES, PERF}, &ServeOptions::dp_size},
     {{"threads", "", I, "0", "", "CPU kernel threads (0: all usable CPUs)", YES, PERF}, &ServeOptions::threads},
     {{"max-memory", "", B, "auto", "", "CPU: bytes for weights + KV + state (auto: 70% of available RAM)", YES, PERF}, &ServeOptions::max_memory},
     {{"mem-fraction-static", "", F, "auto", "", "GPU: fraction of GPU memory for weights + KV + state (auto: by GPU size)", YES, PERF}, &ServeOptions::mem_fraction_static},

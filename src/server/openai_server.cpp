@@ -258,7 +258,7 @@ void OpenAiServer::route(HttpRequest&& req, std::shared_ptr<HttpExchange> exchan
     if (!get) return send_error(*exchange, path, ApiError::method_not_allowed("GET"));
     metrics_.count_request("/metrics", 200);
     return exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8",
-                             metrics_.render(engine_.stats()));
+                             metrics_.render(engine_.stats(), engine_.replica_stats()));
   }
   if (path == "/v1/server_info" || path == "/server_info" || path == "/get_server_info") {
     // The server's arguments and the engine's allocation (SGLang's /get_server_info), what

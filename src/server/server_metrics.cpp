@@ -119,9 +119,26 @@ void ServerMetrics::stream_closed() {
   --open_streams_;
 }
 
-std::string ServerMetrics::render(const EngineStats& s) const {
+std::string ServerMetrics::render(const EngineStats& s, const std::vector<EngineStats>& replicas) const {
   std::string out;
   out.reserve(8192);
+  if (!replicas.empty()) {
+    auto per_replica = [&](const char* name, const char* type, const char* help, auto value) {
+      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+      for (std::size_t i = 0; i < replicas.size(); ++i)
+        out += std::string(name) + "{replica=\"" + std::to_string(i) + "\"} " + num(value(replicas[i])) + "\n";
+    };
+    per_replica("deltaserve_replica_requests_running", "gauge", "Sequences being decoded or prefilled, per replica.",
+                [](const EngineStats& r) { return double(r.requests_running); });
+    per_replica("deltaserve_replica_requests_waiting", "gauge", "Sequences queued, per replica.",
+                [](const EngineStats& r) { return double(r.requests_waiting); });
+    per_replica("deltaserve_replica_kv_usage_ratio", "gauge", "Fraction of the replica's KV cache in use.",
+                [](const EngineStats& r) {
+                  return r.kv_tokens_total > 0 ? double(r.kv_tokens_used) / double(r.kv_tokens_total) : 0.0;
+                });
+    per_replica("deltaserve_replica_generation_tokens_total", "counter", "Tokens generated, per replica.",
+                [](const EngineStats& r) { return double(r.generated_tokens_total); });
+  }
   gauge(out, "deltaserve_requests_running", "Sequences being decoded or prefilled.",
         s.requests_running);
   gauge(out, "deltaserve_requests_waiting", "Sequences queued for admission.", s.requests_waiting);

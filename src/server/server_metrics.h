@@ -53,7 +53,9 @@ class ServerMetrics {
   // The model_name label of the sglang:* metrics.
   void set_model_name(std::string name) { model_name_ = std::move(name); }
 
-  std::string render(const EngineStats& stats) const;
+  // replicas: data parallelism's per-replica statistics (stats is their sum), as
+  // deltaserve_replica_*{replica="i"}.
+  std::string render(const EngineStats& stats, const std::vector<EngineStats>& replicas = {}) const;
   // Responses in progress (deltaserve_http_streams_open) and requests aborted so far.
   int64_t open_streams() const { std::lock_guard<std::mutex> l(mutex_); return open_streams_; }
   uint64_t aborted_requests() const { std::lock_guard<std::mutex> l(mutex_); return n_aborted_; }

@@ -131,13 +131,15 @@ TEST(ServeOptions, OtherValidation) {
 
 TEST(ServeOptions, UnsupportedFlagsWarnByName) {
   std::vector<std::string> warnings;
-  auto r = parse_serve_options({"--enable-metrics", "--dp-size", "2", "--tp-size", "2", "--trust-remote-code"},
+  auto r = parse_serve_options({"--enable-metrics", "--log-requests", "--dp-size", "2", "--tp-size", "2",
+                                "--trust-remote-code"},
                                &warnings);
   ASSERT_TRUE(r) << r.status().message();
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("--enable-metrics"), std::string::npos);
-  EXPECT_NE(warnings[0].find("--dp-size=2"), std::string::npos);
-  EXPECT_EQ(warnings[0].find("--tp-size"), std::string::npos);  // built (CPU ranks), not "not yet"
+  EXPECT_NE(warnings[0].find("--log-requests"), std::string::npos);
+  EXPECT_EQ(warnings[0].find("--tp-size"), std::string::npos);  // built: not "not yet"
+  EXPECT_EQ(warnings[0].find("--dp-size"), std::string::npos);
   EXPECT_EQ(warnings[0].find("trust-remote-code"), std::string::npos);  // ignored, not "not yet"
   warnings.clear();
   ASSERT_TRUE(parse_serve_options({"--port", "1234"}, &warnings));
