@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/communicator.h"
 #include "model/config.h"
 
 namespace deltaserve {
@@ -28,6 +29,9 @@ struct RowRange {
 struct TpShard {
   int rank = 0;
   int size = 1;
+
+  // The shard of a communicator's rank (nullptr: the whole model).
+  static TpShard of(const Communicator* comm) { return comm ? TpShard{comm->rank(), comm->size()} : TpShard{}; }
 
   // An even share of n (heads, intermediate rows); check_tp_split guarantees size divides n.
   RowRange part(int64_t n) const { return {n / size * rank, n / size * (rank + 1)}; }

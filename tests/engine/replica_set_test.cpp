@@ -7,22 +7,14 @@
 #include "app/engine_setup.h"
 #include "engine/replica_set.h"
 #include "server/server_metrics.h"
-#include "../model/fixture.h"
+#include "engine_fixture.h"
 
 namespace deltaserve::test {
 namespace {
 
 EngineConfig config() {
-  EngineConfig c;
-  c.model_dir = source_dir() / "models/tiny-coder";
+  EngineConfig c = small_engine_config();
   c.n_threads = 1;
-  c.max_running_requests = 4;
-  c.max_waiting_requests = 16;
-  c.context_length = 512;
-  c.kv_tokens = 2048;
-  c.kv_block_size = 16;
-  c.chunked_prefill_size = 64;
-  c.max_prefill_tokens = 128;
   return c;
 }
 
@@ -32,33 +24,17 @@ std::unique_ptr<Engine> engine() {
   return std::move(*e);
 }
 
-std::vector<std::vector<int32_t>> generate_all(EngineService& e, int n_requests, int n_tokens) {
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (int p = 0; p < n_requests; ++p) {
-    GenerateRequest r;
-    r.id = e.next_request_id();
-    for (int i = 0; i < 8 + 5 * p; ++i) r.prompt.push_back(static_cast<int32_t>((i * 31 + p * 97 + 3) % 8000));
-    r.sampling.temperature = 0;
-    r.sampling.max_tokens = n_tokens;
-    r.sampling.ignore_eos = true;
-    streams.push_back(e.submit(std::move(r)));
-  }
-  std::vector<std::vector<int32_t>> out;
-  for (auto& s : streams) {
-    std::vector<int32_t> toks;
-    while (auto ev = s->events.pop()) {
-      toks.insert(toks.end(), ev->tokens.begin(), ev->tokens.end());
-      if (ev->finish != FinishReason::None) break;
-    }
-    out.push_back(toks);
-  }
+std::vector<std::vector<int32_t>> prompts(int n) {
+  std::vector<std::vector<int32_t>> out(static_cast<std::size_t>(n));
+  for (int p = 0; p < n; ++p)
+    for (int i = 0; i < 8 + 5 * p; ++i) out[p].push_back(static_cast<int32_t>((i * 31 + p * 97 + 3) % 8000));
   return out;
 }
 
 TEST(ReplicaSet, SpreadsRequestsAndMatchesOneEngine) {
   auto one = engine();
   one->start();
-  const auto expect = generate_all(*one, 6, 12);
+  const auto expect = greedy_continuations(*one, prompts(6), 12);
   one->stop();
 
   std::vector<std::unique_ptr<Engine>> engines;
@@ -66,7 +42,7 @@ TEST(ReplicaSet, SpreadsRequestsAndMatchesOneEngine) {
   engines.push_back(engine());
   ReplicaSet set(std::move(engines));
   set.start();
-  const auto got = generate_all(set, 6, 12);
+  const auto got = greedy_continuations(set, prompts(6), 12);
   set.stop();
   EXPECT_EQ(got, expect);
   const auto per = set.replica_stats();
@@ -120,8 +96,7 @@ TEST(ReplicaSet, CancelReachesTheReplicaHoldingTheRequest) {
 }
 
 TEST(ReplicaSet, MakeReplicasSharesTheProcessCapacityAndRefusesGpus) {
-  EngineConfig c = config();
-  c.n_threads = 2;
+  EngineConfig c = small_engine_config();
   c.prefix_cache = true;
   c.checkpoint_slots = 8;
   auto r = make_replicas(c, nullptr, 2);

@@ -5,23 +5,14 @@
 
 #include "app/speculation_choice.h"
 #include "engine/engine.h"
-#include "../model/fixture.h"
+#include "engine_fixture.h"
 
 namespace deltaserve::test {
 namespace {
 
 std::unique_ptr<Engine> make_engine(int spec_steps) {
-  EngineConfig c;
-  c.model_dir = source_dir() / "models/tiny-coder";
-  c.n_threads = 2;
+  EngineConfig c = small_engine_config();
   c.spec_num_steps = spec_steps;
-  c.max_running_requests = 4;
-  c.max_waiting_requests = 16;
-  c.context_length = 512;
-  c.kv_tokens = 2048;
-  c.kv_block_size = 16;
-  c.chunked_prefill_size = 64;
-  c.max_prefill_tokens = 128;
   c.prefix_cache = true;
   c.checkpoint_slots = 4;
   auto e = Engine::create(c);

@@ -13,7 +13,7 @@
 #include "engine/engine.h"
 #include "engine/model_setup.h"
 #include "model/tensor_parallel.h"
-#include "../model/fixture.h"
+#include "engine_fixture.h"
 
 namespace deltaserve::test {
 namespace {
@@ -109,16 +109,9 @@ TEST(CpuCommunicator, AllReduceSumsInRankOrderAndAllGatherConcatenates) {
 }
 
 std::unique_ptr<Engine> make_engine(const std::string& model, int tp, int spec_steps) {
-  EngineConfig c;
-  c.model_dir = source_dir() / model;
-  c.n_threads = 2;
+  EngineConfig c = small_engine_config(model);
   c.tp_size = tp;
   c.spec_num_steps = spec_steps;
-  c.max_running_requests = 4;
-  c.max_waiting_requests = 16;
-  c.context_length = 512;
-  c.kv_tokens = 2048;
-  c.kv_block_size = 16;
   c.chunked_prefill_size = 24;  // the longer prompt prefills in chunks, beside the other's decode
   c.max_prefill_tokens = 48;
   c.prefix_cache = true;
@@ -127,30 +120,6 @@ std::unique_ptr<Engine> make_engine(const std::string& model, int tp, int spec_s
   auto e = Engine::create(c);
   EXPECT_TRUE(e.is_ok()) << e.status().message();
   return e.is_ok() ? std::move(*e) : nullptr;
-}
-
-// Greedy continuations of several prompts submitted together (batched decode, chunked prefill).
-std::vector<std::vector<int32_t>> generate_all(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int n) {
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const auto& p : prompts) {
-    GenerateRequest r;
-    r.id = e.next_request_id();
-    r.prompt = p;
-    r.sampling.temperature = 0;
-    r.sampling.max_tokens = n;
-    r.sampling.ignore_eos = true;
-    streams.push_back(e.submit(std::move(r)));
-  }
-  std::vector<std::vector<int32_t>> out;
-  for (auto& s : streams) {
-    std::vector<int32_t> toks;
-    while (auto ev = s->events.pop()) {
-      toks.insert(toks.end(), ev->tokens.begin(), ev->tokens.end());
-      if (ev->finish != FinishReason::None) break;
-    }
-    out.push_back(toks);
-  }
-  return out;
 }
 
 struct EngineCase {
@@ -175,9 +144,9 @@ TEST_P(TensorParallelEngine, GreedyTokensEqualOneRank) {
     ASSERT_NE(e, nullptr);
     EXPECT_EQ(e->tp_size(), tp);
     e->start();
-    runs.push_back(generate_all(*e, prompts, 24));
+    runs.push_back(greedy_continuations(*e, prompts, 24));
     // A second turn over the first prompt: served from the prefix cache, same tokens again.
-    runs.back().push_back(generate_all(*e, {prompts[0]}, 24)[0]);
+    runs.back().push_back(greedy_continuations(*e, {prompts[0]}, 24)[0]);
     e->stop();
   }
   ASSERT_EQ(runs[0].size(), runs[1].size());
@@ -216,17 +185,9 @@ TEST(TensorParallelEngine, ShardsHoldTheirShareOfWeightsAndCache) {
 
 TEST(TensorParallelEngine, CudaWithoutAGpuPerRankIsRefusedClearly) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is visible: tests/model/cuda_model_test.cpp runs the _tp cases";
-  EngineConfig c;
-  c.model_dir = source_dir() / "models/tiny-coder";
+  EngineConfig c = small_engine_config();
   c.device = Device::Cuda;
   c.tp_size = 2;
-  c.max_running_requests = 1;
-  c.max_waiting_requests = 1;
-  c.context_length = 64;
-  c.kv_tokens = 64;
-  c.kv_block_size = 16;
-  c.chunked_prefill_size = 16;
-  c.max_prefill_tokens = 16;
   auto e = Engine::create(c);
   ASSERT_FALSE(e.is_ok());
   EXPECT_NE(e.status().message().find("--tp-size 2"), std::string::npos) << e.status().message();

@@ -16,9 +16,7 @@ namespace {
 class Qwen3Model final : public Model {
  public:
   Qwen3Model(Backend& backend, ModelConfig config, Communicator* comm)
-      : backend_(backend), config_(std::move(config)), comm_(comm) {
-    if (comm) tp_ = TpShard{comm->rank(), comm->size()};
-  }
+      : backend_(backend), config_(std::move(config)), comm_(comm), tp_(TpShard::of(comm)) {}
 
   Status load(const Checkpoint* ck, const std::string& source) {
     DS_RETURN_IF_ERROR(check_tp_split(config_, tp_.size, source));

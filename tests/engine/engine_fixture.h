@@ -1,0 +1,56 @@
+// Shared by the engine tests: a small engine configuration on a bundled model, and greedy
+// continuations of several prompts submitted together through any EngineService.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "../model/fixture.h"
+
+namespace deltaserve::test {
+
+// 4 running requests, 512-token contexts, 2048 KV tokens in blocks of 16, chunks of 64; tests
+// change what they exercise.
+inline EngineConfig small_engine_config(const std::string& model = "models/tiny-coder") {
+  EngineConfig c;
+  c.model_dir = source_dir() / model;
+  c.n_threads = 2;
+  c.max_running_requests = 4;
+  c.max_waiting_requests = 16;
+  c.context_length = 512;
+  c.kv_tokens = 2048;
+  c.kv_block_size = 16;
+  c.chunked_prefill_size = 64;
+  c.max_prefill_tokens = 128;
+  return c;
+}
+
+// Every prompt submitted at once (batched decode, chunked prefill), greedy, exactly n tokens
+// each; the generated tokens in prompt order.
+inline std::vector<std::vector<int32_t>> greedy_continuations(EngineService& e,
+                                                              const std::vector<std::vector<int32_t>>& prompts, int n) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& p : prompts) {
+    GenerateRequest r;
+    r.id = e.next_request_id();
+    r.prompt = p;
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = n;
+    r.sampling.ignore_eos = true;
+    streams.push_back(e.submit(std::move(r)));
+  }
+  std::vector<std::vector<int32_t>> out;
+  for (auto& s : streams) {
+    std::vector<int32_t> toks;
+    while (auto ev = s->events.pop()) {
+      toks.insert(toks.end(), ev->tokens.begin(), ev->tokens.end());
+      if (ev->finish != FinishReason::None) break;
+    }
+    out.push_back(toks);
+  }
+  return out;
+}
+
+}  // namespace deltaserve::test
