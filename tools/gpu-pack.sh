@@ -22,7 +22,7 @@ mkdir -p .gpu/bin/lib
 for lib in $(ldd "$BUILD/src/app/deltaserve" | awk '/=> \/lib/ {print $3}' | grep -E 'sqlite3|pcre2|utf8proc'); do
   cp -L "$lib" .gpu/bin/lib/
 done
-tar -C .gpu/bin -cJf .gpu/bin.tar.xz .
+XZ_OPT=-9e tar -C .gpu/bin -cJf .gpu/bin.tar.xz .
 rm -rf .gpu/bin
 git rev-parse --short HEAD >.gpu/commit
 git status --short | grep -v '^??' >.gpu/dirty || true

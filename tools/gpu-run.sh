@@ -12,6 +12,7 @@
 # longctx: bench-offline decode at long contexts (issue #14): batch 1 at 1k / 8k / 32k, batch 16
 #         at 8k, batch 1 at 128k, with the split-KV decode kernel and (OLD_ATTN=1) with the tiled
 #         kernel it replaced (DELTASERVE_CUDA_DECODE_ATTN=0); VARIANTS adds runs with other knobs
+# attn:   bench_cuda_attention (the decode attention op alone, every kernel variant)
 # ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
 #         (its own flags: --model, f32 KV), for before/after figures from one session
 # Logs and a summary go to $OUT.
@@ -22,14 +23,14 @@ STAGES=${STAGES:-tests decode engine}
 KV_DTYPES=${KV_DTYPES:-bf16 fp8_e4m3}
 mkdir -p "$OUT" "$ROOT/.gpu/bin"
 cd "$ROOT"
-tar -C .gpu/bin -xJf .gpu/bin.tar.xz
+rm -rf .gpu/bin && mkdir -p .gpu/bin && tar -C .gpu/bin -xJf .gpu/bin.tar.xz || { echo "unpacking .gpu/bin.tar.xz failed"; exit 1; }
 B=$ROOT/.gpu/bin
 export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # The binaries find models/ and tests/fixtures/ under the source dir they were built from.
 if [ "$ROOT" != /work/main ] && [ ! -e /work/main ]; then mkdir -p /work && ln -s "$ROOT" /work/main; fi
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv >"$OUT/smi.txt"
-echo "commit $(cat .gpu/commit 2>/dev/null)" | tee "$OUT/summary.txt"
+echo "commit $(cat .gpu/commit 2>/dev/null) binaries $(md5sum <.gpu/bin.tar.xz | cut -c1-12)" | tee "$OUT/summary.txt"
 M=bench/configs/qwen3.6-27b
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 
@@ -90,6 +91,17 @@ if has longctx; then
     lc "${v%%:*}" 90 "${v#*:}" -- --batch 1 --prompt-len 32768
   done
   [ "${LONG128:-1}" = 1 ] && lc b1_128k 150 DELTASERVE_CUDA_DECODE_ATTN=1 -- --batch 1 --prompt-len 131072
+fi
+
+# attn: the decode attention op alone (bench_cuda_attention): every kernel variant at 1k-128k,
+#       batch 1 and 16, bf16; 4-row verification; fp8 (ATTN_CTX overrides the contexts)
+if has attn; then
+  A=${ATTN_CTX:-1024,8192,32768,131072}
+  for spec in "bf16:--batch 1,16" "rows4:--batch 1,16 --rows 4" "fp8:--batch 1,16 --kv fp8"; do
+    timeout 200 "$B/bench_cuda_attention" --ctx "$A" ${spec#*:} >"$OUT/attn_${spec%%:*}.log" 2>&1
+    echo "bench_cuda_attention ${spec%%:*} rc=$?" | tee -a "$OUT/summary.txt"
+    cat "$OUT/attn_${spec%%:*}.log" >>"$OUT/summary.txt"
+  done
 fi
 
 # tp: tensor parallelism through CudaPeerCommunicator (issue #12). With one GPU every rank

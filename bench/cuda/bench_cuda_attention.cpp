@@ -47,6 +47,9 @@ struct Variant {
   std::string name;
   bool decode_kernel;
   int blocks_per_sm, min_keys, keys_per_step, min_blocks;
+  bool mma = false;     // the tensor-core decode kernel (blocks_per_sm: its resident blocks, 0 = by smem)
+  int smem_cap = 0;     // CudaOptions::smem_per_block_cap (101376: sm_86's tiles)
+  int mma_keys = 0, mma_stages = 0;  // CudaOptions::decode_mma_keys / decode_mma_stages
 };
 
 }  // namespace
@@ -81,13 +84,12 @@ int main(int argc, char** argv) {
   const int bs = 16;
   const size_t elem = fp8 ? 1 : 2;
   const std::vector<Variant> variants = {
-      {"split-KV (default)", true, 2, 128, 8, 0},
-      {"split-KV 4 keys, min 256", true, 2, 256, 4, 0},
-      {"split-KV 4 keys", true, 2, 128, 4, 0},
-      {"split-KV 1 blk/SM", true, 1, 128, 8, 0},
-      {"split-KV 4 blk/SM", true, 4, 128, 8, 0},
-      {"split-KV min 64 keys", true, 2, 64, 8, 0},
-      {"split-KV 3 blk/SM capped", true, 3, 128, 4, 3},
+      {"tensor cores (default)", true, 0, 128, 8, 0, true},
+      {"tensor cores, 64 keys x 3", true, 0, 128, 8, 0, true, 0, 64, 3},
+      {"tensor cores, 32 keys x 2", true, 0, 128, 8, 0, true, 0, 32, 2},
+      {"tensor cores, 32 keys x 3", true, 0, 128, 8, 0, true, 0, 32, 3},
+      {"tensor cores, sm_86 tiles", true, 0, 128, 8, 0, true, 101376},
+      {"split-KV CUDA cores", true, 2, 128, 8, 0},
       {"tiled (old)", false, 0, 0, 0, 0},
   };
   std::printf("attention op: nh %d, nkv %d, head_dim %d, KV %s, %d row(s) per sequence, %s blocks\n", nh, nkv, hd,
@@ -162,7 +164,22 @@ int main(int argc, char** argv) {
         a.out = out;
         a.part_ml = part_ml;
         a.part_o = part_o;
-        if (v.decode_kernel) {
+        cuda::DecodeMmaPlan plan;
+        CudaOptions mo;
+        mo.decode_mma_blocks_per_sm = v.blocks_per_sm;
+        mo.smem_per_block_cap = v.smem_cap;
+        mo.decode_mma_keys = v.mma_keys;
+        mo.decode_mma_stages = v.mma_stages;
+        if (v.mma) {
+          if (!cuda::decode_attention_mma_plan(nh, nkv, hd, a.kv_type, batch, rows, mo, &plan)) continue;
+          a.decode_kernel = true;
+          a.dec_mma_mt = plan.m_tiles;
+          a.dec_mma_kg = plan.key_groups;
+          a.dec_mma_bn = plan.keys_per_tile;
+          a.dec_mma_stages = plan.stages;
+          a.n_split = cuda::decode_attention_mma_splits(batch, nkv, hd, plan, mo);
+          a.dec_min_keys = v.min_keys;
+        } else if (v.decode_kernel) {
           if (!cuda::decode_attention_supported(nh, nkv, hd, a.kv_type, bs)) continue;
           CudaOptions o;
           o.decode_blocks_per_sm = v.blocks_per_sm;

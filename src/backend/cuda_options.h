@@ -3,8 +3,10 @@
 // overrides come from the environment, read once when the backend is made (from_environment):
 //   DELTASERVE_CUDA_GEMM=exact   exact_gemm        DELTASERVE_CUDA_FLASH=0    flash_attention off
 //   DELTASERVE_CUDA_GDN=thread   gdn_thread_per_row DELTASERVE_GEMV_TC=0      gemv_tensor_cores off
+//   DELTASERVE_CUDA_GDN=rows     gdn_chunked off (prefill on the rows-over-lanes recurrence)
 //   DELTASERVE_GEMV_TC_GRID=N    gemv_tc_grid      DELTASERVE_GEMV_TC_K0=N    gemv_tc_k0
 //   DELTASERVE_FLASH_HB / _MT / _BN   flash_heads_per_block / flash_m_tiles / flash_keys_per_tile
+//   DELTASERVE_CUDA_DECODE_MMA=0 decode_tensor_cores off   DELTASERVE_CUDA_SMEM_CAP=N smem_per_block_cap
 #pragma once
 
 #include <cstdlib>
@@ -18,6 +20,7 @@ struct CudaOptions {
   bool exact_gemm = false;
   bool flash_attention = true;      // tensor-core prefill attention (else the CUDA-core kernel)
   bool gdn_thread_per_row = false;  // GDN runs of > 8 tokens: a thread per state row (else lanes)
+  bool gdn_chunked = true;          // GDN runs of > 8 tokens: the chunked delta rule (head dims 64/128)
   bool gemv_tensor_cores = true;    // 2..8-row GEMV on tensor cores (else CUDA cores)
   int gemv_tc_grid = 0;             // cap on that GEMV's grid (0: what the device runs at once)
   int gemv_tc_k0 = 128;             // its cost model's fixed cost per K split
@@ -30,6 +33,12 @@ struct CudaOptions {
   int decode_min_keys = 128;        // keys per split at least
   int decode_keys_per_step = 8;     // 4 or 8 (8: bf16 at head_dim 256 only)
   int decode_min_blocks = 0;        // register cap: 2 (with 8 keys) or 3 resident blocks per SM
+  bool decode_tensor_cores = true;  // bf16/fp8 caches: the tensor-core decode kernel (else CUDA cores)
+  int decode_mma_blocks_per_sm = 0; // its split count: resident blocks per SM (0: as shared memory allows)
+  int decode_mma_keys = 0;          // its key tile: 32 or 64 (0: 64, or 32 where shared memory is short)
+  int decode_mma_stages = 0;        // its pipeline depth: 2..3 (64 keys) or 2..4 (32 keys); 0: 3
+  int smem_per_block_cap = 0;       // bytes; caps the device's opt-in shared memory in the attention
+                                    // plans (101376 = sm_86's: the A6000 configuration on an H200)
 
   static CudaOptions from_environment() {
     CudaOptions o;
@@ -44,6 +53,7 @@ struct CudaOptions {
     o.exact_gemm = is("DELTASERVE_CUDA_GEMM", "exact");
     o.flash_attention = !is("DELTASERVE_CUDA_FLASH", "0");
     o.gdn_thread_per_row = is("DELTASERVE_CUDA_GDN", "thread");
+    o.gdn_chunked = !is("DELTASERVE_CUDA_GDN", "rows") && !o.gdn_thread_per_row;
     o.gemv_tensor_cores = !is("DELTASERVE_GEMV_TC", "0");
     o.gemv_tc_grid = num("DELTASERVE_GEMV_TC_GRID", 0);
     o.gemv_tc_k0 = num("DELTASERVE_GEMV_TC_K0", 128);
@@ -56,6 +66,11 @@ struct CudaOptions {
     o.decode_min_keys = num("DELTASERVE_CUDA_DECODE_MIN_KEYS", 128);
     o.decode_keys_per_step = num("DELTASERVE_CUDA_DECODE_KEYS", 8);
     o.decode_min_blocks = num("DELTASERVE_CUDA_DECODE_MIN_BLOCKS", 0);
+    o.decode_tensor_cores = !is("DELTASERVE_CUDA_DECODE_MMA", "0");
+    o.decode_mma_blocks_per_sm = num("DELTASERVE_CUDA_DECODE_MMA_BLOCKS_PER_SM", 0);
+    o.decode_mma_keys = num("DELTASERVE_CUDA_DECODE_MMA_KEYS", 0);
+    o.decode_mma_stages = num("DELTASERVE_CUDA_DECODE_MMA_STAGES", 0);
+    o.smem_per_block_cap = num("DELTASERVE_CUDA_SMEM_CAP", 0);
     return o;
   }
 };

@@ -571,30 +571,43 @@ TEST_F(CudaOpsTest, AttentionLongContextDecodeAndVerify) {
   }
 }
 
-// The split-KV decode kernel's tuning variants (keys per warp step, register caps, split counts)
-// and the tiled kernel it replaced, on the 27B head shape with a bf16 cache: each must match the
-// CPU reference, as the default does.
+// The decode kernels' variants on the 27B head shape, each against the CPU reference as the
+// default is: the CUDA-core split-KV kernel (keys per warp step, register caps, split counts), the
+// tiled kernel it replaced, and the tensor-core kernel (the default for bf16 / fp8 caches) with
+// the shared-memory limit of an sm_86 GPU (32-key tiles, 2 stages: the A6000's configuration),
+// few resident blocks (few splits) and a single split.
 TEST_F(CudaOpsTest, AttentionDecodeKernelVariants) {
   if (cpu_only()) GTEST_SKIP() << "GPU options";
   struct V {
-    bool decode;
-    int keys, min_blocks, blocks_per_sm;
+    bool decode, mma;
+    int keys, min_blocks, blocks_per_sm, smem_cap, max_splits;
   };
-  for (V v : {V{true, 4, 0, 1}, V{true, 4, 3, 3}, V{true, 8, 0, 2}, V{true, 8, 2, 4}, V{false, 4, 0, 2}}) {
+  for (V v : {V{true, false, 4, 0, 1, 0, 64}, V{true, false, 4, 3, 3, 0, 64}, V{true, false, 8, 0, 2, 0, 64},
+              V{true, false, 8, 2, 4, 0, 64}, V{false, false, 4, 0, 2, 0, 64}, V{true, true, 8, 0, 0, 0, 64},
+              V{true, true, 8, 0, 0, 101376, 64}, V{true, true, 8, 0, 2, 0, 3}, V{true, true, 8, 0, 1, 0, 1}}) {
     CudaOptions o;
     o.exact_gemm = true;
     o.decode_attention = v.decode;
+    o.decode_tensor_cores = v.mma;
     o.decode_keys_per_step = v.keys;
     o.decode_min_blocks = v.min_blocks;
     o.decode_blocks_per_sm = v.blocks_per_sm;
+    o.decode_mma_blocks_per_sm = v.blocks_per_sm;
+    o.smem_per_block_cap = v.smem_cap;
+    o.decode_max_splits = v.max_splits;
     std::unique_ptr<Backend> variant = make_cuda_backend(0, o);
     Backend* saved = gpu_;
     gpu_ = variant.get();
-    SCOPED_TRACE("decode " + std::to_string(v.decode) + " keys " + std::to_string(v.keys) + " min_blocks " +
-                 std::to_string(v.min_blocks) + " blocks/SM " + std::to_string(v.blocks_per_sm));
-    for (const auto& seqs : std::vector<std::vector<std::pair<int, int>>>{{{4100, 1}, {5000, 1}, {37, 1}, {0, 1}},
-                                                                          {{4200, 4}, {4500, 4}}})
-      attention_case(AttnShape{24, 4, 256, 64, true}, seqs, 700, 330, 1e-4, DType::BF16);
+    SCOPED_TRACE("decode " + std::to_string(v.decode) + " mma " + std::to_string(v.mma) + " keys " +
+                 std::to_string(v.keys) + " min_blocks " + std::to_string(v.min_blocks) + " blocks/SM " +
+                 std::to_string(v.blocks_per_sm) + " smem cap " + std::to_string(v.smem_cap) + " max splits " +
+                 std::to_string(v.max_splits));
+    const std::vector<std::vector<std::pair<int, int>>> batches = {
+        {{4100, 1}, {5000, 1}, {37, 1}, {0, 1}}, {{4200, 4}, {4500, 4}}, {{3000, 5}, {10, 2}, {700, 1}}};
+    for (const auto& seqs : batches) attention_case(AttnShape{24, 4, 256, 64, true}, seqs, 700, 330, 1e-4, DType::BF16);
+    if (v.mma)
+      for (const auto& seqs : batches)
+        attention_case(AttnShape{24, 4, 256, 64, true}, seqs, 700, 330, 1e-4, DType::F8E4M3, 0.05f, 0.02f);
     gpu_ = saved;
   }
 }
@@ -631,6 +644,74 @@ TEST_F(CudaOpsTest, AttentionLongPrefill) {
 struct GdnShape {
   int hk, hv, dk, dv, k;
 };
+
+// Long runs (prefill): the chunked delta rule on CUDA (head dims 64 and 128; 16 keeps the
+// sequential kernel) against the CPU's sequential recurrence: runs longer than a chunk, a partial
+// last chunk, several sequences of different lengths, a decode token beside them, a continued
+// state, and a prefix-cache checkpoint in the middle of a chunk (its state saved to a spare slot).
+TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{0, 200}, {0, 33}, {10, 70}},
+      {{0, 1000}},
+      {{0, 300}, {5, 1}},
+  };
+  for (GdnShape sh : {GdnShape{16, 48, 128, 128, 4}, GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}}) {
+    for (std::size_t bi = 0; bi < batches.size(); ++bi) {
+      const int n_slots = 5, depth = 4;
+      std::vector<int32_t> perm(128);
+      std::iota(perm.begin(), perm.end(), 0);
+      auto m = build_meta(*gpu_, batches[bi], 16, 64, perm, {3, 0, 4}, 0);
+      const int T = m->cpu.n_tokens, S = m->cpu.n_seqs;
+      // Checkpoint: the first sequence saves its state after token 77 (mid-chunk) into slot 1.
+      std::vector<int32_t> ck_at(S, -1), ck_slot(S, 0);
+      ck_at[0] = 77;
+      ck_slot[0] = 1;
+      DeviceBuffer dck = gpu_->allocate(std::size_t(S) * 8);
+      Tensor dck_at = dck.view(DType::I32, {S}), dck_slot = dck.view(DType::I32, {S}, std::size_t(S) * 4);
+      gpu_->copy_to_device(dck_at, ck_at.data());
+      gpu_->copy_to_device(dck_slot, ck_slot.data());
+      m->cpu.checkpoint_at = m->gpu.checkpoint_at = ck_at.data();
+      m->cpu.checkpoint_slot = m->gpu.checkpoint_slot = ck_slot.data();
+      m->cpu.d_checkpoint_at = Tensor(ck_at.data(), DType::I32, {S});
+      m->cpu.d_checkpoint_slot = Tensor(ck_slot.data(), DType::I32, {S});
+      m->gpu.d_checkpoint_at = dck_at;
+      m->gpu.d_checkpoint_slot = dck_slot;
+      GdnParams p;
+      p.n_k_heads = sh.hk;
+      p.n_v_heads = sh.hv;
+      p.k_head_dim = sh.dk;
+      p.v_head_dim = sh.dv;
+      p.conv_kernel = sh.k;
+      p.eps = 1e-6f;
+      const int64_t cd = p.conv_dim(), row = p.proj_dim(), vd = p.value_dim();
+      const int64_t rec = int64_t(sh.hv) * sh.dv * sh.dk;
+      Pair cw = make_f32({cd, sh.k}, rnd(cd * sh.k, -0.5f, 0.5f));
+      Pair na = make_f32({sh.hv}, rnd(sh.hv, -2.f, -0.1f)), dtb = make_f32({sh.hv}, rnd(sh.hv));
+      Pair nw = make_f32({sh.dv}, rnd(sh.dv, 0.5f, 1.5f));
+      Pair proj = make_f32({T, row}, rnd(T * row, -2.f, 2.f));
+      Pair conv = make_f32({n_slots, cd, sh.k - 1}, rnd(n_slots * cd * (sh.k - 1)));
+      Pair recs = make_f32({n_slots, sh.hv, sh.dv, sh.dk}, rnd(n_slots * rec, -0.3f, 0.3f));
+      Pair pend = make_f32({n_slots * depth, cd + 2 * sh.hv}, std::vector<float>(n_slots * depth * (cd + 2 * sh.hv), 0.f));
+      Pair out = poisoned({T, vd});
+      StateLayerView sc{conv.tc, recs.tc, pend.tc, depth};
+      StateLayerView sg{conv.tg, recs.tg, pend.tg, depth};
+      auto params = [&](bool gpu) {
+        GdnParams q = p;
+        q.conv_weight = gpu ? cw.tg : cw.tc;
+        q.neg_exp_a = gpu ? na.tg : na.tc;
+        q.dt_bias = gpu ? dtb.tg : dtb.tc;
+        q.norm = gpu ? nw.tg : nw.tc;
+        return q;
+      };
+      cpu_->kernels().gated_delta_net(params(false), proj.tc, sc, m->cpu, out.tc);
+      gpu_->kernels().gated_delta_net(params(true), proj.tg, sg, m->gpu, out.tg);
+      const std::string what = "Dk=" + std::to_string(sh.dk) + " batch " + std::to_string(bi);
+      EXPECT_LE(rel_err(out), 1e-4) << what;
+      EXPECT_LE(rel_err(conv), 1e-6) << what;
+      EXPECT_LE(rel_err(recs), 1e-4) << what;  // every slot: the runs' states and the checkpoint
+    }
+  }
+}
 
 TEST_F(CudaOpsTest, GatedDeltaNet) {
   const std::vector<std::vector<std::pair<int, int>>> batches = {

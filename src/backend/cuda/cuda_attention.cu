@@ -309,7 +309,9 @@ void run_attention(const AttnArgs& a, cudaStream_t s) {
     launch_flash_attention(a, s);
     return;
   }
-  if (a.decode_kernel && launch_decode_attention(a, s)) {
+  const bool decoded = a.dec_mma_mt > 0 ? (launch_decode_attention_mma(a, s), true)
+                                         : a.decode_kernel && launch_decode_attention(a, s);
+  if (decoded) {
     if (a.n_split > 1) {
       attn_combine_kernel<<<dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads)),
                             a.head_dim < 128 ? a.head_dim : 128, 0, s>>>(a);

@@ -470,7 +470,17 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
     const CudaOptions& o = b_.options();
     a.decode_kernel = o.decode_attention &&
                       cuda::decode_attention_supported(nh, nkv, hd, a.kv_type, meta.block_size);
-    if (a.decode_kernel) {
+    cuda::DecodeMmaPlan mma;
+    if (a.decode_kernel && o.decode_tensor_cores &&
+        cuda::decode_attention_mma_plan(nh, nkv, hd, a.kv_type, meta.n_seqs, meta.max_seq_tokens, o, &mma)) {
+      // bf16 / fp8 cache, few tokens per sequence: tensor cores, a block per (sequence, kv head).
+      a.dec_mma_mt = mma.m_tiles;
+      a.dec_mma_kg = mma.key_groups;
+      a.dec_mma_bn = mma.keys_per_tile;
+      a.dec_mma_stages = mma.stages;
+      a.n_split = cuda::decode_attention_mma_splits(meta.n_seqs, nkv, hd, mma, o);
+      a.dec_min_keys = std::max(1, o.decode_min_keys);
+    } else if (a.decode_kernel) {
       a.n_split = cuda::decode_attention_splits(T, nkv, o);
       a.dec_min_keys = std::max(1, o.decode_min_keys);
       a.dec_keys_per_step = o.decode_keys_per_step;
@@ -530,6 +540,8 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   // Which recurrence kernel: rows spread over lanes (default) or a thread per row for runs of more
   // than 8 tokens per sequence (CudaOptions::gdn_thread_per_row, for A/B measurements).
   a.rows_kernel = !(b_.options().gdn_thread_per_row && T > 8 * meta.n_seqs);
+  // Long runs: the chunked delta rule unless DELTASERVE_CUDA_GDN=rows or =thread (A/B, fallback).
+  a.chunked = b_.options().gdn_chunked && !b_.options().gdn_thread_per_row;
   timed("gated_delta_net", [&] {
     DS_CHECK(cuda::launch_gated_delta_net(a, stream()), "CUDA gated_delta_net: unsupported head sizes (Dk ",
              a.Dk, ", conv kernel ", a.K, ")");

@@ -38,6 +38,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_launch.h"
+#include "backend/cuda/cuda_mma.cuh"
 
 namespace deltaserve::cuda {
 
@@ -51,47 +52,6 @@ constexpr int kMaxWarps = 8;  // per block (O of head_dim 256 takes 128 register
 constexpr std::size_t flash_smem_bytes(int hd, int bn, int warps, bool stage) {
   return std::size_t(4) * bn * (hd + 8) * 2 + std::size_t(warps) * 16 * (hd + 8) * 2 +
          (stage ? std::size_t(2) * bn * hd * 4 : 0);
-}
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte async copy global -> shared; src_bytes = 0 writes zeros (src not read).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-
-// d += a · b, m16n8k16, row-major A (4 regs), column-major B (2 regs), f32 accumulators.
-__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo: the lower column
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 // BN keys per tile (64 without staging, 32 with: the f32 staging buffer of 64 keys would not fit);
@@ -370,17 +330,6 @@ void run_flash_hd(const AttnArgs& a, cudaStream_t s) {
   }
 }
 
-int device_smem_optin() {
-  static std::atomic<int> optin[kMaxDevices];  // 0: not asked yet; the opt-in limit of each device
-  const int dev = current_device();
-  int v = optin[dev].load();
-  if (v == 0) {
-    DS_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    optin[dev].store(v);
-  }
-  return v;
-}
-
 
 }  // namespace
 
@@ -407,7 +356,8 @@ bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage,
   }
   if (const int v = o.flash_m_tiles; v >= 1 && v * hb <= kMaxWarps) mt = v;
   if (o.flash_keys_per_tile == 32) bn = 32;
-  const std::size_t optin = static_cast<std::size_t>(device_smem_optin());
+  std::size_t optin = static_cast<std::size_t>(device_smem_optin());
+  if (o.smem_per_block_cap > 0) optin = std::min(optin, static_cast<std::size_t>(o.smem_per_block_cap));
   auto fits = [&] { return flash_smem_bytes(head_dim, bn, hb * mt, stage) <= optin; };
   while (!fits() && mt > 1) --mt;
   if (!fits() && bn == 64) {

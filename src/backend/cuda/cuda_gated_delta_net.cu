@@ -16,6 +16,7 @@
 // Commit (speculative rollback): gdn_commit_kernel replays a sequence's accepted tokens from its
 // pending rows with the same arithmetic (conv, prep, rows-over-lanes recurrence), for all layers
 // in one launch; gdn_commit_window_kernel then moves the conv windows.
+#include <atomic>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -295,6 +296,229 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
     if (ok[r]) reinterpret_cast<float4*>(Shead + int64_t(jv[r]) * DK)[li] = S[r];
 }
 
+// ---- chunked delta rule (prefill) ------------------------------------------------------------
+// The same recurrence over chunks of kChunk tokens (the WY / UT form; f32 on CUDA cores). Within a
+// chunk, with g_i the decays, gamma_i = g_1 ... g_i (from cumulative log decays), Gam_ij =
+// gamma_i / gamma_j, and S0 the state before the chunk (rows = value dims):
+//   u_i = beta_i (v_i - g_i S_{i-1} k_i)  =>  (I + A) U = R,  A_ij = beta_i (k_i.k_j) Gam_ij (j < i),
+//   R_i = beta_i (v_i - gamma_i S0 k_i);  U = T R with T = (I + A)^-1 (unit lower triangular),
+//   o_i = gamma_i S0 q_i + sum_{j<=i} (q_i.k_j) Gam_ij u_j,
+//   S_end = gamma_L S0 + sum_j (gamma_L / gamma_j) u_j k_j^T.
+// The sequential kernels take one dependent step per token over a state row; here the serial
+// chain is one step per chunk and each step is small matrix products in shared memory. A block
+// owns (sequence, value head, 32 value dims): the rows of S it updates are its own; the K-only
+// parts (A, T, the masked Q K^T) are recomputed by each of a head's Dv / 32 blocks. A chunk ends
+// early at a prefix-cache checkpoint so that the state after that token exists.
+constexpr int kChunk = 32;  // tokens per chunk
+constexpr int kDvb = 32;    // value dims per block
+
+template <int DK>
+constexpr std::size_t chunked_smem_bytes() {
+  // Q, K [C][DK+4] | S [DVB][DK+4] | V [C][DVB] | A, T, M, X(R), Y, U [C][C+1] | gamma, beta, kscale, log gamma [C]
+  return (std::size_t(2) * kChunk * (DK + 4) + std::size_t(kDvb) * (DK + 4) + std::size_t(kChunk) * kDvb +
+          std::size_t(6) * kChunk * (kChunk + 1) + 4 * kChunk) * 4;
+}
+
+template <int DK>
+__global__ void __launch_bounds__(128, 2) delta_chunked_kernel(GdnArgs a, int64_t conv_dim) {
+  constexpr int C = kChunk, DV = kDvb, LDK = DK + 4, LDC = C + 1;
+  static_assert(C == 32 && DV == 32, "thread mappings assume 32 x 32 tiles and 128 threads");
+  extern __shared__ __align__(16) float sm[];
+  float* Qs = sm;                   // [C][LDK]
+  float* Ks = Qs + C * LDK;         // [C][LDK]
+  float* Ss = Ks + C * LDK;         // [DV][LDK]: this block's rows of the state
+  float* Vs = Ss + DV * LDK;        // [C][DV]
+  float* Am = Vs + C * DV;          // [C][LDC]: A (strictly lower)
+  float* Tm = Am + C * LDC;         // [C][LDC]: T = (I + A)^-1
+  float* Mm = Tm + C * LDC;         // [C][LDC]: (q_i.k_j) Gam_ij, j <= i
+  float* Xs = Mm + C * LDC;         // [C][LDC]: K S0^T, then R
+  float* Ys = Xs + C * LDC;         // [C][LDC]: Q S0^T, then gamma_i Q S0^T
+  float* Us = Ys + C * LDC;         // [C][LDC]: U
+  float* gam = Us + C * LDC;        // [C]: gamma_i
+  float* bet = gam + C;             // [C]: beta_i
+  float* ksc = bet + C;             // [C]: gamma_L / gamma_i
+  float* glg = ksc + C;             // [C]: log gamma_i
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int s = blockIdx.x / a.Hv, hv = blockIdx.x % a.Hv, dv0 = blockIdx.y * DV;
+  const int hk = hv / (a.Hv / a.Hk), Dv = a.Dv;
+  const int64_t key_dim = int64_t(a.Hk) * DK, value_dim = int64_t(a.Hv) * Dv;
+  const int64_t head_state = int64_t(Dv) * DK;
+  const int32_t slot = a.state_slot[s];
+  float* Sg = a.rec_state + (int64_t(slot) * a.Hv + hv) * head_state + int64_t(dv0) * DK;  // [DV][DK]
+  const int t0 = a.seq_start[s], n = a.seq_start[s + 1] - t0;
+  const bool defer = deferred(a, s);
+  const int ck_j = a.ckpt_at && !defer ? a.ckpt_at[s] : -1;
+
+  for (int i = tid; i < DV * DK / 4; i += blockDim.x) {
+    const int v = i / (DK / 4), d4 = i % (DK / 4);
+    *reinterpret_cast<float4*>(Ss + v * LDK + 4 * d4) = reinterpret_cast<const float4*>(Sg + int64_t(v) * DK)[d4];
+  }
+  // Thread tiles: rows i = tid / 4 of a chunk, columns c = tid % 4 + 4 r (r < 8): conflict-free
+  // float4 reads of padded rows.
+  const int ti = tid >> 2, tc = tid & 3;
+  for (int c0 = 0; c0 < n; ) {
+    int L = min(C, n - c0);
+    if (ck_j >= c0 && ck_j < c0 + L) L = ck_j - c0 + 1;
+    __syncthreads();  // the previous chunk's reads of Q, K, V, U are done
+    // Load q, k (zero rows past L), v, beta; decays -> gamma by a warp scan of their logs.
+    for (int i = tid; i < C * DK / 4; i += blockDim.x) {
+      const int r = i / (DK / 4), d4 = i % (DK / 4);
+      float4 q = make_float4(0.f, 0.f, 0.f, 0.f), k = q;
+      if (r < L) {
+        const float* c = a.conv_out + int64_t(t0 + c0 + r) * conv_dim;
+        q = reinterpret_cast<const float4*>(c + int64_t(hk) * DK)[d4];
+        k = reinterpret_cast<const float4*>(c + key_dim + int64_t(hk) * DK)[d4];
+      }
+      *reinterpret_cast<float4*>(Qs + r * LDK + 4 * d4) = q;
+      *reinterpret_cast<float4*>(Ks + r * LDK + 4 * d4) = k;
+    }
+    for (int i = tid; i < C * DV; i += blockDim.x) {
+      const int r = i / DV, v = i % DV;
+      Vs[i] = r < L ? a.conv_out[int64_t(t0 + c0 + r) * conv_dim + 2 * key_dim + int64_t(hv) * Dv + dv0 + v] : 0.f;
+    }
+    if (warp == 0) {
+      const bool ok = lane < L;
+      const float* gb = a.gb + (int64_t(t0 + c0 + lane) * a.Hv + hv) * 2;
+      const float beta = ok ? gb[0] : 0.f;
+      float lg = ok ? logf(fmaxf(gb[1], 1e-30f)) : 0.f;  // log decay (a decay of 0 stays ~1e-30)
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const float x = __shfl_up_sync(0xffffffffu, lg, o);
+        if (lane >= o) lg += x;
+      }
+      const float lg_last = __shfl_sync(0xffffffffu, lg, L - 1);
+      gam[lane] = expf(lg);
+      bet[lane] = beta;
+      ksc[lane] = ok ? expf(lg_last - lg) : 0.f;
+      glg[lane] = lg;
+    }
+    __syncthreads();
+    // A, M (row ti, columns tc + 4r) and X = K S0^T, Y = Q S0^T (row ti, value dims tc + 4r).
+    {
+      const float gi = glg[ti], bi = bet[ti];
+      float gj[8];
+#pragma unroll
+      for (int r = 0; r < 8; ++r) gj[r] = glg[tc + 4 * r];
+      float kk[8], qk[8], x[8], y[8];
+#pragma unroll
+      for (int r = 0; r < 8; ++r) kk[r] = qk[r] = x[r] = y[r] = 0.f;
+      const float* qi = Qs + ti * LDK;
+      const float* ki = Ks + ti * LDK;
+#pragma unroll 2
+      for (int d = 0; d < DK; d += 4) {
+        const float4 q4 = *reinterpret_cast<const float4*>(qi + d);
+        const float4 k4 = *reinterpret_cast<const float4*>(ki + d);
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const float4 kj = *reinterpret_cast<const float4*>(Ks + (tc + 4 * r) * LDK + d);
+          const float4 sv = *reinterpret_cast<const float4*>(Ss + (tc + 4 * r) * LDK + d);
+          kk[r] += k4.x * kj.x + k4.y * kj.y + k4.z * kj.z + k4.w * kj.w;
+          qk[r] += q4.x * kj.x + q4.y * kj.y + q4.z * kj.z + q4.w * kj.w;
+          x[r] += k4.x * sv.x + k4.y * sv.y + k4.z * sv.z + k4.w * sv.w;
+          y[r] += q4.x * sv.x + q4.y * sv.y + q4.z * sv.z + q4.w * sv.w;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        const int j = tc + 4 * r;
+        const float e = j <= ti ? expf(gi - gj[r]) : 0.f;  // Gam_ij, <= 1
+        Am[ti * LDC + j] = j < ti ? bi * kk[r] * e : 0.f;
+        Mm[ti * LDC + j] = qk[r] * e;
+        Xs[ti * LDC + j] = x[r];
+        Ys[ti * LDC + j] = y[r];
+      }
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // T = (I + A)^-1, column `lane` in registers: T_ic = -sum_{c<=j<i} A_ij T_jc.
+      float tcol[C];
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        float acc = i == lane ? 1.f : 0.f;
+        if (i > lane) {
+#pragma unroll
+          for (int j = 0; j < i; ++j) acc -= Am[i * LDC + j] * tcol[j];  // tcol[j] = 0 for j < lane
+        }
+        tcol[i] = acc;
+        Tm[i * LDC + lane] = acc;
+      }
+    } else {
+      // R = beta_i (v_i - gamma_i X_i), and gamma_i Y_i, by the other three warps.
+      for (int i = tid - 32; i < C * DV; i += blockDim.x - 32) {
+        const int r = i / DV, v = i % DV;
+        Xs[r * LDC + v] = bet[r] * (Vs[r * DV + v] - gam[r] * Xs[r * LDC + v]);
+        Ys[r * LDC + v] *= gam[r];
+      }
+    }
+    __syncthreads();
+    // U = T R (row ti, value dims tc + 4r).
+    {
+      float u[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      for (int j = 0; j <= ti; ++j) {
+        const float tij = Tm[ti * LDC + j];
+#pragma unroll
+        for (int r = 0; r < 8; ++r) u[r] += tij * Xs[j * LDC + tc + 4 * r];
+      }
+#pragma unroll
+      for (int r = 0; r < 8; ++r) Us[ti * LDC + tc + 4 * r] = u[r];
+    }
+    __syncthreads();
+    // Outputs: o_i = gamma_i Y_i + sum_{j<=i} M_ij u_j (row ti, value dims tc + 4r).
+    if (ti < L) {
+      float o[8];
+#pragma unroll
+      for (int r = 0; r < 8; ++r) o[r] = Ys[ti * LDC + tc + 4 * r];
+      for (int j = 0; j <= ti; ++j) {
+        const float mij = Mm[ti * LDC + j];
+#pragma unroll
+        for (int r = 0; r < 8; ++r) o[r] += mij * Us[j * LDC + tc + 4 * r];
+      }
+      float* dst = a.out + int64_t(t0 + c0 + ti) * value_dim + int64_t(hv) * Dv + dv0;
+#pragma unroll
+      for (int r = 0; r < 8; ++r) dst[tc + 4 * r] = o[r];
+    }
+    // State: S_v = gamma_L S_v + sum_i U_iv ksc_i k_i; thread: value dims 2 (tid / 8) + {0, 1},
+    // key dims 4 (tid % 8) + 32 m.
+    {
+      const int v0 = 2 * (tid >> 3), dg = 4 * (tid & 7);
+      const float gl = gam[L - 1];
+      float4 acc[2][DK / 32];
+#pragma unroll
+      for (int w = 0; w < 2; ++w)
+#pragma unroll
+        for (int m = 0; m < DK / 32; ++m) {
+          const float4 sv = *reinterpret_cast<const float4*>(Ss + (v0 + w) * LDK + dg + 32 * m);
+          acc[w][m] = make_float4(gl * sv.x, gl * sv.y, gl * sv.z, gl * sv.w);
+        }
+      for (int i = 0; i < L; ++i) {
+        const float c0v = Us[i * LDC + v0] * ksc[i], c1v = Us[i * LDC + v0 + 1] * ksc[i];
+#pragma unroll
+        for (int m = 0; m < DK / 32; ++m) {
+          const float4 k4 = *reinterpret_cast<const float4*>(Ks + i * LDK + dg + 32 * m);
+          acc[0][m].x += c0v * k4.x; acc[0][m].y += c0v * k4.y; acc[0][m].z += c0v * k4.z; acc[0][m].w += c0v * k4.w;
+          acc[1][m].x += c1v * k4.x; acc[1][m].y += c1v * k4.y; acc[1][m].z += c1v * k4.z; acc[1][m].w += c1v * k4.w;
+        }
+      }
+      const bool ckpt = c0 + L - 1 == ck_j;
+      float* ckg = ckpt ? a.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state + int64_t(dv0) * DK : nullptr;
+#pragma unroll
+      for (int w = 0; w < 2; ++w)
+#pragma unroll
+        for (int m = 0; m < DK / 32; ++m) {
+          *reinterpret_cast<float4*>(Ss + (v0 + w) * LDK + dg + 32 * m) = acc[w][m];
+          if (ckpt) *reinterpret_cast<float4*>(ckg + int64_t(v0 + w) * DK + dg + 32 * m) = acc[w][m];
+        }
+    }
+    c0 += L;
+  }
+  if (defer) return;
+  __syncthreads();
+  for (int i = tid; i < DV * DK / 4; i += blockDim.x) {
+    const int v = i / (DK / 4), d4 = i % (DK / 4);
+    reinterpret_cast<float4*>(Sg + int64_t(v) * DK)[d4] = *reinterpret_cast<const float4*>(Ss + v * LDK + 4 * d4);
+  }
+}
+
 __global__ void gated_norm_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   const int t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -462,7 +686,26 @@ void run_commit(const GdnCommitArgs& a, cudaStream_t s) {
 }
 
 template <int DK>
+void run_chunked(const GdnArgs& a, int64_t conv_dim, cudaStream_t s) {
+  constexpr std::size_t smem = chunked_smem_bytes<DK>();
+  static std::atomic<bool> configured[kMaxDevices];
+  std::atomic<bool>& conf = configured[current_device()];
+  if (!conf.load()) {
+    DS_CUDA_CHECK(cudaFuncSetAttribute(delta_chunked_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    conf.store(true);
+  }
+  dim3 grid(static_cast<unsigned>(a.n_seqs * a.Hv), static_cast<unsigned>(a.Dv / kDvb));
+  delta_chunked_kernel<DK><<<grid, 128, smem, s>>>(a, conv_dim);
+  DS_CUDA_LAUNCH_CHECK();
+}
+
+template <int DK>
 void run_delta(const GdnArgs& a, int64_t conv_dim, cudaStream_t s) {
+  // Long runs (prefill) of head sizes the chunked kernel has: the chunked delta rule.
+  if constexpr (DK == 64 || DK == 128) {
+    if (a.chunked && a.n_tokens > 8 * a.n_seqs && a.Dv % kDvb == 0) return run_chunked<DK>(a, conv_dim, s);
+  }
   if (a.rows_kernel) {
     // Rows spread over lanes, 4 warps per block. Decode batches hold 4 rows per warp (fewer
     // blocks, each streaming 4 rows at once); long runs (prefill) 1, for more warps in flight.

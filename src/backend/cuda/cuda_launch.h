@@ -107,6 +107,10 @@ struct AttnArgs {
   // resident blocks per SM (min_blocks 2 goes with 8 keys, 3 with 4).
   int dec_keys_per_step = 8;
   int dec_min_blocks = 0;
+  // Tensor-core decode kernel (cuda_decode_attention_mma.cu), when dec_mma_mt > 0: a block per
+  // (sequence, KV head, split), dec_mma_mt m-tiles of 8 query rows x dec_mma_kg key groups of
+  // warps, tiles of dec_mma_bn keys in a dec_mma_stages-deep pipeline (DecodeMmaPlan).
+  int dec_mma_mt = 0, dec_mma_kg = 0, dec_mma_bn = 64, dec_mma_stages = 3;
   // Tensor-core prefill path (cuda_flash_attention.cu), when flash_tiles > 0: one block per
   // (token tile of 16 * flash_mt tokens of one sequence, KV head, flash_hb query heads of its
   // group); flash_tiles = sum over sequences of ceil(tokens / (16 * flash_mt)).
@@ -133,6 +137,25 @@ bool decode_attention_supported(int n_heads, int n_kv_heads, int head_dim, KvTyp
 int decode_attention_splits(int n_tokens, int n_kv_heads, const CudaOptions& o);
 // The kernel alone (partials when a.n_split > 1); false when the shape is not handled.
 bool launch_decode_attention(const AttnArgs& a, cudaStream_t s);
+
+// ---- cuda_decode_attention_mma.cu --------------------------------------------------------------
+// Block layout of the tensor-core decode kernel; false when it does not handle the shape (an f32
+// cache, head_dim other than 64/128/256, more than 32 query rows (tokens x group) per sequence,
+// or too little shared memory).
+struct DecodeMmaPlan {
+  int m_tiles = 0;        // m-tiles of 8 query rows (dec_mma_mt)
+  int key_groups = 0;     // warps per m-tile, each taking its share of a key tile (dec_mma_kg)
+  int keys_per_tile = 0;  // 64 or 32 (dec_mma_bn)
+  int stages = 0;         // cp.async pipeline depth (dec_mma_stages)
+};
+bool decode_attention_mma_plan(int n_heads, int n_kv_heads, int head_dim, KvType kv, int n_seqs, int max_seq_tokens,
+                               const CudaOptions& o, DecodeMmaPlan* plan);
+// Its split count for a batch shape (graph-safe): one wave of resident (sequence, kv head, split)
+// blocks, at most decode_max_splits.
+int decode_attention_mma_splits(int n_seqs, int n_kv_heads, int head_dim, const DecodeMmaPlan& plan,
+                                const CudaOptions& o);
+// The kernel alone (partials when a.n_split > 1; the caller runs the combine kernel).
+void launch_decode_attention_mma(const AttnArgs& a, cudaStream_t s);
 
 // ---- cuda_flash_attention.cu -------------------------------------------------------------------
 // Block layout of the tensor-core path for this head shape on the current device. stage: some
@@ -176,6 +199,7 @@ struct GdnArgs {
   float* gb = nullptr;                 // scratch [T, Hv, 2]: beta, decay
   float* out = nullptr;                // [T, Hv*Dv]
   bool rows_kernel = true;             // recurrence with rows spread over lanes (else thread per row)
+  bool chunked = true;                 // long runs (prefill): the chunked delta rule (head dims 64/128)
 };
 // Returns false when the head sizes have no compiled kernel.
 bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s);
