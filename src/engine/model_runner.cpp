@@ -218,7 +218,8 @@ void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* obser
   mtp_last_ = -1;
 }
 
-void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::span<const int32_t> hidden_rows) {
+void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::span<const int32_t> hidden_rows,
+                          Fetch fetch) {
   DS_CHECK(limits_.mtp, "run_mtp without limits.mtp");
   DS_CHECK(from == HiddenFrom::Main || mtp_last_ >= 0, "run_mtp from the MTP head before any MTP step");
   const int src_which = mtp_last_;
@@ -257,7 +258,8 @@ void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::
     a.ids = upload_ids(r);
     r.model->forward_mtp(a);
   });
-  fetch_logits();
+  if (fetch == Fetch::Argmax) fetch_argmax();
+  else fetch_logits();
   mtp_last_ = out_which;
   mtp_last_rows_ = n;
 }

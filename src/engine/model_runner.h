@@ -67,9 +67,11 @@ class ModelRunner {
 
   // The MTP head (NEXTN) over a batch whose ids are the next tokens: batch row r takes hidden row
   // hidden_rows[r] of the last run() (from = Main) or of the last run_mtp() (from = Mtp). Output
-  // rows as in run(); its hidden states are kept for the next run_mtp(.., Mtp, ..).
+  // rows as in run() (Fetch::Argmax: argmax(i) instead of logits(i)); its hidden states are kept
+  // for the next run_mtp(.., Mtp, ..).
   enum class HiddenFrom : uint8_t { Main, Mtp };
-  void run_mtp(std::span<const RunItem> items, HiddenFrom from, std::span<const int32_t> hidden_rows);
+  void run_mtp(std::span<const RunItem> items, HiddenFrom from, std::span<const int32_t> hidden_rows,
+               Fetch fetch = Fetch::Logits);
 
   // Speculative rollback: the accepted tokens of deferred runs become the GDN state.
   void commit_state(std::span<const StateCommit> commits);

@@ -166,10 +166,17 @@ TEST_P(FixtureModelTest, MtpLogitsMatchReference) {
     std::vector<int32_t> rows(T - 1);
     for (int p = 0; p < T - 1; ++p) rows[p] = p;
     setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows);
+    std::vector<int32_t> best(T - 1);
     for (int p = 0; p < T - 1; ++p) {
-      float d = max_abs_diff(setup_->runner->logits(p), ref + int64_t(p) * V, V);
+      const float* lg = setup_->runner->logits(p);
+      float d = max_abs_diff(lg, ref + int64_t(p) * V, V);
       ASSERT_LE(d, kLogitTol) << c.name << " MTP row " << p;
+      best[p] = static_cast<int32_t>(std::max_element(lg, lg + V) - lg);  // first index of the maximum
     }
+    // The same MTP step with the drafts picked where the logits are (MtpDrafter's greedy path).
+    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows,
+                            ModelRunner::Fetch::Argmax);
+    for (int p = 0; p < T - 1; ++p) EXPECT_EQ(setup_->runner->argmax(p), best[p]) << c.name << " MTP row " << p;
     free_seq(s);
   }
 }

@@ -37,6 +37,12 @@ void MtpDrafter::add_draft(Sequence& s, const float* logits_in, Sampler& sampler
   s.constraint_took(draft);
 }
 
+bool MtpDrafter::drafts_raw_argmax(const Sequence& s) {
+  const SamplingParams& p = s.params;
+  return p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
+         !s.constraint;
+}
+
 void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const StepOutput> outputs,
                          Scheduler& scheduler) {
   // 1. Catch-up batch: row p of a sequence takes (t_{p+1}, h_p) for the positions this step
@@ -61,14 +67,23 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
     hidden_row += fed;
   }
   if (items_.empty()) return;
-  runner_.run_mtp(items_, ModelRunner::HiddenFrom::Main, rows_);
+  const bool on_device = std::all_of(drafting_.begin(), drafting_.end(), [](const Sequence* s) {
+    return drafts_raw_argmax(*s);
+  });
+  const ModelRunner::Fetch fetch = on_device ? ModelRunner::Fetch::Argmax : ModelRunner::Fetch::Logits;
+  runner_.run_mtp(items_, ModelRunner::HiddenFrom::Main, rows_, fetch);
 
   // First draft of every sequence that sampled (logits row i = drafting_[i]).
   for (Sequence* s : drafting_) store_.begin(*s);
-  pool_.for_each(static_cast<int>(drafting_.size()), [&](Sampler& sampler, std::vector<float>&, int i) {
-    Sequence& s = *drafting_[i];
-    if (budget(s) > 0) add_draft(s, runner_.logits(i), sampler);
-  });
+  if (on_device) {
+    for (size_t i = 0; i < drafting_.size(); ++i)
+      if (budget(*drafting_[i]) > 0) store_.push(*drafting_[i], runner_.argmax(static_cast<int>(i)));
+  } else {
+    pool_.for_each(static_cast<int>(drafting_.size()), [&](Sampler& sampler, std::vector<float>&, int i) {
+      Sequence& s = *drafting_[i];
+      if (budget(s) > 0) add_draft(s, runner_.logits(i), sampler);
+    });
+  }
 
   // 2. Chain: the sequences that want more drafts and have blocks for their positions. Their MTP
   //    hidden is catch-up output row (the sequence's last row).
@@ -96,10 +111,14 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
       const int32_t pos = static_cast<int32_t>(s->tokens.size()) - 1 + s->n_drafts;
       items_.push_back(RunItem{drafts.subspan(drafts.size() - 1, 1), pos, s->blocks, s->slot, false, false, false});
     }
-    runner_.run_mtp(items_, ModelRunner::HiddenFrom::Mtp, chain_rows_);
-    pool_.for_each(n, [&](Sampler& sampler, std::vector<float>&, int i) {
-      add_draft(*chain_[i], runner_.logits(i), sampler);
-    });
+    runner_.run_mtp(items_, ModelRunner::HiddenFrom::Mtp, chain_rows_, fetch);
+    if (on_device) {
+      for (int i = 0; i < n; ++i) store_.push(*chain_[i], runner_.argmax(i));
+    } else {
+      pool_.for_each(n, [&](Sampler& sampler, std::vector<float>&, int i) {
+        add_draft(*chain_[i], runner_.logits(i), sampler);
+      });
+    }
     // Keep the sequences that still need drafts, compacted in place; a kept sequence's MTP hidden
     // is row i of this step's output.
     int kept = 0;

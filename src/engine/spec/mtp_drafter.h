@@ -5,7 +5,9 @@
 //   2. chains: step j feeds the previous draft and the previous MTP hidden at the next position,
 //      until each sequence has its k drafts (fewer near the context or max_tokens limit).
 // Drafts go to the DraftStore; greedy requests take the MTP argmax, sampling requests draw from
-// the processed MTP distribution q (kept for speculative sampling).
+// the processed MTP distribution q (kept for speculative sampling). When every drafting sequence
+// takes the raw argmax (greedy, no penalties, no constraint), the device picks the drafts and only
+// their ids come back (ModelRunner::Fetch::Argmax), not a vocabulary of logits per draft.
 #pragma once
 
 #include <span>
@@ -27,6 +29,8 @@ class MtpDrafter {
 
  private:
   void add_draft(Sequence& s, const float* logits, Sampler& sampler);
+  // Whether s's drafts are the raw argmax of the MTP logits (the device can pick them).
+  static bool drafts_raw_argmax(const Sequence& s);
   int64_t budget(const Sequence& s) const;
 
   ModelRunner& runner_;
