@@ -29,6 +29,9 @@ export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # The binaries find models/ and tests/fixtures/ under the source dir they were built from.
 if [ "$ROOT" != /work/main ] && [ ! -e /work/main ]; then mkdir -p /work && ln -s "$ROOT" /work/main; fi
 export NCCL_NVLS_ENABLE=0
+# NCCL (loaded at run time by deltaserve): the device image has it in Python's nvidia-nccl package.
+NCCL_LIB=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(os.path.dirname(nvidia.nccl.__file__), "lib"))' 2>/dev/null)
+[ -n "$NCCL_LIB" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$NCCL_LIB
 nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv >"$OUT/smi.txt"
 echo "commit $(cat .gpu/commit 2>/dev/null) binaries $(md5sum <.gpu/bin.tar.xz | cut -c1-12)" | tee "$OUT/summary.txt"
 M=bench/configs/qwen3.6-27b
@@ -115,7 +118,13 @@ if has tp; then
   fi
   DELTASERVE_TP_DEVICES=$TPD timeout 120 "$B/bench_cuda_comm" --ranks 2 >"$OUT/tp_comm.log" 2>&1
   echo "bench_cuda_comm rc=$? devices=${TPD:-0,1}" | tee -a "$OUT/summary.txt"
-  grep -E '^(ranks|\|)' "$OUT/tp_comm.log" | tee -a "$OUT/summary.txt"
+  grep -E '^(peer|\|)' "$OUT/tp_comm.log" | tee -a "$OUT/summary.txt"
+  # NCCL: one GPU per rank (one GPU: a single rank, which checks loading, init, graphs and sums).
+  NR=2; [ "$NG" -lt 2 ] && NR=1
+  timeout 120 "$B/bench_cuda_comm" --nccl --ranks $NR >"$OUT/tp_comm_nccl.log" 2>&1
+  echo "bench_cuda_comm --nccl rc=$? ranks=$NR" | tee -a "$OUT/summary.txt"
+  grep -E '^(NCCL|\|)' "$OUT/tp_comm_nccl.log" | tee -a "$OUT/summary.txt"
+  [ -s "$OUT/tp_comm_nccl.log" ] && tail -n 3 "$OUT/tp_comm_nccl.log" >>"$OUT/summary.txt"
   for tp in 1 2; do
     # Ranks sharing one GPU each plan for a whole GPU: give each under half of it.
     frac=(); [ $tp = 2 ] && [ -n "$TPD" ] && frac=(--mem-fraction-static 0.40)

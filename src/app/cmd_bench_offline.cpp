@@ -224,6 +224,8 @@ int cmd_bench_offline(const Args& args) {
       std::fprintf(stderr, "deltaserve bench-offline: %s\n", engine.status().message().c_str());
       return 1;
     }
+    if ((*engine)->tp_size() > 1)
+      std::fprintf(stderr, "tensor parallel over %d ranks: %s\n", (*engine)->tp_size(), (*engine)->tp_transport().c_str());
     Engine& e = **engine;
     const SpeculationChoice spec_choice = choose_speculation(e, o);
     if (spec_choice.measured) std::fprintf(stderr, "%s\n", spec_choice.summary().c_str());
@@ -261,7 +263,8 @@ int cmd_bench_offline(const Args& args) {
                             {"decode_only_tokens_per_second", r.decode_only_tok_s}, {"context_tokens", prompt_len},
                             {"prefill_context_tokens", *prefill_len}, {"weight_gb_per_second", gbps},
                             {"accept_length", r.accept_length}, {"weight_bytes", e.weight_bytes()},
-                            {"decode_weight_bytes", e.decode_weight_bytes()}, {"backend", e.backend_description()}};
+                            {"decode_weight_bytes", e.decode_weight_bytes()}, {"backend", e.backend_description()},
+                            {"tp_size", e.tp_size()}, {"tp_transport", e.tp_transport()}};
       if (workload) row["workload_output_tokens_per_second"] = wl;
       row["step_ms"] = {{"total", step_ms}, {"forward", fwd_ms}, {"sampling", smp_ms}, {"drafts", drf_ms}};
       results.push_back(std::move(row));

@@ -240,6 +240,8 @@ int cmd_serve(const Args& args) {
   }
   ReplicaSet engines(std::move(*replicas));
   Engine& primary = engines.replica(0);
+  if (primary.tp_size() > 1)
+    std::fprintf(stderr, "deltaserve: tensor parallel over %d ranks: %s\n", primary.tp_size(), primary.tp_transport().c_str());
   const SpeculationChoice spec_choice = choose_speculation(primary, opts);
   if (spec_choice.measured) log_info(spec_choice.summary());
   for (int i = 1; i < engines.size(); ++i) engines.replica(i).set_speculation(primary.speculative_steps() > 0);
@@ -276,6 +278,8 @@ int cmd_serve(const Args& args) {
                       {"device_memory_used_before_load_bytes", setup->plan_input.device_memory_used_bytes}};
     info["version"] = DELTASERVE_VERSION;
     info["dp_replicas"] = engines.size();
+    info["tp_size"] = primary.tp_size();
+    if (!primary.tp_transport().empty()) info["tp_transport"] = primary.tp_transport();
     server.set_server_info(launch.launch_id(), primary.speculative_steps(), std::move(info));
   }
   late_engine.set(service);

@@ -68,6 +68,9 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   ec.device = s.device == PlanDevice::Cuda ? Device::Cuda : Device::Cpu;
   ec.n_threads = static_cast<int>(opts.threads);
   ec.tp_size = static_cast<int>(opts.tp_size);
+  ec.custom_all_reduce = !opts.disable_custom_all_reduce;
+  if (opts.disable_custom_all_reduce && ec.device != Device::Cuda)
+    return error("--disable-custom-all-reduce applies to GPU tensor parallelism (--device cuda); this run is on the CPU");
   ec.max_running_requests = static_cast<int>(s.plan.max_running_requests);
   ec.max_waiting_requests = std::max(1024, 4 * ec.max_running_requests);
   ec.context_length = s.plan.context_length;

@@ -16,6 +16,7 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 constexpr int64_t kMaxRunningCuda = 256;  // decode batch beyond which more requests rarely help
 constexpr int64_t kMaxRunningCpu = 64;
 constexpr int64_t kCudaGraphReserve = 512 * kMiB;    // graph memory pool for decode buckets
+constexpr int64_t kTpCollectiveReserve = 384 * kMiB; // GPU tensor parallelism: NCCL's buffers + peer staging
 constexpr double kAutoFractionMargin = 0.02;
 constexpr double kAutoFractionMin = 0.5, kAutoFractionMax = 0.9;
 
@@ -117,6 +118,7 @@ int64_t activation_reserve(const Ctx& x) {
   const int64_t logits = 64 * (x.in.spec_num_steps + 1) * ceil_div(c.vocab_size, tp) * 4;
   int64_t reserve = chunk * per_token + logits;
   if (x.cuda() && x.in.cuda_graphs) reserve += kCudaGraphReserve;
+  if (tp > 1) reserve += kTpCollectiveReserve;
   return reserve;
 }
 
@@ -163,7 +165,8 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
     const int64_t outside = in.device_memory_bytes - static_cast<int64_t>(in.device_memory_bytes * frac);
     x.row("activation reserve", human_bytes(p.activation_reserve_bytes),
           "prefill chunk activations + logits" +
-              std::string(in.cuda_graphs ? " + CUDA graphs" : "") + "; outside the budget (" +
+              std::string(in.cuda_graphs ? " + CUDA graphs" : "") + std::string(tp > 1 ? " + collectives" : "") +
+              "; outside the budget (" +
               human_bytes(outside) + " left)",
           "", "lower --chunked-prefill-size");
     if (outside < p.activation_reserve_bytes)

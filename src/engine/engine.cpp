@@ -38,6 +38,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   ro.device = c.device == Device::Cuda ? "cuda" : "cpu";
   ro.n_threads = c.n_threads;
   ro.tp_size = c.tp_size;
+  ro.custom_all_reduce = c.custom_all_reduce;
   ro.load.dummy_weights = c.dummy_weights;
   ro.load.load_mtp = c.spec_num_steps > 0;
   DS_ASSIGN_OR_RETURN(e->ranks_, RankGroup::create(ro, std::move(backend)));

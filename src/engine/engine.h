@@ -67,6 +67,8 @@ class Engine final : public EngineService {
   EngineCapacity capacity() const;
   std::string backend_description() const { return ranks_->backend().description(); }
   int tp_size() const { return ranks_->size(); }
+  // How the tensor-parallel ranks communicate ("" with one rank).
+  const std::string& tp_transport() const { return ranks_->transport(); }
   // Per rank (per GPU) with tensor parallelism.
   std::size_t weight_bytes() const { return ranks_->model().weight_bytes(); }
   std::size_t decode_weight_bytes() const { return ranks_->model().decode_weight_bytes(); }

@@ -18,6 +18,7 @@ struct EngineConfig {
   bool dummy_weights = false;        // --load-format dummy: random weights shaped by config.json
   Device device = Device::Cpu;
   int n_threads = 0;                 // CPU threads for kernels; 0 = all usable CPUs
+  bool custom_all_reduce = true;     // CUDA tensor parallelism: the one-shot peer all-reduce for small messages
   int tp_size = 1;                   // tensor-parallel ranks (--tp-size; CPU: threads of this process)
 
   // Capacity (all required, > 0).

@@ -8,12 +8,39 @@
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_communicator.h"
 #include "util/thread_pool.h"
+#include "backend/split_communicator.h"
 #ifdef DELTASERVE_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_communicator.h"
+#include "backend/cuda/nccl_communicator.h"
 #endif
 
 namespace deltaserve {
+
+Result<TpTransportChoice> choose_tp_transport(bool distinct_devices, const std::string& nccl_error,
+                                              bool custom_all_reduce) {
+  TpTransportChoice c;
+  if (!custom_all_reduce) {
+    if (!distinct_devices)
+      return error("--disable-custom-all-reduce: NCCL needs one GPU per rank, and DELTASERVE_TP_DEVICES puts two ranks "
+                   "on one GPU");
+    if (!nccl_error.empty()) return error("--disable-custom-all-reduce needs NCCL: ", nccl_error);
+    c.transport = TpTransport::Nccl;
+    c.description = "NCCL for every collective (--disable-custom-all-reduce)";
+    return c;
+  }
+  if (!distinct_devices) {
+    c.description = "one-shot peer all-reduce, host-synchronised (ranks share a GPU: no NCCL, no CUDA graphs)";
+    return c;
+  }
+  if (!nccl_error.empty()) {
+    c.description = "one-shot peer all-reduce for every size (NCCL unavailable: " + nccl_error + ")";
+    return c;
+  }
+  c.transport = TpTransport::PeerAndNccl;
+  c.description = "one-shot peer all-reduce up to " + std::to_string(kPeerMaxBytes >> 20) + " MiB, NCCL above";
+  return c;
+}
 
 Result<std::unique_ptr<RankGroup>> RankGroup::create(const RankGroupOptions& o, std::unique_ptr<Backend> rank0_backend) {
   const int P = o.tp_size;
@@ -52,10 +79,27 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(const RankGroupOptions& o, 
     std::vector<std::unique_ptr<Communicator>> comms;
     if (cuda) {
 #ifdef DELTASERVE_WITH_CUDA
-      DS_ASSIGN_OR_RETURN(comms, make_cuda_peer_communicators(g->backends()));
+      bool distinct = true;
+      for (int a = 0; a < P; ++a)
+        for (int b = a + 1; b < P; ++b) distinct = distinct && devices[a] != devices[b];
+      const std::string nccl_error = distinct ? nccl_unavailable_reason() : "ranks share a GPU";
+      DS_ASSIGN_OR_RETURN(TpTransportChoice choice, choose_tp_transport(distinct, nccl_error, o.custom_all_reduce));
+      g->transport_ = choice.description;
+      if (choice.transport == TpTransport::Nccl) {
+        DS_ASSIGN_OR_RETURN(comms, make_nccl_communicators(g->backends()));
+      } else {
+        DS_ASSIGN_OR_RETURN(comms, make_cuda_peer_communicators(g->backends()));
+        if (choice.transport == TpTransport::PeerAndNccl) {
+          DS_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Communicator>> large, make_nccl_communicators(g->backends()));
+          for (int r = 0; r < P; ++r)
+            comms[r] = std::make_unique<SplitCommunicator>(std::move(comms[r]), std::move(large[r]), kPeerMaxBytes);
+        }
+      }
 #endif
     } else {
+      if (!o.custom_all_reduce) return error("--disable-custom-all-reduce applies to GPU tensor parallelism (--device cuda)");
       comms = make_cpu_communicators(P);
+      g->transport_ = "CPU threads of this process (shared-memory staging, spin-then-futex barrier)";
     }
     for (int r = 0; r < P; ++r) g->ranks_[r].comm = std::move(comms[r]);
   }

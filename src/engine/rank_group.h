@@ -29,8 +29,22 @@ struct RankGroupOptions {
   std::string device = "cpu";  // "cpu" or "cuda"
   int n_threads = 0;           // CPU: kernel threads over all ranks (0 = all usable CPUs)
   int tp_size = 1;
+  bool custom_all_reduce = true;  // CUDA: the one-shot peer all-reduce for small messages (else NCCL only)
   ModelLoadOptions load;       // comm is set per rank here
 };
+
+// How a CUDA tensor-parallel group communicates, decided in one place: the one-shot peer
+// all-reduce for messages up to kPeerMaxBytes and NCCL above (both available, one GPU per rank);
+// peer only (NCCL unavailable, or ranks sharing a GPU); NCCL only (--disable-custom-all-reduce).
+enum class TpTransport { Peer, Nccl, PeerAndNccl };
+struct TpTransportChoice {
+  TpTransport transport = TpTransport::Peer;
+  std::string description;  // one line for the start-up log and /get_server_info
+};
+constexpr std::size_t kPeerMaxBytes = std::size_t(4) << 20;
+// distinct_devices: every rank on its own GPU; nccl_error: "" when NCCL is usable, else why not.
+Result<TpTransportChoice> choose_tp_transport(bool distinct_devices, const std::string& nccl_error,
+                                              bool custom_all_reduce);
 
 class RankGroup {
  public:
@@ -45,6 +59,8 @@ class RankGroup {
   Backend& backend(int rank = 0) const { return *ranks_[rank].backend; }
   Model& model(int rank = 0) const { return *ranks_[rank].model; }
   std::vector<Backend*> backends() const;
+  // How the ranks communicate ("" with one rank): CPU threads, or choose_tp_transport's line.
+  const std::string& transport() const { return transport_; }
   // Sizes every rank's collective staging for messages of up to `bytes` (before any forward).
   void reserve_collectives(std::size_t bytes);
   // Whether a forward with its collectives can be captured in a CUDA graph.
@@ -78,6 +94,7 @@ class RankGroup {
   };
   std::vector<Rank> ranks_;
   std::vector<std::thread> threads_;  // ranks 1..size-1
+  std::string transport_;
   std::mutex mu_;
   std::condition_variable wake_, done_cv_;
   Job job_;

@@ -10,8 +10,10 @@
 
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_communicator.h"
+#include "backend/split_communicator.h"
 #include "engine/engine.h"
 #include "engine/model_setup.h"
+#include "engine/rank_group.h"
 #include "model/tensor_parallel.h"
 #include "engine_fixture.h"
 
@@ -106,6 +108,94 @@ TEST(CpuCommunicator, AllReduceSumsInRankOrderAndAllGatherConcatenates) {
       EXPECT_EQ(gathered[r][q * 4 + 1], float(q) + 0.5f);
       EXPECT_EQ(gathered[r][q * 4 + 2], 49.f);
     }
+}
+
+// A communicator that forwards to a real one and counts the collectives it carried (which of
+// SplitCommunicator's two a message went to).
+class Counting final : public Communicator {
+ public:
+  explicit Counting(std::unique_ptr<Communicator> c) : c_(std::move(c)) {}
+  int rank() const override { return c_->rank(); }
+  int size() const override { return c_->size(); }
+  void all_reduce_sum(Tensor x) override { ++reduces; c_->all_reduce_sum(x); }
+  void all_gather(const Tensor& in, Tensor out) override { ++gathers; c_->all_gather(in, out); }
+  void barrier() override { c_->barrier(); }
+  int reduces = 0, gathers = 0;
+
+ private:
+  std::unique_ptr<Communicator> c_;
+};
+
+TEST(SplitCommunicator, SmallMessagesTakeTheFirstAndLargeOnesTheSecond) {
+  constexpr int P = 2;
+  constexpr std::size_t kMax = 64;  // bytes: 16 floats go to the small one, 17 to the large
+  auto small = make_cpu_communicators(P), large = make_cpu_communicators(P);
+  std::vector<Counting*> cs, cl;
+  std::vector<std::unique_ptr<Communicator>> split;
+  for (int r = 0; r < P; ++r) {
+    auto a = std::make_unique<Counting>(std::move(small[r])), b = std::make_unique<Counting>(std::move(large[r]));
+    cs.push_back(a.get());
+    cl.push_back(b.get());
+    split.push_back(std::make_unique<SplitCommunicator>(std::move(a), std::move(b), kMax));
+  }
+  std::vector<std::vector<float>> x16(P, std::vector<float>(16)), x17(P, std::vector<float>(17)), g(P, std::vector<float>(34));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < P; ++r)
+    threads.emplace_back([&, r] {
+      for (int i = 0; i < 16; ++i) x16[r][i] = float(r + 1) * float(i);
+      for (int i = 0; i < 17; ++i) x17[r][i] = float(r + 1) + float(i);
+      split[r]->all_reduce_sum(Tensor(x16[r].data(), DType::F32, {16}));
+      split[r]->all_reduce_sum(Tensor(x17[r].data(), DType::F32, {17}));
+      split[r]->all_gather(Tensor(x17[r].data(), DType::F32, {17}), Tensor(g[r].data(), DType::F32, {34}));
+      split[r]->barrier();
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < P; ++r) {
+    EXPECT_EQ(cs[r]->reduces, 1);
+    EXPECT_EQ(cl[r]->reduces, 1);
+    EXPECT_EQ(cl[r]->gathers, 1);
+    EXPECT_EQ(cs[r]->gathers, 0);
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(x16[r][i], 3.f * float(i));
+    for (int i = 0; i < 17; ++i) EXPECT_EQ(x17[r][i], 3.f + 2.f * float(i));
+    for (int i = 0; i < 34; ++i) EXPECT_EQ(g[r][i], x17[0][i % 17]);  // both ranks hold the reduced values
+  }
+}
+
+TEST(TpTransport, PeerBelowNcclAboveAndRefusalsThatNameTheReason) {
+  auto both = choose_tp_transport(true, "", true);
+  ASSERT_TRUE(both.is_ok());
+  EXPECT_EQ(both->transport, TpTransport::PeerAndNccl);
+  EXPECT_NE(both->description.find("NCCL above"), std::string::npos) << both->description;
+  auto no_nccl = choose_tp_transport(true, "cannot load libnccl.so.2", true);
+  ASSERT_TRUE(no_nccl.is_ok());
+  EXPECT_EQ(no_nccl->transport, TpTransport::Peer);
+  EXPECT_NE(no_nccl->description.find("cannot load libnccl.so.2"), std::string::npos) << no_nccl->description;
+  auto shared = choose_tp_transport(false, "ranks share a GPU", true);
+  ASSERT_TRUE(shared.is_ok());
+  EXPECT_EQ(shared->transport, TpTransport::Peer);
+  auto nccl_only = choose_tp_transport(true, "", false);
+  ASSERT_TRUE(nccl_only.is_ok());
+  EXPECT_EQ(nccl_only->transport, TpTransport::Nccl);
+  auto missing = choose_tp_transport(true, "cannot load libnccl.so.2", false);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("--disable-custom-all-reduce needs NCCL: cannot load"), std::string::npos);
+  auto same_gpu = choose_tp_transport(false, "", false);
+  ASSERT_FALSE(same_gpu.is_ok());
+  EXPECT_NE(same_gpu.status().message().find("one GPU per rank"), std::string::npos);
+}
+
+TEST(TpTransport, DisableCustomAllReduceOnTheCpuIsRefused) {
+  EngineConfig c = small_engine_config("models/tiny-coder");
+  c.tp_size = 2;
+  c.custom_all_reduce = false;
+  auto e = Engine::create(c);
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.status().message().find("--disable-custom-all-reduce applies to GPU tensor parallelism"), std::string::npos)
+      << e.status().message();
+  c.custom_all_reduce = true;
+  auto ok = Engine::create(c);
+  ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+  EXPECT_NE((*ok)->tp_transport().find("CPU threads"), std::string::npos) << (*ok)->tp_transport();
 }
 
 std::unique_ptr<Engine> make_engine(const std::string& model, int tp, int spec_steps) {

@@ -103,6 +103,8 @@ TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
        "does not divide num_attention_heads (6)"},
       {"generate --model-path " + (source_dir() / "tests/fixtures/qwen35-tiny").string() + " --prompt-ids 1,2 --tp-size 3",
        "num_key_value_heads"},
+      {"generate --prompt-ids 1,2 --device cpu --tp-size 2 --disable-custom-all-reduce",
+       "--disable-custom-all-reduce applies to GPU tensor parallelism"},
   };
   for (const auto& c : cases) {
     RunResult r = run(c.args);

@@ -3,8 +3,8 @@
 // PCIe; several ranks may share one device, which is how one GPU tests tensor parallelism). A
 // one-shot all-reduce: every rank stages its data, a device-side barrier (flags written into the
 // peers' memory), every rank sums all staged buffers in rank order; no host synchronisation, so
-// the collectives are captured in CUDA graphs with the model (cuda_comm.cu). Multi-node and very
-// large messages want NCCL (issue #12), not built yet.
+// the collectives are captured in CUDA graphs with the model (cuda_comm.cu). Large messages go
+// to NCCL when it is available (SplitCommunicator, RankGroup's choose_tp_transport).
 //   Ranks that share a device (DELTASERVE_TP_DEVICES=0,0: testing on one GPU) synchronise on the
 // host instead: a kernel spinning on the device while another rank's thread waits for that device
 // to go idle (cudaFree of a growing scratch buffer) would never finish. That mode cannot be
