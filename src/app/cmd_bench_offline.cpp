@@ -257,6 +257,15 @@ int cmd_bench_offline(const Args& args) {
       std::printf("\n");
       std::fprintf(stderr, "  batch %d: %.0f steps, per step %.3f ms = forward %.3f + sampling %.3f + drafts %.3f + other %.3f\n",
                    b, n_steps, step_ms, fwd_ms, smp_ms, drf_ms, step_ms - fwd_ms - smp_ms - drf_ms);
+      // Decode steps only (no prefill chunk in the batch): the step time of decoding itself.
+      const double d_steps = double(s1.decode_steps_total - s0.decode_steps_total);
+      const auto per = [&](double a1, double a0) { return d_steps > 0 ? 1e3 * (a1 - a0) / d_steps : 0.0; };
+      const double d_step = per(s1.decode_step_seconds, s0.decode_step_seconds);
+      const double d_fwd = per(s1.decode_forward_seconds, s0.decode_forward_seconds);
+      const double d_smp = per(s1.decode_sample_seconds, s0.decode_sample_seconds);
+      const double d_drf = per(s1.decode_draft_seconds, s0.decode_draft_seconds);
+      std::fprintf(stderr, "  batch %d: %.0f decode steps, per decode step %.3f ms = forward %.3f + sampling %.3f + drafts %.3f + other %.3f\n",
+                   b, d_steps, d_step, d_fwd, d_smp, d_drf, d_step - d_fwd - d_smp - d_drf);
       std::fflush(stdout);
       nlohmann::json row = {{"threads", t}, {"batch", b}, {"prefill_tokens_per_second", pre.prefill_tok_s},
                             {"decode_tokens_per_second", r.decode_tok_s},
@@ -267,6 +276,8 @@ int cmd_bench_offline(const Args& args) {
                             {"tp_size", e.tp_size()}, {"tp_transport", e.tp_transport()}};
       if (workload) row["workload_output_tokens_per_second"] = wl;
       row["step_ms"] = {{"total", step_ms}, {"forward", fwd_ms}, {"sampling", smp_ms}, {"drafts", drf_ms}};
+      row["decode_step_ms"] = {{"steps", d_steps}, {"total", d_step}, {"forward", d_fwd}, {"sampling", d_smp},
+                               {"drafts", d_drf}};
       results.push_back(std::move(row));
     }
     e.stop();

@@ -139,6 +139,8 @@ void Engine::reset_after_probe() {
   spec_draft_total_ = spec_accepted_total_ = spec_steps_total_ = 0;
   steps_total_ = 0;
   step_s_ = forward_s_ = sample_s_ = draft_s_ = 0;
+  decode_steps_total_ = 0;
+  decode_step_s_ = decode_forward_s_ = decode_sample_s_ = decode_draft_s_ = 0;
   log_ = LogMark{};
   update_stats();
 }
@@ -261,6 +263,11 @@ void Engine::update_stats() {
   s.forward_seconds = forward_s_;
   s.sample_seconds = sample_s_;
   s.draft_seconds = draft_s_;
+  s.decode_steps_total = decode_steps_total_;
+  s.decode_step_seconds = decode_step_s_;
+  s.decode_forward_seconds = decode_forward_s_;
+  s.decode_sample_seconds = decode_sample_s_;
+  s.decode_draft_seconds = decode_draft_s_;
   std::lock_guard<std::mutex> lock(mutex_);
   stats_ = s;
 }
@@ -391,30 +398,44 @@ void Engine::step() {
   }
   // 2. Forward, 3. sampling and verification. When every row samples greedily from the raw
   // logits, the device picks the tokens and only they come back.
-  bool argmax_only = true;
-  for (const auto& it : items)
+  bool argmax_only = true, decode_only = true;
+  for (const auto& it : items) {
     if (it.sample && !samples_raw_argmax(*it.seq)) argmax_only = false;
+    if (it.seq->n_drafts == 0 && !(it.sample && it.n_tokens == 1)) decode_only = false;  // a prefill chunk
+  }
   const double t_fwd = now_seconds();
   runner_->run(run_items_, nullptr, argmax_only ? ModelRunner::Fetch::Argmax : ModelRunner::Fetch::Logits);
   const double t_sample = now_seconds();
-  forward_s_ += t_sample - t_fwd;
+  const double fwd = t_sample - t_fwd;
   if (argmax_only) take_argmax(items);
   else sample_all(items);
-  sample_s_ += now_seconds() - t_sample;
+  const double smp = now_seconds() - t_sample;
+  forward_s_ += fwd;
+  sample_s_ += smp;
+  double drf = 0;
   // 4. Computed tokens, accepted drafts, finishes.
   scheduler_->update(items, outputs_);
   // 5. Speculative rollback and the next drafts.
   if (spec_) {
     const double t_draft = now_seconds();
     spec_->finish_step(items, outputs_, *scheduler_);
-    draft_s_ += now_seconds() - t_draft;
+    drf = now_seconds() - t_draft;
+    draft_s_ += drf;
   }
   // 6. Events out, finished sequences' memory back.
   emit_all(items);
   scheduler_->take_finished();
   if (config_.check_integrity_every_step) scheduler_->check_integrity();
   ++steps_total_;
-  step_s_ += now_seconds() - t_step;
+  const double step = now_seconds() - t_step;
+  step_s_ += step;
+  if (decode_only) {
+    ++decode_steps_total_;
+    decode_step_s_ += step;
+    decode_forward_s_ += fwd;
+    decode_sample_s_ += smp;
+    decode_draft_s_ += drf;
+  }
 }
 
 bool Engine::samples_raw_argmax(const Sequence& s) {

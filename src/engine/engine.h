@@ -134,6 +134,8 @@ class Engine final : public EngineService {
   uint64_t spec_draft_total_ = 0, spec_accepted_total_ = 0, spec_steps_total_ = 0;
   uint64_t steps_total_ = 0;
   double step_s_ = 0, forward_s_ = 0, sample_s_ = 0, draft_s_ = 0;
+  uint64_t decode_steps_total_ = 0;  // steps without prefill chunks, and their phases
+  double decode_step_s_ = 0, decode_forward_s_ = 0, decode_sample_s_ = 0, decode_draft_s_ = 0;
   struct LogMark {
     double t = 0;
     uint64_t generated = 0, spec_steps = 0, spec_accepted = 0;

@@ -33,6 +33,10 @@ struct EngineStats {
   // schedule + forward (incl. logits to the host) + sampling + MTP drafts + emitting events.
   uint64_t steps_total = 0;
   double step_seconds = 0, forward_seconds = 0, sample_seconds = 0, draft_seconds = 0;
+  // The same over decode steps only (every item a single sampled token or a verification: no
+  // prefill chunk in the batch), so a step time is not diluted by prefills.
+  uint64_t decode_steps_total = 0;
+  double decode_step_seconds = 0, decode_forward_seconds = 0, decode_sample_seconds = 0, decode_draft_seconds = 0;
 };
 
 class EngineService {

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <thread>
 
 #include "engine/engine.h"
 #include "../model/fixture.h"
+#include "engine_fixture.h"
 
 namespace deltaserve::test {
 namespace {
@@ -76,6 +78,34 @@ void expect_idle(Engine& e) {
   EXPECT_EQ(s.requests_waiting, 0);
   EXPECT_EQ(s.kv_tokens_used, 0);
   EXPECT_EQ(s.state_slots_used, 0);
+}
+
+// Step statistics: steps whose batch holds a prefill chunk are counted apart from decode steps
+// (bench-offline's per-decode-step time). A 50-token prompt in chunks of 16 takes 4 prefill steps
+// (the last one samples the first token); the other 9 tokens take a decode step each.
+TEST(Engine, DecodeStepsAreCountedApartFromPrefillSteps) {
+  EngineConfig c = small_engine_config();
+  c.chunked_prefill_size = 16;
+  c.max_prefill_tokens = 16;
+  auto e = Engine::create(c);
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  (*e)->start();
+  std::vector<int32_t> prompt(50);
+  for (int i = 0; i < 50; ++i) prompt[i] = 100 + 7 * i;
+  const auto out = greedy_continuations(**e, {prompt}, 10);
+  ASSERT_EQ(out[0].size(), 10u);
+  EngineStats st;
+  for (int i = 0; i < 10000; ++i) {  // the step that emitted the last token publishes after it
+    st = (*e)->stats();
+    if (st.steps_total == 13) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(st.steps_total, 13u);
+  EXPECT_EQ(st.decode_steps_total, 9u);
+  EXPECT_GT(st.decode_step_seconds, 0.0);
+  EXPECT_LT(st.decode_step_seconds, st.step_seconds);
+  EXPECT_LE(st.decode_forward_seconds, st.forward_seconds);
+  (*e)->stop();
 }
 
 TEST(Engine, GreedyContinuationMatchesReferenceForTinyCoder) {
