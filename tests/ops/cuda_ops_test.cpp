@@ -34,6 +34,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_launch.h"
 #include "engine/model_runner.h"
 #include "core/dtype.h"
 
@@ -500,18 +501,22 @@ void CudaOpsTest::attention_case(const AttnShape& sh, const std::vector<std::pai
                      " hd=" + std::to_string(sh.hd) + " T=" + std::to_string(T) +
                      " first seq past=" + std::to_string(seqs[0].first) + " kv " + std::string(dtype_name(kv_dtype));
   if (k_scale != 1.f || v_scale != 1.f) what += " scales " + std::to_string(k_scale) + "/" + std::to_string(v_scale);
-  // Cache: V bit-equal; K equal up to one code where the f32 key sat at a rounding midpoint.
+  // Cache: V bit-equal; K equal up to one code where the f32 key sat at a rounding midpoint, or
+  // (a key near zero, from cancellation in the rotation) within f32 rounding of the keys' scale.
   int64_t flips = 0;
   if (kv_dtype == DType::F32) {
     EXPECT_LE(rel_err(kc), 1e-5) << what;
   } else {
     gpu_->synchronize();
     const auto c = host_of(kc.tc, *cpu_), g = host_of(kc.tg, *gpu_);
+    float kmax = 0.f;
+    for (float v : c) kmax = std::max(kmax, std::fabs(v));
     for (std::size_t i = 0; i < c.size(); ++i) {
       if (c[i] == g[i] || (c[i] == 0.f && g[i] == 0.f)) continue;
       ++flips;
       const float lo = std::min(std::fabs(c[i]), std::fabs(g[i])), hi = std::max(std::fabs(c[i]), std::fabs(g[i]));
-      EXPECT_TRUE(std::signbit(c[i]) == std::signbit(g[i]) && next_up(kv_dtype, lo) == hi)
+      const bool neighbours = std::signbit(c[i]) == std::signbit(g[i]) && next_up(kv_dtype, lo) == hi;
+      EXPECT_TRUE(neighbours || std::fabs(c[i] - g[i]) <= 1e-6f * kmax)
           << what << ": key element " << i << " cpu " << c[i] << " gpu " << g[i] << " (not neighbouring codes)";
       if (flips > 20) break;
     }
@@ -639,6 +644,32 @@ TEST_F(CudaOpsTest, AttentionLongPrefill) {
       }
     }
   }
+}
+
+// The A6000's (sm_86) shared memory, forced on this GPU (CudaOptions::smem_per_block_cap): at
+// head_dim 256 the tensor-core prefill still runs, with 16-key tiles when a chunk continues a
+// cached prefix (a staged 32-key tile does not fit 99 KB), for every KV dtype.
+TEST_F(CudaOpsTest, AttentionLongPrefillWithSm86SharedMemory) {
+  if (cpu_only()) GTEST_SKIP() << "a GPU option";
+  CudaOptions o;
+  o.exact_gemm = true;
+  o.smem_per_block_cap = 101376;
+  for (DType dt : {DType::F32, DType::BF16, DType::F8E4M3}) {
+    const cuda::KvType kv = dt == DType::F32 ? cuda::KvType::F32 : dt == DType::BF16 ? cuda::KvType::BF16 : cuda::KvType::E4M3;
+    cuda::FlashPlan staged, fresh;
+    ASSERT_TRUE(cuda::flash_attention_plan(24, 4, 256, true, kv, o, &staged)) << dtype_name(dt);
+    EXPECT_EQ(staged.keys_per_tile, 16) << dtype_name(dt);
+    ASSERT_TRUE(cuda::flash_attention_plan(24, 4, 256, false, kv, o, &fresh)) << dtype_name(dt);
+    EXPECT_EQ(fresh.keys_per_tile, 32) << dtype_name(dt);
+  }
+  std::unique_ptr<Backend> sm86 = make_cuda_backend(0, o);
+  Backend* saved = gpu_;
+  gpu_ = sm86.get();
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{0, 300}, {0, 700}, {400, 200}, {50, 1}}, {{100, 64}}, {{4096, 128}, {0, 70}}};
+  for (DType dt : {DType::F32, DType::BF16, DType::F8E4M3})
+    for (const auto& seqs : batches) attention_case(AttnShape{24, 4, 256, 64, true}, seqs, 400, 300, 1e-2, dt);
+  gpu_ = saved;
 }
 
 struct GdnShape {

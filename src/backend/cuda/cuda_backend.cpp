@@ -449,7 +449,7 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
   for (int s = 0; long_seq && s < meta.n_seqs; ++s)
     past = past || meta.context_len[s] > meta.seq_start[s + 1] - meta.seq_start[s];
   cuda::FlashPlan plan;
-  if (long_seq && cuda::flash_attention_plan(nh, nkv, hd, past, b_.options(), &plan)) {
+  if (long_seq && cuda::flash_attention_plan(nh, nkv, hd, past, a.kv_type, b_.options(), &plan)) {
     const int bt = 16 * plan.m_tiles;
     int tiles = 0;
     for (int s = 0; s < meta.n_seqs; ++s) tiles += (meta.seq_start[s + 1] - meta.seq_start[s] + bt - 1) / bt;

@@ -46,15 +46,16 @@ namespace {
 
 constexpr int kMaxWarps = 8;  // per block (O of head_dim 256 takes 128 registers per thread)
 
-// Shared memory: fp16 K and bf16 V tiles of bn keys, two buffers each | fp16 Q | (stage) staging
-// of earlier chunks' K and V tiles, only when some sequence continues a cached prefix (sized for
-// an f32 cache, the widest dtype).
-constexpr std::size_t flash_smem_bytes(int hd, int bn, int warps, bool stage) {
+// Shared memory: fp16 K and bf16 V tiles of bn keys, two buffers each | fp16 Q | staging of
+// earlier chunks' K and V tiles as the cache stores them (stage_elem bytes an element; 0 when no
+// sequence continues a cached prefix).
+constexpr std::size_t flash_smem_bytes(int hd, int bn, int warps, int stage_elem) {
   return std::size_t(4) * bn * (hd + 8) * 2 + std::size_t(warps) * 16 * (hd + 8) * 2 +
-         (stage ? std::size_t(2) * bn * hd * 4 : 0);
+         std::size_t(2) * bn * hd * stage_elem;
 }
+constexpr int kv_elem_bytes(KvType kv) { return kv == KvType::F32 ? 4 : kv == KvType::BF16 ? 2 : 1; }
 
-// BN keys per tile (64 without staging, 32 with: the f32 staging buffer of 64 keys would not fit);
+// BN keys per tile (64 without staging, 32 with; 16 where shared memory is short: sm_86 at head_dim 256);
 // STAGE: some sequence has keys from earlier chunks (read from the paged cache, of type KV).
 template <int HD, int BN, bool STAGE, KvType KV>
 __global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs a) {
@@ -297,7 +298,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs 
 template <int HD, int BN, bool STAGE, KvType KV = KvType::F32>
 void run_flash(const AttnArgs& a, cudaStream_t s) {
   const int warps = a.flash_hb * a.flash_mt;
-  const std::size_t smem = flash_smem_bytes(HD, BN, warps, a.flash_stage);
+  const std::size_t smem = flash_smem_bytes(HD, BN, warps, a.flash_stage ? int(sizeof(KvStorage<KV>)) : 0);
   // Opt in to > 48 KB of dynamic shared memory once per size and device.
   static std::atomic<std::size_t> configured[kMaxDevices];
   std::atomic<std::size_t>& conf = configured[current_device()];
@@ -313,27 +314,35 @@ void run_flash(const AttnArgs& a, cudaStream_t s) {
 }
 
 // Only the staging path reads the cache, so only it has one kernel per KV type.
+template <int HD, int BN>
+void run_flash_staged(const AttnArgs& a, cudaStream_t s) {
+  switch (a.kv_type) {
+    case KvType::F32: run_flash<HD, BN, true, KvType::F32>(a, s); break;
+    case KvType::BF16: run_flash<HD, BN, true, KvType::BF16>(a, s); break;
+    case KvType::E4M3: run_flash<HD, BN, true, KvType::E4M3>(a, s); break;
+    case KvType::E5M2: run_flash<HD, BN, true, KvType::E5M2>(a, s); break;
+    default: cuda_fail("flash attention", "unknown KV cache type", __FILE__, __LINE__);
+  }
+}
+
 template <int HD>
 void run_flash_hd(const AttnArgs& a, cudaStream_t s) {
   if (a.flash_stage) {
-    switch (a.kv_type) {
-      case KvType::F32: run_flash<HD, 32, true, KvType::F32>(a, s); break;
-      case KvType::BF16: run_flash<HD, 32, true, KvType::BF16>(a, s); break;
-      case KvType::E4M3: run_flash<HD, 32, true, KvType::E4M3>(a, s); break;
-      case KvType::E5M2: run_flash<HD, 32, true, KvType::E5M2>(a, s); break;
-      default: cuda_fail("flash attention", "unknown KV cache type", __FILE__, __LINE__);
-    }
+    if (a.flash_bn == 16) run_flash_staged<HD, 16>(a, s);
+    else run_flash_staged<HD, 32>(a, s);
   } else if (a.flash_bn == 64) {
     run_flash<HD, 64, false>(a, s);
+  } else if (a.flash_bn == 16) {
+    run_flash<HD, 16, true>(a, s);  // no staged tile occurs; staging smem not allocated
   } else {
-    run_flash<HD, 32, true>(a, s);  // no staged tile occurs; staging smem not allocated
+    run_flash<HD, 32, true>(a, s);
   }
 }
 
 
 }  // namespace
 
-bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, const CudaOptions& o,
+bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, KvType kv, const CudaOptions& o,
                           FlashPlan* plan) {
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
   if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) return false;
@@ -358,14 +367,18 @@ bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage,
   if (o.flash_keys_per_tile == 32) bn = 32;
   std::size_t optin = static_cast<std::size_t>(device_smem_optin());
   if (o.smem_per_block_cap > 0) optin = std::min(optin, static_cast<std::size_t>(o.smem_per_block_cap));
-  auto fits = [&] { return flash_smem_bytes(head_dim, bn, hb * mt, stage) <= optin; };
+  const int stage_elem = stage ? kv_elem_bytes(kv) : 0;
+  auto fits = [&] { return flash_smem_bytes(head_dim, bn, hb * mt, stage_elem) <= optin; };
+  // Too big: fewer token tiles, then smaller key tiles (64 -> 32 -> 16: head_dim 256 on sm_86's
+  // 99 KB, where a staged 32-key tile does not fit with even one warp).
   while (!fits() && mt > 1) --mt;
-  if (!fits() && bn == 64) {
-    bn = 32;
+  for (const int smaller : {32, 16}) {
+    if (fits() || bn <= smaller) continue;
+    bn = smaller;
     mt = kMaxWarps / hb;
     while (!fits() && mt > 1) --mt;
   }
-  if (!fits()) return false;  // e.g. head_dim 256 on sm_86 (99 KB per block)
+  if (!fits()) return false;
   plan->heads_per_block = hb;
   plan->m_tiles = mt;
   plan->keys_per_tile = bn;

@@ -158,16 +158,17 @@ int decode_attention_mma_splits(int n_seqs, int n_kv_heads, int head_dim, const 
 void launch_decode_attention_mma(const AttnArgs& a, cudaStream_t s);
 
 // ---- cuda_flash_attention.cu -------------------------------------------------------------------
-// Block layout of the tensor-core path for this head shape on the current device. stage: some
-// sequence continues a cached prefix (its earlier keys are staged from the cache). False when the shape
-// has no kernel (head_dim other than 64, 128, 256) or the device's shared memory is too small
-// (head_dim 256 on sm_86).
+// Block layout of the tensor-core path for this head shape on the current device (shared memory
+// capped by CudaOptions::smem_per_block_cap). stage: some sequence continues a cached prefix (its
+// earlier keys are staged from the cache, stored as kv). False when the shape has no kernel
+// (head_dim other than 64, 128, 256). At head_dim 256 on sm_86 (99 KB) a staged step takes
+// 16-key tiles.
 struct FlashPlan {
   int heads_per_block = 0;  // query heads of one GQA group per block (flash_hb)
   int m_tiles = 0;          // 16-token tiles per block (flash_mt)
-  int keys_per_tile = 0;    // 32 or 64 (flash_bn)
+  int keys_per_tile = 0;    // 16, 32 or 64 (flash_bn)
 };
-bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, const CudaOptions& o,
+bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, KvType kv, const CudaOptions& o,
                           FlashPlan* plan);
 // The attention itself, after qk_prep (q in q16, this step's k/v in k16/v16 and the paged cache).
 void launch_flash_attention(const AttnArgs& a, cudaStream_t s);
