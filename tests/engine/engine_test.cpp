@@ -16,18 +16,12 @@ namespace {
 
 std::unique_ptr<Engine> make_engine(const std::string& dir, int spec_steps, int max_running = 8,
                                     int64_t kv_tokens = 0, uint64_t random_seed = 0) {
-  EngineConfig c;
+  EngineConfig c = small_engine_config(dir);
   c.random_seed = random_seed;
-  c.model_dir = source_dir() / dir;
-  c.n_threads = 2;
   c.spec_num_steps = spec_steps;
   c.max_running_requests = max_running;
   c.max_waiting_requests = 256;
-  c.context_length = 512;
   c.kv_tokens = kv_tokens > 0 ? kv_tokens : 512 * int64_t(max_running);
-  c.kv_block_size = 16;
-  c.chunked_prefill_size = 64;
-  c.max_prefill_tokens = 128;
   auto e = Engine::create(c);
   EXPECT_TRUE(e.is_ok()) << e.status().message();
   (*e)->start();
@@ -272,16 +266,10 @@ TEST(Engine, TinyTemperatureSamplesGreedily) {
 
 // A full waiting queue refuses with Overloaded and a message naming the flag that sizes it.
 TEST(Engine, QueueFullNamesARealFlag) {
-  EngineConfig c;
-  c.model_dir = source_dir() / "models/tiny-coder";
-  c.n_threads = 2;
+  EngineConfig c = small_engine_config();
   c.max_running_requests = 1;
   c.max_waiting_requests = 1;
-  c.context_length = 512;
   c.kv_tokens = 512;
-  c.kv_block_size = 16;
-  c.chunked_prefill_size = 64;
-  c.max_prefill_tokens = 128;
   auto e = Engine::create(c);
   ASSERT_TRUE(e.is_ok()) << e.status().message();
   (*e)->start();

@@ -46,6 +46,10 @@ struct AttnShape {
   bool gate;
 };
 
+struct GdnShape {
+  int hk, hv, dk, dv, k;
+};
+
 class CudaOpsTest : public ::testing::Test {
  protected:
   // DS_CUDA_OPS_TEST_CPU_ONLY=1 runs the harness with a second CPU backend in place of the GPU
@@ -142,6 +146,54 @@ class CudaOpsTest : public ::testing::Test {
       mr = std::max(mr, double(std::fabs(c[i])));
     }
     return md / mr;
+  }
+
+  // One Gated DeltaNet layer's random parameters, T tokens of projections and n_slots of state
+  // (conv windows, recurrent states, depth pending rows each) on both backends.
+  struct GdnInputs {
+    GdnParams p;  // shapes only; params() adds the weights of one backend
+    int64_t cd = 0, rec = 0;  // conv_dim, recurrent state floats per slot
+    Pair cw, na, dtb, nw, proj, conv, recs, pend, out;
+    int depth = 0;
+    GdnParams params(bool gpu) const {
+      GdnParams q = p;
+      q.conv_weight = gpu ? cw.tg : cw.tc;
+      q.neg_exp_a = gpu ? na.tg : na.tc;
+      q.dt_bias = gpu ? dtb.tg : dtb.tc;
+      q.norm = gpu ? nw.tg : nw.tc;
+      return q;
+    }
+    StateLayerView state(bool gpu) const {
+      return gpu ? StateLayerView{conv.tg, recs.tg, pend.tg, depth} : StateLayerView{conv.tc, recs.tc, pend.tc, depth};
+    }
+  };
+  GdnInputs gdn_inputs(const GdnShape& sh, int T, int n_slots, int depth) {
+    GdnInputs g;
+    g.p.n_k_heads = sh.hk;
+    g.p.n_v_heads = sh.hv;
+    g.p.k_head_dim = sh.dk;
+    g.p.v_head_dim = sh.dv;
+    g.p.conv_kernel = sh.k;
+    g.p.eps = 1e-6f;
+    g.depth = depth;
+    g.cd = g.p.conv_dim();
+    g.rec = int64_t(sh.hv) * sh.dv * sh.dk;
+    const int64_t cd = g.cd, row = g.p.proj_dim();
+    g.cw = make_f32({cd, sh.k}, rnd(cd * sh.k, -0.5f, 0.5f));
+    g.na = make_f32({sh.hv}, rnd(sh.hv, -2.f, -0.1f));
+    g.dtb = make_f32({sh.hv}, rnd(sh.hv));
+    g.nw = make_f32({sh.dv}, rnd(sh.dv, 0.5f, 1.5f));
+    g.proj = make_f32({T, row}, rnd(T * row, -2.f, 2.f));
+    g.conv = make_f32({n_slots, cd, sh.k - 1}, rnd(n_slots * cd * (sh.k - 1)));
+    g.recs = make_f32({n_slots, sh.hv, sh.dv, sh.dk}, rnd(n_slots * g.rec, -0.3f, 0.3f));
+    g.pend = make_f32({n_slots * depth, cd + 2 * sh.hv}, std::vector<float>(n_slots * depth * (cd + 2 * sh.hv), 0.f));
+    g.out = poisoned({T, g.p.value_dim()});
+    return g;
+  }
+  // The layer on both backends over one batch (its host and device metadata).
+  void run_gdn(GdnInputs& g, const BatchMeta& cpu, const BatchMeta& gpu) {
+    cpu_->kernels().gated_delta_net(g.params(false), g.proj.tc, g.state(false), cpu, g.out.tc);
+    gpu_->kernels().gated_delta_net(g.params(true), g.proj.tg, g.state(true), gpu, g.out.tg);
   }
 
   void attention_case(const AttnShape& sh, const std::vector<std::pair<int, int>>& seqs, int n_blocks,
@@ -672,10 +724,6 @@ TEST_F(CudaOpsTest, AttentionLongPrefillWithSm86SharedMemory) {
   gpu_ = saved;
 }
 
-struct GdnShape {
-  int hk, hv, dk, dv, k;
-};
-
 // Long runs (prefill): the chunked delta rule on CUDA (head dims 64 and 128; 16 keeps the
 // sequential kernel) against the CPU's sequential recurrence: runs longer than a chunk, a partial
 // last chunk, several sequences of different lengths, a decode token beside them, a continued
@@ -692,7 +740,7 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
       std::vector<int32_t> perm(128);
       std::iota(perm.begin(), perm.end(), 0);
       auto m = build_meta(*gpu_, batches[bi], 16, 64, perm, {3, 0, 4}, 0);
-      const int T = m->cpu.n_tokens, S = m->cpu.n_seqs;
+      const int S = m->cpu.n_seqs;
       // Checkpoint: the first sequence saves its state after token 77 (mid-chunk) into slot 1.
       std::vector<int32_t> ck_at(S, -1), ck_slot(S, 0);
       ck_at[0] = 77;
@@ -707,35 +755,9 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
       m->cpu.d_checkpoint_slot = Tensor(ck_slot.data(), DType::I32, {S});
       m->gpu.d_checkpoint_at = dck_at;
       m->gpu.d_checkpoint_slot = dck_slot;
-      GdnParams p;
-      p.n_k_heads = sh.hk;
-      p.n_v_heads = sh.hv;
-      p.k_head_dim = sh.dk;
-      p.v_head_dim = sh.dv;
-      p.conv_kernel = sh.k;
-      p.eps = 1e-6f;
-      const int64_t cd = p.conv_dim(), row = p.proj_dim(), vd = p.value_dim();
-      const int64_t rec = int64_t(sh.hv) * sh.dv * sh.dk;
-      Pair cw = make_f32({cd, sh.k}, rnd(cd * sh.k, -0.5f, 0.5f));
-      Pair na = make_f32({sh.hv}, rnd(sh.hv, -2.f, -0.1f)), dtb = make_f32({sh.hv}, rnd(sh.hv));
-      Pair nw = make_f32({sh.dv}, rnd(sh.dv, 0.5f, 1.5f));
-      Pair proj = make_f32({T, row}, rnd(T * row, -2.f, 2.f));
-      Pair conv = make_f32({n_slots, cd, sh.k - 1}, rnd(n_slots * cd * (sh.k - 1)));
-      Pair recs = make_f32({n_slots, sh.hv, sh.dv, sh.dk}, rnd(n_slots * rec, -0.3f, 0.3f));
-      Pair pend = make_f32({n_slots * depth, cd + 2 * sh.hv}, std::vector<float>(n_slots * depth * (cd + 2 * sh.hv), 0.f));
-      Pair out = poisoned({T, vd});
-      StateLayerView sc{conv.tc, recs.tc, pend.tc, depth};
-      StateLayerView sg{conv.tg, recs.tg, pend.tg, depth};
-      auto params = [&](bool gpu) {
-        GdnParams q = p;
-        q.conv_weight = gpu ? cw.tg : cw.tc;
-        q.neg_exp_a = gpu ? na.tg : na.tc;
-        q.dt_bias = gpu ? dtb.tg : dtb.tc;
-        q.norm = gpu ? nw.tg : nw.tc;
-        return q;
-      };
-      cpu_->kernels().gated_delta_net(params(false), proj.tc, sc, m->cpu, out.tc);
-      gpu_->kernels().gated_delta_net(params(true), proj.tg, sg, m->gpu, out.tg);
+      GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, n_slots, depth);
+      run_gdn(g, m->cpu, m->gpu);
+      Pair &conv = g.conv, &recs = g.recs, &out = g.out;
       const std::string what = "Dk=" + std::to_string(sh.dk) + " batch " + std::to_string(bi);
       EXPECT_LE(rel_err(out), 1e-4) << what;
       EXPECT_LE(rel_err(conv), 1e-6) << what;
@@ -759,37 +781,11 @@ TEST_F(CudaOpsTest, GatedDeltaNet) {
       std::vector<int32_t> perm(64);
       std::iota(perm.begin(), perm.end(), 0);
       auto m = build_meta(*gpu_, batches[bi], 16, 8, perm, {3, 0, 4}, defer_upto);
-      const int T = m->cpu.n_tokens;
-      GdnParams p;
-      p.n_k_heads = sh.hk;
-      p.n_v_heads = sh.hv;
-      p.k_head_dim = sh.dk;
-      p.v_head_dim = sh.dv;
-      p.conv_kernel = sh.k;
-      p.eps = 1e-6f;
-      const int64_t cd = p.conv_dim(), row = p.proj_dim(), vd = p.value_dim();
-      const int64_t rec = int64_t(sh.hv) * sh.dv * sh.dk;
-      Pair cw = make_f32({cd, sh.k}, rnd(cd * sh.k, -0.5f, 0.5f));
-      Pair na = make_f32({sh.hv}, rnd(sh.hv, -2.f, -0.1f)), dtb = make_f32({sh.hv}, rnd(sh.hv));
-      Pair nw = make_f32({sh.dv}, rnd(sh.dv, 0.5f, 1.5f));
-      Pair proj = make_f32({T, row}, rnd(T * row, -2.f, 2.f));
-      Pair conv = make_f32({n_slots, cd, sh.k - 1}, rnd(n_slots * cd * (sh.k - 1)));
-      Pair recs = make_f32({n_slots, sh.hv, sh.dv, sh.dk}, rnd(n_slots * rec, -0.3f, 0.3f));
-      Pair pend = make_f32({n_slots * depth, cd + 2 * sh.hv}, std::vector<float>(n_slots * depth * (cd + 2 * sh.hv), 0.f));
-      Pair out = poisoned({T, vd});
-      StateLayerView sc{conv.tc, recs.tc, pend.tc, depth};
-      StateLayerView sg{conv.tg, recs.tg, pend.tg, depth};
-      auto params = [&](bool gpu) {
-        GdnParams q = p;
-        q.conv_weight = gpu ? cw.tg : cw.tc;
-        q.neg_exp_a = gpu ? na.tg : na.tc;
-        q.dt_bias = gpu ? dtb.tg : dtb.tc;
-        q.norm = gpu ? nw.tg : nw.tc;
-        return q;
-      };
+      GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, n_slots, depth);
+      Pair &conv = g.conv, &recs = g.recs, &pend = g.pend, &out = g.out;
+      const int64_t cd = g.cd, rec = g.rec;
       const std::vector<float> conv_before = host_of(conv.tc, *cpu_), recs_before = host_of(recs.tc, *cpu_);
-      cpu_->kernels().gated_delta_net(params(false), proj.tc, sc, m->cpu, out.tc);
-      gpu_->kernels().gated_delta_net(params(true), proj.tg, sg, m->gpu, out.tg);
+      run_gdn(g, m->cpu, m->gpu);
       const std::string what = "Hv=" + std::to_string(sh.hv) + " batch " + std::to_string(bi);
       EXPECT_LE(rel_err(out), 1e-4) << what;
       EXPECT_LE(rel_err(conv), 1e-6) << what;
@@ -828,7 +824,8 @@ TEST_F(CudaOpsTest, GatedDeltaNet) {
       gm.d_state_slot = dl.view(DType::I32, {cm.n_seqs});
       gpu_->copy_to_device(gm.d_seq_start, cstart.data());
       gpu_->copy_to_device(gm.d_state_slot, cslot.data());
-      const GdnParams pc = params(false), pg = params(true);
+      const GdnParams pc = g.params(false), pg = g.params(true);
+      const StateLayerView sc = g.state(false), sg = g.state(true);
       const GdnLayerRef rc[] = {{&pc, &sc}}, rg[] = {{&pg, &sg}};
       cpu_->kernels().gdn_commit(rc, cm);
       gpu_->kernels().gdn_commit(rg, gm);

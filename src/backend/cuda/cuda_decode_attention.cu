@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_decode_out.cuh"
 #include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_launch.h"
 
@@ -190,8 +191,6 @@ __global__ void __launch_bounds__(32 * kWarps, MINB) decode_attn_kernel(AttnArgs
     for (int e = 0; e < E; ++e) s_o[warp][g][lane * E + e] = o[g][e];
   }
   __syncthreads();
-  const int q_width = a.output_gate ? 2 * HD : HD;
-  const int64_t qkv_row = int64_t(nh) * q_width + 2 * int64_t(nkv) * HD;
   for (int idx = threadIdx.x; idx < G * HD; idx += blockDim.x) {
     const int g = idx / HD, d = idx % HD;
     float M = -INFINITY;
@@ -208,22 +207,7 @@ __global__ void __launch_bounds__(32 * kWarps, MINB) decode_attn_kernel(AttnArgs
         O += f * s_o[w][g][d];
       }
     }
-    const int h = kvh * G + g;
-    if (a.n_split > 1) {
-      const int64_t pi = (int64_t(t) * nh + h) * a.n_split + split;
-      if (d == 0) {
-        a.part_ml[pi * 2] = M;
-        a.part_ml[pi * 2 + 1] = L;
-      }
-      a.part_o[pi * HD + d] = O * a.v_scale;
-    } else {
-      float v = O / L * a.v_scale;
-      if (a.output_gate) {
-        const float gt = a.qkv[int64_t(t) * qkv_row + int64_t(h) * q_width + HD + d];
-        v *= 1.0f / (1.0f + expf(-gt));
-      }
-      a.out[(int64_t(t) * nh + h) * HD + d] = v;
-    }
+    write_decode_result<HD>(a, t, kvh * G + g, split, d, M, L, O);
   }
 }
 

@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_decode_out.cuh"
 #include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/cuda_mma.cuh"
@@ -300,8 +301,6 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) decode_mma_kernel(AttnArgs 
     }
   }
   __syncthreads();
-  const int q_width = a.output_gate ? 2 * HD : HD;
-  const int64_t qkv_row = int64_t(nh) * q_width + 2 * int64_t(nkv) * HD;
   for (int idx = tid; idx < MT * 8 * HD; idx += nthreads) {
     const int r = idx / HD, d = idx % HD;  // r: query row of the block (m-tile r / 8)
     const int ti = r / G, h = kvh * G + r % G;
@@ -320,22 +319,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) decode_mma_kernel(AttnArgs 
         O += f * w[2 + d];
       }
     }
-    const int t = t0 + ti;
-    if (a.n_split > 1) {
-      const int64_t pi = (int64_t(t) * nh + h) * a.n_split + split;
-      if (d == 0) {
-        a.part_ml[pi * 2] = M * kLn2;  // the combine kernel works in natural logs
-        a.part_ml[pi * 2 + 1] = L;
-      }
-      a.part_o[pi * HD + d] = O * a.v_scale;
-    } else {
-      float v = O / L * a.v_scale;
-      if (a.output_gate) {
-        const float gt = a.qkv[int64_t(t) * qkv_row + int64_t(h) * q_width + HD + d];
-        v *= 1.0f / (1.0f + expf(-gt));
-      }
-      a.out[(int64_t(t) * nh + h) * HD + d] = v;
-    }
+    write_decode_result<HD>(a, t0 + ti, h, split, d, M * kLn2, L, O);  // M: log2 -> natural log
   }
 }
 
