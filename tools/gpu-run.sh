@@ -12,6 +12,8 @@
 # longctx: bench-offline decode at long contexts (issue #14): batch 1 at 1k / 8k / 32k, batch 16
 #         at 8k, batch 1 at 128k, with the split-KV decode kernel and (OLD_ATTN=1) with the tiled
 #         kernel it replaced (DELTASERVE_CUDA_DECODE_ATTN=0); VARIANTS adds runs with other knobs
+# sampling: bench-offline with Qwen's sampling settings (T 0.6, top-k 20, top-p 0.95) at a
+#         128-token context, batch 1/16/64: --sampling-backend device, host, and greedy
 # attn:   bench_cuda_attention (the decode attention op alone, every kernel variant)
 # ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
 #         (its own flags: --model, f32 KV), for before/after figures from one session
@@ -69,6 +71,18 @@ if has engine; then
     --prefill-len 1024 >"$OUT/engine_mtp.log" 2>&1
   echo "bench-offline MTP k=3 rc=$?" | tee -a "$OUT/summary.txt"
   grep -vE '^\[' "$OUT/engine_mtp.log" | tail -6 | tee -a "$OUT/summary.txt"
+fi
+
+if has sampling; then  # Qwen's sampling settings at a ~128-token context: device vs host sampling, and greedy
+  for sb in device host greedy; do
+    extra="--temperature 0.6 --top-k 20 --top-p 0.95 --sampling-backend $sb"
+    [ $sb = greedy ] && extra=""
+    timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy $extra \
+      --batch ${SAMPLING_BATCHES:-1,16,64} --threads 1 --prompt-len 128 --gen-len 128 --prefill-len 1024 \
+      >"$OUT/sampling_$sb.log" 2>&1
+    echo "bench-offline sampling=$sb rc=$?" | tee -a "$OUT/summary.txt"
+    grep -vE '^\[' "$OUT/sampling_$sb.log" | tail -14 | tee -a "$OUT/summary.txt"
+  done
 fi
 
 if has longctx; then

@@ -71,6 +71,7 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   ec.custom_all_reduce = !opts.disable_custom_all_reduce;
   if (opts.disable_custom_all_reduce && ec.device != Device::Cuda)
     return error("--disable-custom-all-reduce applies to GPU tensor parallelism (--device cuda); this run is on the CPU");
+  ec.device_sampling = opts.sampling_backend == "device" || (opts.sampling_backend != "host" && ec.device == Device::Cuda);
   ec.max_running_requests = static_cast<int>(s.plan.max_running_requests);
   ec.max_waiting_requests = std::max(1024, 4 * ec.max_running_requests);
   ec.context_length = s.plan.context_length;

@@ -5,6 +5,7 @@
 //   DELTASERVE_CUDA_GDN=thread   gdn_thread_per_row DELTASERVE_GEMV_TC=0      gemv_tensor_cores off
 //   DELTASERVE_CUDA_GDN=rows     gdn_chunked off (prefill on the rows-over-lanes recurrence)
 //   DELTASERVE_GEMV_TC_GRID=N    gemv_tc_grid      DELTASERVE_GEMV_TC_K0=N    gemv_tc_k0
+//   DELTASERVE_CUDA_PDL=0        pdl off (GEMVs launched plainly)
 //   DELTASERVE_FLASH_HB / _MT / _BN   flash_heads_per_block / flash_m_tiles / flash_keys_per_tile
 //   DELTASERVE_CUDA_DECODE_MMA=0 decode_tensor_cores off   DELTASERVE_CUDA_SMEM_CAP=N smem_per_block_cap
 #pragma once
@@ -24,6 +25,7 @@ struct CudaOptions {
   bool gemv_tensor_cores = true;    // 2..8-row GEMV on tensor cores (else CUDA cores)
   int gemv_tc_grid = 0;             // cap on that GEMV's grid (0: what the device runs at once)
   int gemv_tc_k0 = 128;             // its cost model's fixed cost per K split
+  bool pdl = true;                  // decode GEMVs by programmatic dependent launch (sm_90+)
   int flash_heads_per_block = 0;    // flash tile overrides (0: chosen per shape and device)
   int flash_m_tiles = 0;
   int flash_keys_per_tile = 0;      // 32 or 64
@@ -57,6 +59,7 @@ struct CudaOptions {
     o.gemv_tensor_cores = !is("DELTASERVE_GEMV_TC", "0");
     o.gemv_tc_grid = num("DELTASERVE_GEMV_TC_GRID", 0);
     o.gemv_tc_k0 = num("DELTASERVE_GEMV_TC_K0", 128);
+    o.pdl = !is("DELTASERVE_CUDA_PDL", "0");
     o.flash_heads_per_block = num("DELTASERVE_FLASH_HB", 0);
     o.flash_m_tiles = num("DELTASERVE_FLASH_MT", 0);
     o.flash_keys_per_tile = num("DELTASERVE_FLASH_BN", 0);

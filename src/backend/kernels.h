@@ -13,6 +13,25 @@
 
 namespace deltaserve {
 
+// Per-row settings of Kernels::sample_rows (24 bytes; a tensor of them is DType::I32 [R, 6]).
+struct SampleRow {
+  float inv_temperature = 0.f;  // 0: greedy (argmax)
+  int32_t top_k = 0;            // <= 0 or >= V: off
+  float top_p = 1.f;            // 1: off
+  float min_p = 0.f;            // 0: off
+  float u = 0.f;                // the uniform draw in [0, 1)
+  int32_t reserved = 0;
+};
+// A penalty on one token of one row: logit = (logit > 0 ? logit / rep : logit * rep) - sub
+// (repetition penalty over prompt + output, then OpenAI's frequency * count + presence).
+struct PenaltyEntry {
+  int32_t row = 0;
+  int32_t token = 0;
+  float rep = 1.f;
+  float sub = 0.f;
+};
+static_assert(sizeof(SampleRow) == 24 && sizeof(PenaltyEntry) == 16);
+
 // A matmul weight [n, k] in a backend-private layout. out = x · wᵀ.
 class LinearWeight {
  public:
@@ -157,6 +176,18 @@ class Kernels {
   // out[r] = the first index of the largest value of row r (std::max_element's choice): greedy
   // sampling on the device. x [R, V] f32; out [R] i32.
   virtual void argmax_rows(const Tensor& x, Tensor out) = 0;
+
+  // One token per row drawn on the device (the engine's steps where every row samples plainly:
+  // no logprobs, constraint or speculative verification), so logits never leave the device.
+  //   logits [R, V] f32: penalties are applied in place first (entries name distinct (row, token)).
+  //   rows [R] SampleRow, penalties [P] PenaltyEntry (device memory; P may be 0); out [R] i32.
+  // Semantics (the host Sampler's, engine/sampler.h): s = logit * inv_temperature; keep the top_k
+  // highest (ties by lower id), then the shortest prefix (by s descending, ties by id) whose mass
+  // reaches top_p of the kept mass, then those with p >= min_p * p_max; draw by inverse CDF in
+  // token-id order over the kept set with the uniform u. inv_temperature 0: argmax (lowest id).
+  // out[r] = -1 when the kept set could not be bounded in the kernel's working set (a very flat
+  // row): the caller samples that row on the host from the penalised logits.
+  virtual void sample_rows(Tensor logits, const Tensor& rows, const Tensor& penalties, Tensor out) = 0;
 
   // dst[i] = src[rows[i]]. src [T, D]; rows [R] i32 (host memory); dst [R, D].
   virtual void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) = 0;

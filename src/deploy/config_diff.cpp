@@ -66,6 +66,7 @@ const std::map<std::string, std::string>& perf_notes() {
       {"dtype", "weight/activation precision (speed, memory)"},
       {"disable-cuda-graph", "decode launch overhead (speed)"},
       {"cuda-graph-max-bs", "largest graph-captured batch (speed)"},
+      {"sampling-backend", "where non-greedy tokens are drawn (speed under sampling)"},
       {"disable-radix-cache", "prefix reuse (TTFT for shared prompts)"},
       {"device", "CPU vs GPU (speed)"},
       {"threads", "CPU kernel threads (speed)"},

@@ -140,6 +140,7 @@ void Engine::reset_after_probe() {
   steps_total_ = 0;
   step_s_ = forward_s_ = sample_s_ = draft_s_ = 0;
   decode_steps_total_ = 0;
+  device_sampled_total_ = device_sample_fallbacks_total_ = 0;
   decode_step_s_ = decode_forward_s_ = decode_sample_s_ = decode_draft_s_ = 0;
   log_ = LogMark{};
   update_stats();
@@ -264,6 +265,8 @@ void Engine::update_stats() {
   s.sample_seconds = sample_s_;
   s.draft_seconds = draft_s_;
   s.decode_steps_total = decode_steps_total_;
+  s.device_sampled_total = device_sampled_total_;
+  s.device_sample_fallbacks_total = device_sample_fallbacks_total_;
   s.decode_step_seconds = decode_step_s_;
   s.decode_forward_seconds = decode_forward_s_;
   s.decode_sample_seconds = decode_sample_s_;
@@ -396,19 +399,19 @@ void Engine::step() {
                                    s.n_computed, s.blocks, s.slot, false, !it.sample, false, it.checkpoint_at,
                                    it.checkpoint_slot});
   }
-  // 2. Forward, 3. sampling and verification. When every row samples greedily from the raw
-  // logits, the device picks the tokens and only they come back.
-  bool argmax_only = true, decode_only = true;
-  for (const auto& it : items) {
-    if (it.sample && !samples_raw_argmax(*it.seq)) argmax_only = false;
+  // 2. Forward, 3. sampling and verification: the tokens are picked on the device when every row
+  // allows it (only they come back), else the logits come to the host.
+  bool decode_only = true;
+  for (const auto& it : items)
     if (it.seq->n_drafts == 0 && !(it.sample && it.n_tokens == 1)) decode_only = false;  // a prefill chunk
-  }
+  const ModelRunner::Fetch fetch = choose_fetch(items);
   const double t_fwd = now_seconds();
-  runner_->run(run_items_, nullptr, argmax_only ? ModelRunner::Fetch::Argmax : ModelRunner::Fetch::Logits);
+  runner_->run(run_items_, nullptr, fetch, fetch == ModelRunner::Fetch::Sample ? &device_sampling_ : nullptr);
   const double t_sample = now_seconds();
   const double fwd = t_sample - t_fwd;
-  if (argmax_only) take_argmax(items);
-  else sample_all(items);
+  sampled_on_device_ = fetch == ModelRunner::Fetch::Sample;
+  if (fetch == ModelRunner::Fetch::Logits) sample_all(items);
+  else take_tokens(items);
   const double smp = now_seconds() - t_sample;
   forward_s_ += fwd;
   sample_s_ += smp;
@@ -444,7 +447,49 @@ bool Engine::samples_raw_argmax(const Sequence& s) {
          p.frequency_penalty == 0.0f && p.top_logprobs < 0 && !s.constraint;
 }
 
-void Engine::take_argmax(const std::vector<ScheduledItem>& items) {
+ModelRunner::Fetch Engine::choose_fetch(const std::vector<ScheduledItem>& items) {
+  bool all_argmax = true, all_plain = true;
+  for (const auto& it : items) {
+    if (!it.sample) continue;
+    const Sequence& s = *it.seq;
+    all_argmax = all_argmax && samples_raw_argmax(s);
+    all_plain = all_plain && s.n_drafts == 0 && s.params.top_logprobs < 0 && !s.constraint;
+  }
+  if (all_argmax) return ModelRunner::Fetch::Argmax;
+  if (!config_.device_sampling || !all_plain) return ModelRunner::Fetch::Logits;
+  // Every row a plain draw: its settings, its uniform (from its own RNG, as the host sampler
+  // would draw it) and its penalties go to the device.
+  sample_rows_.clear();
+  penalties_.clear();
+  draw_u_.assign(items.size(), 0.0);
+  Sampler& sampler = sampling_->first();
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].sample) continue;
+    Sequence& s = *items[i].seq;
+    const SamplingParams& p = s.params;
+    SampleRow r;
+    if (!p.greedy()) {
+      draw_u_[i] = std::uniform_real_distribution<double>(0.0, 1.0)(s.rng);
+      r.inv_temperature = 1.0f / p.temperature;
+      r.top_k = p.top_k;
+      r.top_p = p.top_p;
+      r.min_p = p.min_p;
+      r.u = static_cast<float>(draw_u_[i]);
+    }
+    sampler.penalty_entries(p, s.prompt(), s.generated(), static_cast<int32_t>(sample_rows_.size()), penalties_);
+    sample_rows_.push_back(r);
+  }
+  if (static_cast<int64_t>(penalties_.size()) > ModelRunner::kPenaltyCapacity) {
+    // Too many penalised tokens for the staging area: the host samples, with the same draws.
+    use_drawn_u_ = true;
+    return ModelRunner::Fetch::Logits;
+  }
+  device_sampling_.rows = sample_rows_;
+  device_sampling_.penalties = penalties_;
+  return ModelRunner::Fetch::Sample;
+}
+
+void Engine::take_tokens(const std::vector<ScheduledItem>& items) {
   outputs_.resize(items.size());
   int row = 0;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -454,7 +499,20 @@ void Engine::take_argmax(const std::vector<ScheduledItem>& items) {
     o.logprobs.clear();
     o.n_sampled = 0;
     if (!items[i].sample) continue;
-    items[i].seq->tokens.push_back(runner_->argmax(row++));
+    Sequence& s = *items[i].seq;
+    int32_t tok = runner_->token(row);
+    if (sampled_on_device_) ++device_sampled_total_;
+    if (tok < 0) {
+      ++device_sample_fallbacks_total_;
+      // The device could not bound this row's kept set: the host draws with the same u from the
+      // row, whose penalties the device already applied.
+      SamplingParams p = s.params;
+      p.repetition_penalty = 1.0f;
+      p.presence_penalty = p.frequency_penalty = 0.0f;
+      tok = sampling_->first().sample_u(runner_->logits(row), p, {}, {}, draw_u_[i], nullptr);
+    }
+    ++row;
+    s.tokens.push_back(tok);
     o.n_sampled = 1;
   }
 }
@@ -474,6 +532,9 @@ void Engine::sample_all(const std::vector<ScheduledItem>& items) {
     rows[i] = row;
     if (items[i].sample) row += 1 + items[i].seq->n_drafts;
   }
+  // choose_fetch drew the uniforms already when it fell back to the host.
+  const bool drawn = use_drawn_u_;
+  use_drawn_u_ = false;
   // Each task touches only its own sequence (tokens, RNG) and its share's sampler.
   sampling_->for_each(static_cast<int>(items.size()), [&](Sampler& sampler, std::vector<float>& probs, int i) {
     const ScheduledItem& it = items[i];
@@ -486,7 +547,9 @@ void Engine::sample_all(const std::vector<ScheduledItem>& items) {
       TokenLogprob lp;
       const float* raw = runner_->logits(rows[i]);
       const float* row = sampler.constrain(raw, s.constraint.get(), s.n_generated());
-      const int32_t tok = sampler.sample(row, s.params, s.prompt(), s.generated(), s.rng, want_lp && row == raw ? &lp : nullptr);
+      TokenLogprob* lp_out = want_lp && row == raw ? &lp : nullptr;
+      const int32_t tok = drawn ? sampler.sample_u(row, s.params, s.prompt(), s.generated(), draw_u_[i], lp_out)
+                                : sampler.sample(row, s.params, s.prompt(), s.generated(), s.rng, lp_out);
       if (want_lp && row != raw) sampler.logprobs(raw, tok, s.params.top_logprobs, &lp);  // logprobs stay raw
       s.tokens.push_back(tok);
       s.constraint_took(tok);

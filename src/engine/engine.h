@@ -94,8 +94,12 @@ class Engine final : public EngineService {
   // A sequence whose next token is the argmax of its raw logits row (greedy; no penalties,
   // constraint, logprobs or drafts to verify).
   static bool samples_raw_argmax(const Sequence& s);
-  // sample_all for a step where every row does (tokens picked on the device: Fetch::Argmax).
-  void take_argmax(const std::vector<ScheduledItem>& items);
+  // Where this step's tokens are picked: Argmax (every row samples_raw_argmax), Sample (every
+  // row a plain draw: no logprobs, constraint or verification; config device_sampling; fills
+  // device_sampling_), else Logits (the host samples).
+  ModelRunner::Fetch choose_fetch(const std::vector<ScheduledItem>& items);
+  // sample_all for a step whose tokens the device picked (Fetch::Argmax / Sample).
+  void take_tokens(const std::vector<ScheduledItem>& items);
   // Sends each item's new tokens (and the final event of a finished sequence).
   void emit_all(const std::vector<ScheduledItem>& items);
   void finish(Sequence& seq, FinishReason reason, TokenEvent& ev);
@@ -112,6 +116,12 @@ class Engine final : public EngineService {
   std::vector<RunItem> run_items_;            // this step's batch
   std::vector<StepOutput> outputs_;           // per scheduled item
   std::vector<int> row_of_;                   // per scheduled item: its first logits row
+  // Fetch::Sample of this step: per output row, and the uniform drawn per scheduled item.
+  std::vector<SampleRow> sample_rows_;
+  std::vector<PenaltyEntry> penalties_;
+  std::vector<double> draw_u_;
+  bool use_drawn_u_ = false;                  // the host samples with draw_u_ (too many penalties)
+  ModelRunner::Sampling device_sampling_;
 
   // Inbox (any thread -> engine thread).
   mutable std::mutex mutex_;
@@ -134,6 +144,8 @@ class Engine final : public EngineService {
   uint64_t spec_draft_total_ = 0, spec_accepted_total_ = 0, spec_steps_total_ = 0;
   uint64_t steps_total_ = 0;
   double step_s_ = 0, forward_s_ = 0, sample_s_ = 0, draft_s_ = 0;
+  uint64_t device_sampled_total_ = 0, device_sample_fallbacks_total_ = 0;
+  bool sampled_on_device_ = false;            // this step's rows were drawn by Fetch::Sample
   uint64_t decode_steps_total_ = 0;  // steps without prefill chunks, and their phases
   double decode_step_s_ = 0, decode_forward_s_ = 0, decode_sample_s_ = 0, decode_draft_s_ = 0;
   struct LogMark {

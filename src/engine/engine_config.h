@@ -43,6 +43,10 @@ struct EngineConfig {
   bool decode_checkpoints = false;
   bool schedule_lpm = false;         // --schedule-policy lpm: longest cached prefix first
 
+  // Tokens drawn on the device (Kernels::sample_rows) on steps where every row is a plain draw;
+  // else the host samples every non-greedy row from fetched logits (--sampling-backend).
+  bool device_sampling = false;
+
   // Speculative decoding (MTP / NEXTN): 0 = off.
   int spec_num_steps = 0;
   // Decode batches of up to this many sequences replay a CUDA graph per batch size (GPU only).

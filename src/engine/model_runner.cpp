@@ -31,9 +31,12 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
   out_rows_ = p;
   const bool gpu = backend.device() != Device::Cpu;
   if (gpu) host_logits_store_ = backend.allocate_host(int64_t(limits.max_logit_rows) * vocab_ * 4);
-  argmax_host_ = backend.allocate_host(std::max(limits.max_logit_rows, 1) * 4);
-  if (gpu) argmax_dev_ = backend.allocate(std::max(limits.max_logit_rows, 1) * 4);
-  host_argmax_ = static_cast<const int32_t*>(argmax_host_.data());
+  tokens_host_ = backend.allocate_host(std::max(limits.max_logit_rows, 1) * 4);
+  if (gpu) tokens_dev_ = backend.allocate(std::max(limits.max_logit_rows, 1) * 4);
+  const std::size_t sample_bytes =
+      std::max(limits.max_logit_rows, 1) * sizeof(SampleRow) + kPenaltyCapacity * sizeof(PenaltyEntry);
+  sample_host_ = backend.allocate_host(sample_bytes);
+  if (gpu) sample_dev_ = backend.allocate(sample_bytes);
   commit_host_ = backend.allocate_host((4 * S + 1) * 4);
   ranks_.resize(static_cast<std::size_t>(ranks.size()));
   for (int i = 0; i < ranks.size(); ++i) {
@@ -174,6 +177,7 @@ Tensor ModelRunner::upload_ids(Rank& r) {
 }
 
 void ModelRunner::fetch_logits() {
+  host_tokens_ = nullptr;
   Rank& r = ranks_[0];
   if (r.backend->device() == Device::Cpu) {
     host_logits_ = static_cast<const float*>(r.logits_buf.data());
@@ -185,19 +189,62 @@ void ModelRunner::fetch_logits() {
 
 void ModelRunner::fetch_argmax() {
   host_logits_ = nullptr;
+  host_tokens_ = static_cast<const int32_t*>(tokens_host_.data());
   if (n_out_ == 0) return;
   Rank& r = ranks_[0];
   const Tensor logits = r.logits_buf.view(DType::F32, {n_out_, vocab_});
   if (r.backend->device() == Device::Cpu) {
-    r.backend->kernels().argmax_rows(logits, argmax_host_.view(DType::I32, {n_out_}));
+    r.backend->kernels().argmax_rows(logits, tokens_host_.view(DType::I32, {n_out_}));
   } else {
-    const Tensor dev = argmax_dev_.view(DType::I32, {n_out_});
+    const Tensor dev = tokens_dev_.view(DType::I32, {n_out_});
     r.backend->kernels().argmax_rows(logits, dev);
-    r.backend->copy_to_host(argmax_host_.data(), dev);
+    r.backend->copy_to_host(tokens_host_.data(), dev);
   }
 }
 
-void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* observer, Fetch fetch) {
+void ModelRunner::fetch_sampled(const Sampling& sampling) {
+  host_logits_ = nullptr;
+  host_tokens_ = static_cast<const int32_t*>(tokens_host_.data());
+  if (n_out_ == 0) return;
+  DS_CHECK(static_cast<int>(sampling.rows.size()) == n_out_, sampling.rows.size(), " sampling rows for ", n_out_,
+           " output rows");
+  const int64_t n_pen = static_cast<int64_t>(sampling.penalties.size());
+  DS_CHECK(n_pen <= kPenaltyCapacity, n_pen, " penalty entries > ", kPenaltyCapacity);
+  // Staging: rows then penalties, one copy to the device.
+  const std::size_t rows_bytes = std::size_t(n_out_) * sizeof(SampleRow);
+  const std::size_t pen_off = std::size_t(limits_.max_logit_rows > 0 ? limits_.max_logit_rows : 1) * sizeof(SampleRow);
+  char* h = static_cast<char*>(sample_host_.data());
+  std::memcpy(h, sampling.rows.data(), rows_bytes);
+  if (n_pen > 0) std::memcpy(h + pen_off, sampling.penalties.data(), std::size_t(n_pen) * sizeof(PenaltyEntry));
+  Rank& r = ranks_[0];
+  Backend& b = *r.backend;
+  Tensor logits = r.logits_buf.view(DType::F32, {n_out_, vocab_});
+  char* d = h;
+  if (b.device() != Device::Cpu) {
+    b.copy_to_device(sample_dev_.view(DType::I32, {int64_t(pen_off + std::size_t(n_pen) * sizeof(PenaltyEntry)) / 4}), h);
+    d = static_cast<char*>(sample_dev_.data());
+  }
+  const Tensor rows(d, DType::I32, {int64_t(rows_bytes / 4)}, b.device());
+  const Tensor pens(d + pen_off, DType::I32, {n_pen * 4}, b.device());
+  if (b.device() == Device::Cpu) {
+    b.kernels().sample_rows(logits, rows, pens, tokens_host_.view(DType::I32, {n_out_}));
+    return;
+  }
+  const Tensor dev = tokens_dev_.view(DType::I32, {n_out_});
+  b.kernels().sample_rows(logits, rows, pens, dev);
+  b.copy_to_host(tokens_host_.data(), dev);
+  // Rows the device could not bound: their (penalised) logits for the host sampler.
+  for (int i = 0; i < n_out_; ++i) {
+    if (host_tokens_[i] >= 0) continue;
+    float* dst = static_cast<float*>(host_logits_store_.data()) + int64_t(i) * vocab_;
+    b.copy_to_host(dst, logits.slice_rows(i, 1));
+    host_logits_ = static_cast<const float*>(host_logits_store_.data());
+  }
+}
+
+void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* observer, Fetch fetch,
+                      const Sampling* sampling) {
+  DS_CHECK(fetch != Fetch::Sample || sampling != nullptr, "Fetch::Sample without sampling settings");
   build(items);
   group_.run([&](int rank) {
     Rank& r = ranks_[rank];
@@ -214,6 +261,7 @@ void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* obser
     if (observer != nullptr || !run_graph(r, items, a)) r.model->forward(a);
   });
   if (fetch == Fetch::Argmax) fetch_argmax();
+  else if (fetch == Fetch::Sample) fetch_sampled(*sampling);
   else fetch_logits();
   mtp_last_ = -1;
 }
@@ -258,6 +306,7 @@ void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::
     a.ids = upload_ids(r);
     r.model->forward_mtp(a);
   });
+  DS_CHECK(fetch != Fetch::Sample, "run_mtp samples greedily (Fetch::Argmax) or returns logits");
   if (fetch == Fetch::Argmax) fetch_argmax();
   else fetch_logits();
   mtp_last_ = out_which;

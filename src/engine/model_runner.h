@@ -53,21 +53,30 @@ class ModelRunner {
  public:
   ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimits& limits);
 
-  // What run() brings back to the host: every output row's logits, or only each row's argmax,
-  // computed on the device (the engine's steps where every request samples greedily: one int
-  // per row crosses instead of a 248k-float row).
-  enum class Fetch : uint8_t { Logits, Argmax };
+  // What run() brings back to the host: every output row's logits, or one token per row picked
+  // on the device: each row's argmax (Fetch::Argmax), or a draw under each row's SampleRow and
+  // penalties (Fetch::Sample, Kernels::sample_rows). One int per row crosses instead of a
+  // 248k-float row.
+  enum class Fetch : uint8_t { Logits, Argmax, Sample };
+  struct Sampling {
+    std::span<const SampleRow> rows;          // [n output rows]
+    std::span<const PenaltyEntry> penalties;  // at most penalty_capacity()
+  };
+  // Penalty entries one Fetch::Sample run can take (more: sample on the host).
+  static constexpr int64_t kPenaltyCapacity = int64_t(1) << 18;
 
-  // Runs the model. After it returns, logits(i) (or with Fetch::Argmax, argmax(i)) is the i-th
-  // output row (items in order; each item contributes its last token, or all its tokens with
+  // Runs the model. After it returns, logits(i) (or with Fetch::Argmax / Sample, token(i)) is the
+  // i-th output row (items in order; each item contributes its last token, or all its tokens with
   // logits_all, or none with no_logits). With limits.mtp, the final-normed hidden of every fed
-  // token is kept for run_mtp.
-  void run(std::span<const RunItem> items, const LayerObserver* observer = nullptr, Fetch fetch = Fetch::Logits);
-  int32_t argmax(int row) const { return host_argmax_[row]; }
+  // token is kept for run_mtp. Fetch::Sample: token(i) == -1 means the device could not bound that
+  // row's kept set; logits(i) then holds the row with the penalties applied, for the host.
+  void run(std::span<const RunItem> items, const LayerObserver* observer = nullptr, Fetch fetch = Fetch::Logits,
+           const Sampling* sampling = nullptr);
+  int32_t token(int row) const { return host_tokens_[row]; }
 
   // The MTP head (NEXTN) over a batch whose ids are the next tokens: batch row r takes hidden row
   // hidden_rows[r] of the last run() (from = Main) or of the last run_mtp() (from = Mtp). Output
-  // rows as in run() (Fetch::Argmax: argmax(i) instead of logits(i)); its hidden states are kept
+  // rows as in run() (Fetch::Argmax: token(i) instead of logits(i)); its hidden states are kept
   // for the next run_mtp(.., Mtp, ..).
   enum class HiddenFrom : uint8_t { Main, Mtp };
   void run_mtp(std::span<const RunItem> items, HiddenFrom from, std::span<const int32_t> hidden_rows,
@@ -81,6 +90,7 @@ class ModelRunner {
   int n_output_rows() const { return n_out_; }
   const float* logits(int row) const {
     DS_CHECK(host_logits_ != nullptr, "logits() after a Fetch::Argmax run");
+    DS_CHECK(host_tokens_ == nullptr || host_tokens_[row] < 0, "logits() of a row sampled on the device");
     return host_logits_ + int64_t(row) * vocab_;
   }
   int64_t vocab() const { return vocab_; }
@@ -122,6 +132,7 @@ class ModelRunner {
   Tensor upload_ids(Rank& r);
   void fetch_logits();
   void fetch_argmax();
+  void fetch_sampled(const Sampling& sampling);
   // Runs the forward of a plain decode batch (one token and its logits per sequence) from the
   // graph captured for its size, capturing it on the second batch of that size. False when the
   // batch has to run eagerly.
@@ -142,9 +153,12 @@ class ModelRunner {
   int64_t n_meta_i32_ = 0;           // elements of the contiguous prefix
   DeviceBuffer host_logits_store_;   // GPU backends: page-locked host copy of rank 0's logits
   const float* host_logits_ = nullptr;
-  DeviceBuffer argmax_dev_;          // [max_logit_rows] i32 on rank 0's device (GPU backends)
-  DeviceBuffer argmax_host_;         // [max_logit_rows] i32, host
-  const int32_t* host_argmax_ = nullptr;
+  DeviceBuffer tokens_dev_;          // [max_logit_rows] i32 on rank 0's device (GPU backends)
+  DeviceBuffer tokens_host_;         // [max_logit_rows] i32, host
+  const int32_t* host_tokens_ = nullptr;  // set after a Fetch::Argmax / Sample run
+  // Fetch::Sample staging: SampleRow [max_logit_rows] | PenaltyEntry [kPenaltyCapacity], host
+  // (page-locked) and rank 0's device.
+  DeviceBuffer sample_host_, sample_dev_;
   BatchMeta meta_;                   // host fields of the current batch
   int n_out_ = 0;
   int mtp_last_ = -1;                // where the last run_mtp wrote: 0 mtp_out, 1/2 chain[0/1]

@@ -62,6 +62,8 @@ EngineStats sum_stats(const std::vector<EngineStats>& parts) {
     t.spec_accepted_tokens_total += s.spec_accepted_tokens_total;
     t.spec_verify_steps_total += s.spec_verify_steps_total;
     t.preemptions_total += s.preemptions_total;
+    t.device_sampled_total += s.device_sampled_total;
+    t.device_sample_fallbacks_total += s.device_sample_fallbacks_total;
     t.prompt_tokens_cached_total += s.prompt_tokens_cached_total;
     t.cached_blocks += s.cached_blocks;
     t.cached_checkpoints += s.cached_checkpoints;
@@ -71,6 +73,11 @@ EngineStats sum_stats(const std::vector<EngineStats>& parts) {
     t.forward_seconds += s.forward_seconds;
     t.sample_seconds += s.sample_seconds;
     t.draft_seconds += s.draft_seconds;
+    t.decode_steps_total += s.decode_steps_total;
+    t.decode_step_seconds += s.decode_step_seconds;
+    t.decode_forward_seconds += s.decode_forward_seconds;
+    t.decode_sample_seconds += s.decode_sample_seconds;
+    t.decode_draft_seconds += s.decode_draft_seconds;
   }
   return t;
 }

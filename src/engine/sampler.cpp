@@ -7,29 +7,38 @@
 
 namespace deltaserve {
 
+void Sampler::penalty_entries(const SamplingParams& p, std::span<const int32_t> prompt,
+                              std::span<const int32_t> generated, int32_t row, std::vector<PenaltyEntry>& out) {
+  const bool rep = p.repetition_penalty != 1.0f;
+  if (!rep && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) return;
+  // OpenAI: over generated tokens, logit -= frequency * count + presence (count > 0). vLLM/HF
+  // (first): over prompt and generated tokens, divide positive logits, multiply negative ones.
+  gen_sorted_.assign(generated.begin(), generated.end());
+  std::sort(gen_sorted_.begin(), gen_sorted_.end());
+  sorted_.assign(gen_sorted_.begin(), gen_sorted_.end());
+  if (rep) {
+    sorted_.insert(sorted_.end(), prompt.begin(), prompt.end());
+    std::sort(sorted_.begin(), sorted_.end());
+  }
+  sorted_.erase(std::unique(sorted_.begin(), sorted_.end()), sorted_.end());
+  size_t g = 0;
+  for (int32_t t : sorted_) {
+    size_t n = 0;
+    while (g < gen_sorted_.size() && gen_sorted_[g] < t) ++g;
+    while (g < gen_sorted_.size() && gen_sorted_[g] == t) ++g, ++n;
+    const float sub = n > 0 ? p.frequency_penalty * float(n) + p.presence_penalty : 0.0f;
+    if (rep || sub != 0.0f) out.push_back(PenaltyEntry{row, t, p.repetition_penalty, sub});
+  }
+}
+
 void Sampler::apply_penalties(const SamplingParams& p, std::span<const int32_t> prompt,
                               std::span<const int32_t> generated) {
-  if (p.repetition_penalty != 1.0f) {
-    // vLLM/HF: over prompt and generated tokens, divide positive logits, multiply negative ones.
-    sorted_.assign(prompt.begin(), prompt.end());
-    sorted_.insert(sorted_.end(), generated.begin(), generated.end());
-    std::sort(sorted_.begin(), sorted_.end());
-    sorted_.erase(std::unique(sorted_.begin(), sorted_.end()), sorted_.end());
-    for (int32_t t : sorted_) {
-      float& l = work_[t];
-      l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
-    }
-  }
-  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-    // OpenAI: over generated tokens, logit -= frequency * count + presence * (count > 0).
-    sorted_.assign(generated.begin(), generated.end());
-    std::sort(sorted_.begin(), sorted_.end());
-    for (size_t i = 0; i < sorted_.size();) {
-      size_t j = i;
-      while (j < sorted_.size() && sorted_[j] == sorted_[i]) ++j;
-      work_[sorted_[i]] -= p.frequency_penalty * float(j - i) + p.presence_penalty;
-      i = j;
-    }
+  pen_.clear();
+  penalty_entries(p, prompt, generated, 0, pen_);
+  for (const PenaltyEntry& e : pen_) {
+    float& l = work_[e.token];
+    if (e.rep != 1.0f) l = l > 0 ? l / e.rep : l * e.rep;
+    l -= e.sub;
   }
 }
 
@@ -177,7 +186,12 @@ void Sampler::fill_logprobs(const float* logits, int32_t token, int top_n, Token
 
 int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<const int32_t> prompt,
                         std::span<const int32_t> generated, std::mt19937_64& rng, TokenLogprob* lp) {
-  const bool greedy = p.greedy();
+  const double u = p.greedy() ? 0.0 : std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+  return sample_u(logits, p, prompt, generated, u, lp);
+}
+
+int32_t Sampler::sample_u(const float* logits, const SamplingParams& p, std::span<const int32_t> prompt,
+                          std::span<const int32_t> generated, double u, TokenLogprob* lp) {
   const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   int32_t token;
   const float* src = logits;  // the raw row unless penalties change it (no 1 MB copy per row)
@@ -186,16 +200,17 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<
     apply_penalties(p, prompt, generated);
     src = work_.data();
   }
-  if (greedy) {
+  if (p.greedy()) {
     token = static_cast<int32_t>(std::max_element(src, src + vocab_) - src);
   } else {
+    // Inverse CDF in token-id order over the kept set (Kernels::sample_rows draws the same way).
     candidates(src, p);
-    std::uniform_real_distribution<double> u(0.0, 1.0);
-    double r = u(rng), cum = 0;
+    std::sort(cand_.begin(), cand_.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    double cum = 0;
     token = cand_.back().second;
     for (const auto& c : cand_) {
       cum += c.first;
-      if (r < cum) {
+      if (u < cum) {
         token = c.second;
         break;
       }

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/kernels.h"
 #include "engine/events.h"
 #include "engine/sampling_params.h"
 #include "engine/token_constraint.h"
@@ -31,6 +32,14 @@ class Sampler {
   // the top alternatives (log-softmax of the raw logits, as vLLM reports by default).
   int32_t sample(const float* logits, const SamplingParams& p, std::span<const int32_t> prompt,
                  std::span<const int32_t> generated, std::mt19937_64& rng, TokenLogprob* lp);
+
+  // sample() with the uniform draw given (u in [0, 1); ignored when greedy): the token
+  // Kernels::sample_rows picks for the same row, settings and u, up to rounding at the edges.
+  int32_t sample_u(const float* logits, const SamplingParams& p, std::span<const int32_t> prompt,
+                   std::span<const int32_t> generated, double u, TokenLogprob* lp);
+  // The penalties of p over prompt/generated as Kernels::sample_rows entries of `row`, appended to out.
+  void penalty_entries(const SamplingParams& p, std::span<const int32_t> prompt, std::span<const int32_t> generated,
+                       int32_t row, std::vector<PenaltyEntry>& out);
 
   // Logprob of `token` under the raw logits plus the top_n alternatives.
   void logprobs(const float* logits, int32_t token, int top_n, TokenLogprob* lp) {
@@ -62,7 +71,8 @@ class Sampler {
   std::vector<float> work_;                     // [vocab] processed logits
   std::vector<float> constrained_;              // [vocab] a constrained row
   std::vector<std::pair<float, int32_t>> cand_; // (prob, token)
-  std::vector<int32_t> sorted_;
+  std::vector<int32_t> sorted_, gen_sorted_;
+  std::vector<PenaltyEntry> pen_;
 };
 
 }  // namespace deltaserve

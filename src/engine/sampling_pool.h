@@ -18,6 +18,8 @@ class SamplingPool {
   SamplingPool(int n_threads, int64_t vocab) : pool_(n_threads), probs_(static_cast<size_t>(n_threads)) {
     for (int i = 0; i < n_threads; ++i) samplers_.push_back(std::make_unique<Sampler>(vocab));
   }
+  // A sampler for work on the calling thread (not during for_each).
+  Sampler& first() { return *samplers_[0]; }
   // fn(sampler, probs, i) for i in [0, n); i's of different shares run in parallel.
   template <typename Fn>
   void for_each(int n, Fn&& fn) {

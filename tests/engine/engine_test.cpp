@@ -185,6 +185,59 @@ TEST(Engine, SeededSamplingIsReproducibleWithAndWithoutSpeculation) {
   }
 }
 
+// Sampling on the device (Kernels::sample_rows through ModelRunner's Fetch::Sample; here the CPU
+// kernel) draws the same tokens as the host sampler for every seeded request: temperature alone,
+// top-k + top-p, min-p with all three penalties, greedy with a repetition penalty, and a request
+// with logprobs beside them (its steps fall back to host sampling for the whole batch).
+TEST(Engine, DeviceSamplingDrawsWhatTheHostSamplerDraws) {
+  Fixture fx(source_dir() / "models/tiny-coder");
+  std::vector<int32_t> prompt(fx.cases()[0].tokens.begin(), fx.cases()[0].tokens.begin() + fx.cases()[0].prompt_len);
+  auto run = [&](bool device, bool with_logprobs, EngineStats* stats) {
+    EngineConfig c = small_engine_config();
+    c.max_waiting_requests = 64;
+    c.device_sampling = device;
+    auto e = Engine::create(c);
+    EXPECT_TRUE(e.is_ok()) << e.status().message();
+    (*e)->start();
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < (with_logprobs ? 5 : 4); ++i) {
+      GenerateRequest r;
+      r.id = (*e)->next_request_id();
+      r.prompt = prompt;
+      r.prompt.resize(prompt.size() - static_cast<size_t>(i));  // different lengths
+      SamplingParams& p = r.sampling;
+      p.max_tokens = 24;
+      p.ignore_eos = true;
+      p.seed = 100 + i;
+      if (i == 0) p.temperature = 1.0f;
+      if (i == 1) p.temperature = 0.7f, p.top_k = 20, p.top_p = 0.9f;
+      if (i == 2) p.temperature = 0.9f, p.min_p = 0.05f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.3f,
+                  p.repetition_penalty = 1.15f;
+      if (i == 3) p.temperature = 0.0f, p.repetition_penalty = 1.3f;
+      if (i == 4) p.temperature = 0.8f, p.top_logprobs = 2;
+      streams.push_back((*e)->submit(std::move(r)));
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (auto& s : streams) out.push_back(collect(*s).tokens);
+    expect_idle(**e);  // the step that finished the last request has published its counters
+    *stats = (*e)->stats();
+    return out;
+  };
+  for (bool with_logprobs : {false, true}) {
+    EngineStats host_stats, dev_stats;
+    const auto host = run(false, with_logprobs, &host_stats);
+    const auto dev = run(true, with_logprobs, &dev_stats);
+    ASSERT_EQ(host.size(), dev.size());
+    for (size_t i = 0; i < host.size(); ++i) {
+      EXPECT_EQ(host[i].size(), 24u);
+      EXPECT_EQ(dev[i], host[i]) << "request " << i << (with_logprobs ? " (logprobs beside)" : "");
+    }
+    EXPECT_EQ(host_stats.device_sampled_total, 0u);
+    if (!with_logprobs) EXPECT_GE(dev_stats.device_sampled_total, 4u * 24u);
+    EXPECT_EQ(dev_stats.device_sample_fallbacks_total, 0u);
+  }
+}
+
 TEST(Engine, PreemptionUnderKvPressureKeepsOutputsExact) {
   Fixture fx(source_dir() / "models/tiny-coder");
   std::vector<std::vector<int32_t>> prompts;

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <random>
 
+#include "backend/cpu/cpu_backend.h"
 #include "engine/sampler.h"
+#include "../ops/sample_reference.h"
 
 namespace deltaserve {
 namespace {
@@ -172,6 +174,111 @@ TEST(Sampler, GreedyAndTopLogprobs) {
   penalised[tok] = penalised[tok] > 0 ? penalised[tok] / 1e6f : penalised[tok] * 1e6f;
   EXPECT_EQ(again, std::max_element(penalised.begin(), penalised.end()) - penalised.begin());
   EXPECT_NE(again, tok);
+}
+
+
+// Penalty entries: HF/vLLM repetition over prompt + output, OpenAI frequency/presence over output.
+TEST(Sampler, PenaltyEntriesFollowTheHfAndOpenAiRules) {
+  Sampler sampler(100);
+  SamplingParams p;
+  p.repetition_penalty = 1.2f;
+  p.frequency_penalty = 0.5f;
+  p.presence_penalty = 0.25f;
+  const int32_t prompt[] = {1, 2, 1};
+  const int32_t gen[] = {3, 2, 3};
+  std::vector<PenaltyEntry> e;
+  sampler.penalty_entries(p, prompt, gen, 7, e);
+  ASSERT_EQ(e.size(), 3u);
+  const float subs[] = {0.0f, 0.5f * 1 + 0.25f, 0.5f * 2 + 0.25f};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(e[i].row, 7);
+    EXPECT_EQ(e[i].token, i + 1);
+    EXPECT_EQ(e[i].rep, 1.2f);
+    EXPECT_FLOAT_EQ(e[i].sub, subs[i]) << i;
+  }
+  // Without a repetition penalty the prompt does not count.
+  p.repetition_penalty = 1.0f;
+  e.clear();
+  sampler.penalty_entries(p, prompt, gen, 0, e);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].token, 2);
+  EXPECT_EQ(e[1].token, 3);
+  // No penalties, no entries.
+  e.clear();
+  sampler.penalty_entries(SamplingParams{}, prompt, gen, 0, e);
+  EXPECT_TRUE(e.empty());
+}
+
+// The host sampler, given the uniform, draws the token Kernels::sample_rows draws (CPU kernel,
+// the device kernel's reference) for the same row, settings and penalties: one semantics for both
+// places. Draws within 2e-6 of a boundary of the reference CDF are not compared (rounding).
+TEST(Sampler, SampleWithUniformMatchesTheSampleRowsKernel) {
+  const int64_t V = 3000, R = 4;
+  ThreadPool pool(1);
+  CpuKernels kernels(pool);
+  Sampler sampler(V);
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> unif(0.0, 1.0);
+  struct Case {
+    float t, top_p, min_p, rep, freq, pres;
+    int top_k;
+  };
+  const Case cases[] = {{0.8f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, -1}, {0.6f, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, 20},
+                        {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, -1}, {0.7f, 1.0f, 0.05f, 1.0f, 0.0f, 0.0f, -1},
+                        {1.2f, 0.8f, 0.02f, 1.1f, 0.3f, 0.5f, 50}, {0.0f, 1.0f, 0.0f, 1.3f, 0.0f, 0.0f, -1},
+                        {0.9f, 1.0f, 0.0f, 1.0f, 0.0f, 1.5f, 1000}, {1.0f, 0.5f, 0.0f, 1.05f, 0.2f, 0.0f, 5}};
+  int compared = 0, skipped = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<float> x(R * V);
+    std::vector<SampleRow> rows(R);
+    std::vector<SamplingParams> params(R);
+    std::vector<std::vector<int32_t>> prompts(R), gens(R);
+    std::vector<double> us(R);
+    std::vector<PenaltyEntry> pen;
+    for (int r = 0; r < R; ++r) {
+      const Case& c = cases[(trial * R + r) % std::size(cases)];
+      auto l = random_logits(rng, V, trial % 3 == 0 ? 0.5f : trial % 3 == 1 ? 2.0f : 6.0f);
+      std::copy(l.begin(), l.end(), x.begin() + r * V);
+      SamplingParams& p = params[r];
+      p.temperature = c.t;
+      p.top_k = c.top_k;
+      p.top_p = c.top_p;
+      p.min_p = c.min_p;
+      p.repetition_penalty = c.rep;
+      p.frequency_penalty = c.freq;
+      p.presence_penalty = c.pres;
+      std::uniform_int_distribution<int32_t> tok(0, int32_t(V - 1));
+      for (int i = 0; i < 40; ++i) prompts[r].push_back(tok(rng));
+      for (int i = 0; i < 25; ++i) gens[r].push_back(i % 3 == 0 ? prompts[r][i] : tok(rng));
+      us[r] = unif(rng);
+      if (!p.greedy()) {
+        rows[r].inv_temperature = 1.0f / p.temperature;
+        rows[r].top_k = p.top_k;
+        rows[r].top_p = p.top_p;
+        rows[r].min_p = p.min_p;
+        rows[r].u = static_cast<float>(us[r]);
+      }
+      sampler.penalty_entries(p, prompts[r], gens[r], r, pen);
+    }
+    std::vector<float> penalised = x;
+    std::vector<int32_t> out(R, -7);
+    kernels.sample_rows(Tensor(penalised.data(), DType::F32, {R, V}), Tensor(rows.data(), DType::I32, {R * 6}),
+                        Tensor(pen.data(), DType::I32, {int64_t(pen.size()) * 4}), Tensor(out.data(), DType::I32, {R}));
+    for (int r = 0; r < R; ++r) {
+      const int32_t host = sampler.sample_u(x.data() + r * V, params[r], prompts[r], gens[r], us[r], nullptr);
+      bool fragile = false;
+      const auto dist = deltaserve::test::reference_distribution(penalised.data() + r * V, V, rows[r], &fragile);
+      const auto want = deltaserve::test::reference_draw(dist, rows[r].inv_temperature == 0.f ? 0.0 : double(rows[r].u));
+      if (fragile || (rows[r].inv_temperature != 0.f && want.margin < 2e-6)) {
+        ++skipped;
+        continue;
+      }
+      ++compared;
+      EXPECT_EQ(out[r], want.token) << "trial " << trial << " row " << r;
+      EXPECT_EQ(host, want.token) << "trial " << trial << " row " << r;
+    }
+  }
+  EXPECT_GT(compared, 150) << skipped << " skipped";
 }
 
 }  // namespace

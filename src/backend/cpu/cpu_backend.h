@@ -24,6 +24,7 @@ class CpuKernels final : public Kernels {
                        const BatchMeta& meta, Tensor out) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) override;
   void argmax_rows(const Tensor& x, Tensor out) override;
+  void sample_rows(Tensor logits, const Tensor& rows, const Tensor& penalties, Tensor out) override;
   void gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta& commit) override;
 
  private:

@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kv.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_launch.h"
 
 namespace deltaserve::cuda {
@@ -246,6 +247,7 @@ __global__ void attn_kernel(AttnArgs a) {
 
 // One block per (token, head): out = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s, then the gate.
 __global__ void attn_combine_kernel(AttnArgs a) {
+  pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
   const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim, nh = a.n_heads, ns = a.n_split;
   const int64_t base = (int64_t(t) * nh + h) * ns;
   float M = -INFINITY;

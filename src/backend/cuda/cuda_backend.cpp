@@ -50,6 +50,7 @@ class CudaKernels final : public Kernels {
                        const BatchMeta& meta, Tensor out) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) override;
   void argmax_rows(const Tensor& x, Tensor out) override;
+  void sample_rows(Tensor logits, const Tensor& rows, const Tensor& penalties, Tensor out) override;
   void gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta& commit) override;
 
   void set_timing(bool on) { timing_ = on; }
@@ -551,6 +552,17 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
 void CudaKernels::argmax_rows(const Tensor& x, Tensor out) {
   DS_CHECK(out.numel() >= x.rows() && out.dtype == DType::I32 && x.dtype == DType::F32, "argmax_rows shapes");
   timed("argmax_rows", [&] { cuda::launch_argmax_rows(x.f32(), x.rows(), x.cols(), out.i32(), stream()); });
+}
+
+void CudaKernels::sample_rows(Tensor logits, const Tensor& rows, const Tensor& penalties, Tensor out) {
+  const int64_t R = logits.rows();
+  DS_CHECK(logits.dtype == DType::F32 && out.dtype == DType::I32 && out.numel() >= R &&
+               rows.nbytes() >= static_cast<std::size_t>(R) * sizeof(SampleRow) && logits.cols() < (int64_t(1) << 31),
+           "sample_rows shapes");
+  const int n_pen = static_cast<int>(penalties.nbytes() / sizeof(PenaltyEntry));
+  timed("sample_rows", [&] {
+    cuda::launch_sample_rows(logits.f32(), R, logits.cols(), rows.data, penalties.data, n_pen, out.i32(), stream());
+  });
 }
 
 void CudaKernels::gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) {

@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_decode_out.cuh"
 #include "backend/cuda/cuda_kv.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_launch.h"
 
 namespace deltaserve::cuda {
@@ -72,6 +73,7 @@ __device__ __forceinline__ void load_words(const KvStorage<KV>* p, uint32_t (&w)
 // Static shared memory: the 4 warps' (m, l) [kWarps][G][2] and o [kWarps][G][HD].
 template <int HD, int G, KvType KV, int KB, int MINB>
 __global__ void __launch_bounds__(32 * kWarps, MINB) decode_attn_kernel(AttnArgs a) {
+  pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
   using St = KvStorage<KV>;
   constexpr int E = HD / 32;
   constexpr int NW = slice_words<KV, E>();

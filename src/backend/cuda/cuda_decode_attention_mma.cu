@@ -35,6 +35,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_decode_out.cuh"
 #include "backend/cuda/cuda_kv.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/cuda_mma.cuh"
 
@@ -69,6 +70,7 @@ __device__ __forceinline__ uint32_t hi_lo_bf16(float x0, float x1, uint32_t* lo)
 
 template <int HD, KvType KV, int BN, int STAGES>
 __global__ void __launch_bounds__(32 * kMaxWarps, 1) decode_mma_kernel(AttnArgs a) {
+  pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
   using St = KvStorage<KV>;
   constexpr bool kRaw = KV != KvType::BF16;  // fp8: raw tiles, widened into one bf16 tile
   constexpr int LD = HD + 8;                 // padded bf16 row (16 bytes of skew)

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_launch.h"
 
 namespace deltaserve::cuda {
@@ -520,6 +521,7 @@ __global__ void __launch_bounds__(128, 2) delta_chunked_kernel(GdnArgs a, int64_
 }
 
 __global__ void gated_norm_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
+  pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
   const int t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   const int Dv = a.Dv;

@@ -41,6 +41,10 @@ void launch_embed(const void* table, bool table_bf16, int64_t first_row, int64_t
                   const int32_t* ids, int64_t n, float* out, cudaStream_t s);
 // out[r] = first index of the largest value of row r. x [rows, v].
 void launch_argmax_rows(const float* x, int64_t rows, int64_t v, int32_t* out, cudaStream_t s);
+// ---- cuda_sample.cu ------------------------------------------------------------------------------
+// Kernels::sample_rows: settings [rows] deltaserve::SampleRow, penalties [n] PenaltyEntry (device).
+void launch_sample_rows(float* logits, int64_t rows, int64_t v, const void* settings, const void* penalties,
+                        int n_penalties, int32_t* out, cudaStream_t s);
 void launch_rms_norm(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* out,
                      int64_t out_stride, cudaStream_t s);
 void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, cudaStream_t s);

@@ -24,6 +24,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_launch.h"
+#include "backend/cuda/cuda_pdl.cuh"
 
 namespace deltaserve::cuda {
 
@@ -76,6 +77,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const float* __restrict_
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[t][r] = 0.f;
 
+  pdl_trigger();
+  bool waited = false;  // pdl_wait() once the first weights are on their way (x comes after)
   for (int64_t c0 = threadIdx.x; c0 < chunks; c0 += int64_t(kThreads) * U) {
     uint4 wv[U][R];
 #pragma unroll
@@ -84,6 +87,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const float* __restrict_
 #pragma unroll
       for (int r = 0; r < R; ++r)
         wv[u][r] = c < chunks ? load_stream(wr[r] + c * 8) : make_uint4(0, 0, 0, 0);
+    }
+    if (!waited) {
+      pdl_wait();
+      waited = true;
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -100,6 +107,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const float* __restrict_
       }
     }
   }
+  if (!waited) pdl_wait();
 
 #pragma unroll
   for (int t = 0; t < MAXT; ++t) {
@@ -126,11 +134,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const float* __restrict_
 }
 
 template <int MAXT, int R, int U>
-void run(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out, bool accumulate,
+void run(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out, bool accumulate, bool pdl,
          cudaStream_t s) {
   const unsigned blocks = static_cast<unsigned>((N + R - 1) / R);
-  gemv_kernel<MAXT, R, U><<<blocks, kThreads, 0, s>>>(x, T, K, w, N, out, accumulate);
-  DS_CUDA_LAUNCH_CHECK();
+  launch_pdl(pdl, gemv_kernel<MAXT, R, U>, dim3(blocks), dim3(kThreads), 0, s, x, T, K, w, N, out, accumulate);
 }
 
 // ---- 2 <= T <= 8: tensor cores -----------------------------------------------------------------
@@ -210,9 +217,11 @@ __global__ void __launch_bounds__(kTcThreads, MINB)
       b[0] = b[1] = b[2] = b[3] = make_uint4(0, 0, 0, 0);
     }
   };
+  pdl_trigger();
   uint4 buf[D][4];
 #pragma unroll
   for (int d = 0; d < D; ++d) load_step(buf[d], pa, pb, active, kb + 64 * d, ke);
+  pdl_wait();  // x, out and the split workspace only from here
 
   while (true) {
     const int steps = (ke - kb + 63) >> 6;
@@ -349,12 +358,11 @@ const TcWorkspace* tc_workspace(int device, cudaStream_t s) {
 
 template <int D, int MINB>
 struct TcKernel {
-  static void launch(unsigned grid, int smem, cudaStream_t s, const float* x, int T, int K, const uint16_t* w, int N,
-                     float* out, bool accumulate, int Ks, int S, int tiles, int units, float* part,
-                     unsigned* counters) {
-    gemv_tc_kernel<D, MINB><<<grid, kTcThreads, smem, s>>>(x, T, K, w, N, out, accumulate, Ks, S, tiles, units,
-                                                            part, counters);
-    DS_CUDA_LAUNCH_CHECK();
+  static void launch(unsigned grid, int smem, bool pdl, cudaStream_t s, const float* x, int T, int K,
+                     const uint16_t* w, int N, float* out, bool accumulate, int Ks, int S, int tiles, int units,
+                     float* part, unsigned* counters) {
+    launch_pdl(pdl, gemv_tc_kernel<D, MINB>, dim3(grid), dim3(kTcThreads), size_t(smem), s, x, T, K, w, N, out,
+               accumulate, Ks, S, tiles, units, part, counters);
   }
   // Resident blocks per SM (with the largest staging area), per device.
   static int blocks_per_sm(int device) {
@@ -373,6 +381,22 @@ struct TcKernel {
   }
 };
 
+
+// Programmatic dependent launch for the GEMVs: CudaOptions::pdl on a device of compute capability 9+.
+bool pdl_enabled(const CudaOptions& o, int device) {
+  if (!o.pdl) return false;
+  static std::mutex mu;
+  static std::map<int, bool> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    major = 0;
+  }
+  return cache[device] = major >= 9;
+}
 
 // Tuning (environment, read per call; for measurements and tests):
 //   DELTASERVE_GEMV_TC=0        CUDA-core GEMV for all T (no tensor-core path)
@@ -421,7 +445,7 @@ bool run_tc_with(const float* x, int T, int64_t K64, const uint16_t* w, int64_t 
   if (units > (int64_t(1) << 30)) return false;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(units, G));
   const int smem = T * std::min(KP, (best_Ks + step - 1) / step * step) * 4;
-  TcKernel<D, MINB>::launch(grid, smem, s, x, T, K, w, N, out, accumulate, best_Ks, best_S, tiles,
+  TcKernel<D, MINB>::launch(grid, smem, pdl_enabled(o, device), s, x, T, K, w, N, out, accumulate, best_Ks, best_S, tiles,
                             static_cast<int>(units), ws ? ws->part : nullptr, ws ? ws->counters : nullptr);
   return true;
 }
@@ -431,6 +455,8 @@ bool run_tc(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, floa
   if (T < 2 || T > 8 || K % 16 != 0 || K < 16 || N < 1) return false;
   if (K > (int64_t(1) << 30) || N > (int64_t(1) << 27)) return false;
   if (!o.gemv_tensor_cores) return false;
+  // A ring of 2 steps per lane, 3 blocks per SM. (Deeper rings at 2 blocks per SM, 3 or 4 steps,
+  // measured slower on the H200: 4-token verification 19.8 vs 18.5 ms.)
   return run_tc_with<2, 3>(x, T, K, w, N, out, accumulate, o, s);
 }
 
@@ -454,13 +480,16 @@ bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N,
                  bool accumulate, const CudaOptions& o, cudaStream_t s) {
   if (T < 1 || T > kGemvMaxRows || K % 8 != 0 || N < 1) return false;
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0) return false;
-  if (T == 1) run<1, 4, 2>(x, T, K, w, N, out, accumulate, s);
+  int device = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&device));
+  const bool pdl = pdl_enabled(o, device);
+  if (T == 1) run<1, 4, 2>(x, T, K, w, N, out, accumulate, pdl, s);
   else if (run_tc(x, T, K, w, N, out, accumulate, o, s)) return true;
-  else if (T == 2) run<2, 4, 2>(x, T, K, w, N, out, accumulate, s);
+  else if (T == 2) run<2, 4, 2>(x, T, K, w, N, out, accumulate, pdl, s);
   // (R = 8 for T = 3..8, to halve the x re-reads, measured slower on the H200: 22.9 vs 21.6 ms for
   // the 27B 4-token verification forward.)
-  else if (T <= 4) run<4, 4, 2>(x, T, K, w, N, out, accumulate, s);
-  else run<8, 4, 2>(x, T, K, w, N, out, accumulate, s);
+  else if (T <= 4) run<4, 4, 2>(x, T, K, w, N, out, accumulate, pdl, s);
+  else run<8, 4, 2>(x, T, K, w, N, out, accumulate, pdl, s);
   return true;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_launch.h"
 
 namespace deltaserve::cuda {
@@ -56,6 +57,7 @@ __global__ void embed_kernel(const void* table, bool bf16, int64_t first_row, in
 
 __global__ void rms_norm_kernel(const float* x, int64_t d, const float* w, float eps, float* out,
                                 int64_t out_stride) {
+  pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
   __shared__ float red[32];
   const float* xr = x + int64_t(blockIdx.x) * d;
   float* o = out + int64_t(blockIdx.x) * out_stride;
@@ -67,6 +69,7 @@ __global__ void rms_norm_kernel(const float* x, int64_t d, const float* w, float
 }
 
 __global__ void silu_mul_kernel(const float* gu, int64_t rows, int64_t inter, float* out) {
+  pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
   const int64_t n = rows * inter;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / inter, c = i - r * inter;

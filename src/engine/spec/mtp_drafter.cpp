@@ -77,7 +77,7 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
   for (Sequence* s : drafting_) store_.begin(*s);
   if (on_device) {
     for (size_t i = 0; i < drafting_.size(); ++i)
-      if (budget(*drafting_[i]) > 0) store_.push(*drafting_[i], runner_.argmax(static_cast<int>(i)));
+      if (budget(*drafting_[i]) > 0) store_.push(*drafting_[i], runner_.token(static_cast<int>(i)));
   } else {
     pool_.for_each(static_cast<int>(drafting_.size()), [&](Sampler& sampler, std::vector<float>&, int i) {
       Sequence& s = *drafting_[i];
@@ -113,7 +113,7 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
     }
     runner_.run_mtp(items_, ModelRunner::HiddenFrom::Mtp, chain_rows_, fetch);
     if (on_device) {
-      for (int i = 0; i < n; ++i) store_.push(*chain_[i], runner_.argmax(i));
+      for (int i = 0; i < n; ++i) store_.push(*chain_[i], runner_.token(i));
     } else {
       pool_.for_each(n, [&](Sampler& sampler, std::vector<float>&, int i) {
         add_draft(*chain_[i], runner_.logits(i), sampler);

@@ -1,0 +1,377 @@
+// Sampling on the device (Kernels::sample_rows): penalties in place, then one block per row picks
+// the row's token from its logits [V] without any of them leaving the GPU.
+//
+// Per row (1024 threads):
+//   1. m = max of s = logit * inv_temperature (greedy rows: argmax, lowest id on ties).
+//   2. Masses are exp(s - m) in 2^-40 fixed point (u64): sums are exact and independent of the
+//      order threads add them, so a seeded request draws the same token every run.
+//   3. No top-k / top-p / min-p: inverse CDF over the whole vocabulary in id order (warp ranges).
+//   4. Otherwise a window {s >= m - delta} is collected into shared memory (<= kWindow tokens),
+//      with delta searched until it provably holds the kept set, as the host Sampler's window:
+//      top-k needs >= k tokens in it, min-p reaches the min-p floor, top-p (without top-k) needs
+//      its mass >= top_p of the whole. It is sorted (s descending, id
+//      ascending), cut by top-k, top-p and min-p, sorted by id, and drawn from by inverse CDF.
+//      A kept set that cannot fit the window gives -1: the host samples that row.
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_launch.h"
+
+namespace deltaserve::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+constexpr int kWindow = 4096;                 // candidates held in shared memory (32 KB)
+constexpr float kFixed = 1099511627776.f;    // 2^40: mass units
+constexpr unsigned kFull = 0xffffffffu;
+
+// Layouts of deltaserve::SampleRow / PenaltyEntry (backend/kernels.h; sizes checked there).
+struct Row {
+  float inv_temperature;
+  int32_t top_k;
+  float top_p;
+  float min_p;
+  float u;
+  int32_t reserved;
+};
+struct Penalty {
+  int32_t row, token;
+  float rep, sub;
+};
+
+// Float -> unsigned key with the same order (larger float, larger key); and back.
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+__device__ __forceinline__ uint64_t mass_of(float s, float m) { return __float2ull_rn(expf(s - m) * kFixed); }
+
+struct Shared {
+  uint64_t cand[kWindow];  // (order_key(s) << 32) | ~id, later (id << 32) | order_key(s)
+  uint64_t red64[kWarps];
+  float redf[kWarps];
+  int redi[kWarps];
+  int count;
+  int keep;
+  uint64_t u64_a;
+};
+
+__device__ float block_max(float v, Shared& sh) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.redf[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = sh.redf[0];
+  for (int w = 1; w < kWarps; ++w) v = fmaxf(v, sh.redf[w]);
+  return v;
+}
+
+__device__ int block_min_int(int v, Shared& sh) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(kFull, v, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.redi[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = sh.redi[0];
+  for (int w = 1; w < kWarps; ++w) v = min(v, sh.redi[w]);
+  return v;
+}
+
+__device__ uint64_t warp_inclusive_sum(uint64_t v) {
+  const int lane = threadIdx.x & 31;
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint64_t n = __shfl_up_sync(kFull, v, o);
+    if (lane >= o) v += n;
+  }
+  return v;
+}
+
+// Exclusive prefix of v over threads in order; *total gets the sum.
+__device__ uint64_t block_exclusive_sum(uint64_t v, Shared& sh, uint64_t* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint64_t incl = warp_inclusive_sum(v);
+  __syncthreads();
+  if (lane == 31) sh.red64[warp] = incl;
+  __syncthreads();
+  uint64_t before = 0, all = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) before += sh.red64[w];
+    all += sh.red64[w];
+  }
+  *total = all;
+  return before + incl - v;
+}
+
+__device__ uint64_t block_sum(uint64_t v, Shared& sh) {
+  uint64_t total;
+  block_exclusive_sum(v, sh, &total);
+  return total;
+}
+
+// In-place bitonic sort of n (a power of two <= kWindow) keys; descending or ascending.
+template <bool kDescending>
+__device__ void bitonic_sort(uint64_t* a, int n) {
+  for (int size = 2; size <= n; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int t = threadIdx.x; t < n / 2; t += kThreads) {
+        const int i = 2 * t - (t & (stride - 1)), j = i + stride;
+        const bool up = (i & size) == 0;
+        const uint64_t x = a[i], y = a[j];
+        if ((x > y) == (up != kDescending) && x != y) {
+          a[i] = y;
+          a[j] = x;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+__device__ __forceinline__ int pow2_at_least(int n) {
+  int p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+// Inverse CDF over the whole vocabulary in id order. Each warp owns a contiguous range; lanes read
+// 32 consecutive tokens at a time.
+__device__ int draw_all(const float* x, int V, float it, float m, float u, Shared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int span = ((V + kWarps * 32 - 1) / (kWarps * 32)) * 32;
+  const int b = warp * span, e = min(V, b + span);
+  uint64_t mine = 0;
+  for (int i = b + lane; i < e; i += 32) mine += mass_of(x[i] * it, m);
+  for (int o = 16; o > 0; o >>= 1) mine += __shfl_xor_sync(kFull, mine, o);
+  __syncthreads();
+  if (lane == 0) sh.red64[warp] = mine;
+  if (threadIdx.x == 0) sh.count = -1;
+  __syncthreads();
+  uint64_t total = 0, before = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) before += sh.red64[w];
+    total += sh.red64[w];
+  }
+  const uint64_t target = static_cast<uint64_t>(double(u) * double(total));
+  if (target >= before && target < before + sh.red64[warp]) {
+    uint64_t base = before;
+    for (int i0 = b; i0 < e; i0 += 32) {
+      const int i = i0 + lane;
+      const uint64_t q = i < e ? mass_of(x[i] * it, m) : 0;
+      const uint64_t incl = warp_inclusive_sum(q);
+      const unsigned hit = __ballot_sync(kFull, base + incl > target && q > 0);
+      if (hit) {
+        if (lane == __ffs(hit) - 1) sh.count = i;
+        break;
+      }
+      base += __shfl_sync(kFull, incl, 31);
+    }
+  }
+  __syncthreads();
+  if (sh.count >= 0) return sh.count;
+  // Rounding left the target past the last mass: the last token with a mass.
+  int last = -1;
+  for (int i = threadIdx.x; i < V; i += kThreads)
+    if (mass_of(x[i] * it, m) > 0) last = i;
+  return -block_min_int(-last, sh);
+}
+
+__global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* logits, int V, const Row* rows,
+                                                               int32_t* out) {
+  __shared__ Shared sh;
+  const Row r = rows[blockIdx.x];
+  const float* x = logits + int64_t(blockIdx.x) * V;
+  const int lane = threadIdx.x & 31, tid = threadIdx.x;
+
+  if (r.inv_temperature == 0.f) {  // greedy: the first index of the largest logit
+    float best = -INFINITY;
+    for (int i = tid; i < V; i += kThreads) best = fmaxf(best, x[i]);
+    best = block_max(best, sh);
+    int first = V;
+    for (int i = tid; i < V; i += kThreads)
+      if (x[i] == best) {
+        first = i;
+        break;
+      }
+    first = block_min_int(first, sh);
+    if (tid == 0) out[blockIdx.x] = first < V ? first : 0;
+    return;
+  }
+  const float it = r.inv_temperature;
+  float m = -INFINITY;
+  for (int i = tid; i < V; i += kThreads) m = fmaxf(m, x[i] * it);
+  m = block_max(m, sh);
+  const int k = r.top_k > 0 && r.top_k < V ? r.top_k : V;
+  if (k == V && !(r.top_p < 1.f) && !(r.min_p > 0.f)) {
+    const int tok = draw_all(x, V, it, m, r.u, sh);
+    if (tid == 0) out[blockIdx.x] = tok;
+    return;
+  }
+  // The whole vocabulary's mass: top-p's normaliser when top-k keeps everything.
+  uint64_t z_all = 0;
+  if (k == V) {
+    uint64_t mine = 0;
+    for (int i = tid; i < V; i += kThreads) mine += mass_of(x[i] * it, m);
+    z_all = block_sum(mine, sh);
+  }
+  const uint64_t p_target_all = static_cast<uint64_t>(ceil(double(r.top_p) * double(z_all)));
+
+  // The window: the smallest delta found (widening by 4x, then bisecting) whose window holds the
+  // kept set and fits in shared memory. It holds the kept set when it has >= k tokens (top-k), or
+  // reaches the min-p floor, or (top-p without top-k) its mass reaches top_p of the whole.
+  const float dmin = r.min_p > 0.f ? -logf(r.min_p) + 1e-3f : INFINITY;
+  float delta = 16.f, lo = 0.f, hi = INFINITY;
+  int n_w = 0;
+  bool ok = false;
+  for (int iter = 0; iter < 48 && !ok; ++iter) {
+    const float thr = delta == INFINITY ? -INFINITY : m - delta;
+    if (tid == 0) sh.count = 0;
+    __syncthreads();
+    uint64_t wm = 0;
+    for (int i0 = 0; i0 < V; i0 += kThreads) {
+      const int i = i0 + tid;
+      const float s = i < V ? x[i] * it : -INFINITY;
+      const bool take = i < V && s >= thr;
+      const unsigned mask = __ballot_sync(kFull, take);
+      int base = 0;
+      if (lane == 0 && mask) base = atomicAdd(&sh.count, __popc(mask));
+      base = __shfl_sync(kFull, base, 0);
+      if (take) {
+        const int pos = base + __popc(mask & ((1u << lane) - 1u));
+        if (pos < kWindow) sh.cand[pos] = (uint64_t(order_key(s)) << 32) | uint64_t(~uint32_t(i));
+        wm += mass_of(s, m);
+      }
+    }
+    const uint64_t w_mass = block_sum(wm, sh);  // (syncs: sh.count is final)
+    n_w = sh.count;
+    const bool enough = n_w == V || (k < V && n_w >= k) || delta >= dmin ||
+                        (k == V && r.top_p < 1.f && w_mass >= p_target_all);
+    if (enough && n_w <= kWindow) {
+      ok = true;
+    } else if (enough) {  // too many: narrow
+      hi = delta;
+      delta = 0.5f * (lo + hi);
+      if (!(hi - lo > 1e-6f * hi)) break;
+    } else {
+      lo = delta;
+      delta = hi == INFINITY ? (delta > 1e4f ? INFINITY : delta * 4.f) : 0.5f * (lo + hi);
+    }
+    __syncthreads();
+  }
+  if (!ok) {
+    if (tid == 0) out[blockIdx.x] = -1;
+    return;
+  }
+  // Sort the window: s descending, id ascending.
+  const int n_pad = pow2_at_least(n_w);
+  for (int j = n_w + tid; j < n_pad; j += kThreads) sh.cand[j] = 0;
+  __syncthreads();
+  bitonic_sort<true>(sh.cand, n_pad);
+  const int nk = min(k, n_w);
+  // Cumulative masses over the sorted window: thread t holds entries 4t .. 4t + 3.
+  constexpr int kPer = kWindow / kThreads;
+  uint64_t q[kPer], mine = 0;
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) {
+    const int j = tid * kPer + e;
+    q[e] = j < nk ? mass_of(key_value(uint32_t(sh.cand[j] >> 32)), m) : 0;
+    mine += q[e];
+  }
+  uint64_t z_k;
+  uint64_t cum = block_exclusive_sum(mine, sh, &z_k);
+  const uint64_t z = k < V ? z_k : z_all;
+  if (tid == 0) sh.keep = nk;
+  __syncthreads();
+  if (r.top_p < 1.f) {
+    const uint64_t target = static_cast<uint64_t>(ceil(double(r.top_p) * double(z)));
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int j = tid * kPer + e;
+      cum += q[e];
+      if (j < nk && cum >= target) {
+        atomicMin(&sh.keep, j + 1);
+        break;
+      }
+    }
+  }
+  if (r.min_p > 0.f) {
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int j = tid * kPer + e;
+      if (j >= 1 && j < nk && expf(key_value(uint32_t(sh.cand[j] >> 32)) - m) < r.min_p) {
+        atomicMin(&sh.keep, j);
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  const int keep = sh.keep;
+  // The kept prefix by id: (id << 32) | key, ascending.
+  const int k_pad = pow2_at_least(keep);
+  uint64_t re[kPer];
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) {
+    const int j = tid * kPer + e;
+    re[e] = j < keep ? (uint64_t(~uint32_t(sh.cand[j])) << 32) | (sh.cand[j] >> 32) : ~uint64_t(0);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) {
+    const int j = tid * kPer + e;
+    if (j < k_pad) sh.cand[j] = re[e];
+  }
+  __syncthreads();
+  bitonic_sort<false>(sh.cand, k_pad);
+  mine = 0;
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) {
+    const int j = tid * kPer + e;
+    q[e] = j < keep ? mass_of(key_value(uint32_t(sh.cand[j])), m) : 0;
+    mine += q[e];
+  }
+  uint64_t total;
+  cum = block_exclusive_sum(mine, sh, &total);
+  const uint64_t target = static_cast<uint64_t>(double(r.u) * double(total));
+  if (tid == 0) sh.keep = keep - 1;  // rounding past the end: the last kept token
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) {
+    const int j = tid * kPer + e;
+    cum += q[e];
+    if (j < keep && cum > target && q[e] > 0) {
+      atomicMin(&sh.keep, j);
+      break;
+    }
+  }
+  __syncthreads();
+  if (tid == 0) out[blockIdx.x] = int32_t(sh.cand[sh.keep] >> 32);
+}
+
+__global__ void penalties_kernel(float* logits, int64_t V, const Penalty* p, int n) {
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  float& l = logits[int64_t(p[e].row) * V + p[e].token];
+  float v = l;
+  if (p[e].rep != 1.f) v = v > 0 ? v / p[e].rep : v * p[e].rep;
+  l = v - p[e].sub;
+}
+
+}  // namespace
+
+void launch_sample_rows(float* logits, int64_t rows, int64_t v, const void* settings, const void* penalties,
+                        int n_penalties, int32_t* out, cudaStream_t s) {
+  static_assert(sizeof(Row) == 24 && sizeof(Penalty) == 16, "layouts of backend/kernels.h");
+  if (rows == 0) return;
+  if (n_penalties > 0) {
+    penalties_kernel<<<(n_penalties + 255) / 256, 256, 0, s>>>(logits, v, static_cast<const Penalty*>(penalties),
+                                                                n_penalties);
+    DS_CUDA_LAUNCH_CHECK();
+  }
+  sample_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(logits, static_cast<int>(v),
+                                                                     static_cast<const Row*>(settings), out);
+  DS_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace deltaserve::cuda
