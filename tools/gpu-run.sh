@@ -14,6 +14,7 @@
 #         kernel it replaced (DELTASERVE_CUDA_DECODE_ATTN=0); VARIANTS adds runs with other knobs
 # sampling: bench-offline with Qwen's sampling settings (T 0.6, top-k 20, top-p 0.95) at a
 #         128-token context, batch 1/16/64: --sampling-backend device, host, and greedy
+# http:   serve + deltaserve bench, 16 streams of 1k-token prompts (greedy and temperature 0.6)
 # attn:   bench_cuda_attention (the decode attention op alone, every kernel variant)
 # ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
 #         (its own flags: --model, f32 KV), for before/after figures from one session
@@ -202,6 +203,24 @@ if has prefix; then
     grep -vE '^  turn' "$OUT/multiturn_$mode.txt" | tee -a "$OUT/summary.txt"
     kill $pid; wait $pid 2>/dev/null
   done
+fi
+
+# http: serve + `deltaserve bench` over HTTP, 1k-token prompts, 128 output tokens, 16 streams
+# (issue #14's 800 tok/s / TTFT p50 1 s target), greedy and at temperature 0.6.
+if has http; then
+  "$B/deltaserve" serve --device cuda --model-path $M --load-format dummy --tokenizer-path tests/fixtures/tokenizer-qwen3 \
+    --chat-template tests/fixtures/qwen3.6-chat_template.jinja --port 30557 --state-dir "$OUT/state" \
+    --context-length 8192 --max-running-requests 16 >"$OUT/serve_http.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 240); do grep -q "listening on" "$OUT/serve_http.log" && break; sleep 0.5; done
+  for temp in 0 0.6; do
+    timeout 300 "$B/deltaserve" bench --url http://127.0.0.1:30557 --concurrency ${HTTP_CONCURRENCY:-16} \
+      --input-len 1024 --output-len 128 --num-prompts ${HTTP_PROMPTS:-64} --temperature $temp --no-record \
+      --output "$OUT/http_t$temp.json" >"$OUT/http_t$temp.txt" 2>&1
+    echo "http bench temperature $temp rc=$?" | tee -a "$OUT/summary.txt"
+    tail -8 "$OUT/http_t$temp.txt" | tee -a "$OUT/summary.txt"
+  done
+  kill $pid; wait $pid 2>/dev/null
 fi
 
 # grammar: the per-step cost of a grammar constraint at 16 concurrent streams (issue #15),

@@ -4,8 +4,11 @@
 //   DELTASERVE_CUDA_GEMM=exact   exact_gemm        DELTASERVE_CUDA_FLASH=0    flash_attention off
 //   DELTASERVE_CUDA_GDN=thread   gdn_thread_per_row DELTASERVE_GEMV_TC=0      gemv_tensor_cores off
 //   DELTASERVE_CUDA_GDN=rows     gdn_chunked off (prefill on the rows-over-lanes recurrence)
+//   DELTASERVE_CUDA_GDN_FUSED=1  gdn_fused_decode on (decode: conv, window and prep in one kernel)
 //   DELTASERVE_GEMV_TC_GRID=N    gemv_tc_grid      DELTASERVE_GEMV_TC_K0=N    gemv_tc_k0
 //   DELTASERVE_CUDA_PDL=0        pdl off (GEMVs launched plainly)
+//   DELTASERVE_CUDA_FUSED_GEMV=N fused_gemv (1: SiLU-mul folded into down_proj's GEMV, 2: RMSNorm too)
+//   DELTASERVE_GEMV_SHAPE=RU     gemv_shape (1-row GEMV tile: 24, 42, 81)
 //   DELTASERVE_FLASH_HB / _MT / _BN   flash_heads_per_block / flash_m_tiles / flash_keys_per_tile
 //   DELTASERVE_CUDA_DECODE_MMA=0 decode_tensor_cores off   DELTASERVE_CUDA_SMEM_CAP=N smem_per_block_cap
 #pragma once
@@ -22,10 +25,17 @@ struct CudaOptions {
   bool flash_attention = true;      // tensor-core prefill attention (else the CUDA-core kernel)
   bool gdn_thread_per_row = false;  // GDN runs of > 8 tokens: a thread per state row (else lanes)
   bool gdn_chunked = true;          // GDN runs of > 8 tokens: the chunked delta rule (head dims 64/128)
+  bool gdn_fused_decode = false;    // GDN decode: conv, state window, q/k norms and gates in one kernel
+                                    // (off until measured and tested on a GPU: cuda_ops_test covers it)
   bool gemv_tensor_cores = true;    // 2..8-row GEMV on tensor cores (else CUDA cores)
   int gemv_tc_grid = 0;             // cap on that GEMV's grid (0: what the device runs at once)
   int gemv_tc_k0 = 128;             // its cost model's fixed cost per K split
   bool pdl = true;                  // decode GEMVs by programmatic dependent launch (sm_90+)
+  int fused_gemv = 0;               // 1-row prologues folded into the following GEMV: 0 none,
+                                    // 1 SiLU-mul (into down_proj), 2 also RMSNorm (measured slower
+                                    // with the norm at 2-row tiles; 1 not measured over a whole step)
+  int gemv_shape = 0;               // 1-row GEMV tile: rows per block x 10 + loads per row in flight
+                                    // (24, 42 or 81; 0: by the matrix, cuda_linear.cu)
   int flash_heads_per_block = 0;    // flash tile overrides (0: chosen per shape and device)
   int flash_m_tiles = 0;
   int flash_keys_per_tile = 0;      // 32 or 64
@@ -56,10 +66,13 @@ struct CudaOptions {
     o.flash_attention = !is("DELTASERVE_CUDA_FLASH", "0");
     o.gdn_thread_per_row = is("DELTASERVE_CUDA_GDN", "thread");
     o.gdn_chunked = !is("DELTASERVE_CUDA_GDN", "rows") && !o.gdn_thread_per_row;
+    o.gdn_fused_decode = is("DELTASERVE_CUDA_GDN_FUSED", "1");
     o.gemv_tensor_cores = !is("DELTASERVE_GEMV_TC", "0");
     o.gemv_tc_grid = num("DELTASERVE_GEMV_TC_GRID", 0);
     o.gemv_tc_k0 = num("DELTASERVE_GEMV_TC_K0", 128);
     o.pdl = !is("DELTASERVE_CUDA_PDL", "0");
+    o.fused_gemv = num("DELTASERVE_CUDA_FUSED_GEMV", 0);
+    o.gemv_shape = num("DELTASERVE_GEMV_SHAPE", 0);
     o.flash_heads_per_block = num("DELTASERVE_FLASH_HB", 0);
     o.flash_m_tiles = num("DELTASERVE_FLASH_MT", 0);
     o.flash_keys_per_tile = num("DELTASERVE_FLASH_BN", 0);

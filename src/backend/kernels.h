@@ -159,6 +159,21 @@ class Kernels {
   // out = silu(gu[:, :I]) * gu[:, I:]. gu [T, 2I]; out [T, I].
   virtual void silu_mul(const Tensor& gate_up, Tensor out) = 0;
 
+  // A matmul whose input first goes through RMSNorm (x, scratch [T, K]) or SiLU-mul (gate_up
+  // [T, 2K], scratch [T, K]): out (=|+=) f(x) · wᵀ. These defaults run f into scratch, then the
+  // matmul; a backend may fold f into the matmul instead (CUDA: the 1-row GEMV, where the norm and
+  // SiLU-mul kernels would be launches of their own every layer), leaving scratch unwritten.
+  virtual void rms_norm_matmul(const Tensor& x, const Tensor& weight, float eps, const LinearWeight& w, Tensor out,
+                               bool accumulate, Tensor scratch) {
+    rms_norm(x, weight, eps, scratch);
+    matmul(scratch, w, out, accumulate);
+  }
+  virtual void silu_mul_matmul(const Tensor& gate_up, const LinearWeight& w, Tensor out, bool accumulate,
+                               Tensor scratch) {
+    silu_mul(gate_up, scratch);
+    matmul(scratch, w, out, accumulate);
+  }
+
   // Gated attention core after the fused projection.
   //   qkv [T, n_heads*head_dim*(gate?2:1) + 2*n_kv_heads*head_dim]: [q(+gate) | k | v]
   // Applies q/k norm and partial RoPE, writes k, v into the paged cache at each token's position,

@@ -443,8 +443,8 @@ void Engine::step() {
 
 bool Engine::samples_raw_argmax(const Sequence& s) {
   const SamplingParams& p = s.params;
-  return s.n_drafts == 0 && p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f && p.top_logprobs < 0 && !s.constraint;
+  return p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
+         p.top_logprobs < 0 && !s.constraint;
 }
 
 ModelRunner::Fetch Engine::choose_fetch(const std::vector<ScheduledItem>& items) {
@@ -500,6 +500,14 @@ void Engine::take_tokens(const std::vector<ScheduledItem>& items) {
     o.n_sampled = 0;
     if (!items[i].sample) continue;
     Sequence& s = *items[i].seq;
+    if (s.n_drafts > 0) {  // a greedy verification (Fetch::Argmax): one argmax per fed token
+      const size_t before = s.tokens.size();
+      o.n_drafts = s.n_drafts;
+      o.n_accepted = spec_->verify_argmax(s, row);
+      o.n_sampled = static_cast<int>(s.tokens.size() - before);
+      row += 1 + s.n_drafts;
+      continue;
+    }
     int32_t tok = runner_->token(row);
     if (sampled_on_device_) ++device_sampled_total_;
     if (tok < 0) {

@@ -91,8 +91,8 @@ class Engine final : public EngineService {
   // Samples (or verifies) every item of this step that needs a token, in parallel over
   // sequences: appends tokens to each sequence and fills outputs_.
   void sample_all(const std::vector<ScheduledItem>& items);
-  // A sequence whose next token is the argmax of its raw logits row (greedy; no penalties,
-  // constraint, logprobs or drafts to verify).
+  // A sequence whose next token (or, verifying drafts, each token) is the argmax of its raw
+  // logits row (greedy; no penalties, constraint or logprobs).
   static bool samples_raw_argmax(const Sequence& s);
   // Where this step's tokens are picked: Argmax (every row samples_raw_argmax), Sample (every
   // row a plain draw: no logprobs, constraint or verification; config device_sampling; fills

@@ -433,6 +433,68 @@ TEST_F(CudaOpsTest, Matmul) {
   }
 }
 
+// Matmuls behind an RMSNorm or a SiLU-mul (Kernels::rms_norm_matmul / silu_mul_matmul): at one
+// row the CUDA backend folds the prologue into the GEMV (every tile shape), at more rows it runs
+// the separate kernels; both within the GEMV tolerance of the CPU's separate ops, with and
+// without accumulation, on the 27B's shapes and odd ones; the scratch is written only when unfused.
+TEST_F(CudaOpsTest, MatmulWithNormOrSiluMulInFront) {
+  struct Shape { int64_t n, k; };
+  for (int shape : {0, 24, 42, 81}) {
+    CudaOptions opt;
+    opt.exact_gemm = true;
+    opt.gemv_shape = shape;
+    opt.fused_gemv = 2;  // both prologues (off by default)
+    std::unique_ptr<Backend> gpu = cpu_only() ? make_cpu_backend(0) : make_cuda_backend(0, opt);
+    for (Shape s : {Shape{34816, 5120}, Shape{5120, 17408}, Shape{5120, 6144}, Shape{37, 520}, Shape{9000, 64}}) {
+      if (shape != 0 && s.n > 9000) continue;  // the big shapes once, at the default tile
+      const auto w = to_bf16(rnd(s.n * s.k, -0.05f, 0.05f));
+      auto wc = cpu_->make_linear(w.data(), DType::BF16, s.n, s.k);
+      auto wg = gpu->make_linear(w.data(), DType::BF16, s.n, s.k);
+      for (int64_t T : {1, 3}) {
+        for (bool acc : {false, true}) {
+          for (bool silu : {false, true}) {
+            const int64_t kin = silu ? 2 * s.k : s.k;
+            const auto xv = rnd(T * kin, -2.f, 2.f), nv = rnd(s.k, 0.5f, 1.5f), ov = rnd(T * s.n);
+            std::vector<float> cout = ov, gout(static_cast<size_t>(T * s.n)), cscr(static_cast<size_t>(T * s.k));
+            std::vector<float> gscr(static_cast<size_t>(T * s.k), 1234.f);
+            Tensor xc(const_cast<float*>(xv.data()), DType::F32, {T, kin}), nc(const_cast<float*>(nv.data()), DType::F32, {s.k});
+            Tensor oc(cout.data(), DType::F32, {T, s.n}), sc(cscr.data(), DType::F32, {T, s.k});
+            if (silu) cpu_->kernels().silu_mul_matmul(xc, *wc, oc, acc, sc);
+            else cpu_->kernels().rms_norm_matmul(xc, nc, 1e-6f, *wc, oc, acc, sc);
+            DeviceBuffer xb = gpu->allocate(xv.size() * 4), nb = gpu->allocate(nv.size() * 4);
+            DeviceBuffer ob = gpu->allocate(ov.size() * 4), sb = gpu->allocate(gscr.size() * 4);
+            Tensor xg = xb.view(DType::F32, {T, kin}), ng = nb.view(DType::F32, {s.k});
+            Tensor og = ob.view(DType::F32, {T, s.n}), sg = sb.view(DType::F32, {T, s.k});
+            gpu->copy_to_device(xg, xv.data());
+            gpu->copy_to_device(ng, nv.data());
+            gpu->copy_to_device(og, ov.data());
+            gpu->copy_to_device(sg, gscr.data());
+            if (silu) gpu->kernels().silu_mul_matmul(xg, *wg, og, acc, sg);
+            else gpu->kernels().rms_norm_matmul(xg, ng, 1e-6f, *wg, og, acc, sg);
+            gpu->copy_to_host(gout.data(), og);
+            gpu->copy_to_host(gscr.data(), sg);
+            double md = 0, mr = 1e-30;
+            for (size_t i = 0; i < gout.size(); ++i) {
+              md = std::max(md, std::isnan(gout[i]) ? INFINITY : double(std::fabs(gout[i] - cout[i])));
+              mr = std::max(mr, double(std::fabs(cout[i])));
+            }
+            const std::string what = std::string(silu ? "silu" : "norm") + " tile " + std::to_string(shape) + " T=" +
+                                     std::to_string(T) + " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k) +
+                                     " acc=" + std::to_string(acc);
+            EXPECT_LE(md / mr, 2e-5) << what;
+            if (!cpu_only() && T == 1) {
+              EXPECT_EQ(gscr[0], 1234.f) << "scratch written by the fused path: " << what;
+            }
+            if (T > 1) {
+              EXPECT_NEAR(gscr[0], cscr[0], 1e-5 * std::max(1.f, std::fabs(cscr[0]))) << "scratch of the separate ops: " << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // 2 <= T <= 8 (tensor-core GEMV) on at most 3 blocks (CudaOptions::gemv_tc_grid): each block
 // takes many units (row tile x K range) in turn, its weight stream running on from one into the next.
 TEST_F(CudaOpsTest, MatmulFewBlocks) {
@@ -836,6 +898,45 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
       EXPECT_LE(rel_err(conv), 1e-6) << what;
       EXPECT_LE(rel_err(recs), 1e-4) << what;  // every slot: the runs' states and the checkpoint
     }
+  }
+}
+
+// Decode through the fused conv + window + q/k-norm kernel (CudaOptions::gdn_fused_decode, off by
+// default until measured): the same outputs, conv windows (incl. a checkpoint's copy) and states
+// as the CPU, as the separate kernels give.
+TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
+  if (cpu_only()) GTEST_SKIP() << "a GPU option";
+  CudaOptions opt;
+  opt.exact_gemm = true;
+  opt.gdn_fused_decode = true;
+  std::unique_ptr<Backend> fused = make_cuda_backend(0, opt);
+  for (GdnShape sh : {GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}, GdnShape{16, 48, 128, 128, 4}}) {
+    std::vector<int32_t> perm(64);
+    std::iota(perm.begin(), perm.end(), 0);
+    auto m = build_meta(*gpu_, {{3, 1}, {8, 1}, {1, 1}}, 16, 8, perm, {3, 0, 4}, 0);
+    const int S = m->cpu.n_seqs;
+    std::vector<int32_t> ck_at(S, -1), ck_slot(S, 0);
+    ck_at[1] = 0;  // the second sequence checkpoints its state after its token into slot 2
+    ck_slot[1] = 2;
+    DeviceBuffer dck = gpu_->allocate(std::size_t(S) * 8);
+    Tensor dck_at = dck.view(DType::I32, {S}), dck_slot = dck.view(DType::I32, {S}, std::size_t(S) * 4);
+    gpu_->copy_to_device(dck_at, ck_at.data());
+    gpu_->copy_to_device(dck_slot, ck_slot.data());
+    m->cpu.checkpoint_at = m->gpu.checkpoint_at = ck_at.data();
+    m->cpu.checkpoint_slot = m->gpu.checkpoint_slot = ck_slot.data();
+    m->cpu.d_checkpoint_at = Tensor(ck_at.data(), DType::I32, {S});
+    m->cpu.d_checkpoint_slot = Tensor(ck_slot.data(), DType::I32, {S});
+    m->gpu.d_checkpoint_at = dck_at;
+    m->gpu.d_checkpoint_slot = dck_slot;
+    GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, 5, 4);
+    gpu_->synchronize();
+    cpu_->kernels().gated_delta_net(g.params(false), g.proj.tc, g.state(false), m->cpu, g.out.tc);
+    fused->kernels().gated_delta_net(g.params(true), g.proj.tg, g.state(true), m->gpu, g.out.tg);
+    fused->synchronize();
+    const std::string what = "Hv=" + std::to_string(sh.hv);
+    EXPECT_LE(rel_err(g.out), 1e-4) << what;
+    EXPECT_LE(rel_err(g.conv), 1e-6) << what;
+    EXPECT_LE(rel_err(g.recs), 1e-4) << what;
   }
 }
 

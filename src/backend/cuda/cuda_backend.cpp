@@ -50,6 +50,10 @@ class CudaKernels final : public Kernels {
                        const BatchMeta& meta, Tensor out) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int n_rows, Tensor dst) override;
   void argmax_rows(const Tensor& x, Tensor out) override;
+  void rms_norm_matmul(const Tensor& x, const Tensor& weight, float eps, const LinearWeight& w, Tensor out,
+                       bool accumulate, Tensor scratch) override;
+  void silu_mul_matmul(const Tensor& gate_up, const LinearWeight& w, Tensor out, bool accumulate,
+                       Tensor scratch) override;
   void sample_rows(Tensor logits, const Tensor& rows, const Tensor& penalties, Tensor out) override;
   void gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta& commit) override;
 
@@ -393,6 +397,39 @@ void CudaKernels::matmul(const Tensor& x, const LinearWeight& w, Tensor out, boo
   });
 }
 
+// One row (decode at batch 1, the MTP head's steps): the norm / SiLU-mul goes into the GEMV.
+void CudaKernels::rms_norm_matmul(const Tensor& x, const Tensor& weight, float eps, const LinearWeight& w,
+                                  Tensor out, bool accumulate, Tensor scratch) {
+  const auto& cw = static_cast<const CudaLinear&>(w);
+  const int64_t K = x.cols(), N = cw.n();
+  DS_CHECK(K == cw.k() && weight.numel() == K && out.cols() == N && x.rows() == out.rows(), "rms_norm_matmul shapes");
+  if (x.rows() == 1 && b_.options().fused_gemv >= 2) {
+    bool done = false;
+    timed(timing_ ? str_cat("matmul gemv+norm ", N, "x", K) : std::string(), [&] {
+      done = cuda::launch_gemv_prologue(x.f32(), cuda::GemvPrologue::RmsNorm, weight.f32(), eps, K, cw.data(), N,
+                                        out.f32(), accumulate, b_.options(), stream());
+    });
+    if (done) return;
+  }
+  Kernels::rms_norm_matmul(x, weight, eps, w, out, accumulate, scratch);
+}
+
+void CudaKernels::silu_mul_matmul(const Tensor& gate_up, const LinearWeight& w, Tensor out, bool accumulate,
+                                  Tensor scratch) {
+  const auto& cw = static_cast<const CudaLinear&>(w);
+  const int64_t K = cw.k(), N = cw.n();
+  DS_CHECK(gate_up.cols() == 2 * K && out.cols() == N && gate_up.rows() == out.rows(), "silu_mul_matmul shapes");
+  if (gate_up.rows() == 1 && b_.options().fused_gemv >= 1) {
+    bool done = false;
+    timed(timing_ ? str_cat("matmul gemv+silu ", N, "x", K) : std::string(), [&] {
+      done = cuda::launch_gemv_prologue(gate_up.f32(), cuda::GemvPrologue::SiluMul, nullptr, 0.f, K, cw.data(), N,
+                                        out.f32(), accumulate, b_.options(), stream());
+    });
+    if (done) return;
+  }
+  Kernels::silu_mul_matmul(gate_up, w, out, accumulate, scratch);
+}
+
 void CudaKernels::silu_mul(const Tensor& gate_up, Tensor out) {
   DS_CHECK(gate_up.cols() == 2 * out.cols() && gate_up.rows() == out.rows(), "silu_mul shapes");
   timed("silu_mul", [&] { cuda::launch_silu_mul(gate_up.f32(), gate_up.rows(), out.cols(), out.f32(), stream()); });
@@ -543,6 +580,8 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   a.rows_kernel = !(b_.options().gdn_thread_per_row && T > 8 * meta.n_seqs);
   // Long runs: the chunked delta rule unless DELTASERVE_CUDA_GDN=rows or =thread (A/B, fallback).
   a.chunked = b_.options().gdn_chunked && !b_.options().gdn_thread_per_row;
+  // Decode (one token per sequence, nothing deferred): conv, state window and q/k norms in one kernel.
+  a.decode = meta.n_tokens == meta.n_seqs && !meta.state_defer && b_.options().gdn_fused_decode;
   timed("gated_delta_net", [&] {
     DS_CHECK(cuda::launch_gated_delta_net(a, stream()), "CUDA gated_delta_net: unsupported head sizes (Dk ",
              a.Dk, ", conv kernel ", a.K, ")");

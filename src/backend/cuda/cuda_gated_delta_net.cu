@@ -100,6 +100,66 @@ __global__ void conv_state_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
     if (q < Km1) st[q] = win[q];
 }
 
+// Decode (one token per sequence, nothing deferred): block (sequence, key head hk) does, for the
+// channels of q head hk, k head hk and the value heads that share it, what conv_tokens_kernel,
+// conv_state_kernel and prep_kernel do, in their arithmetic order (bit-equal results): the conv
+// over the slot's window and the token, SiLU, the new window (and a checkpoint's copy of it); then
+// the L2 norms of q and k and the value heads' gates. Three launches become one.
+__global__ void conv_prep_decode_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
+  const int s = blockIdx.x, hk = blockIdx.y;
+  const int Dk = a.Dk, Dv = a.Dv, r = a.Hv / a.Hk, hv0 = hk * r;
+  const int64_t key_dim = int64_t(a.Hk) * Dk;
+  const int t = a.seq_start[s], K = a.K, Km1 = K - 1;
+  const int32_t slot = a.state_slot[s];
+  const bool ckpt = a.ckpt_at && a.ckpt_at[s] == 0;
+  const int n_ch = 2 * Dk + r * Dv;
+  for (int i = threadIdx.x; i < n_ch; i += blockDim.x) {
+    const int64_t c = i < Dk ? int64_t(hk) * Dk + i
+                    : i < 2 * Dk ? key_dim + int64_t(hk) * Dk + (i - Dk)
+                                 : 2 * key_dim + int64_t(hv0) * Dv + (i - 2 * Dk);
+    float* st = a.conv_state + (int64_t(slot) * conv_dim + c) * Km1;
+    const float x = a.proj[int64_t(t) * row + c];
+    float win[kMaxConv];
+#pragma unroll
+    for (int q = 0; q < kMaxConv; ++q)
+      if (q < Km1) win[q] = st[q];
+    float acc = 0.f;
+#pragma unroll
+    for (int q = 0; q < kMaxConv; ++q)
+      if (q < Km1) acc += a.conv_weight[c * K + q] * win[q];
+    acc += a.conv_weight[c * K + Km1] * x;
+    a.conv_out[int64_t(t) * conv_dim + c] = silu(acc);
+    float* ck = ckpt ? a.conv_state + (int64_t(a.ckpt_slot[s]) * conv_dim + c) * Km1 : nullptr;
+#pragma unroll
+    for (int q = 0; q < kMaxConv; ++q) {
+      if (q < Km1) {
+        const float v = q + 1 < Km1 ? win[q + 1] : x;
+        st[q] = v;
+        if (ck) ck[q] = v;
+      }
+    }
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (warp < 2) {  // warp 0: q of head hk, warp 1: its k (prep_kernel's arithmetic)
+    float* v = a.conv_out + int64_t(t) * conv_dim + (warp == 0 ? 0 : key_dim) + int64_t(hk) * Dk;
+    float ss = 0.f;
+    for (int d = lane; d < Dk; d += 32) ss += v[d] * v[d];
+    ss = warp_sum(ss);
+    const float n = (warp == 0 ? 1.0f / sqrtf(float(Dk)) : 1.0f) / sqrtf(ss + 1e-6f);
+    for (int d = lane; d < Dk; d += 32) v[d] *= n;
+  } else if (threadIdx.x - 64 < r) {
+    const int hv = hv0 + int(threadIdx.x) - 64;
+    const float* pr = a.proj + int64_t(t) * row;
+    const int64_t value_dim = int64_t(a.Hv) * Dv;
+    const float b = pr[conv_dim + value_dim + hv];
+    const float x = pr[conv_dim + value_dim + a.Hv + hv] + a.dt_bias[hv];
+    const float sp = x > 20.0f ? x : log1pf(expf(x));
+    a.gb[(int64_t(t) * a.Hv + hv) * 2 + 0] = 1.0f / (1.0f + expf(-b));
+    a.gb[(int64_t(t) * a.Hv + hv) * 2 + 1] = expf(a.neg_exp_a[hv] * sp);
+  }
+}
+
 __global__ void prep_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   const int t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -737,12 +797,18 @@ bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s) {
   const int64_t conv_dim = 2 * key_dim + value_dim;
   const int64_t row = conv_dim + value_dim + 2LL * a.Hv;
   const int64_t n_tok = int64_t(a.n_tokens) * conv_dim, n_seq = int64_t(a.n_seqs) * conv_dim;
-  conv_tokens_kernel<<<static_cast<unsigned>((n_tok + 255) / 256), 256, 0, s>>>(a, conv_dim, row);
-  DS_CUDA_LAUNCH_CHECK();
-  conv_state_kernel<<<static_cast<unsigned>((n_seq + 255) / 256), 256, 0, s>>>(a, conv_dim, row);
-  DS_CUDA_LAUNCH_CHECK();
-  prep_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row);
-  DS_CUDA_LAUNCH_CHECK();
+  if (a.decode && a.Hv % a.Hk == 0 && a.Hv / a.Hk <= 192) {
+    conv_prep_decode_kernel<<<dim3(static_cast<unsigned>(a.n_seqs), static_cast<unsigned>(a.Hk)), 256, 0, s>>>(
+        a, conv_dim, row);
+    DS_CUDA_LAUNCH_CHECK();
+  } else {
+    conv_tokens_kernel<<<static_cast<unsigned>((n_tok + 255) / 256), 256, 0, s>>>(a, conv_dim, row);
+    DS_CUDA_LAUNCH_CHECK();
+    conv_state_kernel<<<static_cast<unsigned>((n_seq + 255) / 256), 256, 0, s>>>(a, conv_dim, row);
+    DS_CUDA_LAUNCH_CHECK();
+    prep_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row);
+    DS_CUDA_LAUNCH_CHECK();
+  }
   switch (a.Dk) {
     case 16: run_delta<16>(a, conv_dim, s); break;
     case 32: run_delta<32>(a, conv_dim, s); break;

@@ -71,6 +71,12 @@ constexpr int kGemvMaxRows = 8;
 int sm_count(int device);
 bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out,
                  bool accumulate, const CudaOptions& o, cudaStream_t s);
+// One row with a prologue folded in: out[N] (=|+=) f(x) · wᵀ, f = RMSNorm with weight norm [K]
+// (x [K]), or SiLU-mul (x = [gate | up], 2K floats). False when the shape is not handled.
+enum class GemvPrologue : int { RmsNorm, SiluMul };
+bool launch_gemv_prologue(const float* x, GemvPrologue prologue, const float* norm, float eps, int64_t K,
+                          const uint16_t* w, int64_t N, float* out, bool accumulate, const CudaOptions& o,
+                          cudaStream_t s);
 
 // ---- cuda_attention.cu -------------------------------------------------------------------------
 // KV cache element type (deltaserve::DType F32, BF16, F8E4M3, F8E5M2; kernels.h KvLayerView).
@@ -205,6 +211,7 @@ struct GdnArgs {
   float* out = nullptr;                // [T, Hv*Dv]
   bool rows_kernel = true;             // recurrence with rows spread over lanes (else thread per row)
   bool chunked = true;                 // long runs (prefill): the chunked delta rule (head dims 64/128)
+  bool decode = false;                 // one token per sequence, no deferral: the fused conv + prep kernel
 };
 // Returns false when the head sizes have no compiled kernel.
 bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s);

@@ -59,11 +59,22 @@ constexpr int kWarps = kThreads / 32;
 // One block per R consecutive weight rows; the block's threads split K (thread i takes 16-byte
 // chunks i, i + 256, ...), so even N = 5120 gives 1280 blocks and the load spreads evenly over
 // the SMs. Partial sums: warp shuffle, then across warps through shared memory (deterministic).
-template <int MAXT, int R, int U>
+// What the GEMV applies to its input rows on the way in (1 row only): nothing; RMSNorm (x times
+// the norm weight in the loop, the row's 1/rms applied to the sums at the end: no extra pass over
+// x); SiLU-mul of x = [gate | up] (2K columns), computed as the silu_mul kernel does.
+enum Prologue : int { kPlain = 0, kRmsNorm = 1, kSiluMul = 2 };
+
+__device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+template <int MAXT, int R, int U, int PRO = kPlain>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const float* __restrict__ x, int T, int64_t K,
                                                         const uint16_t* __restrict__ w, int64_t N,
-                                                        float* __restrict__ out, bool accumulate) {
+                                                        float* __restrict__ out, bool accumulate,
+                                                        const float* __restrict__ norm, float eps) {
+  static_assert(PRO == kPlain || MAXT == 1, "prologues are for one row");
   __shared__ float red[kWarps][MAXT * R];
+  __shared__ float red_ss[kWarps];
+  float ss = 0.f;  // kRmsNorm: sum of x^2 over this thread's chunks
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row0 = int64_t(blockIdx.x) * R;
   const int64_t chunks = K / 8;
@@ -99,8 +110,25 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const float* __restrict_
 #pragma unroll
       for (int t = 0; t < MAXT; ++t) {
         if (t < T) {
-          const float4* xp = reinterpret_cast<const float4*>(x + int64_t(t) * K + c * 8);
-          const float4 a = __ldg(xp), b = __ldg(xp + 1);
+          float4 a, b;
+          if constexpr (PRO == kSiluMul) {
+            const float4* gp = reinterpret_cast<const float4*>(x + int64_t(t) * 2 * K + c * 8);
+            const float4* up = reinterpret_cast<const float4*>(x + int64_t(t) * 2 * K + K + c * 8);
+            const float4 g0 = __ldg(gp), g1 = __ldg(gp + 1), u0 = __ldg(up), u1 = __ldg(up + 1);
+            a = make_float4(silu_mul1(g0.x, u0.x), silu_mul1(g0.y, u0.y), silu_mul1(g0.z, u0.z), silu_mul1(g0.w, u0.w));
+            b = make_float4(silu_mul1(g1.x, u1.x), silu_mul1(g1.y, u1.y), silu_mul1(g1.z, u1.z), silu_mul1(g1.w, u1.w));
+          } else {
+            const float4* xp = reinterpret_cast<const float4*>(x + int64_t(t) * K + c * 8);
+            a = __ldg(xp);
+            b = __ldg(xp + 1);
+            if constexpr (PRO == kRmsNorm) {
+              ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+              const float4* np = reinterpret_cast<const float4*>(norm + c * 8);
+              const float4 n0 = __ldg(np), n1 = __ldg(np + 1);
+              a = make_float4(a.x * n0.x, a.y * n0.y, a.z * n0.z, a.w * n0.w);
+              b = make_float4(b.x * n1.x, b.y * n1.y, b.z * n1.z, b.w * n1.w);
+            }
+          }
 #pragma unroll
           for (int r = 0; r < R; ++r) acc[t][r] = dot8(wv[u][r], a, b, acc[t][r]);
         }
@@ -119,6 +147,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const float* __restrict_
       if (lane == 0) red[warp][t * R + r] = v;
     }
   }
+  if constexpr (PRO == kRmsNorm) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red_ss[warp] = ss;
+  }
   __syncthreads();
   const int i = threadIdx.x;
   if (i < MAXT * R) {
@@ -127,17 +160,24 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const float* __restrict_
       float v = 0.f;
 #pragma unroll
       for (int q = 0; q < kWarps; ++q) v += red[q][i];
+      if constexpr (PRO == kRmsNorm) {
+        float sum = 0.f;
+#pragma unroll
+        for (int q = 0; q < kWarps; ++q) sum += red_ss[q];
+        v *= 1.0f / sqrtf(sum / float(K) + eps);
+      }
       float* dst = out + int64_t(t) * N + row0 + r;
       *dst = accumulate ? *dst + v : v;
     }
   }
 }
 
-template <int MAXT, int R, int U>
+template <int MAXT, int R, int U, int PRO = kPlain>
 void run(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out, bool accumulate, bool pdl,
-         cudaStream_t s) {
+         cudaStream_t s, const float* norm = nullptr, float eps = 0.f) {
   const unsigned blocks = static_cast<unsigned>((N + R - 1) / R);
-  launch_pdl(pdl, gemv_kernel<MAXT, R, U>, dim3(blocks), dim3(kThreads), 0, s, x, T, K, w, N, out, accumulate);
+  launch_pdl(pdl, gemv_kernel<MAXT, R, U, PRO>, dim3(blocks), dim3(kThreads), 0, s, x, T, K, w, N, out, accumulate,
+             norm, eps);
 }
 
 // ---- 2 <= T <= 8: tensor cores -----------------------------------------------------------------
@@ -476,6 +516,37 @@ int sm_count(int device) {
   return cache[device] = std::max(n, 1);
 }
 
+// Tile of the 1-row GEMV: rows per block x 10 + 16-byte loads per row in flight. Measured on the
+// H200 (27B shapes): 8 rows x 1 load for N <= 8192 (down, o_proj), 2 rows x 4 loads above (gate_up,
+// in_proj, qkv, lm_head); 4 x 2 (the earlier choice) was 3% slower over a decode step, and 2 x 2,
+// 4 x 4, 2 x 8 slower still. CudaOptions::gemv_shape forces one (A/B).
+int gemv_shape(const CudaOptions& o, int64_t N) { return o.gemv_shape > 0 ? o.gemv_shape : (N <= 8192 ? 81 : 24); }
+
+template <int PRO>
+void run_one_row(int shape, const float* x, int64_t K, const uint16_t* w, int64_t N, float* out, bool accumulate,
+                 bool pdl, cudaStream_t s, const float* norm, float eps) {
+  if (shape == 81) run<1, 8, 1, PRO>(x, 1, K, w, N, out, accumulate, pdl, s, norm, eps);
+  else if (shape == 42) run<1, 4, 2, PRO>(x, 1, K, w, N, out, accumulate, pdl, s, norm, eps);
+  else run<1, 2, 4, PRO>(x, 1, K, w, N, out, accumulate, pdl, s, norm, eps);
+}
+
+bool launch_gemv_prologue(const float* x, GemvPrologue prologue, const float* norm, float eps, int64_t K,
+                          const uint16_t* w, int64_t N, float* out, bool accumulate, const CudaOptions& o,
+                          cudaStream_t s) {
+  if (K % 8 != 0 || N < 1) return false;
+  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(norm)) % 16 != 0)
+    return false;
+  int device = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&device));
+  const bool pdl = pdl_enabled(o, device);
+  const int shape = gemv_shape(o, N);
+  // The norm prologue reads the norm weight beside x in every block: 8 rows per block amortise it.
+  if (prologue == GemvPrologue::RmsNorm)
+    run_one_row<kRmsNorm>(o.gemv_shape > 0 ? shape : 81, x, K, w, N, out, accumulate, pdl, s, norm, eps);
+  else run_one_row<kSiluMul>(shape, x, K, w, N, out, accumulate, pdl, s, nullptr, 0.f);
+  return true;
+}
+
 bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out,
                  bool accumulate, const CudaOptions& o, cudaStream_t s) {
   if (T < 1 || T > kGemvMaxRows || K % 8 != 0 || N < 1) return false;
@@ -483,7 +554,7 @@ bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N,
   int device = 0;
   DS_CUDA_CHECK(cudaGetDevice(&device));
   const bool pdl = pdl_enabled(o, device);
-  if (T == 1) run<1, 4, 2>(x, T, K, w, N, out, accumulate, pdl, s);
+  if (T == 1) run_one_row<kPlain>(gemv_shape(o, N), x, K, w, N, out, accumulate, pdl, s, nullptr, 0.f);
   else if (run_tc(x, T, K, w, N, out, accumulate, o, s)) return true;
   else if (T == 2) run<2, 4, 2>(x, T, K, w, N, out, accumulate, pdl, s);
   // (R = 8 for T = 3..8, to halve the x re-reads, measured slower on the H200: 22.9 vs 21.6 ms for

@@ -39,6 +39,18 @@ int SpeculativeDecoder::verify(Sequence& s, int row, Sampler& sampler, std::vect
   return k;
 }
 
+int SpeculativeDecoder::verify_argmax(Sequence& s, int row) const {
+  const auto drafts = store_.drafts(s);
+  const int k = static_cast<int>(drafts.size());
+  for (int a = 0; a < k; ++a) {
+    const int32_t t = runner_.token(row + a);
+    s.tokens.push_back(t);
+    if (t != drafts[a]) return a;
+  }
+  s.tokens.push_back(runner_.token(row + k));  // every draft accepted: the bonus token
+  return k;
+}
+
 void SpeculativeDecoder::finish_step(std::span<const ScheduledItem> items, std::span<const StepOutput> outputs,
                                      Scheduler& scheduler) {
   // Rollback: a verification left its sequence's GDN state as it was before the step; the last

@@ -32,6 +32,9 @@ class SpeculativeDecoder {
   // Appends the accepted drafts and one more token (the correction, or the bonus after all k)
   // to s.tokens, and their logprobs when lps is set; returns the drafts accepted.
   int verify(Sequence& s, int row, Sampler& sampler, std::vector<float>& probs, std::vector<TokenLogprob>* lps) const;
+  // verify() for a greedy sequence without penalties, constraint or logprobs after a
+  // Fetch::Argmax run: runner.token(row + a) is the target's argmax after d_a.
+  int verify_argmax(Sequence& s, int row) const;
 
   // After Scheduler::update: GDN state of the accepted tokens, then the next drafts.
   void finish_step(std::span<const ScheduledItem> items, std::span<const StepOutput> outputs, Scheduler& scheduler);

@@ -58,10 +58,10 @@ Result<AttentionLayer> AttentionLayer::load(WeightLoader& w, const std::string& 
   return l;
 }
 
-void AttentionLayer::forward(Kernels& k, const Tensor& x, const KvLayerView& kv,
+void AttentionLayer::forward(Kernels& k, const NormedInput& in, const KvLayerView& kv,
                              const BatchMeta& meta, Tensor proj, Tensor attn, Tensor residual,
                              Communicator* comm) const {
-  k.matmul(x, *qkv_proj, proj);
+  k.rms_norm_matmul(in.x, in.norm, in.eps, *qkv_proj, proj, false, in.normed);
   k.attention(params, proj, kv, meta, attn);
   // Tensor parallel: rank 0 adds its partial sum to the residual, the others replace theirs with
   // it; the all-reduce leaves residual + every partial on every rank.

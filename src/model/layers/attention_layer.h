@@ -13,6 +13,7 @@
 #include "backend/communicator.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/layers/normed_input.h"
 #include "model/weight_loader.h"
 
 namespace deltaserve {
@@ -29,10 +30,10 @@ struct AttentionLayer {
                                      const ModelConfig& c, bool zero_centred_norm, const TpShard& tp);
   int64_t proj_cols() const { return qkv_proj->n(); }
   int64_t mix_cols() const { return int64_t(params.n_heads) * params.head_dim; }
-  // residual += o_proj(attention(x)). x [T, H] (normed input); proj scratch [T, proj_cols()];
-  // attn scratch [T, mix_cols()]. comm (tensor parallelism): the ranks' partial o_proj outputs
-  // are summed into the residual (one all-reduce).
-  void forward(Kernels& k, const Tensor& x, const KvLayerView& kv, const BatchMeta& meta,
+  // residual += o_proj(attention(rms_norm(in.x))). proj scratch [T, proj_cols()]; attn scratch
+  // [T, mix_cols()]. comm (tensor parallelism): the ranks' partial o_proj outputs are summed into
+  // the residual (one all-reduce).
+  void forward(Kernels& k, const NormedInput& in, const KvLayerView& kv, const BatchMeta& meta,
                Tensor proj, Tensor attn, Tensor residual, Communicator* comm) const;
 };
 

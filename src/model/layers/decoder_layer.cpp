@@ -25,15 +25,15 @@ Result<DecoderLayer> DecoderLayer::load(WeightLoader& w, const std::string& pref
 void DecoderLayer::forward(Kernels& k, const ModelConfig& c, int T, const BatchMeta& meta, const MemoryViews& memory,
                            Activations& a, Tensor x, Communicator* comm) const {
   const int64_t H = c.hidden_size;
-  Tensor h = a.h.view(DType::F32, {T, H});
-  k.rms_norm(x, input_norm.view, c.rms_norm_eps, h);
+  Tensor h = a.h.view(DType::F32, {T, H});  // scratch of the norms (unwritten where they fold into a GEMV)
   Tensor proj = a.proj.view(DType::F32, {T, proj_cols()});
   Tensor mix = a.mix.view(DType::F32, {T, mix_cols()});
-  if (attn) attn->forward(k, h, memory.kv[kv_idx], meta, proj, mix, x, comm);
-  else gdn->forward(k, h, memory.state[state_idx], meta, proj, mix, x, comm);
-  k.rms_norm(x, post_norm.view, c.rms_norm_eps, h);
+  const NormedInput mixer_in{x, input_norm.view, c.rms_norm_eps, h};
+  if (attn) attn->forward(k, mixer_in, memory.kv[kv_idx], meta, proj, mix, x, comm);
+  else gdn->forward(k, mixer_in, memory.state[state_idx], meta, proj, mix, x, comm);
   const int64_t I = mlp.intermediate();
-  mlp.forward(k, h, a.gu.view(DType::F32, {T, 2 * I}), a.act.view(DType::F32, {T, I}), x, comm);
+  mlp.forward(k, NormedInput{x, post_norm.view, c.rms_norm_eps, h}, a.gu.view(DType::F32, {T, 2 * I}),
+              a.act.view(DType::F32, {T, I}), x, comm);
 }
 
 void size_activations(const ModelConfig& c, std::span<const DecoderLayer> layers, const DecoderLayer* extra,

@@ -37,10 +37,10 @@ Result<GatedDeltaNetLayer> GatedDeltaNetLayer::load(WeightLoader& w, const std::
   return l;
 }
 
-void GatedDeltaNetLayer::forward(Kernels& k, const Tensor& x, const StateLayerView& state,
+void GatedDeltaNetLayer::forward(Kernels& k, const NormedInput& in, const StateLayerView& state,
                                  const BatchMeta& meta, Tensor proj, Tensor core,
                                  Tensor residual, Communicator* comm) const {
-  k.matmul(x, *in_proj, proj);
+  k.rms_norm_matmul(in.x, in.norm, in.eps, *in_proj, proj, false, in.normed);
   k.gated_delta_net(params, proj, state, meta, core);
   k.matmul(core, *out_proj, residual, /*accumulate=*/comm == nullptr || comm->rank() == 0);
   if (comm) comm->all_reduce_sum(residual);

@@ -8,6 +8,7 @@
 
 #include "backend/communicator.h"
 #include "model/config.h"
+#include "model/layers/normed_input.h"
 #include "model/weight_loader.h"
 
 namespace deltaserve {
@@ -23,9 +24,9 @@ struct GatedDeltaNetLayer {
                                          const ModelConfig& c, const TpShard& tp);
   int64_t proj_cols() const { return in_proj->n(); }
   int64_t mix_cols() const { return params.value_dim(); }
-  // residual += out_proj(gdn(x)). proj scratch [T, proj_cols()]; core scratch [T, mix_cols()].
-  // comm: as AttentionLayer::forward.
-  void forward(Kernels& k, const Tensor& x, const StateLayerView& state, const BatchMeta& meta,
+  // residual += out_proj(gdn(rms_norm(in.x))). proj scratch [T, proj_cols()]; core scratch
+  // [T, mix_cols()]. comm: as AttentionLayer::forward.
+  void forward(Kernels& k, const NormedInput& in, const StateLayerView& state, const BatchMeta& meta,
                Tensor proj, Tensor core, Tensor residual, Communicator* comm) const;
 };
 

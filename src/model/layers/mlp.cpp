@@ -14,10 +14,9 @@ Result<Mlp> Mlp::load(WeightLoader& w, const std::string& prefix, const ModelCon
   return m;
 }
 
-void Mlp::forward(Kernels& k, const Tensor& x, Tensor gu, Tensor act, Tensor residual, Communicator* comm) const {
-  k.matmul(x, *gate_up, gu);
-  k.silu_mul(gu, act);
-  k.matmul(act, *down, residual, /*accumulate=*/comm == nullptr || comm->rank() == 0);
+void Mlp::forward(Kernels& k, const NormedInput& in, Tensor gu, Tensor act, Tensor residual, Communicator* comm) const {
+  k.rms_norm_matmul(in.x, in.norm, in.eps, *gate_up, gu, false, in.normed);
+  k.silu_mul_matmul(gu, *down, residual, /*accumulate=*/comm == nullptr || comm->rank() == 0, act);
   if (comm) comm->all_reduce_sum(residual);
 }
 

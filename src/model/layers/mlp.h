@@ -8,6 +8,7 @@
 #include "backend/communicator.h"
 #include "model/config.h"
 #include "model/tensor_parallel.h"
+#include "model/layers/normed_input.h"
 #include "model/weight_loader.h"
 
 namespace deltaserve {
@@ -18,9 +19,9 @@ struct Mlp {
 
   static Result<Mlp> load(WeightLoader& w, const std::string& prefix, const ModelConfig& c, const TpShard& tp);
   int64_t intermediate() const { return down->k(); }
-  // residual += down(silu(gate(x)) * up(x)). gu scratch [T, 2I]; act scratch [T, I]. comm: as
-  // AttentionLayer::forward.
-  void forward(Kernels& k, const Tensor& x, Tensor gu, Tensor act, Tensor residual, Communicator* comm) const;
+  // residual += down(silu(gate(h)) * up(h)), h = rms_norm(in.x). gu scratch [T, 2I]; act scratch
+  // [T, I]. comm: as AttentionLayer::forward.
+  void forward(Kernels& k, const NormedInput& in, Tensor gu, Tensor act, Tensor residual, Communicator* comm) const;
 };
 
 }  // namespace deltaserve
