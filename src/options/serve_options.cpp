@@ -56,6 +56,9 @@ const std::vector<Row>& rows() {
     {{"device", "", C, "auto", "auto,cpu,cuda", "where to run (auto: cuda when built with CUDA and a GPU is present)", YES, PERF}, &ServeOptions::device},
     {{"tp-size", "tensor-parallel-size,tp", I, "1", "", "tensor parallel: GPUs per model replica (--device cpu: threads of one process; CUDA: one GPU per rank, one-shot peer all-reduce for small messages and NCCL above)", YES, PERF}, &ServeOptions::tp_size},
     {{"dp-size", "data-parallel-size,dp", I, "1", "", "data parallel: model replicas behind one server, least-loaded dispatch (serve; CPU for now)", YES, PERF}, &ServeOptions::dp_size},
+    {{"nnodes", "", I, "1", "", "nodes of one deployment (SGLang's flag); multi-node serving is not built yet: only 1 is accepted (issue #12)", YES, PERF}, &ServeOptions::nnodes},
+    {{"node-rank", "", I, "0", "", "this node's rank among --nnodes (only 0, with one node)", YES, NO_PERF}, &ServeOptions::node_rank},
+    {{"dist-init-addr", "", S, "", "", "HOST:PORT where the nodes of a multi-node deployment meet (SGLang's flag); one node has nothing to meet", NOT_YET, NO_PERF}, &ServeOptions::dist_init_addr},
     {{"threads", "", I, "0", "", "CPU kernel threads (0: all usable CPUs)", YES, PERF}, &ServeOptions::threads},
     {{"max-memory", "", B, "auto", "", "CPU: bytes for weights + KV + state (auto: 70% of available RAM)", YES, PERF}, &ServeOptions::max_memory},
     {{"mem-fraction-static", "", F, "auto", "", "GPU: fraction of GPU memory for weights + KV + state (auto: by GPU size)", YES, PERF}, &ServeOptions::mem_fraction_static},
@@ -418,6 +421,10 @@ Status validate_serve_options(ServeOptions& o) {
   if (o.port < 1 || o.port > 65535) return error("--port must be 1..65535 (got ", o.port, ")");
   if (o.tp_size < 1) return error("--tp-size must be at least 1 (got ", o.tp_size, ")");
   if (o.dp_size < 1) return error("--dp-size must be at least 1 (got ", o.dp_size, ")");
+  if (o.nnodes != 1)
+    return error("--nnodes ", o.nnodes, ": multi-node serving is not built yet (issue #12); run one node "
+                 "(--nnodes 1) with --tp-size up to its GPU count");
+  if (o.node_rank != 0) return error("--node-rank ", o.node_rank, ": with one node (--nnodes 1) the only rank is 0");
   if (o.threads < 0) return error("--threads must be 0 (all CPUs) or more (got ", o.threads, ")");
   if (o.cuda_graph_max_bs < 0) return error("--cuda-graph-max-bs must be positive, or auto (got ", o.cuda_graph_max_bs, ")");
   if (!(o.watchdog_timeout >= 0))

@@ -129,6 +129,26 @@ TEST(ServeOptions, OtherValidation) {
   EXPECT_EQ(aut->http_threads, 0);
 }
 
+// SGLang's multi-node flags: one node is what exists, so --nnodes 1 / --node-rank 0 are accepted;
+// more nodes are refused by name (never run as one node); --dist-init-addr warns (no effect).
+TEST(ServeOptions, MultiNodeFlagsAcceptOneNodeAndRefuseMore) {
+  std::vector<std::string> warnings;
+  auto one = parse_serve_options({"--nnodes", "1", "--node-rank", "0"}, &warnings);
+  ASSERT_TRUE(one) << one.status().message();
+  EXPECT_EQ(one->nnodes, 1);
+  EXPECT_TRUE(warnings.empty());
+  auto two = parse_serve_options({"--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "10.0.0.1:5000"});
+  ASSERT_FALSE(two);
+  EXPECT_NE(two.status().message().find("--nnodes 2"), std::string::npos) << two.status().message();
+  auto rank = parse_serve_options({"--node-rank", "1"});
+  ASSERT_FALSE(rank);
+  EXPECT_NE(rank.status().message().find("--node-rank 1"), std::string::npos) << rank.status().message();
+  warnings.clear();
+  ASSERT_TRUE(parse_serve_options({"--dist-init-addr", "127.0.0.1:5000"}, &warnings));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("--dist-init-addr"), std::string::npos);
+}
+
 TEST(ServeOptions, UnsupportedFlagsWarnByName) {
   std::vector<std::string> warnings;
   auto r = parse_serve_options({"--enable-metrics", "--log-requests", "--dp-size", "2", "--tp-size", "2",
