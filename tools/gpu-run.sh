@@ -39,6 +39,17 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver
 echo "commit $(cat .gpu/commit 2>/dev/null) binaries $(md5sum <.gpu/bin.tar.xz | cut -c1-12)" | tee "$OUT/summary.txt"
 M=bench/configs/qwen3.6-27b
 has() { [[ " $STAGES " == *" $1 "* ]]; }
+# serve_27b NAME PORT [flags...]: deltaserve serve on the 27B shape (dummy weights, Qwen3 tokenizer)
+# in the background, logging to $OUT/serve_NAME.log; waits until it listens; SERVER_PID is its pid.
+serve_27b() {
+  local name=$1 port=$2
+  shift 2
+  "$B/deltaserve" serve --device cuda --model-path $M --load-format dummy --tokenizer-path tests/fixtures/tokenizer-qwen3 \
+    --chat-template tests/fixtures/qwen3.6-chat_template.jinja --port "$port" --state-dir "$OUT/state" "$@" \
+    >"$OUT/serve_$name.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 1 240); do grep -q "listening on" "$OUT/serve_$name.log" && break; sleep 0.5; done
+}
 
 if has tests; then
   for t in cuda_ops_test cuda_model_test; do
@@ -190,29 +201,20 @@ if has prefix; then
   for mode in cache nocache; do
     extra=()
     [ "$mode" = nocache ] && extra=(--disable-radix-cache)
-    "$B/deltaserve" serve --device cuda --model-path $M --load-format dummy --tokenizer-path tests/fixtures/tokenizer-qwen3 \
-      --chat-template tests/fixtures/qwen3.6-chat_template.jinja \
-      --port 30555 --state-dir "$OUT/state" --context-length 32768 --max-running-requests 16 "${extra[@]}" \
-      >"$OUT/serve_$mode.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 1 240); do grep -q "listening on" "$OUT/serve_$mode.log" && break; sleep 0.5; done
+    serve_27b "$mode" 30555 --context-length 32768 --max-running-requests 16 "${extra[@]}"
     timeout 300 "$B/deltaserve" bench --multi-turn --url http://127.0.0.1:30555 --conversations 4 --turns 12 \
       --system-len ${SYSTEM_LEN:-6000} --turn-len ${TURN_LEN:-150} --output-len 64 --output "$OUT/multiturn_$mode.json" \
       >"$OUT/multiturn_$mode.txt" 2>&1
     echo "multi-turn $mode rc=$?" | tee -a "$OUT/summary.txt"
     grep -vE '^  turn' "$OUT/multiturn_$mode.txt" | tee -a "$OUT/summary.txt"
-    kill $pid; wait $pid 2>/dev/null
+    kill $SERVER_PID; wait $SERVER_PID 2>/dev/null
   done
 fi
 
 # http: serve + `deltaserve bench` over HTTP, 1k-token prompts, 128 output tokens, 16 streams
 # (issue #14's 800 tok/s / TTFT p50 1 s target), greedy and at temperature 0.6.
 if has http; then
-  "$B/deltaserve" serve --device cuda --model-path $M --load-format dummy --tokenizer-path tests/fixtures/tokenizer-qwen3 \
-    --chat-template tests/fixtures/qwen3.6-chat_template.jinja --port 30557 --state-dir "$OUT/state" \
-    --context-length 8192 --max-running-requests 16 >"$OUT/serve_http.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 240); do grep -q "listening on" "$OUT/serve_http.log" && break; sleep 0.5; done
+  serve_27b http 30557 --context-length 8192 --max-running-requests 16
   for temp in 0 0.6; do
     timeout 300 "$B/deltaserve" bench --url http://127.0.0.1:30557 --concurrency ${HTTP_CONCURRENCY:-16} \
       --input-len 1024 --output-len 128 --num-prompts ${HTTP_PROMPTS:-64} --temperature $temp --no-record \
@@ -220,18 +222,14 @@ if has http; then
     echo "http bench temperature $temp rc=$?" | tee -a "$OUT/summary.txt"
     tail -8 "$OUT/http_t$temp.txt" | tee -a "$OUT/summary.txt"
   done
-  kill $pid; wait $pid 2>/dev/null
+  kill $SERVER_PID; wait $SERVER_PID 2>/dev/null
 fi
 
 # grammar: the per-step cost of a grammar constraint at 16 concurrent streams (issue #15),
 # through serve on the 27B shape (Qwen3 tokenizer: the 151k vocabulary the masks cover).
 if has grammar; then
-  "$B/deltaserve" serve --device cuda --model-path $M --load-format dummy --tokenizer-path tests/fixtures/tokenizer-qwen3 \
-    --chat-template tests/fixtures/qwen3.6-chat_template.jinja --port 30556 --state-dir "$OUT/state" \
-    --context-length 8192 --max-running-requests 16 >"$OUT/serve_grammar.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 240); do grep -q "listening on" "$OUT/serve_grammar.log" && break; sleep 0.5; done
+  serve_27b grammar 30556 --context-length 8192 --max-running-requests 16
   timeout 300 python3 bench/grammar/serve_overhead.py --url http://127.0.0.1:30556 --concurrency 16 --max-tokens 128 \
     --rounds 3 2>&1 | tee -a "$OUT/summary.txt"
-  kill $pid; wait $pid 2>/dev/null
+  kill $SERVER_PID; wait $SERVER_PID 2>/dev/null
 fi

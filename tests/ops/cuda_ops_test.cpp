@@ -548,6 +548,28 @@ struct Meta {
   std::vector<int32_t> positions, seq_start, context_len, block_table, slots, defer;
   BatchMeta cpu, gpu;
   DeviceBuffer dpos, dstart, dctx, dbt, dslot, ddefer;
+  std::vector<int32_t> ck_at, ck_slot;
+  DeviceBuffer dck;
+
+  // Prefix-cache checkpoint: sequence `seq` saves its GDN state after token `at` of its run into
+  // state slot `slot` (both metas; the others save none).
+  void checkpoint(Backend& gpu_backend, int seq, int at, int slot) {
+    const int S = cpu.n_seqs;
+    ck_at.assign(S, -1);
+    ck_slot.assign(S, 0);
+    ck_at[seq] = at;
+    ck_slot[seq] = slot;
+    dck = gpu_backend.allocate(std::size_t(S) * 8);
+    Tensor dat = dck.view(DType::I32, {S}), dsl = dck.view(DType::I32, {S}, std::size_t(S) * 4);
+    gpu_backend.copy_to_device(dat, ck_at.data());
+    gpu_backend.copy_to_device(dsl, ck_slot.data());
+    cpu.checkpoint_at = gpu.checkpoint_at = ck_at.data();
+    cpu.checkpoint_slot = gpu.checkpoint_slot = ck_slot.data();
+    cpu.d_checkpoint_at = Tensor(ck_at.data(), DType::I32, {S});
+    cpu.d_checkpoint_slot = Tensor(ck_slot.data(), DType::I32, {S});
+    gpu.d_checkpoint_at = dat;
+    gpu.d_checkpoint_slot = dsl;
+  }
 };
 // defer_upto > 0: sequences of at most that many tokens defer their GDN state (verifications).
 std::unique_ptr<Meta> build_meta(Backend& gpu, const std::vector<std::pair<int, int>>& seqs, int block_size,
@@ -875,21 +897,7 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
       std::vector<int32_t> perm(128);
       std::iota(perm.begin(), perm.end(), 0);
       auto m = build_meta(*gpu_, batches[bi], 16, 64, perm, {3, 0, 4}, 0);
-      const int S = m->cpu.n_seqs;
-      // Checkpoint: the first sequence saves its state after token 77 (mid-chunk) into slot 1.
-      std::vector<int32_t> ck_at(S, -1), ck_slot(S, 0);
-      ck_at[0] = 77;
-      ck_slot[0] = 1;
-      DeviceBuffer dck = gpu_->allocate(std::size_t(S) * 8);
-      Tensor dck_at = dck.view(DType::I32, {S}), dck_slot = dck.view(DType::I32, {S}, std::size_t(S) * 4);
-      gpu_->copy_to_device(dck_at, ck_at.data());
-      gpu_->copy_to_device(dck_slot, ck_slot.data());
-      m->cpu.checkpoint_at = m->gpu.checkpoint_at = ck_at.data();
-      m->cpu.checkpoint_slot = m->gpu.checkpoint_slot = ck_slot.data();
-      m->cpu.d_checkpoint_at = Tensor(ck_at.data(), DType::I32, {S});
-      m->cpu.d_checkpoint_slot = Tensor(ck_slot.data(), DType::I32, {S});
-      m->gpu.d_checkpoint_at = dck_at;
-      m->gpu.d_checkpoint_slot = dck_slot;
+      m->checkpoint(*gpu_, 0, 77, 1);  // the first sequence, after token 77 (mid-chunk), into slot 1
       GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, n_slots, depth);
       run_gdn(g, m->cpu, m->gpu);
       Pair &conv = g.conv, &recs = g.recs, &out = g.out;
@@ -914,20 +922,7 @@ TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
     std::vector<int32_t> perm(64);
     std::iota(perm.begin(), perm.end(), 0);
     auto m = build_meta(*gpu_, {{3, 1}, {8, 1}, {1, 1}}, 16, 8, perm, {3, 0, 4}, 0);
-    const int S = m->cpu.n_seqs;
-    std::vector<int32_t> ck_at(S, -1), ck_slot(S, 0);
-    ck_at[1] = 0;  // the second sequence checkpoints its state after its token into slot 2
-    ck_slot[1] = 2;
-    DeviceBuffer dck = gpu_->allocate(std::size_t(S) * 8);
-    Tensor dck_at = dck.view(DType::I32, {S}), dck_slot = dck.view(DType::I32, {S}, std::size_t(S) * 4);
-    gpu_->copy_to_device(dck_at, ck_at.data());
-    gpu_->copy_to_device(dck_slot, ck_slot.data());
-    m->cpu.checkpoint_at = m->gpu.checkpoint_at = ck_at.data();
-    m->cpu.checkpoint_slot = m->gpu.checkpoint_slot = ck_slot.data();
-    m->cpu.d_checkpoint_at = Tensor(ck_at.data(), DType::I32, {S});
-    m->cpu.d_checkpoint_slot = Tensor(ck_slot.data(), DType::I32, {S});
-    m->gpu.d_checkpoint_at = dck_at;
-    m->gpu.d_checkpoint_slot = dck_slot;
+    m->checkpoint(*gpu_, 1, 0, 2);  // the second sequence, after its token, into slot 2
     GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, 5, 4);
     gpu_->synchronize();
     cpu_->kernels().gated_delta_net(g.params(false), g.proj.tc, g.state(false), m->cpu, g.out.tc);

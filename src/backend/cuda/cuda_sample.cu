@@ -60,24 +60,22 @@ struct Shared {
   uint64_t u64_a;
 };
 
-__device__ float block_max(float v, Shared& sh) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+// op over every thread's v (red: kWarps slots of shared memory).
+template <typename T, typename Op>
+__device__ T block_reduce(T v, T* red, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(kFull, v, o));
   __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh.redf[threadIdx.x >> 5] = v;
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
   __syncthreads();
-  v = sh.redf[0];
-  for (int w = 1; w < kWarps; ++w) v = fmaxf(v, sh.redf[w]);
+  v = red[0];
+  for (int w = 1; w < kWarps; ++w) v = op(v, red[w]);
   return v;
 }
-
+__device__ float block_max(float v, Shared& sh) {
+  return block_reduce(v, sh.redf, [](float a, float b) { return fmaxf(a, b); });
+}
 __device__ int block_min_int(int v, Shared& sh) {
-  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(kFull, v, o));
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh.redi[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = sh.redi[0];
-  for (int w = 1; w < kWarps; ++w) v = min(v, sh.redi[w]);
-  return v;
+  return block_reduce(v, sh.redi, [](int a, int b) { return min(a, b); });
 }
 
 __device__ uint64_t warp_inclusive_sum(uint64_t v) {
