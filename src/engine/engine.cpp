@@ -448,6 +448,7 @@ bool Engine::samples_raw_argmax(const Sequence& s) {
 }
 
 ModelRunner::Fetch Engine::choose_fetch(const std::vector<ScheduledItem>& items) {
+  draw_u_.clear();  // filled below only when the uniforms are drawn here
   bool all_argmax = true, all_plain = true;
   for (const auto& it : items) {
     if (!it.sample) continue;
@@ -458,16 +459,21 @@ ModelRunner::Fetch Engine::choose_fetch(const std::vector<ScheduledItem>& items)
   if (all_argmax) return ModelRunner::Fetch::Argmax;
   if (!config_.device_sampling || !all_plain) return ModelRunner::Fetch::Logits;
   // Every row a plain draw: its settings, its uniform (from its own RNG, as the host sampler
-  // would draw it) and its penalties go to the device.
-  sample_rows_.clear();
-  penalties_.clear();
+  // would draw it) and its penalties go to the device. Rows are numbered first; then each
+  // sequence's row is filled in parallel over the sampling pool (penalties sort its tokens).
+  const int n = static_cast<int>(items.size());
+  int n_rows = 0;
+  row_of_.resize(items.size());
+  for (int i = 0; i < n; ++i) row_of_[i] = items[i].sample ? n_rows++ : -1;
   draw_u_.assign(items.size(), 0.0);
-  Sampler& sampler = sampling_->first();
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (!items[i].sample) continue;
+  sample_rows_.assign(static_cast<size_t>(n_rows), SampleRow{});
+  if (item_penalties_.size() < items.size()) item_penalties_.resize(items.size());
+  sampling_->for_each(n, [&](Sampler& sampler, std::vector<float>&, int i) {
+    item_penalties_[i].clear();
+    if (!items[i].sample) return;
     Sequence& s = *items[i].seq;
     const SamplingParams& p = s.params;
-    SampleRow r;
+    SampleRow& r = sample_rows_[row_of_[i]];
     if (!p.greedy()) {
       draw_u_[i] = std::uniform_real_distribution<double>(0.0, 1.0)(s.rng);
       r.inv_temperature = 1.0f / p.temperature;
@@ -476,14 +482,12 @@ ModelRunner::Fetch Engine::choose_fetch(const std::vector<ScheduledItem>& items)
       r.min_p = p.min_p;
       r.u = static_cast<float>(draw_u_[i]);
     }
-    sampler.penalty_entries(p, s.prompt(), s.generated(), static_cast<int32_t>(sample_rows_.size()), penalties_);
-    sample_rows_.push_back(r);
-  }
-  if (static_cast<int64_t>(penalties_.size()) > ModelRunner::kPenaltyCapacity) {
-    // Too many penalised tokens for the staging area: the host samples, with the same draws.
-    use_drawn_u_ = true;
-    return ModelRunner::Fetch::Logits;
-  }
+    sampler.penalty_entries(p, s.prompt(), s.generated(), row_of_[i], item_penalties_[i]);
+  });
+  penalties_.clear();
+  for (int i = 0; i < n; ++i) penalties_.insert(penalties_.end(), item_penalties_[i].begin(), item_penalties_[i].end());
+  // Too many penalised tokens for the staging area: the host samples, with the uniforms drawn here.
+  if (static_cast<int64_t>(penalties_.size()) > ModelRunner::kPenaltyCapacity) return ModelRunner::Fetch::Logits;
   device_sampling_.rows = sample_rows_;
   device_sampling_.penalties = penalties_;
   return ModelRunner::Fetch::Sample;
@@ -541,8 +545,7 @@ void Engine::sample_all(const std::vector<ScheduledItem>& items) {
     if (items[i].sample) row += 1 + items[i].seq->n_drafts;
   }
   // choose_fetch drew the uniforms already when it fell back to the host.
-  const bool drawn = use_drawn_u_;
-  use_drawn_u_ = false;
+  const bool drawn = !draw_u_.empty();
   // Each task touches only its own sequence (tokens, RNG) and its share's sampler.
   sampling_->for_each(static_cast<int>(items.size()), [&](Sampler& sampler, std::vector<float>& probs, int i) {
     const ScheduledItem& it = items[i];

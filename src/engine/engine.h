@@ -116,11 +116,12 @@ class Engine final : public EngineService {
   std::vector<RunItem> run_items_;            // this step's batch
   std::vector<StepOutput> outputs_;           // per scheduled item
   std::vector<int> row_of_;                   // per scheduled item: its first logits row
-  // Fetch::Sample of this step: per output row, and the uniform drawn per scheduled item.
+  // Fetch::Sample of this step: per output row, its penalties (gathered from each item's), and
+  // the uniform drawn per scheduled item (empty when this step's uniforms were not drawn ahead).
   std::vector<SampleRow> sample_rows_;
   std::vector<PenaltyEntry> penalties_;
+  std::vector<std::vector<PenaltyEntry>> item_penalties_;
   std::vector<double> draw_u_;
-  bool use_drawn_u_ = false;                  // the host samples with draw_u_ (too many penalties)
   ModelRunner::Sampling device_sampling_;
 
   // Inbox (any thread -> engine thread).

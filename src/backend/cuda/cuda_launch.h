@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "backend/cuda_options.h"
 
@@ -17,6 +20,21 @@ inline int current_device() {
   int d = 0;
   if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= kMaxDevices) d = 0;
   return d;
+}
+
+// A device attribute, asked once per (attribute, device) and kept; `fallback` if the query fails.
+inline int device_attribute(cudaDeviceAttr attr, int device, int fallback) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(static_cast<int>(attr), device);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, attr, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    v = fallback;
+  }
+  return cache[key] = v;
 }
 
 // ---- cuda_comm.cu (the in-process peer communicator) ---------------------------------------------

@@ -424,18 +424,7 @@ struct TcKernel {
 
 // Programmatic dependent launch for the GEMVs: CudaOptions::pdl on a device of compute capability 9+.
 bool pdl_enabled(const CudaOptions& o, int device) {
-  if (!o.pdl) return false;
-  static std::mutex mu;
-  static std::map<int, bool> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(device);
-  if (it != cache.end()) return it->second;
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    major = 0;
-  }
-  return cache[device] = major >= 9;
+  return o.pdl && device_attribute(cudaDevAttrComputeCapabilityMajor, device, 0) >= 9;
 }
 
 // Tuning (environment, read per call; for measurements and tests):
@@ -502,19 +491,7 @@ bool run_tc(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, floa
 
 }  // namespace
 
-int sm_count(int device) {
-  static std::mutex mu;
-  static std::map<int, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(device);
-  if (it != cache.end()) return it->second;
-  int n = 0;
-  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    n = 1;
-  }
-  return cache[device] = std::max(n, 1);
-}
+int sm_count(int device) { return std::max(device_attribute(cudaDevAttrMultiProcessorCount, device, 1), 1); }
 
 // Tile of the 1-row GEMV: rows per block x 10 + 16-byte loads per row in flight. Measured on the
 // H200 (27B shapes): 8 rows x 1 load for N <= 8192 (down, o_proj), 2 rows x 4 loads above (gate_up,

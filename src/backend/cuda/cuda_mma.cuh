@@ -6,7 +6,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -62,14 +61,7 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 // The current device's opt-in shared memory per block (bytes), asked once per device.
 inline int device_smem_optin() {
-  static std::atomic<int> optin[kMaxDevices];  // 0: not asked yet
-  const int dev = current_device();
-  int v = optin[dev].load();
-  if (v == 0) {
-    DS_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    optin[dev].store(v);
-  }
-  return v;
+  return device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, current_device(), 48 * 1024);
 }
 
 }  // namespace deltaserve::cuda
