@@ -15,6 +15,9 @@
 # sampling: bench-offline with Qwen's sampling settings (T 0.6, top-k 20, top-p 0.95) at a
 #         128-token context, batch 1/16/64: --sampling-backend device, host, and greedy
 # http:   serve + deltaserve bench, 16 streams of 1k-token prompts (greedy and temperature 0.6)
+# prefill: 8k prefill, model only (bench_cuda_decode --prefill-only, op breakdown) with the GDN
+#         recurrence on tensor cores (default) and on CUDA cores (DELTASERVE_CUDA_GDN=chunked), then
+#         through the engine: TTFT at 8k and 32k (bench-offline --gen-len 8)
 # attn:   bench_cuda_attention (the decode attention op alone, every kernel variant)
 # ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
 #         (its own flags: --model, f32 KV), for before/after figures from one session
@@ -120,6 +123,20 @@ if has longctx; then
     lc "${v%%:*}" 90 "${v#*:}" -- --batch 1 --prompt-len 32768
   done
   [ "${LONG128:-1}" = 1 ] && lc b1_128k 150 DELTASERVE_CUDA_DECODE_ATTN=1 -- --batch 1 --prompt-len 131072
+fi
+
+if has prefill; then
+  for v in ${PREFILL_VARIANTS:-mma:DELTASERVE_CUDA_GDN=mma chunked:DELTASERVE_CUDA_GDN=chunked}; do
+    env "${v#*:}" timeout 200 "$B/bench_cuda_decode" --model $M --kv-dtype bf16 --prefill-only --prefill 8192 \
+      >"$OUT/prefill_${v%%:*}.log" 2>&1
+    echo "bench_cuda_decode --prefill-only ${v%%:*} rc=$?" | tee -a "$OUT/summary.txt"
+    grep -iE "ttft|prefill|gated_delta|matmul|attention|silu|norm" "$OUT/prefill_${v%%:*}.log" | head -20 |
+      tee -a "$OUT/summary.txt"
+  done
+  timeout 240 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --batch 1 --threads 1 \
+    --prompt-len 8192,32768 --gen-len 8 --prefill-len 8192 >"$OUT/prefill_engine.log" 2>&1
+  echo "bench-offline prefill rc=$?" | tee -a "$OUT/summary.txt"
+  grep -vE '^\[' "$OUT/prefill_engine.log" | tail -10 | tee -a "$OUT/summary.txt"
 fi
 
 # attn: the decode attention op alone (bench_cuda_attention): every kernel variant at 1k-128k,

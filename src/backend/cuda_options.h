@@ -4,6 +4,8 @@
 //   DELTASERVE_CUDA_GEMM=exact   exact_gemm        DELTASERVE_CUDA_FLASH=0    flash_attention off
 //   DELTASERVE_CUDA_GDN=thread   gdn_thread_per_row DELTASERVE_GEMV_TC=0      gemv_tensor_cores off
 //   DELTASERVE_CUDA_GDN=rows     gdn_chunked off (prefill on the rows-over-lanes recurrence)
+//   DELTASERVE_CUDA_GDN=chunked  gdn_chunked_mma off (the chunked rule on CUDA cores)
+//   DELTASERVE_CUDA_GDN_PF=0     gdn_chunk_prefetch off (the tensor-core one as on sm_86)
 //   DELTASERVE_CUDA_GDN_FUSED=1  gdn_fused_decode on (decode: conv, window and prep in one kernel)
 //   DELTASERVE_GEMV_TC_GRID=N    gemv_tc_grid      DELTASERVE_GEMV_TC_K0=N    gemv_tc_k0
 //   DELTASERVE_CUDA_PDL=0        pdl off (GEMVs launched plainly)
@@ -25,6 +27,8 @@ struct CudaOptions {
   bool flash_attention = true;      // tensor-core prefill attention (else the CUDA-core kernel)
   bool gdn_thread_per_row = false;  // GDN runs of > 8 tokens: a thread per state row (else lanes)
   bool gdn_chunked = true;          // GDN runs of > 8 tokens: the chunked delta rule (head dims 64/128)
+  bool gdn_chunked_mma = true;      // ... on tensor cores (3xTF32; Dk == Dv), else on CUDA cores
+  bool gdn_chunk_prefetch = true;   // ... the next chunk fetched ahead, where shared memory allows
   bool gdn_fused_decode = false;    // GDN decode: conv, state window, q/k norms and gates in one kernel
                                     // (off until measured and tested on a GPU: cuda_ops_test covers it)
   bool gemv_tensor_cores = true;    // 2..8-row GEMV on tensor cores (else CUDA cores)
@@ -66,6 +70,8 @@ struct CudaOptions {
     o.flash_attention = !is("DELTASERVE_CUDA_FLASH", "0");
     o.gdn_thread_per_row = is("DELTASERVE_CUDA_GDN", "thread");
     o.gdn_chunked = !is("DELTASERVE_CUDA_GDN", "rows") && !o.gdn_thread_per_row;
+    o.gdn_chunked_mma = !is("DELTASERVE_CUDA_GDN", "chunked");
+    o.gdn_chunk_prefetch = !is("DELTASERVE_CUDA_GDN_PF", "0");
     o.gdn_fused_decode = is("DELTASERVE_CUDA_GDN_FUSED", "1");
     o.gemv_tensor_cores = !is("DELTASERVE_GEMV_TC", "0");
     o.gemv_tc_grid = num("DELTASERVE_GEMV_TC_GRID", 0);

@@ -112,8 +112,10 @@ int64_t activation_reserve(const Ctx& x) {
   const int64_t q_out = int64_t(c.n_heads) * c.head_dim * (c.attn_output_gate ? 2 : 1);
   const int64_t widest_proj = std::max(q_out, c.linear_conv_dim() + c.linear_value_dim());
   // Residual, normed input, mixer output, MLP out (4H) + gate/up/act (3I) + widest projection.
+  // On CUDA, prefill's chunked delta rule also keeps a 36-float row per GDN value head (chunk_m).
+  const int64_t gdn_chunk = x.cuda() && c.n_linear_layers() > 0 ? ceil_div(c.linear_n_value_heads, tp) * 36 : 0;
   const int64_t per_token = (4 * c.hidden_size + 3 * ceil_div(c.intermediate_size, tp) +
-                             2 * ceil_div(widest_proj, tp)) * act_elem;
+                             2 * ceil_div(widest_proj, tp) + gdn_chunk) * act_elem;
   // f32 logits for a decode batch of 64 requests x (k+1) verified positions, vocab split over TP.
   const int64_t logits = 64 * (x.in.spec_num_steps + 1) * ceil_div(c.vocab_size, tp) * 4;
   int64_t reserve = chunk * per_token + logits;

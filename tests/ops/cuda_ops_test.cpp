@@ -389,7 +389,8 @@ TEST_F(CudaOpsTest, RmsNorm) {
 }
 
 TEST_F(CudaOpsTest, SiluMul) {
-  for (auto [R, I] : {std::pair<int64_t, int64_t>{1, 17408}, {9, 768}, {130, 1000}}) {
+  // 4-wide and scalar paths (I % 4), and more rows than one launch's grid holds (65,535).
+  for (auto [R, I] : {std::pair<int64_t, int64_t>{1, 17408}, {9, 768}, {130, 1000}, {3, 770}, {65600, 8}, {65600, 5}}) {
     Pair gu = make_f32({R, 2 * I}, rnd(R * 2 * I, -6.f, 6.f)), out = poisoned({R, I});
     cpu_->kernels().silu_mul(gu.tc, out.tc);
     gpu_->kernels().silu_mul(gu.tg, out.tg);
@@ -429,6 +430,44 @@ TEST_F(CudaOpsTest, Matmul) {
           EXPECT_GT(err, 0.0) << "bf16 GEMM T=" << T << ": identical to f32, is the mode switch working?";
         }
       }
+    }
+  }
+}
+
+// Prefill's projections in the default (bf16) GEMM mode: the RMSNorm or SiLU-mul written straight
+// as the GEMM's bf16 input gives exactly what the separate op then matmul give (the same rounded
+// values), with and without accumulation.
+TEST_F(CudaOpsTest, NormOrSiluMulMatmulManyRowsEqualsSeparateOps) {
+  if (gpu_bf16_ == nullptr) GTEST_SKIP() << "the bf16 GEMM mode needs a GPU";
+  const int64_t T = 70, K = 640, N = 300;
+  const auto w = to_bf16(rnd(N * K, -0.05f, 0.05f));
+  auto wg = gpu_bf16_->make_linear(w.data(), DType::BF16, N, K);
+  const auto xin = rnd(T * 2 * K, -3.f, 3.f), nw = rnd(K, 0.5f, 1.5f), base = rnd(T * N);
+  DeviceBuffer xb = gpu_bf16_->allocate(xin.size() * 4), nb = gpu_bf16_->allocate(nw.size() * 4);
+  DeviceBuffer ab = gpu_bf16_->allocate(T * K * 4);
+  DeviceBuffer o1 = gpu_bf16_->allocate(base.size() * 4), o2 = gpu_bf16_->allocate(base.size() * 4);
+  Tensor gu = xb.view(DType::F32, {T, 2 * K}), x = xb.view(DType::F32, {T, K}), nt = nb.view(DType::F32, {K});
+  Tensor at = ab.view(DType::F32, {T, K});
+  Tensor t1 = o1.view(DType::F32, {T, N}), t2 = o2.view(DType::F32, {T, N});
+  gpu_bf16_->copy_to_device(gu, xin.data());
+  gpu_bf16_->copy_to_device(nt, nw.data());
+  for (bool silu : {false, true}) {
+    for (bool acc : {false, true}) {
+      gpu_bf16_->copy_to_device(t1, base.data());
+      gpu_bf16_->copy_to_device(t2, base.data());
+      if (silu) {
+        gpu_bf16_->kernels().silu_mul_matmul(gu, *wg, t1, acc, at);
+        gpu_bf16_->kernels().silu_mul(gu, at);
+      } else {
+        gpu_bf16_->kernels().rms_norm_matmul(x, nt, 1e-6f, *wg, t1, acc, at);
+        gpu_bf16_->kernels().rms_norm(x, nt, 1e-6f, at);
+      }
+      gpu_bf16_->kernels().matmul(at, *wg, t2, acc);
+      std::vector<float> r1(base.size()), r2(base.size());
+      gpu_bf16_->copy_to_host(r1.data(), t1);
+      gpu_bf16_->copy_to_host(r2.data(), t2);
+      EXPECT_EQ(r1, r2) << "silu=" << silu << " acc=" << acc;
+      EXPECT_NE(r1, base) << "silu=" << silu << " acc=" << acc;
     }
   }
 }
@@ -882,31 +921,51 @@ TEST_F(CudaOpsTest, AttentionLongPrefillWithSm86SharedMemory) {
 }
 
 // Long runs (prefill): the chunked delta rule on CUDA (head dims 64 and 128; 16 keeps the
-// sequential kernel) against the CPU's sequential recurrence: runs longer than a chunk, a partial
-// last chunk, several sequences of different lengths, a decode token beside them, a continued
-// state, and a prefix-cache checkpoint in the middle of a chunk (its state saved to a spare slot).
+// sequential kernel), on tensor cores (the default; and with single buffers, sm_86's variant) and on
+// CUDA cores (DELTASERVE_CUDA_GDN=chunked), against the CPU's sequential recurrence: runs longer
+// than a chunk, a partial last chunk, several sequences of different lengths, a decode token beside
+// them, a continued state, and a prefix-cache checkpoint in the middle of a chunk (its state saved to
+// a spare slot).
 TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
   const std::vector<std::vector<std::pair<int, int>>> batches = {
       {{0, 200}, {0, 33}, {10, 70}},
       {{0, 1000}},
       {{0, 300}, {5, 1}},
   };
-  for (GdnShape sh : {GdnShape{16, 48, 128, 128, 4}, GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}}) {
-    for (std::size_t bi = 0; bi < batches.size(); ++bi) {
-      const int n_slots = 5, depth = 4;
-      std::vector<int32_t> perm(128);
-      std::iota(perm.begin(), perm.end(), 0);
-      auto m = build_meta(*gpu_, batches[bi], 16, 64, perm, {3, 0, 4}, 0);
-      m->checkpoint(*gpu_, 0, 77, 1);  // the first sequence, after token 77 (mid-chunk), into slot 1
-      GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, n_slots, depth);
-      run_gdn(g, m->cpu, m->gpu);
-      Pair &conv = g.conv, &recs = g.recs, &out = g.out;
-      const std::string what = "Dk=" + std::to_string(sh.dk) + " batch " + std::to_string(bi);
-      EXPECT_LE(rel_err(out), 1e-4) << what;
-      EXPECT_LE(rel_err(conv), 1e-6) << what;
-      EXPECT_LE(rel_err(recs), 1e-4) << what;  // every slot: the runs' states and the checkpoint
+  std::unique_ptr<Backend> no_prefetch, cuda_cores;
+  if (!cpu_only()) {
+    CudaOptions o;
+    o.exact_gemm = true;
+    o.gdn_chunk_prefetch = false;
+    no_prefetch = make_cuda_backend(0, o);
+    o.gdn_chunked_mma = false;
+    cuda_cores = make_cuda_backend(0, o);
+  }
+  Backend* const saved = gpu_;
+  for (Backend* variant : {saved, no_prefetch.get(), cuda_cores.get()}) {
+    if (variant == nullptr) continue;
+    gpu_ = variant;
+    for (GdnShape sh : {GdnShape{16, 48, 128, 128, 4}, GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}}) {
+      for (std::size_t bi = 0; bi < batches.size(); ++bi) {
+        const int n_slots = 5, depth = 4;
+        std::vector<int32_t> perm(128);
+        std::iota(perm.begin(), perm.end(), 0);
+        auto m = build_meta(*gpu_, batches[bi], 16, 64, perm, {3, 0, 4}, 0);
+        m->checkpoint(*gpu_, 0, 77, 1);  // the first sequence, after token 77 (mid-chunk), into slot 1
+        GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, n_slots, depth);
+        run_gdn(g, m->cpu, m->gpu);
+        Pair &conv = g.conv, &recs = g.recs, &out = g.out;
+        const std::string what = std::string(variant == saved                 ? "tensor cores"
+                                             : variant == no_prefetch.get() ? "tensor cores, single buffers"
+                                                                            : "CUDA cores") +
+                                 " Dk=" + std::to_string(sh.dk) + " batch " + std::to_string(bi);
+        EXPECT_LE(rel_err(out), 1e-4) << what;
+        EXPECT_LE(rel_err(conv), 1e-6) << what;
+        EXPECT_LE(rel_err(recs), 1e-4) << what;  // every slot: the runs' states and the checkpoint
+      }
     }
   }
+  gpu_ = saved;
 }
 
 // Decode through the fused conv + window + q/k-norm kernel (CudaOptions::gdn_fused_decode, off by
@@ -941,6 +1000,7 @@ TEST_F(CudaOpsTest, GatedDeltaNet) {
       {{3, 1}, {8, 1}, {1, 1}},   // decode
       {{30, 4}, {7, 4}, {2, 2}},  // verifications (state deferred)
       {{0, 9}, {7, 4}, {2, 1}},   // a prefill chunk (writes its state) beside verifications
+      {{0, 60}, {7, 4}, {2, 3}},  // the same, long enough for the chunked (tensor-core) kernel
   };
   for (GdnShape sh : {GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}, GdnShape{16, 48, 128, 128, 4}}) {
     for (std::size_t bi = 0; bi < batches.size(); ++bi) {

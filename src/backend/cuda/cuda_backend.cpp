@@ -66,6 +66,7 @@ class CudaKernels final : public Kernels {
  private:
   // Scratch device memory that only grows (the first large batch sizes it).
   void* scratch(int idx, std::size_t bytes);
+  void gemm_bf16(const uint16_t* xb, int64_t T, int parts, const CudaLinear& cw, Tensor out, bool accumulate);
   const float* inv_freq(int rotary_dim, float theta);
   // Times one op when timing is on.
   template <typename F>
@@ -73,7 +74,7 @@ class CudaKernels final : public Kernels {
   cudaStream_t stream() const;
 
   CudaBackend& b_;
-  DeviceBuffer scratch_[9];
+  DeviceBuffer scratch_[10];
   std::map<std::pair<int, float>, DeviceBuffer> inv_freq_;
   // gdn_commit's per-layer table on the device, built on the first call for a set of layers
   // (keyed by the layers' state pointers, which are fixed for the cache's lifetime).
@@ -376,25 +377,31 @@ void CudaKernels::matmul(const Tensor& x, const LinearWeight& w, Tensor out, boo
     // (DELTASERVE_CUDA_GEMM=exact): x = hi + mid + lo, three bf16 parts (24 mantissa bits, i.e.
     // f32), stacked as 3T rows of one GEMM (the weights are read once), summed per row afterwards.
     const int parts = b_.exact_gemm() ? 3 : 1;
-    const int64_t rows = T * parts;
-    uint16_t* xb = static_cast<uint16_t*>(scratch(0, static_cast<std::size_t>(rows * K) * 2));
-    float* dst = out.f32();
-    float beta = accumulate ? 1.0f : 0.0f;
-    if (parts == 3) {
-      cuda::launch_split_bf16x3(x.f32(), T * K, xb, stream());
-      dst = static_cast<float*>(scratch(4, static_cast<std::size_t>(rows * N) * 4));
-      beta = 0.0f;
-    } else {
-      cuda::launch_f32_to_bf16(x.f32(), T * K, xb, stream());
-    }
-    const float alpha = 1.0f;
-    // Column-major view: out^T [N, rows] = W [N, K] (row-major = K x N col-major, transposed) * x^T [K, rows].
-    DS_CUBLAS_CHECK(cublasGemmEx(b_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(rows),
-                                 static_cast<int>(K), &alpha, cw.data(), CUDA_R_16BF, static_cast<int>(K), xb,
-                                 CUDA_R_16BF, static_cast<int>(K), &beta, dst, CUDA_R_32F, static_cast<int>(N),
-                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    if (parts == 3) cuda::launch_sum_parts3(dst, T * N, out.f32(), accumulate, stream());
+    uint16_t* xb = static_cast<uint16_t*>(scratch(0, static_cast<std::size_t>(T * parts * K) * 2));
+    if (parts == 3) cuda::launch_split_bf16x3(x.f32(), T * K, xb, stream());
+    else cuda::launch_f32_to_bf16(x.f32(), T * K, xb, stream());
+    gemm_bf16(xb, T, parts, cw, out, accumulate);
   });
+}
+
+// out [T, N] (+)= x [T, K] W^T by cuBLAS from xb, x as `parts` stacked bf16 copies [parts * T, K]
+// (1: x rounded; 3: hi, mid, lo parts, summed per row afterwards).
+void CudaKernels::gemm_bf16(const uint16_t* xb, int64_t T, int parts, const CudaLinear& cw, Tensor out,
+                            bool accumulate) {
+  const int64_t K = cw.k(), N = cw.n(), rows = T * parts;
+  float* dst = out.f32();
+  float beta = accumulate ? 1.0f : 0.0f;
+  if (parts == 3) {
+    dst = static_cast<float*>(scratch(4, static_cast<std::size_t>(rows * N) * 4));
+    beta = 0.0f;
+  }
+  const float alpha = 1.0f;
+  // Column-major view: out^T [N, rows] = W [N, K] (row-major = K x N col-major, transposed) * x^T [K, rows].
+  DS_CUBLAS_CHECK(cublasGemmEx(b_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(rows),
+                               static_cast<int>(K), &alpha, cw.data(), CUDA_R_16BF, static_cast<int>(K), xb, CUDA_R_16BF,
+                               static_cast<int>(K), &beta, dst, CUDA_R_32F, static_cast<int>(N), CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+  if (parts == 3) cuda::launch_sum_parts3(dst, T * N, out.f32(), accumulate, stream());
 }
 
 // One row (decode at batch 1, the MTP head's steps): the norm / SiLU-mul goes into the GEMV.
@@ -411,6 +418,17 @@ void CudaKernels::rms_norm_matmul(const Tensor& x, const Tensor& weight, float e
     });
     if (done) return;
   }
+  const int64_t T = x.rows();
+  if (T > cuda::kGemvMaxRows && !b_.exact_gemm()) {
+    // Many rows (prefill): the norm straight into the GEMM's bf16 input (the f32 result is never
+    // stored; the same bf16 values as rounding it). `scratch` is the CPU path's; this one is ours.
+    timed(timing_ ? str_cat("matmul cublas+norm ", N, "x", K) : std::string(), [&] {
+      uint16_t* xb = static_cast<uint16_t*>(CudaKernels::scratch(0, static_cast<std::size_t>(T * K) * 2));
+      cuda::launch_rms_norm_bf16(x.f32(), T, K, weight.f32(), eps, xb, stream());
+      gemm_bf16(xb, T, 1, cw, out, accumulate);
+    });
+    return;
+  }
   Kernels::rms_norm_matmul(x, weight, eps, w, out, accumulate, scratch);
 }
 
@@ -426,6 +444,17 @@ void CudaKernels::silu_mul_matmul(const Tensor& gate_up, const LinearWeight& w, 
                                         out.f32(), accumulate, b_.options(), stream());
     });
     if (done) return;
+  }
+  const int64_t T = gate_up.rows();
+  if (T > cuda::kGemvMaxRows && !b_.exact_gemm()) {
+    // Many rows (prefill): SiLU-mul straight into the GEMM's bf16 input (the f32 product is never
+    // stored; the same bf16 values as rounding it). `scratch` is the CPU path's; this one is ours.
+    timed(timing_ ? str_cat("matmul cublas+silu ", N, "x", K) : std::string(), [&] {
+      uint16_t* xb = static_cast<uint16_t*>(CudaKernels::scratch(0, static_cast<std::size_t>(T * K) * 2));
+      cuda::launch_silu_mul_bf16(gate_up.f32(), T, K, xb, stream());
+      gemm_bf16(xb, T, 1, cw, out, accumulate);
+    });
+    return;
   }
   Kernels::silu_mul_matmul(gate_up, w, out, accumulate, scratch);
 }
@@ -582,6 +611,11 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   a.chunked = b_.options().gdn_chunked && !b_.options().gdn_thread_per_row;
   // Decode (one token per sequence, nothing deferred): conv, state window and q/k norms in one kernel.
   a.decode = meta.n_tokens == meta.n_seqs && !meta.state_defer && b_.options().gdn_fused_decode;
+  // Long runs on tensor cores unless DELTASERVE_CUDA_GDN=chunked (the CUDA-core chunked kernel).
+  a.chunked_mma = b_.options().gdn_chunked_mma;
+  a.chunk_prefetch = b_.options().gdn_chunk_prefetch;
+  if (cuda::gdn_uses_chunked_mma(a))
+    a.chunk_m = static_cast<float*>(scratch(9, static_cast<std::size_t>(T) * p.n_v_heads * cuda::kGdnChunkRow * 4));
   timed("gated_delta_net", [&] {
     DS_CHECK(cuda::launch_gated_delta_net(a, stream()), "CUDA gated_delta_net: unsupported head sizes (Dk ",
              a.Dk, ", conv kernel ", a.K, ")");

@@ -1,6 +1,6 @@
 // Gated DeltaNet on CUDA. Reference: backend/cpu/cpu_gated_delta_net.cpp (same formulas, f32).
 //
-//   1. conv:   one thread per (token, channel): causal depthwise conv over the inputs (the slot's
+//   1. conv:   a thread per (channel, run of tokens): causal depthwise conv over the inputs (the slot's
 //              conv state before the run), SiLU -> conv_out [T, conv_dim]; then one thread per
 //              (sequence, channel) moves the last K-1 inputs into the state (a deferred
 //              verification run keeps its inputs in the pending rows instead).
@@ -11,15 +11,19 @@
 //              (Dk floats in registers). Decode/verification: a row is spread over Dk/4 lanes
 //              (coalesced state traffic). Writes o (pre-norm) into out; a deferred run does not
 //              store its state.
-//   4. norm:   gated RMSNorm over Dv with silu(z), in place.
+//              Long runs with Dk == Dv in {64, 128}: the chunked rule on tensor cores instead
+//              (cuda_gdn_chunked_mma.cu), o in conv_out's value columns.
+//   4. norm:   gated RMSNorm over Dv with silu(z) into out.
 //
 // Commit (speculative rollback): gdn_commit_kernel replays a sequence's accepted tokens from its
 // pending rows with the same arithmetic (conv, prep, rows-over-lanes recurrence), for all layers
 // in one launch; gdn_commit_window_kernel then moves the conv windows.
 #include <atomic>
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_gdn.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_launch.h"
 
@@ -52,29 +56,40 @@ __device__ __forceinline__ float conv_input(const GdnArgs& a, const float* st, i
   return jj >= 0 ? a.proj[int64_t(t0 + jj) * row + c] : st[a.K - 1 + jj];
 }
 
-// One thread per (token, channel): the causal conv needs only inputs, so tokens are independent.
-// A checkpoint token also saves the window after it.
-__global__ void conv_tokens_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= int64_t(a.n_tokens) * conv_dim) return;
-  const int t = static_cast<int>(i / conv_dim);
-  const int64_t c = i - int64_t(t) * conv_dim;
-  const int s = seq_of(a, t);
-  const int t0 = a.seq_start[s], n = a.seq_start[s + 1] - t0, j = t - t0;
+// A thread per channel c (blockIdx.x, threadIdx.x) and run of tt consecutive tokens (blockIdx.y):
+// the causal conv needs only inputs, so tokens are independent; the weights stay in registers and
+// the sequence of each token follows from the previous one. A checkpoint token also saves the
+// window after it.
+__global__ void conv_tokens_kernel(GdnArgs a, int64_t conv_dim, int64_t row, int tt) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= conv_dim) return;
   const int K = a.K, Km1 = K - 1;
-  const int32_t slot = a.state_slot[s];
-  const float* st = a.conv_state + (int64_t(slot) * conv_dim + c) * Km1;
-  float acc = 0.f;
-  for (int q = 0; q < K; ++q) acc += a.conv_weight[c * K + q] * conv_input(a, st, t0, j - Km1 + q, c, row);
-  a.conv_out[int64_t(t) * conv_dim + c] = silu(acc);
-  (void)n;
-  if (a.ckpt_at && a.ckpt_at[s] == j && !(a.defer && a.defer[s])) {  // the window after token j
-    float* ck = a.conv_state + (int64_t(a.ckpt_slot[s]) * conv_dim + c) * Km1;
-    for (int q = 0; q < Km1; ++q) ck[q] = conv_input(a, st, t0, j - Km1 + 1 + q, c, row);
+  float w[kMaxConv];
+#pragma unroll
+  for (int q = 0; q < kMaxConv; ++q) w[q] = q < K ? a.conv_weight[c * K + q] : 0.f;
+  const int t_begin = blockIdx.y * tt, t_end = min(t_begin + tt, a.n_tokens);
+  if (t_begin >= t_end) return;
+  int s = seq_of(a, t_begin);
+  int t0 = a.seq_start[s];
+  const float* st = a.conv_state + (int64_t(a.state_slot[s]) * conv_dim + c) * Km1;
+  for (int t = t_begin; t < t_end; ++t) {
+    while (t >= a.seq_start[s + 1]) {  // the next (non-empty) sequence
+      ++s;
+      t0 = a.seq_start[s];
+      st = a.conv_state + (int64_t(a.state_slot[s]) * conv_dim + c) * Km1;
+    }
+    const int j = t - t0;
+    float acc = 0.f;
+#pragma unroll
+    for (int q = 0; q < kMaxConv; ++q)
+      if (q < K) acc += w[q] * conv_input(a, st, t0, j - Km1 + q, c, row);
+    a.conv_out[int64_t(t) * conv_dim + c] = silu(acc);
+    if (a.ckpt_at && a.ckpt_at[s] == j && !gdn_deferred(a, s)) {  // the window after token j
+      float* ck = a.conv_state + (int64_t(a.ckpt_slot[s]) * conv_dim + c) * Km1;
+      for (int q = 0; q < Km1; ++q) ck[q] = conv_input(a, st, t0, j - Km1 + 1 + q, c, row);
+    }
   }
 }
-
-__device__ __forceinline__ bool deferred(const GdnArgs& a, int s) { return a.defer && a.defer[s]; }
 
 // One thread per (sequence, channel), after conv_tokens_kernel: the conv state becomes the last
 // K-1 inputs of the run.
@@ -85,7 +100,7 @@ __global__ void conv_state_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   const int64_t c = i - int64_t(s) * conv_dim;
   const int t0 = a.seq_start[s], n = a.seq_start[s + 1] - t0;
   const int Km1 = a.K - 1;
-  if (deferred(a, s)) {  // keep the raw inputs; the window stays as it was
+  if (gdn_deferred(a, s)) {  // keep the raw inputs; the window stays as it was
     float* pend = a.pending + int64_t(a.state_slot[s]) * a.pending_depth * (conv_dim + 2 * a.Hv);
     for (int j = 0; j < n; ++j) pend[int64_t(j) * (conv_dim + 2 * a.Hv) + c] = a.proj[int64_t(t0 + j) * row + c];
     return;
@@ -218,7 +233,7 @@ __global__ void __launch_bounds__(32) delta_kernel(GdnArgs a, int64_t conv_dim) 
   // the unrolled loops let the compiler hoist all the loads and spill the state row.
   __shared__ float4 q4[DK / 4], k4[DK / 4];
   const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
-  const int ck_j = a.ckpt_at && !deferred(a, s) ? a.ckpt_at[s] : -1;
+  const int ck_j = gdn_checkpoint(a, s);
   for (int t = t0; t < t1; ++t) {
     const float* c = a.conv_out + int64_t(t) * conv_dim;
     __syncthreads();  // previous token's q/k consumed
@@ -258,7 +273,7 @@ __global__ void __launch_bounds__(32) delta_kernel(GdnArgs a, int64_t conv_dim) 
       for (int d = 0; d < DK; d += 4) *reinterpret_cast<float4*>(ck + d) = make_float4(S[d], S[d + 1], S[d + 2], S[d + 3]);
     }
   }
-  if (deferred(a, s)) return;
+  if (gdn_deferred(a, s)) return;
 #pragma unroll
   for (int d = 0; d < DK; d += 4)
     *reinterpret_cast<float4*>(Srow + d) = make_float4(S[d], S[d + 1], S[d + 2], S[d + 3]);
@@ -299,7 +314,7 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
     return v;
   };
   const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
-  const int ck_j = a.ckpt_at && !deferred(a, s) ? a.ckpt_at[s] : -1;
+  const int ck_j = gdn_checkpoint(a, s);
   // Token t's inputs are loaded while token t-1 is computed: a run of prefill tokens is a serial
   // chain, and without the prefetch each step waits for its loads (~2 L2 round trips).
   struct In {
@@ -351,7 +366,7 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
         if (ok[r]) reinterpret_cast<float4*>(ck + int64_t(jv[r]) * DK)[li] = S[r];
     }
   }
-  if (deferred(a, s)) return;
+  if (gdn_deferred(a, s)) return;
 #pragma unroll
   for (int r = 0; r < NR; ++r)
     if (ok[r]) reinterpret_cast<float4*>(Shead + int64_t(jv[r]) * DK)[li] = S[r];
@@ -370,7 +385,7 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
 // owns (sequence, value head, 32 value dims): the rows of S it updates are its own; the K-only
 // parts (A, T, the masked Q K^T) are recomputed by each of a head's Dv / 32 blocks. A chunk ends
 // early at a prefix-cache checkpoint so that the state after that token exists.
-constexpr int kChunk = 32;  // tokens per chunk
+constexpr int kChunk = kGdnChunk;
 constexpr int kDvb = 32;    // value dims per block
 
 template <int DK>
@@ -407,8 +422,8 @@ __global__ void __launch_bounds__(128, 2) delta_chunked_kernel(GdnArgs a, int64_
   const int32_t slot = a.state_slot[s];
   float* Sg = a.rec_state + (int64_t(slot) * a.Hv + hv) * head_state + int64_t(dv0) * DK;  // [DV][DK]
   const int t0 = a.seq_start[s], n = a.seq_start[s + 1] - t0;
-  const bool defer = deferred(a, s);
-  const int ck_j = a.ckpt_at && !defer ? a.ckpt_at[s] : -1;
+  const bool defer = gdn_deferred(a, s);
+  const int ck_j = gdn_checkpoint(a, s);
 
   for (int i = tid; i < DV * DK / 4; i += blockDim.x) {
     const int v = i / (DK / 4), d4 = i % (DK / 4);
@@ -418,8 +433,7 @@ __global__ void __launch_bounds__(128, 2) delta_chunked_kernel(GdnArgs a, int64_
   // float4 reads of padded rows.
   const int ti = tid >> 2, tc = tid & 3;
   for (int c0 = 0; c0 < n; ) {
-    int L = min(C, n - c0);
-    if (ck_j >= c0 && ck_j < c0 + L) L = ck_j - c0 + 1;
+    const int L = gdn_chunk_len(c0, n, ck_j);
     __syncthreads();  // the previous chunk's reads of Q, K, V, U are done
     // Load q, k (zero rows past L), v, beta; decays -> gamma by a warp scan of their logs.
     for (int i = tid; i < C * DK / 4; i += blockDim.x) {
@@ -439,14 +453,8 @@ __global__ void __launch_bounds__(128, 2) delta_chunked_kernel(GdnArgs a, int64_
     }
     if (warp == 0) {
       const bool ok = lane < L;
-      const float* gb = a.gb + (int64_t(t0 + c0 + lane) * a.Hv + hv) * 2;
-      const float beta = ok ? gb[0] : 0.f;
-      float lg = ok ? logf(fmaxf(gb[1], 1e-30f)) : 0.f;  // log decay (a decay of 0 stays ~1e-30)
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const float x = __shfl_up_sync(0xffffffffu, lg, o);
-        if (lane >= o) lg += x;
-      }
+      float beta;
+      const float lg = gdn_chunk_log_gamma(a, t0 + c0, hv, L, lane, &beta);
       const float lg_last = __shfl_sync(0xffffffffu, lg, L - 1);
       gam[lane] = expf(lg);
       bet[lane] = beta;
@@ -580,20 +588,23 @@ __global__ void __launch_bounds__(128, 2) delta_chunked_kernel(GdnArgs a, int64_
   }
 }
 
-__global__ void gated_norm_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
+// The recurrence's o (pre-norm) rows are o_in [T, o_stride] (out itself, or conv_out's value
+// columns after the tensor-core chunked kernel); the normed result goes to out.
+__global__ void gated_norm_kernel(GdnArgs a, int64_t conv_dim, int64_t row, const float* o_in, int64_t o_stride) {
   pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
   const int t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   const int Dv = a.Dv;
   const int64_t value_dim = int64_t(a.Hv) * Dv;
   for (int hv = warp; hv < a.Hv; hv += nw) {
+    const float* oi = o_in + int64_t(t) * o_stride + int64_t(hv) * Dv;
     float* o = a.out + int64_t(t) * value_dim + int64_t(hv) * Dv;
     const float* z = a.proj + int64_t(t) * row + conv_dim + int64_t(hv) * Dv;
     float ss = 0.f;
-    for (int d = lane; d < Dv; d += 32) ss += o[d] * o[d];
+    for (int d = lane; d < Dv; d += 32) ss += oi[d] * oi[d];
     ss = warp_sum(ss);
     const float inv = 1.0f / sqrtf(ss / float(Dv) + a.eps);
-    for (int d = lane; d < Dv; d += 32) o[d] = o[d] * inv * a.norm[d] * silu(z[d]);
+    for (int d = lane; d < Dv; d += 32) o[d] = oi[d] * inv * a.norm[d] * silu(z[d]);
   }
 }
 
@@ -793,21 +804,33 @@ bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s) {
   if (a.Dk != 16 && a.Dk != 32 && a.Dk != 64 && a.Dk != 128) return false;
   if (a.Dv > 32 && a.Dv % 32 != 0) return false;  // delta_kernel: blocks of 32 value rows
   if (a.n_tokens == 0) return true;
+  if (gdn_uses_chunked_mma(a) && a.chunk_m == nullptr) return false;
   const int64_t key_dim = int64_t(a.Hk) * a.Dk, value_dim = int64_t(a.Hv) * a.Dv;
   const int64_t conv_dim = 2 * key_dim + value_dim;
   const int64_t row = conv_dim + value_dim + 2LL * a.Hv;
-  const int64_t n_tok = int64_t(a.n_tokens) * conv_dim, n_seq = int64_t(a.n_seqs) * conv_dim;
+  const int64_t n_seq = int64_t(a.n_seqs) * conv_dim;
   if (a.decode && a.Hv % a.Hk == 0 && a.Hv / a.Hk <= 192) {
     conv_prep_decode_kernel<<<dim3(static_cast<unsigned>(a.n_seqs), static_cast<unsigned>(a.Hk)), 256, 0, s>>>(
         a, conv_dim, row);
     DS_CUDA_LAUNCH_CHECK();
   } else {
-    conv_tokens_kernel<<<static_cast<unsigned>((n_tok + 255) / 256), 256, 0, s>>>(a, conv_dim, row);
+    // Runs of tt tokens per thread for long runs (16 at 4k+ tokens), one token per thread for decode.
+    const int tt = std::clamp(a.n_tokens / 256, 1, 16);
+    conv_tokens_kernel<<<dim3(static_cast<unsigned>((conv_dim + 255) / 256), static_cast<unsigned>((a.n_tokens + tt - 1) / tt)),
+                         256, 0, s>>>(a, conv_dim, row, tt);
     DS_CUDA_LAUNCH_CHECK();
     conv_state_kernel<<<static_cast<unsigned>((n_seq + 255) / 256), 256, 0, s>>>(a, conv_dim, row);
     DS_CUDA_LAUNCH_CHECK();
     prep_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row);
     DS_CUDA_LAUNCH_CHECK();
+  }
+  if (gdn_uses_chunked_mma(a)) {
+    // Long runs: the chunked rule on tensor cores; o lands in conv_out's value columns.
+    launch_gdn_chunked_mma(a, conv_dim, s);
+    gated_norm_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row, a.conv_out + 2 * key_dim,
+                                                                          conv_dim);
+    DS_CUDA_LAUNCH_CHECK();
+    return true;
   }
   switch (a.Dk) {
     case 16: run_delta<16>(a, conv_dim, s); break;
@@ -815,7 +838,7 @@ bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s) {
     case 64: run_delta<64>(a, conv_dim, s); break;
     default: run_delta<128>(a, conv_dim, s); break;
   }
-  gated_norm_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row);
+  gated_norm_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row, a.out, value_dim);
   DS_CUDA_LAUNCH_CHECK();
   return true;
 }

@@ -65,7 +65,12 @@ void launch_sample_rows(float* logits, int64_t rows, int64_t v, const void* sett
                         int n_penalties, int32_t* out, cudaStream_t s);
 void launch_rms_norm(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* out,
                      int64_t out_stride, cudaStream_t s);
+// The same into bf16 [rows, d] (a GEMM's input: the f32 result is never stored).
+void launch_rms_norm_bf16(const float* x, int64_t rows, int64_t d, const float* w, float eps, uint16_t* out,
+                          cudaStream_t s);
 void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, cudaStream_t s);
+// The same, rounded to bf16 (a GEMM's input: the f32 product is never stored).
+void launch_silu_mul_bf16(const float* gu, int64_t rows, int64_t inter, uint16_t* out, cudaStream_t s);
 // rows: host array; passed by value in the launch (graph-capture safe).
 void launch_gather_rows(const float* src, int64_t d, const int32_t* rows_host, int n_rows, float* dst,
                         cudaStream_t s);
@@ -202,6 +207,10 @@ bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage,
 void launch_flash_attention(const AttnArgs& a, cudaStream_t s);
 
 // ---- cuda_gated_delta_net.cu -------------------------------------------------------------------
+// The chunked delta rule (long GDN runs): tokens per chunk, and floats per row of GdnArgs::chunk_m.
+constexpr int kGdnChunk = 32;
+constexpr int kGdnChunkRow = kGdnChunk + 4;
+
 struct GdnArgs {
   int n_tokens = 0, n_seqs = 0;
   int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
@@ -229,10 +238,19 @@ struct GdnArgs {
   float* out = nullptr;                // [T, Hv*Dv]
   bool rows_kernel = true;             // recurrence with rows spread over lanes (else thread per row)
   bool chunked = true;                 // long runs (prefill): the chunked delta rule (head dims 64/128)
+  // Long runs with Dk == Dv in {64, 128}: the chunked rule on tensor cores (cuda_gdn_chunked_mma.cu;
+  // else on CUDA cores). Needs chunk_m; borrows out and conv_out's value columns as scratch.
+  bool chunked_mma = true;
+  float* chunk_m = nullptr;            // scratch [T, Hv, kGdnChunkRow]: token i's masked (q_i.k_j) Gam_ij
+                                       // over its chunk's j, then gamma_i, gamma_L / gamma_i, 2 spare
+  bool chunk_prefetch = true;          // its state kernel fetches the next chunk's W, Q ahead (where 2 blocks/SM fit)
   bool decode = false;                 // one token per sequence, no deferral: the fused conv + prep kernel
 };
 // Returns false when the head sizes have no compiled kernel.
 bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s);
+// Whether a run takes the tensor-core chunked recurrence (then GdnArgs::chunk_m must hold
+// [n_tokens, Hv, kGdnChunkRow] floats).
+bool gdn_uses_chunked_mma(const GdnArgs& a);
 
 // Speculative commit (Kernels::gdn_commit): every layer's parameters and state, as a device table.
 struct GdnCommitLayer {

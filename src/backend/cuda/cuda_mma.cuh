@@ -1,6 +1,7 @@
 // Tensor-core building blocks shared by the attention kernels (cuda_flash_attention.cu,
-// cuda_decode_attention_mma.cu): cp.async copies into shared memory, ldmatrix, mma.sync m16n8k16
-// and bf16 packing; and the device's opt-in shared-memory limit. Included by .cu files only.
+// cuda_decode_attention_mma.cu) and the chunked GDN (cuda_gdn_chunked_mma.cu): cp.async copies into
+// shared memory, ldmatrix, mma.sync m16n8k16 and bf16 packing, 3xTF32 m16n8k8 products; and the
+// device's opt-in shared-memory limit. Included by .cu files only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -52,6 +53,57 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// f32 products on tensor cores to ~f32 accuracy (3xTF32): x = hi + lo, hi = x with its low 13
+// mantissa bits cleared (exact TF32), lo = x - hi (exact in f32; the mma reads its top 19 bits);
+// a·b ~= a_lo·b_hi + a_hi·b_lo + a_hi·b_hi, with the dropped and truncated terms ~2^-20 relative.
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  hi = __float_as_uint(x) & 0xffffe000u;
+  lo = __float_as_uint(x - __uint_as_float(hi));
+}
+// d += a · b, m16n8k8 TF32: A 16x8 row-major (a0: (g, t), a1: (g+8, t), a2: (g, t+4), a3: (g+8, t+4)),
+// B 8x8 (b0: (t, g), b1: (t+4, g)), D 16x8 (d0, d1: (g, 2t + {0,1}); d2, d3: (g+8, 2t + {0,1})), with
+// g = lane / 4, t = lane % 4.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// One warp: acc[nt] (rows 0..15, columns 8 nt .. 8 nt + 7) += A[16 x 8 KSTEPS] · B[8 KSTEPS x 8 NT] in
+// 3xTF32, from shared memory: A(r, k) = A[r * LDA + k * KA], B(k, n) = B[k * KB + n * NB] (compile-time
+// strides: every fragment load is one instruction with an immediate offset). ILP: the three terms
+// go to three accumulators (dependent mma chains a third as long, for long K; 2 NT x 4 more registers).
+template <int NT, int KSTEPS, int LDA, int KA, int KB, int NB, bool ILP = false>
+__device__ __forceinline__ void mma_tf32x3(float (&acc)[NT][4], const float* A, const float* B) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const float* a = A + g * LDA + t * KA;
+  const float* b = B + t * KB + g * NB;
+  float c1[ILP ? NT : 1][4] = {}, c2[ILP ? NT : 1][4] = {};
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) {
+    uint32_t ah[4], al[4];
+    split_tf32(a[8 * ks * KA], ah[0], al[0]);
+    split_tf32(a[8 * LDA + 8 * ks * KA], ah[1], al[1]);
+    split_tf32(a[(8 * ks + 4) * KA], ah[2], al[2]);
+    split_tf32(a[8 * LDA + (8 * ks + 4) * KA], ah[3], al[3]);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      uint32_t bh0, bl0, bh1, bl1;
+      split_tf32(b[8 * ks * KB + 8 * nt * NB], bh0, bl0);
+      split_tf32(b[(8 * ks + 4) * KB + 8 * nt * NB], bh1, bl1);
+      mma_tf32(ILP ? c1[ILP ? nt : 0] : acc[nt], al, bh0, bh1);
+      mma_tf32(ILP ? c2[ILP ? nt : 0] : acc[nt], ah, bl0, bl1);
+      mma_tf32(acc[nt], ah, bh0, bh1);
+    }
+  }
+  if constexpr (ILP) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nt][e] += c1[nt][e] + c2[nt][e];
+  }
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {

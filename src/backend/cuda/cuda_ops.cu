@@ -1,6 +1,7 @@
 // Small CUDA ops: embedding, RMSNorm, SwiGLU, row gather, f32->bf16, dummy-weight init.
 // Reference: backend/cpu/cpu_ops.cpp (same formulas, f32 compute).
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -55,26 +56,69 @@ __global__ void embed_kernel(const void* table, bool bf16, int64_t first_row, in
   }
 }
 
-__global__ void rms_norm_kernel(const float* x, int64_t d, const float* w, float eps, float* out,
+// out is f32, or bf16 (a GEMM's input; the rounding f32_to_bf16_kernel does).
+template <class Out>
+__global__ void rms_norm_kernel(const float* x, int64_t d, const float* w, float eps, Out* out,
                                 int64_t out_stride) {
   pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
   __shared__ float red[32];
   const float* xr = x + int64_t(blockIdx.x) * d;
-  float* o = out + int64_t(blockIdx.x) * out_stride;
+  Out* o = out + int64_t(blockIdx.x) * out_stride;
   float ss = 0.f;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
   ss = block_sum(ss, red);
   const float inv = 1.0f / sqrtf(ss / float(d) + eps);
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) o[i] = xr[i] * inv * w[i];
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float v = xr[i] * inv * w[i];
+    if constexpr (sizeof(Out) == 2) o[i] = f32_to_bf16_bits(v);
+    else o[i] = v;
+  }
 }
 
-__global__ void silu_mul_kernel(const float* gu, int64_t rows, int64_t inter, float* out) {
+__device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// Row blockIdx.y, VEC columns per thread from VEC * (blockIdx.x * blockDim.x + threadIdx.x); out is
+// f32 or bf16 (the rounding f32_to_bf16_kernel does).
+template <int VEC, class Out>
+__global__ void silu_mul_kernel(const float* gu, int64_t inter, Out* out) {
   pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
-  const int64_t n = rows * inter;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / inter, c = i - r * inter;
-    const float g = gu[r * 2 * inter + c], u = gu[r * 2 * inter + inter + c];
-    out[i] = g / (1.0f + expf(-g)) * u;
+  const int64_t c = VEC * (int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (c >= inter) return;
+  const float* g = gu + int64_t(blockIdx.y) * 2 * inter + c;
+  Out* o = out + int64_t(blockIdx.y) * inter + c;
+  float r[VEC];
+  if constexpr (VEC == 4) {
+    const float4 g4 = *reinterpret_cast<const float4*>(g), u4 = *reinterpret_cast<const float4*>(g + inter);
+    r[0] = silu_mul1(g4.x, u4.x);
+    r[1] = silu_mul1(g4.y, u4.y);
+    r[2] = silu_mul1(g4.z, u4.z);
+    r[3] = silu_mul1(g4.w, u4.w);
+  } else {
+    r[0] = silu_mul1(g[0], g[inter]);
+  }
+  if constexpr (sizeof(Out) == 2) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) o[i] = f32_to_bf16_bits(r[i]);
+  } else if constexpr (VEC == 4) {
+    *reinterpret_cast<float4*>(o) = make_float4(r[0], r[1], r[2], r[3]);
+  } else {
+    o[0] = r[0];
+  }
+}
+
+template <class Out>
+void launch_silu_mul_to(const float* gu, int64_t rows, int64_t inter, Out* out, cudaStream_t s) {
+  const bool vec = inter % 4 == 0 && reinterpret_cast<uintptr_t>(gu) % 16 == 0 &&
+                   (sizeof(Out) == 2 || reinterpret_cast<uintptr_t>(out) % 16 == 0);
+  const int64_t per = vec ? 4 * 256 : 256;
+  constexpr int64_t kMaxRows = 65535;  // gridDim.y
+  for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
+    const dim3 grid(static_cast<unsigned>((inter + per - 1) / per), static_cast<unsigned>(std::min(kMaxRows, rows - r0)));
+    const float* g = gu + r0 * 2 * inter;
+    Out* o = out + r0 * inter;
+    if (vec) silu_mul_kernel<4, Out><<<grid, 256, 0, s>>>(g, inter, o);
+    else silu_mul_kernel<1, Out><<<grid, 256, 0, s>>>(g, inter, o);
+    DS_CUDA_LAUNCH_CHECK();
   }
 }
 
@@ -192,10 +236,20 @@ void launch_rms_norm(const float* x, int64_t rows, int64_t d, const float* w, fl
   DS_CUDA_LAUNCH_CHECK();
 }
 
-void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, cudaStream_t s) {
-  if (rows * inter == 0) return;
-  silu_mul_kernel<<<grid_for(rows * inter, 256), 256, 0, s>>>(gu, rows, inter, out);
+void launch_rms_norm_bf16(const float* x, int64_t rows, int64_t d, const float* w, float eps, uint16_t* out,
+                          cudaStream_t s) {
+  if (rows == 0) return;
+  const int threads = d >= 2048 ? 512 : (d >= 512 ? 256 : 128);
+  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(x, d, w, eps, out, d);
   DS_CUDA_LAUNCH_CHECK();
+}
+
+void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, cudaStream_t s) {
+  launch_silu_mul_to(gu, rows, inter, out, s);
+}
+
+void launch_silu_mul_bf16(const float* gu, int64_t rows, int64_t inter, uint16_t* out, cudaStream_t s) {
+  launch_silu_mul_to(gu, rows, inter, out, s);
 }
 
 void launch_gather_rows(const float* src, int64_t d, const int32_t* rows_host, int n_rows, float* dst,

@@ -1,0 +1,47 @@
+// Device helpers shared by the Gated DeltaNet kernels (cuda_gated_delta_net.cu: conv, prep, the
+// sequential and CUDA-core chunked recurrences; cuda_gdn_chunked_mma.cu: the tensor-core chunked
+// recurrence). Included by .cu files only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_launch.h"
+
+namespace deltaserve::cuda {
+
+__device__ __forceinline__ bool gdn_deferred(const GdnArgs& a, int s) { return a.defer && a.defer[s]; }
+
+// The checkpoint token of sequence s for the chunked kernels (-1: none; a deferred run saves none).
+__device__ __forceinline__ int gdn_checkpoint(const GdnArgs& a, int s) {
+  return a.ckpt_at && !gdn_deferred(a, s) ? a.ckpt_at[s] : -1;
+}
+
+// Length of the chunk of a sequence of n tokens that starts at c0: kGdnChunk tokens, the rest of
+// the run, or up to and including the checkpoint token ck (so that the state after it exists).
+__device__ __forceinline__ int gdn_chunk_len(int c0, int n, int ck) {
+  int L = min(kGdnChunk, n - c0);
+  if (ck >= c0 && ck < c0 + L) L = ck - c0 + 1;
+  return L;
+}
+
+// One warp, lane i < L: the log of gamma_i = g_1 ... g_i (the decays of the chunk's tokens from
+// token t, value head hv, from prep's gb) by a scan; beta_i into *beta. Lanes past L: beta 0 and
+// the sum so far (their tokens do not exist; callers mask them).
+__device__ __forceinline__ float gdn_chunk_log_gamma(const GdnArgs& a, int t, int hv, int L, int lane, float* beta) {
+  const bool ok = lane < L;
+  const float* gb = a.gb + (int64_t(t + lane) * a.Hv + hv) * 2;
+  *beta = ok ? gb[0] : 0.f;
+  float lg = ok ? logf(fmaxf(gb[1], 1e-30f)) : 0.f;  // log decay (a decay of 0 stays ~1e-30)
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float x = __shfl_up_sync(0xffffffffu, lg, o);
+    if (lane >= o) lg += x;
+  }
+  return lg;
+}
+
+// The tensor-core chunked recurrence (cuda_gdn_chunked_mma.cu) for a run gdn_uses_chunked_mma
+// accepts: o lands in conv_out's value columns (not in out, which it uses as scratch).
+void launch_gdn_chunked_mma(const GdnArgs& a, int64_t conv_dim, cudaStream_t s);
+
+}  // namespace deltaserve::cuda
