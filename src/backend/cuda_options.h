@@ -6,7 +6,7 @@
 //   DELTASERVE_CUDA_GDN=rows     gdn_chunked off (prefill on the rows-over-lanes recurrence)
 //   DELTASERVE_CUDA_GDN=chunked  gdn_chunked_mma off (the chunked rule on CUDA cores)
 //   DELTASERVE_CUDA_GDN_PF=0     gdn_chunk_prefetch off (the tensor-core one as on sm_86)
-//   DELTASERVE_CUDA_GDN_FUSED=1  gdn_fused_decode on (decode: conv, window and prep in one kernel)
+//   DELTASERVE_CUDA_GDN_FUSED=0  gdn_fused_decode off (decode: conv, window and prep as three kernels)
 //   DELTASERVE_GEMV_TC_GRID=N    gemv_tc_grid      DELTASERVE_GEMV_TC_K0=N    gemv_tc_k0
 //   DELTASERVE_CUDA_PDL=0        pdl off (GEMVs launched plainly)
 //   DELTASERVE_CUDA_FUSED_GEMV=N fused_gemv (1: SiLU-mul folded into down_proj's GEMV, 2: RMSNorm too)
@@ -29,8 +29,8 @@ struct CudaOptions {
   bool gdn_chunked = true;          // GDN runs of > 8 tokens: the chunked delta rule (head dims 64/128)
   bool gdn_chunked_mma = true;      // ... on tensor cores (3xTF32; Dk == Dv), else on CUDA cores
   bool gdn_chunk_prefetch = true;   // ... the next chunk fetched ahead, where shared memory allows
-  bool gdn_fused_decode = false;    // GDN decode: conv, state window, q/k norms and gates in one kernel
-                                    // (off until measured and tested on a GPU: cuda_ops_test covers it)
+  bool gdn_fused_decode = true;     // GDN decode: conv, state window, q/k norms and gates in one kernel
+                                    // (measured +1.3% at batch 1, bench/RESULTS.md stop 22)
   bool gemv_tensor_cores = true;    // 2..8-row GEMV on tensor cores (else CUDA cores)
   int gemv_tc_grid = 0;             // cap on that GEMV's grid (0: what the device runs at once)
   int gemv_tc_k0 = 128;             // its cost model's fixed cost per K split
@@ -72,7 +72,7 @@ struct CudaOptions {
     o.gdn_chunked = !is("DELTASERVE_CUDA_GDN", "rows") && !o.gdn_thread_per_row;
     o.gdn_chunked_mma = !is("DELTASERVE_CUDA_GDN", "chunked");
     o.gdn_chunk_prefetch = !is("DELTASERVE_CUDA_GDN_PF", "0");
-    o.gdn_fused_decode = is("DELTASERVE_CUDA_GDN_FUSED", "1");
+    o.gdn_fused_decode = !is("DELTASERVE_CUDA_GDN_FUSED", "0");
     o.gemv_tensor_cores = !is("DELTASERVE_GEMV_TC", "0");
     o.gemv_tc_grid = num("DELTASERVE_GEMV_TC_GRID", 0);
     o.gemv_tc_k0 = num("DELTASERVE_GEMV_TC_K0", 128);

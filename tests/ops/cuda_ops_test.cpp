@@ -968,29 +968,31 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
   gpu_ = saved;
 }
 
-// Decode through the fused conv + window + q/k-norm kernel (CudaOptions::gdn_fused_decode, off by
-// default until measured): the same outputs, conv windows (incl. a checkpoint's copy) and states
-// as the CPU, as the separate kernels give.
+// Decode with conv, window and q/k norms fused in one kernel (CudaOptions::gdn_fused_decode, the
+// default) and as three kernels (DELTASERVE_CUDA_GDN_FUSED=0): the same outputs, conv windows (incl.
+// a checkpoint's copy) and states as the CPU.
 TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
   if (cpu_only()) GTEST_SKIP() << "a GPU option";
-  CudaOptions opt;
-  opt.exact_gemm = true;
-  opt.gdn_fused_decode = true;
-  std::unique_ptr<Backend> fused = make_cuda_backend(0, opt);
-  for (GdnShape sh : {GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}, GdnShape{16, 48, 128, 128, 4}}) {
-    std::vector<int32_t> perm(64);
-    std::iota(perm.begin(), perm.end(), 0);
-    auto m = build_meta(*gpu_, {{3, 1}, {8, 1}, {1, 1}}, 16, 8, perm, {3, 0, 4}, 0);
-    m->checkpoint(*gpu_, 1, 0, 2);  // the second sequence, after its token, into slot 2
-    GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, 5, 4);
-    gpu_->synchronize();
-    cpu_->kernels().gated_delta_net(g.params(false), g.proj.tc, g.state(false), m->cpu, g.out.tc);
-    fused->kernels().gated_delta_net(g.params(true), g.proj.tg, g.state(true), m->gpu, g.out.tg);
-    fused->synchronize();
-    const std::string what = "Hv=" + std::to_string(sh.hv);
-    EXPECT_LE(rel_err(g.out), 1e-4) << what;
-    EXPECT_LE(rel_err(g.conv), 1e-6) << what;
-    EXPECT_LE(rel_err(g.recs), 1e-4) << what;
+  for (bool fused_decode : {true, false}) {
+    CudaOptions opt;
+    opt.exact_gemm = true;
+    opt.gdn_fused_decode = fused_decode;
+    std::unique_ptr<Backend> gpu = make_cuda_backend(0, opt);
+    for (GdnShape sh : {GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}, GdnShape{16, 48, 128, 128, 4}}) {
+      std::vector<int32_t> perm(64);
+      std::iota(perm.begin(), perm.end(), 0);
+      auto m = build_meta(*gpu_, {{3, 1}, {8, 1}, {1, 1}}, 16, 8, perm, {3, 0, 4}, 0);
+      m->checkpoint(*gpu_, 1, 0, 2);  // the second sequence, after its token, into slot 2
+      GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, 5, 4);
+      gpu_->synchronize();
+      cpu_->kernels().gated_delta_net(g.params(false), g.proj.tc, g.state(false), m->cpu, g.out.tc);
+      gpu->kernels().gated_delta_net(g.params(true), g.proj.tg, g.state(true), m->gpu, g.out.tg);
+      gpu->synchronize();
+      const std::string what = "fused " + std::to_string(fused_decode) + " Hv=" + std::to_string(sh.hv);
+      EXPECT_LE(rel_err(g.out), 1e-4) << what;
+      EXPECT_LE(rel_err(g.conv), 1e-6) << what;
+      EXPECT_LE(rel_err(g.recs), 1e-4) << what;
+    }
   }
 }
 
