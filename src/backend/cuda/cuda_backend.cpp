@@ -67,6 +67,8 @@ class CudaKernels final : public Kernels {
   // Scratch device memory that only grows (the first large batch sizes it).
   void* scratch(int idx, std::size_t bytes);
   void gemm_bf16(const uint16_t* xb, int64_t T, int parts, const CudaLinear& cw, Tensor out, bool accumulate);
+  bool matmul_with_prologue(cuda::GemvPrologue kind, const Tensor& in, const float* norm, float eps,
+                            const CudaLinear& cw, Tensor out, bool accumulate);
   const float* inv_freq(int rotary_dim, float theta);
   // Times one op when timing is on.
   template <typename F>
@@ -404,32 +406,41 @@ void CudaKernels::gemm_bf16(const uint16_t* xb, int64_t T, int parts, const Cuda
   if (parts == 3) cuda::launch_sum_parts3(dst, T * N, out.f32(), accumulate, stream());
 }
 
-// One row (decode at batch 1, the MTP head's steps): the norm / SiLU-mul goes into the GEMV.
+// A matmul behind an RMSNorm (norm, eps) or a SiLU-mul: at one row the prologue folds into the GEMV
+// where CudaOptions::fused_gemv asks for it; at more than kGemvMaxRows rows (prefill) it writes
+// straight into the GEMM's bf16 input (the f32 result is never stored; the same bf16 values as
+// rounding it). False: neither applies, the caller runs the separate ops.
+bool CudaKernels::matmul_with_prologue(cuda::GemvPrologue kind, const Tensor& in, const float* norm, float eps,
+                                       const CudaLinear& cw, Tensor out, bool accumulate) {
+  const int64_t T = in.rows(), K = cw.k(), N = cw.n();
+  const bool silu = kind == cuda::GemvPrologue::SiluMul;
+  const char* tag = silu ? "silu " : "norm ";
+  if (T == 1) {
+    if (b_.options().fused_gemv < (silu ? 1 : 2)) return false;
+    bool done = false;
+    timed(timing_ ? str_cat("matmul gemv+", tag, N, "x", K) : std::string(), [&] {
+      done = cuda::launch_gemv_prologue(in.f32(), kind, norm, eps, K, cw.data(), N, out.f32(), accumulate,
+                                        b_.options(), stream());
+    });
+    return done;
+  }
+  if (T <= cuda::kGemvMaxRows || b_.exact_gemm()) return false;
+  timed(timing_ ? str_cat("matmul cublas+", tag, N, "x", K) : std::string(), [&] {
+    uint16_t* xb = static_cast<uint16_t*>(scratch(0, static_cast<std::size_t>(T * K) * 2));
+    if (silu) cuda::launch_silu_mul_bf16(in.f32(), T, K, xb, stream());
+    else cuda::launch_rms_norm_bf16(in.f32(), T, K, norm, eps, xb, stream());
+    gemm_bf16(xb, T, 1, cw, out, accumulate);
+  });
+  return true;
+}
+
 void CudaKernels::rms_norm_matmul(const Tensor& x, const Tensor& weight, float eps, const LinearWeight& w,
                                   Tensor out, bool accumulate, Tensor scratch) {
   const auto& cw = static_cast<const CudaLinear&>(w);
   const int64_t K = x.cols(), N = cw.n();
   DS_CHECK(K == cw.k() && weight.numel() == K && out.cols() == N && x.rows() == out.rows(), "rms_norm_matmul shapes");
-  if (x.rows() == 1 && b_.options().fused_gemv >= 2) {
-    bool done = false;
-    timed(timing_ ? str_cat("matmul gemv+norm ", N, "x", K) : std::string(), [&] {
-      done = cuda::launch_gemv_prologue(x.f32(), cuda::GemvPrologue::RmsNorm, weight.f32(), eps, K, cw.data(), N,
-                                        out.f32(), accumulate, b_.options(), stream());
-    });
-    if (done) return;
-  }
-  const int64_t T = x.rows();
-  if (T > cuda::kGemvMaxRows && !b_.exact_gemm()) {
-    // Many rows (prefill): the norm straight into the GEMM's bf16 input (the f32 result is never
-    // stored; the same bf16 values as rounding it). `scratch` is the CPU path's; this one is ours.
-    timed(timing_ ? str_cat("matmul cublas+norm ", N, "x", K) : std::string(), [&] {
-      uint16_t* xb = static_cast<uint16_t*>(CudaKernels::scratch(0, static_cast<std::size_t>(T * K) * 2));
-      cuda::launch_rms_norm_bf16(x.f32(), T, K, weight.f32(), eps, xb, stream());
-      gemm_bf16(xb, T, 1, cw, out, accumulate);
-    });
-    return;
-  }
-  Kernels::rms_norm_matmul(x, weight, eps, w, out, accumulate, scratch);
+  if (!matmul_with_prologue(cuda::GemvPrologue::RmsNorm, x, weight.f32(), eps, cw, out, accumulate))
+    Kernels::rms_norm_matmul(x, weight, eps, w, out, accumulate, scratch);
 }
 
 void CudaKernels::silu_mul_matmul(const Tensor& gate_up, const LinearWeight& w, Tensor out, bool accumulate,
@@ -437,26 +448,8 @@ void CudaKernels::silu_mul_matmul(const Tensor& gate_up, const LinearWeight& w, 
   const auto& cw = static_cast<const CudaLinear&>(w);
   const int64_t K = cw.k(), N = cw.n();
   DS_CHECK(gate_up.cols() == 2 * K && out.cols() == N && gate_up.rows() == out.rows(), "silu_mul_matmul shapes");
-  if (gate_up.rows() == 1 && b_.options().fused_gemv >= 1) {
-    bool done = false;
-    timed(timing_ ? str_cat("matmul gemv+silu ", N, "x", K) : std::string(), [&] {
-      done = cuda::launch_gemv_prologue(gate_up.f32(), cuda::GemvPrologue::SiluMul, nullptr, 0.f, K, cw.data(), N,
-                                        out.f32(), accumulate, b_.options(), stream());
-    });
-    if (done) return;
-  }
-  const int64_t T = gate_up.rows();
-  if (T > cuda::kGemvMaxRows && !b_.exact_gemm()) {
-    // Many rows (prefill): SiLU-mul straight into the GEMM's bf16 input (the f32 product is never
-    // stored; the same bf16 values as rounding it). `scratch` is the CPU path's; this one is ours.
-    timed(timing_ ? str_cat("matmul cublas+silu ", N, "x", K) : std::string(), [&] {
-      uint16_t* xb = static_cast<uint16_t*>(CudaKernels::scratch(0, static_cast<std::size_t>(T * K) * 2));
-      cuda::launch_silu_mul_bf16(gate_up.f32(), T, K, xb, stream());
-      gemm_bf16(xb, T, 1, cw, out, accumulate);
-    });
-    return;
-  }
-  Kernels::silu_mul_matmul(gate_up, w, out, accumulate, scratch);
+  if (!matmul_with_prologue(cuda::GemvPrologue::SiluMul, gate_up, nullptr, 0.f, cw, out, accumulate))
+    Kernels::silu_mul_matmul(gate_up, w, out, accumulate, scratch);
 }
 
 void CudaKernels::silu_mul(const Tensor& gate_up, Tensor out) {
