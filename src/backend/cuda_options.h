@@ -2,12 +2,11 @@
 // production settings; the others exist for A/B measurements and exact-numerics tests. Developer
 // overrides come from the environment, read once when the backend is made (from_environment):
 //   DELTASERVE_CUDA_GEMM=exact   exact_gemm        DELTASERVE_CUDA_FLASH=0    flash_attention off
-//   DELTASERVE_CUDA_GDN=thread   gdn_thread_per_row DELTASERVE_GEMV_TC=0      gemv_tensor_cores off
+//   DELTASERVE_CUDA_GDN=thread   gdn_thread_per_row
 //   DELTASERVE_CUDA_GDN=rows     gdn_chunked off (prefill on the rows-over-lanes recurrence)
 //   DELTASERVE_CUDA_GDN=chunked  gdn_chunked_mma off (the chunked rule on CUDA cores)
 //   DELTASERVE_CUDA_GDN_PF=0     gdn_chunk_prefetch off (the tensor-core one as on sm_86)
 //   DELTASERVE_CUDA_GDN_FUSED=0  gdn_fused_decode off (decode: conv, window and prep as three kernels)
-//   DELTASERVE_GEMV_TC_GRID=N    gemv_tc_grid      DELTASERVE_GEMV_TC_K0=N    gemv_tc_k0
 //   DELTASERVE_CUDA_PDL=0        pdl off (GEMVs launched plainly)
 //   DELTASERVE_CUDA_FUSED_GEMV=N fused_gemv (1: SiLU-mul folded into down_proj's GEMV, 2: RMSNorm too)
 //   DELTASERVE_GEMV_SHAPE=RU     gemv_shape (1-row GEMV tile: 24, 42, 81)
@@ -21,8 +20,9 @@
 namespace deltaserve {
 
 struct CudaOptions {
-  // GEMMs of more than 8 rows: activations rounded to bf16 (vLLM/SGLang's numerics; default), or
-  // split into three bf16 parts for f32-exact products (3x the tensor-core work; fixture tests).
+  // Matmul inputs: rounded to bf16 (vLLM/SGLang's numerics; default: one row on the GEMV with its
+  // input rounded, two or more on cuBLAS), or f32-exact (the one-row GEMV on f32 inputs; cuBLAS on
+  // three bf16 parts of each input, 3x the tensor-core work; fixture tests).
   bool exact_gemm = false;
   bool flash_attention = true;      // tensor-core prefill attention (else the CUDA-core kernel)
   bool gdn_thread_per_row = false;  // GDN runs of > 8 tokens: a thread per state row (else lanes)
@@ -31,9 +31,6 @@ struct CudaOptions {
   bool gdn_chunk_prefetch = true;   // ... the next chunk fetched ahead, where shared memory allows
   bool gdn_fused_decode = true;     // GDN decode: conv, state window, q/k norms and gates in one kernel
                                     // (measured +1.3% at batch 1, bench/RESULTS.md stop 22)
-  bool gemv_tensor_cores = true;    // 2..8-row GEMV on tensor cores (else CUDA cores)
-  int gemv_tc_grid = 0;             // cap on that GEMV's grid (0: what the device runs at once)
-  int gemv_tc_k0 = 128;             // its cost model's fixed cost per K split
   bool pdl = true;                  // decode GEMVs by programmatic dependent launch (sm_90+)
   int fused_gemv = 0;               // 1-row prologues folded into the following GEMV: 0 none,
                                     // 1 SiLU-mul (into down_proj), 2 also RMSNorm (measured slower
@@ -73,9 +70,6 @@ struct CudaOptions {
     o.gdn_chunked_mma = !is("DELTASERVE_CUDA_GDN", "chunked");
     o.gdn_chunk_prefetch = !is("DELTASERVE_CUDA_GDN_PF", "0");
     o.gdn_fused_decode = !is("DELTASERVE_CUDA_GDN_FUSED", "0");
-    o.gemv_tensor_cores = !is("DELTASERVE_GEMV_TC", "0");
-    o.gemv_tc_grid = num("DELTASERVE_GEMV_TC_GRID", 0);
-    o.gemv_tc_k0 = num("DELTASERVE_GEMV_TC_K0", 128);
     o.pdl = !is("DELTASERVE_CUDA_PDL", "0");
     o.fused_gemv = num("DELTASERVE_CUDA_FUSED_GEMV", 0);
     o.gemv_shape = num("DELTASERVE_GEMV_SHAPE", 0);

@@ -371,9 +371,9 @@ void CudaKernels::matmul(const Tensor& x, const LinearWeight& w, Tensor out, boo
   DS_CHECK(K == cw.k() && out.cols() == N && T == out.rows(), "matmul shapes ", x.shape_string(), " x [", N,
            ", ", cw.k(), "] -> ", out.shape_string());
   if (T == 0) return;
-  const bool small = T <= cuda::kGemvMaxRows;
-  timed(timing_ ? str_cat(small ? "matmul gemv " : "matmul cublas ", N, "x", K) : std::string(), [&] {
-    if (small && cuda::launch_gemv(x.f32(), static_cast<int>(T), K, cw.data(), N, out.f32(), accumulate, b_.options(), stream()))
+  const bool one = T == 1;
+  timed(timing_ ? str_cat(one ? "matmul gemv " : "matmul cublas ", N, "x", K) : std::string(), [&] {
+    if (one && cuda::launch_gemv(x.f32(), K, cw.data(), N, out.f32(), accumulate, !b_.exact_gemm(), b_.options(), stream()))
       return;
     // cuBLAS, bf16 x bf16 -> f32. Default: x rounded to bf16 once. Exact mode
     // (DELTASERVE_CUDA_GEMM=exact): x = hi + mid + lo, three bf16 parts (24 mantissa bits, i.e.
@@ -407,7 +407,7 @@ void CudaKernels::gemm_bf16(const uint16_t* xb, int64_t T, int parts, const Cuda
 }
 
 // A matmul behind an RMSNorm (norm, eps) or a SiLU-mul: at one row the prologue folds into the GEMV
-// where CudaOptions::fused_gemv asks for it; at more than kGemvMaxRows rows (prefill) it writes
+// where CudaOptions::fused_gemv asks for it; at two or more rows in the default (bf16) mode it writes
 // straight into the GEMM's bf16 input (the f32 result is never stored; the same bf16 values as
 // rounding it). False: neither applies, the caller runs the separate ops.
 bool CudaKernels::matmul_with_prologue(cuda::GemvPrologue kind, const Tensor& in, const float* norm, float eps,
@@ -420,11 +420,11 @@ bool CudaKernels::matmul_with_prologue(cuda::GemvPrologue kind, const Tensor& in
     bool done = false;
     timed(timing_ ? str_cat("matmul gemv+", tag, N, "x", K) : std::string(), [&] {
       done = cuda::launch_gemv_prologue(in.f32(), kind, norm, eps, K, cw.data(), N, out.f32(), accumulate,
-                                        b_.options(), stream());
+                                        !b_.exact_gemm(), b_.options(), stream());
     });
     return done;
   }
-  if (T <= cuda::kGemvMaxRows || b_.exact_gemm()) return false;
+  if (T == 0 || b_.exact_gemm()) return false;
   timed(timing_ ? str_cat("matmul cublas+", tag, N, "x", K) : std::string(), [&] {
     uint16_t* xb = static_cast<uint16_t*>(scratch(0, static_cast<std::size_t>(T * K) * 2));
     if (silu) cuda::launch_silu_mul_bf16(in.f32(), T, K, xb, stream());

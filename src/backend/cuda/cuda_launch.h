@@ -84,22 +84,20 @@ void launch_random_bf16(uint16_t* w, int64_t n, float scale, uint64_t seed, cuda
 // Speculative rollback of one GDN layer: for each pick, conv[slot] = conv_snap[slot * depth + j]
 // and recurrent[slot] = recurrent_snap[slot * depth + j] (elems per slot given). picks: host.
 // ---- cuda_linear.cu ----------------------------------------------------------------------------
-// out[T, N] (=|+=) x[T, K] (f32) · w[N, K]ᵀ (bf16), f32 accumulation. For small T (decode): T = 1
-// on CUDA cores (each block streams a few weight rows with 16-byte loads); 2 <= T <= 8 on tensor
-// cores (mma.sync, x split into hi + lo bf16, f32-like accuracy; K % 16 == 0, else CUDA cores).
-// Deterministic. Returns false when the shape is not handled (T > kGemvMaxRows or K % 8 != 0); the
-// caller then uses cuBLAS.
-constexpr int kGemvMaxRows = 8;
 // Streaming multiprocessors of a device (cached; 1 when the query fails).
 int sm_count(int device);
-bool launch_gemv(const float* x, int T, int64_t K, const uint16_t* w, int64_t N, float* out,
-                 bool accumulate, const CudaOptions& o, cudaStream_t s);
-// One row with a prologue folded in: out[N] (=|+=) f(x) · wᵀ, f = RMSNorm with weight norm [K]
-// (x [K]), or SiLU-mul (x = [gate | up], 2K floats). False when the shape is not handled.
+// One row (decode): out[N] (=|+=) x[K] (f32) · w[N, K]ᵀ (bf16), f32 accumulation on CUDA cores
+// (each block streams a few weight rows with 16-byte loads); round_x: x rounded to bf16 first (the
+// default GEMM mode, as cuBLAS gets two or more rows). Deterministic. False when the shape is not
+// handled (K % 8 != 0, unaligned); the caller then uses cuBLAS.
+bool launch_gemv(const float* x, int64_t K, const uint16_t* w, int64_t N, float* out, bool accumulate, bool round_x,
+                 const CudaOptions& o, cudaStream_t s);
+// The same with a prologue folded in: out[N] (=|+=) f(x) · wᵀ, f = RMSNorm with weight norm [K]
+// (x [K]; not with round_x), or SiLU-mul (x = [gate | up], 2K floats). False when not handled.
 enum class GemvPrologue : int { RmsNorm, SiluMul };
 bool launch_gemv_prologue(const float* x, GemvPrologue prologue, const float* norm, float eps, int64_t K,
-                          const uint16_t* w, int64_t N, float* out, bool accumulate, const CudaOptions& o,
-                          cudaStream_t s);
+                          const uint16_t* w, int64_t N, float* out, bool accumulate, bool round_x,
+                          const CudaOptions& o, cudaStream_t s);
 
 // ---- cuda_attention.cu -------------------------------------------------------------------------
 // KV cache element type (deltaserve::DType F32, BF16, F8E4M3, F8E5M2; kernels.h KvLayerView).

@@ -3,7 +3,9 @@
 // pdl_trigger() (or exited). It must call pdl_wait() before it reads anything an earlier kernel
 // wrote and before it writes anything: pdl_wait() returns when the earlier grids have completed
 // and their memory is visible. What it may do before: read constant data (the decode GEMVs start
-// streaming their weights), so a kernel's ramp-up overlaps the previous kernel's tail.
+// streaming their weights), so a kernel's ramp-up overlaps the previous kernel's tail. Data an
+// earlier kernel wrote is read with coherent loads, never __ldg / ld.global.nc: a load that
+// promises read-only data may be scheduled above the wait (cuda_linear.cu, load_act).
 // pdl_trigger() at the start of a kernel lets its dependents launch as soon as all its blocks run.
 // Both are no-ops before sm_90, and on a stream without launch_pdl kernels. Included by .cu files.
 #pragma once
