@@ -46,7 +46,7 @@ const std::vector<Row>& rows() {
     {{"trust-remote-code", "", BOOL, "false", "", "accepted for SGLang compatibility; no remote code is ever run", IGNORED, NO_PERF}, &ServeOptions::trust_remote_code},
     // HTTP.
     {{"host", "", S, "127.0.0.1", "", "address to listen on", YES, NO_PERF}, &ServeOptions::host},
-    {{"port", "", I, "30000", "", "port to listen on", YES, NO_PERF}, &ServeOptions::port},
+    {{"port", "", I, "30000", "", "port to listen on (0: any free port, printed in the 'listening on' line)", YES, NO_PERF}, &ServeOptions::port},
     {{"api-key", "", S, "", "", "require `Authorization: Bearer KEY` (default: no auth)", YES, NO_PERF}, &ServeOptions::api_key},
     {{"max-request-bytes", "", B, "32MiB", "", "largest accepted request body", YES, NO_PERF}, &ServeOptions::max_request_bytes},
     {{"http-threads", "", I, "auto", "", "HTTP io threads (auto: 1 on CPU, where compute threads take every core; 4 on GPU)", YES, PERF}, &ServeOptions::http_threads},
@@ -418,7 +418,7 @@ void resolve_serve_defaults(ServeOptions& o) {
 
 Status validate_serve_options(ServeOptions& o) {
   resolve_serve_defaults(o);
-  if (o.port < 1 || o.port > 65535) return error("--port must be 1..65535 (got ", o.port, ")");
+  if (o.port < 0 || o.port > 65535) return error("--port must be 0..65535 (got ", o.port, ")");
   if (o.tp_size < 1) return error("--tp-size must be at least 1 (got ", o.tp_size, ")");
   if (o.dp_size < 1) return error("--dp-size must be at least 1 (got ", o.dp_size, ")");
   if (o.nnodes != 1)

@@ -114,7 +114,11 @@ TEST(ServeOptions, SpeculativeValidationSaysWhatToSet) {
 
 TEST(ServeOptions, OtherValidation) {
   EXPECT_FALSE(parse_serve_options({"--mem-fraction-static", "1.5"}));
-  EXPECT_FALSE(parse_serve_options({"--port", "0"}));
+  EXPECT_FALSE(parse_serve_options({"--port", "-1"}));
+  EXPECT_FALSE(parse_serve_options({"--port", "65536"}));
+  auto any_port = parse_serve_options({"--port", "0"});  // any free port (the e2e tests use it)
+  ASSERT_TRUE(any_port) << any_port.status().message();
+  EXPECT_EQ(any_port->port, 0);
   EXPECT_FALSE(parse_serve_options({"--tp-size", "0"}));
   EXPECT_FALSE(parse_serve_options({"--max-memory", "12 parsecs"}));
   EXPECT_TRUE(parse_serve_options({"--context-length", "auto"}));

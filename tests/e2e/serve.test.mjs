@@ -1,15 +1,15 @@
-// End-to-end: start `deltaserve serve` on 127.0.0.1 (a free port) with models/tiny-coder and drive
+// End-to-end: start `deltaserve serve` on 127.0.0.1 (a port it picks) with models/tiny-coder and drive
 // it with the official openai client and with curl. The binary comes from $DELTASERVE_BIN.
 // The tiny model is not chat-trained: tests check protocol shape and invariants, not wording.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFile } from 'node:child_process';
-import net from 'node:net';
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import { startServer as launchServer, stopServer } from './server.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '../..');
@@ -17,53 +17,17 @@ const BIN = process.env.DELTASERVE_BIN ?? path.join(repo, 'build/src/app/deltase
 const MODEL = process.env.DELTASERVE_E2E_MODEL ?? path.join(repo, 'models/tiny-coder');
 const CONTEXT = 512;
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-    srv.on('error', reject);
-  });
-}
-
 // Launch records go to a private state dir, never the user's ~/.local/state.
 const STATE_DIR = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-e2e-state-'));
 
 // bare: only the address and state dir besides extraArgs (no capacity or parser flags).
-async function startServer(extraArgs = [], { bare = false } = {}) {
-  const port = await freePort();
-  const common = ['serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', STATE_DIR];
+function startServer(extraArgs = [], { bare = false } = {}) {
+  const common = ['--state-dir', STATE_DIR];
   const args = bare ? [...common, ...extraArgs] : [...common, '--model-path', MODEL,
     '--context-length', String(CONTEXT), '--max-running-requests', '16', '--max-total-tokens', '65536',
     '--reasoning-parser', 'qwen3', '--tool-call-parser', 'qwen3_coder',
     '--served-model-name', 'tiny-coder', ...extraArgs];
-  const child = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  const ready = new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 120000);
-    const onData = (d) => {
-      log += d.toString();
-      if (log.includes('listening on')) { clearTimeout(timer); resolve(); }
-    };
-    child.stdout.on('data', onData);
-    child.stderr.on('data', onData);
-    child.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}:\n${log}`)); });
-  });
-  await ready;
-  child.removeAllListeners('exit');
-  const base = `http://127.0.0.1:${port}`;
-  return { child, port, base, log: () => log };
-}
-
-function stopServer(server) {
-  if (!server) return Promise.resolve();
-  return new Promise((resolve) => {
-    server.child.on('exit', () => resolve());
-    server.child.kill('SIGTERM');
-    setTimeout(() => { server.child.kill('SIGKILL'); resolve(); }, 10000).unref();
-  });
+  return launchServer(BIN, args);
 }
 
 function curl(args) {

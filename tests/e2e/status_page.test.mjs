@@ -6,13 +6,13 @@
 // Without /usr/bin/chromium (or $DELTASERVE_CHROMIUM) the tests are reported skipped.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFile } from 'node:child_process';
-import net from 'node:net';
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import { startServer as launchServer, stopServer } from './server.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '../..');
@@ -23,45 +23,10 @@ const CHROMIUM = process.env.DELTASERVE_CHROMIUM ?? '/usr/bin/chromium';
 const HAVE_CHROMIUM = fs.existsSync(CHROMIUM);
 const STATE_DIR = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-e2e-status-'));
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-    srv.on('error', reject);
-  });
-}
-
-async function startServer(extraArgs = []) {
-  const port = await freePort();
-  const args = ['serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', STATE_DIR,
+function startServer(extraArgs = []) {
+  return launchServer(BIN, ['--state-dir', STATE_DIR,
     '--model-path', MODEL, '--context-length', '512', '--max-running-requests', '8', '--max-total-tokens', '16384',
-    '--reasoning-parser', 'qwen3', '--served-model-name', 'tiny-coder', ...extraArgs];
-  const child = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 120000);
-    const onData = (d) => {
-      log += d.toString();
-      if (log.includes('listening on')) { clearTimeout(timer); resolve(); }
-    };
-    child.stdout.on('data', onData);
-    child.stderr.on('data', onData);
-    child.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}:\n${log}`)); });
-  });
-  child.removeAllListeners('exit');
-  return { child, port, base: `http://127.0.0.1:${port}`, log: () => log };
-}
-
-function stopServer(server) {
-  if (!server) return Promise.resolve();
-  return new Promise((resolve) => {
-    server.child.on('exit', () => resolve());
-    server.child.kill('SIGTERM');
-    setTimeout(() => { server.child.kill('SIGKILL'); resolve(); }, 10000).unref();
-  });
+    '--reasoning-parser', 'qwen3', '--served-model-name', 'tiny-coder', ...extraArgs]);
 }
 
 async function metrics(base, headers = {}) {

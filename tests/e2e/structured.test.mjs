@@ -5,8 +5,6 @@
 // Responses API are covered too.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import net from 'node:net';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -14,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import Ajv from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
+import { startServer, stopServer } from './server.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '../..');
@@ -21,53 +20,20 @@ const BIN = process.env.DELTASERVE_BIN ?? path.join(repo, 'build/src/app/deltase
 const MODEL = process.env.DELTASERVE_E2E_MODEL ?? path.join(repo, 'models/tiny-coder');
 const STATE_DIR = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-e2e-structured-'));
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-    srv.on('error', reject);
-  });
-}
-
 let server;
 let client;
 let base;
 
 before(async () => {
-  const port = await freePort();
-  const args = ['serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', STATE_DIR,
+  server = await startServer(BIN, ['--state-dir', STATE_DIR,
     '--model-path', MODEL, '--context-length', '1024', '--max-running-requests', '16',
     '--max-total-tokens', '65536', '--reasoning-parser', 'qwen3', '--tool-call-parser', 'qwen3_coder',
-    '--served-model-name', 'tiny-coder'];
-  const child = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 120000);
-    const onData = (d) => {
-      log += d.toString();
-      if (log.includes('listening on')) { clearTimeout(timer); resolve(); }
-    };
-    child.stdout.on('data', onData);
-    child.stderr.on('data', onData);
-    child.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}:\n${log}`)); });
-  });
-  child.removeAllListeners('exit');
-  server = child;
-  base = `http://127.0.0.1:${port}`;
+    '--served-model-name', 'tiny-coder']);
+  base = server.base;
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'none', maxRetries: 0, timeout: 300000 });
 });
 
-after(async () => {
-  if (!server) return;
-  await new Promise((resolve) => {
-    server.on('exit', () => resolve());
-    server.kill('SIGTERM');
-    setTimeout(() => { server.kill('SIGKILL'); resolve(); }, 10000).unref();
-  });
-});
+after(() => stopServer(server));
 
 const ajv = new Ajv({ strict: false, allErrors: true });
 addFormats(ajv);
