@@ -12,6 +12,7 @@
 //   DELTASERVE_GEMV_SHAPE=RU     gemv_shape (1-row GEMV tile: 24, 42, 81)
 //   DELTASERVE_FLASH_HB / _MT / _BN   flash_heads_per_block / flash_m_tiles / flash_keys_per_tile
 //   DELTASERVE_CUDA_DECODE_MMA=0 decode_tensor_cores off   DELTASERVE_CUDA_SMEM_CAP=N smem_per_block_cap
+//   DELTASERVE_CUBLAS_WORKSPACE_MB=N cublas_workspace_mb (0: cuBLAS's own default)
 #pragma once
 
 #include <cstdlib>
@@ -50,6 +51,8 @@ struct CudaOptions {
   int decode_mma_blocks_per_sm = 0; // its split count: resident blocks per SM (0: as shared memory allows)
   int decode_mma_keys = 0;          // its key tile: 32 or 64 (0: 64, or 32 where shared memory is short)
   int decode_mma_stages = 0;        // its pipeline depth: 2..3 (64 keys) or 2..4 (32 keys); 0: 3
+  int cublas_workspace_mb = -1;     // cuBLAS workspace (MiB): -1 by the GPU (32 on sm_90+, 4 before),
+                                    // 0 cuBLAS's own default, else this many
   int smem_per_block_cap = 0;       // bytes; caps the device's opt-in shared memory in the attention
                                     // plans (101376 = sm_86's: the A6000 configuration on an H200)
 
@@ -87,6 +90,7 @@ struct CudaOptions {
     o.decode_mma_keys = num("DELTASERVE_CUDA_DECODE_MMA_KEYS", 0);
     o.decode_mma_stages = num("DELTASERVE_CUDA_DECODE_MMA_STAGES", 0);
     o.smem_per_block_cap = num("DELTASERVE_CUDA_SMEM_CAP", 0);
+    o.cublas_workspace_mb = num("DELTASERVE_CUBLAS_WORKSPACE_MB", -1);
     return o;
   }
 };
