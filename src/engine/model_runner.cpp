@@ -13,6 +13,7 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
       hidden_(ranks.model().config().hidden_size) {
   DS_CHECK(cache.n_ranks() == ranks.size(), "cache for ", cache.n_ranks(), " ranks, group of ", ranks.size());
   if (!ranks.graphs_ok()) limits_.graph_max_seqs = 0;  // collectives that synchronise on the host
+  verify_tokens_ = cache.config().pending_depth;
   Backend& backend = ranks.backend(0);
   const int64_t T = limits.max_tokens, S = limits.max_seqs, B = limits.max_blocks_per_seq;
   n_meta_i32_ = T + (S + 1) + S + S * B + S + S + S + S;
@@ -60,6 +61,7 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
     }
     r.model->reserve(limits.max_tokens, limits.max_logit_rows);
     r.graphs.resize(static_cast<std::size_t>(std::max(0, limits.graph_max_seqs)) + 1);
+    r.verify_graphs.resize(r.graphs.size() * static_cast<std::size_t>(verify_tokens_ + 1));
   }
   // Tensor parallel collectives: the residual stream [T, H] (all-reduce) and one rank's
   // vocabulary-parallel logits [rows, ceil(V / P)] (all-gather).
@@ -71,9 +73,15 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
 bool ModelRunner::run_graph(Rank& r, std::span<const RunItem> items, const ForwardArgs& a) {
   const int S = static_cast<int>(items.size());
   if (S > limits_.graph_max_seqs) return false;
+  // A decode batch (one token per sequence, its logits) or a verification batch (the same k + 1
+  // tokens per sequence, every logit, GDN state deferred): one graph per shape.
+  const int n = static_cast<int>(items[0].tokens.size());
+  const bool verify = items[0].defer_state;
+  if (verify ? n > verify_tokens_ : n != 1) return false;
   for (const RunItem& it : items)
-    if (it.tokens.size() != 1 || it.logits_all || it.no_logits || it.defer_state) return false;
-  DecodeGraph& g = r.graphs[S];
+    if (static_cast<int>(it.tokens.size()) != n || it.no_logits || it.defer_state != verify || it.logits_all != verify)
+      return false;
+  DecodeGraph& g = verify ? r.verify_graphs[static_cast<std::size_t>(S * (verify_tokens_ + 1) + n)] : r.graphs[S];
   if (!g.graph || g.epoch != r.backend->graph_epoch()) {
     g.graph.reset();
     if (!g.warm) {

@@ -42,7 +42,8 @@ struct RunnerLimits {
   int max_seqs = 0;          // sequences per forward
   int max_blocks_per_seq = 0;
   int max_logit_rows = 0;    // rows of logits per forward
-  int graph_max_seqs = 0;    // decode batches of up to this many sequences replay a CUDA graph (0: off)
+  int graph_max_seqs = 0;    // decode and verification batches of up to this many sequences replay a
+                             // CUDA graph (0: off)
   bool mtp = false;          // keep hidden states for the MTP head (speculative decoding)
   // Prefix-cache checkpoints may be written: every batch then carries the checkpoint arrays (all
   // -1 when none), so a captured decode graph replays whichever checkpoints a step asks for.
@@ -98,9 +99,10 @@ class ModelRunner {
   const RunnerLimits& limits() const { return limits_; }
 
  private:
-  // Decode graphs by batch size. Every buffer a forward touches sits at a fixed address (staging,
-  // device mirrors, logits, the model's activations, the backend's scratch), so a graph replays
-  // any decode batch of its size; the backend's graph_epoch says when scratch has moved.
+  // Decode graphs by batch size, verification graphs by batch size and tokens per sequence. Every
+  // buffer a forward touches sits at a fixed address (staging, device mirrors, logits, hidden
+  // states, the model's activations, the backend's scratch), so a graph replays any batch of its
+  // shape; the backend's graph_epoch says when scratch has moved.
   struct DecodeGraph {
     std::unique_ptr<DeviceGraph> graph;
     uint64_t epoch = 0;
@@ -123,6 +125,7 @@ class ModelRunner {
     DeviceBuffer chain[2];             // [max_seqs, H]
     DeviceBuffer commit_dev;           // commit_state staging on the device
     std::vector<DecodeGraph> graphs;   // [graph_max_seqs + 1]
+    std::vector<DecodeGraph> verify_graphs;  // [graph_max_seqs + 1][verify_tokens_ + 1]
     const DeviceBuffer& mtp_buffer(int which) const { return which == 0 ? mtp_out : chain[which - 1]; }
   };
 
@@ -142,6 +145,7 @@ class ModelRunner {
   CacheMemory& cache_;
   RunnerLimits limits_;
   int64_t vocab_, hidden_;
+  int verify_tokens_ = 0;            // most tokens of a verification run (the cache's pending depth)
   std::vector<Rank> ranks_;
   // Host staging (page-locked on CUDA; on the CPU the same memory the kernels read):
   //   positions [T] | seq_start [S+1] | context_len [S] | block_table [S, B] | slots [S] | defer [S]
