@@ -62,6 +62,7 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
     r.model->reserve(limits.max_tokens, limits.max_logit_rows);
     r.graphs.resize(static_cast<std::size_t>(std::max(0, limits.graph_max_seqs)) + 1);
     r.verify_graphs.resize(r.graphs.size() * static_cast<std::size_t>(verify_tokens_ + 1));
+    if (limits.mtp) r.mtp_graphs.resize(2 * r.graphs.size());
   }
   // Tensor parallel collectives: the residual stream [T, H] (all-reduce) and one rank's
   // vocabulary-parallel logits [rows, ceil(V / P)] (all-gather).
@@ -82,6 +83,19 @@ bool ModelRunner::run_graph(Rank& r, std::span<const RunItem> items, const Forwa
     if (static_cast<int>(it.tokens.size()) != n || it.no_logits || it.defer_state != verify || it.logits_all != verify)
       return false;
   DecodeGraph& g = verify ? r.verify_graphs[static_cast<std::size_t>(S * (verify_tokens_ + 1) + n)] : r.graphs[S];
+  return replay(r, g, [&] { r.model->forward(a); });
+}
+
+bool ModelRunner::run_mtp_graph(Rank& r, std::span<const RunItem> items, int out_which, const MtpArgs& a) {
+  const int S = static_cast<int>(items.size());
+  if (S > limits_.graph_max_seqs || out_which < 1) return false;
+  for (const RunItem& it : items)
+    if (it.tokens.size() != 1 || it.no_logits || it.logits_all || it.defer_state) return false;
+  DecodeGraph& g = r.mtp_graphs[static_cast<std::size_t>(2 * S + out_which - 1)];
+  return replay(r, g, [&] { r.model->forward_mtp(a); });
+}
+
+bool ModelRunner::replay(Rank& r, DecodeGraph& g, const std::function<void()>& forward) {
   if (!g.graph || g.epoch != r.backend->graph_epoch()) {
     g.graph.reset();
     if (!g.warm) {
@@ -89,7 +103,7 @@ bool ModelRunner::run_graph(Rank& r, std::span<const RunItem> items, const Forwa
       return false;
     }
     g.epoch = r.backend->graph_epoch();
-    g.graph = r.backend->capture([&] { r.model->forward(a); });
+    g.graph = r.backend->capture(forward);
     if (!g.graph) return false;
   }
   r.backend->replay(*g.graph);
@@ -312,7 +326,7 @@ void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::
     a.hidden_in = r.mtp_in.view(DType::F32, {n, hidden_});
     a.hidden_out = r.mtp_buffer(out_which).view(DType::F32, {n, hidden_});
     a.ids = upload_ids(r);
-    r.model->forward_mtp(a);
+    if (from != HiddenFrom::Mtp || !run_mtp_graph(r, items, out_which, a)) r.model->forward_mtp(a);
   });
   DS_CHECK(fetch != Fetch::Sample, "run_mtp samples greedily (Fetch::Argmax) or returns logits");
   if (fetch == Fetch::Argmax) fetch_argmax();

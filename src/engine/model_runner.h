@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -126,6 +127,7 @@ class ModelRunner {
     DeviceBuffer commit_dev;           // commit_state staging on the device
     std::vector<DecodeGraph> graphs;   // [graph_max_seqs + 1]
     std::vector<DecodeGraph> verify_graphs;  // [graph_max_seqs + 1][verify_tokens_ + 1]
+    std::vector<DecodeGraph> mtp_graphs;     // MTP chain steps: [graph_max_seqs + 1][output chain buffer 0, 1]
     const DeviceBuffer& mtp_buffer(int which) const { return which == 0 ? mtp_out : chain[which - 1]; }
   };
 
@@ -136,10 +138,17 @@ class ModelRunner {
   void fetch_logits();
   void fetch_argmax();
   void fetch_sampled(const Sampling& sampling);
-  // Runs the forward of a plain decode batch (one token and its logits per sequence) from the
-  // graph captured for its size, capturing it on the second batch of that size. False when the
-  // batch has to run eagerly.
+  // Runs the forward of a decode batch (one token and its logits per sequence) or a verification
+  // batch (k + 1 tokens, every logit, state deferred) from the graph captured for its shape. False
+  // when the batch has to run eagerly.
   bool run_graph(Rank& r, std::span<const RunItem> items, const ForwardArgs& a);
+  // The same for an MTP chain step (one token per sequence; its input hidden states gathered into
+  // mtp_in beforehand, its output into chain buffer out_which - 1): a graph per size and output
+  // buffer.
+  bool run_mtp_graph(Rank& r, std::span<const RunItem> items, int out_which, const MtpArgs& a);
+  // Replays g, capturing `forward` into it on the shape's second run (the first sizes every
+  // buffer eagerly) or after the backend's scratch moved. False: run `forward` eagerly.
+  bool replay(Rank& r, DecodeGraph& g, const std::function<void()>& forward);
 
   RankGroup& group_;
   CacheMemory& cache_;
