@@ -62,7 +62,10 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
     r.model->reserve(limits.max_tokens, limits.max_logit_rows);
     r.graphs.resize(static_cast<std::size_t>(std::max(0, limits.graph_max_seqs)) + 1);
     r.verify_graphs.resize(r.graphs.size() * static_cast<std::size_t>(verify_tokens_ + 1));
-    if (limits.mtp) r.mtp_graphs.resize(2 * r.graphs.size());
+    if (limits.mtp) {
+      r.mtp_graphs.resize(2 * r.graphs.size());
+      r.catchup_graphs.resize(r.verify_graphs.size());
+    }
   }
   // Tensor parallel collectives: the residual stream [T, H] (all-reduce) and one rank's
   // vocabulary-parallel logits [rows, ceil(V / P)] (all-gather).
@@ -88,10 +91,14 @@ bool ModelRunner::run_graph(Rank& r, std::span<const RunItem> items, const Forwa
 
 bool ModelRunner::run_mtp_graph(Rank& r, std::span<const RunItem> items, int out_which, const MtpArgs& a) {
   const int S = static_cast<int>(items.size());
-  if (S > limits_.graph_max_seqs || out_which < 1) return false;
+  if (S > limits_.graph_max_seqs) return false;
+  // The output rows (each sequence's last token) are then fixed by the shape.
+  const int n = static_cast<int>(items[0].tokens.size());
+  if (out_which > 0 ? n != 1 : n > verify_tokens_) return false;
   for (const RunItem& it : items)
-    if (it.tokens.size() != 1 || it.no_logits || it.logits_all || it.defer_state) return false;
-  DecodeGraph& g = r.mtp_graphs[static_cast<std::size_t>(2 * S + out_which - 1)];
+    if (static_cast<int>(it.tokens.size()) != n || it.no_logits || it.logits_all || it.defer_state) return false;
+  DecodeGraph& g = out_which > 0 ? r.mtp_graphs[static_cast<std::size_t>(2 * S + out_which - 1)]
+                                 : r.catchup_graphs[static_cast<std::size_t>(S * (verify_tokens_ + 1) + n)];
   return replay(r, g, [&] { r.model->forward_mtp(a); });
 }
 
@@ -107,6 +114,7 @@ bool ModelRunner::replay(Rank& r, DecodeGraph& g, const std::function<void()>& f
     if (!g.graph) return false;
   }
   r.backend->replay(*g.graph);
+  if (&r == &ranks_[0]) ++graph_replays_;
   return true;
 }
 
@@ -326,7 +334,7 @@ void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::
     a.hidden_in = r.mtp_in.view(DType::F32, {n, hidden_});
     a.hidden_out = r.mtp_buffer(out_which).view(DType::F32, {n, hidden_});
     a.ids = upload_ids(r);
-    if (from != HiddenFrom::Mtp || !run_mtp_graph(r, items, out_which, a)) r.model->forward_mtp(a);
+    if (!run_mtp_graph(r, items, out_which, a)) r.model->forward_mtp(a);
   });
   DS_CHECK(fetch != Fetch::Sample, "run_mtp samples greedily (Fetch::Argmax) or returns logits");
   if (fetch == Fetch::Argmax) fetch_argmax();

@@ -97,6 +97,8 @@ class ModelRunner {
   }
   int64_t vocab() const { return vocab_; }
   int n_tokens() const { return meta_.n_tokens; }
+  // Forwards replayed from CUDA graphs so far (decode, verification and MTP steps).
+  int64_t graph_replays() const { return graph_replays_; }
   const RunnerLimits& limits() const { return limits_; }
 
  private:
@@ -128,6 +130,7 @@ class ModelRunner {
     std::vector<DecodeGraph> graphs;   // [graph_max_seqs + 1]
     std::vector<DecodeGraph> verify_graphs;  // [graph_max_seqs + 1][verify_tokens_ + 1]
     std::vector<DecodeGraph> mtp_graphs;     // MTP chain steps: [graph_max_seqs + 1][output chain buffer 0, 1]
+    std::vector<DecodeGraph> catchup_graphs; // MTP catch-up steps: [graph_max_seqs + 1][verify_tokens_ + 1]
     const DeviceBuffer& mtp_buffer(int which) const { return which == 0 ? mtp_out : chain[which - 1]; }
   };
 
@@ -142,9 +145,11 @@ class ModelRunner {
   // batch (k + 1 tokens, every logit, state deferred) from the graph captured for its shape. False
   // when the batch has to run eagerly.
   bool run_graph(Rank& r, std::span<const RunItem> items, const ForwardArgs& a);
-  // The same for an MTP chain step (one token per sequence; its input hidden states gathered into
-  // mtp_in beforehand, its output into chain buffer out_which - 1): a graph per size and output
-  // buffer.
+  // The same for an MTP step, its input hidden states gathered into mtp_in beforehand: a chain
+  // step (one token per sequence, output into chain buffer out_which - 1; a graph per size and
+  // output buffer) or a catch-up step after a verification (out_which 0: the same number of
+  // tokens, at most a verification's, for every sequence; a graph per size and tokens per
+  // sequence). Catch-ups of uneven lengths run eagerly.
   bool run_mtp_graph(Rank& r, std::span<const RunItem> items, int out_which, const MtpArgs& a);
   // Replays g, capturing `forward` into it on the shape's second run (the first sizes every
   // buffer eagerly) or after the backend's scratch moved. False: run `forward` eagerly.
@@ -176,6 +181,7 @@ class ModelRunner {
   int n_out_ = 0;
   int mtp_last_ = -1;                // where the last run_mtp wrote: 0 mtp_out, 1/2 chain[0/1]
   int mtp_last_rows_ = 0;
+  int64_t graph_replays_ = 0;
   int chain_next_ = 0;
   // commit_state staging: seq_start [S+1] | slots [S] | checkpoint_at [S] | checkpoint_slot [S].
   DeviceBuffer commit_host_;

@@ -32,7 +32,7 @@ Result<std::unique_ptr<ModelSetup>> ModelSetup::create(const SetupOptions& o, in
   lim.max_seqs = max_seqs;
   lim.max_blocks_per_seq = blocks_per_seq;
   lim.max_logit_rows = max_logit_rows;
-  lim.graph_max_seqs = s->backend->device() == Device::Cpu ? 0 : max_seqs;
+  lim.graph_max_seqs = s->backend->device() == Device::Cpu || !o.cuda_graphs ? 0 : max_seqs;
   lim.mtp = o.pending_depth > 0;
   s->runner = std::make_unique<ModelRunner>(*s->ranks, *s->cache, lim);
   return s;

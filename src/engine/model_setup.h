@@ -24,6 +24,7 @@ struct SetupOptions {
   // KV cache element type (F32, BF16, F8E4M3, F8E5M2); unset = the backend's activation dtype.
   // fp8 caches take the checkpoint's per-layer k / v scales (Model::kv_scales()).
   std::optional<DType> kv_dtype;
+  bool cuda_graphs = true;  // GPU backends: decode, verification and MTP batches replay CUDA graphs
 };
 
 struct ModelSetup {

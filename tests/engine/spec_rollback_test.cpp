@@ -105,6 +105,63 @@ TEST_P(SpecRollback, CommittedStateEqualsStateWithoutRejectedDrafts) {
 INSTANTIATE_TEST_SUITE_P(Devices, SpecRollback, ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return info.param; });
 
+// The MTP catch-up step after a verification (every sequence feeds its accepted tokens and the
+// next one) replays a CUDA graph per batch size and tokens per sequence. Four rounds of two
+// sequences with three tokens each (eager, capture, replay, replay), each round with other tokens,
+// must give the logits of a runner that never uses graphs.
+TEST(MtpGraphs, CatchUpReplaysGiveTheEagerLogitsOnCuda) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  SetupOptions o;
+  o.model_dir = (source_dir() / "models/tiny-coder").string();
+  o.device = "cuda";
+  o.pending_depth = 4;  // k = 3 drafts + the last token
+  auto graphed = ModelSetup::create(o, 64, 2, 80, 64);
+  o.cuda_graphs = false;
+  auto eager = ModelSetup::create(o, 64, 2, 80, 64);
+  ASSERT_TRUE(graphed.is_ok() && eager.is_ok());
+  const std::vector<int32_t> prompt = {755, 1200, 30, 418, 279, 12};
+  const int P = static_cast<int>(prompt.size());
+  int64_t catchup_replays = 0;
+  for (int round = 0; round < 4; ++round) {
+    std::vector<float> logits[2];  // [graphed, eager]: 2 rows each
+    for (int which = 0; which < 2; ++which) {
+      ModelSetup& m = which == 0 ? **graphed : **eager;
+      std::vector<int32_t> blocks[2], fed[2], next[2];
+      int slot[2];
+      RunItem items[2];
+      for (int i = 0; i < 2; ++i) {
+        slot[i] = m.cache->acquire_slot();
+        ASSERT_GE(slot[i], 0);
+        ASSERT_TRUE(m.cache->blocks().allocate(m.blocks_for(80), blocks[i]));
+        RunItem pre{prompt, 0, blocks[i], slot[i], false, false};
+        m.runner->run(std::span<const RunItem>(&pre, 1));
+        for (int j = 0; j < 4; ++j) fed[i].push_back(100 + 37 * round + 11 * i + 5 * j);
+        next[i] = std::vector<int32_t>(fed[i].begin() + 1, fed[i].end());  // t_{p+1} for h_p
+        items[i] = RunItem{std::span<const int32_t>(fed[i]).first(3), P, blocks[i], slot[i], false, false};
+      }
+      m.runner->run(items);  // the hidden states the catch-up reads: rows 0..5
+      const std::vector<int32_t> rows = {0, 1, 2, 3, 4, 5};
+      const RunItem catchup[2] = {RunItem{next[0], P, blocks[0], slot[0], false, false},
+                                  RunItem{next[1], P, blocks[1], slot[1], false, false}};
+      const int64_t before = m.runner->graph_replays();
+      m.runner->run_mtp(catchup, ModelRunner::HiddenFrom::Main, rows);
+      if (which == 0) catchup_replays += m.runner->graph_replays() - before;
+      ASSERT_EQ(m.runner->n_output_rows(), 2);
+      for (int r = 0; r < 2; ++r)
+        logits[which].insert(logits[which].end(), m.runner->logits(r), m.runner->logits(r) + m.runner->vocab());
+      for (int i = 0; i < 2; ++i) {
+        for (auto b : blocks[i]) m.cache->blocks().release(b);
+        m.cache->release_slot(slot[i]);
+      }
+    }
+    float maxd = 0;
+    for (std::size_t j = 0; j < logits[0].size(); ++j) maxd = std::max(maxd, std::fabs(logits[0][j] - logits[1][j]));
+    EXPECT_LE(maxd, 1e-5f) << "round " << round;
+  }
+  EXPECT_EQ(catchup_replays, 3) << "rounds 1..3 replay the graph captured in round 1";
+  EXPECT_EQ((*eager)->runner->graph_replays(), 0);
+}
+
 // Statistical check of the acceptance rule on a 6-token vocabulary: drafts drawn from q, passed
 // through speculative_accept, must be distributed as p (chi-square, 200k samples).
 TEST(SpecSampling, OutputDistributionEqualsTarget) {
