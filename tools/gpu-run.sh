@@ -19,6 +19,8 @@
 #         recurrence on tensor cores (default) and on CUDA cores (DELTASERVE_CUDA_GDN=chunked), then
 #         through the engine: TTFT at 8k and 32k (bench-offline --gen-len 8)
 # attn:   bench_cuda_attention (the decode attention op alone, every kernel variant)
+# matmul: bench_cuda_matmul (the 27B's matmuls alone at 1-64 rows: the GEMV, cuBLAS's default,
+#         and the fastest algorithm cuBLASLt offers; MATMUL_ROWS, default 1,2,4,8,16,32,64)
 # ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
 #         (its own flags: --model, f32 KV), for before/after figures from one session
 # Logs and a summary go to $OUT.
@@ -123,6 +125,12 @@ if has longctx; then
     lc "${v%%:*}" 90 "${v#*:}" -- --batch 1 --prompt-len 32768
   done
   [ "${LONG128:-1}" = 1 ] && lc b1_128k 150 DELTASERVE_CUDA_DECODE_ATTN=1 -- --batch 1 --prompt-len 131072
+fi
+
+if has matmul; then
+  timeout 300 "$B/bench_cuda_matmul" --rows "${MATMUL_ROWS:-1,2,4,8,16,32,64}" >"$OUT/matmul.log" 2>&1
+  echo "bench_cuda_matmul rc=$?" | tee -a "$OUT/summary.txt"
+  cat "$OUT/matmul.log" | tee -a "$OUT/summary.txt"
 fi
 
 if has prefill; then
