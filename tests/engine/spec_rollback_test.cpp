@@ -29,6 +29,24 @@ std::vector<float> slot_state(const ModelSetup& m, int slot) {
   return out;
 }
 
+// A sequence with a prompt prefilled: its slot and KV blocks (room for 80 tokens).
+struct TestSeq {
+  int slot = -1;
+  std::vector<int32_t> blocks;
+};
+void start(ModelSetup& m, const std::vector<int32_t>& prompt, TestSeq& s) {
+  s.slot = m.cache->acquire_slot();
+  ASSERT_GE(s.slot, 0);
+  ASSERT_TRUE(m.cache->blocks().allocate(m.blocks_for(80), s.blocks));
+  RunItem pre{prompt, 0, s.blocks, s.slot, false, false};
+  m.runner->run(std::span<const RunItem>(&pre, 1));
+}
+void finish(ModelSetup& m, TestSeq& s) {
+  for (auto b : s.blocks) m.cache->blocks().release(b);
+  s.blocks.clear();
+  m.cache->release_slot(s.slot);
+}
+
 class SpecRollback : public ::testing::TestWithParam<std::string> {};
 
 // A verification defers the GDN state; committing the last token and `accepted` drafts must
@@ -57,27 +75,21 @@ TEST_P(SpecRollback, CommittedStateEqualsStateWithoutRejectedDrafts) {
   const int P = static_cast<int>(prompt.size());
   for (int accepted = 0; accepted <= 3; ++accepted) {
     // Sequences 0, 1 verify (deferred); 2, 3 see only the tokens that stand.
-    std::vector<int32_t> blocks[4];
-    int slot[4];
-    for (int i = 0; i < 4; ++i) {
-      slot[i] = m.cache->acquire_slot();
-      ASSERT_GE(slot[i], 0);
-      ASSERT_TRUE(m.cache->blocks().allocate(m.blocks_for(80), blocks[i]));
-      RunItem pre{prompt, 0, blocks[i], slot[i], false, false};
-      m.runner->run(std::span<const RunItem>(&pre, 1));
-    }
+    TestSeq seq[4];
+    for (TestSeq& q : seq) ASSERT_NO_FATAL_FAILURE(start(m, prompt, q));
     const int keep[2] = {accepted, 3 - accepted};  // drafts kept by sequence 0 and 1
-    const RunItem vs[2] = {RunItem{verify[0], P, blocks[0], slot[0], true, false, true},
-                           RunItem{verify[1], P, blocks[1], slot[1], true, false, true}};
-    const std::vector<float> before = slot_state(m, slot[0]);
+    const RunItem vs[2] = {RunItem{verify[0], P, seq[0].blocks, seq[0].slot, true, false, true},
+                           RunItem{verify[1], P, seq[1].blocks, seq[1].slot, true, false, true}};
+    const std::vector<float> before = slot_state(m, seq[0].slot);
     m.runner->run(vs);
-    EXPECT_EQ(slot_state(m, slot[0]), before) << "a deferred run left the state as it was";
-    const StateCommit commits[2] = {{slot[0], keep[0] + 1}, {slot[1], keep[1] + 1}};
+    EXPECT_EQ(slot_state(m, seq[0].slot), before) << "a deferred run left the state as it was";
+    const StateCommit commits[2] = {{seq[0].slot, keep[0] + 1}, {seq[1].slot, keep[1] + 1}};
     m.runner->commit_state(commits);
     for (int i = 0; i < 2; ++i) {
-      RunItem plain{std::span<const int32_t>(verify[i]).first(keep[i] + 1), P, blocks[2 + i], slot[2 + i], false, false};
+      RunItem plain{std::span<const int32_t>(verify[i]).first(keep[i] + 1), P, seq[2 + i].blocks, seq[2 + i].slot,
+                    false, false};
       m.runner->run(std::span<const RunItem>(&plain, 1));
-      const auto sa = slot_state(m, slot[i]), sb = slot_state(m, slot[2 + i]);
+      const auto sa = slot_state(m, seq[i].slot), sb = slot_state(m, seq[2 + i].slot);
       ASSERT_EQ(sa.size(), sb.size());
       float maxd = 0;
       for (size_t j = 0; j < sa.size(); ++j) maxd = std::max(maxd, std::fabs(sa[j] - sb[j]));
@@ -85,19 +97,16 @@ TEST_P(SpecRollback, CommittedStateEqualsStateWithoutRejectedDrafts) {
       // The next decode step (KV length shrunk to P + kept + 1) gives the same logits.
       const int32_t next = 77;
       const int32_t pos = P + keep[i] + 1;
-      RunItem na{std::span<const int32_t>(&next, 1), pos, blocks[i], slot[i], false, false};
+      RunItem na{std::span<const int32_t>(&next, 1), pos, seq[i].blocks, seq[i].slot, false, false};
       m.runner->run(std::span<const RunItem>(&na, 1));
       std::vector<float> la(m.runner->logits(0), m.runner->logits(0) + m.runner->vocab());
-      RunItem nb{std::span<const int32_t>(&next, 1), pos, blocks[2 + i], slot[2 + i], false, false};
+      RunItem nb{std::span<const int32_t>(&next, 1), pos, seq[2 + i].blocks, seq[2 + i].slot, false, false};
       m.runner->run(std::span<const RunItem>(&nb, 1));
       float ld = 0;
       for (int64_t j = 0; j < m.runner->vocab(); ++j) ld = std::max(ld, std::fabs(la[j] - m.runner->logits(0)[j]));
       EXPECT_LE(ld, GetParam() == "cuda" ? 1e-3f : 1e-4f) << "sequence " << i << " kept " << keep[i];
     }
-    for (int i = 0; i < 4; ++i) {
-      for (auto b : blocks[i]) m.cache->blocks().release(b);
-      m.cache->release_slot(slot[i]);
-    }
+    for (TestSeq& q : seq) finish(m, q);
     m.cache->check_integrity();
   }
 }
@@ -126,33 +135,26 @@ TEST(MtpGraphs, CatchUpReplaysGiveTheEagerLogitsOnCuda) {
     std::vector<float> logits[2];  // [graphed, eager]: 2 rows each
     for (int which = 0; which < 2; ++which) {
       ModelSetup& m = which == 0 ? **graphed : **eager;
-      std::vector<int32_t> blocks[2], fed[2], next[2];
-      int slot[2];
+      TestSeq seq[2];
+      std::vector<int32_t> fed[2], next[2];
       RunItem items[2];
       for (int i = 0; i < 2; ++i) {
-        slot[i] = m.cache->acquire_slot();
-        ASSERT_GE(slot[i], 0);
-        ASSERT_TRUE(m.cache->blocks().allocate(m.blocks_for(80), blocks[i]));
-        RunItem pre{prompt, 0, blocks[i], slot[i], false, false};
-        m.runner->run(std::span<const RunItem>(&pre, 1));
+        ASSERT_NO_FATAL_FAILURE(start(m, prompt, seq[i]));
         for (int j = 0; j < 4; ++j) fed[i].push_back(100 + 37 * round + 11 * i + 5 * j);
         next[i] = std::vector<int32_t>(fed[i].begin() + 1, fed[i].end());  // t_{p+1} for h_p
-        items[i] = RunItem{std::span<const int32_t>(fed[i]).first(3), P, blocks[i], slot[i], false, false};
+        items[i] = RunItem{std::span<const int32_t>(fed[i]).first(3), P, seq[i].blocks, seq[i].slot, false, false};
       }
       m.runner->run(items);  // the hidden states the catch-up reads: rows 0..5
       const std::vector<int32_t> rows = {0, 1, 2, 3, 4, 5};
-      const RunItem catchup[2] = {RunItem{next[0], P, blocks[0], slot[0], false, false},
-                                  RunItem{next[1], P, blocks[1], slot[1], false, false}};
+      const RunItem catchup[2] = {RunItem{next[0], P, seq[0].blocks, seq[0].slot, false, false},
+                                  RunItem{next[1], P, seq[1].blocks, seq[1].slot, false, false}};
       const int64_t before = m.runner->graph_replays();
       m.runner->run_mtp(catchup, ModelRunner::HiddenFrom::Main, rows);
       if (which == 0) catchup_replays += m.runner->graph_replays() - before;
       ASSERT_EQ(m.runner->n_output_rows(), 2);
       for (int r = 0; r < 2; ++r)
         logits[which].insert(logits[which].end(), m.runner->logits(r), m.runner->logits(r) + m.runner->vocab());
-      for (int i = 0; i < 2; ++i) {
-        for (auto b : blocks[i]) m.cache->blocks().release(b);
-        m.cache->release_slot(slot[i]);
-      }
+      for (TestSeq& q : seq) finish(m, q);
     }
     float maxd = 0;
     for (std::size_t j = 0; j < logits[0].size(); ++j) maxd = std::max(maxd, std::fabs(logits[0][j] - logits[1][j]));
