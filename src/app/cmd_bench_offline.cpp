@@ -4,7 +4,8 @@
 // tokens/s with B concurrent sequences, plus the weight-streaming bandwidth at batch 1. With
 // --workload it also runs the workload `deltaserve bench` sends over HTTP, in process: max(8, 4 x B)
 // requests, at most B in flight (closed loop), output tokens over wall time including prefills --
-// the denominator of the HTTP/offline ratio (bench/serve/run.sh).
+// the denominator of the HTTP/offline ratio (bench/serve/run.sh) -- and the requests' TTFT
+// percentiles (from submit to the first token).
 #include <atomic>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "app/engine_setup.h"
 #include "app/speculation_choice.h"
 #include "app/commands.h"
+#include "deploy/bench.h"
 #include "engine/engine.h"
 #include "engine/model_setup.h"
 #include "options/serve_options.h"
@@ -99,18 +101,29 @@ RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int pr
 
 // The closed-loop workload of `deltaserve bench` without HTTP: `concurrency` client threads, each
 // submitting the next of n_requests and draining its events before taking another. Output tokens
-// over wall time (first submit to last finish).
-double run_workload(Engine& e, const SamplingParams& sampling, int concurrency, int64_t n_requests, int prompt_len,
-                    int gen_len, uint64_t seed) {
+// over wall time (first submit to last finish), and each request's time to its first token.
+struct WorkloadResult {
+  double output_tok_s = 0;
+  double ttft_p50_ms = 0, ttft_p99_ms = 0;
+};
+WorkloadResult run_workload(Engine& e, const SamplingParams& sampling, int concurrency, int64_t n_requests,
+                            int prompt_len, int gen_len, uint64_t seed) {
   std::atomic<int64_t> next{0}, tokens{0};
+  std::vector<std::vector<double>> ttft(static_cast<size_t>(concurrency));  // seconds, per client
   const double t0 = now_seconds();
   std::vector<std::thread> clients;
   for (int c = 0; c < concurrency; ++c)
     clients.emplace_back([&, c] {
       std::mt19937_64 rng(seed + static_cast<uint64_t>(c));
       for (int64_t i; (i = next.fetch_add(1)) < n_requests;) {
+        const double submitted = now_seconds();
+        bool first = true;
         auto stream = e.submit(random_request(e, rng, sampling, prompt_len, gen_len, seed * 1000 + uint64_t(i)));
         while (auto ev = stream->events.pop()) {
+          if (first && !ev->tokens.empty()) {
+            ttft[static_cast<size_t>(c)].push_back(now_seconds() - submitted);
+            first = false;
+          }
           tokens += static_cast<int64_t>(ev->tokens.size());
           if (ev->finish != FinishReason::None) break;
         }
@@ -118,7 +131,13 @@ double run_workload(Engine& e, const SamplingParams& sampling, int concurrency, 
     });
   for (auto& t : clients) t.join();
   const double wall = now_seconds() - t0;
-  return wall > 0 ? double(tokens.load()) / wall : 0;
+  WorkloadResult r;
+  r.output_tok_s = wall > 0 ? double(tokens.load()) / wall : 0;
+  std::vector<double> all;
+  for (const auto& v : ttft) all.insert(all.end(), v.begin(), v.end());
+  r.ttft_p50_ms = 1e3 * percentile(all, 50);
+  r.ttft_p99_ms = 1e3 * percentile(all, 99);
+  return r;
 }
 
 // Stats once the engine has published its last step (requests finish inside a step; the counters
@@ -150,7 +169,8 @@ int cmd_bench_offline(const Args& args) {
                 "that --max-running-requests defaults to the largest batch and --context-length to what the\n"
                 "workload needs.\n"
                 "--workload also runs max(8, 4 x B) requests with at most B in flight (what `deltaserve bench`\n"
-                "sends over HTTP) and reports output tokens over wall time, prefills included.\n");
+                "sends over HTTP) and reports output tokens over wall time, prefills included, and the\n"
+                "requests' time to first token (p50 / p99).\n");
     return 0;
   }
   std::vector<std::string> warnings;
@@ -196,7 +216,8 @@ int cmd_bench_offline(const Args& args) {
   std::printf("prefill context %lld tokens; decode context: the context column (+ up to %lld generated)\n",
               static_cast<long long>(*prefill_len), static_cast<long long>(*gen_len));
   std::printf("%-8s %-6s %8s %14s %14s %17s %14s %12s%s\n", "threads", "batch", "context", "prefill tok/s", "decode tok/s",
-              "decode-only tok/s", "weights GB/s", "accept len", workload ? "  workload tok/s" : "");
+              "decode-only tok/s", "weights GB/s", "accept len",
+              workload ? "  workload tok/s  TTFT p50 / p99 ms" : "");
   if (Status s = single_replica_only(opts, "bench-offline"); !s) {
     std::fprintf(stderr, "deltaserve bench-offline: %s\n", s.message().c_str());
     return 2;
@@ -248,12 +269,12 @@ int cmd_bench_offline(const Args& args) {
       const double smp_ms = 1e3 * (s1.sample_seconds - s0.sample_seconds) / n_steps;
       const double drf_ms = 1e3 * (s1.draft_seconds - s0.draft_seconds) / n_steps;
       const double step_ms = 1e3 * (s1.step_seconds - s0.step_seconds) / n_steps;
-      const double wl = workload ? run_workload(e, sampling, b, std::max<int64_t>(8, 4 * int64_t(b)), prompt_len,
-                                                static_cast<int>(*gen_len), 100 + b)
-                                 : 0.0;
+      const WorkloadResult wl = workload ? run_workload(e, sampling, b, std::max<int64_t>(8, 4 * int64_t(b)),
+                                                        prompt_len, static_cast<int>(*gen_len), 100 + b)
+                                         : WorkloadResult{};
       std::printf("%-8d %-6d %8lld %14.0f %14.1f %17.1f %14.2f %12.2f", t, b, static_cast<long long>(prompt_len),
                   pre.prefill_tok_s, r.decode_tok_s, r.decode_only_tok_s, gbps, r.accept_length);
-      if (workload) std::printf(" %16.1f", wl);
+      if (workload) std::printf(" %16.1f %8.1f / %.1f", wl.output_tok_s, wl.ttft_p50_ms, wl.ttft_p99_ms);
       std::printf("\n");
       std::fprintf(stderr, "  batch %d: %.0f steps, per step %.3f ms = forward %.3f + sampling %.3f + drafts %.3f + other %.3f\n",
                    b, n_steps, step_ms, fwd_ms, smp_ms, drf_ms, step_ms - fwd_ms - smp_ms - drf_ms);
@@ -279,7 +300,10 @@ int cmd_bench_offline(const Args& args) {
                             {"accept_length", r.accept_length}, {"weight_bytes", e.weight_bytes()},
                             {"decode_weight_bytes", e.decode_weight_bytes()}, {"backend", e.backend_description()},
                             {"tp_size", e.tp_size()}, {"tp_transport", e.tp_transport()}};
-      if (workload) row["workload_output_tokens_per_second"] = wl;
+      if (workload) {
+        row["workload_output_tokens_per_second"] = wl.output_tok_s;
+        row["workload_ttft_ms"] = {{"p50", wl.ttft_p50_ms}, {"p99", wl.ttft_p99_ms}};
+      }
       row["step_ms"] = {{"total", step_ms}, {"forward", fwd_ms}, {"sampling", smp_ms}, {"drafts", drf_ms}};
       row["decode_step_ms"] = {{"steps", d_steps}, {"total", d_step}, {"forward", d_fwd}, {"sampling", d_smp},
                                {"drafts", d_drf}};

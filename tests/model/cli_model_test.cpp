@@ -1,6 +1,7 @@
 // The command-line forms other tools rely on, run as a user would: `deltaserve logits` against the
 // fixtures' reference logits and MTP logits, `deltaserve generate --json` against the reference
-// greedy continuation, and clear errors with non-zero exits for bad input.
+// greedy continuation, `deltaserve bench-offline --workload --json`, and clear errors with
+// non-zero exits for bad input.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -86,6 +87,25 @@ TEST(CliGenerate, JsonGreedyContinuationMatchesReference) {
   // --prompt goes through the tokenizer.
   RunResult r = run("generate --prompt 'def fibonacci(n):\n' --max-tokens 4 --temperature 0 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
+}
+
+// bench-offline --workload: the closed-loop workload's output rate and its requests' time to first
+// token. A request's first token cannot come sooner than one prefill of its prompt, which the same
+// run measures (half of it, for timing noise on a loaded machine).
+TEST(CliBenchOffline, WorkloadReportsTimeToFirstToken) {
+  const int prompt_len = 64;
+  RunResult r = run("bench-offline --batch 2 --threads 2 --prompt-len " + std::to_string(prompt_len) +
+                    " --gen-len 4 --prefill-len " + std::to_string(prompt_len) + " --workload --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_NE(r.out.find("TTFT p50 / p99 ms"), std::string::npos) << r.out;
+  auto rows = nlohmann::json::parse(r.out.substr(r.out.find("\n[\n") + 1));
+  ASSERT_EQ(rows.size(), 1u) << r.out;
+  const auto& row = rows[0];
+  EXPECT_GT(row["workload_output_tokens_per_second"].get<double>(), 0.0);
+  const double p50 = row["workload_ttft_ms"]["p50"].get<double>(), p99 = row["workload_ttft_ms"]["p99"].get<double>();
+  const double prefill_ms = 1e3 * prompt_len / row["prefill_tokens_per_second"].get<double>();
+  EXPECT_GE(p50, 0.5 * prefill_ms) << "TTFT below one prompt's prefill time";
+  EXPECT_GE(p99, p50);
 }
 
 TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
