@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -74,32 +75,45 @@ int main(int argc, char** argv) {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{34816, 5120}, {5120, 17408}, {16480, 5120},
                                                      {5120, 6144},  {14336, 5120}, {248320, 5120}};
   int iters = 50, max_algos = 32;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--rows") {
-      rows.clear();
-      for (const auto& r : split(v, ',')) rows.push_back(std::stoi(r));
-    } else if (a == "--shapes") {
-      shapes.clear();
-      for (const auto& s : split(v, ',')) {
-        const auto nk = split(s, 'x');
-        if (nk.size() != 2) {
-          std::fprintf(stderr, "--shapes: NxK, not %s\n", s.c_str());
-          return 2;
-        }
-        shapes.emplace_back(std::stoll(nk[0]), std::stoll(nk[1]));
-      }
-    } else if (a == "--iters") {
-      iters = std::stoi(v);
-    } else if (a == "--algos") {
-      max_algos = std::stoi(v);
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
-      return 2;
-    }
-  }
   if (argc % 2 == 0) {
     std::fprintf(stderr, "flags come in pairs: --name value\n");
+    return 2;
+  }
+  try {
+    for (int i = 1; i + 1 < argc; i += 2) {
+      const std::string a = argv[i], v = argv[i + 1];
+      if (a == "--rows") {
+        rows.clear();
+        for (const auto& r : split(v, ',')) rows.push_back(std::stoi(r));
+      } else if (a == "--shapes") {
+        shapes.clear();
+        for (const auto& s : split(v, ',')) {
+          const auto nk = split(s, 'x');
+          if (nk.size() != 2) {
+            std::fprintf(stderr, "--shapes: NxK, not %s\n", s.c_str());
+            return 2;
+          }
+          shapes.emplace_back(std::stoll(nk[0]), std::stoll(nk[1]));
+        }
+      } else if (a == "--iters") {
+        iters = std::stoi(v);
+      } else if (a == "--algos") {
+        max_algos = std::stoi(v);
+      } else {
+        std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+        return 2;
+      }
+    }
+  } catch (const std::exception&) {
+    std::fprintf(stderr, "bench_cuda_matmul: a flag's value is not a number\n");
+    return 2;
+  }
+  const bool rows_ok = !rows.empty() && std::all_of(rows.begin(), rows.end(), [](int m) { return m >= 1; });
+  const bool shapes_ok = !shapes.empty() && std::all_of(shapes.begin(), shapes.end(), [](const auto& nk) {
+    return nk.first >= 1 && nk.second >= 8 && nk.second % 8 == 0;
+  });
+  if (!rows_ok || !shapes_ok || iters < 1 || max_algos < 1) {
+    std::fprintf(stderr, "bench_cuda_matmul: --rows >= 1, --shapes NxK with K a multiple of 8, --iters and --algos >= 1\n");
     return 2;
   }
   int n_dev = 0;
