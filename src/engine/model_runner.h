@@ -43,8 +43,8 @@ struct RunnerLimits {
   int max_seqs = 0;          // sequences per forward
   int max_blocks_per_seq = 0;
   int max_logit_rows = 0;    // rows of logits per forward
-  int graph_max_seqs = 0;    // decode and verification batches of up to this many sequences replay a
-                             // CUDA graph (0: off)
+  int graph_max_seqs = 0;    // decode, verification and MTP batches of up to this many sequences
+                             // replay a CUDA graph (0: off)
   bool mtp = false;          // keep hidden states for the MTP head (speculative decoding)
   // Prefix-cache checkpoints may be written: every batch then carries the checkpoint arrays (all
   // -1 when none), so a captured decode graph replays whichever checkpoints a step asks for.
@@ -102,10 +102,11 @@ class ModelRunner {
   const RunnerLimits& limits() const { return limits_; }
 
  private:
-  // Decode graphs by batch size, verification graphs by batch size and tokens per sequence. Every
-  // buffer a forward touches sits at a fixed address (staging, device mirrors, logits, hidden
-  // states, the model's activations, the backend's scratch), so a graph replays any batch of its
-  // shape; the backend's graph_epoch says when scratch has moved.
+  // Decode graphs by batch size; verification and MTP catch-up graphs by batch size and tokens per
+  // sequence; MTP chain graphs by batch size and output buffer. Every buffer a forward touches sits
+  // at a fixed address (staging, device mirrors, logits, hidden states, the model's activations,
+  // the backend's scratch), so a graph replays any batch of its shape; the backend's graph_epoch
+  // says when scratch has moved.
   struct DecodeGraph {
     std::unique_ptr<DeviceGraph> graph;
     uint64_t epoch = 0;
