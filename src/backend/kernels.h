@@ -188,8 +188,8 @@ class Kernels {
   virtual void gated_delta_net(const GdnParams& p, const Tensor& proj, const StateLayerView& state,
                                const BatchMeta& meta, Tensor out) = 0;
 
-  // out[r] = the first index of the largest value of row r (std::max_element's choice): greedy
-  // sampling on the device. x [R, V] f32; out [R] i32.
+  // out[r] = the first index of the largest value of row r (std::max_element's choice; NaNs are
+  // skipped, 0 when a row has no number): greedy sampling on the device. x [R, V] f32; out [R] i32.
   virtual void argmax_rows(const Tensor& x, Tensor out) = 0;
 
   // One token per row drawn on the device (the engine's steps where every row samples plainly:

@@ -267,29 +267,50 @@ TEST_F(CudaOpsTest, EmbedShardAndCopyColumns) {
 }
 
 // Greedy sampling on the device picks what std::max_element picks on the host (ties: the first).
+// Row counts 1, 5 and 64 split a 248k row into 122, 102 and 8 parts (a block each): ties within a
+// part, across parts and at a part's first column; a NaN is never picked.
 TEST_F(CudaOpsTest, ArgmaxRowsMatchesTheHostIncludingTies) {
-  for (int64_t V : {int64_t(7), int64_t(1000), int64_t(248320)}) {
-    const int64_t R = 5;
-    auto x = rnd(R * V, -3.f, 3.f);
-    x[1 * V + V / 2] = 9.f;  // row 1: a tie, the first occurrence wins
-    x[1 * V + V - 1] = 9.f;
-    for (int64_t i = 0; i < V; ++i) x[2 * V + i] = -1.f;  // row 2: all equal -> 0
-    x[3 * V + V - 1] = 50.f;  // row 3: the last element
-    Pair px = make_f32({R, V}, x);
-    std::vector<int32_t> none(R, -7);
-    Pair out = make(DType::I32, {R}, none.data());
-    cpu_->kernels().argmax_rows(px.tc, out.tc);
-    gpu_->kernels().argmax_rows(px.tg, out.tg);
-    std::vector<int32_t> g(R);
-    gpu_->copy_to_host(g.data(), out.tg);
-    for (int64_t r = 0; r < R; ++r) {
-      const float* row = x.data() + r * V;
-      EXPECT_EQ(out.tc.i32()[r], std::max_element(row, row + V) - row) << "V " << V << " row " << r;
-      EXPECT_EQ(g[r], out.tc.i32()[r]) << "V " << V << " row " << r;
+  for (int64_t R : {int64_t(1), int64_t(5), int64_t(64)}) {
+    for (int64_t V : {int64_t(7), int64_t(1000), int64_t(248320)}) {
+      auto x = rnd(R * V, -3.f, 3.f);
+      const int64_t r1 = 1 % R, r2 = 2 % R, r3 = 3 % R, r4 = 4 % R;
+      x[r1 * V + V / 2] = 9.f;  // a tie across parts (within one for small V): the first wins
+      x[r1 * V + V - 1] = 9.f;
+      if (R > 2) {
+        for (int64_t i = 0; i < V; ++i) x[r2 * V + i] = -1.f;  // all equal -> 0
+      }
+      if (R > 3) x[r3 * V + V - 1] = 50.f;  // the last element
+      if (R == 5 && V == 248320) {  // a tie at the first column of the second part, and within that part
+        const int64_t span = (V + 101) / 102;
+        x[r4 * V + span] = 20.f;
+        x[r4 * V + span + 3] = 20.f;
+      }
+      if (R == 64) {  // NaNs around a unique maximum
+        x[63 * V + 0] = std::nanf("");
+        x[63 * V + V / 3] = 30.f;
+        x[63 * V + V - 1] = std::nanf("");
+      }
+      Pair px = make_f32({R, V}, x);
+      std::vector<int32_t> none(R, -7);
+      Pair out = make(DType::I32, {R}, none.data());
+      gpu_->kernels().argmax_rows(px.tg, out.tg);
+      std::vector<int32_t> g(R);
+      gpu_->copy_to_host(g.data(), out.tg);
+      for (int64_t r = 0; r < R; ++r) {
+        const float* row = x.data() + r * V;
+        int64_t want = 0;  // the first index of the largest number
+        for (int64_t i = 1; i < V; ++i)
+          if (!std::isnan(row[i]) && (std::isnan(row[want]) || row[i] > row[want])) want = i;
+        EXPECT_EQ(g[r], want) << "R " << R << " V " << V << " row " << r;
+        if (r == 63) continue;  // std::max_element is not defined with NaNs
+        EXPECT_EQ(std::max_element(row, row + V) - row, want);
+      }
+      if (R > 1) { EXPECT_EQ(g[r1], V / 2); }
+      if (R > 2) { EXPECT_EQ(g[r2], 0); }
+      if (R > 3) { EXPECT_EQ(g[r3], V - 1); }
+      if (R == 5 && V == 248320) { EXPECT_EQ(g[r4], (V + 101) / 102); }
+      if (R == 64) { EXPECT_EQ(g[63], V / 3); }
     }
-    EXPECT_EQ(g[1], V / 2);
-    EXPECT_EQ(g[2], 0);
-    EXPECT_EQ(g[3], V - 1);
   }
 }
 
@@ -366,7 +387,7 @@ TEST_F(CudaOpsTest, SampleRowsMatchTheReference) {
 }
 
 TEST_F(CudaOpsTest, RmsNorm) {
-  for (auto [R, D] : {std::pair<int64_t, int64_t>{1, 5120}, {7, 256}, {33, 1000}, {300, 17408}}) {
+  for (auto [R, D] : {std::pair<int64_t, int64_t>{1, 5120}, {2, 16}, {7, 256}, {33, 1000}, {300, 17408}}) {
     auto x = rnd(R * D, -3.f, 3.f);
     Pair px = make_f32({R, D}, x), w = make_f32({D}, rnd(D, 0.5f, 1.5f)), out = poisoned({R, D});
     cpu_->kernels().rms_norm(px.tc, w.tc, 1e-6f, out.tc, 0);

@@ -1,6 +1,7 @@
 // Small CPU ops: embedding, RMSNorm, SwiGLU, row gather.
 // Reference semantics: HF Qwen3_5RMSNorm / Qwen3RMSNorm (f32 compute), Qwen3MLP act.
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <cstring>
 
@@ -78,8 +79,16 @@ void CpuKernels::argmax_rows(const Tensor& x, Tensor out) {
   const int64_t rows = x.rows(), v = x.cols();
   DS_CHECK(out.numel() >= rows && out.dtype == DType::I32, "argmax_rows shapes");
   for (int64_t r = 0; r < rows; ++r) {
+    // The first index of the largest number (NaNs are skipped; 0 when the row has none), as on CUDA.
     const float* row = x.f32() + r * v;
-    out.i32()[r] = static_cast<int32_t>(std::max_element(row, row + v) - row);
+    float best = -std::numeric_limits<float>::infinity();
+    int64_t idx = -1;
+    for (int64_t i = 0; i < v; ++i)
+      if (row[i] > best || (idx < 0 && row[i] == best)) {
+        best = row[i];
+        idx = i;
+      }
+    out.i32()[r] = static_cast<int32_t>(idx < 0 ? 0 : idx);
   }
 }
 

@@ -51,6 +51,8 @@ __device__ __forceinline__ float warp_max(float v) {
 // Dynamic shared memory: per warp, head_dim floats.
 template <KvType KV>
 __global__ void qk_prep_kernel(AttnArgs a) {
+  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
+  pdl_trigger();
   using St = KvStorage<KV>;
   extern __shared__ float sm[];
   const int t = blockIdx.x;
@@ -247,7 +249,8 @@ __global__ void attn_kernel(AttnArgs a) {
 
 // One block per (token, head): out = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s, then the gate.
 __global__ void attn_combine_kernel(AttnArgs a) {
-  pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
+  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
+  pdl_trigger();  // (a GEMV: it starts streaming its weights)
   const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim, nh = a.n_heads, ns = a.n_split;
   const int64_t base = (int64_t(t) * nh + h) * ns;
   float M = -INFINITY;
@@ -304,9 +307,8 @@ void run_attention(const AttnArgs& a, cudaStream_t s) {
   // heads do not queue behind 4 warps; many tokens: a block per token.
   const int warps = 4;
   const int head_blocks = a.n_tokens < 64 ? (a.n_heads + a.n_kv_heads + warps - 1) / warps : 1;
-  qk_prep_kernel<KV><<<dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(head_blocks)), 32 * warps,
-                       warps * a.head_dim * sizeof(float), s>>>(a);
-  DS_CUDA_LAUNCH_CHECK();
+  launch_pdl(a.pdl, qk_prep_kernel<KV>, dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(head_blocks)),
+             dim3(32 * warps), warps * a.head_dim * sizeof(float), s, a);
   if (a.flash_tiles > 0) {
     launch_flash_attention(a, s);
     return;
@@ -314,11 +316,9 @@ void run_attention(const AttnArgs& a, cudaStream_t s) {
   const bool decoded = a.dec_mma_mt > 0 ? (launch_decode_attention_mma(a, s), true)
                                          : a.decode_kernel && launch_decode_attention(a, s);
   if (decoded) {
-    if (a.n_split > 1) {
-      attn_combine_kernel<<<dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads)),
-                            a.head_dim < 128 ? a.head_dim : 128, 0, s>>>(a);
-      DS_CUDA_LAUNCH_CHECK();
-    }
+    if (a.n_split > 1)
+      launch_pdl(a.pdl, attn_combine_kernel, dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads)),
+                 dim3(a.head_dim < 128 ? a.head_dim : 128), 0, s, a);
     return;
   }
   switch (a.head_dim) {

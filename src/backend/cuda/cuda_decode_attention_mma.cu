@@ -70,7 +70,8 @@ __device__ __forceinline__ uint32_t hi_lo_bf16(float x0, float x1, uint32_t* lo)
 
 template <int HD, KvType KV, int BN, int STAGES>
 __global__ void __launch_bounds__(32 * kMaxWarps, 1) decode_mma_kernel(AttnArgs a) {
-  pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
+  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
+  pdl_trigger();  // (a GEMV: it starts streaming its weights)
   using St = KvStorage<KV>;
   constexpr bool kRaw = KV != KvType::BF16;  // fp8: raw tiles, widened into one bf16 tile
   constexpr int LD = HD + 8;                 // padded bf16 row (16 bytes of skew)
@@ -337,7 +338,7 @@ void launch(const AttnArgs& a, cudaStream_t s) {
   }
   const dim3 grid(static_cast<unsigned>(a.n_seqs), static_cast<unsigned>(a.n_kv_heads),
                   static_cast<unsigned>(a.n_split));
-  decode_mma_kernel<HD, KV, BN, STAGES><<<grid, 32 * a.dec_mma_mt * a.dec_mma_kg, smem, s>>>(a);
+  launch_pdl(a.pdl, decode_mma_kernel<HD, KV, BN, STAGES>, grid, dim3(32 * a.dec_mma_mt * a.dec_mma_kg), smem, s, a);
   DS_CUDA_LAUNCH_CHECK();
 }
 

@@ -121,6 +121,8 @@ __global__ void conv_state_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
 // over the slot's window and the token, SiLU, the new window (and a checkpoint's copy of it); then
 // the L2 norms of q and k and the value heads' gates. Three launches become one.
 __global__ void conv_prep_decode_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
+  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
+  pdl_trigger();
   const int s = blockIdx.x, hk = blockIdx.y;
   const int Dk = a.Dk, Dv = a.Dv, r = a.Hv / a.Hk, hv0 = hk * r;
   const int64_t key_dim = int64_t(a.Hk) * Dk;
@@ -286,6 +288,8 @@ __global__ void __launch_bounds__(32) delta_kernel(GdnArgs a, int64_t conv_dim) 
 // (uncoalesced) and is kept for long runs of tokens, where its serial loop wins.
 template <int DK, int NR>
 __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv_dim) {
+  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
+  pdl_trigger();
   constexpr int LPR = DK / 4;              // lanes per row
   constexpr int RPW = 32 / LPR;            // rows per warp per register slot
   constexpr int ROWS_PER_WARP = RPW * NR;
@@ -589,14 +593,20 @@ __global__ void __launch_bounds__(128, 2) delta_chunked_kernel(GdnArgs a, int64_
 }
 
 // The recurrence's o (pre-norm) rows are o_in [T, o_stride] (out itself, or conv_out's value
-// columns after the tensor-core chunked kernel); the normed result goes to out.
-__global__ void gated_norm_kernel(GdnArgs a, int64_t conv_dim, int64_t row, const float* o_in, int64_t o_stride) {
-  pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
+// columns after the tensor-core chunked kernel); the normed result goes to out. A warp per (token
+// blockIdx.x, value head): blocks of kNormWarps heads along blockIdx.y, so that a decode step's
+// heads run side by side (one block looping over a token's 48 heads took ~15 us).
+constexpr int kNormWarps = 8;
+
+__global__ void __launch_bounds__(32 * kNormWarps) gated_norm_kernel(GdnArgs a, int64_t conv_dim, int64_t row,
+                                                                      const float* o_in, int64_t o_stride) {
+  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
+  pdl_trigger();  // (a GEMV: it starts streaming its weights)
   const int t = blockIdx.x;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int Dv = a.Dv;
   const int64_t value_dim = int64_t(a.Hv) * Dv;
-  for (int hv = warp; hv < a.Hv; hv += nw) {
+  for (int hv = blockIdx.y * kNormWarps + warp; hv < a.Hv; hv += kNormWarps * gridDim.y) {
     const float* oi = o_in + int64_t(t) * o_stride + int64_t(hv) * Dv;
     float* o = a.out + int64_t(t) * value_dim + int64_t(hv) * Dv;
     const float* z = a.proj + int64_t(t) * row + conv_dim + int64_t(hv) * Dv;
@@ -786,9 +796,8 @@ void run_delta(const GdnArgs& a, int64_t conv_dim, cudaStream_t s) {
     const int nr = prefill ? 1 : 4;
     const int rows_per_block = 4 * (32 / (DK / 4)) * nr;
     dim3 grid(static_cast<unsigned>(a.n_seqs * a.Hv), static_cast<unsigned>((a.Dv + rows_per_block - 1) / rows_per_block));
-    if (prefill) delta_rows_kernel<DK, 1><<<grid, 128, 0, s>>>(a, conv_dim);
-    else delta_rows_kernel<DK, 4><<<grid, 128, 0, s>>>(a, conv_dim);
-    DS_CUDA_LAUNCH_CHECK();
+    if (prefill) launch_pdl(a.pdl, delta_rows_kernel<DK, 1>, grid, dim3(128), 0, s, a, conv_dim);
+    else launch_pdl(a.pdl, delta_rows_kernel<DK, 4>, grid, dim3(128), 0, s, a, conv_dim);
     return;
   }
   const int rb = a.Dv < 32 ? a.Dv : 32;  // 32 rows per block: Hv * Dv/32 blocks at decode
@@ -809,10 +818,10 @@ bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s) {
   const int64_t conv_dim = 2 * key_dim + value_dim;
   const int64_t row = conv_dim + value_dim + 2LL * a.Hv;
   const int64_t n_seq = int64_t(a.n_seqs) * conv_dim;
+  const dim3 norm_grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>((a.Hv + kNormWarps - 1) / kNormWarps));
   if (a.decode && a.Hv % a.Hk == 0 && a.Hv / a.Hk <= 192) {
-    conv_prep_decode_kernel<<<dim3(static_cast<unsigned>(a.n_seqs), static_cast<unsigned>(a.Hk)), 256, 0, s>>>(
-        a, conv_dim, row);
-    DS_CUDA_LAUNCH_CHECK();
+    launch_pdl(a.pdl, conv_prep_decode_kernel, dim3(static_cast<unsigned>(a.n_seqs), static_cast<unsigned>(a.Hk)),
+               dim3(256), 0, s, a, conv_dim, row);
   } else {
     // Runs of tt tokens per thread for long runs (16 at 4k+ tokens), one token per thread for decode.
     const int tt = std::clamp(a.n_tokens / 256, 1, 16);
@@ -827,9 +836,8 @@ bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s) {
   if (gdn_uses_chunked_mma(a)) {
     // Long runs: the chunked rule on tensor cores; o lands in conv_out's value columns.
     launch_gdn_chunked_mma(a, conv_dim, s);
-    gated_norm_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row, a.conv_out + 2 * key_dim,
-                                                                          conv_dim);
-    DS_CUDA_LAUNCH_CHECK();
+    launch_pdl(a.pdl, gated_norm_kernel, norm_grid, dim3(32 * kNormWarps), 0, s, a, conv_dim, row,
+               static_cast<const float*>(a.conv_out + 2 * key_dim), conv_dim);
     return true;
   }
   switch (a.Dk) {
@@ -838,8 +846,8 @@ bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s) {
     case 64: run_delta<64>(a, conv_dim, s); break;
     default: run_delta<128>(a, conv_dim, s); break;
   }
-  gated_norm_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row, a.out, value_dim);
-  DS_CUDA_LAUNCH_CHECK();
+  launch_pdl(a.pdl, gated_norm_kernel, norm_grid, dim3(32 * kNormWarps), 0, s, a, conv_dim, row,
+             static_cast<const float*>(a.out), value_dim);
   return true;
 }
 

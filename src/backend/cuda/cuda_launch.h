@@ -57,20 +57,25 @@ void launch_comm_gather(void* out, int64_t n_words, PeerPtrs s0, PeerPtrs s1, in
 // ids outside [0, vocab) NaN rows.
 void launch_embed(const void* table, bool table_bf16, int64_t first_row, int64_t rows, int64_t vocab, int64_t h,
                   const int32_t* ids, int64_t n, float* out, cudaStream_t s);
-// out[r] = first index of the largest value of row r. x [rows, v].
-void launch_argmax_rows(const float* x, int64_t rows, int64_t v, int32_t* out, cudaStream_t s);
+// out[r] = first index of the largest value of row r (NaNs never; 0 when a row has no number).
+// x [rows, v], rows <= 65535; scratch: argmax_scratch_bytes(rows, v) of device memory.
+std::size_t argmax_scratch_bytes(int64_t rows, int64_t v);
+// pdl (here and below): launched by programmatic dependent launch (cuda_pdl.cuh), so that a small
+// kernel is resident before the kernel it follows has finished.
+void launch_argmax_rows(const float* x, int64_t rows, int64_t v, int32_t* out, void* scratch, bool pdl,
+                        cudaStream_t s);
 // ---- cuda_sample.cu ------------------------------------------------------------------------------
 // Kernels::sample_rows: settings [rows] deltaserve::SampleRow, penalties [n] PenaltyEntry (device).
 void launch_sample_rows(float* logits, int64_t rows, int64_t v, const void* settings, const void* penalties,
                         int n_penalties, int32_t* out, cudaStream_t s);
 void launch_rms_norm(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* out,
-                     int64_t out_stride, cudaStream_t s);
+                     int64_t out_stride, bool pdl, cudaStream_t s);
 // The same into bf16 [rows, d] (a GEMM's input: the f32 result is never stored).
 void launch_rms_norm_bf16(const float* x, int64_t rows, int64_t d, const float* w, float eps, uint16_t* out,
-                          cudaStream_t s);
-void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, cudaStream_t s);
+                          bool pdl, cudaStream_t s);
+void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, bool pdl, cudaStream_t s);
 // The same, rounded to bf16 (a GEMM's input: the f32 product is never stored).
-void launch_silu_mul_bf16(const float* gu, int64_t rows, int64_t inter, uint16_t* out, cudaStream_t s);
+void launch_silu_mul_bf16(const float* gu, int64_t rows, int64_t inter, uint16_t* out, bool pdl, cudaStream_t s);
 // rows: host array; passed by value in the launch (graph-capture safe).
 void launch_gather_rows(const float* src, int64_t d, const int32_t* rows_host, int n_rows, float* dst,
                         cudaStream_t s);
@@ -153,6 +158,8 @@ struct AttnArgs {
   uint16_t* q16 = nullptr;
   uint16_t* k16 = nullptr;
   uint16_t* v16 = nullptr;
+  // qk_prep, the tensor-core decode kernel and the combine by programmatic dependent launch.
+  bool pdl = false;
 };
 // q/k norm + RoPE + KV write (qk_prep), then the flash path when a.flash_tiles > 0, else the
 // split-KV decode kernel when a.decode_kernel, else the tiled CUDA-core kernel (split-KV when
@@ -243,6 +250,8 @@ struct GdnArgs {
                                        // over its chunk's j, then gamma_i, gamma_L / gamma_i, 2 spare
   bool chunk_prefetch = true;          // its state kernel fetches the next chunk's W, Q ahead (where 2 blocks/SM fit)
   bool decode = false;                 // one token per sequence, no deferral: the fused conv + prep kernel
+  bool pdl = false;                    // the decode kernels (fused conv + prep, rows recurrence, gated
+                                       // norm) by programmatic dependent launch
 };
 // Returns false when the head sizes have no compiled kernel.
 bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s);

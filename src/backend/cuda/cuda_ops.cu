@@ -60,7 +60,8 @@ __global__ void embed_kernel(const void* table, bool bf16, int64_t first_row, in
 template <class Out>
 __global__ void rms_norm_kernel(const float* x, int64_t d, const float* w, float eps, Out* out,
                                 int64_t out_stride) {
-  pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
+  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
+  pdl_trigger();  // (a GEMV: it starts streaming its weights)
   __shared__ float red[32];
   const float* xr = x + int64_t(blockIdx.x) * d;
   Out* o = out + int64_t(blockIdx.x) * out_stride;
@@ -75,13 +76,63 @@ __global__ void rms_norm_kernel(const float* x, int64_t d, const float* w, float
   }
 }
 
+// The same for rows of at most kNormPerThread * blockDim.x: a thread's elements (i = threadIdx.x +
+// k * blockDim.x, in the loop's order) and their weights are loaded at once and stay in registers,
+// so a row costs one round of loads instead of three (latency: a decode step runs 129 of these).
+constexpr int kNormPerThread = 8;
+
+template <class Out>
+__global__ void __launch_bounds__(1024) rms_norm_regs_kernel(const float* x, int64_t d, const float* w, float eps,
+                                                             Out* out, int64_t out_stride) {
+  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
+  pdl_trigger();  // (a GEMV: it starts streaming its weights)
+  __shared__ float red[32];
+  const float* xr = x + int64_t(blockIdx.x) * d;
+  Out* o = out + int64_t(blockIdx.x) * out_stride;
+  float xv[kNormPerThread], wv[kNormPerThread];
+#pragma unroll
+  for (int k = 0; k < kNormPerThread; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    xv[k] = i < d ? xr[i] : 0.f;
+    wv[k] = i < d ? w[i] : 0.f;
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < kNormPerThread; ++k) ss += xv[k] * xv[k];
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / float(d) + eps);
+#pragma unroll
+  for (int k = 0; k < kNormPerThread; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    if (i >= d) break;
+    const float v = xv[k] * inv * wv[k];
+    if constexpr (sizeof(Out) == 2) o[i] = f32_to_bf16_bits(v);
+    else o[i] = v;
+  }
+}
+
+template <class Out>
+void launch_rms_norm_to(const float* x, int64_t rows, int64_t d, const float* w, float eps, Out* out,
+                        int64_t out_stride, bool pdl, cudaStream_t s) {
+  if (rows == 0) return;
+  const dim3 grid(static_cast<unsigned>(rows));
+  if (d <= int64_t(kNormPerThread) * 1024) {
+    const int64_t warps = (d + 32 * kNormPerThread - 1) / (32 * kNormPerThread);  // 20 for d = 5120
+    const int threads = static_cast<int>(std::clamp<int64_t>(32 * warps, 32, 1024));
+    launch_pdl(pdl, rms_norm_regs_kernel<Out>, grid, dim3(threads), 0, s, x, d, w, eps, out, out_stride);
+  } else {
+    launch_pdl(pdl, rms_norm_kernel<Out>, grid, dim3(512), 0, s, x, d, w, eps, out, out_stride);
+  }
+}
+
 __device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 // Row blockIdx.y, VEC columns per thread from VEC * (blockIdx.x * blockDim.x + threadIdx.x); out is
 // f32 or bf16 (the rounding f32_to_bf16_kernel does).
 template <int VEC, class Out>
 __global__ void silu_mul_kernel(const float* gu, int64_t inter, Out* out) {
-  pdl_trigger();  // the next kernel (a GEMV) may start streaming its weights
+  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
+  pdl_trigger();  // (a GEMV: it starts streaming its weights)
   const int64_t c = VEC * (int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
   if (c >= inter) return;
   const float* g = gu + int64_t(blockIdx.y) * 2 * inter + c;
@@ -107,7 +158,7 @@ __global__ void silu_mul_kernel(const float* gu, int64_t inter, Out* out) {
 }
 
 template <class Out>
-void launch_silu_mul_to(const float* gu, int64_t rows, int64_t inter, Out* out, cudaStream_t s) {
+void launch_silu_mul_to(const float* gu, int64_t rows, int64_t inter, Out* out, bool pdl, cudaStream_t s) {
   const bool vec = inter % 4 == 0 && reinterpret_cast<uintptr_t>(gu) % 16 == 0 &&
                    (sizeof(Out) == 2 || reinterpret_cast<uintptr_t>(out) % 16 == 0);
   const int64_t per = vec ? 4 * 256 : 256;
@@ -116,9 +167,8 @@ void launch_silu_mul_to(const float* gu, int64_t rows, int64_t inter, Out* out, 
     const dim3 grid(static_cast<unsigned>((inter + per - 1) / per), static_cast<unsigned>(std::min(kMaxRows, rows - r0)));
     const float* g = gu + r0 * 2 * inter;
     Out* o = out + r0 * inter;
-    if (vec) silu_mul_kernel<4, Out><<<grid, 256, 0, s>>>(g, inter, o);
-    else silu_mul_kernel<1, Out><<<grid, 256, 0, s>>>(g, inter, o);
-    DS_CUDA_LAUNCH_CHECK();
+    if (vec) launch_pdl(pdl, silu_mul_kernel<4, Out>, grid, dim3(256), 0, s, g, inter, o);
+    else launch_pdl(pdl, silu_mul_kernel<1, Out>, grid, dim3(256), 0, s, g, inter, o);
   }
 }
 
@@ -133,8 +183,10 @@ __global__ void gather_rows_kernel(const float* src, int64_t d, GatherRows r, fl
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) o[i] = s[i];
 }
 
-// One block per row: each thread scans a strided slice (strictly greater keeps the earliest
-// index), then (value, index) pairs reduce with ties to the lower index.
+// Argmax in two passes, so that one row is read by many blocks (one block reading a 248k-float
+// row alone took ~100 us): argmax_part_kernel's block (part p, row r) scans its span of the row
+// (strictly greater keeps the earliest index), argmax_final_kernel reduces a row's parts. (value,
+// index) pairs reduce with ties to the lower index; NaNs are never picked.
 __device__ __forceinline__ void better(float& best, int& idx, float v, int i) {
   if (v > best || (v == best && (idx < 0 || (i >= 0 && i < idx)))) {
     best = v;
@@ -142,11 +194,8 @@ __device__ __forceinline__ void better(float& best, int& idx, float v, int i) {
   }
 }
 
-__global__ void argmax_rows_kernel(const float* x, int64_t v, int32_t* out) {
-  const float* row = x + int64_t(blockIdx.x) * v;
-  float best = -INFINITY;
-  int idx = -1;
-  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) better(best, idx, row[i], static_cast<int>(i));
+// (best, idx) of the block into thread 0 (blockDim.x a multiple of 32).
+__device__ __forceinline__ void block_argmax(float& best, int& idx) {
   for (int off = 16; off > 0; off >>= 1) {
     const float ov = __shfl_down_sync(0xffffffffu, best, off);
     const int oi = __shfl_down_sync(0xffffffffu, idx, off);
@@ -169,8 +218,54 @@ __global__ void argmax_rows_kernel(const float* x, int64_t v, int32_t* out) {
       const int oi = __shfl_down_sync(0xffffffffu, idx, off);
       better(best, idx, ov, oi);
     }
-    if (lane == 0) out[blockIdx.x] = idx < 0 ? 0 : idx;
   }
+}
+
+constexpr int kArgmaxThreads = 256;
+constexpr int kArgmaxMaxParts = 256;
+
+// parts: [rows][gridDim.x] (value, index) pairs.
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_part_kernel(const float* x, int64_t v, int64_t span,
+                                                                     float2* parts) {
+  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
+  pdl_trigger();
+  const int64_t i0 = int64_t(blockIdx.x) * span, i1 = i0 + span < v ? i0 + span : v;
+  const float* row = x + int64_t(blockIdx.y) * v;
+  float best = -INFINITY;
+  int idx = -1;
+  int64_t i = i0 + threadIdx.x;
+  // Four loads in flight per thread; each thread's indices ascend, so ">" keeps its earliest.
+  for (; i + 3 * kArgmaxThreads < i1; i += 4 * kArgmaxThreads) {
+    const float a = row[i], b = row[i + kArgmaxThreads];
+    const float c = row[i + 2 * kArgmaxThreads], d = row[i + 3 * kArgmaxThreads];
+    better(best, idx, a, static_cast<int>(i));
+    better(best, idx, b, static_cast<int>(i + kArgmaxThreads));
+    better(best, idx, c, static_cast<int>(i + 2 * kArgmaxThreads));
+    better(best, idx, d, static_cast<int>(i + 3 * kArgmaxThreads));
+  }
+  for (; i < i1; i += kArgmaxThreads) better(best, idx, row[i], static_cast<int>(i));
+  block_argmax(best, idx);
+  if (threadIdx.x == 0) parts[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = make_float2(best, __int_as_float(idx));
+}
+
+__global__ void argmax_final_kernel(const float2* parts, int n_parts, int32_t* out) {
+  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
+  pdl_trigger();
+  float best = -INFINITY;
+  int idx = -1;
+  for (int p = threadIdx.x; p < n_parts; p += blockDim.x) {
+    const float2 e = parts[int64_t(blockIdx.x) * n_parts + p];
+    better(best, idx, e.x, __float_as_int(e.y));
+  }
+  block_argmax(best, idx);
+  if (threadIdx.x == 0) out[blockIdx.x] = idx < 0 ? 0 : idx;
+}
+
+// Parts per row: ~512 blocks in all, at most kArgmaxMaxParts a row, at least 2,048 columns each.
+int argmax_parts(int64_t rows, int64_t v) {
+  const int64_t by_rows = std::max<int64_t>(1, 512 / std::max<int64_t>(rows, 1));
+  const int64_t by_cols = std::max<int64_t>(1, (v + 2047) / 2048);
+  return static_cast<int>(std::min<int64_t>({by_rows, by_cols, kArgmaxMaxParts}));
 }
 
 __global__ void f32_to_bf16_kernel(const float* x, int64_t n, uint16_t* out) {
@@ -228,28 +323,21 @@ void launch_embed(const void* table, bool table_bf16, int64_t first_row, int64_t
 }
 
 void launch_rms_norm(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* out,
-                     int64_t out_stride, cudaStream_t s) {
-  if (rows == 0) return;
-  const int threads = d >= 2048 ? 512 : (d >= 512 ? 256 : 128);
-  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(x, d, w, eps, out,
-                                                                   out_stride == 0 ? d : out_stride);
-  DS_CUDA_LAUNCH_CHECK();
+                     int64_t out_stride, bool pdl, cudaStream_t s) {
+  launch_rms_norm_to(x, rows, d, w, eps, out, out_stride == 0 ? d : out_stride, pdl, s);
 }
 
 void launch_rms_norm_bf16(const float* x, int64_t rows, int64_t d, const float* w, float eps, uint16_t* out,
-                          cudaStream_t s) {
-  if (rows == 0) return;
-  const int threads = d >= 2048 ? 512 : (d >= 512 ? 256 : 128);
-  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(x, d, w, eps, out, d);
-  DS_CUDA_LAUNCH_CHECK();
+                          bool pdl, cudaStream_t s) {
+  launch_rms_norm_to(x, rows, d, w, eps, out, d, pdl, s);
 }
 
-void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, cudaStream_t s) {
-  launch_silu_mul_to(gu, rows, inter, out, s);
+void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, bool pdl, cudaStream_t s) {
+  launch_silu_mul_to(gu, rows, inter, out, pdl, s);
 }
 
-void launch_silu_mul_bf16(const float* gu, int64_t rows, int64_t inter, uint16_t* out, cudaStream_t s) {
-  launch_silu_mul_to(gu, rows, inter, out, s);
+void launch_silu_mul_bf16(const float* gu, int64_t rows, int64_t inter, uint16_t* out, bool pdl, cudaStream_t s) {
+  launch_silu_mul_to(gu, rows, inter, out, pdl, s);
 }
 
 void launch_gather_rows(const float* src, int64_t d, const int32_t* rows_host, int n_rows, float* dst,
@@ -263,10 +351,20 @@ void launch_gather_rows(const float* src, int64_t d, const int32_t* rows_host, i
   }
 }
 
-void launch_argmax_rows(const float* x, int64_t rows, int64_t v, int32_t* out, cudaStream_t s) {
+std::size_t argmax_scratch_bytes(int64_t rows, int64_t v) {
+  return static_cast<std::size_t>(rows) * argmax_parts(rows, v) * sizeof(float2);
+}
+
+void launch_argmax_rows(const float* x, int64_t rows, int64_t v, int32_t* out, void* scratch, bool pdl,
+                        cudaStream_t s) {
   if (rows == 0) return;
-  argmax_rows_kernel<<<static_cast<unsigned>(rows), 1024, 0, s>>>(x, v, out);
-  DS_CUDA_LAUNCH_CHECK();
+  const int parts = argmax_parts(rows, v);
+  const int64_t span = (v + parts - 1) / parts;
+  float2* p = static_cast<float2*>(scratch);
+  launch_pdl(pdl, argmax_part_kernel, dim3(static_cast<unsigned>(parts), static_cast<unsigned>(rows)),
+             dim3(kArgmaxThreads), 0, s, x, v, span, p);
+  launch_pdl(pdl, argmax_final_kernel, dim3(static_cast<unsigned>(rows)), dim3(parts > 128 ? 256 : 128), 0, s,
+             static_cast<const float2*>(p), parts, out);
 }
 
 void launch_f32_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t s) {

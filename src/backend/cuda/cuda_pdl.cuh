@@ -7,7 +7,12 @@
 // earlier kernel wrote is read with coherent loads, never __ldg / ld.global.nc: a load that
 // promises read-only data may be scheduled above the wait (cuda_linear.cu, load_act).
 // pdl_trigger() at the start of a kernel lets its dependents launch as soon as all its blocks run.
-// Both are no-ops before sm_90, and on a stream without launch_pdl kernels. Included by .cu files.
+// The small kernels between a decode step's GEMVs (norms, SiLU-mul, the GDN and attention decode
+// kernels, argmax) are launched this way too, so that each is resident when the one before it ends.
+// They call pdl_wait() first and pdl_trigger() after it: triggering before the wait let a chain of
+// later kernels launch early and hold SM slots the running GEMV needed (batch-1 decode 7% slower
+// on the H200). Both are no-ops before sm_90, and on a stream without launch_pdl kernels.
+// Included by .cu files.
 #pragma once
 
 #include <cuda_runtime.h>
