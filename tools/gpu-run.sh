@@ -21,6 +21,8 @@
 # attn:   bench_cuda_attention (the decode attention op alone, every kernel variant)
 # matmul: bench_cuda_matmul (the 27B's matmuls alone at 1-64 rows: the GEMV, cuBLAS's default,
 #         and the fastest algorithm cuBLASLt offers; MATMUL_ROWS, default 1,2,4,8,16,32,64)
+# kernels: every kernel of an eager batch-1 decode step under ncu (cold caches, each kernel alone),
+#         summed per kernel by tools/ncu_step.py: which small kernels a step waits on
 # ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
 #         (its own flags: --model, f32 KV), for before/after figures from one session
 # Logs and a summary go to $OUT.
@@ -131,6 +133,20 @@ if has matmul; then
   timeout 300 "$B/bench_cuda_matmul" --rows "${MATMUL_ROWS:-1,2,4,8,16,32,64}" >"$OUT/matmul.log" 2>&1
   echo "bench_cuda_matmul rc=$?" | tee -a "$OUT/summary.txt"
   cat "$OUT/matmul.log" | tee -a "$OUT/summary.txt"
+fi
+
+if has kernels; then
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -z "$NCU" ]; then
+    echo "kernels: no ncu on this machine" | tee -a "$OUT/summary.txt"
+  else
+    timeout 300 "$NCU" --clock-control none --csv \
+      --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size \
+      "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --batch 1 --prompt-len 64 \
+      --gen-len 4 --prefill-len 64 --disable-cuda-graph >"$OUT/ncu_decode.csv" 2>"$OUT/ncu_decode.err"
+    echo "ncu decode step rc=$?" | tee -a "$OUT/summary.txt"
+    python3 tools/ncu_step.py "$OUT/ncu_decode.csv" 2>&1 | tee -a "$OUT/summary.txt"
+  fi
 fi
 
 if has prefill; then
