@@ -260,7 +260,7 @@ class CudaBackend final : public Backend {
   bool exact_gemm() const { return options_.exact_gemm; }
   const CudaOptions& options() const { return options_; }
   // Programmatic dependent launch (CudaOptions::pdl, sm_90+).
-  bool pdl() const { return options_.pdl && cc_ >= 90; }
+  bool pdl() const { return cuda::pdl_enabled(options_, device_); }
   const std::string& name() const { return name_; }
   int device_index() const { return device_; }
   void bind_thread() override { DS_CUDA_CHECK(cudaSetDevice(device_)); }
@@ -642,7 +642,7 @@ void CudaKernels::argmax_rows(const Tensor& x, Tensor out) {
   DS_CHECK(out.numel() >= x.rows() && out.dtype == DType::I32 && x.dtype == DType::F32, "argmax_rows shapes");
   DS_CHECK(x.rows() <= 65535, "argmax_rows: ", x.rows(), " rows (at most 65535)");
   // At least what any batch of up to 512 rows needs, so that the buffer does not move between graphs.
-  void* parts = scratch(10, std::max<std::size_t>(cuda::argmax_scratch_bytes(x.rows(), x.cols()), 4096));
+  void* parts = scratch(10, std::max(cuda::argmax_scratch_bytes(x.rows(), x.cols()), cuda::argmax_scratch_bytes(512, x.cols())));
   timed("argmax_rows", [&] {
     cuda::launch_argmax_rows(x.f32(), x.rows(), x.cols(), out.i32(), parts, small_pdl(x.rows()), stream());
   });

@@ -91,6 +91,9 @@ void launch_random_bf16(uint16_t* w, int64_t n, float scale, uint64_t seed, cuda
 // ---- cuda_linear.cu ----------------------------------------------------------------------------
 // Streaming multiprocessors of a device (cached; 1 when the query fails).
 int sm_count(int device);
+// Whether kernels go by programmatic dependent launch (cuda_pdl.cuh): CudaOptions::pdl on a device
+// of compute capability 9+. The one decision: the GEMVs and CudaBackend::pdl() ask it.
+bool pdl_enabled(const CudaOptions& o, int device);
 // One row (decode): out[N] (=|+=) x[K] (f32) · w[N, K]ᵀ (bf16), f32 accumulation on CUDA cores
 // (each block streams a few weight rows with 16-byte loads); round_x: x rounded to bf16 first (the
 // default GEMM mode, as cuBLAS gets two or more rows). Deterministic. False when the shape is not

@@ -165,11 +165,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const float* x, int64_t 
   }
 }
 
-// Programmatic dependent launch for the GEMVs: CudaOptions::pdl on a device of compute capability 9+.
-bool pdl_enabled(const CudaOptions& o, int device) {
-  return o.pdl && device_attribute(cudaDevAttrComputeCapabilityMajor, device, 0) >= 9;
-}
-
 // Tile: rows per block x 10 + 16-byte loads per row in flight. Measured on the H200 (27B shapes):
 // 8 rows x 1 load for N <= 8192 (down, o_proj), 2 rows x 4 loads above (gate_up, in_proj, qkv,
 // lm_head); 4 x 2 (the earlier choice) was 3% slower over a decode step, and 2 x 2, 4 x 4, 2 x 8
@@ -198,6 +193,10 @@ bool aligned16(const void* a, const void* b, const void* c = nullptr) {
 }  // namespace
 
 int sm_count(int device) { return std::max(device_attribute(cudaDevAttrMultiProcessorCount, device, 1), 1); }
+
+bool pdl_enabled(const CudaOptions& o, int device) {
+  return o.pdl && device_attribute(cudaDevAttrComputeCapabilityMajor, device, 0) >= 9;
+}
 
 bool launch_gemv_prologue(const float* x, GemvPrologue prologue, const float* norm, float eps, int64_t K,
                           const uint16_t* w, int64_t N, float* out, bool accumulate, bool round_x,
