@@ -6,7 +6,7 @@
 //   DELTASERVE_CUDA_GDN=rows     gdn_chunked off (prefill on the rows-over-lanes recurrence)
 //   DELTASERVE_CUDA_GDN=chunked  gdn_chunked_mma off (the chunked rule on CUDA cores)
 //   DELTASERVE_CUDA_GDN_PF=0     gdn_chunk_prefetch off (the tensor-core one as on sm_86)
-//   DELTASERVE_CUDA_GDN_FUSED=0  gdn_fused_decode off (decode: conv, window and prep as three kernels)
+//   DELTASERVE_CUDA_GDN_FUSED=0  gdn_fused_decode off (decode: conv, window, prep, recurrence, norm as five kernels)
 //   DELTASERVE_CUDA_PDL=0        pdl off (GEMVs launched plainly)
 //   DELTASERVE_CUDA_FUSED_GEMV=N fused_gemv (1: SiLU-mul folded into down_proj's GEMV, 2: RMSNorm too)
 //   DELTASERVE_GEMV_SHAPE=RU     gemv_shape (1-row GEMV tile: 24, 42, 81)
@@ -30,8 +30,8 @@ struct CudaOptions {
   bool gdn_chunked = true;          // GDN runs of > 8 tokens: the chunked delta rule (head dims 64/128)
   bool gdn_chunked_mma = true;      // ... on tensor cores (3xTF32; Dk == Dv), else on CUDA cores
   bool gdn_chunk_prefetch = true;   // ... the next chunk fetched ahead, where shared memory allows
-  bool gdn_fused_decode = true;     // GDN decode: conv, state window, q/k norms and gates in one kernel
-                                    // (measured +1.3% at batch 1, bench/RESULTS.md stop 22)
+  bool gdn_fused_decode = true;     // GDN decode: the whole layer (conv, windows, norms, gates,
+                                    // recurrence, gated norm) in one kernel
   bool pdl = true;                  // decode GEMVs by programmatic dependent launch (sm_90+)
   int fused_gemv = 0;               // 1-row prologues folded into the following GEMV: 0 none,
                                     // 1 SiLU-mul (into down_proj), 2 also RMSNorm (measured slower

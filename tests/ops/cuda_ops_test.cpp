@@ -1001,30 +1001,50 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
   gpu_ = saved;
 }
 
-// Decode with conv, window and q/k norms fused in one kernel (CudaOptions::gdn_fused_decode, the
-// default) and as three kernels (DELTASERVE_CUDA_GDN_FUSED=0): the same outputs, conv windows (incl.
-// a checkpoint's copy) and states as the CPU.
+// Decode with the whole layer in one kernel (CudaOptions::gdn_fused_decode, the default) and as
+// five kernels (DELTASERVE_CUDA_GDN_FUSED=0): the same outputs, conv windows (incl. a checkpoint's
+// copy) and states as the CPU, over two steps in a row (the fused kernel's per-key-head counters
+// must be back at zero for the second), for 3 and 24 sequences, key heads shared by 1-3 value
+// heads, Dv != Dk, and more state rows than a block's warps hold at once (Dv 256).
 TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
   if (cpu_only()) GTEST_SKIP() << "a GPU option";
+  std::vector<std::pair<int, int>> many;
+  std::vector<int32_t> many_slots;
+  for (int i = 0; i < 24; ++i) {
+    many.push_back({i % 7, 1});
+    many_slots.push_back((i * 5) % 24);
+  }
+  const std::vector<std::pair<std::vector<std::pair<int, int>>, std::vector<int32_t>>> batches = {
+      {{{3, 1}, {8, 1}, {1, 1}}, {3, 0, 4}}, {many, many_slots}};
   for (bool fused_decode : {true, false}) {
     CudaOptions opt;
     opt.exact_gemm = true;
     opt.gdn_fused_decode = fused_decode;
     std::unique_ptr<Backend> gpu = make_cuda_backend(0, opt);
-    for (GdnShape sh : {GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}, GdnShape{16, 48, 128, 128, 4}}) {
-      std::vector<int32_t> perm(64);
-      std::iota(perm.begin(), perm.end(), 0);
-      auto m = build_meta(*gpu_, {{3, 1}, {8, 1}, {1, 1}}, 16, 8, perm, {3, 0, 4}, 0);
-      m->checkpoint(*gpu_, 1, 0, 2);  // the second sequence, after its token, into slot 2
-      GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, 5, 4);
-      gpu_->synchronize();
-      cpu_->kernels().gated_delta_net(g.params(false), g.proj.tc, g.state(false), m->cpu, g.out.tc);
-      gpu->kernels().gated_delta_net(g.params(true), g.proj.tg, g.state(true), m->gpu, g.out.tg);
-      gpu->synchronize();
-      const std::string what = "fused " + std::to_string(fused_decode) + " Hv=" + std::to_string(sh.hv);
-      EXPECT_LE(rel_err(g.out), 1e-4) << what;
-      EXPECT_LE(rel_err(g.conv), 1e-6) << what;
-      EXPECT_LE(rel_err(g.recs), 1e-4) << what;
+    for (GdnShape sh : {GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}, GdnShape{16, 48, 128, 128, 4},
+                        GdnShape{2, 6, 32, 64, 4}, GdnShape{1, 1, 128, 256, 4}}) {
+      for (std::size_t bi = 0; bi < batches.size(); ++bi) {
+        const auto& [seqs, slots] = batches[bi];
+        const int n_slots = *std::max_element(slots.begin(), slots.end()) + 2;  // the last one a spare
+        std::vector<int32_t> perm(64);
+        std::iota(perm.begin(), perm.end(), 0);
+        auto m = build_meta(*gpu_, seqs, 16, 8, perm, slots, 0);
+        m->checkpoint(*gpu_, 1, 0, n_slots - 1);  // the second sequence, after its token, into the last slot
+        GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, n_slots, 4);
+        for (int step = 0; step < 2; ++step) {
+          if (step == 1) g.proj = make_f32({m->cpu.n_tokens, g.p.proj_dim()}, rnd(m->cpu.n_tokens * g.p.proj_dim(), -2.f, 2.f));
+          gpu_->synchronize();
+          cpu_->kernels().gated_delta_net(g.params(false), g.proj.tc, g.state(false), m->cpu, g.out.tc);
+          gpu->kernels().gated_delta_net(g.params(true), g.proj.tg, g.state(true), m->gpu, g.out.tg);
+          gpu->synchronize();
+          const std::string what = "fused " + std::to_string(fused_decode) + " Hv=" + std::to_string(sh.hv) +
+                                   " Dv=" + std::to_string(sh.dv) + " batch " + std::to_string(bi) + " step " +
+                                   std::to_string(step);
+          EXPECT_LE(rel_err(g.out), 1e-4) << what;
+          EXPECT_LE(rel_err(g.conv), 1e-6) << what;
+          EXPECT_LE(rel_err(g.recs), 1e-4) << what;
+        }
+      }
     }
   }
 }

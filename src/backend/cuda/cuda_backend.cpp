@@ -64,7 +64,7 @@ class CudaKernels final : public Kernels {
   std::vector<CudaOpTime> take_times();
 
  private:
-  // Scratch device memory that only grows (the first large batch sizes it).
+  // Scratch device memory that only grows (the first large batch sizes it), zeroed when it does.
   void* scratch(int idx, std::size_t bytes);
   void gemm_bf16(const uint16_t* xb, int64_t T, int parts, const CudaLinear& cw, Tensor out, bool accumulate);
   bool matmul_with_prologue(cuda::GemvPrologue kind, const Tensor& in, const float* norm, float eps,
@@ -81,7 +81,7 @@ class CudaKernels final : public Kernels {
   cudaStream_t stream() const;
 
   CudaBackend& b_;
-  DeviceBuffer scratch_[11];
+  DeviceBuffer scratch_[12];
   std::map<std::pair<int, float>, DeviceBuffer> inv_freq_;
   // gdn_commit's per-layer table on the device, built on the first call for a set of layers
   // (keyed by the layers' state pointers, which are fixed for the cache's lifetime).
@@ -296,6 +296,8 @@ void* CudaKernels::scratch(int idx, std::size_t bytes) {
     b_.synchronize();  // the old buffer may still be in use by queued work
     scratch_[idx] = DeviceBuffer();
     scratch_[idx] = b_.allocate(bytes + bytes / 4);
+    // Zeros: the GDN decode counters (scratch 11) rely on it; the others are written before read.
+    DS_CUDA_CHECK(cudaMemsetAsync(scratch_[idx].data(), 0, scratch_[idx].size(), stream()));
     ++epoch_;  // graphs captured with the old buffer are stale
   }
   return scratch_[idx].data();
@@ -622,8 +624,10 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   a.rows_kernel = !(b_.options().gdn_thread_per_row && T > 8 * meta.n_seqs);
   // Long runs: the chunked delta rule unless DELTASERVE_CUDA_GDN=rows or =thread (A/B, fallback).
   a.chunked = b_.options().gdn_chunked && !b_.options().gdn_thread_per_row;
-  // Decode (one token per sequence, nothing deferred): conv, state window and q/k norms in one kernel.
+  // Decode (one token per sequence, nothing deferred): the whole layer in one kernel.
   a.decode = meta.n_tokens == meta.n_seqs && !meta.state_defer && b_.options().gdn_fused_decode;
+  if (a.decode)  // zeros, returned to zero by every launch: sized for at least 512 sequences so it does not move between graphs
+    a.head_count = static_cast<int*>(scratch(11, static_cast<std::size_t>(std::max(meta.n_seqs, 512)) * p.n_k_heads * 4));
   // Long runs on tensor cores unless DELTASERVE_CUDA_GDN=chunked (the CUDA-core chunked kernel).
   a.chunked_mma = b_.options().gdn_chunked_mma;
   a.chunk_prefetch = b_.options().gdn_chunk_prefetch;

@@ -252,8 +252,10 @@ struct GdnArgs {
   float* chunk_m = nullptr;            // scratch [T, Hv, kGdnChunkRow]: token i's masked (q_i.k_j) Gam_ij
                                        // over its chunk's j, then gamma_i, gamma_L / gamma_i, 2 spare
   bool chunk_prefetch = true;          // its state kernel fetches the next chunk's W, Q ahead (where 2 blocks/SM fit)
-  bool decode = false;                 // one token per sequence, no deferral: the fused conv + prep kernel
-  bool pdl = false;                    // the decode kernels (fused conv + prep, rows recurrence, gated
+  bool decode = false;                 // one token per sequence, no deferral: the layer in one kernel
+  int* head_count = nullptr;           // [S, Hk] zeros, for decode: blocks of a key head past reading its
+                                       // q/k windows (the last moves them and resets the count)
+  bool pdl = false;                    // the decode kernels (the fused layer, or rows recurrence and gated
                                        // norm) by programmatic dependent launch
 };
 // Returns false when the head sizes have no compiled kernel.
