@@ -39,6 +39,12 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
   sample_host_ = backend.allocate_host(sample_bytes);
   if (gpu) sample_dev_ = backend.allocate(sample_bytes);
   commit_host_ = backend.allocate_host((4 * S + 1) * 4);
+  if (limits.mtp) {
+    kept_dev_ = backend.allocate(std::max(verify_tokens_, 1) * S * 4);
+    kept_host_ = gpu ? backend.allocate_host(std::max(verify_tokens_, 1) * S * 4) : DeviceBuffer();
+    kept_host_ptr_ = static_cast<const int32_t*>(gpu ? kept_host_.data() : kept_dev_.data());
+    kept_rows_.assign(static_cast<std::size_t>(std::max(verify_tokens_, 1)), 0);
+  }
   ranks_.resize(static_cast<std::size_t>(ranks.size()));
   for (int i = 0; i < ranks.size(); ++i) {
     Rank& r = ranks_[i];
@@ -232,6 +238,39 @@ void ModelRunner::fetch_argmax() {
   }
 }
 
+void ModelRunner::fetch_keep() {
+  host_logits_ = nullptr;
+  host_tokens_ = nullptr;
+  DS_CHECK(can_keep(), "Fetch::Keep needs one rank and limits.mtp");
+  DS_CHECK(n_kept_ < static_cast<int>(kept_rows_.size()), "more than ", kept_rows_.size(), " kept MTP outputs");
+  DS_CHECK(n_out_ <= limits_.max_seqs, n_out_, " rows to keep > ", limits_.max_seqs);
+  Rank& r = ranks_[0];
+  const std::size_t off = std::size_t(n_kept_) * limits_.max_seqs * 4;
+  if (n_out_ > 0)
+    r.backend->kernels().argmax_rows(r.logits_buf.view(DType::F32, {n_out_, vocab_}),
+                                     kept_dev_.view(DType::I32, {n_out_}, off));
+  kept_rows_[static_cast<std::size_t>(n_kept_++)] = n_out_;
+}
+
+void ModelRunner::take_kept() {
+  Rank& r = ranks_[0];
+  if (n_kept_ > 0 && r.backend->device() != Device::Cpu)
+    r.backend->copy_to_host(kept_host_.data(), kept_dev_.view(DType::I32, {int64_t(n_kept_) * limits_.max_seqs}));
+  n_taken_ = n_kept_;
+  n_kept_ = 0;
+}
+
+Tensor ModelRunner::kept_ids(Rank& r, int slot) {
+  const int n = meta_.n_tokens;
+  DS_CHECK(slot >= 0 && slot < n_kept_ && n == meta_.n_seqs && n == kept_rows_[static_cast<std::size_t>(slot)],
+           "ids from keep slot ", slot, ": ", n, " tokens, ", meta_.n_seqs, " sequences");
+  const Tensor src = kept_dev_.view(DType::I32, {n}, std::size_t(slot) * limits_.max_seqs * 4);
+  if (r.backend->device() == Device::Cpu) return src;
+  Tensor ids(static_cast<int32_t*>(r.dev_ids.data()), DType::I32, {n}, r.backend->device());
+  r.backend->copy(ids, src);  // device to device, in stream order: no wait
+  return ids;
+}
+
 void ModelRunner::fetch_sampled(const Sampling& sampling) {
   host_logits_ = nullptr;
   host_tokens_ = static_cast<const int32_t*>(tokens_host_.data());
@@ -290,15 +329,18 @@ void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* obser
     a.ids = upload_ids(r);
     if (observer != nullptr || !run_graph(r, items, a)) r.model->forward(a);
   });
+  DS_CHECK(fetch != Fetch::Keep, "Fetch::Keep is for run_mtp");
   if (fetch == Fetch::Argmax) fetch_argmax();
   else if (fetch == Fetch::Sample) fetch_sampled(*sampling);
   else fetch_logits();
   mtp_last_ = -1;
+  n_kept_ = 0;
 }
 
 void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::span<const int32_t> hidden_rows,
-                          Fetch fetch) {
+                          Fetch fetch, int ids_from_kept) {
   DS_CHECK(limits_.mtp, "run_mtp without limits.mtp");
+  DS_CHECK(ids_from_kept < 0 || can_keep(), "run_mtp: ids from a keep slot need one rank");
   DS_CHECK(from == HiddenFrom::Main || mtp_last_ >= 0, "run_mtp from the MTP head before any MTP step");
   const int src_which = mtp_last_;
   const int src_rows = from == HiddenFrom::Main ? meta_.n_tokens : mtp_last_rows_;
@@ -333,11 +375,12 @@ void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::
     a.logits = r.logits_buf.view(DType::F32, {std::max(n_out_, 1), vocab_});
     a.hidden_in = r.mtp_in.view(DType::F32, {n, hidden_});
     a.hidden_out = r.mtp_buffer(out_which).view(DType::F32, {n, hidden_});
-    a.ids = upload_ids(r);
+    a.ids = ids_from_kept >= 0 ? kept_ids(r, ids_from_kept) : upload_ids(r);
     if (!run_mtp_graph(r, items, out_which, a)) r.model->forward_mtp(a);
   });
-  DS_CHECK(fetch != Fetch::Sample, "run_mtp samples greedily (Fetch::Argmax) or returns logits");
+  DS_CHECK(fetch != Fetch::Sample, "run_mtp samples greedily (Fetch::Argmax, Keep) or returns logits");
   if (fetch == Fetch::Argmax) fetch_argmax();
+  else if (fetch == Fetch::Keep) fetch_keep();
   else fetch_logits();
   mtp_last_ = out_which;
   mtp_last_rows_ = n;

@@ -59,7 +59,12 @@ class ModelRunner {
   // on the device: each row's argmax (Fetch::Argmax), or a draw under each row's SampleRow and
   // penalties (Fetch::Sample, Kernels::sample_rows). One int per row crosses instead of a
   // 248k-float row.
-  enum class Fetch : uint8_t { Logits, Argmax, Sample };
+  // Fetch::Keep (run_mtp, one rank): the argmax ids stay on the device, in keep slot k after k
+  // earlier Keep runs since take_kept(); a later run_mtp with ids_from_kept = k feeds row i of slot
+  // k as item i's one token (the items' own tokens are placeholders). take_kept() copies the slots
+  // to the host with one wait; kept(slot, row) reads them. An MTP draft chain so runs without a
+  // host round trip between its steps.
+  enum class Fetch : uint8_t { Logits, Argmax, Sample, Keep };
   struct Sampling {
     std::span<const SampleRow> rows;          // [n output rows]
     std::span<const PenaltyEntry> penalties;  // at most penalty_capacity()
@@ -82,7 +87,13 @@ class ModelRunner {
   // for the next run_mtp(.., Mtp, ..).
   enum class HiddenFrom : uint8_t { Main, Mtp };
   void run_mtp(std::span<const RunItem> items, HiddenFrom from, std::span<const int32_t> hidden_rows,
-               Fetch fetch = Fetch::Logits);
+               Fetch fetch = Fetch::Logits, int ids_from_kept = -1);
+  bool can_keep() const { return ranks_.size() == 1 && limits_.mtp; }
+  void take_kept();
+  int32_t kept(int slot, int row) const {
+    DS_CHECK(slot >= 0 && slot < n_taken_ && row >= 0 && row < kept_rows_[slot], "kept(", slot, ", ", row, ")");
+    return kept_host_ptr_[int64_t(slot) * limits_.max_seqs + row];
+  }
 
   // Speculative rollback: the accepted tokens of deferred runs become the GDN state.
   void commit_state(std::span<const StateCommit> commits);
@@ -142,6 +153,9 @@ class ModelRunner {
   void fetch_logits();
   void fetch_argmax();
   void fetch_sampled(const Sampling& sampling);
+  void fetch_keep();
+  // The ids of this batch from keep slot `slot` (one token per sequence), on rank r's device.
+  Tensor kept_ids(Rank& r, int slot);
   // Runs the forward of a decode batch (one token and its logits per sequence) or a verification
   // batch (k + 1 tokens, every logit, state deferred) from the graph captured for its shape. False
   // when the batch has to run eagerly.
@@ -178,6 +192,12 @@ class ModelRunner {
   // Fetch::Sample staging: SampleRow [max_logit_rows] | PenaltyEntry [kPenaltyCapacity], host
   // (page-locked) and rank 0's device.
   DeviceBuffer sample_host_, sample_dev_;
+  // Fetch::Keep: [verify_tokens_][max_seqs] i32 on rank 0's device (the CPU: host memory, which
+  // kept_host_ptr_ then points at), its host copy, and each slot's rows.
+  DeviceBuffer kept_dev_, kept_host_;
+  const int32_t* kept_host_ptr_ = nullptr;
+  std::vector<int> kept_rows_;
+  int n_kept_ = 0, n_taken_ = 0;
   BatchMeta meta_;                   // host fields of the current batch
   int n_out_ = 0;
   int mtp_last_ = -1;                // where the last run_mtp wrote: 0 mtp_out, 1/2 chain[0/1]

@@ -164,6 +164,76 @@ TEST(MtpGraphs, CatchUpReplaysGiveTheEagerLogitsOnCuda) {
   EXPECT_EQ((*eager)->runner->graph_replays(), 0);
 }
 
+// A greedy MTP draft chain with its ids kept on the device (ModelRunner::Fetch::Keep: each step
+// fed the previous step's argmax without a host round trip) gives the drafts the step-by-step host
+// chain gives (Fetch::Argmax, each draft copied back and fed as a host token): two sequences, a
+// catch-up and two chain steps, three rounds (on CUDA the chain steps replay graphs from round 2).
+class MtpChain : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MtpChain, KeptDeviceChainGivesTheHostChainsDrafts) {
+  if (GetParam() == "cuda" && !cuda_available()) GTEST_SKIP() << "no CUDA device";
+  SetupOptions o;
+  o.model_dir = (source_dir() / "models/tiny-coder").string();
+  o.device = GetParam();
+  o.pending_depth = 4;  // k = 3 drafts + the last token
+  auto setup = ModelSetup::create(o, 64, 2, 80, 64);
+  ASSERT_TRUE(setup.is_ok());
+  ModelSetup& m = **setup;
+  ASSERT_TRUE(m.runner->can_keep());
+  const std::vector<int32_t> prompt = {755, 1200, 30, 418, 279, 12};
+  const int P = static_cast<int>(prompt.size());
+  const int32_t placeholder = 0;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<int32_t> drafts[2];  // [host chain, kept chain]: 3 drafts of each sequence, step-major
+    for (int which = 0; which < 2; ++which) {
+      const bool kept = which == 1;
+      TestSeq seq[2];
+      std::vector<int32_t> fed[2], next[2];
+      RunItem items[2];
+      for (int i = 0; i < 2; ++i) {
+        ASSERT_NO_FATAL_FAILURE(start(m, prompt, seq[i]));
+        for (int j = 0; j < 4; ++j) fed[i].push_back(100 + 37 * round + 11 * i + 5 * j);
+        next[i] = std::vector<int32_t>(fed[i].begin() + 1, fed[i].end());
+        items[i] = RunItem{std::span<const int32_t>(fed[i]).first(3), P, seq[i].blocks, seq[i].slot, false, false};
+      }
+      m.runner->run(items);
+      const std::vector<int32_t> rows = {0, 1, 2, 3, 4, 5};
+      const RunItem catchup[2] = {RunItem{next[0], P, seq[0].blocks, seq[0].slot, false, false},
+                                  RunItem{next[1], P, seq[1].blocks, seq[1].slot, false, false}};
+      m.runner->run_mtp(catchup, ModelRunner::HiddenFrom::Main, rows,
+                        kept ? ModelRunner::Fetch::Keep : ModelRunner::Fetch::Argmax);
+      int32_t last[2] = {0, 0};
+      if (!kept)
+        for (int i = 0; i < 2; ++i) drafts[0].push_back(last[i] = m.runner->token(i));
+      std::vector<int32_t> chain_rows = {2, 5};  // each sequence's last catch-up row
+      for (int j = 1; j <= 2; ++j) {
+        RunItem step[2];
+        for (int i = 0; i < 2; ++i)
+          step[i] = RunItem{std::span<const int32_t>(kept ? &placeholder : &last[i], 1), P + 3 + j, seq[i].blocks,
+                            seq[i].slot, false, false};
+        if (kept) {
+          m.runner->run_mtp(step, ModelRunner::HiddenFrom::Mtp, chain_rows, ModelRunner::Fetch::Keep, j - 1);
+        } else {
+          m.runner->run_mtp(step, ModelRunner::HiddenFrom::Mtp, chain_rows, ModelRunner::Fetch::Argmax);
+          for (int i = 0; i < 2; ++i) drafts[0].push_back(last[i] = m.runner->token(i));
+        }
+        chain_rows = {0, 1};
+      }
+      if (kept) {
+        m.runner->take_kept();
+        for (int j = 0; j < 3; ++j)
+          for (int i = 0; i < 2; ++i) drafts[1].push_back(m.runner->kept(j, i));
+      }
+      for (TestSeq& q : seq) finish(m, q);
+    }
+    EXPECT_EQ(drafts[0], drafts[1]) << "round " << round;
+  }
+  if (GetParam() == "cuda") EXPECT_GT(m.runner->graph_replays(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, MtpChain, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
+
 // Statistical check of the acceptance rule on a 6-token vocabulary: drafts drawn from q, passed
 // through speculative_accept, must be distributed as p (chi-square, 200k samples).
 TEST(SpecSampling, OutputDistributionEqualsTarget) {

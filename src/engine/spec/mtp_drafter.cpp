@@ -4,6 +4,10 @@
 
 namespace deltaserve {
 
+namespace {
+const int32_t kPlaceholder = 0;  // a device-chained step's token: the ids come from the device
+}  // namespace
+
 MtpDrafter::MtpDrafter(ModelRunner& runner, DraftStore& store, SamplingPool& pool, int k, int64_t context_length)
     : runner_(runner), store_(store), pool_(pool), k_(k), context_length_(context_length) {
   const size_t S = static_cast<size_t>(runner.limits().max_seqs), T = static_cast<size_t>(runner.limits().max_tokens);
@@ -70,20 +74,12 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
   const bool on_device = std::all_of(drafting_.begin(), drafting_.end(), [](const Sequence* s) {
     return drafts_raw_argmax(*s);
   });
+  // Greedy drafts on one rank stay on the device until the chain ends (ModelRunner::Fetch::Keep):
+  // the catch-up's argmax is kept, and taken to the host below.
+  const bool keep = on_device && runner_.can_keep();
   const ModelRunner::Fetch fetch = on_device ? ModelRunner::Fetch::Argmax : ModelRunner::Fetch::Logits;
-  runner_.run_mtp(items_, ModelRunner::HiddenFrom::Main, rows_, fetch);
-
-  // First draft of every sequence that sampled (logits row i = drafting_[i]).
+  runner_.run_mtp(items_, ModelRunner::HiddenFrom::Main, rows_, keep ? ModelRunner::Fetch::Keep : fetch);
   for (Sequence* s : drafting_) store_.begin(*s);
-  if (on_device) {
-    for (size_t i = 0; i < drafting_.size(); ++i)
-      if (budget(*drafting_[i]) > 0) store_.push(*drafting_[i], runner_.token(static_cast<int>(i)));
-  } else {
-    pool_.for_each(static_cast<int>(drafting_.size()), [&](Sampler& sampler, std::vector<float>&, int i) {
-      Sequence& s = *drafting_[i];
-      if (budget(s) > 0) add_draft(s, runner_.logits(i), sampler);
-    });
-  }
 
   // 2. Chain: the sequences that want more drafts and have blocks for their positions. Their MTP
   //    hidden is catch-up output row (the sequence's last row).
@@ -102,6 +98,40 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
       chain_rows_.push_back(last_row);
       chain_left_.push_back(static_cast<int>(k_eff) - 1);
     }
+  }
+  // Every drafting sequence chaining the same number of steps (the common case): the chain runs
+  // on the device, each step fed the previous step's kept argmax; one copy to the host at the end.
+  const bool device_chain =
+      keep && !chain_.empty() && chain_.size() == drafting_.size() &&
+      std::all_of(chain_left_.begin(), chain_left_.end(), [&](int left) { return left == chain_left_[0]; });
+  if (device_chain) {
+    const int n = static_cast<int>(chain_.size()), steps = chain_left_[0];
+    for (int j = 1; j <= steps; ++j) {
+      items_.clear();
+      for (Sequence* s : chain_) {
+        const int32_t pos = static_cast<int32_t>(s->tokens.size()) - 1 + j;  // after j drafts
+        items_.push_back(RunItem{std::span<const int32_t>(&kPlaceholder, 1), pos, s->blocks, s->slot, false, false,
+                                 false});
+      }
+      runner_.run_mtp(items_, ModelRunner::HiddenFrom::Mtp, chain_rows_, ModelRunner::Fetch::Keep, j - 1);
+      for (int i = 0; i < n; ++i) chain_rows_[static_cast<size_t>(i)] = i;
+    }
+    runner_.take_kept();
+    for (int j = 0; j <= steps; ++j)
+      for (int i = 0; i < n; ++i) store_.push(*chain_[static_cast<size_t>(i)], runner_.kept(j, i));
+    chain_.clear();
+  } else if (keep) {  // uneven chains: the first drafts to the host, then the chain step by step
+    runner_.take_kept();
+    for (size_t i = 0; i < drafting_.size(); ++i)
+      if (budget(*drafting_[i]) > 0) store_.push(*drafting_[i], runner_.kept(0, static_cast<int>(i)));
+  } else if (on_device) {
+    for (size_t i = 0; i < drafting_.size(); ++i)
+      if (budget(*drafting_[i]) > 0) store_.push(*drafting_[i], runner_.token(static_cast<int>(i)));
+  } else {
+    pool_.for_each(static_cast<int>(drafting_.size()), [&](Sampler& sampler, std::vector<float>&, int i) {
+      Sequence& s = *drafting_[i];
+      if (budget(s) > 0) add_draft(s, runner_.logits(i), sampler);
+    });
   }
   while (!chain_.empty()) {
     const int n = static_cast<int>(chain_.size());
