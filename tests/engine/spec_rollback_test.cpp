@@ -47,6 +47,29 @@ void finish(ModelSetup& m, TestSeq& s) {
   m.cache->release_slot(s.slot);
 }
 
+// Two sequences after a prompt and a main forward of 3 tokens each (other tokens each round),
+// ready for an MTP catch-up: catchup[i] feeds t_{p+1} for h_p, hidden rows 3i .. 3i+2.
+struct TwoSeqs {
+  TestSeq seq[2];
+  std::vector<int32_t> fed[2], next[2];
+  RunItem catchup[2];
+  void start_round(ModelSetup& m, const std::vector<int32_t>& prompt, int round) {
+    const int P = static_cast<int>(prompt.size());
+    RunItem items[2];
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_NO_FATAL_FAILURE(start(m, prompt, seq[i]));
+      for (int j = 0; j < 4; ++j) fed[i].push_back(100 + 37 * round + 11 * i + 5 * j);
+      next[i] = std::vector<int32_t>(fed[i].begin() + 1, fed[i].end());
+      items[i] = RunItem{std::span<const int32_t>(fed[i]).first(3), P, seq[i].blocks, seq[i].slot, false, false};
+      catchup[i] = RunItem{next[i], P, seq[i].blocks, seq[i].slot, false, false};
+    }
+    m.runner->run(items);
+  }
+  void finish_all(ModelSetup& m) {
+    for (TestSeq& q : seq) finish(m, q);
+  }
+};
+
 class SpecRollback : public ::testing::TestWithParam<std::string> {};
 
 // A verification defers the GDN state; committing the last token and `accepted` drafts must
@@ -129,32 +152,21 @@ TEST(MtpGraphs, CatchUpReplaysGiveTheEagerLogitsOnCuda) {
   auto eager = ModelSetup::create(o, 64, 2, 80, 64);
   ASSERT_TRUE(graphed.is_ok() && eager.is_ok());
   const std::vector<int32_t> prompt = {755, 1200, 30, 418, 279, 12};
-  const int P = static_cast<int>(prompt.size());
   int64_t catchup_replays = 0;
   for (int round = 0; round < 4; ++round) {
     std::vector<float> logits[2];  // [graphed, eager]: 2 rows each
     for (int which = 0; which < 2; ++which) {
       ModelSetup& m = which == 0 ? **graphed : **eager;
-      TestSeq seq[2];
-      std::vector<int32_t> fed[2], next[2];
-      RunItem items[2];
-      for (int i = 0; i < 2; ++i) {
-        ASSERT_NO_FATAL_FAILURE(start(m, prompt, seq[i]));
-        for (int j = 0; j < 4; ++j) fed[i].push_back(100 + 37 * round + 11 * i + 5 * j);
-        next[i] = std::vector<int32_t>(fed[i].begin() + 1, fed[i].end());  // t_{p+1} for h_p
-        items[i] = RunItem{std::span<const int32_t>(fed[i]).first(3), P, seq[i].blocks, seq[i].slot, false, false};
-      }
-      m.runner->run(items);  // the hidden states the catch-up reads: rows 0..5
+      TwoSeqs t;
+      ASSERT_NO_FATAL_FAILURE(t.start_round(m, prompt, round));
       const std::vector<int32_t> rows = {0, 1, 2, 3, 4, 5};
-      const RunItem catchup[2] = {RunItem{next[0], P, seq[0].blocks, seq[0].slot, false, false},
-                                  RunItem{next[1], P, seq[1].blocks, seq[1].slot, false, false}};
       const int64_t before = m.runner->graph_replays();
-      m.runner->run_mtp(catchup, ModelRunner::HiddenFrom::Main, rows);
+      m.runner->run_mtp(t.catchup, ModelRunner::HiddenFrom::Main, rows);
       if (which == 0) catchup_replays += m.runner->graph_replays() - before;
       ASSERT_EQ(m.runner->n_output_rows(), 2);
       for (int r = 0; r < 2; ++r)
         logits[which].insert(logits[which].end(), m.runner->logits(r), m.runner->logits(r) + m.runner->vocab());
-      for (TestSeq& q : seq) finish(m, q);
+      t.finish_all(m);
     }
     float maxd = 0;
     for (std::size_t j = 0; j < logits[0].size(); ++j) maxd = std::max(maxd, std::fabs(logits[0][j] - logits[1][j]));
@@ -187,20 +199,10 @@ TEST_P(MtpChain, KeptDeviceChainGivesTheHostChainsDrafts) {
     std::vector<int32_t> drafts[2];  // [host chain, kept chain]: 3 drafts of each sequence, step-major
     for (int which = 0; which < 2; ++which) {
       const bool kept = which == 1;
-      TestSeq seq[2];
-      std::vector<int32_t> fed[2], next[2];
-      RunItem items[2];
-      for (int i = 0; i < 2; ++i) {
-        ASSERT_NO_FATAL_FAILURE(start(m, prompt, seq[i]));
-        for (int j = 0; j < 4; ++j) fed[i].push_back(100 + 37 * round + 11 * i + 5 * j);
-        next[i] = std::vector<int32_t>(fed[i].begin() + 1, fed[i].end());
-        items[i] = RunItem{std::span<const int32_t>(fed[i]).first(3), P, seq[i].blocks, seq[i].slot, false, false};
-      }
-      m.runner->run(items);
+      TwoSeqs t;
+      ASSERT_NO_FATAL_FAILURE(t.start_round(m, prompt, round));
       const std::vector<int32_t> rows = {0, 1, 2, 3, 4, 5};
-      const RunItem catchup[2] = {RunItem{next[0], P, seq[0].blocks, seq[0].slot, false, false},
-                                  RunItem{next[1], P, seq[1].blocks, seq[1].slot, false, false}};
-      m.runner->run_mtp(catchup, ModelRunner::HiddenFrom::Main, rows,
+      m.runner->run_mtp(t.catchup, ModelRunner::HiddenFrom::Main, rows,
                         kept ? ModelRunner::Fetch::Keep : ModelRunner::Fetch::Argmax);
       int32_t last[2] = {0, 0};
       if (!kept)
@@ -209,8 +211,8 @@ TEST_P(MtpChain, KeptDeviceChainGivesTheHostChainsDrafts) {
       for (int j = 1; j <= 2; ++j) {
         RunItem step[2];
         for (int i = 0; i < 2; ++i)
-          step[i] = RunItem{std::span<const int32_t>(kept ? &placeholder : &last[i], 1), P + 3 + j, seq[i].blocks,
-                            seq[i].slot, false, false};
+          step[i] = RunItem{std::span<const int32_t>(kept ? &placeholder : &last[i], 1), P + 3 + j, t.seq[i].blocks,
+                            t.seq[i].slot, false, false};
         if (kept) {
           m.runner->run_mtp(step, ModelRunner::HiddenFrom::Mtp, chain_rows, ModelRunner::Fetch::Keep, j - 1);
         } else {
@@ -224,7 +226,7 @@ TEST_P(MtpChain, KeptDeviceChainGivesTheHostChainsDrafts) {
         for (int j = 0; j < 3; ++j)
           for (int i = 0; i < 2; ++i) drafts[1].push_back(m.runner->kept(j, i));
       }
-      for (TestSeq& q : seq) finish(m, q);
+      t.finish_all(m);
     }
     EXPECT_EQ(drafts[0], drafts[1]) << "round " << round;
   }

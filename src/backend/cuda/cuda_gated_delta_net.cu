@@ -42,6 +42,43 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// Rows of Sᵀ spread over lanes (rows_kernel, decode, commit): LPR lanes hold a row, 4 floats each;
+// a dot product with a row is the sum over its lanes.
+template <int LPR>
+__device__ __forceinline__ float row_sum(float v) {
+#pragma unroll
+  for (int o = LPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// One token over NR such rows: S *= decay; δ = (v - S·k)·β; S += δ k.
+template <int LPR, int NR>
+__device__ __forceinline__ void delta_update(float4 (&S)[NR], const float (&v)[NR], float4 k, float beta, float decay) {
+  float p[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    S[r].x *= decay; S[r].y *= decay; S[r].z *= decay; S[r].w *= decay;
+    p[r] = S[r].x * k.x + S[r].y * k.y + S[r].z * k.z + S[r].w * k.w;
+  }
+#pragma unroll
+  for (int r = 0; r < NR; ++r) p[r] = row_sum<LPR>(p[r]);
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    const float delta = (v[r] - p[r]) * beta;
+    S[r].x = fmaf(delta, k.x, S[r].x); S[r].y = fmaf(delta, k.y, S[r].y);
+    S[r].z = fmaf(delta, k.z, S[r].z); S[r].w = fmaf(delta, k.w, S[r].w);
+  }
+}
+
+// The same, then the token's output o = S·q per row (summed over the row's lanes).
+template <int LPR, int NR>
+__device__ __forceinline__ void delta_token(float4 (&S)[NR], const float (&v)[NR], float4 q, float4 k, float beta,
+                                            float decay, float (&o)[NR]) {
+  delta_update<LPR, NR>(S, v, k, beta, decay);
+#pragma unroll
+  for (int r = 0; r < NR; ++r) o[r] = row_sum<LPR>(S[r].x * q.x + S[r].y * q.y + S[r].z * q.z + S[r].w * q.w);
+}
+
 // Sequence of token t (seq_start is sorted; n_seqs is small).
 __device__ __forceinline__ int seq_of(const GdnArgs& a, int t) {
   int lo = 0, hi = a.n_seqs - 1;
@@ -253,11 +290,6 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
     ok[r] = jv[r] < Dv;
     S[r] = ok[r] ? reinterpret_cast<const float4*>(Shead + int64_t(jv[r]) * DK)[li] : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  auto row_sum = [](float v) {
-#pragma unroll
-    for (int o = LPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-  };
   const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
   const int ck_j = gdn_checkpoint(a, s);
   // Token t's inputs are loaded while token t-1 is computed: a run of prefill tokens is a serial
@@ -282,28 +314,11 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
   for (int t = t0; t < t1; ++t) {
     const In cur = next;
     if (t + 1 < t1) next = load(t + 1);
-    const float4 q = cur.q, k = cur.k;
-    const float beta = cur.beta, decay = cur.decay;
     float p[NR];
+    delta_token<LPR, NR>(S, cur.v, cur.q, cur.k, cur.beta, cur.decay, p);
 #pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      S[r].x *= decay; S[r].y *= decay; S[r].z *= decay; S[r].w *= decay;
-      p[r] = S[r].x * k.x + S[r].y * k.y + S[r].z * k.z + S[r].w * k.w;
-    }
-#pragma unroll
-    for (int r = 0; r < NR; ++r) p[r] = row_sum(p[r]);
-#pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      const float delta = (cur.v[r] - p[r]) * beta;
-      S[r].x = fmaf(delta, k.x, S[r].x); S[r].y = fmaf(delta, k.y, S[r].y);
-      S[r].z = fmaf(delta, k.z, S[r].z); S[r].w = fmaf(delta, k.w, S[r].w);
-      p[r] = S[r].x * q.x + S[r].y * q.y + S[r].z * q.z + S[r].w * q.w;
-    }
-#pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      p[r] = row_sum(p[r]);
+    for (int r = 0; r < NR; ++r)
       if (ok[r] && li == 0) a.out[int64_t(t) * value_dim + int64_t(hv) * Dv + jv[r]] = p[r];
-    }
     if (t - t0 == ck_j) {
       float* ck = a.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state;
 #pragma unroll
@@ -432,31 +447,14 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
   const float4 k4 = reinterpret_cast<const float4*>(qk_s + DK)[li];
   const float beta = gate_s[0], decay = gate_s[1];
   float* ckS = ckpt ? a.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state : nullptr;
-  auto row_sum = [](float v) {
-#pragma unroll
-    for (int o = LPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-  };
   for (int g = warp; g < n_groups; g += n_warps) {
     if (g != warp) load_group(g);
-    float p[NR];
+    float v[NR], p[NR];
+#pragma unroll
+    for (int q = 0; q < NR; ++q) v[q] = ok[q] ? v_s[jv[q]] : 0.f;
+    delta_token<LPR, NR>(S, v, q4, k4, beta, decay, p);
 #pragma unroll
     for (int q = 0; q < NR; ++q) {
-      S[q].x *= decay; S[q].y *= decay; S[q].z *= decay; S[q].w *= decay;
-      p[q] = S[q].x * k4.x + S[q].y * k4.y + S[q].z * k4.z + S[q].w * k4.w;
-    }
-#pragma unroll
-    for (int q = 0; q < NR; ++q) p[q] = row_sum(p[q]);
-#pragma unroll
-    for (int q = 0; q < NR; ++q) {
-      const float delta = ((ok[q] ? v_s[jv[q]] : 0.f) - p[q]) * beta;
-      S[q].x = fmaf(delta, k4.x, S[q].x); S[q].y = fmaf(delta, k4.y, S[q].y);
-      S[q].z = fmaf(delta, k4.z, S[q].z); S[q].w = fmaf(delta, k4.w, S[q].w);
-      p[q] = S[q].x * q4.x + S[q].y * q4.y + S[q].z * q4.z + S[q].w * q4.w;
-    }
-#pragma unroll
-    for (int q = 0; q < NR; ++q) {
-      p[q] = row_sum(p[q]);
       if (ok[q] && li == 0) o_s[jv[q]] = p[q];
       if (ok[q]) {
         reinterpret_cast<float4*>(Shead + int64_t(jv[q]) * DK)[li] = S[q];
@@ -795,11 +793,6 @@ __global__ void __launch_bounds__(128) gdn_commit_kernel(GdnCommitArgs a) {
   float* Shead = L.rec_state + (int64_t(slot) * a.Hv + hv) * head_state;
   const int ck_j = a.ckpt_at ? a.ckpt_at[s] : -1;
   float* ck = ck_j >= 0 ? L.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state : nullptr;
-  auto row_sum = [](float v) {
-#pragma unroll
-    for (int o = LPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-  };
   for (int row0 = warp * ROWS_PER_WARP; row0 < Dv; row0 += n_warps * ROWS_PER_WARP) {
     int jv[NR];
     bool ok[NR];
@@ -812,24 +805,11 @@ __global__ void __launch_bounds__(128) gdn_commit_kernel(GdnCommitArgs a) {
     }
     for (int j = 0; j < n; ++j) {
       const float beta = gates[j][0], decay = gates[j][1];
-      const float4 q = reinterpret_cast<const float4*>(qk[j])[li];
       const float4 k = reinterpret_cast<const float4*>(qk[j] + DK)[li];
-      float v[NR], p[NR];
+      float v[NR];
 #pragma unroll
       for (int r = 0; r < NR; ++r) v[r] = ok[r] ? conv(2 * key_dim + int64_t(hv) * Dv + jv[r], j) : 0.f;
-#pragma unroll
-      for (int r = 0; r < NR; ++r) {
-        S[r].x *= decay; S[r].y *= decay; S[r].z *= decay; S[r].w *= decay;
-        p[r] = S[r].x * k.x + S[r].y * k.y + S[r].z * k.z + S[r].w * k.w;
-      }
-#pragma unroll
-      for (int r = 0; r < NR; ++r) p[r] = row_sum(p[r]);
-#pragma unroll
-      for (int r = 0; r < NR; ++r) {
-        const float delta = (v[r] - p[r]) * beta;
-        S[r].x = fmaf(delta, k.x, S[r].x); S[r].y = fmaf(delta, k.y, S[r].y);
-        S[r].z = fmaf(delta, k.z, S[r].z); S[r].w = fmaf(delta, k.w, S[r].w);
-      }
+      delta_update<LPR, NR>(S, v, k, beta, decay);
       if (j == ck_j) {
 #pragma unroll
         for (int r = 0; r < NR; ++r)
