@@ -938,17 +938,15 @@ bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s) {
     }
     return true;
   }
-  {
-    // Runs of tt tokens per thread for long runs (16 at 4k+ tokens), one token per thread for decode.
-    const int tt = std::clamp(a.n_tokens / 256, 1, 16);
-    conv_tokens_kernel<<<dim3(static_cast<unsigned>((conv_dim + 255) / 256), static_cast<unsigned>((a.n_tokens + tt - 1) / tt)),
-                         256, 0, s>>>(a, conv_dim, row, tt);
-    DS_CUDA_LAUNCH_CHECK();
-    conv_state_kernel<<<static_cast<unsigned>((n_seq + 255) / 256), 256, 0, s>>>(a, conv_dim, row);
-    DS_CUDA_LAUNCH_CHECK();
-    prep_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row);
-    DS_CUDA_LAUNCH_CHECK();
-  }
+  // Runs of tt tokens per thread for long runs (16 at 4k+ tokens), one token per thread for decode.
+  const int tt = std::clamp(a.n_tokens / 256, 1, 16);
+  conv_tokens_kernel<<<dim3(static_cast<unsigned>((conv_dim + 255) / 256), static_cast<unsigned>((a.n_tokens + tt - 1) / tt)),
+                       256, 0, s>>>(a, conv_dim, row, tt);
+  DS_CUDA_LAUNCH_CHECK();
+  conv_state_kernel<<<static_cast<unsigned>((n_seq + 255) / 256), 256, 0, s>>>(a, conv_dim, row);
+  DS_CUDA_LAUNCH_CHECK();
+  prep_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row);
+  DS_CUDA_LAUNCH_CHECK();
   if (gdn_uses_chunked_mma(a)) {
     // Long runs: the chunked rule on tensor cores; o lands in conv_out's value columns.
     launch_gdn_chunked_mma(a, conv_dim, s);
