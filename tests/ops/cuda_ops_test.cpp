@@ -1001,8 +1001,8 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
   gpu_ = saved;
 }
 
-// Decode with the whole layer in one kernel (CudaOptions::gdn_fused_decode, the default) and as
-// five kernels (DELTASERVE_CUDA_GDN_FUSED=0): the same outputs, conv windows (incl. a checkpoint's
+// Decode with the whole layer in one kernel (CudaOptions::gdn_fused_decode, the default; also with
+// two warps per block, each walking many row groups) and as five kernels (DELTASERVE_CUDA_GDN_FUSED=0): the same outputs, conv windows (incl. a checkpoint's
 // copy) and states as the CPU, over two steps in a row (the fused kernel's per-key-head counters
 // must be back at zero for the second), for 3 and 24 sequences, key heads shared by 1-3 value
 // heads, Dv != Dk, and more state rows than a block's warps hold at once (Dv 256).
@@ -1016,10 +1016,13 @@ TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
   }
   const std::vector<std::pair<std::vector<std::pair<int, int>>, std::vector<int32_t>>> batches = {
       {{{3, 1}, {8, 1}, {1, 1}}, {3, 0, 4}}, {many, many_slots}};
-  for (bool fused_decode : {true, false}) {
+  // Fused with the warps chosen by the batch, fused with 2 warps walking every row group, five kernels.
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool fused_decode = mode < 2;
     CudaOptions opt;
     opt.exact_gemm = true;
     opt.gdn_fused_decode = fused_decode;
+    opt.gdn_decode_warps = mode == 1 ? 2 : 0;
     std::unique_ptr<Backend> gpu = make_cuda_backend(0, opt);
     for (GdnShape sh : {GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}, GdnShape{16, 48, 128, 128, 4},
                         GdnShape{2, 6, 32, 64, 4}, GdnShape{1, 1, 128, 256, 4}}) {
@@ -1037,7 +1040,7 @@ TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
           cpu_->kernels().gated_delta_net(g.params(false), g.proj.tc, g.state(false), m->cpu, g.out.tc);
           gpu->kernels().gated_delta_net(g.params(true), g.proj.tg, g.state(true), m->gpu, g.out.tg);
           gpu->synchronize();
-          const std::string what = "fused " + std::to_string(fused_decode) + " Hv=" + std::to_string(sh.hv) +
+          const std::string what = "mode " + std::to_string(mode) + " Hv=" + std::to_string(sh.hv) +
                                    " Dv=" + std::to_string(sh.dv) + " batch " + std::to_string(bi) + " step " +
                                    std::to_string(step);
           EXPECT_LE(rel_err(g.out), 1e-4) << what;

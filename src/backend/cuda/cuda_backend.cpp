@@ -631,6 +631,7 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   // Long runs on tensor cores unless DELTASERVE_CUDA_GDN=chunked (the CUDA-core chunked kernel).
   a.chunked_mma = b_.options().gdn_chunked_mma;
   a.chunk_prefetch = b_.options().gdn_chunk_prefetch;
+  a.decode_warps = b_.options().gdn_decode_warps;
   a.pdl = small_pdl(T);
   if (cuda::gdn_uses_chunked_mma(a))
     a.chunk_m = static_cast<float*>(scratch(9, static_cast<std::size_t>(T) * p.n_v_heads * cuda::kGdnChunkRow * 4));

@@ -907,10 +907,11 @@ void launch_decode(const GdnArgs& a, int64_t conv_dim, int64_t row, cudaStream_t
   constexpr int NR = 4, rows_per_warp = (32 / (DK / 4)) * NR;
   const int groups = (a.Dv + rows_per_warp - 1) / rows_per_warp;
   // A warp per row group (32 at Dk = Dv = 128: 1024 threads) while the blocks fit two per SM;
-  // more blocks than that take 16 warps, each walking two groups (batch 16 on the H200: 943 tok/s
-  // against 908 with 32; batch 1: 75.2 either way).
+  // more blocks than that take 8 warps, each walking four groups, four blocks per SM (H200, 27B:
+  // batch 64 2,794 tok/s against 2,741 with 16 warps and 2,516 with 32; batch 16 ~ the same with
+  // 8 or 16, 908 with 32; batch 1: 75.2 either way). GdnArgs::decode_warps forces a count.
   const bool many = int64_t(a.n_seqs) * a.Hv > 2 * int64_t(sm_count(current_device()));
-  const int warps = std::clamp(groups, 2, many ? 16 : 32);
+  const int warps = a.decode_warps > 0 ? std::min(a.decode_warps, 32) : std::clamp(groups, 2, many ? 8 : 32);
   const std::size_t smem = (std::size_t(2) * DK + std::size_t(2) * a.Dv) * sizeof(float);
   launch_pdl(a.pdl, gdn_decode_kernel<DK, NR>, dim3(static_cast<unsigned>(a.n_seqs * a.Hv)), dim3(32 * warps), smem, s,
              a, conv_dim, row);

@@ -253,6 +253,7 @@ struct GdnArgs {
                                        // over its chunk's j, then gamma_i, gamma_L / gamma_i, 2 spare
   bool chunk_prefetch = true;          // its state kernel fetches the next chunk's W, Q ahead (where 2 blocks/SM fit)
   bool decode = false;                 // one token per sequence, no deferral: the layer in one kernel
+  int decode_warps = 0;                // decode: warps per block (0: by the batch, cuda_gated_delta_net.cu)
   int* head_count = nullptr;           // [S, Hk] zeros, for decode: blocks of a key head past reading its
                                        // q/k windows (the last moves them and resets the count)
   bool pdl = false;                    // the decode kernels (the fused layer, or rows recurrence and gated
