@@ -908,8 +908,8 @@ void launch_decode(const GdnArgs& a, int64_t conv_dim, int64_t row, cudaStream_t
   const int groups = (a.Dv + rows_per_warp - 1) / rows_per_warp;
   // A warp per row group (32 at Dk = Dv = 128: 1024 threads) while the blocks fit two per SM;
   // more blocks than that take 8 warps, each walking four groups, four blocks per SM (H200, 27B:
-  // batch 64 2,794 tok/s against 2,741 with 16 warps and 2,516 with 32; batch 16 ~ the same with
-  // 8 or 16, 908 with 32; batch 1: 75.2 either way). GdnArgs::decode_warps forces a count.
+  // batch 64 2,794 tok/s against 2,741 with 16 warps; batch 16 the same with 8 or 16, 908 with 32;
+  // batch 1: 75.2 either way; bench/RESULTS.md, stop 27). GdnArgs::decode_warps forces a count.
   const bool many = int64_t(a.n_seqs) * a.Hv > 2 * int64_t(sm_count(current_device()));
   const int warps = a.decode_warps > 0 ? std::min(a.decode_warps, 32) : std::clamp(groups, 2, many ? 8 : 32);
   const std::size_t smem = (std::size_t(2) * DK + std::size_t(2) * a.Dv) * sizeof(float);
