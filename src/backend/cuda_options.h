@@ -36,8 +36,9 @@ struct CudaOptions {
   int gdn_decode_warps = 0;         // ... its warps per block (0: by the batch, cuda_gated_delta_net.cu)
   bool pdl = true;                  // decode GEMVs by programmatic dependent launch (sm_90+)
   int fused_gemv = 0;               // 1-row prologues folded into the following GEMV: 0 none,
-                                    // 1 SiLU-mul (into down_proj), 2 also RMSNorm (measured slower
-                                    // with the norm at 2-row tiles; 1 not measured over a whole step)
+                                    // 1 SiLU-mul (into down_proj), 2 also RMSNorm (exact mode only).
+                                    // On the H200 the SiLU fold loses to the PDL-launched separate
+                                    // kernel, as did a bf16-mode norm fold (RESULTS, stops 26, 27)
   int gemv_shape = 0;               // 1-row GEMV tile: rows per block x 10 + loads per row in flight
                                     // (24, 42 or 81; 0: by the matrix, cuda_linear.cu)
   int flash_heads_per_block = 0;    // flash tile overrides (0: chosen per shape and device)

@@ -1002,8 +1002,8 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
 }
 
 // Decode with the whole layer in one kernel (CudaOptions::gdn_fused_decode, the default; also with
-// two warps per block, each walking many row groups) and as five kernels (DELTASERVE_CUDA_GDN_FUSED=0): the same outputs, conv windows (incl. a checkpoint's
-// copy) and states as the CPU, over two steps in a row (the fused kernel's per-key-head counters
+// two warps per block, each walking many row groups) and as five kernels (DELTASERVE_CUDA_GDN_FUSED=0):
+// the same outputs, conv windows (incl. a checkpoint's copy) and states as the CPU, over two steps in a row (the fused kernel's per-key-head counters
 // must be back at zero for the second), for 3 and 24 sequences, key heads shared by 1-3 value
 // heads, Dv != Dk, and more state rows than a block's warps hold at once (Dv 256).
 TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
