@@ -20,9 +20,12 @@
 #         through the engine: TTFT at 8k and 32k (bench-offline --gen-len 8)
 # attn:   bench_cuda_attention (the decode attention op alone, every kernel variant)
 # matmul: bench_cuda_matmul (the 27B's matmuls alone at 1-64 rows: the GEMV, cuBLAS's default,
-#         and the fastest algorithm cuBLASLt offers; MATMUL_ROWS, default 1,2,4,8,16,32,64)
+#         and the fastest algorithm cuBLASLt offers; MATMUL_ROWS, default 1,2,4,8,16,32,64;
+#         MATMUL_OUT: f32 (default, as the backend calls it) or bf16 outputs)
 # kernels: every kernel of an eager batch-1 decode step under ncu (cold caches, each kernel alone),
 #         summed per kernel by tools/ncu_step.py: which small kernels a step waits on
+# prefill-kernels: every kernel of bench_cuda_decode --prefill-only --prefill 8192 under ncu (a
+#         512-token warm-up, then two 8k forwards), summed per kernel (tools/ncu_step.py --all)
 # ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
 #         (its own flags: --model, f32 KV), for before/after figures from one session
 # Logs and a summary go to $OUT.
@@ -130,7 +133,8 @@ if has longctx; then
 fi
 
 if has matmul; then
-  timeout 300 "$B/bench_cuda_matmul" --rows "${MATMUL_ROWS:-1,2,4,8,16,32,64}" >"$OUT/matmul.log" 2>&1
+  timeout 300 "$B/bench_cuda_matmul" --rows "${MATMUL_ROWS:-1,2,4,8,16,32,64}" --out "${MATMUL_OUT:-f32}" \
+    >"$OUT/matmul.log" 2>&1
   echo "bench_cuda_matmul rc=$?" | tee -a "$OUT/summary.txt"
   cat "$OUT/matmul.log" | tee -a "$OUT/summary.txt"
 fi
@@ -146,6 +150,20 @@ if has kernels; then
       --gen-len 4 --prefill-len 64 --disable-cuda-graph >"$OUT/ncu_decode.csv" 2>"$OUT/ncu_decode.err"
     echo "ncu decode step rc=$?" | tee -a "$OUT/summary.txt"
     python3 tools/ncu_step.py "$OUT/ncu_decode.csv" 2>&1 | tee -a "$OUT/summary.txt"
+  fi
+fi
+
+if has prefill-kernels; then
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -z "$NCU" ]; then
+    echo "prefill-kernels: no ncu on this machine" | tee -a "$OUT/summary.txt"
+  else
+    timeout 400 "$NCU" --clock-control none --csv \
+      --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size \
+      "$B/bench_cuda_decode" --model $M --kv-dtype bf16 --prefill-only --prefill 8192 \
+      >"$OUT/ncu_prefill.csv" 2>"$OUT/ncu_prefill.err"
+    echo "ncu prefill rc=$?" | tee -a "$OUT/summary.txt"
+    python3 tools/ncu_step.py "$OUT/ncu_prefill.csv" --all 2>&1 | head -60 | tee -a "$OUT/summary.txt"
   fi
 fi
 

@@ -8,6 +8,7 @@ wrote for a run of `deltaserve bench-offline ... --disable-cuda-graph` (tools/gp
 the last marker but one, so warm-up and the final step's tail are left out.
 
   python3 tools/ncu_step.py ncu.csv [--marker argmax_final_kernel] [--step -2]
+  python3 tools/ncu_step.py ncu.csv --all     (every kernel in the file: e.g. one prefill)
 
 Prints: kernels in the step, their summed time, then per kernel name: calls, total us, us per
 call, grid and block of its first launch. ncu replays each kernel alone with cold caches
@@ -61,8 +62,12 @@ def main():
                     help="substring of the name of the kernel that ends a step")
     ap.add_argument("--step", type=int, default=-2,
                     help="which step: the span ending at this marker launch (negative: from the end)")
+    ap.add_argument("--all", action="store_true", help="sum every kernel in the file, no step markers")
     a = ap.parse_args()
     ks = load(a.csv)
+    if a.all:
+        summarize(ks)
+        return
     marks = [i for i, k in enumerate(ks) if a.marker in k["name"]]
     if len(marks) < 2:
         sys.exit(f"{a.csv}: fewer than two launches of a kernel named like '{a.marker}' ({len(ks)} kernels)")
@@ -73,15 +78,20 @@ def main():
         sys.exit(f"--step {a.step}: there are {len(marks)} steps")
     if begin is None:
         sys.exit(f"--step {a.step}: no marker before it")
+    summarize(ks[begin + 1:end + 1])
+
+
+def summarize(ks):
+    """Prints the kernels' summed time, then calls, total and per-call time per kernel name."""
     per = collections.OrderedDict()
     total = 0.0
-    for k in ks[begin + 1:end + 1]:
+    for k in ks:
         t = float(k.get("gpu__time_duration.sum", "0").replace(",", "")) / 1000.0  # ns -> us
         total += t
         e = per.setdefault(short(k["name"]), [0, 0.0, k["grid"], k["block"]])
         e[0] += 1
         e[1] += t
-    print(f"{end - begin} kernels, {total:.1f} us (ncu, each kernel alone)")
+    print(f"{len(ks)} kernels, {total:.1f} us (ncu, each kernel alone)")
     print(f"{'calls':>5} {'total us':>10} {'us/call':>8}  {'grid':>14} {'block':>12}  kernel")
     for name, (n, t, grid, block) in sorted(per.items(), key=lambda x: -x[1][1]):
         print(f"{n:>5} {t:>10.1f} {t / n:>8.2f}  {grid:>14} {block:>12}  {name}")

@@ -3,10 +3,11 @@
 // (cublasGemmEx, default algorithm), and every algorithm cuBLASLt's heuristic offers for the
 // shape (the fastest one reported with its configuration). Microseconds per call from CUDA events
 // over back-to-back calls, and the weight bandwidth that implies. The question it answers: is
-// cuBLAS's default choice the fastest cuBLAS has for 2-64 rows?
+// cuBLAS's default choice the fastest cuBLAS has for 2-64 rows? And at prefill sizes (8,192 rows),
+// how close to the tensor cores' peak do the GEMMs come (TFLOP/s), with f32 or bf16 outputs?
 //
 //   bench_cuda_matmul [--rows 1,2,4,8,16,32,64] [--shapes 34816x5120,5120x17408,...] [--iters 50]
-//                     [--algos 32]
+//                     [--algos 32] [--out f32|bf16]
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{34816, 5120}, {5120, 17408}, {16480, 5120},
                                                      {5120, 6144},  {14336, 5120}, {248320, 5120}};
   int iters = 50, max_algos = 32;
+  bool out_bf16 = false;  // the output's dtype: f32 (as the backend calls cuBLAS) or bf16
   if (argc % 2 == 0) {
     std::fprintf(stderr, "flags come in pairs: --name value\n");
     return 2;
@@ -99,6 +101,12 @@ int main(int argc, char** argv) {
         iters = std::stoi(v);
       } else if (a == "--algos") {
         max_algos = std::stoi(v);
+      } else if (a == "--out") {
+        if (v != "f32" && v != "bf16") {
+          std::fprintf(stderr, "--out: f32 or bf16, not %s\n", v.c_str());
+          return 2;
+        }
+        out_bf16 = v == "bf16";
       } else {
         std::fprintf(stderr, "unknown flag %s\n", a.c_str());
         return 2;
@@ -135,8 +143,10 @@ int main(int argc, char** argv) {
   const int max_m = *std::max_element(rows.begin(), rows.end());
   CudaOptions opts;
 
-  std::printf("| N x K | rows | GEMV us | cublasGemmEx us | TB/s | best cuBLASLt us | TB/s | vs GemmEx | algo (id tile splitK stages) | algos |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
+  const cudaDataType_t out_type = out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  std::printf("output %s\n", out_bf16 ? "bf16" : "f32");
+  std::printf("| N x K | rows | GEMV us | cublasGemmEx us | TB/s | best cuBLASLt us | TB/s | vs GemmEx | algo (id tile splitK stages) | algos | GemmEx / best TFLOP/s |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n");
   for (const auto& [N, K] : shapes) {
     uint16_t* w = nullptr;
     uint16_t* xb = nullptr;
@@ -157,7 +167,7 @@ int main(int argc, char** argv) {
       const double ex = time_us(
           [&] {
             CB(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), M, int(K), &alpha, w, CUDA_R_16BF, int(K), xb,
-                            CUDA_R_16BF, int(K), &beta, out, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                            CUDA_R_16BF, int(K), &beta, out, out_type, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
           },
           iters, s);
       // cuBLASLt: D [N, M] (col-major) = op(A) B, A = W viewed as col-major K x N (transposed).
@@ -169,7 +179,7 @@ int main(int argc, char** argv) {
       cublasLtMatrixLayout_t la, lb, lc;
       CB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, N, K));
       CB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, M, K));
-      CB(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, N));
+      CB(cublasLtMatrixLayoutCreate(&lc, out_type, N, M, N));
       cublasLtMatmulPreference_t pref;
       CB(cublasLtMatmulPreferenceCreate(&pref));
       CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
@@ -203,10 +213,12 @@ int main(int argc, char** argv) {
       }
       char gv[32] = "-";
       if (M == 1) std::snprintf(gv, sizeof gv, "%.1f (%.2f TB/s)", gemv, gbytes / gemv * 1e3);
-      // TB/s of weights: gbytes / us * 1e3.
-      std::printf("| %lldx%lld | %d | %s | %.1f | %.2f | %.1f | %.2f | %.3f | %s | %d |\n", static_cast<long long>(N),
-                  static_cast<long long>(K), M, gv, ex, gbytes / ex * 1e3, best,
-                  best_i >= 0 ? gbytes / best * 1e3 : 0.0, best_i >= 0 ? ex / best : 0.0, algo, n_heur);
+      // TB/s of weights: gbytes / us * 1e3; TFLOP/s: 2 M N K / us / 1e6.
+      const double tflop = 2.0 * M * double(N) * double(K) / 1e6;
+      std::printf("| %lldx%lld | %d | %s | %.1f | %.2f | %.1f | %.2f | %.3f | %s | %d | %.0f / %.0f |\n",
+                  static_cast<long long>(N), static_cast<long long>(K), M, gv, ex, gbytes / ex * 1e3, best,
+                  best_i >= 0 ? gbytes / best * 1e3 : 0.0, best_i >= 0 ? ex / best : 0.0, algo, n_heur, tflop / ex,
+                  best_i >= 0 ? tflop / best : 0.0);
       std::fflush(stdout);
       cublasLtMatmulPreferenceDestroy(pref);
       cublasLtMatrixLayoutDestroy(la);

@@ -6,12 +6,14 @@
 //   DELTASERVE_CUDA_GDN=rows     gdn_chunked off (prefill on the rows-over-lanes recurrence)
 //   DELTASERVE_CUDA_GDN=chunked  gdn_chunked_mma off (the chunked rule on CUDA cores)
 //   DELTASERVE_CUDA_GDN_PF=0     gdn_chunk_prefetch off (the tensor-core one as on sm_86)
+//   DELTASERVE_CUDA_GDN_TF32=3   gdn_tf32_parts (the tensor-core one's products in 3xTF32 outside exact mode)
 //   DELTASERVE_CUDA_GDN_FUSED=0  gdn_fused_decode off (decode: conv, window, prep, recurrence, norm as five kernels)
 //   DELTASERVE_CUDA_GDN_WARPS=N  gdn_decode_warps (the fused decode kernel's warps per block)
 //   DELTASERVE_CUDA_PDL=0        pdl off (GEMVs launched plainly)
 //   DELTASERVE_CUDA_FUSED_GEMV=N fused_gemv (1: SiLU-mul folded into down_proj's GEMV, 2: RMSNorm too)
 //   DELTASERVE_GEMV_SHAPE=RU     gemv_shape (1-row GEMV tile: 24, 42, 81)
 //   DELTASERVE_FLASH_HB / _MT / _BN   flash_heads_per_block / flash_m_tiles / flash_keys_per_tile
+//   DELTASERVE_CUDA_FLASH_WGMMA=0|1   flash_wgmma (prefill attention by warpgroup MMA: never / always)
 //   DELTASERVE_CUDA_DECODE_MMA=0 decode_tensor_cores off   DELTASERVE_CUDA_SMEM_CAP=N smem_per_block_cap
 //   DELTASERVE_CUBLAS_WORKSPACE_MB=N cublas_workspace_mb (0: cuBLAS's own default)
 #pragma once
@@ -29,7 +31,10 @@ struct CudaOptions {
   bool flash_attention = true;      // tensor-core prefill attention (else the CUDA-core kernel)
   bool gdn_thread_per_row = false;  // GDN runs of > 8 tokens: a thread per state row (else lanes)
   bool gdn_chunked = true;          // GDN runs of > 8 tokens: the chunked delta rule (head dims 64/128)
-  bool gdn_chunked_mma = true;      // ... on tensor cores (3xTF32; Dk == Dv), else on CUDA cores
+  bool gdn_chunked_mma = true;      // ... on tensor cores (Dk == Dv), else on CUDA cores
+  int gdn_tf32_parts = 1;           // ... its products outside exact mode: 1 (one TF32 product of the
+                                    // rounded operands, finer than the GEMMs' bf16 inputs) or 3
+                                    // (3xTF32, f32-accurate; always in exact mode)
   bool gdn_chunk_prefetch = true;   // ... the next chunk fetched ahead, where shared memory allows
   bool gdn_fused_decode = true;     // GDN decode: the whole layer (conv, windows, norms, gates,
                                     // recurrence, gated norm) in one kernel
@@ -44,6 +49,10 @@ struct CudaOptions {
   int flash_heads_per_block = 0;    // flash tile overrides (0: chosen per shape and device)
   int flash_m_tiles = 0;
   int flash_keys_per_tile = 0;      // 32 or 64
+  int flash_wgmma = -1;             // prefill attention by warpgroup MMA (sm_90, bf16 cache;
+                                    // cuda_flash_attention_wgmma.cu): -1 for batches where a sequence
+                                    // continues a cached prefix (measured faster there, slower on
+                                    // fresh prompts), 1 always, 0 never (mma.sync)
   bool decode_attention = true;     // split-KV decode kernel for decode / verification (else tiled)
   int decode_blocks_per_sm = 2;     // its split count: (token, kv head, split) blocks per SM
   int decode_max_splits = 64;
@@ -75,6 +84,7 @@ struct CudaOptions {
     o.gdn_chunked = !is("DELTASERVE_CUDA_GDN", "rows") && !o.gdn_thread_per_row;
     o.gdn_chunked_mma = !is("DELTASERVE_CUDA_GDN", "chunked");
     o.gdn_chunk_prefetch = !is("DELTASERVE_CUDA_GDN_PF", "0");
+    o.gdn_tf32_parts = is("DELTASERVE_CUDA_GDN_TF32", "3") ? 3 : 1;
     o.gdn_fused_decode = !is("DELTASERVE_CUDA_GDN_FUSED", "0");
     o.gdn_decode_warps = num("DELTASERVE_CUDA_GDN_WARPS", 0);
     o.pdl = !is("DELTASERVE_CUDA_PDL", "0");
@@ -83,6 +93,7 @@ struct CudaOptions {
     o.flash_heads_per_block = num("DELTASERVE_FLASH_HB", 0);
     o.flash_m_tiles = num("DELTASERVE_FLASH_MT", 0);
     o.flash_keys_per_tile = num("DELTASERVE_FLASH_BN", 0);
+    o.flash_wgmma = is("DELTASERVE_CUDA_FLASH_WGMMA", "1") ? 1 : is("DELTASERVE_CUDA_FLASH_WGMMA", "0") ? 0 : -1;
     o.decode_attention = !is("DELTASERVE_CUDA_DECODE_ATTN", "0");
     o.decode_blocks_per_sm = num("DELTASERVE_CUDA_DECODE_BLOCKS_PER_SM", 2);
     o.decode_max_splits = num("DELTASERVE_CUDA_DECODE_MAX_SPLITS", 64);

@@ -174,6 +174,16 @@ class Kernels {
     matmul(scratch, w, out, accumulate);
   }
 
+  // A SwiGLU MLP: out (=|+=) silu_mul(rms_norm(x) · gate_upᵀ) · downᵀ. x [T, H]; scratch: normed
+  // [T, H], gu [T, 2I], act [T, I]. This default is the two calls above (f32 intermediates); a
+  // backend may keep them in a narrower dtype in the same buffers (CUDA, prefill chunks in the bf16
+  // mode: gate_up's output and the SiLU-mul in bf16, as vLLM/SGLang keep them).
+  virtual void mlp(const Tensor& x, const Tensor& norm, float eps, const LinearWeight& gate_up,
+                   const LinearWeight& down, Tensor out, bool accumulate, Tensor normed, Tensor gu, Tensor act) {
+    rms_norm_matmul(x, norm, eps, gate_up, gu, false, normed);
+    silu_mul_matmul(gu, down, out, accumulate, act);
+  }
+
   // Gated attention core after the fused projection.
   //   qkv [T, n_heads*head_dim*(gate?2:1) + 2*n_kv_heads*head_dim]: [q(+gate) | k | v]
   // Applies q/k norm and partial RoPE, writes k, v into the paged cache at each token's position,

@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -530,6 +531,94 @@ TEST_F(CudaOpsTest, NormOrSiluMulMatmulManyRowsEqualsSeparateOps) {
   }
 }
 
+// The MLP (Kernels::mlp) in the default (bf16) mode against a double-precision host model of its
+// roundings: the norm and down's input in bf16 at any row count; for a prefill chunk (70 rows, more
+// than 64) also gate_up's output, and act's buffer then holds bf16(silu(g) * u), checked element by
+// element (a GPU sum can land on the other side of a rounding step); 3 rows keep gate_up's f32
+// output. The output against the model, with and without accumulation. Exact mode (3-part GEMMs,
+// f32 intermediates) against the unrounded reference.
+TEST_F(CudaOpsTest, MlpManyRowsKeepsBf16IntermediatesInBf16Mode) {
+  if (gpu_bf16_ == nullptr) GTEST_SKIP() << "the bf16 GEMM mode needs a GPU";
+  const int64_t H = 640, I = 300;
+  const auto wgu = to_bf16(rnd(2 * I * H, -0.08f, 0.08f)), wd = to_bf16(rnd(H * I, -0.08f, 0.08f));
+  const auto nw = rnd(H, 0.5f, 1.5f);
+  auto bf = [](double v) { return double(bf16_to_f32(f32_to_bf16(static_cast<float>(v)))); };
+  for (Backend* gpu : {gpu_bf16_, gpu_}) {
+    const bool bf16_mode = gpu == gpu_bf16_;
+    auto gu_w = gpu->make_linear(wgu.data(), DType::BF16, 2 * I, H);
+    auto d_w = gpu->make_linear(wd.data(), DType::BF16, H, I);
+    for (const int64_t T : {3, 70}) {  // 3 rows: f32 intermediates in either mode
+      const bool bf16_rows = bf16_mode && T > 64;  // gate_up's output in bf16 too
+      const auto xv = rnd(T * H, -3.f, 3.f), base = rnd(T * H);
+      // Host model: normed x, then gate_up, SiLU-mul and down, rounding to bf16 where bf16 mode does.
+      std::vector<double> act(static_cast<size_t>(T * I)), ref(static_cast<size_t>(T * H));
+      for (int64_t t = 0; t < T; ++t) {
+        double ss = 0;
+        for (int64_t k = 0; k < H; ++k) ss += double(xv[t * H + k]) * xv[t * H + k];
+        const double inv = 1.0 / std::sqrt(ss / double(H) + 1e-6);
+        std::vector<double> xn(static_cast<size_t>(H));
+        for (int64_t k = 0; k < H; ++k) {
+          // bf16 mode rounds the f32 norm; exact mode keeps it (3 parts carry f32's bits).
+          const float f = static_cast<float>(double(xv[t * H + k]) * inv) * nw[k];
+          xn[k] = bf16_mode ? bf(f) : double(f);
+        }
+        std::vector<double> g(static_cast<size_t>(2 * I));
+        for (int64_t n = 0; n < 2 * I; ++n) {
+          double sum = 0;
+          for (int64_t k = 0; k < H; ++k) sum += xn[k] * bf16_to_f32(wgu[n * H + k]);
+          g[n] = bf16_rows ? bf(sum) : sum;
+        }
+        for (int64_t i = 0; i < I; ++i) {
+          const double a = g[i] / (1.0 + std::exp(-g[i])) * g[I + i];
+          act[t * I + i] = bf16_mode ? bf(a) : a;
+        }
+        for (int64_t n = 0; n < H; ++n) {
+          double sum = 0;
+          for (int64_t i = 0; i < I; ++i) sum += act[t * I + i] * bf16_to_f32(wd[n * I + i]);
+          ref[t * H + n] = sum;
+        }
+      }
+      DeviceBuffer xb = gpu->allocate(T * H * 4), nb = gpu->allocate(H * 4), hb = gpu->allocate(T * H * 4);
+      DeviceBuffer gb = gpu->allocate(T * 2 * I * 4), ab = gpu->allocate(T * I * 4), ob = gpu->allocate(T * H * 4);
+      Tensor x = xb.view(DType::F32, {T, H}), nt = nb.view(DType::F32, {H}), h = hb.view(DType::F32, {T, H});
+      Tensor gu = gb.view(DType::F32, {T, 2 * I}), at = ab.view(DType::F32, {T, I}), out = ob.view(DType::F32, {T, H});
+      gpu->copy_to_device(x, xv.data());
+      gpu->copy_to_device(nt, nw.data());
+      for (bool acc : {false, true}) {
+        gpu->copy_to_device(out, base.data());
+        gpu->kernels().mlp(x, nt, 1e-6f, *gu_w, *d_w, out, acc, h, gu, at);
+        std::vector<float> got(static_cast<size_t>(T * H));
+        gpu->copy_to_host(got.data(), out);
+        const std::string what = std::string(bf16_mode ? "bf16 mode" : "exact mode") + " T=" + std::to_string(T) +
+                                 " acc=" + std::to_string(acc);
+        double md = 0, mr = 1e-30;
+        for (int64_t i = 0; i < T * H; ++i) {
+          const double want = ref[i] + (acc ? base[i] : 0.0);
+          md = std::max(md, std::fabs(got[i] - want));
+          mr = std::max(mr, std::fabs(want));
+        }
+        EXPECT_LE(md / mr, bf16_mode ? 3e-3 : 1e-4) << what;
+        if (bf16_rows) {  // act's first T * I bf16 values: the SiLU-mul, rounded
+          std::vector<uint16_t> a16(static_cast<size_t>(T * I));
+          std::vector<float> raw(static_cast<size_t>(T * I));
+          gpu->copy_to_host(raw.data(), at);
+          std::memcpy(a16.data(), raw.data(), a16.size() * 2);
+          // A g or u one step off (its f32 sum on the other side of a rounding step) moves the
+          // product by up to a step, and its rounding by another: 1 in 1,000 may be two steps off.
+          int off1 = 0, off2 = 0;
+          for (int64_t i = 0; i < T * I; ++i) {
+            const double d = std::fabs(bf16_to_f32(a16[i]) - act[i]), step = std::ldexp(std::fabs(act[i]), -7);
+            off1 += d > step + 1e-30;
+            off2 += d > 2 * step + 1e-30;
+          }
+          EXPECT_LE(off1, T * I / 1000 + 1) << what << ": act elements more than one bf16 step from the host model";
+          EXPECT_EQ(off2, 0) << what << ": act elements more than two bf16 steps from the host model";
+        }
+      }
+    }
+  }
+}
+
 // Matmuls behind an RMSNorm or a SiLU-mul (Kernels::rms_norm_matmul / silu_mul_matmul): at one
 // row the CUDA backend folds the prologue into the GEMV (every tile shape), at more rows it runs
 // the separate kernels; both within the GEMV tolerance of the CPU's separate ops, with and
@@ -926,6 +1015,32 @@ TEST_F(CudaOpsTest, AttentionLongPrefill) {
   }
 }
 
+// The warpgroup-MMA prefill kernel (sm_90 GPUs, bf16 cache; by default for batches continuing a
+// cached prefix, here forced for every batch): every key from the paged cache, of this step and of
+// earlier chunks alike; one or two query heads per block.
+TEST_F(CudaOpsTest, AttentionLongPrefillByWarpgroupMma) {
+  if (cpu_only()) GTEST_SKIP() << "a GPU option";
+  CudaOptions o;
+  o.exact_gemm = true;
+  cuda::FlashPlan plan;
+  if (!cuda::flash_attention_plan(24, 4, 256, true, cuda::KvType::BF16, o, &plan) || !plan.wgmma)
+    GTEST_SKIP() << "warpgroup MMA needs an sm_90 GPU";
+  EXPECT_EQ(plan.heads_per_block, 2);
+  // By default only batches continuing a cached prefix take it; fresh prompts keep mma.sync.
+  ASSERT_TRUE(cuda::flash_attention_plan(24, 4, 256, false, cuda::KvType::BF16, o, &plan));
+  EXPECT_FALSE(plan.wgmma);
+  o.flash_wgmma = 1;  // always, for the fresh prompts below too
+  std::unique_ptr<Backend> wg = make_cuda_backend(0, o);
+  Backend* saved = gpu_;
+  gpu_ = wg.get();
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{0, 300}, {0, 700}, {400, 200}, {50, 1}}, {{100, 64}}, {{0, 300}, {0, 129}, {0, 1}}, {{4096, 128}, {0, 70}}};
+  for (AttnShape sh : {AttnShape{24, 4, 256, 64, true}, AttnShape{16, 8, 128, 128, false},
+                       AttnShape{4, 2, 64, 16, true}, AttnShape{6, 2, 64, 32, true}, AttnShape{8, 1, 128, 32, true}})
+    for (const auto& seqs : batches) attention_case(sh, seqs, 400, 300, 1e-2, DType::BF16);
+  gpu_ = saved;
+}
+
 // The A6000's (sm_86) shared memory, forced on this GPU (CudaOptions::smem_per_block_cap): at
 // head_dim 256 the tensor-core prefill still runs, with 16-key tiles when a chunk continues a
 // cached prefix (a staged 32-key tile of f32 or bf16 does not fit 99 KB; one of fp8, half a bf16
@@ -958,7 +1073,8 @@ TEST_F(CudaOpsTest, AttentionLongPrefillWithSm86SharedMemory) {
 // CUDA cores (DELTASERVE_CUDA_GDN=chunked), against the CPU's sequential recurrence: runs longer
 // than a chunk, a partial last chunk, several sequences of different lengths, a decode token beside
 // them, a continued state, and a prefix-cache checkpoint in the middle of a chunk (its state saved to
-// a spare slot).
+// a spare slot). Those run in exact mode (3xTF32 products, 1e-4); the default mode's tensor-core
+// path (one TF32 product of rounded operands) is held to 5e-3 and must be less exact than 3xTF32.
 TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
   const std::vector<std::vector<std::pair<int, int>>> batches = {
       {{0, 200}, {0, 33}, {10, 70}},
@@ -975,9 +1091,11 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
     cuda_cores = make_cuda_backend(0, o);
   }
   Backend* const saved = gpu_;
-  for (Backend* variant : {saved, no_prefetch.get(), cuda_cores.get()}) {
+  std::map<std::string, double> exact_err;  // out's error with 3xTF32, per shape and batch
+  for (Backend* variant : {saved, no_prefetch.get(), cuda_cores.get(), gpu_bf16_}) {
     if (variant == nullptr) continue;
     gpu_ = variant;
+    const bool tf32 = variant == gpu_bf16_;
     for (GdnShape sh : {GdnShape{16, 48, 128, 128, 4}, GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}}) {
       for (std::size_t bi = 0; bi < batches.size(); ++bi) {
         const int n_slots = 5, depth = 4;
@@ -988,13 +1106,20 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
         GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, n_slots, depth);
         run_gdn(g, m->cpu, m->gpu);
         Pair &conv = g.conv, &recs = g.recs, &out = g.out;
+        const std::string key = "Dk=" + std::to_string(sh.dk) + " batch " + std::to_string(bi);
         const std::string what = std::string(variant == saved                 ? "tensor cores"
                                              : variant == no_prefetch.get() ? "tensor cores, single buffers"
+                                             : tf32                         ? "tensor cores, 1xTF32 (bf16 mode)"
                                                                             : "CUDA cores") +
-                                 " Dk=" + std::to_string(sh.dk) + " batch " + std::to_string(bi);
-        EXPECT_LE(rel_err(out), 1e-4) << what;
+                                 " " + key;
+        const double tol = tf32 ? 5e-3 : 1e-4;
+        EXPECT_LE(rel_err(out), tol) << what;
         EXPECT_LE(rel_err(conv), 1e-6) << what;
-        EXPECT_LE(rel_err(recs), 1e-4) << what;  // every slot: the runs' states and the checkpoint
+        EXPECT_LE(rel_err(recs), tol) << what;  // every slot: the runs' states and the checkpoint
+        if (variant == saved) exact_err[key] = rel_err(out);
+        if (tf32 && sh.dk >= 64) {
+          EXPECT_GT(rel_err(out), exact_err[key]) << what << ": as exact as 3xTF32?";
+        }
       }
     }
   }

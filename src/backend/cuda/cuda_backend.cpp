@@ -54,6 +54,8 @@ class CudaKernels final : public Kernels {
                        bool accumulate, Tensor scratch) override;
   void silu_mul_matmul(const Tensor& gate_up, const LinearWeight& w, Tensor out, bool accumulate,
                        Tensor scratch) override;
+  void mlp(const Tensor& x, const Tensor& norm, float eps, const LinearWeight& gate_up, const LinearWeight& down,
+           Tensor out, bool accumulate, Tensor normed, Tensor gu, Tensor act) override;
   void sample_rows(Tensor logits, const Tensor& rows, const Tensor& penalties, Tensor out) override;
   void gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta& commit) override;
 
@@ -67,6 +69,7 @@ class CudaKernels final : public Kernels {
   // Scratch device memory that only grows (the first large batch sizes it), zeroed when it does.
   void* scratch(int idx, std::size_t bytes);
   void gemm_bf16(const uint16_t* xb, int64_t T, int parts, const CudaLinear& cw, Tensor out, bool accumulate);
+  void gemm_bf16_out(const uint16_t* xb, int64_t T, const CudaLinear& cw, uint16_t* out);
   bool matmul_with_prologue(cuda::GemvPrologue kind, const Tensor& in, const float* norm, float eps,
                             const CudaLinear& cw, Tensor out, bool accumulate);
   const float* inv_freq(int rotary_dim, float theta);
@@ -425,6 +428,16 @@ void CudaKernels::gemm_bf16(const uint16_t* xb, int64_t T, int parts, const Cuda
   if (parts == 3) cuda::launch_sum_parts3(dst, T * N, out.f32(), accumulate, stream());
 }
 
+// out [T, N] = x [T, K] W^T in bf16 (cuBLAS rounds its f32 sums once), from bf16 xb [T, K].
+void CudaKernels::gemm_bf16_out(const uint16_t* xb, int64_t T, const CudaLinear& cw, uint16_t* out) {
+  const int64_t K = cw.k(), N = cw.n();
+  const float alpha = 1.0f, beta = 0.0f;
+  DS_CUBLAS_CHECK(cublasGemmEx(b_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(T),
+                               static_cast<int>(K), &alpha, cw.data(), CUDA_R_16BF, static_cast<int>(K), xb, CUDA_R_16BF,
+                               static_cast<int>(K), &beta, out, CUDA_R_16BF, static_cast<int>(N), CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+}
+
 // A matmul behind an RMSNorm (norm, eps) or a SiLU-mul: at one row the prologue folds into the GEMV
 // where CudaOptions::fused_gemv asks for it; at two or more rows in the default (bf16) mode it writes
 // straight into the GEMM's bf16 input (the f32 result is never stored; the same bf16 values as
@@ -460,6 +473,36 @@ void CudaKernels::rms_norm_matmul(const Tensor& x, const Tensor& weight, float e
   DS_CHECK(K == cw.k() && weight.numel() == K && out.cols() == N && x.rows() == out.rows(), "rms_norm_matmul shapes");
   if (!matmul_with_prologue(cuda::GemvPrologue::RmsNorm, x, weight.f32(), eps, cw, out, accumulate))
     Kernels::rms_norm_matmul(x, weight, eps, w, out, accumulate, scratch);
+}
+
+// More than kMlpBf16MinRows rows in the bf16 mode (prefill chunks): the RMSNorm writes gate_up's
+// bf16 input, gate_up writes bf16 into gu's buffer, the SiLU-mul reads it and writes down's bf16
+// input into act's buffer; only down's output is f32. The f32 intermediates of the default path
+// would move 3x the bytes (an 8k prefill of the 27B: 1.7 GB a layer, 10 ms of its 800). Decode
+// batches and verifications (at most 64 rows: small intermediates, nothing to gain; a 4-row
+// verification measured 0.2 ms slower with it), one row and exact mode: the separate calls.
+void CudaKernels::mlp(const Tensor& x, const Tensor& norm, float eps, const LinearWeight& gate_up,
+                      const LinearWeight& down, Tensor out, bool accumulate, Tensor normed, Tensor gu, Tensor act) {
+  const auto& cg = static_cast<const CudaLinear&>(gate_up);
+  const auto& cd = static_cast<const CudaLinear&>(down);
+  const int64_t T = x.rows(), H = x.cols(), I = cd.k();
+  DS_CHECK(cg.k() == H && cg.n() == 2 * I && cd.n() == out.cols() && norm.numel() == H && out.rows() == T &&
+               gu.numel() >= T * 2 * I && act.numel() >= T * I,
+           "mlp shapes");
+  constexpr int64_t kMlpBf16MinRows = 65;
+  if (T < kMlpBf16MinRows || b_.exact_gemm())
+    return Kernels::mlp(x, norm, eps, gate_up, down, out, accumulate, normed, gu, act);
+  uint16_t* gu16 = reinterpret_cast<uint16_t*>(gu.data);    // [T, 2I] bf16 in gu's f32 buffer
+  uint16_t* act16 = reinterpret_cast<uint16_t*>(act.data);  // [T, I] bf16 in act's
+  timed(timing_ ? str_cat("matmul cublas+norm bf16 out ", cg.n(), "x", H) : std::string(), [&] {
+    uint16_t* xb = static_cast<uint16_t*>(scratch(0, static_cast<std::size_t>(T * H) * 2));
+    cuda::launch_rms_norm_bf16(x.f32(), T, H, norm.f32(), eps, xb, false, stream());
+    gemm_bf16_out(xb, T, cg, gu16);
+  });
+  timed(timing_ ? str_cat("matmul cublas+silu bf16 in ", cd.n(), "x", I) : std::string(), [&] {
+    cuda::launch_silu_mul_bf16_in(gu16, T, I, act16, stream());
+    gemm_bf16(act16, T, 1, cd, out, accumulate);
+  });
 }
 
 void CudaKernels::silu_mul_matmul(const Tensor& gate_up, const LinearWeight& w, Tensor out, bool accumulate,
@@ -539,6 +582,7 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
     a.flash_mt = plan.m_tiles;
     a.flash_bn = plan.keys_per_tile;
     a.flash_stage = past;
+    a.flash_wgmma = plan.wgmma;
     const std::size_t q_n = static_cast<std::size_t>(T) * nh * hd, kv_n = static_cast<std::size_t>(T) * nkv * hd;
     a.q16 = static_cast<uint16_t*>(scratch(7, q_n * 2));
     a.k16 = static_cast<uint16_t*>(scratch(8, kv_n * 4));
@@ -631,6 +675,7 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   // Long runs on tensor cores unless DELTASERVE_CUDA_GDN=chunked (the CUDA-core chunked kernel).
   a.chunked_mma = b_.options().gdn_chunked_mma;
   a.chunk_prefetch = b_.options().gdn_chunk_prefetch;
+  a.tf32_parts = b_.exact_gemm() ? 3 : b_.options().gdn_tf32_parts;
   a.decode_warps = b_.options().gdn_decode_warps;
   a.pdl = small_pdl(T);
   if (cuda::gdn_uses_chunked_mma(a))

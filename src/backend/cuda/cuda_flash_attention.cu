@@ -346,6 +346,13 @@ bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage,
                           FlashPlan* plan) {
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
   if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) return false;
+  // Warpgroup MMA (sm_90, bf16 cache) where a sequence continues a cached prefix: it reads every key
+  // from the cache in 64-key tiles, where this kernel stages 32-key tiles and converts them (the
+  // 27B, prompts in 8k chunks: 32k 4.00 s against 4.54, 128k 28.3 s against 39.5); on fresh
+  // prompts this kernel is faster (8k: 71.8 against 91.5 ms). CudaOptions::flash_wgmma forces either.
+  plan->wgmma = false;
+  const bool wgmma = o.flash_wgmma > 0 || (o.flash_wgmma < 0 && stage);
+  if (wgmma && o.smem_per_block_cap == 0 && flash_wgmma_plan(n_heads, n_kv_heads, head_dim, kv, plan)) return true;
   const int G = n_heads / n_kv_heads;
   // The most warps per block (8 warps: the most that 237 registers per thread allow per SM), then
   // the most query heads sharing each K/V tile. G = 6 (27B): 2 heads x 4 token tiles of 16 (8
@@ -386,6 +393,10 @@ bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage,
 }
 
 void launch_flash_attention(const AttnArgs& a, cudaStream_t s) {
+  if (a.flash_wgmma) {
+    launch_flash_attention_wgmma(a, s);
+    return;
+  }
   switch (a.head_dim) {
     case 64: run_flash_hd<64>(a, s); break;
     case 128: run_flash_hd<128>(a, s); break;

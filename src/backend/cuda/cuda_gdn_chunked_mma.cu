@@ -1,5 +1,6 @@
 // Gated DeltaNet over long runs (prefill) on tensor cores: the chunked delta rule (the WY / UT form
-// of delta_chunked_kernel in cuda_gated_delta_net.cu), every product a 3xTF32 mma (f32-accurate).
+// of delta_chunked_kernel in cuda_gated_delta_net.cu). Every product is a TF32 mma: 3xTF32
+// (f32-accurate) in exact mode, one TF32 product of rounded operands by default (GdnArgs::tf32_parts).
 // With C = 32 tokens per chunk, g_i the decays, gamma_i = g_1 ... g_i, Gam_ij = gamma_i / gamma_j,
 // beta_i the gates and S0 [Dv x Dk] the state before the chunk:
 //   T = (I + A)^-1, A_ij = beta_i (k_i . k_j) Gam_ij (j < i)       unit lower triangular [C x C]
@@ -64,7 +65,8 @@ constexpr std::size_t prep_smem_bytes() {
   return (std::size_t(2) * C * (D + 4) + std::size_t(C) * (D + 8) + std::size_t(4) * C * (C + 4) + 2 * C) * 4;
 }
 
-template <int D>
+// P: TF32 parts per product (GdnArgs::tf32_parts: 3 exact, 1 default).
+template <int D, int P>
 __global__ void __launch_bounds__(kThreads) gdn_chunk_prep_kernel(GdnArgs a, int64_t conv_dim) {
   constexpr int LQ = D + 4, LV = D + 8, LC = C + 4;  // strides: conflict-free fragment reads
   extern __shared__ __align__(16) float sm[];
@@ -122,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_prep_kernel(GdnArgs a, int
     const int r0 = 16 * (warp & 1), n0 = 16 * (warp >> 2);
     const bool kk = (warp & 3) < 2;
     float acc[2][4] = {};
-    mma_tf32x3<2, D / 8, LQ, 1, 1, LQ>(acc, (kk ? Ks : Qs) + r0 * LQ, Ks + n0 * LQ);
+    mma_tf32xn<P, 2, D / 8, LQ, 1, 1, LQ>(acc, (kk ? Ks : Qs) + r0 * LQ, Ks + n0 * LQ);
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -179,8 +181,8 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_prep_kernel(GdnArgs a, int
     constexpr int NT = D / 32;
     const int r0 = 16 * (warp & 1), n0 = (D / 4) * (warp >> 1);
     float w[NT][4] = {}, u[NT][4] = {};
-    mma_tf32x3<NT, C / 8, LC, 1, LQ, 1>(w, Tg + r0 * LC, Ks + n0);
-    mma_tf32x3<NT, C / 8, LC, 1, LV, 1>(u, Tb + r0 * LC, Vs + n0);
+    mma_tf32xn<P, NT, C / 8, LC, 1, LQ, 1>(w, Tg + r0 * LC, Ks + n0);
+    mma_tf32xn<P, NT, C / 8, LC, 1, LV, 1>(u, Tb + r0 * LC, Vs + n0);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int i = r0 + g + 8 * h;
@@ -207,7 +209,7 @@ constexpr std::size_t state_smem_bytes() {
 // PF: the next chunk's W and Q are fetched while this chunk computes (two buffers: 112 KB of shared
 // memory at D = 128, two blocks per SM on sm_90; sm_86 runs PF = false). K, M and U' are fetched at
 // the chunk's start and land while X and Y are computed.
-template <int D, bool PF>
+template <int D, bool PF, int P>
 __global__ void __launch_bounds__(kThreads, 2) gdn_chunk_state_kernel(GdnArgs a, int64_t conv_dim) {
   constexpr int DV = kStateDv, LQ = D + 4, LK = D + 8, LC = kGdnChunkRow, LU = DV + 8, NB = PF ? 2 : 1;
   static_assert(LC == C + 4, "M rows: C products, gamma_i, gamma_L / gamma_i, 2 spare");
@@ -277,7 +279,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunk_state_kernel(GdnArgs a,
     else cp_async_wait<1>();
     __syncthreads();
     float xy[2][4] = {};
-    mma_tf32x3<2, D / 8, LQ, 1, 1, LQ, true>(xy, (wx ? Wb : Qb) + (buf * C + xr) * LQ, Ss + xc * LQ);
+    mma_tf32xn<P, 2, D / 8, LQ, 1, 1, LQ, true>(xy, (wx ? Wb : Qb) + (buf * C + xr) * LQ, Ss + xc * LQ);
     // K, M and U' are in.
     if (PF) cp_async_wait<1>();
     else cp_async_wait<0>();
@@ -309,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunk_state_kernel(GdnArgs a,
     __syncthreads();  // U and the scaled K are in
     if (!wx) {
       // o = gamma Y + M U, over U' in conv_out.
-      mma_tf32x3<2, C / 8, LC, 1, LU, 1, true>(xy, Ms + xr * LC, Us + xc);
+      mma_tf32xn<P, 2, C / 8, LC, 1, LU, 1, true>(xy, Ms + xr * LC, Us + xc);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int i = xr + g + 8 * h;
@@ -328,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunk_state_kernel(GdnArgs a,
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) sacc[nt][e] = gl * Ss[(xr + g + 8 * (e >> 1)) * LQ + sk + 8 * nt + 2 * t4 + (e & 1)];
-    mma_tf32x3<NT, C / 8, 1, LU, LK, 1>(sacc, Us + xr, Ks + sk);
+    mma_tf32xn<P, NT, C / 8, 1, LU, LK, 1>(sacc, Us + xr, Ks + sk);
     __syncthreads();  // every warp's reads of S0 are done
     float* ckg = c0 + L - 1 == ck
                      ? a.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state + int64_t(dv0) * D
@@ -353,43 +355,51 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunk_state_kernel(GdnArgs a,
     reinterpret_cast<float4*>(Sg + int64_t(v) * D)[d4] = *reinterpret_cast<const float4*>(Ss + v * LQ + 4 * d4);
 }
 
-template <int D, bool PF>
+template <int D, bool PF, int P>
 void launch_state(const GdnArgs& a, int64_t conv_dim, cudaStream_t st) {
-  gdn_chunk_state_kernel<D, PF>
+  gdn_chunk_state_kernel<D, PF, P>
       <<<dim3(static_cast<unsigned>(a.n_seqs * a.Hv), static_cast<unsigned>(D / kStateDv)), kThreads,
          state_smem_bytes<D, PF>(), st>>>(a, conv_dim);
   DS_CUDA_LAUNCH_CHECK();
 }
 
-template <int D>
-void run(const GdnArgs& a, int64_t conv_dim, cudaStream_t st) {
-  constexpr std::size_t prep_smem = prep_smem_bytes<D>(), pf_smem = state_smem_bytes<D, true>();
-  // Per device, once: the shared-memory opt-ins, and whether the fetching-ahead state kernel keeps
-  // two blocks per SM (sm_90; not sm_86).
+// Per device, once for (D, P): the shared-memory opt-ins, and whether the fetching-ahead state kernel
+// keeps two blocks per SM (sm_90; not sm_86).
+template <int D, int P>
+bool state_prefetch_fits() {
+  constexpr std::size_t pf_smem = state_smem_bytes<D, true>();
   static std::atomic<int> plan[kMaxDevices];  // 0: unset, 1: single buffers, 2: fetch ahead
   std::atomic<int>& p = plan[current_device()];
   if (p.load() == 0) {
-    DS_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_prep_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(prep_smem)));
-    DS_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_state_kernel<D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    DS_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_prep_kernel<D, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(prep_smem_bytes<D>())));
+    DS_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_state_kernel<D, false, P>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(state_smem_bytes<D, false>())));
     int blocks = 0;
     const bool pf = pf_smem <= std::size_t(device_smem_optin()) &&
-                    cudaFuncSetAttribute(gdn_chunk_state_kernel<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                    cudaFuncSetAttribute(gdn_chunk_state_kernel<D, true, P>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(pf_smem)) == cudaSuccess &&
-                    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gdn_chunk_state_kernel<D, true>, kThreads,
-                                                                  pf_smem) == cudaSuccess &&
+                    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gdn_chunk_state_kernel<D, true, P>,
+                                                                  kThreads, pf_smem) == cudaSuccess &&
                     blocks >= 2;
     (void)cudaGetLastError();  // a refused opt-in leaves no error behind
     p.store(pf ? 2 : 1);
   }
+  return p.load() == 2;
+}
+
+template <int D, int P>
+void run(const GdnArgs& a, int64_t conv_dim, cudaStream_t st) {
+  const bool pf = state_prefetch_fits<D, P>();
   // Each sequence has at most ceil(n / C) + 1 chunks (a checkpoint cuts one in two).
   const int max_chunks = (a.n_tokens + C - 1) / C + 2 * a.n_seqs;
-  gdn_chunk_prep_kernel<D>
-      <<<dim3(static_cast<unsigned>(max_chunks), static_cast<unsigned>(a.Hv)), kThreads, prep_smem, st>>>(a, conv_dim);
+  gdn_chunk_prep_kernel<D, P><<<dim3(static_cast<unsigned>(max_chunks), static_cast<unsigned>(a.Hv)), kThreads,
+                                 prep_smem_bytes<D>(), st>>>(a, conv_dim);
   DS_CUDA_LAUNCH_CHECK();
-  if (p.load() == 2 && a.chunk_prefetch) launch_state<D, true>(a, conv_dim, st);
-  else launch_state<D, false>(a, conv_dim, st);
+  if (pf && a.chunk_prefetch) launch_state<D, true, P>(a, conv_dim, st);
+  else launch_state<D, false, P>(a, conv_dim, st);
 }
 
 }  // namespace
@@ -399,8 +409,9 @@ bool gdn_uses_chunked_mma(const GdnArgs& a) {
 }
 
 void launch_gdn_chunked_mma(const GdnArgs& a, int64_t conv_dim, cudaStream_t s) {
-  if (a.Dk == 64) run<64>(a, conv_dim, s);
-  else run<128>(a, conv_dim, s);
+  const bool x3 = a.tf32_parts == 3;
+  if (a.Dk == 64) x3 ? run<64, 3>(a, conv_dim, s) : run<64, 1>(a, conv_dim, s);
+  else x3 ? run<128, 3>(a, conv_dim, s) : run<128, 1>(a, conv_dim, s);
 }
 
 }  // namespace deltaserve::cuda

@@ -76,6 +76,8 @@ void launch_rms_norm_bf16(const float* x, int64_t rows, int64_t d, const float* 
 void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, bool pdl, cudaStream_t s);
 // The same, rounded to bf16 (a GEMM's input: the f32 product is never stored).
 void launch_silu_mul_bf16(const float* gu, int64_t rows, int64_t inter, uint16_t* out, bool pdl, cudaStream_t s);
+// The same from gate_up's bf16 output gu [rows, 2 * inter] (bf16) to out [rows, inter] (bf16).
+void launch_silu_mul_bf16_in(const uint16_t* gu, int64_t rows, int64_t inter, uint16_t* out, cudaStream_t s);
 // rows: host array; passed by value in the launch (graph-capture safe).
 void launch_gather_rows(const float* src, int64_t d, const int32_t* rows_host, int n_rows, float* dst,
                         cudaStream_t s);
@@ -155,6 +157,7 @@ struct AttnArgs {
   // group); flash_tiles = sum over sequences of ceil(tokens / (16 * flash_mt)).
   int flash_tiles = 0, flash_hb = 0, flash_mt = 0, flash_bn = 32;
   bool flash_stage = false;  // some sequence continues a cached prefix: staging of its keys
+  bool flash_wgmma = false;  // the warpgroup-MMA kernel (every key from the bf16 paged cache)
   // Flash path only: qk_prep writes q as fp16 to q16 [T, nh, hd] (instead of q_scratch), and this
   // step's k as fp16 / v as bf16 to k16 / v16 [T, nkv, hd] (besides the cache): the values the
   // cache holds (stored * scale), so every key is read the same way whichever chunk wrote it.
@@ -208,11 +211,16 @@ struct FlashPlan {
   int heads_per_block = 0;  // query heads of one GQA group per block (flash_hb)
   int m_tiles = 0;          // 16-token tiles per block (flash_mt)
   int keys_per_tile = 0;    // 16, 32 or 64 (flash_bn)
+  bool wgmma = false;       // the warpgroup-MMA kernel (cuda_flash_attention_wgmma.cu; sm_90, bf16 cache)
 };
 bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, KvType kv, const CudaOptions& o,
                           FlashPlan* plan);
 // The attention itself, after qk_prep (q in q16, this step's k/v in k16/v16 and the paged cache).
 void launch_flash_attention(const AttnArgs& a, cudaStream_t s);
+// cuda_flash_attention_wgmma.cu: its plan (a bf16 cache on an sm_90 GPU, head_dim 64/128/256:
+// 64-token tiles of 64 keys, the most query heads per block that fit) and launch.
+bool flash_wgmma_plan(int n_heads, int n_kv_heads, int head_dim, KvType kv, FlashPlan* plan);
+void launch_flash_attention_wgmma(const AttnArgs& a, cudaStream_t s);
 
 // ---- cuda_gated_delta_net.cu -------------------------------------------------------------------
 // The chunked delta rule (long GDN runs): tokens per chunk, and floats per row of GdnArgs::chunk_m.
@@ -252,6 +260,7 @@ struct GdnArgs {
   float* chunk_m = nullptr;            // scratch [T, Hv, kGdnChunkRow]: token i's masked (q_i.k_j) Gam_ij
                                        // over its chunk's j, then gamma_i, gamma_L / gamma_i, 2 spare
   bool chunk_prefetch = true;          // its state kernel fetches the next chunk's W, Q ahead (where 2 blocks/SM fit)
+  int tf32_parts = 3;                  // its products: 3xTF32 (f32-accurate) or 1 (one TF32 product)
   bool decode = false;                 // one token per sequence, no deferral: the layer in one kernel
   int decode_warps = 0;                // decode: warps per block (0: by the batch, cuda_gated_delta_net.cu)
   int* head_count = nullptr;           // [S, Hk] zeros, for decode: blocks of a key head past reading its

@@ -1,6 +1,6 @@
 // Tensor-core building blocks shared by the attention kernels (cuda_flash_attention.cu,
 // cuda_decode_attention_mma.cu) and the chunked GDN (cuda_gdn_chunked_mma.cu): cp.async copies into
-// shared memory, ldmatrix, mma.sync m16n8k16 and bf16 packing, 3xTF32 m16n8k8 products; and the
+// shared memory, ldmatrix, mma.sync m16n8k16 and bf16 packing, 1xTF32 / 3xTF32 m16n8k8 products; and the
 // device's opt-in shared-memory limit. Included by .cu files only.
 #pragma once
 
@@ -71,34 +71,53 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// One warp: acc[nt] (rows 0..15, columns 8 nt .. 8 nt + 7) += A[16 x 8 KSTEPS] · B[8 KSTEPS x 8 NT] in
-// 3xTF32, from shared memory: A(r, k) = A[r * LDA + k * KA], B(k, n) = B[k * KB + n * NB] (compile-time
-// strides: every fragment load is one instruction with an immediate offset). ILP: the three terms
-// go to three accumulators (dependent mma chains a third as long, for long K; 2 NT x 4 more registers).
-template <int NT, int KSTEPS, int LDA, int KA, int KB, int NB, bool ILP = false>
-__device__ __forceinline__ void mma_tf32x3(float (&acc)[NT][4], const float* A, const float* B) {
+// x rounded to the nearest TF32 (10 mantissa bits), for one-product (1xTF32) mmas.
+__device__ __forceinline__ uint32_t round_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+// One warp: acc[nt] (rows 0..15, columns 8 nt .. 8 nt + 7) += A[16 x 8 KSTEPS] · B[8 KSTEPS x 8 NT] on
+// tensor cores from shared memory: A(r, k) = A[r * LDA + k * KA], B(k, n) = B[k * KB + n * NB]
+// (compile-time strides: every fragment load is one instruction with an immediate offset).
+// PARTS 3: 3xTF32, ~f32-accurate (exact mode); 1: one TF32 product of the rounded operands (~2^-11
+// relative per operand: the default mode, finer than the bf16 its GEMMs' inputs are rounded to).
+// ILP (3 parts): the three terms go to three accumulators (dependent mma chains a third as long, for
+// long K; 2 NT x 4 more registers).
+template <int PARTS, int NT, int KSTEPS, int LDA, int KA, int KB, int NB, bool ILP = false>
+__device__ __forceinline__ void mma_tf32xn(float (&acc)[NT][4], const float* A, const float* B) {
+  static_assert(PARTS == 1 || PARTS == 3, "1xTF32 or 3xTF32");
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const float* a = A + g * LDA + t * KA;
   const float* b = B + t * KB + g * NB;
-  float c1[ILP ? NT : 1][4] = {}, c2[ILP ? NT : 1][4] = {};
+  constexpr bool kIlp = ILP && PARTS == 3;
+  float c1[kIlp ? NT : 1][4] = {}, c2[kIlp ? NT : 1][4] = {};
 #pragma unroll
   for (int ks = 0; ks < KSTEPS; ++ks) {
+    const float av[4] = {a[8 * ks * KA], a[8 * LDA + 8 * ks * KA], a[(8 * ks + 4) * KA],
+                         a[8 * LDA + (8 * ks + 4) * KA]};
     uint32_t ah[4], al[4];
-    split_tf32(a[8 * ks * KA], ah[0], al[0]);
-    split_tf32(a[8 * LDA + 8 * ks * KA], ah[1], al[1]);
-    split_tf32(a[(8 * ks + 4) * KA], ah[2], al[2]);
-    split_tf32(a[8 * LDA + (8 * ks + 4) * KA], ah[3], al[3]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (PARTS == 3) split_tf32(av[i], ah[i], al[i]);
+      else ah[i] = round_tf32(av[i]);
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      uint32_t bh0, bl0, bh1, bl1;
-      split_tf32(b[8 * ks * KB + 8 * nt * NB], bh0, bl0);
-      split_tf32(b[(8 * ks + 4) * KB + 8 * nt * NB], bh1, bl1);
-      mma_tf32(ILP ? c1[ILP ? nt : 0] : acc[nt], al, bh0, bh1);
-      mma_tf32(ILP ? c2[ILP ? nt : 0] : acc[nt], ah, bl0, bl1);
-      mma_tf32(acc[nt], ah, bh0, bh1);
+      const float b0 = b[8 * ks * KB + 8 * nt * NB], b1 = b[(8 * ks + 4) * KB + 8 * nt * NB];
+      if constexpr (PARTS == 3) {
+        uint32_t bh0, bl0, bh1, bl1;
+        split_tf32(b0, bh0, bl0);
+        split_tf32(b1, bh1, bl1);
+        mma_tf32(kIlp ? c1[kIlp ? nt : 0] : acc[nt], al, bh0, bh1);
+        mma_tf32(kIlp ? c2[kIlp ? nt : 0] : acc[nt], ah, bl0, bl1);
+        mma_tf32(acc[nt], ah, bh0, bh1);
+      } else {
+        mma_tf32(acc[nt], ah, round_tf32(b0), round_tf32(b1));
+      }
     }
   }
-  if constexpr (ILP) {
+  if constexpr (kIlp) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll

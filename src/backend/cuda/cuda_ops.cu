@@ -127,26 +127,36 @@ void launch_rms_norm_to(const float* x, int64_t rows, int64_t d, const float* w,
 
 __device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
-// Row blockIdx.y, VEC columns per thread from VEC * (blockIdx.x * blockDim.x + threadIdx.x); out is
-// f32 or bf16 (the rounding f32_to_bf16_kernel does).
-template <int VEC, class Out>
-__global__ void silu_mul_kernel(const float* gu, int64_t inter, Out* out) {
+// Row blockIdx.y, VEC columns per thread from VEC * (blockIdx.x * blockDim.x + threadIdx.x); gu is
+// f32 or bf16 (In = uint16_t: gate_up's bf16 output), out f32 or bf16 (the rounding
+// f32_to_bf16_kernel does).
+template <int VEC, class In, class Out>
+__global__ void silu_mul_kernel(const In* gu, int64_t inter, Out* out) {
   pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
   pdl_trigger();  // (a GEMV: it starts streaming its weights)
   const int64_t c = VEC * (int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
   if (c >= inter) return;
-  const float* g = gu + int64_t(blockIdx.y) * 2 * inter + c;
+  const In* g = gu + int64_t(blockIdx.y) * 2 * inter + c;
   Out* o = out + int64_t(blockIdx.y) * inter + c;
-  float r[VEC];
-  if constexpr (VEC == 4) {
+  float gv[VEC], uv[VEC], r[VEC];
+  if constexpr (VEC == 4 && sizeof(In) == 4) {
     const float4 g4 = *reinterpret_cast<const float4*>(g), u4 = *reinterpret_cast<const float4*>(g + inter);
-    r[0] = silu_mul1(g4.x, u4.x);
-    r[1] = silu_mul1(g4.y, u4.y);
-    r[2] = silu_mul1(g4.z, u4.z);
-    r[3] = silu_mul1(g4.w, u4.w);
+    gv[0] = g4.x, gv[1] = g4.y, gv[2] = g4.z, gv[3] = g4.w;
+    uv[0] = u4.x, uv[1] = u4.y, uv[2] = u4.z, uv[3] = u4.w;
+  } else if constexpr (VEC == 4) {
+    const uint2 g4 = *reinterpret_cast<const uint2*>(g), u4 = *reinterpret_cast<const uint2*>(g + inter);
+    const uint32_t gw[2] = {g4.x, g4.y}, uw[2] = {u4.x, u4.y};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      gv[i] = bf16_bits_to_f32(static_cast<uint16_t>(gw[i / 2] >> (16 * (i % 2))));
+      uv[i] = bf16_bits_to_f32(static_cast<uint16_t>(uw[i / 2] >> (16 * (i % 2))));
+    }
   } else {
-    r[0] = silu_mul1(g[0], g[inter]);
+    if constexpr (sizeof(In) == 4) gv[0] = g[0], uv[0] = g[inter];
+    else gv[0] = bf16_bits_to_f32(g[0]), uv[0] = bf16_bits_to_f32(g[inter]);
   }
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) r[i] = silu_mul1(gv[i], uv[i]);
   if constexpr (sizeof(Out) == 2) {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) o[i] = f32_to_bf16_bits(r[i]);
@@ -157,18 +167,18 @@ __global__ void silu_mul_kernel(const float* gu, int64_t inter, Out* out) {
   }
 }
 
-template <class Out>
-void launch_silu_mul_to(const float* gu, int64_t rows, int64_t inter, Out* out, bool pdl, cudaStream_t s) {
-  const bool vec = inter % 4 == 0 && reinterpret_cast<uintptr_t>(gu) % 16 == 0 &&
+template <class In, class Out>
+void launch_silu_mul_to(const In* gu, int64_t rows, int64_t inter, Out* out, bool pdl, cudaStream_t s) {
+  const bool vec = inter % 4 == 0 && reinterpret_cast<uintptr_t>(gu) % (4 * sizeof(In)) == 0 &&
                    (sizeof(Out) == 2 || reinterpret_cast<uintptr_t>(out) % 16 == 0);
   const int64_t per = vec ? 4 * 256 : 256;
   constexpr int64_t kMaxRows = 65535;  // gridDim.y
   for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
     const dim3 grid(static_cast<unsigned>((inter + per - 1) / per), static_cast<unsigned>(std::min(kMaxRows, rows - r0)));
-    const float* g = gu + r0 * 2 * inter;
+    const In* g = gu + r0 * 2 * inter;
     Out* o = out + r0 * inter;
-    if (vec) launch_pdl(pdl, silu_mul_kernel<4, Out>, grid, dim3(256), 0, s, g, inter, o);
-    else launch_pdl(pdl, silu_mul_kernel<1, Out>, grid, dim3(256), 0, s, g, inter, o);
+    if (vec) launch_pdl(pdl, silu_mul_kernel<4, In, Out>, grid, dim3(256), 0, s, g, inter, o);
+    else launch_pdl(pdl, silu_mul_kernel<1, In, Out>, grid, dim3(256), 0, s, g, inter, o);
   }
 }
 
@@ -338,6 +348,10 @@ void launch_silu_mul(const float* gu, int64_t rows, int64_t inter, float* out, b
 
 void launch_silu_mul_bf16(const float* gu, int64_t rows, int64_t inter, uint16_t* out, bool pdl, cudaStream_t s) {
   launch_silu_mul_to(gu, rows, inter, out, pdl, s);
+}
+
+void launch_silu_mul_bf16_in(const uint16_t* gu, int64_t rows, int64_t inter, uint16_t* out, cudaStream_t s) {
+  launch_silu_mul_to(gu, rows, inter, out, false, s);
 }
 
 void launch_gather_rows(const float* src, int64_t d, const int32_t* rows_host, int n_rows, float* dst,

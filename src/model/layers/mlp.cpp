@@ -15,8 +15,8 @@ Result<Mlp> Mlp::load(WeightLoader& w, const std::string& prefix, const ModelCon
 }
 
 void Mlp::forward(Kernels& k, const NormedInput& in, Tensor gu, Tensor act, Tensor residual, Communicator* comm) const {
-  k.rms_norm_matmul(in.x, in.norm, in.eps, *gate_up, gu, false, in.normed);
-  k.silu_mul_matmul(gu, *down, residual, /*accumulate=*/comm == nullptr || comm->rank() == 0, act);
+  k.mlp(in.x, in.norm, in.eps, *gate_up, *down, residual, /*accumulate=*/comm == nullptr || comm->rank() == 0,
+        in.normed, gu, act);
   if (comm) comm->all_reduce_sum(residual);
 }
 
