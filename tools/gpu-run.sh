@@ -139,32 +139,30 @@ if has matmul; then
   cat "$OUT/matmul.log" | tee -a "$OUT/summary.txt"
 fi
 
-if has kernels; then
-  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  if [ -z "$NCU" ]; then
-    echo "kernels: no ncu on this machine" | tee -a "$OUT/summary.txt"
-  else
-    timeout 300 "$NCU" --clock-control none --csv \
-      --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size \
-      "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --batch 1 --prompt-len 64 \
-      --gen-len 4 --prefill-len 64 --disable-cuda-graph >"$OUT/ncu_decode.csv" 2>"$OUT/ncu_decode.err"
-    echo "ncu decode step rc=$?" | tee -a "$OUT/summary.txt"
-    python3 tools/ncu_step.py "$OUT/ncu_decode.csv" 2>&1 | tee -a "$OUT/summary.txt"
+# ncu_kernels NAME SECONDS STEP_FLAGS CMD...: every kernel of CMD under ncu (cold caches, each kernel
+# alone) into $OUT/ncu_NAME.csv, summed per kernel by tools/ncu_step.py STEP_FLAGS.
+ncu_kernels() {
+  local name=$1 secs=$2 flags=$3
+  shift 3
+  local ncu
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -z "$ncu" ]; then
+    echo "$name: no ncu on this machine" | tee -a "$OUT/summary.txt"
+    return
   fi
+  timeout "$secs" "$ncu" --clock-control none --csv --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size \
+    "$@" >"$OUT/ncu_$name.csv" 2>"$OUT/ncu_$name.err"
+  echo "ncu $name rc=$?" | tee -a "$OUT/summary.txt"
+  python3 tools/ncu_step.py "$OUT/ncu_$name.csv" $flags 2>&1 | head -60 | tee -a "$OUT/summary.txt"
+}
+
+if has kernels; then
+  ncu_kernels decode 300 "" "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --batch 1 \
+    --prompt-len 64 --gen-len 4 --prefill-len 64 --disable-cuda-graph
 fi
 
 if has prefill-kernels; then
-  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  if [ -z "$NCU" ]; then
-    echo "prefill-kernels: no ncu on this machine" | tee -a "$OUT/summary.txt"
-  else
-    timeout 400 "$NCU" --clock-control none --csv \
-      --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size \
-      "$B/bench_cuda_decode" --model $M --kv-dtype bf16 --prefill-only --prefill 8192 \
-      >"$OUT/ncu_prefill.csv" 2>"$OUT/ncu_prefill.err"
-    echo "ncu prefill rc=$?" | tee -a "$OUT/summary.txt"
-    python3 tools/ncu_step.py "$OUT/ncu_prefill.csv" --all 2>&1 | head -60 | tee -a "$OUT/summary.txt"
-  fi
+  ncu_kernels prefill 400 --all "$B/bench_cuda_decode" --model $M --kv-dtype bf16 --prefill-only --prefill 8192
 fi
 
 if has prefill; then

@@ -38,6 +38,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_launch.h"
+#include "backend/cuda/cuda_flash_tile.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
 namespace deltaserve::cuda {
@@ -76,16 +77,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs 
   const int HB = a.flash_hb, BT = 16 * a.flash_mt;
   const int nh = a.n_heads, nkv = a.n_kv_heads, G = nh / nkv;
 
-  // (sequence, token tile) of this block; each sequence's last (longest) tiles first.
-  int idx = blockIdx.x, s = 0, tile = 0;
-  for (;; ++s) {
-    const int nt = (a.seq_start[s + 1] - a.seq_start[s] + BT - 1) / BT;
-    if (idx < nt || s == a.n_seqs - 1) {
-      tile = nt - 1 - idx;
-      break;
-    }
-    idx -= nt;
-  }
+  int tile = 0;
+  const int s = flash_block_tile(a, blockIdx.x, BT, &tile);
   const int seq_t0 = a.seq_start[s];
   const int pos_first = a.positions[seq_t0];  // keys from here on are this step's (scratch)
   const int t0 = seq_t0 + tile * BT;
@@ -156,7 +149,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs 
   float o[NT_O][4];
 #pragma unroll
   for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  FlashRows rows;
   const float sl2 = a.scale * 1.4426950408889634f;  // scores in log2 units: exp2f below
   const int n_tiles = (n_keys + kBN - 1) / kBN;
   const int mat = lane >> 3, rr = lane & 7;  // ldmatrix: this lane's matrix and row
@@ -204,51 +197,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs 
       }
     }
 
-    // Causal mask, online softmax (rows g and g + 8; a row's 32 scores sit in its 4 quad lanes).
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < NT_S; ++n) {
-      const int key = j0 + n * 8 + 2 * tig;
-      sc[n][0] = key <= qpos0 ? sc[n][0] * sl2 : -INFINITY;
-      sc[n][1] = key + 1 <= qpos0 ? sc[n][1] * sl2 : -INFINITY;
-      sc[n][2] = key <= qpos1 ? sc[n][2] * sl2 : -INFINITY;
-      sc[n][3] = key + 1 <= qpos1 ? sc[n][3] * sl2 : -INFINITY;
-      mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    // Key 0 is in tile 0 and never masked, so m is finite from the first tile on.
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    // Rescale O only when some row's maximum grew (rare after the first tiles).
-    if (__any_sync(0xffffffffu, mn0 > m0 || mn1 > m1)) {
-      const float c0 = exp2f(m0 - mn0), c1 = exp2f(m1 - mn1);  // 0 on the first tile (m = -inf)
-      l0 *= c0;
-      l1 *= c1;
-#pragma unroll
-      for (int n = 0; n < NT_O; ++n) {
-        o[n][0] *= c0;
-        o[n][1] *= c0;
-        o[n][2] *= c1;
-        o[n][3] *= c1;
-      }
-    }
-    m0 = mn0;
-    m1 = mn1;
-    float rs0 = 0.f, rs1 = 0.f;
-#pragma unroll
-    for (int n = 0; n < NT_S; ++n) {
-      sc[n][0] = exp2f(sc[n][0] - mn0);
-      sc[n][1] = exp2f(sc[n][1] - mn0);
-      sc[n][2] = exp2f(sc[n][2] - mn1);
-      sc[n][3] = exp2f(sc[n][3] - mn1);
-      rs0 += sc[n][0] + sc[n][1];
-      rs1 += sc[n][2] + sc[n][3];
-    }
-    l0 += rs0;  // per-lane partial sums; the quad is summed at the end
-    l1 += rs1;
+    // Causal mask, online softmax (rows g and g + 8; a row's scores sit in its 4 quad lanes).
+    flash_softmax_tile(sc, o, rows, j0, tig, qpos0, qpos1, sl2);
 
     // O += P V: the S accumulator fragments of n-tiles 2kk, 2kk+1 are the A fragment of k-step kk.
 #pragma unroll
@@ -267,32 +217,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs 
   }
   if (!warp_live) return;
 
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
-  const int q_width = a.output_gate ? 2 * HD : HD;
-  const int64_t row = int64_t(nh) * q_width + 2 * int64_t(nkv) * HD;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int t = wt0 + g + 8 * half;
-    if (t > t_last) continue;
-    const float inv = half ? inv1 : inv0;
-    float* dst = a.out + int64_t(t) * nh * HD + int64_t(h) * HD;
-    const float* gate = a.qkv + int64_t(t) * row + int64_t(h) * q_width + HD;
-#pragma unroll
-    for (int n = 0; n < NT_O; ++n) {
-      const int d = n * 8 + 2 * tig;
-      float2 v = make_float2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
-      if (a.output_gate) {
-        const float2 gv = *reinterpret_cast<const float2*>(gate + d);
-        v.x *= 1.0f / (1.0f + expf(-gv.x));
-        v.y *= 1.0f / (1.0f + expf(-gv.y));
-      }
-      *reinterpret_cast<float2*>(dst + d) = v;
-    }
-  }
+  flash_store_rows<HD>(a, o, rows, wt0 + g, t_last, h, tig);
 }
 
 template <int HD, int BN, bool STAGE, KvType KV = KvType::F32>

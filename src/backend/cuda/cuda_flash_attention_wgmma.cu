@@ -29,6 +29,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_launch.h"
+#include "backend/cuda/cuda_flash_tile.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -62,6 +63,19 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_
   return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32);
 }
 
+// The 32 accumulator operands of an m64n64 f32 wgmma: the registers %0-%31 and their constraints.
+#define DS_WG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define DS_WG_D32_OPERANDS(d) \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
+  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
@@ -78,15 +92,8 @@ __device__ __forceinline__ void wg_fence_regs(float (&d)[N][4]) {
 __device__ __forceinline__ void wgmma_ss_n64(float (&d)[8][4], uint64_t da, uint64_t db, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " DS_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : DS_WG_D32_OPERANDS(d)
       : "l"(da), "l"(db), "r"(accumulate));
 }
 // d += A B, A [64 x 16] bf16 in registers (the mma.sync A fragment of each warp's 16 rows), B
@@ -94,15 +101,8 @@ __device__ __forceinline__ void wgmma_ss_n64(float (&d)[8][4], uint64_t da, uint
 __device__ __forceinline__ void wgmma_rs_n64_bt(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " DS_WG_D32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : DS_WG_D32_OPERANDS(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 #endif
@@ -123,16 +123,8 @@ __global__ void __launch_bounds__(128 * HB, 1) flash_attn_wgmma_kernel(AttnArgs 
   const uint32_t base = smem_u32(smem);
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, tig = lane & 3;
-  // (sequence, token tile) of this block; each sequence's last (longest) tiles first.
-  int idx = blockIdx.x, s = 0, tile = 0;
-  for (;; ++s) {
-    const int nt = (a.seq_start[s + 1] - a.seq_start[s] + kWgRows - 1) / kWgRows;
-    if (idx < nt || s == a.n_seqs - 1) {
-      tile = nt - 1 - idx;
-      break;
-    }
-    idx -= nt;
-  }
+  int tile = 0;
+  const int s = flash_block_tile(a, blockIdx.x, kWgRows, &tile);
   const int t0 = a.seq_start[s] + tile * kWgRows;
   const int t_last = min(t0 + kWgRows, a.seq_start[s + 1]) - 1;
   const int n_keys = a.positions[t_last] + 1;  // positions ascend within a sequence
@@ -184,7 +176,7 @@ __global__ void __launch_bounds__(128 * HB, 1) flash_attn_wgmma_kernel(AttnArgs 
   float o[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  FlashRows rows;
   const float sl2 = a.scale * 1.4426950408889634f;  // scores in log2 units: exp2f below
   const int n_tiles = (n_keys + kWgKeys - 1) / kWgKeys;
 
@@ -207,48 +199,8 @@ __global__ void __launch_bounds__(128 * HB, 1) flash_attn_wgmma_kernel(AttnArgs 
     wg_wait_all();
     wg_fence_regs(sc);
 
-    // Causal mask, online softmax (rows r0, r0 + 8; a row's 16 scores per n-tile in its quad).
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const int key = j0 + n * 8 + 2 * tig;
-      sc[n][0] = key <= qpos0 ? sc[n][0] * sl2 : -INFINITY;
-      sc[n][1] = key + 1 <= qpos0 ? sc[n][1] * sl2 : -INFINITY;
-      sc[n][2] = key <= qpos1 ? sc[n][2] * sl2 : -INFINITY;
-      sc[n][3] = key + 1 <= qpos1 ? sc[n][3] * sl2 : -INFINITY;
-      mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    // Key 0 is in tile 0 and never masked, so m is finite from the first tile on.
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    // Rescale O only when some row's maximum of this warp grew (rare after the first tiles).
-    if (__any_sync(0xffffffffu, mn0 > m0 || mn1 > m1)) {
-      const float c0 = exp2f(m0 - mn0), c1 = exp2f(m1 - mn1);  // 0 on the first tile (m = -inf)
-      l0 *= c0;
-      l1 *= c1;
-#pragma unroll
-      for (int n = 0; n < HD / 8; ++n) {
-        o[n][0] *= c0;
-        o[n][1] *= c0;
-        o[n][2] *= c1;
-        o[n][3] *= c1;
-      }
-    }
-    m0 = mn0;
-    m1 = mn1;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      sc[n][0] = exp2f(sc[n][0] - mn0);
-      sc[n][1] = exp2f(sc[n][1] - mn0);
-      sc[n][2] = exp2f(sc[n][2] - mn1);
-      sc[n][3] = exp2f(sc[n][3] - mn1);
-      l0 += sc[n][0] + sc[n][1];  // per-lane partial sums; the quad is summed at the end
-      l1 += sc[n][2] + sc[n][3];
-    }
+    // Causal mask, online softmax (rows r0, r0 + 8; a row's scores in its quad's lanes).
+    flash_softmax_tile(sc, o, rows, j0, tig, qpos0, qpos1, sl2);
 
     // O += P V: n-tiles 2kk, 2kk + 1 of S are the A fragment of keys 16kk .. 16kk + 15 (packed
     // before the fence: registers an mma reads are written before it).
@@ -272,32 +224,7 @@ __global__ void __launch_bounds__(128 * HB, 1) flash_attn_wgmma_kernel(AttnArgs 
     wg_fence_regs(o);
   }
 
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
-  const int q_width = a.output_gate ? 2 * HD : HD;
-  const int64_t row = int64_t(nh) * q_width + 2 * int64_t(nkv) * HD;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int t = t0 + r0 + 8 * half;
-    if (t > t_last) continue;
-    const float inv = half ? inv1 : inv0;
-    float* dst = a.out + int64_t(t) * nh * HD + int64_t(h) * HD;
-    const float* gate = a.qkv + int64_t(t) * row + int64_t(h) * q_width + HD;
-#pragma unroll
-    for (int n = 0; n < HD / 8; ++n) {
-      const int d = n * 8 + 2 * tig;
-      float2 v = make_float2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
-      if (a.output_gate) {
-        const float2 gv = *reinterpret_cast<const float2*>(gate + d);
-        v.x *= 1.0f / (1.0f + expf(-gv.x));
-        v.y *= 1.0f / (1.0f + expf(-gv.y));
-      }
-      *reinterpret_cast<float2*>(dst + d) = v;
-    }
-  }
+  flash_store_rows<HD>(a, o, rows, t0 + r0, t_last, h, tig);
 #else
   __trap();  // built without sm_90a: flash_wgmma_plan never picks this kernel
 #endif
