@@ -69,7 +69,8 @@ class CudaKernels final : public Kernels {
   // Scratch device memory that only grows (the first large batch sizes it), zeroed when it does.
   void* scratch(int idx, std::size_t bytes);
   void gemm_bf16(const uint16_t* xb, int64_t T, int parts, const CudaLinear& cw, Tensor out, bool accumulate);
-  void gemm_bf16_out(const uint16_t* xb, int64_t T, const CudaLinear& cw, uint16_t* out);
+  void cublas_gemm(const uint16_t* xb, int64_t rows, const CudaLinear& cw, void* dst, cudaDataType_t dst_type,
+                   float beta);
   bool matmul_with_prologue(cuda::GemvPrologue kind, const Tensor& in, const float* norm, float eps,
                             const CudaLinear& cw, Tensor out, bool accumulate);
   const float* inv_freq(int rotary_dim, float theta);
@@ -412,29 +413,27 @@ void CudaKernels::matmul(const Tensor& x, const LinearWeight& w, Tensor out, boo
 // (1: x rounded; 3: hi, mid, lo parts, summed per row afterwards).
 void CudaKernels::gemm_bf16(const uint16_t* xb, int64_t T, int parts, const CudaLinear& cw, Tensor out,
                             bool accumulate) {
-  const int64_t K = cw.k(), N = cw.n(), rows = T * parts;
+  const int64_t N = cw.n(), rows = T * parts;
   float* dst = out.f32();
   float beta = accumulate ? 1.0f : 0.0f;
   if (parts == 3) {
     dst = static_cast<float*>(scratch(4, static_cast<std::size_t>(rows * N) * 4));
     beta = 0.0f;
   }
-  const float alpha = 1.0f;
-  // Column-major view: out^T [N, rows] = W [N, K] (row-major = K x N col-major, transposed) * x^T [K, rows].
-  DS_CUBLAS_CHECK(cublasGemmEx(b_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(rows),
-                               static_cast<int>(K), &alpha, cw.data(), CUDA_R_16BF, static_cast<int>(K), xb, CUDA_R_16BF,
-                               static_cast<int>(K), &beta, dst, CUDA_R_32F, static_cast<int>(N), CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
+  cublas_gemm(xb, rows, cw, dst, CUDA_R_32F, beta);
   if (parts == 3) cuda::launch_sum_parts3(dst, T * N, out.f32(), accumulate, stream());
 }
 
-// out [T, N] = x [T, K] W^T in bf16 (cuBLAS rounds its f32 sums once), from bf16 xb [T, K].
-void CudaKernels::gemm_bf16_out(const uint16_t* xb, int64_t T, const CudaLinear& cw, uint16_t* out) {
+// dst [rows, N] = x [rows, K] W^T + beta dst: cuBLAS, bf16 xb and weights, f32 sums, dst f32 or bf16
+// (dst_type; bf16: the sums rounded once).
+void CudaKernels::cublas_gemm(const uint16_t* xb, int64_t rows, const CudaLinear& cw, void* dst,
+                              cudaDataType_t dst_type, float beta) {
   const int64_t K = cw.k(), N = cw.n();
-  const float alpha = 1.0f, beta = 0.0f;
-  DS_CUBLAS_CHECK(cublasGemmEx(b_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(T),
+  const float alpha = 1.0f;
+  // Column-major view: dst^T [N, rows] = W [N, K] (row-major = K x N col-major, transposed) * x^T [K, rows].
+  DS_CUBLAS_CHECK(cublasGemmEx(b_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(rows),
                                static_cast<int>(K), &alpha, cw.data(), CUDA_R_16BF, static_cast<int>(K), xb, CUDA_R_16BF,
-                               static_cast<int>(K), &beta, out, CUDA_R_16BF, static_cast<int>(N), CUBLAS_COMPUTE_32F,
+                               static_cast<int>(K), &beta, dst, dst_type, static_cast<int>(N), CUBLAS_COMPUTE_32F,
                                CUBLAS_GEMM_DEFAULT));
 }
 
@@ -497,7 +496,7 @@ void CudaKernels::mlp(const Tensor& x, const Tensor& norm, float eps, const Line
   timed(timing_ ? str_cat("matmul cublas+norm bf16 out ", cg.n(), "x", H) : std::string(), [&] {
     uint16_t* xb = static_cast<uint16_t*>(scratch(0, static_cast<std::size_t>(T * H) * 2));
     cuda::launch_rms_norm_bf16(x.f32(), T, H, norm.f32(), eps, xb, false, stream());
-    gemm_bf16_out(xb, T, cg, gu16);
+    cublas_gemm(xb, T, cg, gu16, CUDA_R_16BF, 0.0f);
   });
   timed(timing_ ? str_cat("matmul cublas+silu bf16 in ", cd.n(), "x", I) : std::string(), [&] {
     cuda::launch_silu_mul_bf16_in(gu16, T, I, act16, stream());
