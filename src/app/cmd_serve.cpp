@@ -138,6 +138,8 @@ int cmd_serve(const Args& args) {
   for (const auto& w : warnings) log_warn(w);
   // No model given: the bundled tiny model (models/tiny-coder), as `tools/serve.sh` promises.
   if (opts.model_path.empty()) opts.model_path = default_model_dir();
+  // Nodes 1..N-1 of a multi-node group run their ranks for node 0, which serves.
+  if (opts.nnodes > 1 && opts.node_rank > 0) return follow_node_zero(opts);
 
   // Parsers are checked before the (slow) model load.
   if (auto k = tool_parser_kind_from_name(opts.tool_call_parser); !k) return fail(k.status().message(), 2);
@@ -231,6 +233,21 @@ int cmd_serve(const Args& args) {
   if (auto w = launch.faster_config_warning()) log_warn(*w);
   if (launch.launch_id() > 0) log_info("launch ", launch.launch_id(), " recorded (deltaserve history)");
 
+  // --nnodes N: node 0 waits for the others and hands them its engine config (the plan above).
+  // Declared before the engines: it outlives them, and tells the other nodes to stop last.
+  std::unique_ptr<NodeLink> node_link;
+  if (opts.nnodes > 1) {
+    log_info("deltaserve: node 0 of ", opts.nnodes, ": waiting at ", opts.dist_init_addr, " for the other nodes (",
+             opts.dist_timeout, " s)");
+    auto link = NodeLink::lead(node_link_options(opts, device), encode_engine_config(setup->config));
+    if (!link) {
+      launch.stop("failed: " + link.status().message());
+      server.stop();
+      return fail(link.status().message(), 1);
+    }
+    node_link = std::move(*link);
+    setup->config.node_link = node_link.get();
+  }
   // --dp-size N: N engines (replicas) behind one ReplicaSet; replica 0 answers for the capacity.
   auto replicas = make_replicas(setup->config, std::move(setup->backend), static_cast<int>(opts.dp_size));
   if (!replicas) {

@@ -2,9 +2,15 @@
 
 #include <algorithm>
 
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
 #include "backend/backend_factory.h"
-#include "util/thread_pool.h"
+#include "engine/follower_node.h"
 #include "model/generation_config.h"
+#include "util/log.h"
+#include "util/thread_pool.h"
 
 namespace deltaserve {
 
@@ -34,6 +40,9 @@ Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& c
 }
 
 Status single_replica_only(const ServeOptions& opts, const char* command) {
+  if (opts.nnodes > 1)
+    return error("--nnodes ", opts.nnodes, ": `deltaserve ", command, "` runs on one node; multi-node groups are for "
+                 "`deltaserve serve`");
   if (opts.dp_size > 1)
     return error("--dp-size ", opts.dp_size, ": `deltaserve ", command, "` drives one engine; data parallelism is "
                  "for `deltaserve serve`");
@@ -92,6 +101,53 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   DS_ASSIGN_OR_RETURN(GenerationDefaults gen, load_generation_defaults(opts.model_path));  // a missing file: none
   ec.extra_eos_token_ids = gen.eos_token_ids;
   return s;
+}
+
+NodeLinkOptions node_link_options(const ServeOptions& opts, PlanDevice device) {
+  NodeLinkOptions o;
+  if (auto a = parse_host_port(opts.dist_init_addr)) o.addr = *a;  // validated with the options
+  o.nnodes = static_cast<int>(opts.nnodes);
+  o.node_rank = static_cast<int>(opts.node_rank);
+  o.tp_size = static_cast<int>(opts.tp_size);
+  o.device = device == PlanDevice::Cuda ? "cuda" : "cpu";
+  o.timeout_s = static_cast<double>(opts.dist_timeout);
+  // The model: config.json's bytes (FNV-1a) and the load format.
+  std::ifstream in(std::filesystem::path(opts.model_path) / "config.json", std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : ss.str()) h = (h ^ ch) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  o.model_identity = std::string("config.json ") + hex + ", --load-format " + opts.load_format;
+  return o;
+}
+
+int follow_node_zero(const ServeOptions& opts) {
+  auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "deltaserve serve: %s\n", msg.c_str());
+    return 1;
+  };
+  const bool cuda_built = cuda_available();
+  const PlanDevice device = resolve_plan_device(opts, detect_host(cuda_built), cuda_built);
+  const NodeLinkOptions lo = node_link_options(opts, device);
+  log_info("deltaserve: node ", lo.node_rank, " of ", lo.nnodes, ": joining node 0 at ", lo.addr.str());
+  auto link = NodeLink::join(lo);
+  if (!link) return fail(link.status().message());
+  EngineConfig c;
+  c.model_dir = opts.model_path;
+  c.device = device == PlanDevice::Cuda ? Device::Cuda : Device::Cpu;
+  c.n_threads = static_cast<int>(opts.threads);
+  if (Status s = apply_engine_config((*link)->welcome(), c); !s) return fail(s.message());
+  auto node = FollowerNode::create(c, **link);
+  if (!node) return fail(node.status().message());
+  log_info("deltaserve: node ", lo.node_rank, " runs tensor-parallel ranks ", (*link)->first_rank(), "..",
+           (*link)->first_rank() + (*link)->local_ranks() - 1, " of ", lo.tp_size, " (", (*node)->ranks().transport(),
+           "); node 0 serves HTTP");
+  std::fflush(stderr);
+  if (Status s = (*node)->run(); !s) return fail(s.message());
+  log_info("deltaserve: node 0 stopped; node ", lo.node_rank, " exits");
+  return 0;
 }
 
 }  // namespace deltaserve

@@ -12,6 +12,7 @@
 #include "cache/memory_plan.h"
 #include "deploy/plan_input.h"
 #include "engine/engine.h"
+#include "engine/node_link.h"
 #include "model/config.h"
 #include "options/serve_options.h"
 
@@ -35,7 +36,15 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
 // until replicas get GPUs of their own (issue #12).
 Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& config, std::unique_ptr<Backend> backend,
                                                            int dp);
-// Refuses --dp-size > 1 for the commands that drive one engine (generate, bench-offline).
+// Refuses --dp-size > 1 and --nnodes > 1 for the commands that drive one engine (generate,
+// bench-offline).
 Status single_replica_only(const ServeOptions& opts, const char* command);
+
+// Multi-node (--nnodes > 1): what this node says of itself at --dist-init-addr. The model's
+// identity (config.json's bytes, the load format) must match between nodes.
+NodeLinkOptions node_link_options(const ServeOptions& opts, PlanDevice device);
+// Nodes 1..N-1 of `deltaserve serve`: join node 0, build this node's ranks from node 0's engine
+// config and replay its steps until it stops. No HTTP. Returns the process's exit code.
+int follow_node_zero(const ServeOptions& opts);
 
 }  // namespace deltaserve

@@ -74,7 +74,10 @@ void CacheMemory::allocate(RankStorage& rs) {
 
 int CacheMemory::acquire_slot() {
   const int s = slots_.acquire();
-  if (s >= 0 && has_state()) zero_slot(s);
+  if (s >= 0 && has_state()) {
+    if (mirror_) mirror_->zero_slot(s);
+    zero_slot_storage(s);
+  }
   return s;
 }
 
@@ -96,6 +99,13 @@ void CacheMemory::check_integrity() const {
 void CacheMemory::copy_slot(int src, int dst) {
   auto held = [&](int s) { return slots_.in_use(s) || checkpoints_.in_use(s - slots_.n_total()); };
   DS_CHECK(held(src) && held(dst) && src != dst, "copy_slot ", src, " -> ", dst);
+  if (mirror_) mirror_->copy_slot(src, dst);
+  copy_slot_storage(src, dst);
+}
+
+void CacheMemory::copy_slot_storage(int src, int dst) {
+  const int n = slots_.n_total() + checkpoints_.n_total();
+  DS_CHECK(src >= 0 && src < n && dst >= 0 && dst < n && src != dst, "copy_slot ", src, " -> ", dst);
   for (const RankStorage& r : ranks_)
     for (const auto& v : r.views.state) {
       const int64_t conv = v.conv.numel() / v.conv.dim(0), rec = v.recurrent.numel() / v.recurrent.dim(0);
@@ -106,7 +116,8 @@ void CacheMemory::copy_slot(int src, int dst) {
     }
 }
 
-void CacheMemory::zero_slot(int slot) {
+void CacheMemory::zero_slot_storage(int slot) {
+  DS_CHECK(slot >= 0 && slot < slots_.n_total(), "zero_slot ", slot);
   for (const RankStorage& r : ranks_)
     for (const auto& v : r.views.state) {
       const int64_t conv = v.conv.numel() / v.conv.dim(0), rec = v.recurrent.numel() / v.recurrent.dim(0);

@@ -22,6 +22,15 @@
 
 namespace deltaserve {
 
+// Multi-node: the ranks of the other nodes hold their own copies of the GDN state; node 0's
+// cache tells them of every slot it resets or copies (engine/node_command.h).
+class SlotMirror {
+ public:
+  virtual ~SlotMirror() = default;
+  virtual void zero_slot(int slot) = 0;
+  virtual void copy_slot(int src, int dst) = 0;
+};
+
 struct CacheConfig {
   int n_blocks = 0;
   int block_size = 16;
@@ -62,6 +71,13 @@ class CacheMemory final : public CacheAllocator {
   int n_checkpoints_total() const override { return checkpoints_.n_total(); }
   void check_integrity() const override;
 
+  // Multi-node, node 0: slot resets and copies are told to the other nodes first.
+  void set_mirror(SlotMirror* m) { mirror_ = m; }
+  // Another node's replay of node 0's slot operations: the storage only (node 0 keeps the
+  // bookkeeping of who holds which slot).
+  void zero_slot_storage(int slot);
+  void copy_slot_storage(int src, int dst);
+
   // Bytes this cache allocated on each device (per rank): KV, and GDN state + pending rows.
   int64_t kv_bytes() const { return kv_bytes_; }
   int64_t state_bytes() const { return state_bytes_; }
@@ -69,7 +85,6 @@ class CacheMemory final : public CacheAllocator {
   int64_t kv_bytes_per_token() const { return deltaserve::kv_bytes_per_token(spec_, int64_t(dtype_size(kv_dtype_))); }
 
  private:
-  void zero_slot(int slot);
   // One rank's storage.
   struct RankStorage {
     Backend* backend = nullptr;
@@ -85,6 +100,7 @@ class CacheMemory final : public CacheAllocator {
   SlotPool slots_;
   SlotPool checkpoints_;  // ids offset by n_slots
   std::vector<RankStorage> ranks_;
+  SlotMirror* mirror_ = nullptr;
   int64_t kv_bytes_ = 0, state_bytes_ = 0;
 };
 

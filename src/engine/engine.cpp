@@ -16,6 +16,47 @@ void Sequence::constraint_took(int32_t token) {
   }
 }
 
+RankGroupOptions rank_group_options(const EngineConfig& c) {
+  RankGroupOptions ro;
+  ro.model_dir = c.model_dir;
+  ro.device = c.device == Device::Cuda ? "cuda" : "cpu";
+  ro.n_threads = c.n_threads;
+  ro.tp_size = c.tp_size;
+  ro.custom_all_reduce = c.custom_all_reduce;
+  ro.load.dummy_weights = c.dummy_weights;
+  ro.load.load_mtp = c.spec_num_steps > 0;
+  ro.link = c.node_link;
+  return ro;
+}
+
+CacheConfig cache_config(const EngineConfig& c, const Model& model) {
+  const int k = c.spec_num_steps;
+  CacheConfig cc;
+  cc.block_size = c.kv_block_size;
+  cc.n_blocks = static_cast<int>(c.kv_tokens / cc.block_size);
+  cc.n_slots = c.max_running_requests;
+  cc.pending_depth = k > 0 ? k + 1 : 0;
+  cc.n_checkpoints = c.prefix_cache ? c.checkpoint_slots : 0;
+  cc.kv_dtype = c.kv_cache_dtype;
+  cc.kv_scales = model.kv_scales();
+  return cc;
+}
+
+RunnerLimits runner_limits(const EngineConfig& c, const CacheMemory& cache) {
+  const int per_decode = 1 + c.spec_num_steps;
+  const int bs = cache.config().block_size;
+  RunnerLimits lim;
+  lim.max_seqs = c.max_running_requests;
+  lim.max_tokens = c.max_prefill_tokens + c.max_running_requests * per_decode;
+  lim.max_blocks_per_seq = static_cast<int>((c.context_length + per_decode + bs - 1) / bs);
+  lim.max_logit_rows = c.max_running_requests * per_decode + c.max_running_requests;
+  lim.mtp = c.spec_num_steps > 0;
+  lim.checkpoints = c.prefix_cache && cache.has_state();
+  if (c.device == Device::Cuda)
+    lim.graph_max_seqs = c.cuda_graph_max_bs < 0 ? std::min(c.max_running_requests, 64) : c.cuda_graph_max_bs;
+  return lim;
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::unique_ptr<Backend> backend) {
   const EngineConfig& c = config;
   // Capacities come from the memory plan (or the test that builds the engine): none is guessed here.
@@ -33,42 +74,20 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   if (c.kv_tokens < c.kv_block_size) return error("engine config: kv_tokens ", c.kv_tokens, " is less than one block");
 
   std::unique_ptr<Engine> e(new Engine(config));
-  RankGroupOptions ro;
-  ro.model_dir = c.model_dir;
-  ro.device = c.device == Device::Cuda ? "cuda" : "cpu";
-  ro.n_threads = c.n_threads;
-  ro.tp_size = c.tp_size;
-  ro.custom_all_reduce = c.custom_all_reduce;
-  ro.load.dummy_weights = c.dummy_weights;
-  ro.load.load_mtp = c.spec_num_steps > 0;
-  DS_ASSIGN_OR_RETURN(e->ranks_, RankGroup::create(ro, std::move(backend)));
+  DS_ASSIGN_OR_RETURN(e->ranks_, RankGroup::create(rank_group_options(c), std::move(backend)));
   Model& model = e->ranks_->model();
   const ModelConfig& mc = model.config();
   if (c.spec_num_steps > 0 && !model.has_mtp())
     return error(c.model_dir.string(), ": speculative decoding needs an MTP head, and this model has none");
-
-  const int k = c.spec_num_steps;
-  CacheConfig cc;
-  cc.block_size = c.kv_block_size;
-  cc.n_blocks = static_cast<int>(c.kv_tokens / cc.block_size);
-  cc.n_slots = c.max_running_requests;
-  cc.pending_depth = k > 0 ? k + 1 : 0;
-  cc.n_checkpoints = c.prefix_cache ? c.checkpoint_slots : 0;
-  cc.kv_dtype = c.kv_cache_dtype;
-  cc.kv_scales = model.kv_scales();
-  e->cache_ = std::make_unique<CacheMemory>(e->ranks_->backends(), model.memory_spec(), cc);
-
-  const int per_decode = 1 + k;
-  RunnerLimits lim;
-  lim.max_seqs = c.max_running_requests;
-  lim.max_tokens = c.max_prefill_tokens + c.max_running_requests * per_decode;
-  lim.max_blocks_per_seq = static_cast<int>((c.context_length + per_decode + cc.block_size - 1) / cc.block_size);
-  lim.max_logit_rows = c.max_running_requests * per_decode + c.max_running_requests;
-  lim.mtp = k > 0;
-  lim.checkpoints = c.prefix_cache && e->cache_->has_state();
-  if (c.device == Device::Cuda)
-    lim.graph_max_seqs = c.cuda_graph_max_bs < 0 ? std::min(c.max_running_requests, 64) : c.cuda_graph_max_bs;
-  e->runner_ = std::make_unique<ModelRunner>(*e->ranks_, *e->cache_, lim);
+  e->cache_ = std::make_unique<CacheMemory>(e->ranks_->backends(), model.memory_spec(), cache_config(c, model));
+  if (c.node_link) {
+    // Node 0 of a multi-node group: the other nodes replay every step and slot operation.
+    e->mirror_ = std::make_unique<NodeMirror>(*c.node_link);
+    e->cache_->set_mirror(e->mirror_.get());
+  }
+  e->runner_ = std::make_unique<ModelRunner>(*e->ranks_, *e->cache_, runner_limits(c, *e->cache_));
+  if (e->mirror_) e->runner_->set_mirror(e->mirror_.get());
+  const CacheConfig& cc = e->cache_->config();
 
   SchedulerConfig sc;
   sc.max_running = c.max_running_requests;
@@ -87,7 +106,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   // backend its compute pool already owns them.
   const int n_sample = c.device == Device::Cpu ? 1 : std::clamp(hardware_threads() - 1, 1, 8);
   e->sampling_ = std::make_unique<SamplingPool>(n_sample, mc.vocab_size);
-  if (k > 0) e->set_speculation(true);
+  if (c.spec_num_steps > 0) e->set_speculation(true);
   e->run_items_.reserve(static_cast<size_t>(c.max_running_requests));
   e->outputs_.reserve(static_cast<size_t>(c.max_running_requests));
   e->seed_rng_.seed(c.random_seed != 0 ? c.random_seed : std::random_device{}());

@@ -19,6 +19,7 @@
 #include "engine/engine_config.h"
 #include "engine/engine_service.h"
 #include "engine/model_runner.h"
+#include "engine/node_command.h"
 #include "engine/sampling_pool.h"
 #include "engine/scheduler.h"
 #include "engine/spec/speculative_decoder.h"
@@ -41,6 +42,12 @@ struct EngineCapacity {
   std::string kv_cache_dtype;        // "f32", "bf16", ...
   int spec_num_steps = 0;
 };
+
+// How an engine config becomes the rank group, cache and runner: Engine::create and the other
+// nodes of a multi-node group (engine/follower_node.h) build them alike.
+RankGroupOptions rank_group_options(const EngineConfig& c);
+CacheConfig cache_config(const EngineConfig& c, const Model& model);
+RunnerLimits runner_limits(const EngineConfig& c, const CacheMemory& cache);
 
 class Engine final : public EngineService {
  public:
@@ -66,7 +73,7 @@ class Engine final : public EngineService {
   const EngineConfig& config() const { return config_; }
   EngineCapacity capacity() const;
   std::string backend_description() const { return ranks_->backend().description(); }
-  int tp_size() const { return ranks_->size(); }
+  int tp_size() const { return ranks_->tp_size(); }  // over every node
   // How the tensor-parallel ranks communicate ("" with one rank).
   const std::string& tp_transport() const { return ranks_->transport(); }
   // Per rank (per GPU) with tensor parallelism.
@@ -109,6 +116,7 @@ class Engine final : public EngineService {
   EngineConfig config_;
   std::unique_ptr<RankGroup> ranks_;  // backends and model shards (one rank without --tp-size)
   std::unique_ptr<CacheMemory> cache_;
+  std::unique_ptr<NodeMirror> mirror_;  // multi-node (node 0): tells the other nodes each step
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<SamplingPool> sampling_;

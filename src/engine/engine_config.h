@@ -13,6 +13,8 @@
 
 namespace deltaserve {
 
+class NodeLink;
+
 struct EngineConfig {
   std::filesystem::path model_dir;
   bool dummy_weights = false;        // --load-format dummy: random weights shaped by config.json
@@ -20,6 +22,10 @@ struct EngineConfig {
   int n_threads = 0;                 // CPU threads for kernels; 0 = all usable CPUs
   bool custom_all_reduce = true;     // CUDA tensor parallelism: the one-shot peer all-reduce for small messages
   int tp_size = 1;                   // tensor-parallel ranks (--tp-size; CPU: threads of this process)
+  // Multi-node (--nnodes > 1): this engine runs on node 0 of the group the link joins; its ranks
+  // are the first tp_size / nnodes, and every step is replayed by the other nodes
+  // (engine/node_link.h). nullptr: one node. Not owned.
+  NodeLink* node_link = nullptr;
 
   // Capacity (all required, > 0).
   int max_running_requests = 0;      // sequences decoding at once (= slots)

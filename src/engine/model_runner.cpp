@@ -75,7 +75,7 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
   }
   // Tensor parallel collectives: the residual stream [T, H] (all-reduce) and one rank's
   // vocabulary-parallel logits [rows, ceil(V / P)] (all-gather).
-  const int64_t P = ranks.size();
+  const int64_t P = ranks.tp_size();
   group_.reserve_collectives(static_cast<std::size_t>(std::max(
       T * hidden_ * 4, int64_t(limits.max_logit_rows) * ((vocab_ + P - 1) / P) * 4)));
 }
@@ -314,6 +314,7 @@ void ModelRunner::fetch_sampled(const Sampling& sampling) {
 void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* observer, Fetch fetch,
                       const Sampling* sampling) {
   DS_CHECK(fetch != Fetch::Sample || sampling != nullptr, "Fetch::Sample without sampling settings");
+  if (mirror_) mirror_->run(items);
   build(items);
   group_.run([&](int rank) {
     Rank& r = ranks_[rank];
@@ -332,7 +333,8 @@ void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* obser
   DS_CHECK(fetch != Fetch::Keep, "Fetch::Keep is for run_mtp");
   if (fetch == Fetch::Argmax) fetch_argmax();
   else if (fetch == Fetch::Sample) fetch_sampled(*sampling);
-  else fetch_logits();
+  else if (fetch == Fetch::Logits) fetch_logits();
+  else host_logits_ = nullptr, host_tokens_ = nullptr;  // Fetch::None
   mtp_last_ = -1;
   n_kept_ = 0;
 }
@@ -354,6 +356,7 @@ void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::
   } else {
     chain_next_ = 0;
   }
+  if (mirror_) mirror_->run_mtp(items, from, hidden_rows);
   // Gather the input hidden states before build() replaces the batch (src_rows refers to the
   // previous batch).
   group_.run([&](int rank) {
@@ -381,13 +384,15 @@ void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::
   DS_CHECK(fetch != Fetch::Sample, "run_mtp samples greedily (Fetch::Argmax, Keep) or returns logits");
   if (fetch == Fetch::Argmax) fetch_argmax();
   else if (fetch == Fetch::Keep) fetch_keep();
-  else fetch_logits();
+  else if (fetch == Fetch::Logits) fetch_logits();
+  else host_logits_ = nullptr, host_tokens_ = nullptr;  // Fetch::None
   mtp_last_ = out_which;
   mtp_last_rows_ = n;
 }
 
 void ModelRunner::commit_state(std::span<const StateCommit> commits) {
   if (commits.empty() || !cache_.has_state()) return;
+  if (mirror_) mirror_->commit_state(commits);
   const int S = static_cast<int>(commits.size());
   DS_CHECK(S <= limits_.max_seqs, "commit_state of ", S, " sequences");
   // seq_start [S+1] | slots [S] | checkpoint_at [S] | checkpoint_slot [S]: one copy.

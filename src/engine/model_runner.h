@@ -38,6 +38,8 @@ struct StateCommit {
   int32_t checkpoint_slot = -1;  //   into this checkpoint slot
 };
 
+class RunnerMirror;
+
 struct RunnerLimits {
   int max_tokens = 0;        // tokens per forward
   int max_seqs = 0;          // sequences per forward
@@ -64,7 +66,8 @@ class ModelRunner {
   // k as item i's one token (the items' own tokens are placeholders). take_kept() copies the slots
   // to the host with one wait; kept(slot, row) reads them. An MTP draft chain so runs without a
   // host round trip between its steps.
-  enum class Fetch : uint8_t { Logits, Argmax, Sample, Keep };
+  // Fetch::None: nothing comes back (another node replaying node 0's step; engine/follower_node.h).
+  enum class Fetch : uint8_t { Logits, Argmax, Sample, Keep, None };
   struct Sampling {
     std::span<const SampleRow> rows;          // [n output rows]
     std::span<const PenaltyEntry> penalties;  // at most penalty_capacity()
@@ -88,7 +91,11 @@ class ModelRunner {
   enum class HiddenFrom : uint8_t { Main, Mtp };
   void run_mtp(std::span<const RunItem> items, HiddenFrom from, std::span<const int32_t> hidden_rows,
                Fetch fetch = Fetch::Logits, int ids_from_kept = -1);
-  bool can_keep() const { return ranks_.size() == 1 && limits_.mtp; }
+  bool can_keep() const { return group_.tp_size() == 1 && limits_.mtp; }
+
+  // Multi-node (node 0): every run, run_mtp and commit_state is first told to the other nodes,
+  // whose ranks then run it beside these (nullptr: one node).
+  void set_mirror(RunnerMirror* m) { mirror_ = m; }
   void take_kept();
   int32_t kept(int slot, int row) const {
     DS_CHECK(slot >= 0 && slot < n_taken_ && row >= 0 && row < kept_rows_[slot], "kept(", slot, ", ", row, ")");
@@ -172,6 +179,7 @@ class ModelRunner {
 
   RankGroup& group_;
   CacheMemory& cache_;
+  RunnerMirror* mirror_ = nullptr;
   RunnerLimits limits_;
   int64_t vocab_, hidden_;
   int verify_tokens_ = 0;            // most tokens of a verification run (the cache's pending depth)
@@ -206,6 +214,16 @@ class ModelRunner {
   int chain_next_ = 0;
   // commit_state staging: seq_start [S+1] | slots [S] | checkpoint_at [S] | checkpoint_slot [S].
   DeviceBuffer commit_host_;
+};
+
+// What node 0's runner sends the other nodes of a multi-node group (engine/node_command.h).
+class RunnerMirror {
+ public:
+  virtual ~RunnerMirror() = default;
+  virtual void run(std::span<const RunItem> items) = 0;
+  virtual void run_mtp(std::span<const RunItem> items, ModelRunner::HiddenFrom from,
+                       std::span<const int32_t> hidden_rows) = 0;
+  virtual void commit_state(std::span<const StateCommit> commits) = 0;
 };
 
 }  // namespace deltaserve

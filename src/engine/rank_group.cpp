@@ -7,6 +7,7 @@
 
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_communicator.h"
+#include "backend/cpu/socket_communicator.h"
 #include "util/thread_pool.h"
 #include "backend/split_communicator.h"
 #ifdef DELTASERVE_WITH_CUDA
@@ -43,8 +44,9 @@ Result<TpTransportChoice> choose_tp_transport(bool distinct_devices, const std::
 }
 
 Result<std::unique_ptr<RankGroup>> RankGroup::create(const RankGroupOptions& o, std::unique_ptr<Backend> rank0_backend) {
+  if (o.tp_size < 1) return error("--tp-size must be at least 1 (got ", o.tp_size, ")");
+  if (o.link) return create_node(o, std::move(rank0_backend));
   const int P = o.tp_size;
-  if (P < 1) return error("--tp-size must be at least 1 (got ", P, ")");
   const bool cuda = o.device == "cuda";
   // CUDA devices of the ranks: 0..P-1, or DELTASERVE_TP_DEVICES (a list; may repeat a device).
   std::vector<int> devices;
@@ -63,6 +65,7 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(const RankGroupOptions& o, 
   if (cuda && P > 1) return error("--tp-size ", P, " on --device cuda: this build has no CUDA backend");
 #endif
   std::unique_ptr<RankGroup> g(new RankGroup());
+  g->tp_size_ = P;
   g->ranks_.resize(static_cast<std::size_t>(P));
   // CPU: the kernel threads are shared out between the ranks (each rank has its own pool).
   const int total = o.n_threads > 0 ? o.n_threads : hardware_threads();
@@ -103,14 +106,64 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(const RankGroupOptions& o, 
     }
     for (int r = 0; r < P; ++r) g->ranks_[r].comm = std::move(comms[r]);
   }
-  for (int r = 0; r < P; ++r) {
-    Rank& rk = g->ranks_[r];
+  DS_RETURN_IF_ERROR(g->load_models(o));
+  return g;
+}
+
+Result<std::unique_ptr<RankGroup>> RankGroup::create_node(const RankGroupOptions& o,
+                                                          std::unique_ptr<Backend> rank0_backend) {
+  NodeLink& link = *o.link;
+  const int P = o.tp_size, L = link.local_ranks();
+  const bool cuda = o.device == "cuda";
+  if (P != link.tp_size() || L < 1) return error("--tp-size ", P, " over --nnodes ", link.nnodes());
+  std::unique_ptr<RankGroup> g(new RankGroup());
+  g->tp_size_ = P;
+  g->ranks_.resize(static_cast<std::size_t>(L));
+  const int total = o.n_threads > 0 ? o.n_threads : hardware_threads();
+  const int per_rank = L > 1 ? std::max(1, total / L) : o.n_threads;
+#ifdef DELTASERVE_WITH_CUDA
+  if (cuda && cuda_device_count() < L)
+    return error("node ", link.node_rank(), " runs ", L, " ranks (--tp-size ", P, " / --nnodes ", link.nnodes(),
+                 ") and sees ", cuda_device_count(), " GPUs");
+#else
+  if (cuda) return error("--device cuda: this build has no CUDA backend");
+#endif
+  for (int i = 0; i < L; ++i) {
+    Rank& rk = g->ranks_[i];
+    if (i == 0 && rank0_backend) {
+      rk.backend = std::move(rank0_backend);
+    } else {
+      DS_ASSIGN_OR_RETURN(rk.backend, make_backend(o.device, per_rank, i));
+    }
+  }
+  const std::string nodes = str_cat(link.nnodes(), " nodes (this is node ", link.node_rank(), ": ranks ",
+                                    link.first_rank(), "..", link.first_rank() + L - 1, " of ", P, ")");
+  std::vector<std::unique_ptr<Communicator>> comms;
+  if (cuda) {
+#ifdef DELTASERVE_WITH_CUDA
+    // One NCCL group over every node (no peer one-shot: its buffers do not cross processes).
+    DS_ASSIGN_OR_RETURN(comms, make_nccl_communicators(g->backends(), link.nccl_id(), link.first_rank(), P));
+    g->transport_ = "NCCL across " + nodes;
+#endif
+  } else {
+    DS_ASSIGN_OR_RETURN(std::vector<std::vector<TcpStream>> streams, link.rank_streams());
+    for (int i = 0; i < L; ++i)
+      comms.push_back(make_socket_communicator(link.first_rank() + i, P, std::move(streams[i])));
+    g->transport_ = "TCP through rank 0 at " + link.addr().str() + ", " + nodes;
+  }
+  for (int i = 0; i < L; ++i) g->ranks_[i].comm = std::move(comms[i]);
+  DS_RETURN_IF_ERROR(g->load_models(o));
+  return g;
+}
+
+Status RankGroup::load_models(const RankGroupOptions& o) {
+  for (Rank& rk : ranks_) {
     ModelLoadOptions lo = o.load;
     lo.comm = rk.comm.get();
     DS_ASSIGN_OR_RETURN(rk.model, load_model(o.model_dir, *rk.backend, lo));
   }
-  for (int r = 1; r < P; ++r) g->threads_.emplace_back([p = g.get(), r] { p->worker(r); });
-  return g;
+  for (int r = 1; r < size(); ++r) threads_.emplace_back([this, r] { worker(r); });
+  return Status::ok();
 }
 
 RankGroup::~RankGroup() {
@@ -129,7 +182,7 @@ std::vector<Backend*> RankGroup::backends() const {
 }
 
 void RankGroup::reserve_collectives(std::size_t bytes) {
-  if (size() == 1) return;
+  if (tp_size() == 1) return;
   run([&](int rank) { ranks_[rank].comm->reserve(bytes); });
 }
 

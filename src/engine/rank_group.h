@@ -7,6 +7,9 @@
 //         CpuCommunicator.
 //   CUDA: rank r on GPU r (DELTASERVE_TP_DEVICES=0,0 puts several ranks on one GPU: how a single
 //         GPU tests tensor parallelism), CudaPeerCommunicator between them.
+// Multi-node (a NodeLink): this process holds only its node's ranks (link.first_rank() ..,
+// link.local_ranks() of them, on its GPUs 0..), and talks to the others through NCCL (GPUs) or
+// SocketCommunicator (CPU); size() counts this node's ranks, tp_size() the whole group's.
 #pragma once
 
 #include <condition_variable>
@@ -20,6 +23,7 @@
 
 #include "backend/backend.h"
 #include "backend/communicator.h"
+#include "engine/node_link.h"
 #include "model/model.h"
 
 namespace deltaserve {
@@ -31,6 +35,7 @@ struct RankGroupOptions {
   int tp_size = 1;
   bool custom_all_reduce = true;  // CUDA: the one-shot peer all-reduce for small messages (else NCCL only)
   ModelLoadOptions load;       // comm is set per rank here
+  NodeLink* link = nullptr;    // multi-node: this node's place in the group (nullptr: one node)
 };
 
 // How a CUDA tensor-parallel group communicates, decided in one place: the one-shot peer
@@ -55,7 +60,8 @@ class RankGroup {
   RankGroup(const RankGroup&) = delete;
   RankGroup& operator=(const RankGroup&) = delete;
 
-  int size() const { return static_cast<int>(ranks_.size()); }
+  int size() const { return static_cast<int>(ranks_.size()); }  // this process's ranks
+  int tp_size() const { return tp_size_; }                        // the group's, over every node
   Backend& backend(int rank = 0) const { return *ranks_[rank].backend; }
   Model& model(int rank = 0) const { return *ranks_[rank].model; }
   std::vector<Backend*> backends() const;
@@ -84,6 +90,8 @@ class RankGroup {
     void (*call)(void*, int) = nullptr;
   };
   RankGroup() = default;
+  static Result<std::unique_ptr<RankGroup>> create_node(const RankGroupOptions& o, std::unique_ptr<Backend> rank0_backend);
+  Status load_models(const RankGroupOptions& o);  // every rank's shard, then the rank threads
   void run_job(Job job);
   void worker(int rank);
 
@@ -95,6 +103,7 @@ class RankGroup {
   std::vector<Rank> ranks_;
   std::vector<std::thread> threads_;  // ranks 1..size-1
   std::string transport_;
+  int tp_size_ = 1;
   std::mutex mu_;
   std::condition_variable wake_, done_cv_;
   Job job_;

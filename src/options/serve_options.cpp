@@ -2,6 +2,8 @@
 // ServeOptions field that holds its typed value.
 #include "options/serve_options.h"
 
+#include "util/tcp.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -11,6 +13,8 @@
 #include <variant>
 
 #include <toml.hpp>
+
+#include "util/tcp.h"
 
 namespace deltaserve {
 namespace {
@@ -56,9 +60,10 @@ const std::vector<Row>& rows() {
     {{"device", "", C, "auto", "auto,cpu,cuda", "where to run (auto: cuda when built with CUDA and a GPU is present)", YES, PERF}, &ServeOptions::device},
     {{"tp-size", "tensor-parallel-size,tp", I, "1", "", "tensor parallel: GPUs per model replica (--device cpu: threads of one process; CUDA: one GPU per rank, one-shot peer all-reduce for small messages and NCCL above)", YES, PERF}, &ServeOptions::tp_size},
     {{"dp-size", "data-parallel-size,dp", I, "1", "", "data parallel: model replicas behind one server, least-loaded dispatch (serve; CPU for now)", YES, PERF}, &ServeOptions::dp_size},
-    {{"nnodes", "", I, "1", "", "nodes of one deployment (SGLang's flag); multi-node serving is not built yet: only 1 is accepted (issue #12)", YES, PERF}, &ServeOptions::nnodes},
-    {{"node-rank", "", I, "0", "", "this node's rank among --nnodes (only 0, with one node)", YES, NO_PERF}, &ServeOptions::node_rank},
-    {{"dist-init-addr", "", S, "", "", "HOST:PORT where the nodes of a multi-node deployment meet (SGLang's flag); one node has nothing to meet", NOT_YET, NO_PERF}, &ServeOptions::dist_init_addr},
+    {{"nnodes", "", I, "1", "", "nodes of one deployment, --tp-size / --nnodes ranks each (SGLang's flag; serve only): node 0 schedules and serves HTTP, the others run their ranks", YES, PERF}, &ServeOptions::nnodes},
+    {{"node-rank", "", I, "0", "", "this node's rank among --nnodes (0 serves HTTP)", YES, NO_PERF}, &ServeOptions::node_rank},
+    {{"dist-init-addr", "", S, "", "", "HOST:PORT where node 0 listens and the other nodes join it (SGLang's flag; needed with --nnodes > 1)", YES, NO_PERF}, &ServeOptions::dist_init_addr},
+    {{"dist-timeout", "", I, "300", "", "seconds a node waits for the others at --dist-init-addr before failing", YES, NO_PERF}, &ServeOptions::dist_timeout},
     {{"threads", "", I, "0", "", "CPU kernel threads (0: all usable CPUs)", YES, PERF}, &ServeOptions::threads},
     {{"max-memory", "", B, "auto", "", "CPU: bytes for weights + KV + state (auto: 70% of available RAM)", YES, PERF}, &ServeOptions::max_memory},
     {{"mem-fraction-static", "", F, "auto", "", "GPU: fraction of GPU memory for weights + KV + state (auto: by GPU size)", YES, PERF}, &ServeOptions::mem_fraction_static},
@@ -421,10 +426,23 @@ Status validate_serve_options(ServeOptions& o) {
   if (o.port < 0 || o.port > 65535) return error("--port must be 0..65535 (got ", o.port, ")");
   if (o.tp_size < 1) return error("--tp-size must be at least 1 (got ", o.tp_size, ")");
   if (o.dp_size < 1) return error("--dp-size must be at least 1 (got ", o.dp_size, ")");
-  if (o.nnodes != 1)
-    return error("--nnodes ", o.nnodes, ": multi-node serving is not built yet (issue #12); run one node "
-                 "(--nnodes 1) with --tp-size up to its GPU count");
-  if (o.node_rank != 0) return error("--node-rank ", o.node_rank, ": with one node (--nnodes 1) the only rank is 0");
+  if (o.nnodes < 1) return error("--nnodes must be at least 1 (got ", o.nnodes, ")");
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes)
+    return error("--node-rank ", o.node_rank, " is not in 0..", o.nnodes - 1, " (--nnodes ", o.nnodes, ")");
+  if (o.dist_timeout < 1) return error("--dist-timeout must be at least 1 second (got ", o.dist_timeout, ")");
+  if (o.nnodes > 1) {
+    if (o.dist_init_addr.empty())
+      return error("--nnodes ", o.nnodes, " needs --dist-init-addr HOST:PORT (where node 0 listens for the others)");
+    if (auto a = parse_host_port(o.dist_init_addr); !a) return error("--dist-init-addr ", a.status().message());
+    if (o.tp_size % o.nnodes != 0)
+      return error("--tp-size ", o.tp_size, " cannot be split over --nnodes ", o.nnodes,
+                   ": every node runs --tp-size / --nnodes ranks");
+    if (o.dp_size != 1)
+      return error("--dp-size ", o.dp_size, " with --nnodes ", o.nnodes, ": data parallelism over nodes is not built; "
+                   "use --dp-size 1");
+  } else if (!o.dist_init_addr.empty()) {
+    if (auto a = parse_host_port(o.dist_init_addr); !a) return error("--dist-init-addr ", a.status().message());
+  }
   if (o.threads < 0) return error("--threads must be 0 (all CPUs) or more (got ", o.threads, ")");
   if (o.cuda_graph_max_bs < 0) return error("--cuda-graph-max-bs must be positive, or auto (got ", o.cuda_graph_max_bs, ")");
   if (!(o.watchdog_timeout >= 0))

@@ -89,9 +89,10 @@ struct ServeOptions {
   std::string device;                // auto | cpu | cuda
   int64_t tp_size = 0;               // tensor parallel GPUs, 1
   int64_t dp_size = 0;               // data parallel replicas, 1
-  int64_t nnodes = 1;                // nodes of the deployment (only 1 is built)
-  int64_t node_rank = 0;             // this node's rank among them
-  std::string dist_init_addr;        // HOST:PORT where nodes meet (multi-node; not built)
+  int64_t nnodes = 1;                // nodes of the deployment (engine/node_link.h)
+  int64_t node_rank = 0;             // this node's rank among them (0 serves HTTP)
+  std::string dist_init_addr;        // HOST:PORT where node 0 listens for the others
+  int64_t dist_timeout = 300;        // seconds a node waits for the others
   int64_t threads = 0;               // CPU kernel threads, 0 = all usable CPUs
   int64_t max_memory = 0;            // CPU: bytes for weights+KV+state; 0 = auto (a share of RAM)
   double mem_fraction_static = 0;    // GPU: fraction for weights+KV+state; 0 = auto

@@ -133,24 +133,38 @@ TEST(ServeOptions, OtherValidation) {
   EXPECT_EQ(aut->http_threads, 0);
 }
 
-// SGLang's multi-node flags: one node is what exists, so --nnodes 1 / --node-rank 0 are accepted;
-// more nodes are refused by name (never run as one node); --dist-init-addr warns (no effect).
-TEST(ServeOptions, MultiNodeFlagsAcceptOneNodeAndRefuseMore) {
+// SGLang's multi-node flags: --nnodes N needs --dist-init-addr, a --node-rank in 0..N-1 and a
+// --tp-size that splits evenly over the nodes; each refusal names the flag. One node takes no
+// address (given, it must still parse) and warns of nothing.
+TEST(ServeOptions, MultiNodeFlagsAreCheckedByName) {
   std::vector<std::string> warnings;
   auto one = parse_serve_options({"--nnodes", "1", "--node-rank", "0"}, &warnings);
   ASSERT_TRUE(one) << one.status().message();
   EXPECT_EQ(one->nnodes, 1);
   EXPECT_TRUE(warnings.empty());
-  auto two = parse_serve_options({"--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "10.0.0.1:5000"});
-  ASSERT_FALSE(two);
-  EXPECT_NE(two.status().message().find("--nnodes 2"), std::string::npos) << two.status().message();
-  auto rank = parse_serve_options({"--node-rank", "1"});
-  ASSERT_FALSE(rank);
-  EXPECT_NE(rank.status().message().find("--node-rank 1"), std::string::npos) << rank.status().message();
-  warnings.clear();
-  ASSERT_TRUE(parse_serve_options({"--dist-init-addr", "127.0.0.1:5000"}, &warnings));
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("--dist-init-addr"), std::string::npos);
+  auto two = parse_serve_options({"--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:5000",
+                                  "--tp-size", "4", "--dist-timeout", "60"}, &warnings);
+  ASSERT_TRUE(two) << two.status().message();
+  EXPECT_EQ(two->node_rank, 1);
+  EXPECT_EQ(two->dist_timeout, 60);
+  EXPECT_TRUE(warnings.empty());
+  struct Case {
+    std::vector<std::string> args;
+    const char* names;
+  };
+  for (const Case& c : {Case{{"--nnodes", "2"}, "--dist-init-addr"},
+                        Case{{"--nnodes", "2", "--dist-init-addr", "node0"}, "--dist-init-addr 'node0'"},
+                        Case{{"--nnodes", "2", "--dist-init-addr", "n:1", "--node-rank", "2"}, "--node-rank 2"},
+                        Case{{"--node-rank", "1"}, "--node-rank 1"},
+                        Case{{"--nnodes", "0"}, "--nnodes"},
+                        Case{{"--nnodes", "2", "--dist-init-addr", "n:1", "--tp-size", "3"}, "--tp-size 3"},
+                        Case{{"--nnodes", "2", "--dist-init-addr", "n:1", "--tp-size", "2", "--dp-size", "2"}, "--dp-size 2"},
+                        Case{{"--dist-timeout", "0"}, "--dist-timeout"},
+                        Case{{"--dist-init-addr", "127.0.0.1:x"}, "--dist-init-addr"}}) {
+    auto r = parse_serve_options(c.args);
+    ASSERT_FALSE(r) << c.names;
+    EXPECT_NE(r.status().message().find(c.names), std::string::npos) << r.status().message();
+  }
 }
 
 TEST(ServeOptions, UnsupportedFlagsWarnByName) {

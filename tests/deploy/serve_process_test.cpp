@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -326,6 +327,120 @@ TEST_F(ServeProcessTest, NotifiesSystemdReadyWatchdogStopping) {
   EXPECT_NE(unit.find("NotifyAccess=main\n"), std::string::npos) << unit;
   EXPECT_NE(unit.find("WatchdogSec=120\n"), std::string::npos) << unit;
   EXPECT_NE(unit.find("TimeoutStopSec=130\n"), std::string::npos) << unit;  // drain time + margin
+}
+
+// --nnodes 2 as two processes on this machine (tiny-coder, --tp-size 2: one rank per node, the CPU
+// socket communicator): node 0 serves what one node serves, node 1 follows it and stops with it;
+// a node alone, or a mismatched launch, fails naming the flag instead of hanging.
+std::string complete_text(int port, const std::string& prompt) {
+  int fd = connect_to(port);
+  if (fd < 0) return "(no connection)";
+  send_all(fd, post_request("/v1/completions", nlohmann::json{{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}}.dump()));
+  std::string raw;
+  char buf[65536];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) raw.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  auto body = nlohmann::json::parse(raw.substr(std::min(raw.size(), raw.find("\r\n\r\n") + 4)), nullptr, false);
+  if (raw.rfind("HTTP/1.1 200", 0) != 0 || body.is_discarded()) return "(bad response) " + raw;
+  return body["choices"][0]["text"].get<std::string>();
+}
+
+TEST_F(ServeProcessTest, TwoNodesServeWhatOneNodeServes) {
+  const std::string prompt = "def quicksort(xs):";
+  const int one_port = free_port();
+  auto one = spawn(serve_args(one_port), "one.log");
+  ASSERT_TRUE(wait_listening(*one)) << one->output();
+  const std::string want = complete_text(one_port, prompt);
+  ASSERT_EQ(::kill(one->pid, SIGTERM), 0);
+  EXPECT_EQ(one->wait(30), 0) << one->output();
+  ASSERT_EQ(want.find("(bad response)"), std::string::npos) << want;
+
+  const std::string addr = "127.0.0.1:" + std::to_string(free_port());
+  const std::vector<std::string> group = {"--nnodes", "2", "--dist-init-addr", addr, "--tp-size", "2", "--threads", "1"};
+  std::vector<std::string> n1 = serve_args(free_port());
+  n1.insert(n1.end(), group.begin(), group.end());
+  n1.insert(n1.end(), {"--node-rank", "1"});
+  auto follower = spawn(n1, "node1.log");  // first: it waits for node 0
+  const int port = free_port();
+  std::vector<std::string> n0 = serve_args(port);
+  n0.insert(n0.end(), group.begin(), group.end());
+  n0.insert(n0.end(), {"--node-rank", "0"});
+  auto leader = spawn(n0, "node0.log");
+  ASSERT_TRUE(wait_listening(*leader)) << leader->output() << follower->output();
+  EXPECT_NE(leader->output().find("TCP through rank 0 at " + addr), std::string::npos) << leader->output();
+  EXPECT_NE(follower->output().find("runs tensor-parallel ranks 1..1 of 2"), std::string::npos) << follower->output();
+  EXPECT_EQ(follower->output().find("listening on"), std::string::npos) << "node 1 must not serve HTTP";
+  EXPECT_EQ(complete_text(port, prompt), want);
+  EXPECT_EQ(complete_text(port, prompt), want);  // again: through the prefix cache
+  ASSERT_EQ(::kill(leader->pid, SIGTERM), 0);
+  EXPECT_EQ(leader->wait(30), 0) << leader->output();
+  EXPECT_EQ(follower->wait(30), 0) << follower->output();
+  EXPECT_NE(follower->output().find("node 0 stopped"), std::string::npos) << follower->output();
+}
+
+// The same over NCCL: two processes, one GPU each (CUDA_VISIBLE_DEVICES), exact GEMMs so that
+// tp 2 picks the tokens tp 1 picks. Needs two GPUs: skipped (not passed) with fewer.
+TEST_F(ServeProcessTest, TwoNodesOnTwoGpusServeWhatOneGpuServes) {
+  FILE* smi = ::popen("nvidia-smi -L 2>/dev/null | grep -c '^GPU'", "r");
+  int gpus = 0;
+  if (smi) {
+    if (std::fscanf(smi, "%d", &gpus) != 1) gpus = 0;
+    ::pclose(smi);
+  }
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs (a node each); " << gpus << " visible";
+  const std::string prompt = "def quicksort(xs):";
+  const int one_port = free_port();
+  std::vector<std::string> one_args = serve_args(one_port);
+  one_args.insert(one_args.end(), {"--device", "cuda"});
+  auto one = spawn(one_args, "one.log", {{"DELTASERVE_CUDA_GEMM", "exact"}, {"CUDA_VISIBLE_DEVICES", "0"}});
+  ASSERT_TRUE(wait_listening(*one)) << one->output();
+  const std::string want = complete_text(one_port, prompt);
+  ASSERT_EQ(::kill(one->pid, SIGTERM), 0);
+  EXPECT_EQ(one->wait(60), 0) << one->output();
+  const std::string addr = "127.0.0.1:" + std::to_string(free_port());
+  const std::vector<std::string> group = {"--device", "cuda", "--nnodes", "2", "--dist-init-addr", addr, "--tp-size", "2"};
+  std::vector<std::string> n1 = serve_args(free_port());
+  n1.insert(n1.end(), group.begin(), group.end());
+  n1.insert(n1.end(), {"--node-rank", "1"});
+  auto follower = spawn(n1, "node1.log", {{"DELTASERVE_CUDA_GEMM", "exact"}, {"CUDA_VISIBLE_DEVICES", "1"}});
+  const int port = free_port();
+  std::vector<std::string> n0 = serve_args(port);
+  n0.insert(n0.end(), group.begin(), group.end());
+  n0.insert(n0.end(), {"--node-rank", "0"});
+  auto leader = spawn(n0, "node0.log", {{"DELTASERVE_CUDA_GEMM", "exact"}, {"CUDA_VISIBLE_DEVICES", "0"}});
+  ASSERT_TRUE(wait_listening(*leader)) << leader->output() << follower->output();
+  EXPECT_NE(leader->output().find("NCCL across 2 nodes"), std::string::npos) << leader->output();
+  EXPECT_EQ(complete_text(port, prompt), want);
+  ASSERT_EQ(::kill(leader->pid, SIGTERM), 0);
+  EXPECT_EQ(leader->wait(60), 0) << leader->output();
+  EXPECT_EQ(follower->wait(60), 0) << follower->output();
+}
+
+TEST_F(ServeProcessTest, ANodeAloneOrAMismatchedNodeFailsNamingWhy) {
+  const std::string addr = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::string> alone = serve_args(free_port());
+  alone.insert(alone.end(), {"--nnodes", "2", "--node-rank", "1", "--dist-init-addr", addr, "--tp-size", "2",
+                             "--dist-timeout", "2"});
+  auto t0 = Clock::now();
+  auto a = spawn(alone, "alone.log");
+  EXPECT_EQ(a->wait(60), 1) << a->output();
+  EXPECT_LT(seconds_since(t0), 30.0);
+  EXPECT_NE(a->output().find("not listening at " + addr + " (--dist-init-addr)"), std::string::npos) << a->output();
+
+  // Node 1 launched with another --tp-size: both sides refuse, naming it.
+  const std::string addr2 = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::string> n1 = serve_args(free_port());
+  n1.insert(n1.end(), {"--nnodes", "2", "--node-rank", "1", "--dist-init-addr", addr2, "--tp-size", "4"});
+  auto follower = spawn(n1, "node1.log");
+  std::vector<std::string> n0 = serve_args(free_port());
+  n0.insert(n0.end(), {"--nnodes", "2", "--node-rank", "0", "--dist-init-addr", addr2, "--tp-size", "2"});
+  auto leader = spawn(n0, "node0.log");
+  EXPECT_EQ(leader->wait(60), 1) << leader->output();
+  EXPECT_EQ(follower->wait(60), 1) << follower->output();
+  EXPECT_NE(leader->output().find("node 1 was started with --tp-size 4, node 0 with 2"), std::string::npos)
+      << leader->output();
+  EXPECT_NE(follower->output().find("refused node 1: node 1 was started with --tp-size 4"), std::string::npos)
+      << follower->output();
 }
 
 // README's first command as a new user runs it: a clean clone, `bash tools/serve.sh --port N`,

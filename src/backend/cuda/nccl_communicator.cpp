@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <cstring>
 #include <mutex>
 
 #include "backend/cuda/cuda_backend.h"
@@ -18,6 +19,10 @@ struct NcclLib {
   ncclResult_t (*get_version)(int*) = nullptr;
   const char* (*get_error_string)(ncclResult_t) = nullptr;
   ncclResult_t (*comm_init_all)(ncclComm_t*, int, const int*) = nullptr;
+  ncclResult_t (*get_unique_id)(ncclUniqueId*) = nullptr;
+  ncclResult_t (*comm_init_rank)(ncclComm_t*, int, ncclUniqueId, int) = nullptr;
+  ncclResult_t (*group_start)() = nullptr;
+  ncclResult_t (*group_end)() = nullptr;
   ncclResult_t (*comm_destroy)(ncclComm_t) = nullptr;
   ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) = nullptr;
   ncclResult_t (*all_gather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) = nullptr;
@@ -41,6 +46,10 @@ const NcclLib& nccl() {
     sym(lib.get_version, "ncclGetVersion");
     sym(lib.get_error_string, "ncclGetErrorString");
     sym(lib.comm_init_all, "ncclCommInitAll");
+    sym(lib.get_unique_id, "ncclGetUniqueId");
+    sym(lib.comm_init_rank, "ncclCommInitRank");
+    sym(lib.group_start, "ncclGroupStart");
+    sym(lib.group_end, "ncclGroupEnd");
     sym(lib.comm_destroy, "ncclCommDestroy");
     sym(lib.all_reduce, "ncclAllReduce");
     sym(lib.all_gather, "ncclAllGather");
@@ -115,6 +124,43 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(const
     return error("ncclCommInitAll over ", P, " GPUs: ", nccl().get_error_string(r));
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < P; ++r) out.push_back(std::make_unique<NcclCommunicator>(comms[r], r, P, *backends[r]));
+  return out;
+}
+
+Result<std::vector<uint8_t>> nccl_unique_id() {
+  if (const std::string why = nccl_unavailable_reason(); !why.empty()) return error("NCCL: ", why);
+  ncclUniqueId id;
+  if (const ncclResult_t r = nccl().get_unique_id(&id); r != ncclSuccess)
+    return error("ncclGetUniqueId: ", nccl().get_error_string(r));
+  const auto* p = reinterpret_cast<const uint8_t*>(&id);
+  return std::vector<uint8_t>(p, p + sizeof id);
+}
+
+Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(const std::vector<Backend*>& backends,
+                                                                            const std::vector<uint8_t>& unique_id,
+                                                                            int first_rank, int size) {
+  if (const std::string why = nccl_unavailable_reason(); !why.empty()) return error("NCCL: ", why);
+  ncclUniqueId id;
+  if (unique_id.size() != sizeof id) return error("NCCL unique id of ", unique_id.size(), " bytes (", sizeof id, " expected)");
+  std::memcpy(&id, unique_id.data(), sizeof id);
+  const int n = static_cast<int>(backends.size());
+  std::vector<ncclComm_t> comms(static_cast<std::size_t>(n));
+  // Several ranks of this process join in one group call (each on its own device).
+  if (ncclResult_t r = nccl().group_start(); r != ncclSuccess) return error("ncclGroupStart: ", nccl().get_error_string(r));
+  ncclResult_t first_error = ncclSuccess;
+  for (int i = 0; i < n; ++i) {
+    backends[i]->bind_thread();
+    const ncclResult_t r = nccl().comm_init_rank(&comms[i], size, id, first_rank + i);
+    if (r != ncclSuccess && first_error == ncclSuccess) first_error = r;
+  }
+  const ncclResult_t end = nccl().group_end();
+  if (first_error == ncclSuccess) first_error = end;
+  if (first_error != ncclSuccess)
+    return error("ncclCommInitRank (ranks ", first_rank, "..", first_rank + n - 1, " of ", size,
+                 "): ", nccl().get_error_string(first_error));
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back(std::make_unique<NcclCommunicator>(comms[i], first_rank + i, size, *backends[i]));
   return out;
 }
 

@@ -9,4 +9,10 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(const
   return error("NCCL: ", nccl_unavailable_reason());
 }
 
+Result<std::vector<uint8_t>> nccl_unique_id() { return error("NCCL: ", nccl_unavailable_reason()); }
+Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(const std::vector<Backend*>&,
+                                                                            const std::vector<uint8_t>&, int, int) {
+  return error("NCCL: ", nccl_unavailable_reason());
+}
+
 }  // namespace deltaserve

@@ -1,0 +1,193 @@
+#include "engine/node_link.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#ifdef DELTASERVE_WITH_CUDA
+#include "backend/cuda/nccl_communicator.h"
+#endif
+
+namespace deltaserve {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x314e5344;  // "DSN1": the protocol of this build
+enum class HelloKind : uint32_t { Node = 0, Rank = 1 };
+constexpr double kHelloTimeoutS = 10;    // a connection says who it is within this
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_left(Clock::time_point deadline) {
+  return std::chrono::duration<double>(deadline - Clock::now()).count();
+}
+
+std::vector<uint8_t> node_hello(const NodeLinkOptions& o) {
+  ByteWriter w;
+  w.put(kMagic);
+  w.put(HelloKind::Node);
+  w.put<int32_t>(o.node_rank);
+  w.put<int32_t>(o.nnodes);
+  w.put<int32_t>(o.tp_size);
+  w.put_string(o.device);
+  w.put_string(o.model_identity);
+  return std::move(w.bytes);
+}
+
+std::vector<uint8_t> rank_hello(int rank) {
+  ByteWriter w;
+  w.put(kMagic);
+  w.put(HelloKind::Rank);
+  w.put<int32_t>(rank);
+  return std::move(w.bytes);
+}
+
+std::vector<uint8_t> refusal(const std::string& why) {
+  ByteWriter w;
+  w.put<uint8_t>(0);
+  w.put_string(why);
+  return std::move(w.bytes);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<NodeLink>> NodeLink::lead(const NodeLinkOptions& o, const std::vector<uint8_t>& welcome) {
+  std::unique_ptr<NodeLink> l(new NodeLink());
+  l->o_ = o;
+  l->welcome_ = welcome;
+  const std::string where = o.addr.str();
+  DS_ASSIGN_OR_RETURN(l->listener_, TcpListener::listen(o.addr));
+#ifdef DELTASERVE_WITH_CUDA
+  if (o.device == "cuda") {
+    auto id = nccl_unique_id();
+    if (!id.is_ok()) return error("--nnodes ", o.nnodes, " on GPUs needs NCCL: ", id.status().message());
+    l->nccl_id_ = std::move(*id);
+  }
+#endif
+  std::vector<TcpStream> nodes(static_cast<std::size_t>(o.nnodes - 1));
+  int arrived = 0;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.timeout_s));
+  while (arrived < o.nnodes - 1) {
+    const double left = seconds_left(deadline);
+    auto s = left > 0 ? l->listener_.accept(left) : Result<TcpStream>(error("timeout"));
+    if (!s.is_ok()) {
+      std::string missing;
+      for (int r = 1; r < o.nnodes; ++r)
+        if (!nodes[r - 1].valid()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      return error("node(s) ", missing, " of --nnodes ", o.nnodes, " did not connect to ", where, " within ",
+                   o.timeout_s, " s (--dist-timeout); start them with --node-rank and the same --dist-init-addr");
+    }
+    auto hello = s->recv_frame(kHelloTimeoutS, 4096);
+    if (!hello.is_ok()) continue;  // not a node (a port scan, a health check): ignore it
+    ByteReader r(*hello);
+    if (r.get<uint32_t>() != kMagic) continue;
+    if (r.get<HelloKind>() != HelloKind::Node) continue;
+    const int node = r.get<int32_t>(), nnodes = r.get<int32_t>(), tp = r.get<int32_t>();
+    const std::string device = r.get_string(), model = r.get_string();
+    std::string why;
+    if (!r.ok()) why = "a malformed introduction";
+    else if (nnodes != o.nnodes) why = str_cat("node ", node, " was started with --nnodes ", nnodes, ", node 0 with ", o.nnodes);
+    else if (node < 1 || node >= o.nnodes) why = str_cat("--node-rank ", node, " is not in 1..", o.nnodes - 1);
+    else if (nodes[node - 1].valid()) why = str_cat("two nodes say --node-rank ", node);
+    else if (tp != o.tp_size) why = str_cat("node ", node, " was started with --tp-size ", tp, ", node 0 with ", o.tp_size);
+    else if (device != o.device) why = str_cat("node ", node, " runs on --device ", device, ", node 0 on ", o.device);
+    else if (model != o.model_identity)
+      why = str_cat("node ", node, " loads another model (", model, ") than node 0 (", o.model_identity, ")");
+    if (!why.empty()) {
+      (void)s->send_frame(refusal(why));
+      return error("multi-node launch at ", where, ": ", why);
+    }
+    ByteWriter w;
+    w.put<uint8_t>(1);
+    w.put_array(l->nccl_id_.data(), l->nccl_id_.size());
+    w.put_array(welcome.data(), welcome.size());
+    DS_RETURN_IF_ERROR(s->send_frame(w.bytes));
+    nodes[node - 1] = std::move(*s);
+    ++arrived;
+  }
+  l->nodes_ = std::move(nodes);
+  return l;
+}
+
+Result<std::unique_ptr<NodeLink>> NodeLink::join(const NodeLinkOptions& o) {
+  std::unique_ptr<NodeLink> l(new NodeLink());
+  l->o_ = o;
+  const std::string where = o.addr.str();
+  auto s = tcp_connect(o.addr, o.timeout_s);
+  if (!s.is_ok())
+    return error("node ", o.node_rank, ": node 0 is not listening at ", where, " (--dist-init-addr): ",
+                 s.status().message(), " (--dist-timeout ", o.timeout_s, " s)");
+  DS_RETURN_IF_ERROR(s->send_frame(node_hello(o)));
+  // Node 0 answers when it has read this (at once, or once it listens): within the timeout.
+  auto reply = s->recv_frame(o.timeout_s, std::size_t(64) << 20);
+  if (!reply.is_ok()) return error("node ", o.node_rank, ": no welcome from node 0 at ", where, ": ", reply.status().message());
+  ByteReader r(*reply);
+  if (r.get<uint8_t>() != 1) {
+    const std::string why = r.get_string();
+    return error("node 0 at ", where, " refused node ", o.node_rank, ": ", r.ok() ? why : "(no reason)");
+  }
+  l->nccl_id_ = r.get_array<uint8_t>();
+  l->welcome_ = r.get_array<uint8_t>();
+  if (!r.ok()) return error("node ", o.node_rank, ": a malformed welcome from ", where);
+  l->nodes_.push_back(std::move(*s));
+  return l;
+}
+
+NodeLink::~NodeLink() {
+  // Node 0 stopping: an empty command tells the other nodes to stop too (exit 0).
+  if (o_.node_rank == 0) {
+    std::lock_guard<std::mutex> lk(send_mu_);
+    for (auto& s : nodes_)
+      if (s.valid()) (void)s.send_frame({});
+  }
+}
+
+Result<std::vector<std::vector<TcpStream>>> NodeLink::rank_streams() {
+  const int L = local_ranks(), P = o_.tp_size, first = first_rank();
+  std::vector<std::vector<TcpStream>> out(static_cast<std::size_t>(L));
+  // Every rank but 0 connects to rank 0 (node 0's listener) and says which it is.
+  for (int i = o_.node_rank == 0 ? 1 : 0; i < L; ++i) {
+    auto s = tcp_connect(o_.addr, o_.timeout_s);
+    if (!s.is_ok()) return error("rank ", first + i, ": cannot reach rank 0 at ", o_.addr.str(), ": ", s.status().message());
+    DS_RETURN_IF_ERROR(s->send_frame(rank_hello(first + i)));
+    out[i].push_back(std::move(*s));
+  }
+  if (o_.node_rank != 0) return out;
+  std::vector<TcpStream> hub(static_cast<std::size_t>(P - 1));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.timeout_s));
+  for (int arrived = 0; arrived < P - 1;) {
+    const double left = seconds_left(deadline);
+    auto s = left > 0 ? listener_.accept(left) : Result<TcpStream>(error("timeout"));
+    if (!s.is_ok()) return error(P - 1 - arrived, " tensor-parallel rank(s) did not connect to rank 0 at ", o_.addr.str(),
+                              " within ", o_.timeout_s, " s");
+    auto hello = s->recv_frame(kHelloTimeoutS, 4096);
+    if (!hello.is_ok()) continue;
+    ByteReader r(*hello);
+    if (r.get<uint32_t>() != kMagic || r.get<HelloKind>() != HelloKind::Rank) continue;
+    const int rank = r.get<int32_t>();
+    if (!r.ok() || rank < 1 || rank >= P || hub[rank - 1].valid()) return error("rank 0: a connection says it is rank ", rank);
+    hub[rank - 1] = std::move(*s);
+    ++arrived;
+  }
+  out[0] = std::move(hub);
+  return out;
+}
+
+void NodeLink::send(const std::vector<uint8_t>& command) {
+  std::lock_guard<std::mutex> lk(send_mu_);
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Status st = nodes_[i].send_frame(command);
+    if (st.is_ok()) continue;
+    std::fprintf(stderr, "deltaserve: fatal: node %zu of %d went away: %s\n", i + 1, o_.nnodes, st.message().c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+}
+
+Status NodeLink::receive(std::vector<uint8_t>& out) {
+  const Status st = nodes_[0].recv_frame_into(out, -1, std::size_t(1) << 30);
+  if (!st.is_ok()) return error("node 0 at ", o_.addr.str(), " went away: ", st.message());
+  return Status::ok();
+}
+
+}  // namespace deltaserve
