@@ -15,6 +15,7 @@
 # sampling: bench-offline with Qwen's sampling settings (T 0.6, top-k 20, top-p 0.95) at a
 #         128-token context, batch 1/16/64: --sampling-backend device, host, and greedy
 # http:   serve + deltaserve bench, 16 streams of 1k-token prompts (greedy and temperature 0.6)
+# dp:     serve --dp-size 2 against 1 (one GPU: both replicas on it), 64 streams, per-replica tokens
 # prefill: 8k prefill, model only (bench_cuda_decode --prefill-only, op breakdown) with the GDN
 #         recurrence on tensor cores (default) and on CUDA cores (DELTASERVE_CUDA_GDN=chunked), then
 #         through the engine: TTFT at 8k and 32k (bench-offline --gen-len 8)
@@ -208,6 +209,10 @@ if has tp; then
   echo "bench_cuda_comm --nccl rc=$? ranks=$NR" | tee -a "$OUT/summary.txt"
   grep -E '^(NCCL|\|)' "$OUT/tp_comm_nccl.log" | tee -a "$OUT/summary.txt"
   [ -s "$OUT/tp_comm_nccl.log" ] && tail -n 3 "$OUT/tp_comm_nccl.log" >>"$OUT/summary.txt"
+  # The multi-node path (unique id, ncclCommInitRank), every rank in this process.
+  timeout 120 "$B/bench_cuda_comm" --nccl-id --ranks $NR >"$OUT/tp_comm_nccl_id.log" 2>&1
+  echo "bench_cuda_comm --nccl-id rc=$? ranks=$NR" | tee -a "$OUT/summary.txt"
+  grep -E '^(NCCL|\|)' "$OUT/tp_comm_nccl_id.log" | tee -a "$OUT/summary.txt"
   for tp in 1 2; do
     # Ranks sharing one GPU each plan for a whole GPU: give each under half of it.
     frac=(); [ $tp = 2 ] && [ -n "$TPD" ] && frac=(--mem-fraction-static 0.40)
@@ -249,6 +254,25 @@ if has ab && [ -f .gpu/old.tar.xz ]; then
       --batch 1,16,64 --threads 1 --prompt-len 1024 --gen-len 128 --prefill-len 8192 >"$OUT/new_engine_$kv.log" 2>&1
     echo "NEW bench-offline kv=$kv rc=$?" | tee -a "$OUT/summary.txt"
     grep -vE '^\[' "$OUT/new_engine_$kv.log" | tail -8 | tee -a "$OUT/summary.txt"
+  done
+fi
+
+# dp: data parallelism on GPUs through serve: --dp-size 2 (a GPU per replica; with one GPU both
+# replicas share it, each planned for 0.45 of it) against one replica, 64 streams of 1k-token
+# prompts; /metrics shows each replica's share.
+if has dp; then
+  NG=$(nvidia-smi -L | wc -l)
+  DPD=${DP_DEVICES:-}; [ -z "$DPD" ] && [ "$NG" -lt 2 ] && DPD=0,0
+  for dp in 1 2; do
+    DELTASERVE_TP_DEVICES=$([ $dp = 2 ] && echo "$DPD") serve_27b "dp$dp" 30558 --dp-size $dp --context-length 8192 \
+      --max-running-requests 32 --mem-fraction-static 0.45
+    timeout 300 "$B/deltaserve" bench --url http://127.0.0.1:30558 --concurrency 64 --input-len 1024 --output-len 128 \
+      --num-prompts ${DP_PROMPTS:-128} --temperature 0 --no-record --output "$OUT/dp$dp.json" >"$OUT/dp$dp.txt" 2>&1
+    rc=$?
+    echo "dp $dp (GPUs $([ $dp = 2 ] && echo "${DPD:-0,1}" || echo 0)) bench rc=$rc" | tee -a "$OUT/summary.txt"
+    tail -8 "$OUT/dp$dp.txt" | tee -a "$OUT/summary.txt"
+    curl -s http://127.0.0.1:30558/metrics | grep -E '^deltaserve_(replica_)?generation_tokens_total' | tee -a "$OUT/summary.txt"
+    kill $SERVER_PID; wait $SERVER_PID 2>/dev/null
   done
 fi
 

@@ -2,7 +2,7 @@
 // rank as the engine runs it: latency of small messages (the decode all-reduces are [batch, 5120]
 // f32: 20 KB at batch 1) and bandwidth of large ones (prefill chunks), eager and inside a CUDA graph
 // (how decode runs it).
-//   bench_cuda_comm [--ranks 2] [--sizes 10240,20480,1048576,67108864] [--iters 200] [--nccl]
+//   bench_cuda_comm [--ranks 2] [--sizes 10240,20480,1048576,67108864] [--iters 200] [--nccl | --nccl-id]
 // Ranks go on GPUs 0..P-1, or DELTASERVE_TP_DEVICES=0,0 (several ranks on one GPU).
 #include <barrier>
 #include <chrono>
@@ -43,15 +43,16 @@ int main(int argc, char** argv) {
   setenv("DELTASERVE_TP_DEVICE_BARRIER", "1", 0);
   setvbuf(stdout, nullptr, _IONBF, 0);  // a hang (killed by a timeout) still shows how far it got
   int P = 2, iters = 200;
-  bool use_nccl = false;
+  bool use_nccl = false, by_id = false;
   std::vector<int64_t> sizes = {10240, 20480, 1 << 20, 64 << 20};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--ranks") && i + 1 < argc) P = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--sizes") && i + 1 < argc) sizes = parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--nccl")) use_nccl = true;
+    else if (!std::strcmp(argv[i], "--nccl-id")) use_nccl = by_id = true;
     else {
-      std::fprintf(stderr, "usage: %s [--ranks P] [--sizes BYTES,...] [--iters N] [--nccl]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--ranks P] [--sizes BYTES,...] [--iters N] [--nccl | --nccl-id]\n", argv[0]);
       return 2;
     }
   }
@@ -72,7 +73,19 @@ int main(int argc, char** argv) {
     owned.push_back(make_cuda_backend(d));
     backends.push_back(owned.back().get());
   }
-  auto comms_r = use_nccl ? make_nccl_communicators(backends) : make_cuda_peer_communicators(backends);
+  // --nccl-id: the multi-node path (a unique id, ncclCommInitRank per rank in one group call), here
+  // with every rank in this process.
+  Result<std::vector<std::unique_ptr<Communicator>>> comms_r = error("no communicator");
+  if (by_id) {
+    auto id = nccl_unique_id();
+    if (!id.is_ok()) {
+      std::fprintf(stderr, "%s\n", id.status().message().c_str());
+      return 1;
+    }
+    comms_r = make_nccl_communicators(backends, *id, 0, P);
+  } else {
+    comms_r = use_nccl ? make_nccl_communicators(backends) : make_cuda_peer_communicators(backends);
+  }
   if (!comms_r.is_ok()) {
     std::fprintf(stderr, "%s\n", comms_r.status().message().c_str());
     return 1;
@@ -91,7 +104,8 @@ int main(int argc, char** argv) {
       });
     for (auto& t : ts) t.join();
   }
-  std::printf("%s: ranks %d on devices", use_nccl ? ("NCCL " + nccl_version()).c_str() : "peer", P);
+  std::printf("%s%s: ranks %d on devices", use_nccl ? ("NCCL " + nccl_version()).c_str() : "peer",
+              by_id ? " (by unique id, ncclCommInitRank)" : "", P);
   for (int d : devices) std::printf(" %d", d);
   std::printf(" (%s)\n| bytes | eager us/op | graph us/op | graph GB/s (bytes/time) | sums exact |\n"
               "|---|---|---|---|---|\n",

@@ -18,11 +18,11 @@ Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& c
                                                            int dp) {
   std::vector<std::unique_ptr<Engine>> out;
   if (dp < 1) return error("--dp-size must be at least 1 (got ", dp, ")");
-  if (dp > 1 && config.device != Device::Cpu)
-    return error("--dp-size ", dp, " on GPUs is not built yet (each replica needs GPUs of its own; issue #12); "
-                 "use --dp-size 1, or --device cpu");
+  if (dp > 1 && config.node_link) return error("--dp-size ", dp, " with --nnodes > 1 is not built");
   EngineConfig c = config;
-  if (dp > 1) {
+  c.dp_size = dp;
+  if (dp > 1 && config.device == Device::Cpu) {
+    // The CPU: the replicas share this process's cores and memory plan.
     const int threads = config.n_threads > 0 ? config.n_threads : hardware_threads();
     c.n_threads = std::max(1, threads / dp);
     const int64_t blocks = config.kv_tokens / config.kv_block_size / dp;
@@ -32,7 +32,10 @@ Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& c
     c.max_waiting_requests = std::max(1, config.max_waiting_requests / dp);
     c.checkpoint_slots = config.checkpoint_slots / dp;
   }
+  // GPUs: each replica has GPUs of its own (replica i: GPUs i * tp .. i * tp + tp - 1), so each
+  // gets the whole per-GPU plan.
   for (int i = 0; i < dp; ++i) {
+    c.dp_rank = i;
     DS_ASSIGN_OR_RETURN(auto e, Engine::create(c, i == 0 ? std::move(backend) : nullptr));
     out.push_back(std::move(e));
   }

@@ -32,8 +32,9 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
 
 // The engines of --dp-size `dp` replicas of `config` (dp 1: the one engine, on `backend` when
 // given). dp > 1 on the CPU: the process's threads, KV tokens, running requests and checkpoint
-// slots (what the plan gave the process) are shared out between the replicas. GPUs: refused
-// until replicas get GPUs of their own (issue #12).
+// slots (what the plan gave the process) are shared out between the replicas. GPUs: replica i
+// runs on GPUs i * tp_size .. with the whole per-GPU plan (too few GPUs: an error naming both
+// flags).
 Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& config, std::unique_ptr<Backend> backend,
                                                            int dp);
 // Refuses --dp-size > 1 and --nnodes > 1 for the commands that drive one engine (generate,

@@ -26,6 +26,8 @@ RankGroupOptions rank_group_options(const EngineConfig& c) {
   ro.load.dummy_weights = c.dummy_weights;
   ro.load.load_mtp = c.spec_num_steps > 0;
   ro.link = c.node_link;
+  ro.dp_rank = c.dp_rank;
+  ro.dp_size = c.dp_size;
   return ro;
 }
 

@@ -26,6 +26,10 @@ struct EngineConfig {
   // are the first tp_size / nnodes, and every step is replayed by the other nodes
   // (engine/node_link.h). nullptr: one node. Not owned.
   NodeLink* node_link = nullptr;
+  // Data parallelism (--dp-size): this engine is replica dp_rank of dp_size; on CUDA its ranks run
+  // on GPUs dp_rank * tp_size .. + tp_size - 1.
+  int dp_rank = 0;
+  int dp_size = 1;
 
   // Capacity (all required, > 0).
   int max_running_requests = 0;      // sequences decoding at once (= slots)

@@ -48,21 +48,27 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(const RankGroupOptions& o, 
   if (o.link) return create_node(o, std::move(rank0_backend));
   const int P = o.tp_size;
   const bool cuda = o.device == "cuda";
-  // CUDA devices of the ranks: 0..P-1, or DELTASERVE_TP_DEVICES (a list; may repeat a device).
+  // CUDA devices of the ranks: replica i's ranks on GPUs i*P .. i*P+P-1, or the entries
+  // i*P .. of DELTASERVE_TP_DEVICES (every replica's ranks in order; may repeat a device).
+  const int dp = std::max(1, o.dp_size), first = o.dp_rank * P;
   std::vector<int> devices;
-  for (int r = 0; r < P; ++r) devices.push_back(r);
+  for (int r = 0; r < P; ++r) devices.push_back(first + r);
   if (const char* env = std::getenv("DELTASERVE_TP_DEVICES"); cuda && env && *env) {
-    devices.clear();
+    std::vector<int> listed;
     std::stringstream ss(env);
-    for (std::string item; std::getline(ss, item, ',');) devices.push_back(std::atoi(item.c_str()));
-    if (static_cast<int>(devices.size()) != P)
-      return error("DELTASERVE_TP_DEVICES=", env, " names ", devices.size(), " devices for --tp-size ", P);
+    for (std::string item; std::getline(ss, item, ',');) listed.push_back(std::atoi(item.c_str()));
+    if (static_cast<int>(listed.size()) != P * dp)
+      return error("DELTASERVE_TP_DEVICES=", env, " names ", listed.size(), " devices for --tp-size ", P,
+                   dp > 1 ? str_cat(" x --dp-size ", dp) : std::string());
+    devices.assign(listed.begin() + first, listed.begin() + first + P);
   }
 #ifdef DELTASERVE_WITH_CUDA
-  if (cuda && P > 1 && !std::getenv("DELTASERVE_TP_DEVICES") && cuda_device_count() < P)
-    return error("--tp-size ", P, " needs ", P, " GPUs; ", cuda_device_count(), " visible");
+  if (cuda && P * dp > 1 && !std::getenv("DELTASERVE_TP_DEVICES") && cuda_device_count() < P * dp)
+    return error(dp > 1 ? str_cat("--dp-size ", dp, " x --tp-size ", P) : str_cat("--tp-size ", P), " needs ", P * dp,
+                 " GPUs; ", cuda_device_count(), " visible");
 #else
-  if (cuda && P > 1) return error("--tp-size ", P, " on --device cuda: this build has no CUDA backend");
+  if (cuda && P * dp > 1)
+    return error(dp > 1 ? str_cat("--dp-size ", dp) : str_cat("--tp-size ", P), " on --device cuda: this build has no CUDA backend");
 #endif
   std::unique_ptr<RankGroup> g(new RankGroup());
   g->tp_size_ = P;

@@ -5,8 +5,8 @@
 // communicator, exactly the single-device engine.
 //   CPU:  ranks share the process's cores (each its own thread pool) and talk through
 //         CpuCommunicator.
-//   CUDA: rank r on GPU r (DELTASERVE_TP_DEVICES=0,0 puts several ranks on one GPU: how a single
-//         GPU tests tensor parallelism), CudaPeerCommunicator between them.
+//   CUDA: rank r on GPU r (of replica i: i * tp_size + r; DELTASERVE_TP_DEVICES=0,0 puts several
+//         ranks or replicas on one GPU: how a single GPU tests them), CudaPeerCommunicator between them.
 // Multi-node (a NodeLink): this process holds only its node's ranks (link.first_rank() ..,
 // link.local_ranks() of them, on its GPUs 0..), and talks to the others through NCCL (GPUs) or
 // SocketCommunicator (CPU); size() counts this node's ranks, tp_size() the whole group's.
@@ -36,6 +36,10 @@ struct RankGroupOptions {
   bool custom_all_reduce = true;  // CUDA: the one-shot peer all-reduce for small messages (else NCCL only)
   ModelLoadOptions load;       // comm is set per rank here
   NodeLink* link = nullptr;    // multi-node: this node's place in the group (nullptr: one node)
+  // Data parallelism on CUDA: replica dp_rank of dp_size runs its ranks on GPUs
+  // dp_rank * tp_size .. + tp_size - 1 (DELTASERVE_TP_DEVICES lists every replica's, in order).
+  int dp_rank = 0;
+  int dp_size = 1;
 };
 
 // How a CUDA tensor-parallel group communicates, decided in one place: the one-shot peer

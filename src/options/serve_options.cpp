@@ -59,7 +59,7 @@ const std::vector<Row>& rows() {
     // Hardware.
     {{"device", "", C, "auto", "auto,cpu,cuda", "where to run (auto: cuda when built with CUDA and a GPU is present)", YES, PERF}, &ServeOptions::device},
     {{"tp-size", "tensor-parallel-size,tp", I, "1", "", "tensor parallel: GPUs per model replica (--device cpu: threads of one process; CUDA: one GPU per rank, one-shot peer all-reduce for small messages and NCCL above)", YES, PERF}, &ServeOptions::tp_size},
-    {{"dp-size", "data-parallel-size,dp", I, "1", "", "data parallel: model replicas behind one server, least-loaded dispatch (serve; CPU for now)", YES, PERF}, &ServeOptions::dp_size},
+    {{"dp-size", "data-parallel-size,dp", I, "1", "", "data parallel: model replicas behind one server, least-loaded dispatch (serve; GPUs: each replica on --tp-size GPUs of its own; CPU: the cores and memory shared out)", YES, PERF}, &ServeOptions::dp_size},
     {{"nnodes", "", I, "1", "", "nodes of one deployment, --tp-size / --nnodes ranks each (SGLang's flag; serve only): node 0 schedules and serves HTTP, the others run their ranks", YES, PERF}, &ServeOptions::nnodes},
     {{"node-rank", "", I, "0", "", "this node's rank among --nnodes (0 serves HTTP)", YES, NO_PERF}, &ServeOptions::node_rank},
     {{"dist-init-addr", "", S, "", "", "HOST:PORT where node 0 listens and the other nodes join it (SGLang's flag; needed with --nnodes > 1)", YES, NO_PERF}, &ServeOptions::dist_init_addr},
