@@ -2,12 +2,15 @@
 //
 //   bench_cuda_decode [--model DIR] [--ctx N] [--steps N] [--prefill N] [--batch N] [--no-graph]
 //                     [--prefill-chunk N] [--prefill-only] [--kv-dtype f32|bf16|fp8_e4m3|fp8_e5m2]
+//                     [--mixed N]
 //
 // Reports: weight-load time; TTFT of a --prefill-token prompt; decode tokens/s at batch 1 (CUDA
 // graph of Model::forward; and eager through ModelRunner) with the fraction of HBM bandwidth that
 // the weight stream reaches; one 4-token verification forward (GDN state deferred), its commit + 3
 // single-token MTP steps; aggregate decode tokens/s at --batch concurrent sequences; a per-op
-// time breakdown (CUDA events around each Kernels call) for decode and prefill.
+// time breakdown (CUDA events around each Kernels call) for decode and prefill. --mixed N: what a
+// continuous-batching step that mixes --batch - 1 decode rows with one sequence's N-token prefill
+// chunk costs through ModelRunner (eager, greedy argmax), against each part alone, and its ops.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,6 +45,7 @@ struct Opts {
   int prefill_chunk = 0;      // > 0: the TTFT prompt goes through forwards of this many tokens
   bool graph = true;
   bool prefill_only = false;  // stop after the TTFT section
+  int mixed = 0;              // > 0: time a step mixing --batch - 1 decode rows with a chunk of this many tokens
   DType kv_dtype = DType::F32;  // KV cache element type (scales 1: dummy weights have none)
 };
 
@@ -231,6 +235,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-graph") o.graph = false;
     else if (a == "--prefill-chunk") o.prefill_chunk = std::stoi(next());
     else if (a == "--prefill-only") o.prefill_only = true;
+    else if (a == "--mixed") o.mixed = std::stoi(next());
     else if (a == "--kv-dtype") {
       const std::string v = next();
       bool ok = false;
@@ -246,7 +251,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--model DIR] [--ctx N] [--steps N] [--prefill N] [--batch N] [--no-graph]\n"
-                   "          [--prefill-chunk N] [--prefill-only] [--kv-dtype f32|bf16|fp8_e4m3|fp8_e5m2]\n",
+                   "          [--prefill-chunk N] [--prefill-only] [--kv-dtype f32|bf16|fp8_e4m3|fp8_e5m2] [--mixed N]\n",
                    argv[0]);
       return 2;
     }
@@ -498,6 +503,74 @@ int main(int argc, char** argv) {
     for (int s = 0; s < o.batch; ++s) free_seq(bl[s], slots[s]);
   }
 
+  // ---- mixed: a prefill chunk beside a decode batch -------------------------------------------
+  double mix_ms = 0, mix_dec_ms = 0, mix_chunk_ms = 0;
+  if (o.mixed > 0 && o.batch > 1) {
+    const int D = o.batch - 1, N = o.mixed, reps = 4;
+    std::vector<std::vector<int32_t>> bl(D + 1);
+    std::vector<int32_t> slots(D + 1);
+    std::vector<std::vector<int32_t>> prompts(D);
+    std::vector<RunItem> items;
+    for (int s = 0; s <= D; ++s) slots[s] = new_seq(bl[s]);
+    for (int s = 0; s < D; ++s) {
+      prompts[s] = prompt(o.ctx);
+      items.push_back(RunItem{prompts[s], 0, bl[s], slots[s], false, false});
+    }
+    runner.run(items, nullptr, ModelRunner::Fetch::Argmax);
+    // The chunked sequence: a cached prefix of --ctx tokens, then chunks of N.
+    const int chunk_total = o.ctx + 3 * (reps + 2) * N;
+    if (chunk_total + 16 > long_ctx) {
+      std::fprintf(stderr, "--mixed %d: raise --prefill to at least %d\n", N, chunk_total + 16);
+      return 2;
+    }
+    const std::vector<int32_t> cp = prompt(chunk_total);
+    RunItem pre{std::span<const int32_t>(cp).subspan(0, o.ctx), 0, bl[D], slots[D], false, true};
+    runner.run(std::span<const RunItem>(&pre, 1), nullptr, ModelRunner::Fetch::Argmax);
+    int dec_past = o.ctx, chunk_past = o.ctx;
+    const int32_t one_token = 1000;
+    auto decode_items = [&](std::vector<RunItem>& v) {
+      v.clear();
+      for (int s = 0; s < D; ++s)
+        v.push_back(RunItem{std::span<const int32_t>(&one_token, 1), dec_past, bl[s], slots[s], false, false});
+    };
+    auto chunk_item = [&] {
+      return RunItem{std::span<const int32_t>(cp).subspan(chunk_past, N), chunk_past, bl[D], slots[D], false, true};
+    };
+    // kind 0: decode rows only, 1: the chunk only, 2: both in one forward (the chunk first, then
+    // the decode rows: the scheduler's order).
+    auto run_kind = [&](int kind) {
+      std::vector<RunItem> v;
+      if (kind != 1) decode_items(v);
+      if (kind != 0) v.insert(v.begin(), chunk_item());
+      runner.run(v, nullptr, ModelRunner::Fetch::Argmax);
+      if (kind != 1) ++dec_past;
+      if (kind != 0) chunk_past += N;
+    };
+    auto time_kind = [&](int kind) {
+      run_kind(kind);  // warm
+      be->synchronize();
+      const double t = now_s();
+      for (int i = 0; i < reps; ++i) run_kind(kind);
+      be->synchronize();
+      return (now_s() - t) * 1e3 / reps;
+    };
+    mix_dec_ms = time_kind(0);
+    mix_chunk_ms = time_kind(1);
+    mix_ms = time_kind(2);
+    std::printf("\nmixed step (%d decode rows at context %d+ and one %d-token chunk on a %d+ prefix; eager, argmax): "
+                "decode rows alone %.2f ms, chunk alone %.2f ms, together %.2f ms (chunk + %.2f)\n",
+                D, o.ctx, N, o.ctx, mix_dec_ms, mix_chunk_ms, mix_ms, mix_ms - mix_chunk_ms);
+    cuda_set_op_timing(*be, true);
+    for (int i = 0; i < 2; ++i) run_kind(2);
+    cuda_set_op_timing(*be, false);
+    print_times("mixed step op breakdown", *be, 2);
+    cuda_set_op_timing(*be, true);
+    for (int i = 0; i < 2; ++i) run_kind(1);
+    cuda_set_op_timing(*be, false);
+    print_times("its chunk alone: op breakdown", *be, 2);
+    for (int s = 0; s <= D; ++s) free_seq(bl[s], slots[s]);
+  }
+
   std::printf("\n| metric | value |\n|---|---|\n");
   std::printf("| decode batch 1 (tok/s) | %.1f |\n", dec_tps);
   std::printf("| decode batch 1 weight bandwidth (TB/s, %% of copy) | %.2f (%.0f%%) |\n", bw, 100 * bw / copy_tbs);
@@ -507,5 +580,8 @@ int main(int argc, char** argv) {
                 verify_ms + commit_ms + 3 * mtp_ms, verify_ms, commit_ms, mtp_ms);
   if (ttft > 0) std::printf("| TTFT %d-token prompt (ms) | %.0f |\n", o.prefill, ttft * 1e3);
   if (agg_tps > 0) std::printf("| decode batch %d aggregate (tok/s) | %.0f |\n", o.batch, agg_tps);
+  if (mix_ms > 0)
+    std::printf("| mixed step: %d decode rows / %d-token chunk / both (ms) | %.2f / %.2f / %.2f |\n", o.batch - 1,
+                o.mixed, mix_dec_ms, mix_chunk_ms, mix_ms);
   return 0;
 }

@@ -265,6 +265,11 @@ const std::vector<ScheduledItem>& Scheduler::schedule() {
     running_.push_back(std::move(waiting_[w]));
     waiting_.erase(waiting_.begin() + static_cast<long>(w));
   }
+  // Prefill chunks first, then the decode rows: a mixed step's one-token runs form a suffix, which
+  // a backend can run through its decode kernels (CudaKernels::gated_delta_net).
+  std::stable_partition(items_.begin(), items_.end(), [](const ScheduledItem& it) {
+    return it.seq->n_computed + 1 != static_cast<int>(it.seq->tokens.size());
+  });
   return items_;
 }
 

@@ -368,6 +368,11 @@ TEST_F(ServeProcessTest, TwoNodesServeWhatOneNodeServes) {
   auto leader = spawn(n0, "node0.log");
   ASSERT_TRUE(wait_listening(*leader)) << leader->output() << follower->output();
   EXPECT_NE(leader->output().find("TCP through rank 0 at " + addr), std::string::npos) << leader->output();
+  // Node 1 logs once its ranks are built, about when node 0 starts listening.
+  for (auto t0 = Clock::now(); seconds_since(t0) < 30;) {
+    if (follower->output().find("runs tensor-parallel ranks") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   EXPECT_NE(follower->output().find("runs tensor-parallel ranks 1..1 of 2"), std::string::npos) << follower->output();
   EXPECT_EQ(follower->output().find("listening on"), std::string::npos) << "node 1 must not serve HTTP";
   EXPECT_EQ(complete_text(port, prompt), want);

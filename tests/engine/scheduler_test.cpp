@@ -402,7 +402,11 @@ TEST(Scheduler, SecondRequestResumesFromTheCachedPrompt) {
   sch.add(std::move(b));
   items = sch.schedule();
   ASSERT_EQ(items.size(), 2u);
-  const ScheduledItem& bi = items[1];
+  // The prefill chunk first, then the decode row (mixed steps: one-token runs last).
+  const ScheduledItem& bi = items[0];
+  EXPECT_EQ(bi.seq->id, 2u);
+  EXPECT_EQ(items[1].seq->id, 1u);
+  EXPECT_EQ(items[1].n_tokens, 1);
   EXPECT_EQ(bi.seq->n_cached, 28);
   EXPECT_EQ(bi.seq->n_computed, 28);
   EXPECT_EQ(bi.n_tokens, 6);

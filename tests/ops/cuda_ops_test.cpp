@@ -1080,6 +1080,9 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
       {{0, 200}, {0, 33}, {10, 70}},
       {{0, 1000}},
       {{0, 300}, {5, 1}},
+      // A mixed step: prefill chunks, then decode rows (the scheduler's order), which run through
+      // the fused decode kernel in a second launch.
+      {{0, 200}, {0, 33}, {10, 1}, {7, 1}, {3, 1}},
   };
   std::unique_ptr<Backend> no_prefetch, cuda_cores;
   if (!cpu_only()) {
@@ -1098,10 +1101,10 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
     const bool tf32 = variant == gpu_bf16_;
     for (GdnShape sh : {GdnShape{16, 48, 128, 128, 4}, GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}}) {
       for (std::size_t bi = 0; bi < batches.size(); ++bi) {
-        const int n_slots = 5, depth = 4;
+        const int n_slots = 6, depth = 4;
         std::vector<int32_t> perm(128);
         std::iota(perm.begin(), perm.end(), 0);
-        auto m = build_meta(*gpu_, batches[bi], 16, 64, perm, {3, 0, 4}, 0);
+        auto m = build_meta(*gpu_, batches[bi], 16, 64, perm, {3, 0, 4, 2, 5}, 0);
         m->checkpoint(*gpu_, 0, 77, 1);  // the first sequence, after token 77 (mid-chunk), into slot 1
         GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, n_slots, depth);
         run_gdn(g, m->cpu, m->gpu);

@@ -677,11 +677,34 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   a.tf32_parts = b_.exact_gemm() ? 3 : b_.options().gdn_tf32_parts;
   a.decode_warps = b_.options().gdn_decode_warps;
   a.pdl = small_pdl(T);
+  // A mixed batch (prefill chunks, then one-token decode rows: the scheduler's order): the chunks
+  // take the long-run path and the decode rows the fused decode kernel, in two launches over
+  // disjoint sequences and rows (one launch would run each decode row as a chunk of its own).
+  cuda::GdnArgs d;
+  int P = meta.n_seqs;
+  if (!meta.state_defer && b_.options().gdn_fused_decode && p.n_v_heads % p.n_k_heads == 0 && T > meta.n_seqs)
+    while (P > 1 && meta.seq_start[P] - meta.seq_start[P - 1] == 1) --P;
+  if (P < meta.n_seqs) {
+    d = a;
+    d.n_seqs = meta.n_seqs - P;
+    d.n_tokens = d.n_seqs;
+    d.seq_start = a.seq_start + P;  // absolute token rows: proj and out stay as they are
+    d.state_slot = a.state_slot + P;
+    if (a.ckpt_at) {
+      d.ckpt_at = a.ckpt_at + P;
+      d.ckpt_slot = a.ckpt_slot + P;
+    }
+    d.decode = true;
+    d.head_count = static_cast<int*>(scratch(11, static_cast<std::size_t>(std::max(d.n_seqs, 512)) * p.n_k_heads * 4));
+    a.n_seqs = P;
+    a.n_tokens = meta.seq_start[P];
+  }
   if (cuda::gdn_uses_chunked_mma(a))
     a.chunk_m = static_cast<float*>(scratch(9, static_cast<std::size_t>(T) * p.n_v_heads * cuda::kGdnChunkRow * 4));
   timed("gated_delta_net", [&] {
     DS_CHECK(cuda::launch_gated_delta_net(a, stream()), "CUDA gated_delta_net: unsupported head sizes (Dk ",
              a.Dk, ", conv kernel ", a.K, ")");
+    if (d.n_seqs > 0) DS_CHECK(cuda::launch_gated_delta_net(d, stream()), "CUDA gated_delta_net (decode rows)");
   });
 }
 
