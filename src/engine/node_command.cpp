@@ -1,5 +1,7 @@
 #include "engine/node_command.h"
 
+#include <type_traits>
+
 namespace deltaserve {
 
 namespace {
@@ -105,45 +107,42 @@ bool decode_commits(ByteReader& r, DecodedBatch& out) {
   return r.ok() && r.at_end();
 }
 
-std::vector<uint8_t> encode_engine_config(const EngineConfig& c) {
+namespace {
+
+// The welcome's fields, in order: what every node must build alike. Encoding and decoding both
+// walk this one list.
+template <typename Fn>
+void for_each_shared_field(EngineConfig& c, Fn&& fn) {
+  fn(c.dummy_weights);
+  fn(c.custom_all_reduce);
+  fn(c.tp_size);
+  fn(c.max_running_requests);
+  fn(c.max_waiting_requests);
+  fn(c.context_length);
+  fn(c.kv_tokens);
+  fn(c.kv_block_size);
+  fn(c.kv_cache_dtype);
+  fn(c.chunked_prefill_size);
+  fn(c.max_prefill_tokens);
+  fn(c.prefix_cache);
+  fn(c.checkpoint_slots);
+  fn(c.decode_checkpoints);
+  fn(c.spec_num_steps);
+  fn(c.cuda_graph_max_bs);
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_engine_config(const EngineConfig& config) {
+  EngineConfig c = config;
   ByteWriter w;
-  w.put<uint8_t>(c.dummy_weights);
-  w.put<uint8_t>(c.custom_all_reduce);
-  w.put<int32_t>(c.tp_size);
-  w.put<int32_t>(c.max_running_requests);
-  w.put<int32_t>(c.max_waiting_requests);
-  w.put<int64_t>(c.context_length);
-  w.put<int64_t>(c.kv_tokens);
-  w.put<int32_t>(c.kv_block_size);
-  w.put(c.kv_cache_dtype);
-  w.put<int32_t>(c.chunked_prefill_size);
-  w.put<int32_t>(c.max_prefill_tokens);
-  w.put<uint8_t>(c.prefix_cache);
-  w.put<int32_t>(c.checkpoint_slots);
-  w.put<uint8_t>(c.decode_checkpoints);
-  w.put<int32_t>(c.spec_num_steps);
-  w.put<int32_t>(c.cuda_graph_max_bs);
+  for_each_shared_field(c, [&](auto& v) { w.put(v); });
   return std::move(w.bytes);
 }
 
 Status apply_engine_config(const std::vector<uint8_t>& bytes, EngineConfig& c) {
   ByteReader r(bytes);
-  c.dummy_weights = r.get<uint8_t>() != 0;
-  c.custom_all_reduce = r.get<uint8_t>() != 0;
-  c.tp_size = r.get<int32_t>();
-  c.max_running_requests = r.get<int32_t>();
-  c.max_waiting_requests = r.get<int32_t>();
-  c.context_length = r.get<int64_t>();
-  c.kv_tokens = r.get<int64_t>();
-  c.kv_block_size = r.get<int32_t>();
-  c.kv_cache_dtype = r.get<DType>();
-  c.chunked_prefill_size = r.get<int32_t>();
-  c.max_prefill_tokens = r.get<int32_t>();
-  c.prefix_cache = r.get<uint8_t>() != 0;
-  c.checkpoint_slots = r.get<int32_t>();
-  c.decode_checkpoints = r.get<uint8_t>() != 0;
-  c.spec_num_steps = r.get<int32_t>();
-  c.cuda_graph_max_bs = r.get<int32_t>();
+  for_each_shared_field(c, [&](auto& v) { v = r.get<std::remove_reference_t<decltype(v)>>(); });
   if (!r.ok() || !r.at_end()) return error("a malformed engine config from node 0 (another deltaserve build?)");
   return Status::ok();
 }

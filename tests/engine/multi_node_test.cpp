@@ -5,11 +5,6 @@
 // FollowerNode on another thread, talking over loopback TCP) against one node: greedy tokens
 // identical, with MTP (run_mtp, state commits) and the prefix cache (slot copies) replayed.
 // serve as two processes: tests/deploy/serve_process_test.cpp.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -28,16 +23,10 @@
 namespace deltaserve::test {
 namespace {
 
+// A port nobody listens on now (the listener closes at once).
 int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  auto l = TcpListener::listen({"127.0.0.1", 0});
+  return l.is_ok() ? l->port() : 0;
 }
 
 TEST(HostPort, ParsesSglangsFormAndRefusesTheRest) {
@@ -224,7 +213,7 @@ TEST(NodeLink, ANodeThatNeverComesIsAnErrorAfterTheTimeout) {
   EXPECT_NE(alone.status().message().find("--dist-init-addr"), std::string::npos) << alone.status().message();
 }
 
-TEST(NodeCommand, TheEngineConfigAndBatchesSurviveTheWire) {
+TEST(NodeCommand, TheEngineConfigAndEveryCommandSurviveTheWire) {
   EngineConfig c = small_engine_config();
   c.kv_cache_dtype = DType::BF16;
   c.spec_num_steps = 3;
@@ -238,9 +227,59 @@ TEST(NodeCommand, TheEngineConfigAndBatchesSurviveTheWire) {
   EXPECT_EQ(d.spec_num_steps, 3);
   EXPECT_EQ(d.checkpoint_slots, 5);
   EXPECT_EQ(d.cuda_graph_max_bs, 0);
+  EXPECT_EQ(d.prefix_cache, true);
   std::vector<uint8_t> cut = encode_engine_config(c);
   cut.pop_back();
   EXPECT_FALSE(apply_engine_config(cut, d).is_ok());
+
+  // Node 0's mirror to a joined node: what it sends decodes to the same calls.
+  const int port = free_port();
+  auto joined = std::async(std::launch::async, [&] { return NodeLink::join(link_options(port, 2, 1, 2)); });
+  auto lead = NodeLink::lead(link_options(port, 2, 0, 2), {});
+  ASSERT_TRUE(lead.is_ok()) << lead.status().message();
+  auto node1 = joined.get();
+  ASSERT_TRUE(node1.is_ok()) << node1.status().message();
+  NodeMirror mirror(**lead);
+  const std::vector<int32_t> toks = {5, 6, 7}, blocks = {9, 2}, one = {11}, blocks2 = {4}, rows = {2, 0};
+  const RunItem items[2] = {RunItem{toks, 30, blocks, 3, true, false, false, 1, 7},
+                            RunItem{one, 12, blocks2, 1, false, false, true}};
+  mirror.run_mtp(items, ModelRunner::HiddenFrom::Mtp, rows);
+  const StateCommit commits[1] = {StateCommit{3, 2, 1, 6}};
+  mirror.commit_state(commits);
+  mirror.copy_slot(4, 9);
+  std::vector<uint8_t> cmd;
+  DecodedBatch b;
+  ASSERT_TRUE((*node1)->receive(cmd).is_ok());
+  ByteReader r(cmd);
+  ASSERT_EQ(r.get<NodeOp>(), NodeOp::RunMtp);
+  ASSERT_TRUE(decode_batch(r, NodeOp::RunMtp, b));
+  ASSERT_EQ(b.items.size(), 2u);
+  EXPECT_EQ(std::vector<int32_t>(b.items[0].tokens.begin(), b.items[0].tokens.end()), toks);
+  EXPECT_EQ(std::vector<int32_t>(b.items[0].blocks.begin(), b.items[0].blocks.end()), blocks);
+  EXPECT_EQ(b.items[0].n_past, 30);
+  EXPECT_EQ(b.items[0].slot, 3);
+  EXPECT_TRUE(b.items[0].logits_all);
+  EXPECT_EQ(b.items[0].checkpoint_at, 1);
+  EXPECT_EQ(b.items[0].checkpoint_slot, 7);
+  EXPECT_EQ(std::vector<int32_t>(b.items[1].tokens.begin(), b.items[1].tokens.end()), one);
+  EXPECT_TRUE(b.items[1].defer_state);
+  EXPECT_FALSE(b.items[1].logits_all);
+  EXPECT_EQ(b.from, ModelRunner::HiddenFrom::Mtp);
+  EXPECT_EQ(b.hidden_rows, rows);
+  ASSERT_TRUE((*node1)->receive(cmd).is_ok());
+  ByteReader rc(cmd);
+  ASSERT_EQ(rc.get<NodeOp>(), NodeOp::CommitState);
+  ASSERT_TRUE(decode_commits(rc, b));
+  ASSERT_EQ(b.commits.size(), 1u);
+  EXPECT_EQ(b.commits[0].slot, 3);
+  EXPECT_EQ(b.commits[0].n_tokens, 2);
+  EXPECT_EQ(b.commits[0].checkpoint_slot, 6);
+  ASSERT_TRUE((*node1)->receive(cmd).is_ok());
+  ByteReader rs(cmd);
+  EXPECT_EQ(rs.get<NodeOp>(), NodeOp::CopySlot);
+  EXPECT_EQ(rs.get<int32_t>(), 4);
+  EXPECT_EQ(rs.get<int32_t>(), 9);
+  EXPECT_TRUE(rs.ok() && rs.at_end());
 }
 
 // tp ranks over two nodes in this process: node 0's engine and a follower on another thread.
