@@ -148,6 +148,7 @@ int follow_node_zero(const ServeOptions& opts) {
            (*link)->first_rank() + (*link)->local_ranks() - 1, " of ", lo.tp_size, " (", (*node)->ranks().transport(),
            "); node 0 serves HTTP");
   std::fflush(stderr);
+  (*link)->watch_node_zero(30);
   if (Status s = (*node)->run(); !s) return fail(s.message());
   log_info("deltaserve: node 0 stopped; node ", lo.node_rank, " exits");
   return 0;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #ifdef DELTASERVE_WITH_CUDA
 #include "backend/cuda/nccl_communicator.h"
@@ -134,6 +135,8 @@ Result<std::unique_ptr<NodeLink>> NodeLink::join(const NodeLinkOptions& o) {
 }
 
 NodeLink::~NodeLink() {
+  stop_watch_ = true;
+  if (watch_.joinable()) watch_.join();
   // Node 0 stopping: an empty command tells the other nodes to stop too (exit 0).
   if (o_.node_rank == 0) {
     std::lock_guard<std::mutex> lk(send_mu_);
@@ -182,6 +185,24 @@ void NodeLink::send(const std::vector<uint8_t>& command) {
     std::fflush(stderr);
     std::_Exit(1);
   }
+}
+
+void NodeLink::watch_node_zero(double grace_s) {
+  if (o_.node_rank == 0 || watch_.joinable()) return;
+  watch_ = std::thread([this, grace_s] {
+    std::optional<Clock::time_point> gone;
+    while (!stop_watch_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (!gone && nodes_[0].peer_hung_up()) gone = Clock::now();
+      if (gone && std::chrono::duration<double>(Clock::now() - *gone).count() > grace_s && !stop_watch_.load()) {
+        std::fprintf(stderr, "deltaserve: fatal: node 0 at %s closed its connection %.0f s ago and node %d is still "
+                     "in a step (stuck in a collective with it?); exiting\n", o_.addr.str().c_str(), grace_s,
+                     o_.node_rank);
+        std::fflush(stderr);
+        std::_Exit(1);
+      }
+    }
+  });
 }
 
 Status NodeLink::receive(std::vector<uint8_t>& out) {

@@ -10,10 +10,12 @@
 // mismatched launch, or node 0 going away is an error naming it, never a hang.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "util/status.h"
@@ -60,6 +62,11 @@ class NodeLink {
   // Nodes 1..N-1: the next command from node 0 into `out` (empty: node 0 stopped); an error when
   // node 0 went away.
   Status receive(std::vector<uint8_t>& out);
+  // Nodes 1..N-1: a thread that ends this process (exit 1, naming node 0) once node 0's connection
+  // has been closed for grace_s seconds without this node stopping. A step stuck in an NCCL
+  // collective whose node 0 is gone would otherwise wait forever; a node 0 that stops normally
+  // sends its stop first, which this node reads long before the grace ends.
+  void watch_node_zero(double grace_s);
 
  private:
   NodeLink() = default;
@@ -68,6 +75,8 @@ class NodeLink {
   std::vector<TcpStream> nodes_;     // node 0: node r's control stream at r - 1; others: node 0's at 0
   std::vector<uint8_t> welcome_, nccl_id_;
   std::mutex send_mu_;
+  std::thread watch_;
+  std::atomic<bool> stop_watch_{false};
 };
 
 }  // namespace deltaserve

@@ -99,6 +99,11 @@ void TcpStream::close() {
   fd_ = -1;
 }
 
+bool TcpStream::peer_hung_up() const {
+  pollfd p{fd_, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 Status TcpStream::send_all(const void* data, std::size_t n) {
   const auto* p = static_cast<const char*>(data);
   while (n > 0) {

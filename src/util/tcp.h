@@ -35,6 +35,8 @@ class TcpStream {
 
   bool valid() const { return fd_ >= 0; }
   void close();
+  // Whether the peer has closed its end (or the connection failed), without reading anything.
+  bool peer_hung_up() const;
   Status send_all(const void* data, std::size_t n);
   // Reads exactly n bytes. timeout_s < 0: wait as long as the peer keeps the connection.
   Status recv_all(void* data, std::size_t n, double timeout_s = -1);

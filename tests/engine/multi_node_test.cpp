@@ -213,6 +213,25 @@ TEST(NodeLink, ANodeThatNeverComesIsAnErrorAfterTheTimeout) {
   EXPECT_NE(alone.status().message().find("--dist-init-addr"), std::string::npos) << alone.status().message();
 }
 
+// A node stuck in a step (on GPUs: an NCCL collective) after node 0 went away exits naming it
+// rather than waiting forever; one that reads node 0's stop exits normally long before.
+TEST(NodeLinkDeathTest, ANodeStuckAfterNodeZeroLeftExits) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const int port = free_port();
+        auto joined = std::async(std::launch::async, [&] { return NodeLink::join(link_options(port, 2, 1, 2)); });
+        auto lead = NodeLink::lead(link_options(port, 2, 0, 2), {});
+        auto node1 = joined.get();
+        if (!lead.is_ok() || !node1.is_ok()) std::exit(3);
+        (*node1)->watch_node_zero(0.5);
+        lead->reset();  // node 0 goes; node 1 never reads its stop (as if stuck in a step)
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+        std::exit(4);
+      },
+      ::testing::ExitedWithCode(1), "node 0 at 127.0.0.1:[0-9]+ closed its connection");
+}
+
 TEST(NodeCommand, TheEngineConfigAndEveryCommandSurviveTheWire) {
   EngineConfig c = small_engine_config();
   c.kv_cache_dtype = DType::BF16;
