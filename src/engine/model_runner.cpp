@@ -212,6 +212,11 @@ Tensor ModelRunner::upload_ids(Rank& r) {
   return ids;
 }
 
+void ModelRunner::clear_host_outputs() {
+  host_logits_ = nullptr;
+  host_tokens_ = nullptr;
+}
+
 void ModelRunner::fetch_logits() {
   host_tokens_ = nullptr;
   Rank& r = ranks_[0];
@@ -239,8 +244,7 @@ void ModelRunner::fetch_argmax() {
 }
 
 void ModelRunner::fetch_keep() {
-  host_logits_ = nullptr;
-  host_tokens_ = nullptr;
+  clear_host_outputs();
   DS_CHECK(can_keep(), "Fetch::Keep needs one rank and limits.mtp");
   DS_CHECK(n_kept_ < static_cast<int>(kept_rows_.size()), "more than ", kept_rows_.size(), " kept MTP outputs");
   DS_CHECK(n_out_ <= limits_.max_seqs, n_out_, " rows to keep > ", limits_.max_seqs);
@@ -334,7 +338,7 @@ void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* obser
   if (fetch == Fetch::Argmax) fetch_argmax();
   else if (fetch == Fetch::Sample) fetch_sampled(*sampling);
   else if (fetch == Fetch::Logits) fetch_logits();
-  else host_logits_ = nullptr, host_tokens_ = nullptr;  // Fetch::None
+  else clear_host_outputs();  // Fetch::None: nothing comes back
   mtp_last_ = -1;
   n_kept_ = 0;
 }
@@ -385,7 +389,7 @@ void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::
   if (fetch == Fetch::Argmax) fetch_argmax();
   else if (fetch == Fetch::Keep) fetch_keep();
   else if (fetch == Fetch::Logits) fetch_logits();
-  else host_logits_ = nullptr, host_tokens_ = nullptr;  // Fetch::None
+  else clear_host_outputs();  // Fetch::None: nothing comes back
   mtp_last_ = out_which;
   mtp_last_rows_ = n;
 }

@@ -158,6 +158,7 @@ class ModelRunner {
   void upload_meta(Rank& r);
   Tensor upload_ids(Rank& r);
   void fetch_logits();
+  void clear_host_outputs();  // no logits or tokens on the host (Fetch::None)
   void fetch_argmax();
   void fetch_sampled(const Sampling& sampling);
   void fetch_keep();

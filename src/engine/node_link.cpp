@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include "util/timer.h"
+
 #ifdef DELTASERVE_WITH_CUDA
 #include "backend/cuda/nccl_communicator.h"
 #endif
@@ -16,12 +18,6 @@ namespace {
 constexpr uint32_t kMagic = 0x314e5344;  // "DSN1": the protocol of this build
 enum class HelloKind : uint32_t { Node = 0, Rank = 1 };
 constexpr double kHelloTimeoutS = 10;    // a connection says who it is within this
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_left(Clock::time_point deadline) {
-  return std::chrono::duration<double>(deadline - Clock::now()).count();
-}
 
 std::vector<uint8_t> node_hello(const NodeLinkOptions& o) {
   ByteWriter w;
@@ -41,6 +37,28 @@ std::vector<uint8_t> rank_hello(int rank) {
   w.put(HelloKind::Rank);
   w.put<int32_t>(rank);
   return std::move(w.bytes);
+}
+
+// The next connection that introduces itself as `kind` (its stream, and what it says after the
+// magic and the kind), skipping any that says something else within kHelloTimeoutS (a port scan, a
+// health check); an error once now_seconds() passes `deadline`.
+struct Hello {
+  TcpStream stream;
+  std::vector<uint8_t> body;
+};
+Result<Hello> accept_hello(TcpListener& listener, double deadline, HelloKind kind) {
+  for (;;) {
+    const double left = deadline - now_seconds();
+    if (left <= 0) return error("timeout");
+    auto s = listener.accept(left);
+    if (!s.is_ok()) return s.status();
+    auto bytes = s->recv_frame(kHelloTimeoutS, 4096);
+    if (!bytes.is_ok()) continue;
+    ByteReader r(*bytes);
+    if (r.get<uint32_t>() != kMagic || r.get<HelloKind>() != kind) continue;
+    constexpr std::size_t header = sizeof(kMagic) + sizeof(HelloKind);
+    return Hello{std::move(*s), std::vector<uint8_t>(bytes->begin() + header, bytes->end())};
+  }
 }
 
 std::vector<uint8_t> refusal(const std::string& why) {
@@ -67,22 +85,18 @@ Result<std::unique_ptr<NodeLink>> NodeLink::lead(const NodeLinkOptions& o, const
 #endif
   std::vector<TcpStream> nodes(static_cast<std::size_t>(o.nnodes - 1));
   int arrived = 0;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.timeout_s));
+  const double deadline = now_seconds() + o.timeout_s;
   while (arrived < o.nnodes - 1) {
-    const double left = seconds_left(deadline);
-    auto s = left > 0 ? l->listener_.accept(left) : Result<TcpStream>(error("timeout"));
-    if (!s.is_ok()) {
+    auto hello = accept_hello(l->listener_, deadline, HelloKind::Node);
+    if (!hello.is_ok()) {
       std::string missing;
       for (int r = 1; r < o.nnodes; ++r)
         if (!nodes[r - 1].valid()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       return error("node(s) ", missing, " of --nnodes ", o.nnodes, " did not connect to ", where, " within ",
                    o.timeout_s, " s (--dist-timeout); start them with --node-rank and the same --dist-init-addr");
     }
-    auto hello = s->recv_frame(kHelloTimeoutS, 4096);
-    if (!hello.is_ok()) continue;  // not a node (a port scan, a health check): ignore it
-    ByteReader r(*hello);
-    if (r.get<uint32_t>() != kMagic) continue;
-    if (r.get<HelloKind>() != HelloKind::Node) continue;
+    TcpStream* s = &hello->stream;
+    ByteReader r(hello->body);
     const int node = r.get<int32_t>(), nnodes = r.get<int32_t>(), tp = r.get<int32_t>();
     const std::string device = r.get_string(), model = r.get_string();
     std::string why;
@@ -157,20 +171,15 @@ Result<std::vector<std::vector<TcpStream>>> NodeLink::rank_streams() {
   }
   if (o_.node_rank != 0) return out;
   std::vector<TcpStream> hub(static_cast<std::size_t>(P - 1));
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.timeout_s));
-  for (int arrived = 0; arrived < P - 1;) {
-    const double left = seconds_left(deadline);
-    auto s = left > 0 ? listener_.accept(left) : Result<TcpStream>(error("timeout"));
-    if (!s.is_ok()) return error(P - 1 - arrived, " tensor-parallel rank(s) did not connect to rank 0 at ", o_.addr.str(),
-                              " within ", o_.timeout_s, " s");
-    auto hello = s->recv_frame(kHelloTimeoutS, 4096);
-    if (!hello.is_ok()) continue;
-    ByteReader r(*hello);
-    if (r.get<uint32_t>() != kMagic || r.get<HelloKind>() != HelloKind::Rank) continue;
+  const double deadline = now_seconds() + o_.timeout_s;
+  for (int arrived = 0; arrived < P - 1; ++arrived) {
+    auto hello = accept_hello(listener_, deadline, HelloKind::Rank);
+    if (!hello.is_ok()) return error(P - 1 - arrived, " tensor-parallel rank(s) did not connect to rank 0 at ", o_.addr.str(),
+                                  " within ", o_.timeout_s, " s");
+    ByteReader r(hello->body);
     const int rank = r.get<int32_t>();
     if (!r.ok() || rank < 1 || rank >= P || hub[rank - 1].valid()) return error("rank 0: a connection says it is rank ", rank);
-    hub[rank - 1] = std::move(*s);
-    ++arrived;
+    hub[rank - 1] = std::move(hello->stream);
   }
   out[0] = std::move(hub);
   return out;
@@ -190,11 +199,11 @@ void NodeLink::send(const std::vector<uint8_t>& command) {
 void NodeLink::watch_node_zero(double grace_s) {
   if (o_.node_rank == 0 || watch_.joinable()) return;
   watch_ = std::thread([this, grace_s] {
-    std::optional<Clock::time_point> gone;
+    std::optional<double> gone;
     while (!stop_watch_.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      if (!gone && nodes_[0].peer_hung_up()) gone = Clock::now();
-      if (gone && std::chrono::duration<double>(Clock::now() - *gone).count() > grace_s && !stop_watch_.load()) {
+      if (!gone && nodes_[0].peer_hung_up()) gone = now_seconds();
+      if (gone && now_seconds() - *gone > grace_s && !stop_watch_.load()) {
         std::fprintf(stderr, "deltaserve: fatal: node 0 at %s closed its connection %.0f s ago and node %d is still "
                      "in a step (stuck in a collective with it?); exiting\n", o_.addr.str().c_str(), grace_s,
                      o_.node_rank);

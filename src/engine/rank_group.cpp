@@ -1,6 +1,7 @@
 #include "engine/rank_group.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include <cstdlib>
 #include <sstream>
@@ -72,18 +73,7 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(const RankGroupOptions& o, 
 #endif
   std::unique_ptr<RankGroup> g(new RankGroup());
   g->tp_size_ = P;
-  g->ranks_.resize(static_cast<std::size_t>(P));
-  // CPU: the kernel threads are shared out between the ranks (each rank has its own pool).
-  const int total = o.n_threads > 0 ? o.n_threads : hardware_threads();
-  const int per_rank = P > 1 ? std::max(1, total / P) : o.n_threads;
-  for (int r = 0; r < P; ++r) {
-    Rank& rk = g->ranks_[r];
-    if (r == 0 && rank0_backend) {
-      rk.backend = std::move(rank0_backend);
-    } else {
-      DS_ASSIGN_OR_RETURN(rk.backend, make_backend(o.device, per_rank, devices[r]));
-    }
-  }
+  DS_RETURN_IF_ERROR(g->make_backends(o, devices, std::move(rank0_backend)));
   if (P > 1) {
     std::vector<std::unique_ptr<Communicator>> comms;
     if (cuda) {
@@ -122,11 +112,6 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create_node(const RankGroupOptions
   const int P = o.tp_size, L = link.local_ranks();
   const bool cuda = o.device == "cuda";
   if (P != link.tp_size() || L < 1) return error("--tp-size ", P, " over --nnodes ", link.nnodes());
-  std::unique_ptr<RankGroup> g(new RankGroup());
-  g->tp_size_ = P;
-  g->ranks_.resize(static_cast<std::size_t>(L));
-  const int total = o.n_threads > 0 ? o.n_threads : hardware_threads();
-  const int per_rank = L > 1 ? std::max(1, total / L) : o.n_threads;
 #ifdef DELTASERVE_WITH_CUDA
   if (cuda && cuda_device_count() < L)
     return error("node ", link.node_rank(), " runs ", L, " ranks (--tp-size ", P, " / --nnodes ", link.nnodes(),
@@ -134,14 +119,11 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create_node(const RankGroupOptions
 #else
   if (cuda) return error("--device cuda: this build has no CUDA backend");
 #endif
-  for (int i = 0; i < L; ++i) {
-    Rank& rk = g->ranks_[i];
-    if (i == 0 && rank0_backend) {
-      rk.backend = std::move(rank0_backend);
-    } else {
-      DS_ASSIGN_OR_RETURN(rk.backend, make_backend(o.device, per_rank, i));
-    }
-  }
+  std::unique_ptr<RankGroup> g(new RankGroup());
+  g->tp_size_ = P;
+  std::vector<int> devices(static_cast<std::size_t>(L));  // this node's GPUs 0..L-1
+  std::iota(devices.begin(), devices.end(), 0);
+  DS_RETURN_IF_ERROR(g->make_backends(o, devices, std::move(rank0_backend)));
   const std::string nodes = str_cat(link.nnodes(), " nodes (this is node ", link.node_rank(), ": ranks ",
                                     link.first_rank(), "..", link.first_rank() + L - 1, " of ", P, ")");
   std::vector<std::unique_ptr<Communicator>> comms;
@@ -160,6 +142,23 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create_node(const RankGroupOptions
   for (int i = 0; i < L; ++i) g->ranks_[i].comm = std::move(comms[i]);
   DS_RETURN_IF_ERROR(g->load_models(o));
   return g;
+}
+
+Status RankGroup::make_backends(const RankGroupOptions& o, const std::vector<int>& devices,
+                                std::unique_ptr<Backend> rank0_backend) {
+  const int n = static_cast<int>(devices.size());
+  ranks_.resize(static_cast<std::size_t>(n));
+  // CPU: the kernel threads are shared out between the ranks (each rank has its own pool).
+  const int total = o.n_threads > 0 ? o.n_threads : hardware_threads();
+  const int per_rank = n > 1 ? std::max(1, total / n) : o.n_threads;
+  for (int r = 0; r < n; ++r) {
+    if (r == 0 && rank0_backend) {
+      ranks_[r].backend = std::move(rank0_backend);
+    } else {
+      DS_ASSIGN_OR_RETURN(ranks_[r].backend, make_backend(o.device, per_rank, devices[r]));
+    }
+  }
+  return Status::ok();
 }
 
 Status RankGroup::load_models(const RankGroupOptions& o) {

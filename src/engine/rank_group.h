@@ -95,6 +95,8 @@ class RankGroup {
   };
   RankGroup() = default;
   static Result<std::unique_ptr<RankGroup>> create_node(const RankGroupOptions& o, std::unique_ptr<Backend> rank0_backend);
+  // A backend per rank on devices[r] (rank 0: rank0_backend when given), the CPU threads shared out.
+  Status make_backends(const RankGroupOptions& o, const std::vector<int>& devices, std::unique_ptr<Backend> rank0_backend);
   Status load_models(const RankGroupOptions& o);  // every rank's shard, then the rank threads
   void run_job(Job job);
   void worker(int rank);

@@ -2,8 +2,6 @@
 // ServeOptions field that holds its typed value.
 #include "options/serve_options.h"
 
-#include "util/tcp.h"
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>

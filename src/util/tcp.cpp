@@ -13,15 +13,11 @@
 #include <cstring>
 #include <thread>
 
+#include "util/timer.h"
+
 namespace deltaserve {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_left(Clock::time_point deadline) {
-  return std::chrono::duration<double>(deadline - Clock::now()).count();
-}
 
 // Waits until fd is ready for `events`; false on timeout. timeout_s < 0: no limit.
 bool wait_fd(int fd, short events, double timeout_s) {
@@ -118,11 +114,10 @@ Status TcpStream::send_all(const void* data, std::size_t n) {
 
 Status TcpStream::recv_all(void* data, std::size_t n, double timeout_s) {
   auto* p = static_cast<char*>(data);
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                                          timeout_s < 0 ? 0.0 : timeout_s));
+  const double deadline = now_seconds() + timeout_s;
   while (n > 0) {
     if (timeout_s >= 0) {
-      const double left = seconds_left(deadline);
+      const double left = deadline - now_seconds();
       if (left <= 0 || !wait_fd(fd_, POLLIN, left)) return error("no reply within ", timeout_s, " s");
     }
     const ssize_t r = ::recv(fd_, p, n, 0);
@@ -204,7 +199,7 @@ Result<TcpStream> TcpListener::accept(double timeout_s) {
 }
 
 Result<TcpStream> tcp_connect(const HostPort& to, double timeout_s) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  const double deadline = now_seconds() + timeout_s;
   std::string last = "timed out";
   for (;;) {
     DS_ASSIGN_OR_RETURN(addrinfo* res, resolve(to, false));
@@ -213,7 +208,7 @@ Result<TcpStream> tcp_connect(const HostPort& to, double timeout_s) {
       if (fd < 0) continue;
       int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
       if (rc != 0 && errno == EINPROGRESS) {
-        const double left = seconds_left(deadline);
+        const double left = deadline - now_seconds();
         if (left > 0 && wait_fd(fd, POLLOUT, left)) {
           int err = 0;
           socklen_t len = sizeof err;
@@ -234,7 +229,7 @@ Result<TcpStream> tcp_connect(const HostPort& to, double timeout_s) {
       ::close(fd);
     }
     ::freeaddrinfo(res);
-    if (seconds_left(deadline) <= 0) break;
+    if (deadline - now_seconds() <= 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // nobody listens yet: try again
   }
   return error("cannot reach ", to.str(), " within ", timeout_s, " s (", last, ")");

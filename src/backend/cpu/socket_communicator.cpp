@@ -24,7 +24,7 @@ class SocketCommunicator final : public Communicator {
     const std::size_t bytes = x.nbytes();
     float* v = x.f32();
     if (rank_ != 0) {
-      exchange(streams_[0], 0, v, bytes, v, bytes);
+      exchange(v, bytes, v, bytes);
       return;
     }
     // Rank order: (x0 + x1) + x2 ..., as CpuCommunicator.
@@ -42,7 +42,7 @@ class SocketCommunicator final : public Communicator {
     const std::size_t n = in.nbytes();
     auto* o = static_cast<char*>(out.data);
     if (rank_ != 0) {
-      exchange(streams_[0], 0, in.data, n, o, n * size_);
+      exchange(in.data, n, o, n * size_);
       return;
     }
     std::memmove(o, in.data, n);
@@ -57,7 +57,7 @@ class SocketCommunicator final : public Communicator {
   void barrier() override {
     char b = 0;
     if (rank_ != 0) {
-      exchange(streams_[0], 0, &b, 1, &b, 1);
+      exchange(&b, 1, &b, 1);
       return;
     }
     for (int r = 1; r < size_; ++r) check(streams_[r - 1].recv_all(&b, 1), r);
@@ -65,9 +65,10 @@ class SocketCommunicator final : public Communicator {
   }
 
  private:
-  void exchange(TcpStream& s, int peer, const void* out, std::size_t n_out, void* in, std::size_t n_in) {
-    check(s.send_all(out, n_out), peer);
-    check(s.recv_all(in, n_in), peer);
+  // Ranks 1..: send this rank's part to rank 0, read back what it made of them all.
+  void exchange(const void* out, std::size_t n_out, void* in, std::size_t n_in) {
+    check(streams_[0].send_all(out, n_out), 0);
+    check(streams_[0].recv_all(in, n_in), 0);
   }
   void check(const Status& st, int peer) const {
     if (st.is_ok()) return;
