@@ -14,7 +14,8 @@
 #         kernel it replaced (DELTASERVE_CUDA_DECODE_ATTN=0); VARIANTS adds runs with other knobs
 # sampling: bench-offline with Qwen's sampling settings (T 0.6, top-k 20, top-p 0.95) at a
 #         128-token context, batch 1/16/64: --sampling-backend device, host, and greedy
-# http:   serve + deltaserve bench, 16 streams of 1k-token prompts (greedy and temperature 0.6)
+# http:   serve + deltaserve bench, 16 streams of 1k-token prompts (greedy and temperature 0.6;
+#         HTTP_TEMPS, HTTP_FLAGS: serve flags)
 # dp:     serve --dp-size 2 against 1 (one GPU: both replicas on it), 64 streams, per-replica tokens
 # prefill: 8k prefill, model only (bench_cuda_decode --prefill-only, op breakdown) with the GDN
 #         recurrence on tensor cores (default) and on CUDA cores (DELTASERVE_CUDA_GDN=chunked), then
@@ -27,6 +28,9 @@
 #         summed per kernel by tools/ncu_step.py: which small kernels a step waits on
 # prefill-kernels: every kernel of bench_cuda_decode --prefill-only --prefill 8192 under ncu (a
 #         512-token warm-up, then two 8k forwards), summed per kernel (tools/ncu_step.py --all)
+# overlap: overlap scheduling (the next decode step launched before the last one's tokens are
+#         read): overlap_schedule_test on CUDA, then bench-offline greedy batch 1/16/64 at a 1k
+#         context with it (the default) and with --disable-overlap-schedule, twice, alternating
 # ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
 #         (its own flags: --model, f32 KV), for before/after figures from one session
 # Logs and a summary go to $OUT.
@@ -71,6 +75,22 @@ if has tests; then
   timeout 120 "$B/spec_rollback_test" --gtest_filter='*cuda*' >"$OUT/spec_rollback.log" 2>&1
   echo "spec_rollback_test(cuda) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/spec_rollback.log" | tr '\n' ' ')" |
     tee -a "$OUT/summary.txt"
+fi
+
+if has overlap; then
+  timeout 180 "$B/overlap_schedule_test" --gtest_filter='*cuda*' >"$OUT/overlap_test.log" 2>&1
+  echo "overlap_schedule_test(cuda) rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/overlap_test.log" | tr '\n' ' ')" |
+    tee -a "$OUT/summary.txt"
+  for round in 1 2; do
+    for mode in on off; do
+      extra=""; [ $mode = off ] && extra="--disable-overlap-schedule"
+      timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy $extra \
+        --batch ${OVERLAP_BATCHES:-1,16,64} --threads 1 --prompt-len 1024 --gen-len 96 --prefill-len 1024 \
+        >"$OUT/overlap_${mode}_$round.log" 2>&1
+      echo "bench-offline overlap=$mode round $round rc=$?" | tee -a "$OUT/summary.txt"
+      grep -E '^(threads|[0-9])|decode step|overlap' "$OUT/overlap_${mode}_$round.log" | tee -a "$OUT/summary.txt"
+    done
+  done
 fi
 
 if has decode; then
@@ -295,8 +315,8 @@ fi
 # http: serve + `deltaserve bench` over HTTP, 1k-token prompts, 128 output tokens, 16 streams
 # (issue #14's 800 tok/s / TTFT p50 1 s target), greedy and at temperature 0.6.
 if has http; then
-  serve_27b http 30557 --context-length 8192 --max-running-requests 16
-  for temp in 0 0.6; do
+  serve_27b http 30557 --context-length 8192 --max-running-requests 16 ${HTTP_FLAGS:-}
+  for temp in ${HTTP_TEMPS:-0 0.6}; do
     timeout 300 "$B/deltaserve" bench --url http://127.0.0.1:30557 --concurrency ${HTTP_CONCURRENCY:-16} \
       --input-len 1024 --output-len 128 --num-prompts ${HTTP_PROMPTS:-64} --temperature $temp --no-record \
       --output "$OUT/http_t$temp.json" >"$OUT/http_t$temp.txt" 2>&1

@@ -292,6 +292,11 @@ int cmd_bench_offline(const Args& args) {
       if (on_dev > 0)
         std::fprintf(stderr, "  batch %d: %llu tokens drawn on the device, %llu of them handed back to the host\n", b,
                      static_cast<unsigned long long>(on_dev), static_cast<unsigned long long>(fell_back));
+      const uint64_t overlapped = s1.overlapped_steps_total - s0.overlapped_steps_total;
+      if (overlapped > 0)
+        std::fprintf(stderr, "  batch %d: %llu steps launched while the step before computed (overlap), %llu tokens dropped\n",
+                     b, static_cast<unsigned long long>(overlapped),
+                     static_cast<unsigned long long>(s1.overlap_dropped_tokens_total - s0.overlap_dropped_tokens_total));
       std::fflush(stdout);
       nlohmann::json row = {{"threads", t}, {"batch", b}, {"prefill_tokens_per_second", pre.prefill_tok_s},
                             {"decode_tokens_per_second", r.decode_tok_s},
@@ -307,6 +312,7 @@ int cmd_bench_offline(const Args& args) {
       row["step_ms"] = {{"total", step_ms}, {"forward", fwd_ms}, {"sampling", smp_ms}, {"drafts", drf_ms}};
       row["decode_step_ms"] = {{"steps", d_steps}, {"total", d_step}, {"forward", d_fwd}, {"sampling", d_smp},
                                {"drafts", d_drf}};
+      row["overlapped_steps"] = overlapped;
       results.push_back(std::move(row));
     }
     e.stop();

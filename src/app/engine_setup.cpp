@@ -94,6 +94,7 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   ec.max_prefill_tokens = static_cast<int>(s.plan_input.max_prefill_tokens);
   ec.spec_num_steps = s.plan_input.spec_num_steps;
   ec.cuda_graph_max_bs = opts.disable_cuda_graph ? 0 : opts.cuda_graph_max_bs > 0 ? static_cast<int>(opts.cuda_graph_max_bs) : -1;
+  ec.overlap_schedule = ec.device == Device::Cuda && !opts.disable_overlap_schedule;
   ec.random_seed = static_cast<uint64_t>(opts.random_seed);
   ec.prefix_cache = s.plan_input.prefix_cache;
   ec.checkpoint_slots = static_cast<int>(s.plan.checkpoint_slots);

@@ -62,6 +62,12 @@ class DeviceGraph {
   virtual ~DeviceGraph() = default;
 };
 
+// A point in a backend's queue of device work (a CUDA event), for the overlap scheduler. Opaque.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+};
+
 struct MemoryInfo {
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
@@ -87,6 +93,17 @@ class Backend {
   virtual void copy_to_host(void* host_dst, const Tensor& src) = 0;
   virtual void copy(Tensor dst, const Tensor& src) = 0;  // device to device, same bytes
   virtual void synchronize() = 0;
+  // Transfers queued behind the work already issued, returning at once (copy_to_device and
+  // copy_to_host wait for them). The host memory must stay as it is (to the device) or unread (to
+  // the host) until an event recorded after the copy has been waited for. Backends without a queue
+  // (the CPU) copy at once.
+  virtual void copy_to_device_async(Tensor dst, const void* host_src) { copy_to_device(dst, host_src); }
+  virtual void copy_to_host_async(void* host_dst, const Tensor& src) { copy_to_host(host_dst, src); }
+  // Events: record() marks the work issued so far; wait() returns once the device has done it.
+  // The CPU's work is done when its calls return, so its events are always reached.
+  virtual std::unique_ptr<DeviceEvent> make_event() { return std::make_unique<DeviceEvent>(); }
+  virtual void record(DeviceEvent& event) { (void)event; }
+  virtual void wait(DeviceEvent& event) { (void)event; }
   virtual Kernels& kernels() = 0;
   // Makes this backend's device current on the calling thread (CUDA: cudaSetDevice). A thread
   // that launches work on a backend other than its first calls it (tensor-parallel rank threads).

@@ -8,13 +8,15 @@
 
 namespace deltaserve {
 
-bool cuda_available() {
+int visible_cuda_devices() {
 #ifdef DELTASERVE_WITH_CUDA
-  return cuda_device_count() > 0;
+  return cuda_device_count();
 #else
-  return false;
+  return 0;
 #endif
 }
+
+bool cuda_available() { return visible_cuda_devices() > 0; }
 
 Result<std::unique_ptr<Backend>> make_backend(const std::string& device, int n_threads, int device_index) {
   if (device == "cpu") return make_cpu_backend(n_threads);

@@ -65,6 +65,7 @@ const std::map<std::string, std::string>& perf_notes() {
       {"kv-cache-dtype", "KV bytes per token (memory, accuracy)"},
       {"dtype", "weight/activation precision (speed, memory)"},
       {"disable-cuda-graph", "decode launch overhead (speed)"},
+      {"disable-overlap-schedule", "host work between decode steps (speed)"},
       {"cuda-graph-max-bs", "largest graph-captured batch (speed)"},
       {"sampling-backend", "where non-greedy tokens are drawn (speed under sampling)"},
       {"disable-radix-cache", "prefix reuse (TTFT for shared prompts)"},

@@ -111,6 +111,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   if (c.spec_num_steps > 0) e->set_speculation(true);
   e->run_items_.reserve(static_cast<size_t>(c.max_running_requests));
   e->outputs_.reserve(static_cast<size_t>(c.max_running_requests));
+  for (Flight& f : e->flights_) f.items.reserve(static_cast<size_t>(c.max_running_requests));
   e->seed_rng_.seed(c.random_seed != 0 ? c.random_seed : std::random_device{}());
   e->update_stats();
   return e;
@@ -162,6 +163,7 @@ void Engine::reset_after_probe() {
   step_s_ = forward_s_ = sample_s_ = draft_s_ = 0;
   decode_steps_total_ = 0;
   device_sampled_total_ = device_sample_fallbacks_total_ = 0;
+  overlapped_steps_total_ = overlap_dropped_total_ = 0;
   decode_step_s_ = decode_forward_s_ = decode_sample_s_ = decode_draft_s_ = 0;
   log_ = LogMark{};
   update_stats();
@@ -176,7 +178,8 @@ std::string Engine::plan_summary() const {
                  cap.state_slots, " + ", cap.checkpoint_slots, " checkpoints (", cap.state_cache_bytes >> 20,
                  " MiB); prefix cache ", cap.prefix_cache ? "on" : "off", "; max running ", cap.max_running_requests,
                  "; context ", cap.context_length, "; chunked prefill ", config_.chunked_prefill_size,
-                 "; speculative steps ", speculative_steps());
+                 "; speculative steps ", speculative_steps(), "; overlap schedule ",
+                 config_.overlap_schedule && !spec_ && runner_->can_chain() ? "on" : "off");
 }
 
 void Engine::start() {
@@ -292,6 +295,8 @@ void Engine::update_stats() {
   s.decode_forward_seconds = decode_forward_s_;
   s.decode_sample_seconds = decode_sample_s_;
   s.decode_draft_seconds = decode_draft_s_;
+  s.overlapped_steps_total = overlapped_steps_total_;
+  s.overlap_dropped_tokens_total = overlap_dropped_total_;
   std::lock_guard<std::mutex> lock(mutex_);
   stats_ = s;
 }
@@ -365,7 +370,7 @@ void Engine::loop() {
     }
     // /flush_cache: only with nothing running or waiting (requests queued in the inbox wait).
     uint64_t flush_ticket = 0;
-    {
+    if (!in_flight_) {
       std::lock_guard<std::mutex> lock(mutex_);
       flush_ticket = flush_asked_ > flush_done_ ? flush_asked_ : 0;
     }
@@ -379,12 +384,22 @@ void Engine::loop() {
       flush_cv_.notify_all();
       update_stats();
     }
-    drain_inbox();
-    if (scheduler_->has_work()) step();
+    // A step in flight holds its sequences: arrivals and cancels wait until it is collected
+    // (overlap_step chains nothing while any are pending).
+    if (in_flight_) {
+      overlap_step();
+    } else {
+      drain_inbox();
+      if (scheduler_->has_work()) step();
+    }
     update_stats();
     maybe_log_progress();
   }
   // Shutting down: everything still queued or running ends with Abort.
+  if (in_flight_) {
+    collect(flights_[cur_], true);
+    in_flight_ = false;
+  }
   drain_inbox();
   for (auto& seq : scheduler_->remove_all()) {
     TokenEvent ev;
@@ -408,10 +423,12 @@ void Engine::step() {
     }
     return;
   }
-  const double t_step = now_seconds();
+  Flight& f = flights_[cur_];
+  f.t_start = now_seconds();
+  f.items.assign(items.begin(), items.end());
   // 1. The batch: a verification feeds [last token, drafts], with the GDN state deferred.
   run_items_.clear();
-  for (const auto& it : items) {
+  for (const auto& it : f.items) {
     const Sequence& s = *it.seq;
     if (s.n_drafts > 0)
       run_items_.push_back(RunItem{spec_->feed(s), s.n_computed, s.blocks, s.slot, true, false, true});
@@ -422,16 +439,74 @@ void Engine::step() {
   }
   // 2. Forward, 3. sampling and verification: the tokens are picked on the device when every row
   // allows it (only they come back), else the logits come to the host.
-  bool decode_only = true;
-  for (const auto& it : items)
-    if (it.seq->n_drafts == 0 && !(it.sample && it.n_tokens == 1)) decode_only = false;  // a prefill chunk
-  const ModelRunner::Fetch fetch = choose_fetch(items);
+  f.decode_only = true;
+  for (const auto& it : f.items)
+    if (it.seq->n_drafts == 0 && !(it.sample && it.n_tokens == 1)) f.decode_only = false;  // a prefill chunk
+  f.fetch = choose_fetch(f.items);
+  const double t_launch = now_seconds();
+  f.ticket = runner_->launch(run_items_, nullptr, f.fetch,
+                             f.fetch == ModelRunner::Fetch::Sample ? &device_sampling_ : nullptr);
+  launch_s_ += now_seconds() - t_launch;
+  if (may_overlap(f)) {
+    in_flight_ = true;  // the loop comes back to overlap_step, which chains the next step or collects this one
+    return;
+  }
+  collect(f, true);
+}
+
+bool Engine::may_overlap(const Flight& f) const {
+  if (!config_.overlap_schedule || spec_ || !runner_->can_chain() || f.fetch != ModelRunner::Fetch::Argmax ||
+      !f.decode_only)
+    return false;
+  for (const ScheduledItem& it : f.items)
+    if (!it.sample || it.n_tokens != 1 || it.seq->n_drafts != 0) return false;
+  return true;
+}
+
+bool Engine::inbox_pending() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stopping_ || !inbox_.empty() || !cancels_.empty() || flush_asked_ > flush_done_;
+}
+
+void Engine::overlap_step() {
+  Flight& x = flights_[cur_];
+  Flight& y = flights_[cur_ ^ 1];
+  bool chained = false;
+  if (!inbox_pending() && scheduler_->chain(x.items, y.items)) {
+    // Each sequence one position further, fed the token x is picking (copied on the device).
+    y.t_start = now_seconds();
+    run_items_.clear();
+    for (const ScheduledItem& it : y.items) {
+      const Sequence& s = *it.seq;
+      run_items_.push_back(RunItem{std::span<const int32_t>(&placeholder_, 1), s.n_computed + 1, s.blocks, s.slot,
+                                   false, false, false, it.checkpoint_at, it.checkpoint_slot});
+    }
+    y.fetch = ModelRunner::Fetch::Argmax;
+    y.decode_only = true;
+    const double t_launch = now_seconds();
+    y.ticket = runner_->launch(run_items_, nullptr, y.fetch, nullptr, /*ids_from_last=*/true);
+    launch_s_ += now_seconds() - t_launch;
+    chained = true;
+    ++overlapped_steps_total_;
+  }
+  // Sequences that finish in x also ran in y: their memory goes back once y is collected.
+  collect(x, !chained);
+  if (chained) cur_ ^= 1;
+  else in_flight_ = false;
+}
+
+void Engine::collect(Flight& f, bool release_finished) {
+  const std::vector<ScheduledItem>& items = f.items;
+  // A chained step began when the one before it was collected.
+  const double t_step = std::max(f.t_start, last_collect_);
   const double t_fwd = now_seconds();
-  runner_->run(run_items_, nullptr, fetch, fetch == ModelRunner::Fetch::Sample ? &device_sampling_ : nullptr);
+  runner_->wait(f.ticket);
   const double t_sample = now_seconds();
-  const double fwd = t_sample - t_fwd;
-  sampled_on_device_ = fetch == ModelRunner::Fetch::Sample;
-  if (fetch == ModelRunner::Fetch::Logits) sample_all(items);
+  // Forward: launching (this step's, or with a chained one, the next one's) and waiting.
+  const double fwd = launch_s_ + (t_sample - t_fwd);
+  launch_s_ = 0;
+  sampled_on_device_ = f.fetch == ModelRunner::Fetch::Sample;
+  if (f.fetch == ModelRunner::Fetch::Logits) sample_all(items);
   else take_tokens(items);
   const double smp = now_seconds() - t_sample;
   forward_s_ += fwd;
@@ -448,12 +523,13 @@ void Engine::step() {
   }
   // 6. Events out, finished sequences' memory back.
   emit_all(items);
-  scheduler_->take_finished();
+  if (release_finished) scheduler_->take_finished();
   if (config_.check_integrity_every_step) scheduler_->check_integrity();
   ++steps_total_;
-  const double step = now_seconds() - t_step;
+  last_collect_ = now_seconds();
+  const double step = last_collect_ - t_step;
   step_s_ += step;
-  if (decode_only) {
+  if (f.decode_only) {
     ++decode_steps_total_;
     decode_step_s_ += step;
     decode_forward_s_ += fwd;
@@ -525,6 +601,11 @@ void Engine::take_tokens(const std::vector<ScheduledItem>& items) {
     o.n_sampled = 0;
     if (!items[i].sample) continue;
     Sequence& s = *items[i].seq;
+    if (s.status == SeqStatus::Finished) {  // finished in the step before this chained one: dropped
+      ++row;
+      ++overlap_dropped_total_;
+      continue;
+    }
     if (s.n_drafts > 0) {  // a greedy verification (Fetch::Argmax): one argmax per fed token
       const size_t before = s.tokens.size();
       o.n_drafts = s.n_drafts;
@@ -595,9 +676,9 @@ void Engine::sample_all(const std::vector<ScheduledItem>& items) {
 
 void Engine::emit_all(const std::vector<ScheduledItem>& items) {
   for (size_t i = 0; i < items.size(); ++i) {
-    if (!items[i].sample) continue;
-    Sequence& s = *items[i].seq;
     StepOutput& o = outputs_[i];
+    if (!items[i].sample || o.dropped) continue;
+    Sequence& s = *items[i].seq;
     if (o.n_accepted >= 0) {
       ++spec_steps_total_;
       spec_draft_total_ += static_cast<uint64_t>(o.n_drafts);

@@ -2,8 +2,15 @@
 // speculative decoder; the HTTP side talks to it only through EngineService (submit / cancel /
 // stats). A step:
 //
-//   Scheduler::schedule -> ModelRunner::run -> sample (or SpeculativeDecoder::verify)
+//   Scheduler::schedule -> ModelRunner::launch / wait -> sample (or SpeculativeDecoder::verify)
 //     -> Scheduler::update -> SpeculativeDecoder::finish_step (rollback, drafts) -> TokenEvents
+//
+// Overlap scheduling (EngineConfig::overlap_schedule): a greedy decode batch is left computing
+// while the engine thread goes round its loop once more; then, unless anything would change the
+// batch (an arrival, a cancel, a finished sequence, ...), the next step is launched from it
+// (Scheduler::chain, its tokens copied on the device) before this one's tokens are read, so the
+// host work of a step (reading tokens, finishes, events, scheduling, staging) hides behind the
+// next step's device work.
 #pragma once
 
 #include <atomic>
@@ -92,9 +99,29 @@ class Engine final : public EngineService {
 
  private:
   explicit Engine(EngineConfig config) : config_(std::move(config)) {}
+  // A launched step: its batch, and what it fetches.
+  struct Flight {
+    std::vector<ScheduledItem> items;
+    int ticket = -1;                  // ModelRunner::launch's
+    ModelRunner::Fetch fetch = ModelRunner::Fetch::Logits;
+    bool decode_only = false;         // no prefill chunk in the batch
+    double t_start = 0;               // when the step began
+  };
   void loop();
   void drain_inbox();
+  // Schedules and launches a step; collects it unless it may be chained (then in_flight_).
   void step();
+  // With a step in flight: launches the next one from it when nothing would change the batch,
+  // then collects it.
+  void overlap_step();
+  // Whether the launched step `f` may be left computing while the next one is chained.
+  bool may_overlap(const Flight& f) const;
+  // Arrivals, cancels, a cache flush or a stop waiting for the engine thread.
+  bool inbox_pending() const;
+  // Waits for the step's tokens and takes them: sampling (or verification), Scheduler::update,
+  // drafts, events; release_finished: finished sequences' memory back (not while a chained step
+  // still runs them).
+  void collect(Flight& f, bool release_finished);
   // Samples (or verifies) every item of this step that needs a token, in parallel over
   // sequences: appends tokens to each sequence and fills outputs_.
   void sample_all(const std::vector<ScheduledItem>& items);
@@ -122,6 +149,12 @@ class Engine final : public EngineService {
   std::unique_ptr<SamplingPool> sampling_;
   std::unique_ptr<SpeculativeDecoder> spec_;  // null without speculative decoding
   std::vector<RunItem> run_items_;            // this step's batch
+  Flight flights_[2];                         // flights_[cur_]: the step launched last
+  int cur_ = 0;
+  bool in_flight_ = false;                    // flights_[cur_] is launched and not collected
+  int32_t placeholder_ = 0;                   // what a chained item feeds on the host (its id comes from the device)
+  double last_collect_ = 0;                   // when the last collect() ended
+  double launch_s_ = 0;                       // seconds in ModelRunner::launch since then
   std::vector<StepOutput> outputs_;           // per scheduled item
   std::vector<int> row_of_;                   // per scheduled item: its first logits row
   // Fetch::Sample of this step: per output row, its penalties (gathered from each item's), and
@@ -154,6 +187,7 @@ class Engine final : public EngineService {
   uint64_t steps_total_ = 0;
   double step_s_ = 0, forward_s_ = 0, sample_s_ = 0, draft_s_ = 0;
   uint64_t device_sampled_total_ = 0, device_sample_fallbacks_total_ = 0;
+  uint64_t overlapped_steps_total_ = 0, overlap_dropped_total_ = 0;
   bool sampled_on_device_ = false;            // this step's rows were drawn by Fetch::Sample
   uint64_t decode_steps_total_ = 0;  // steps without prefill chunks, and their phases
   double decode_step_s_ = 0, decode_forward_s_ = 0, decode_sample_s_ = 0, decode_draft_s_ = 0;

@@ -59,6 +59,11 @@ struct EngineConfig {
 
   // Speculative decoding (MTP / NEXTN): 0 = off.
   int spec_num_steps = 0;
+  // Overlap scheduling (engine/engine.h): a greedy decode step is launched before the tokens of
+  // the step before it are read (--disable-overlap-schedule turns it off; on by default on GPUs,
+  // where the host work then hides behind the device's). One rank on one node, no speculative
+  // decoding; other steps run one at a time.
+  bool overlap_schedule = false;
   // Decode batches of up to this many sequences replay a CUDA graph per batch size (GPU only).
   // -1: auto (max running requests, at most 64); 0: off (--disable-cuda-graph).
   int cuda_graph_max_bs = -1;

@@ -41,6 +41,10 @@ struct EngineStats {
   // prefill chunk in the batch), so a step time is not diluted by prefills.
   uint64_t decode_steps_total = 0;
   double decode_step_seconds = 0, decode_forward_seconds = 0, decode_sample_seconds = 0, decode_draft_seconds = 0;
+  // Overlap scheduling: steps launched while the step before them was still computing, and the
+  // tokens they computed for sequences that had finished in that step (dropped).
+  uint64_t overlapped_steps_total = 0;
+  uint64_t overlap_dropped_tokens_total = 0;
 };
 
 class EngineService {

@@ -17,22 +17,18 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
   Backend& backend = ranks.backend(0);
   const int64_t T = limits.max_tokens, S = limits.max_seqs, B = limits.max_blocks_per_seq;
   n_meta_i32_ = T + (S + 1) + S + S * B + S + S + S + S;
-  // The staging area is host memory on every backend (page-locked on CUDA).
-  host_i32_ = backend.allocate_host((n_meta_i32_ + T + T) * 4);
-  int32_t* p = static_cast<int32_t*>(host_i32_.data());
-  positions_ = p; p += T;
-  seq_start_ = p; p += S + 1;
-  context_len_ = p; p += S;
-  block_table_ = p; p += S * B;
-  slots_ = p; p += S;
-  defer_ = p; p += S;
-  ckpt_at_ = p; p += S;
-  ckpt_slot_ = p; p += S;
-  ids_ = p; p += T;
-  out_rows_ = p;
+  // The staging areas are host memory on every backend (page-locked on CUDA).
+  const int64_t token_rows = std::max(limits.max_logit_rows, 1);
+  tokens_host_ = backend.allocate_host(2 * token_rows * 4);
+  for (int i = 0; i < 2; ++i) {
+    Flight& f = flights_[i];
+    f.staging = backend.allocate_host((n_meta_i32_ + T + T) * 4);
+    f.tokens = static_cast<int32_t*>(tokens_host_.data()) + i * token_rows;
+    for (int r = 0; r < ranks.size(); ++r) f.done.push_back(ranks.backend(r).make_event());
+  }
+  take_flight();
   const bool gpu = backend.device() != Device::Cpu;
   if (gpu) host_logits_store_ = backend.allocate_host(int64_t(limits.max_logit_rows) * vocab_ * 4);
-  tokens_host_ = backend.allocate_host(std::max(limits.max_logit_rows, 1) * 4);
   if (gpu) tokens_dev_ = backend.allocate(std::max(limits.max_logit_rows, 1) * 4);
   const std::size_t sample_bytes =
       std::max(limits.max_logit_rows, 1) * sizeof(SampleRow) + kPenaltyCapacity * sizeof(PenaltyEntry);
@@ -56,6 +52,7 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
       r.dev_i32 = b.allocate(n_meta_i32_ * 4);
       r.dev_ids = b.allocate(T * 4);
       r.commit_dev = b.allocate((4 * S + 1) * 4);
+      if (i > 0) r.tokens_dev = b.allocate(std::max(limits.max_logit_rows, 1) * 4);
     }
     r.logits_buf = b.allocate(int64_t(limits.max_logit_rows) * vocab_ * 4);
     if (limits.mtp) {
@@ -124,6 +121,26 @@ bool ModelRunner::replay(Rank& r, DecodeGraph& g, const std::function<void()>& f
   return true;
 }
 
+int ModelRunner::take_flight() {
+  const int i = next_flight_;
+  DS_CHECK(!flights_[i].pending, "a third run launched before the first was waited for");
+  next_flight_ ^= 1;
+  const int64_t T = limits_.max_tokens, S = limits_.max_seqs, B = limits_.max_blocks_per_seq;
+  int32_t* p = static_cast<int32_t*>(flights_[i].staging.data());
+  positions_ = p; p += T;
+  seq_start_ = p; p += S + 1;
+  context_len_ = p; p += S;
+  block_table_ = p; p += S * B;
+  slots_ = p; p += S;
+  defer_ = p; p += S;
+  ckpt_at_ = p; p += S;
+  ckpt_slot_ = p; p += S;
+  ids_ = p; p += T;
+  out_rows_ = p;
+  tokens_out_ = flights_[i].tokens;
+  return i;
+}
+
 void ModelRunner::build(std::span<const RunItem> items) {
   const int S = static_cast<int>(items.size());
   DS_CHECK(S > 0 && S <= limits_.max_seqs, "batch of ", S, " sequences");
@@ -183,13 +200,15 @@ void ModelRunner::build(std::span<const RunItem> items) {
   meta_.max_context = max_ctx;
 }
 
-void ModelRunner::upload_meta(Rank& r) {
+void ModelRunner::upload_meta(Rank& r, bool async) {
   Backend& b = *r.backend;
   const Device dev = b.device();
   int32_t* d = positions_;
   if (dev != Device::Cpu) {
     // One copy of the contiguous staging prefix [positions .. defer] (ids travel separately).
-    b.copy_to_device(r.dev_i32.view(DType::I32, {n_meta_i32_}), positions_);
+    const Tensor dst = r.dev_i32.view(DType::I32, {n_meta_i32_});
+    if (async) b.copy_to_device_async(dst, positions_);
+    else b.copy_to_device(dst, positions_);
     d = static_cast<int32_t*>(r.dev_i32.data());
   }
   const int64_t T = limits_.max_tokens, SM = limits_.max_seqs, B = limits_.max_blocks_per_seq;
@@ -205,10 +224,20 @@ void ModelRunner::upload_meta(Rank& r) {
   r.meta.d_checkpoint_slot = Tensor(d + T + 5 * SM + 1 + SM * B, DType::I32, {S}, dev);
 }
 
-Tensor ModelRunner::upload_ids(Rank& r) {
+Tensor ModelRunner::upload_ids(Rank& r, bool async) {
   if (r.backend->device() == Device::Cpu) return Tensor(ids_, DType::I32, {meta_.n_tokens});
   Tensor ids(static_cast<int32_t*>(r.dev_ids.data()), DType::I32, {meta_.n_tokens}, r.backend->device());
-  r.backend->copy_to_device(ids, ids_);
+  if (async) r.backend->copy_to_device_async(ids, ids_);
+  else r.backend->copy_to_device(ids, ids_);
+  return ids;
+}
+
+Tensor ModelRunner::chained_ids(Rank& r) {
+  const int n = meta_.n_tokens;
+  if (r.backend->device() == Device::Cpu) return Tensor(ids_, DType::I32, {n});  // launch() copied them
+  const DeviceBuffer& rows = &r == &ranks_[0] ? tokens_dev_ : r.tokens_dev;
+  Tensor ids(static_cast<int32_t*>(r.dev_ids.data()), DType::I32, {n}, r.backend->device());
+  r.backend->copy(ids, rows.view(DType::I32, {n}));  // device to device, in stream order
   return ids;
 }
 
@@ -228,18 +257,19 @@ void ModelRunner::fetch_logits() {
   }
 }
 
-void ModelRunner::fetch_argmax() {
+void ModelRunner::fetch_argmax(bool async) {
   host_logits_ = nullptr;
-  host_tokens_ = static_cast<const int32_t*>(tokens_host_.data());
+  host_tokens_ = tokens_out_;
   if (n_out_ == 0) return;
   Rank& r = ranks_[0];
   const Tensor logits = r.logits_buf.view(DType::F32, {n_out_, vocab_});
   if (r.backend->device() == Device::Cpu) {
-    r.backend->kernels().argmax_rows(logits, tokens_host_.view(DType::I32, {n_out_}));
+    r.backend->kernels().argmax_rows(logits, Tensor(tokens_out_, DType::I32, {n_out_}));
   } else {
     const Tensor dev = tokens_dev_.view(DType::I32, {n_out_});
     r.backend->kernels().argmax_rows(logits, dev);
-    r.backend->copy_to_host(tokens_host_.data(), dev);
+    if (async) r.backend->copy_to_host_async(tokens_out_, dev);
+    else r.backend->copy_to_host(tokens_out_, dev);
   }
 }
 
@@ -277,7 +307,7 @@ Tensor ModelRunner::kept_ids(Rank& r, int slot) {
 
 void ModelRunner::fetch_sampled(const Sampling& sampling) {
   host_logits_ = nullptr;
-  host_tokens_ = static_cast<const int32_t*>(tokens_host_.data());
+  host_tokens_ = tokens_out_;
   if (n_out_ == 0) return;
   DS_CHECK(static_cast<int>(sampling.rows.size()) == n_out_, sampling.rows.size(), " sampling rows for ", n_out_,
            " output rows");
@@ -300,12 +330,12 @@ void ModelRunner::fetch_sampled(const Sampling& sampling) {
   const Tensor rows(d, DType::I32, {int64_t(rows_bytes / 4)}, b.device());
   const Tensor pens(d + pen_off, DType::I32, {n_pen * 4}, b.device());
   if (b.device() == Device::Cpu) {
-    b.kernels().sample_rows(logits, rows, pens, tokens_host_.view(DType::I32, {n_out_}));
+    b.kernels().sample_rows(logits, rows, pens, Tensor(tokens_out_, DType::I32, {n_out_}));
     return;
   }
   const Tensor dev = tokens_dev_.view(DType::I32, {n_out_});
   b.kernels().sample_rows(logits, rows, pens, dev);
-  b.copy_to_host(tokens_host_.data(), dev);
+  b.copy_to_host(tokens_out_, dev);
   // Rows the device could not bound: their (penalised) logits for the host sampler.
   for (int i = 0; i < n_out_; ++i) {
     if (host_tokens_[i] >= 0) continue;
@@ -317,12 +347,33 @@ void ModelRunner::fetch_sampled(const Sampling& sampling) {
 
 void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* observer, Fetch fetch,
                       const Sampling* sampling) {
+  wait(launch(items, observer, fetch, sampling));
+}
+
+int ModelRunner::launch(std::span<const RunItem> items, const LayerObserver* observer, Fetch fetch,
+                        const Sampling* sampling, bool ids_from_last) {
   DS_CHECK(fetch != Fetch::Sample || sampling != nullptr, "Fetch::Sample without sampling settings");
+  DS_CHECK(fetch != Fetch::Keep, "Fetch::Keep is for run_mtp");
+  DS_CHECK(!ids_from_last || can_chain(), "ids from the last launch need one rank on one node");
   if (mirror_) mirror_->run(items);
+  const Flight& prev = flights_[next_flight_ ^ 1];
+  const int ticket = take_flight();
+  Flight& f = flights_[ticket];
   build(items);
+  if (ids_from_last) {
+    const int n = meta_.n_tokens;
+    DS_CHECK(prev.fetch == Fetch::Argmax && prev.n_out == n && n == meta_.n_seqs, "ids from the last launch: ", n,
+             " tokens, ", meta_.n_seqs, " sequences, ", prev.n_out, " rows before");
+    // The CPU's last run is done: its rows are on the host already.
+    if (ranks_[0].backend->device() == Device::Cpu) std::copy_n(prev.tokens, n, ids_);
+  }
+  // Every copy is queued: the staging stays untouched until wait(ticket) has seen each rank's
+  // event. Ranks > 0 of a GPU group pick this run's argmax rows too, for a chained next run.
+  const bool other_ranks_argmax = fetch == Fetch::Argmax && group_.size() > 1 && n_out_ > 0 &&
+                                  ranks_[0].backend->device() != Device::Cpu;
   group_.run([&](int rank) {
     Rank& r = ranks_[rank];
-    upload_meta(r);
+    upload_meta(r, true);
     ForwardArgs a;
     a.meta = &r.meta;
     a.memory = r.memory;
@@ -331,16 +382,36 @@ void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* obser
     a.logits = r.logits_buf.view(DType::F32, {std::max(n_out_, 1), vocab_});
     if (limits_.mtp) a.hidden = r.hidden_main.view(DType::F32, {meta_.n_tokens, hidden_});
     a.observer = rank == 0 ? observer : nullptr;  // every rank holds the same residual stream
-    a.ids = upload_ids(r);
+    a.ids = ids_from_last ? chained_ids(r) : upload_ids(r, true);
     if (observer != nullptr || !run_graph(r, items, a)) r.model->forward(a);
+    if (rank > 0 && other_ranks_argmax)
+      r.backend->kernels().argmax_rows(r.logits_buf.view(DType::F32, {n_out_, vocab_}),
+                                       r.tokens_dev.view(DType::I32, {n_out_}));
+    if (rank > 0) r.backend->record(*f.done[rank]);
   });
-  DS_CHECK(fetch != Fetch::Keep, "Fetch::Keep is for run_mtp");
-  if (fetch == Fetch::Argmax) fetch_argmax();
+  if (fetch == Fetch::Argmax) fetch_argmax(true);
   else if (fetch == Fetch::Sample) fetch_sampled(*sampling);
   else if (fetch == Fetch::Logits) fetch_logits();
   else clear_host_outputs();  // Fetch::None: nothing comes back
+  f.n_out = n_out_;
+  f.fetch = fetch;
+  f.logits = host_logits_;
+  ranks_[0].backend->record(*f.done[0]);
+  f.pending = true;
   mtp_last_ = -1;
   n_kept_ = 0;
+  return ticket;
+}
+
+void ModelRunner::wait(int ticket) {
+  DS_CHECK(ticket == 0 || ticket == 1, "wait(", ticket, ")");
+  Flight& f = flights_[ticket];
+  if (f.pending)
+    for (std::size_t r = 0; r < ranks_.size(); ++r) ranks_[r].backend->wait(*f.done[r]);
+  f.pending = false;
+  n_out_ = f.n_out;
+  host_tokens_ = f.fetch == Fetch::Argmax || f.fetch == Fetch::Sample ? f.tokens : nullptr;
+  host_logits_ = f.logits;
 }
 
 void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::span<const int32_t> hidden_rows,
@@ -361,6 +432,10 @@ void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::
     chain_next_ = 0;
   }
   if (mirror_) mirror_->run_mtp(items, from, hidden_rows);
+  DS_CHECK(!flights_[0].pending && !flights_[1].pending, "run_mtp while a launched run is outstanding");
+  Flight& f = flights_[take_flight()];
+  f.fetch = Fetch::None;  // not a launch: nothing may chain from it
+  f.n_out = 0;
   // Gather the input hidden states before build() replaces the batch (src_rows refers to the
   // previous batch).
   group_.run([&](int rank) {
@@ -373,7 +448,7 @@ void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::
   DS_CHECK(meta_.n_tokens == n, "run_mtp: ", n, " hidden rows for ", meta_.n_tokens, " tokens");
   group_.run([&](int rank) {
     Rank& r = ranks_[rank];
-    upload_meta(r);
+    upload_meta(r, false);
     MtpArgs a;
     a.meta = &r.meta;
     a.memory = r.memory;
@@ -382,11 +457,11 @@ void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::
     a.logits = r.logits_buf.view(DType::F32, {std::max(n_out_, 1), vocab_});
     a.hidden_in = r.mtp_in.view(DType::F32, {n, hidden_});
     a.hidden_out = r.mtp_buffer(out_which).view(DType::F32, {n, hidden_});
-    a.ids = ids_from_kept >= 0 ? kept_ids(r, ids_from_kept) : upload_ids(r);
+    a.ids = ids_from_kept >= 0 ? kept_ids(r, ids_from_kept) : upload_ids(r, false);
     if (!run_mtp_graph(r, items, out_which, a)) r.model->forward_mtp(a);
   });
   DS_CHECK(fetch != Fetch::Sample, "run_mtp samples greedily (Fetch::Argmax, Keep) or returns logits");
-  if (fetch == Fetch::Argmax) fetch_argmax();
+  if (fetch == Fetch::Argmax) fetch_argmax(false);
   else if (fetch == Fetch::Keep) fetch_keep();
   else if (fetch == Fetch::Logits) fetch_logits();
   else clear_host_outputs();  // Fetch::None: nothing comes back

@@ -84,6 +84,20 @@ class ModelRunner {
            const Sampling* sampling = nullptr);
   int32_t token(int row) const { return host_tokens_[row]; }
 
+  // Overlap scheduling (engine/engine.cpp): run() is launch() then wait(). launch() queues the
+  // run and returns a ticket; with Fetch::Argmax on a GPU it returns before the device is done
+  // (the other fetches wait inside it). wait(ticket) blocks until that run's tokens (or logits)
+  // are on the host, and token() / logits() then read them. Two launches may be outstanding: each
+  // has its own host staging and token rows, so the next batch is built and queued while the last
+  // one computes. ids_from_last: item i's one token is output row i of the previous launch (a
+  // Fetch::Argmax batch whose every item has one output row), copied on the device (with tensor
+  // parallelism each rank picks the rows from its own gathered logits); the items' own tokens are
+  // placeholders. Needs can_chain(): not on a multi-node group, whose other nodes replay host ids.
+  int launch(std::span<const RunItem> items, const LayerObserver* observer = nullptr, Fetch fetch = Fetch::Logits,
+             const Sampling* sampling = nullptr, bool ids_from_last = false);
+  void wait(int ticket);
+  bool can_chain() const { return mirror_ == nullptr; }
+
   // The MTP head (NEXTN) over a batch whose ids are the next tokens: batch row r takes hidden row
   // hidden_rows[r] of the last run() (from = Main) or of the last run_mtp() (from = Mtp). Output
   // rows as in run() (Fetch::Argmax: token(i) instead of logits(i)); its hidden states are kept
@@ -146,6 +160,7 @@ class ModelRunner {
     DeviceBuffer mtp_out;              // [max_tokens, H]
     DeviceBuffer chain[2];             // [max_seqs, H]
     DeviceBuffer commit_dev;           // commit_state staging on the device
+    DeviceBuffer tokens_dev;           // ranks > 0 of a GPU group: this rank's argmax rows (chained ids)
     std::vector<DecodeGraph> graphs;   // [graph_max_seqs + 1]
     std::vector<DecodeGraph> verify_graphs;  // [graph_max_seqs + 1][verify_tokens_ + 1]
     std::vector<DecodeGraph> mtp_graphs;     // MTP chain steps: [graph_max_seqs + 1][output chain buffer 0, 1]
@@ -153,13 +168,33 @@ class ModelRunner {
     const DeviceBuffer& mtp_buffer(int which) const { return which == 0 ? mtp_out : chain[which - 1]; }
   };
 
+  // One launch's host side. The two alternate; run_mtp and commit_state need neither outstanding.
+  struct Flight {
+    // Host staging (page-locked on CUDA; on the CPU the same memory the kernels read):
+    //   positions [T] | seq_start [S+1] | context_len [S] | block_table [S, B] | slots [S] | defer [S]
+    //   | checkpoint_at [S] | checkpoint_slot [S] (one contiguous copy to the device) then ids [T] |
+    //   out_rows [T].
+    DeviceBuffer staging;
+    int32_t* tokens = nullptr;         // [max_logit_rows] picked on the device (in tokens_host_)
+    const float* logits = nullptr;     // host logits after the fetch (nullptr: none)
+    int n_out = 0;
+    Fetch fetch = Fetch::None;
+    // Per rank, recorded after the run's last work there (rank 0: its last copy to the host).
+    std::vector<std::unique_ptr<DeviceEvent>> done;
+    bool pending = false;               // launched, not waited for
+  };
+  // Points the staging pointers (positions_ ..) at the next flight's staging; returns its index.
+  int take_flight();
   void build(std::span<const RunItem> items);
-  // This rank's device copy of the batch (GPU backends) and its meta.
-  void upload_meta(Rank& r);
-  Tensor upload_ids(Rank& r);
+  // This rank's device copy of the batch (GPU backends) and its meta; async: queued (launch()).
+  void upload_meta(Rank& r, bool async);
+  Tensor upload_ids(Rank& r, bool async);
+  // ids_from_last: the previous launch's output rows as this batch's ids, on rank r's device
+  // (CPU: copied into the host staging once, before the ranks run).
+  Tensor chained_ids(Rank& r);
   void fetch_logits();
   void clear_host_outputs();  // no logits or tokens on the host (Fetch::None)
-  void fetch_argmax();
+  void fetch_argmax(bool async);
   void fetch_sampled(const Sampling& sampling);
   void fetch_keep();
   // The ids of this batch from keep slot `slot` (one token per sequence), on rank r's device.
@@ -185,18 +220,17 @@ class ModelRunner {
   int64_t vocab_, hidden_;
   int verify_tokens_ = 0;            // most tokens of a verification run (the cache's pending depth)
   std::vector<Rank> ranks_;
-  // Host staging (page-locked on CUDA; on the CPU the same memory the kernels read):
-  //   positions [T] | seq_start [S+1] | context_len [S] | block_table [S, B] | slots [S] | defer [S]
-  //   | checkpoint_at [S] | checkpoint_slot [S] (one contiguous copy to the device) then ids [T] |
-  //   out_rows [T].
-  DeviceBuffer host_i32_;
+  Flight flights_[2];
+  int next_flight_ = 0;
+  // The staging of the flight being built (Flight::staging's layout).
   int32_t *positions_, *seq_start_, *context_len_, *block_table_, *slots_, *defer_, *ckpt_at_, *ckpt_slot_, *ids_,
       *out_rows_;
+  int32_t* tokens_out_ = nullptr;    // its token rows
   int64_t n_meta_i32_ = 0;           // elements of the contiguous prefix
   DeviceBuffer host_logits_store_;   // GPU backends: page-locked host copy of rank 0's logits
   const float* host_logits_ = nullptr;
   DeviceBuffer tokens_dev_;          // [max_logit_rows] i32 on rank 0's device (GPU backends)
-  DeviceBuffer tokens_host_;         // [max_logit_rows] i32, host
+  DeviceBuffer tokens_host_;         // [2][max_logit_rows] i32, host: each flight's rows
   const int32_t* host_tokens_ = nullptr;  // set after a Fetch::Argmax / Sample run
   // Fetch::Sample staging: SampleRow [max_logit_rows] | PenaltyEntry [kPenaltyCapacity], host
   // (page-locked) and rank 0's device.

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace deltaserve {
 
@@ -147,9 +148,9 @@ void Scheduler::plan_prefill_checkpoint(ScheduledItem& item) {
   in_flight_checkpoints_.push_back(slot);
 }
 
-void Scheduler::plan_decode_checkpoint(ScheduledItem& item) {
+void Scheduler::plan_decode_checkpoint(ScheduledItem& item, int ahead) {
   Sequence& s = *item.seq;
-  const int bs = config_.block_size, n0 = s.n_computed;
+  const int bs = config_.block_size, n0 = s.n_computed + ahead;
   if (s.rolling_slot < 0 || item.n_tokens != 1 || (n0 + 1) % bs != 0) return;
   item.checkpoint_at = 0;
   item.checkpoint_slot = s.rolling_slot;
@@ -273,6 +274,31 @@ const std::vector<ScheduledItem>& Scheduler::schedule() {
   return items_;
 }
 
+bool Scheduler::chain(std::span<const ScheduledItem> prev, std::vector<ScheduledItem>& next) {
+  next.clear();
+  if (prev.size() != running_.size()) return false;
+  if (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_running) return false;
+  // Every sequence takes its last token in `prev` (they reach their length limits together): a
+  // next step would be dropped whole.
+  bool any_continues = false;
+  for (const ScheduledItem& it : prev)
+    any_continues = any_continues || int64_t(it.seq->tokens.size()) + 1 < it.seq->max_total_tokens;
+  if (!any_continues) return false;
+  for (const ScheduledItem& it : prev) {
+    Sequence& s = *it.seq;
+    // `prev` feeds tokens[n_computed] (its update() has not run); the next step feeds the token
+    // it is picking, at position n_computed + 1.
+    if (s.status != SeqStatus::Running || !it.sample || it.n_tokens != 1 || s.n_drafts != 0 ||
+        s.n_computed + 1 != static_cast<int>(s.tokens.size()))
+      return false;
+    if (!reserve(s, s.n_computed + 2)) return false;  // blocks already taken serve the next step anyway
+    ScheduledItem item{&s, 1, true};
+    plan_decode_checkpoint(item, 1);
+    next.push_back(item);
+  }
+  return true;
+}
+
 void Scheduler::update(std::span<const ScheduledItem> items, std::span<StepOutput> outputs) {
   DS_CHECK(items.size() == outputs.size(), "update: ", outputs.size(), " outputs for ", items.size(), " items");
   in_flight_checkpoints_.clear();
@@ -282,6 +308,13 @@ void Scheduler::update(std::span<const ScheduledItem> items, std::span<StepOutpu
     Sequence& s = *it.seq;
     out.n_emit = 0;
     out.finish = FinishReason::None;
+    out.dropped = s.status == SeqStatus::Finished;
+    if (out.dropped) {
+      // Finished in the step before this chained one: its run here is discarded. A rolling
+      // checkpoint this run wrote holds a state past the sequence's end: it is not cached.
+      if (it.checkpoint_slot >= 0 && it.checkpoint_slot == s.rolling_slot) s.rolling_pos = std::numeric_limits<int>::max();
+      continue;
+    }
     if (!it.sample || out.n_accepted < 0) {
       s.n_computed += it.n_tokens;
     } else {

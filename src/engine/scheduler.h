@@ -13,6 +13,8 @@
 //      a decoding sequence crossed (cached when it finishes);
 // and after the forward and sampling, update() takes the step's results: computed tokens,
 // accepted drafts, finishes (EOS, stop token ids, length), and the checkpoints to cache.
+// Overlap scheduling: chain() gives a decode batch's next step before update() has taken the
+// batch's results (the engine launches it while the batch still computes).
 #pragma once
 
 #include <deque>
@@ -61,6 +63,9 @@ struct StepOutput {
   // Filled by Scheduler::update:
   int n_emit = 0;         // appended tokens that stand
   FinishReason finish = FinishReason::None;
+  // Overlap: the sequence had finished in the step before (which this chained step followed
+  // before its tokens were read); this step's run of it is discarded.
+  bool dropped = false;
 };
 
 // A checkpoint for a verification's commit (the accepted run is known only after sampling).
@@ -81,6 +86,14 @@ class Scheduler {
   RequestId front_waiting_id() const { return waiting_.empty() ? 0 : waiting_.front()->id; }
   // The step's batch (valid until the next call).
   const std::vector<ScheduledItem>& schedule();
+  // Overlap scheduling: the step after `prev`, a batch of plain decodes (one sampled token each,
+  // no drafts) that has run but whose results update() has not taken: the same sequences in the
+  // same order, each fed the token `prev` is picking for it, one position further (blocks
+  // reserved, decode checkpoints planned). False when the next step would be another batch: not
+  // every running sequence is in `prev`, a waiting request could be admitted, a sequence has
+  // finished, or a block cannot be reserved without preempting; or when every sequence reaches its
+  // length limit in `prev`.
+  bool chain(std::span<const ScheduledItem> prev, std::vector<ScheduledItem>& next);
   // The step's results, one per item of the last schedule(): advances n_computed (a verification
   // keeps 1 + accepted drafts), cuts each sequence's new tokens at the first EOS / stop token /
   // length limit and marks it Finished, and caches the prefill checkpoints written this step.
@@ -123,7 +136,8 @@ class Scheduler {
   int take_checkpoint_slot(bool evict);
   // Block boundary checkpoint for a run over [n0, n0 + n) of seq (prefill: chunk end or prompt end).
   void plan_prefill_checkpoint(ScheduledItem& item);
-  void plan_decode_checkpoint(ScheduledItem& item);
+  // ahead: tokens of the sequence computed but not yet counted in n_computed (a chained step).
+  void plan_decode_checkpoint(ScheduledItem& item, int ahead = 0);
   void cache_prefix(Sequence& seq, int n_tokens, int checkpoint_slot);
   void order_waiting();
 

@@ -84,6 +84,7 @@ const std::vector<Row>& rows() {
     {{"speculative-num-draft-tokens", "", I, "auto", "", "tokens verified per step: num-steps + 1 when topk is 1 (auto: derived)", YES, PERF}, &ServeOptions::speculative_num_draft_tokens},
     // GPU execution.
     {{"disable-cuda-graph", "", BOOL, "false", "", "run decode without CUDA graphs", YES, PERF}, &ServeOptions::disable_cuda_graph},
+    {{"disable-overlap-schedule", "", BOOL, "false", "", "launch every step only after the last one's tokens are read (default on GPUs: a greedy decode step is launched while the one before it computes, hiding the host's work; one GPU per replica, without speculative decoding; the CPU never overlaps)", YES, PERF}, &ServeOptions::disable_overlap_schedule},
     {{"sampling-backend", "", C, "auto", "auto,device,host,flashinfer,pytorch", "where non-greedy tokens are drawn: device (a GPU kernel per row; logits stay on the GPU) or host (the CPU sampler over fetched logits); rows with logprobs, grammars or speculative verification always use the host (auto: device on GPU, host on CPU; SGLang's flashinfer and pytorch mean auto)", YES, PERF}, &ServeOptions::sampling_backend},
     {{"disable-custom-all-reduce", "", BOOL, "false", "", "GPU tensor parallelism: NCCL for every collective, no one-shot peer all-reduce (needs libnccl.so.2)", YES, PERF}, &ServeOptions::disable_custom_all_reduce},
     {{"cuda-graph-max-bs", "", I, "auto", "", "largest decode batch replayed as a CUDA graph (auto: max running requests, at most 64)", YES, PERF}, &ServeOptions::cuda_graph_max_bs},

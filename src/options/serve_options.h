@@ -118,6 +118,7 @@ struct ServeOptions {
 
   // GPU execution.
   bool disable_cuda_graph = false;
+  bool disable_overlap_schedule = false;
   std::string sampling_backend = "auto";  // auto, device, host (SGLang's flashinfer / pytorch: auto)
   bool disable_custom_all_reduce = false;  // GPU tensor parallelism: NCCL for every collective
   int64_t cuda_graph_max_bs = 0;     // 0 = auto

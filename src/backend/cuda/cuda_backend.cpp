@@ -98,6 +98,15 @@ class CudaKernels final : public Kernels {
   std::map<std::string, CudaOpTime> times_;
 };
 
+class CudaEvent final : public DeviceEvent {
+ public:
+  CudaEvent() { DS_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+  ~CudaEvent() override { cudaEventDestroy(event); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  cudaEvent_t event = nullptr;
+};
+
 class CudaGraph final : public DeviceGraph {
  public:
   ~CudaGraph() override {
@@ -228,6 +237,26 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     DeviceGuard guard(device_);
     DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy_to_device_async(Tensor dst, const void* host_src) override {
+    DeviceGuard guard(device_);
+    DS_CUDA_CHECK(cudaMemcpyAsync(dst.data, host_src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+  }
+  void copy_to_host_async(void* host_dst, const Tensor& src) override {
+    DeviceGuard guard(device_);
+    DS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  }
+  std::unique_ptr<DeviceEvent> make_event() override {
+    DeviceGuard guard(device_);
+    return std::make_unique<CudaEvent>();
+  }
+  void record(DeviceEvent& event) override {
+    DeviceGuard guard(device_);
+    DS_CUDA_CHECK(cudaEventRecord(static_cast<CudaEvent&>(event).event, stream_));
+  }
+  void wait(DeviceEvent& event) override {
+    DeviceGuard guard(device_);
+    DS_CUDA_CHECK(cudaEventSynchronize(static_cast<CudaEvent&>(event).event));
   }
 
   std::unique_ptr<DeviceGraph> capture(const std::function<void()>& work) override {

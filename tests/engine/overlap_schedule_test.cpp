@@ -1,0 +1,247 @@
+// Overlap scheduling (EngineConfig::overlap_schedule): a greedy decode step launched before the
+// tokens of the step before it are read gives exactly the tokens, finishes and prefix-cache
+// behaviour of stepping one at a time: requests finishing at different steps (length and stop
+// tokens, so chained steps run sequences that have finished and drop their tokens), rolling
+// decode checkpoints cached for the next turn, arrivals and cancels while steps are chained, with
+// the scheduler's integrity checked after every step. On the CPU (where a launch completes before
+// it returns) and on CUDA (queued copies and events; skipped without a GPU).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "backend/backend_factory.h"
+#include "engine/engine.h"
+#include "engine_fixture.h"
+
+namespace deltaserve::test {
+namespace {
+
+struct Answer {
+  std::vector<int32_t> tokens;
+  FinishReason finish = FinishReason::None;
+};
+
+Answer drain(RequestStream& s) {
+  Answer r;
+  while (auto ev = s.events.pop()) {
+    r.tokens.insert(r.tokens.end(), ev->tokens.begin(), ev->tokens.end());
+    if (ev->finish != FinishReason::None) {
+      r.finish = ev->finish;
+      break;
+    }
+  }
+  return r;
+}
+
+struct Ask {
+  std::vector<int32_t> prompt;
+  int max_tokens = 0;
+  std::vector<int32_t> stop_ids;
+};
+
+std::shared_ptr<RequestStream> submit(Engine& e, const Ask& a) {
+  GenerateRequest r;
+  r.id = e.next_request_id();
+  r.prompt = a.prompt;
+  r.sampling.temperature = 0;
+  r.sampling.max_tokens = a.max_tokens;
+  r.sampling.ignore_eos = true;
+  r.sampling.stop_token_ids = a.stop_ids;
+  return e.submit(std::move(r));
+}
+
+std::vector<Answer> run_all(Engine& e, const std::vector<Ask>& asks) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const Ask& a : asks) streams.push_back(submit(e, a));
+  std::vector<Answer> out;
+  for (auto& s : streams) out.push_back(drain(*s));
+  return out;
+}
+
+// Published after the step that emitted the last token.
+EngineStats idle_stats(Engine& e) {
+  EngineStats s;
+  for (int i = 0; i < 400; ++i) {
+    s = e.stats();
+    if (s.requests_running == 0 && s.requests_waiting == 0 && s.kv_tokens_used == 0 && s.state_slots_used == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(s.requests_running, 0);
+  EXPECT_EQ(s.kv_tokens_used, 0);
+  EXPECT_EQ(s.state_slots_used, 0);
+  return s;
+}
+
+class OverlapSchedule : public ::testing::TestWithParam<std::tuple<std::string, std::string, int>> {
+ protected:
+  void SetUp() override {
+    if (device() == "cuda") {
+      if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+      // A chained step may run a finished sequence beside the others (a batch one row larger than
+      // stepping one at a time): exact GEMMs keep each row's logits independent of the batch.
+      setenv("DELTASERVE_CUDA_GEMM", "exact", 1);
+      // Fewer GPUs than ranks: every rank on GPU 0.
+      if (tp() > visible_cuda_devices()) setenv("DELTASERVE_TP_DEVICES", std::string(tp() == 2 ? "0,0" : "0,0,0,0").c_str(), 1);
+    }
+  }
+  void TearDown() override {
+    if (device() == "cuda") {
+      unsetenv("DELTASERVE_CUDA_GEMM");
+      unsetenv("DELTASERVE_TP_DEVICES");
+    }
+  }
+  const std::string& model() const { return std::get<0>(GetParam()); }
+  const std::string& device() const { return std::get<1>(GetParam()); }
+  int tp() const { return std::get<2>(GetParam()); }
+
+  std::unique_ptr<Engine> make(bool overlap) {
+    EngineConfig c = small_engine_config(model());
+    c.max_running_requests = 6;
+    c.max_waiting_requests = 64;
+    c.kv_tokens = 4096;
+    c.prefix_cache = true;
+    c.checkpoint_slots = 16;
+    c.decode_checkpoints = true;
+    c.overlap_schedule = overlap;
+    c.check_integrity_every_step = true;
+    c.tp_size = tp();
+    if (device() == "cuda") {
+      c.device = Device::Cuda;
+      c.kv_cache_dtype = DType::BF16;
+    }
+    auto e = Engine::create(c);
+    EXPECT_TRUE(e.is_ok()) << e.status().message();
+    if (!e.is_ok()) return nullptr;
+    (*e)->start();
+    return std::move(*e);
+  }
+};
+
+// Six requests at once, finishing at different steps by length and by a stop token; then a second
+// turn of three of them (prompt + answer + more), which resumes from the checkpoints the first
+// turn cached.
+TEST_P(OverlapSchedule, ChainedStepsGiveTheTokensOfSteppingOneAtATime) {
+  std::vector<Ask> asks;
+  for (int i = 0; i < 6; ++i) {
+    Ask a;
+    for (int j = 0; j < 20 + 9 * i; ++j) a.prompt.push_back(10 + (37 * j + 11 * i) % 450);
+    a.max_tokens = 12 + 7 * i;
+    asks.push_back(a);
+  }
+  auto plain = make(false);
+  ASSERT_NE(plain, nullptr);
+  const std::vector<Answer> first = run_all(*plain, asks);
+  // Requests 1 and 4 stop at a token of their own answer (the 6th and the 9th).
+  asks[1].stop_ids = {first[1].tokens.at(5)};
+  asks[4].stop_ids = {first[4].tokens.at(8)};
+  const std::vector<Answer> expect = run_all(*plain, asks);
+  EXPECT_EQ(expect[1].finish, FinishReason::Stop);
+  EXPECT_EQ(expect[4].finish, FinishReason::Stop);
+  std::vector<Ask> turn2;
+  for (int i : {0, 2, 5}) {
+    Ask a = asks[i];
+    a.prompt.insert(a.prompt.end(), expect[i].tokens.begin(), expect[i].tokens.end());
+    a.prompt.insert(a.prompt.end(), {300, 301, 302});
+    a.max_tokens = 10;
+    turn2.push_back(a);
+  }
+  const std::vector<Answer> expect2 = run_all(*plain, turn2);
+  const EngineStats ps = idle_stats(*plain);
+  EXPECT_EQ(ps.overlapped_steps_total, 0u);
+  plain.reset();
+
+  // The same requests in the same order (so both prefix caches hold the same prompts).
+  auto over = make(true);
+  ASSERT_NE(over, nullptr);
+  std::vector<Ask> no_stops = asks;
+  for (Ask& a : no_stops) a.stop_ids.clear();
+  const std::vector<Answer> got0 = run_all(*over, no_stops);
+  for (size_t i = 0; i < asks.size(); ++i) EXPECT_EQ(got0[i].tokens, first[i].tokens) << "request " << i;
+  const std::vector<Answer> got = run_all(*over, asks);
+  for (size_t i = 0; i < asks.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, expect[i].tokens) << "request " << i;
+    EXPECT_EQ(got[i].finish, expect[i].finish) << "request " << i;
+  }
+  const std::vector<Answer> got2 = run_all(*over, turn2);
+  for (size_t i = 0; i < turn2.size(); ++i) EXPECT_EQ(got2[i].tokens, expect2[i].tokens) << "second turn " << i;
+  const EngineStats os = idle_stats(*over);
+  // Most decode steps were chained, and sequences finishing mid-batch had a chained step dropped.
+  EXPECT_GT(os.overlapped_steps_total, os.decode_steps_total / 2);
+  EXPECT_GT(os.overlap_dropped_tokens_total, 0u);
+  EXPECT_EQ(os.generated_tokens_total, ps.generated_tokens_total);
+  EXPECT_GT(os.prompt_tokens_cached_total, 0u);
+}
+
+// Arrivals and cancels while steps are chained: each breaks the chain until the engine has taken
+// it; every answer is still the one stepping one at a time gives.
+TEST_P(OverlapSchedule, ArrivalsAndCancelsWhileChained) {
+  std::vector<Ask> asks;
+  for (int i = 0; i < 5; ++i) {
+    Ask a;
+    for (int j = 0; j < 16 + 5 * i; ++j) a.prompt.push_back(20 + (29 * j + 13 * i) % 430);
+    a.max_tokens = 40;
+    asks.push_back(a);
+  }
+  auto plain = make(false);
+  ASSERT_NE(plain, nullptr);
+  const std::vector<Answer> expect = run_all(*plain, asks);
+  plain.reset();
+
+  auto over = make(true);
+  ASSERT_NE(over, nullptr);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 3; ++i) streams.push_back(submit(*over, asks[i]));
+  // Once request 0 decodes, two more arrive and request 1 is cancelled.
+  auto ev = streams[0]->events.pop();
+  ASSERT_TRUE(ev.has_value());
+  std::vector<int32_t> head = ev->tokens;
+  for (int i = 3; i < 5; ++i) streams.push_back(submit(*over, asks[i]));
+  over->cancel(streams[1]->id);
+  Answer r0 = drain(*streams[0]);
+  head.insert(head.end(), r0.tokens.begin(), r0.tokens.end());
+  EXPECT_EQ(head, expect[0].tokens);
+  const Answer r1 = drain(*streams[1]);
+  EXPECT_TRUE(r1.finish == FinishReason::Abort || r1.finish == FinishReason::Length);
+  for (int i = 2; i < 5; ++i) EXPECT_EQ(drain(*streams[i]).tokens, expect[i].tokens) << "request " << i;
+  const EngineStats s = idle_stats(*over);
+  EXPECT_GT(s.overlapped_steps_total, 0u);
+}
+
+// Tensor parallelism: each rank feeds the chained step from its own copy of the gathered logits.
+INSTANTIATE_TEST_SUITE_P(Models, OverlapSchedule,
+                         ::testing::Values(std::make_tuple("models/tiny-coder", "cpu", 1),
+                                           std::make_tuple("tests/fixtures/qwen3-tiny", "cpu", 1),
+                                           std::make_tuple("models/tiny-coder", "cpu", 2),
+                                           std::make_tuple("models/tiny-coder", "cuda", 1),
+                                           std::make_tuple("tests/fixtures/qwen3-tiny", "cuda", 1),
+                                           std::make_tuple("models/tiny-coder", "cuda", 2)),
+                         [](const auto& info) {
+                           const std::string& d = std::get<0>(info.param);
+                           return std::string(d.find("coder") != std::string::npos ? "tiny_coder" : "qwen3_tiny") +
+                                  "_" + std::get<1>(info.param) + "_tp" + std::to_string(std::get<2>(info.param));
+                         });
+
+// A request alone chains every decode step but the one after its last token; with speculative
+// decoding every step runs alone. The plan says which.
+TEST(OverlapScheduleAlone, OnlyTheStepAfterTheLastTokenIsNotChained) {
+  for (int spec : {0, 2}) {
+    EngineConfig c = small_engine_config();
+    c.overlap_schedule = true;
+    c.spec_num_steps = spec;
+    auto e = Engine::create(c);
+    ASSERT_TRUE(e.is_ok()) << e.status().message();
+    const std::string plan = (*e)->plan_summary();
+    EXPECT_NE(plan.find(spec ? "overlap schedule off" : "overlap schedule on"), std::string::npos) << plan;
+    (*e)->start();
+    Ask a{{81, 75, 120, 40}, 16, {}};
+    EXPECT_EQ(drain(*submit(**e, a)).tokens.size(), 16u);
+    const EngineStats s = idle_stats(**e);
+    // 15 decode steps after the prefill step's token: the first launched alone, 14 chained.
+    EXPECT_EQ(s.overlapped_steps_total, spec ? 0u : 14u);
+    EXPECT_EQ(s.overlap_dropped_tokens_total, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace deltaserve::test
