@@ -354,7 +354,8 @@ int ModelRunner::launch(std::span<const RunItem> items, const LayerObserver* obs
                         const Sampling* sampling, bool ids_from_last) {
   DS_CHECK(fetch != Fetch::Sample || sampling != nullptr, "Fetch::Sample without sampling settings");
   DS_CHECK(fetch != Fetch::Keep, "Fetch::Keep is for run_mtp");
-  DS_CHECK(!ids_from_last || can_chain(), "ids from the last launch need one rank on one node");
+  DS_CHECK(!ids_from_last || can_chain(),
+           "ids from the last launch need a single node (the other nodes replay host ids)");
   if (mirror_) mirror_->run(items);
   const Flight& prev = flights_[next_flight_ ^ 1];
   const int ticket = take_flight();

@@ -1,7 +1,7 @@
 // ModelRunner: turns a list of (sequence, tokens to feed) into one forward pass. It owns the
-// host staging arrays and their device mirrors, the logits, the hidden-state buffers the MTP head
-// reads, and the decode graphs (all sized once; nothing is allocated per step), and hands the
-// model BatchMeta + MemoryViews. With tensor parallelism it builds the host staging once and
+// host staging arrays (two sets: a run may be launched while the last one computes) and their
+// device mirrors, the logits, the hidden-state buffers the MTP head reads, and the decode graphs
+// (all sized once; nothing is allocated per step), and hands the model BatchMeta + MemoryViews. With tensor parallelism it builds the host staging once and
 // runs every rank's shard at once (RankGroup::run), each with its own device mirrors, logits and
 // hidden buffers and cache views; the logits come from rank 0 (every rank gathers the full rows).
 #pragma once

@@ -177,6 +177,12 @@ std::string ServerMetrics::render(const EngineStats& s, const std::vector<Engine
           s.forward_seconds);
   counter(out, "deltaserve_engine_sample_seconds_total", "Of which sampling and verification.", s.sample_seconds);
   counter(out, "deltaserve_engine_draft_seconds_total", "Of which speculative rollback and drafting.", s.draft_seconds);
+  counter(out, "deltaserve_engine_overlapped_steps_total",
+          "Steps launched while the step before them still computed (overlap scheduling).",
+          static_cast<double>(s.overlapped_steps_total));
+  counter(out, "deltaserve_engine_overlap_dropped_tokens_total",
+          "Tokens computed by overlapped steps for requests that had finished a step earlier (discarded).",
+          static_cast<double>(s.overlap_dropped_tokens_total));
   ttft_.render("deltaserve_time_to_first_token_seconds",
                "Time from request arrival to its first generated token.", out);
   itl_.render("deltaserve_inter_token_latency_seconds", "Time between generated tokens.", out);

@@ -2,8 +2,12 @@
 // continuations of several prompts submitted together through any EngineService.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/engine.h"
@@ -51,6 +55,22 @@ inline std::vector<std::vector<int32_t>> greedy_continuations(EngineService& e,
     out.push_back(toks);
   }
   return out;
+}
+
+// The engine's statistics once it holds no request (they are published after the step that
+// emitted the last token); EXPECTs that nothing is running or waiting and no memory is held.
+inline EngineStats idle_stats(EngineService& e) {
+  EngineStats s;
+  for (int i = 0; i < 400; ++i) {
+    s = e.stats();
+    if (s.requests_running == 0 && s.requests_waiting == 0 && s.kv_tokens_used == 0 && s.state_slots_used == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(s.requests_running, 0);
+  EXPECT_EQ(s.requests_waiting, 0);
+  EXPECT_EQ(s.kv_tokens_used, 0);
+  EXPECT_EQ(s.state_slots_used, 0);
+  return s;
 }
 
 }  // namespace deltaserve::test

@@ -59,20 +59,6 @@ std::vector<Answer> run_all(Engine& e, const std::vector<Ask>& asks) {
   return out;
 }
 
-// Published after the step that emitted the last token.
-EngineStats idle_stats(Engine& e) {
-  EngineStats s;
-  for (int i = 0; i < 400; ++i) {
-    s = e.stats();
-    if (s.requests_running == 0 && s.requests_waiting == 0 && s.kv_tokens_used == 0 && s.state_slots_used == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(s.requests_running, 0);
-  EXPECT_EQ(s.kv_tokens_used, 0);
-  EXPECT_EQ(s.state_slots_used, 0);
-  return s;
-}
-
 class OverlapSchedule : public ::testing::TestWithParam<std::tuple<std::string, std::string, int>> {
  protected:
   void SetUp() override {

@@ -19,8 +19,10 @@ EngineConfig config() {
   return c;
 }
 
-std::unique_ptr<Engine> engine() {
-  auto e = Engine::create(config());
+std::unique_ptr<Engine> engine(bool overlap = false) {
+  EngineConfig c = config();
+  c.overlap_schedule = overlap;
+  auto e = Engine::create(c);
   EXPECT_TRUE(e.is_ok()) << e.status().message();
   return std::move(*e);
 }
@@ -38,9 +40,10 @@ TEST(ReplicaSet, SpreadsRequestsAndMatchesOneEngine) {
   const auto expect = greedy_continuations(*one, prompts(6), 12);
   one->stop();
 
+  // The replicas overlap their steps (overlap scheduling is per engine; the counters add up too).
   std::vector<std::unique_ptr<Engine>> engines;
-  engines.push_back(engine());
-  engines.push_back(engine());
+  engines.push_back(engine(true));
+  engines.push_back(engine(true));
   ReplicaSet set(std::move(engines));
   set.start();
   const auto got = greedy_continuations(set, prompts(6), 12);
@@ -60,6 +63,11 @@ TEST(ReplicaSet, SpreadsRequestsAndMatchesOneEngine) {
             std::string::npos)
       << text.substr(0, 800);
   EXPECT_NE(text.find("deltaserve_generation_tokens_total 72"), std::string::npos);
+  const uint64_t overlapped = per[0].overlapped_steps_total + per[1].overlapped_steps_total;
+  EXPECT_GT(per[0].overlapped_steps_total, 0u);
+  EXPECT_GT(per[1].overlapped_steps_total, 0u);
+  EXPECT_EQ(set.stats().overlapped_steps_total, overlapped);
+  EXPECT_NE(text.find("deltaserve_engine_overlapped_steps_total " + std::to_string(overlapped)), std::string::npos);
 }
 
 TEST(ReplicaSet, CancelReachesTheReplicaHoldingTheRequest) {
