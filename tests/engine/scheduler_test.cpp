@@ -1,5 +1,5 @@
 // Scheduler unit tests over a host-only cache (no model, no device): admission, chunked prefill,
-// retraction under block pressure, abort, update()'s finish rules, and a randomised run that
+// retraction under block pressure, abort, update()'s finish rules, chain() (overlap), and a randomised run that
 // checks the block/slot invariants (Scheduler::check_integrity) after every step.
 #include <gtest/gtest.h>
 
@@ -140,6 +140,72 @@ TEST(Scheduler, DecodeFeedsTheLastTokenAndItsDrafts) {
   EXPECT_EQ(out[0].n_emit, 2);
   EXPECT_EQ(s.spec_steps, 1u);
   EXPECT_EQ(s.spec_accepted, 2u);
+  sch.check_integrity();
+}
+
+// Overlap scheduling: chain() gives the step after a decode batch whose update() has not run: the
+// same sequences, one position further (a block reserved at a block boundary, a decode checkpoint
+// planned one token ahead); it refuses when the batch would change.
+TEST(Scheduler, ChainFeedsTheNextPositionOrRefusesWhenTheBatchWouldChange) {
+  FakeCache cache(64, 4, 4);
+  SchedulerConfig c = config(2, 64, 64);
+  c.prefix_cache = true;
+  c.decode_checkpoints = true;
+  Scheduler sch(c, cache);
+  sch.add(seq(1, 6, 20));
+  sch.add(seq(2, 3, 2));
+  auto items = sch.schedule();  // both prompts
+  auto out = sample(items, 7);
+  sch.update(items, out);
+  std::vector<ScheduledItem> prev = sch.schedule();  // decodes: 1 feeds position 6, 2 position 3
+  ASSERT_EQ(prev.size(), 2u);
+  Sequence& a = *prev[0].seq;
+  Sequence& b = *prev[1].seq;
+  ASSERT_EQ(a.id, 1u);
+  ASSERT_GE(a.rolling_slot, 0);  // admission took a rolling checkpoint slot (decode checkpoints)
+  std::vector<ScheduledItem> next;
+  // 2 takes its last token (length 3 + 2) in prev, but 1 goes on: chained.
+  ASSERT_TRUE(sch.chain(prev, next));
+  ASSERT_EQ(next.size(), 2u);
+  EXPECT_EQ(next[0].seq, &a);
+  EXPECT_EQ(next[0].n_tokens, 1);
+  EXPECT_TRUE(next[0].sample);
+  // 1's chained run feeds position 7, the last of its second block: its checkpoint covers 8 tokens.
+  EXPECT_EQ(next[0].checkpoint_slot, a.rolling_slot);
+  EXPECT_EQ(next[0].checkpoint_pos, 8);
+  EXPECT_GE(a.blocks.size() * 4, 8u);
+  EXPECT_EQ(next[1].checkpoint_slot, -1);
+  // prev's results, then the chained step's: 2 finished in prev, so its chained run is dropped.
+  out = sample(prev, 9);
+  sch.update(prev, out);
+  EXPECT_EQ(out[1].finish, FinishReason::Length);
+  out = sample(next, 9);
+  sch.update(next, out);
+  EXPECT_FALSE(out[0].dropped);
+  EXPECT_TRUE(out[1].dropped);
+  EXPECT_EQ(out[1].n_emit, 0);
+  EXPECT_EQ(a.n_computed, 8);
+  EXPECT_EQ(a.rolling_pos, 8);
+  EXPECT_EQ(b.n_computed, 4);  // prev's update only
+  // A finished sequence in the batch ends the chain.
+  EXPECT_FALSE(sch.chain(next, prev));
+  EXPECT_EQ(sch.take_finished().size(), 1u);
+  sch.check_integrity();
+  // A waiting request that could be admitted ends it too; once running is full, it does not.
+  prev = sch.schedule();
+  ASSERT_EQ(prev.size(), 1u);
+  sch.add(seq(3, 5, 4));
+  EXPECT_FALSE(sch.chain(prev, next));
+  out = sample(prev, 9);
+  sch.update(prev, out);
+  prev = sch.schedule();  // 1 decodes beside 3's prompt: not a decode batch
+  ASSERT_EQ(prev.size(), 2u);
+  out = sample(prev, 9);
+  sch.update(prev, out);
+  prev = sch.schedule();
+  ASSERT_EQ(prev.size(), 2u);
+  sch.add(seq(4, 5, 4));
+  EXPECT_TRUE(sch.chain(prev, next));  // max running 2: 4 waits either way
   sch.check_integrity();
 }
 
