@@ -1,6 +1,7 @@
 // Scheduler unit tests over a host-only cache (no model, no device): admission, chunked prefill,
-// retraction under block pressure, abort, update()'s finish rules, chain() (overlap), and a randomised run that
-// checks the block/slot invariants (Scheduler::check_integrity) after every step.
+// retraction under block pressure, abort, update()'s finish rules, chain() (overlap scheduling),
+// and a randomised run that checks the block/slot invariants (Scheduler::check_integrity) after
+// every step.
 #include <gtest/gtest.h>
 
 #include <random>
