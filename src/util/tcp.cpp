@@ -198,6 +198,14 @@ Result<TcpStream> TcpListener::accept(double timeout_s) {
   return TcpStream(fd);
 }
 
+bool is_self_connection(int fd) {
+  sockaddr_storage self{}, peer{};
+  socklen_t self_len = sizeof self, peer_len = sizeof peer;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &self_len) != 0) return false;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) return false;
+  return self_len == peer_len && std::memcmp(&self, &peer, self_len) == 0;
+}
+
 Result<TcpStream> tcp_connect(const HostPort& to, double timeout_s) {
   const double deadline = now_seconds() + timeout_s;
   std::string last = "timed out";
@@ -218,6 +226,13 @@ Result<TcpStream> tcp_connect(const HostPort& to, double timeout_s) {
         } else {
           errno = ETIMEDOUT;
         }
+      }
+      if (rc == 0 && is_self_connection(fd)) {
+        // Nobody listens and the kernel picked the target port as our own source port: TCP's
+        // simultaneous open joined the socket to itself. Drop it, or it holds the port the
+        // listener is about to bind and echoes our own messages back to us.
+        rc = -1;
+        errno = ECONNREFUSED;
       }
       if (rc == 0) {
         ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);

@@ -34,6 +34,7 @@ class TcpStream {
   ~TcpStream() { close(); }
 
   bool valid() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
   void close();
   // Whether the peer has closed its end (or the connection failed), without reading anything.
   bool peer_hung_up() const;
@@ -69,7 +70,12 @@ class TcpListener {
   int port_ = 0;
 };
 
-// Connects to HOST:PORT, retrying while nobody listens there yet, until timeout_s.
+// True when the connected socket fd is joined to itself (source address == peer address): what
+// connecting to a free local port in the ephemeral range can give (TCP simultaneous open).
+bool is_self_connection(int fd);
+
+// Connects to HOST:PORT, retrying while nobody listens there yet (or the connection came back to
+// itself), until timeout_s.
 Result<TcpStream> tcp_connect(const HostPort& to, double timeout_s);
 
 // Little-endian encoding of the messages carried over these streams.

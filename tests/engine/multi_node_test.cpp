@@ -6,6 +6,9 @@
 // identical, with MTP (run_mtp, state commits) and the prefix cache (slot copies) replayed.
 // serve as two processes: tests/deploy/serve_process_test.cpp.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -65,6 +68,31 @@ TEST(ByteReader, ReadsWhatWasWrittenAndRefusesShortMessages) {
     (void)s.get_array<int32_t>();
     EXPECT_FALSE(s.ok()) << cut;
   }
+}
+
+// A node joining before node 0 listens retries connect(); when the port is in the ephemeral
+// range the kernel can pick it as the source port and join the socket to itself (CI saw the
+// joining node read its own hello and node 0 find its port taken). Here a socket bound to a port
+// connects to that same port: a self-connection on Linux, which is_self_connection names, while
+// an ordinary connection to a listener is not one.
+TEST(TcpConnect, ASocketJoinedToItselfIsRecognised) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  EXPECT_TRUE(is_self_connection(fd));
+  ::close(fd);
+
+  auto l = TcpListener::listen({"127.0.0.1", 0});
+  ASSERT_TRUE(l.is_ok()) << l.status().message();
+  auto c = tcp_connect({"127.0.0.1", l->port()}, 5.0);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_FALSE(is_self_connection(c->fd()));
 }
 
 TEST(SocketCommunicator, SumsAndGathersBitForBitAsCpuCommunicator) {
