@@ -31,6 +31,9 @@
 # overlap: overlap scheduling (the next decode step launched before the last one's tokens are
 #         read): overlap_schedule_test on CUDA, then bench-offline greedy batch 1/16/64 at a 1k
 #         context with it (the default) and with --disable-overlap-schedule, twice, alternating
+# tokenmap: MTP k=3 through the engine at batch 1 and 16 (TOKENMAP_BATCHES), without and with a
+#         --speculative-token-map of 32768 ids spread over the vocabulary (every 7th), twice,
+#         alternating: the drafts' lm_head streams 32768 rows instead of 248k
 # ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
 #         (its own flags: --model, f32 KV), for before/after figures from one session
 # Logs and a summary go to $OUT.
@@ -89,6 +92,20 @@ if has overlap; then
         >"$OUT/overlap_${mode}_$round.log" 2>&1
       echo "bench-offline overlap=$mode round $round rc=$?" | tee -a "$OUT/summary.txt"
       grep -E '^(threads|[0-9])|decode step|overlap' "$OUT/overlap_${mode}_$round.log" | tee -a "$OUT/summary.txt"
+    done
+  done
+fi
+
+if has tokenmap; then
+  seq 0 7 229375 >"$OUT/map32k.txt"
+  for round in 1 2; do
+    for mode in full map; do
+      extra=""; [ $mode = map ] && extra="--speculative-token-map $OUT/map32k.txt"
+      timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy $extra \
+        --speculative-algorithm NEXTN --speculative-num-steps 3 --batch ${TOKENMAP_BATCHES:-1,16} --threads 1 \
+        --prompt-len 1024 --gen-len 128 --prefill-len 1024 >"$OUT/tokenmap_${mode}_$round.log" 2>&1
+      echo "bench-offline MTP k=3 drafts=$mode round $round rc=$?" | tee -a "$OUT/summary.txt"
+      grep -E '^(threads|[0-9])|decode step|accept|draft' "$OUT/tokenmap_${mode}_$round.log" | tee -a "$OUT/summary.txt"
     done
   done
 fi

@@ -15,6 +15,7 @@ int cmd_bench_offline(const Args& args);
 int cmd_chat_template(const Args& args);
 int cmd_serve(const Args& args);
 int cmd_tokenize(const Args& args);
+int cmd_token_map(const Args& args);
 
 // Deployment (serve_options, memory plan, launch records): cmd_plan.cpp, cmd_history.cpp, ...
 int cmd_plan(const Args& args);

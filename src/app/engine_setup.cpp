@@ -9,6 +9,7 @@
 #include "backend/backend_factory.h"
 #include "engine/follower_node.h"
 #include "model/generation_config.h"
+#include "model/token_map.h"
 #include "util/log.h"
 #include "util/thread_pool.h"
 
@@ -71,6 +72,11 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   } else {
     s.plan_input = memory_plan_input(opts, s.device, 0, host);
   }
+  std::vector<int32_t> token_map;
+  if (s.plan_input.spec_num_steps > 0 && !opts.speculative_token_map.empty()) {
+    DS_ASSIGN_OR_RETURN(token_map, read_token_map(opts.speculative_token_map, model_config.vocab_size));
+    s.plan_input.draft_vocab_size = static_cast<int64_t>(token_map.size());
+  }
   s.plan = plan_memory(model_config, s.plan_input);
   if (!s.plan.ok()) return s.plan.status();
 
@@ -93,6 +99,7 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   ec.chunked_prefill_size = static_cast<int>(s.plan_input.chunked_prefill_size);
   ec.max_prefill_tokens = static_cast<int>(s.plan_input.max_prefill_tokens);
   ec.spec_num_steps = s.plan_input.spec_num_steps;
+  ec.spec_token_map = std::move(token_map);
   ec.cuda_graph_max_bs = opts.disable_cuda_graph ? 0 : opts.cuda_graph_max_bs > 0 ? static_cast<int>(opts.cuda_graph_max_bs) : -1;
   ec.overlap_schedule = ec.device == Device::Cuda && !opts.disable_overlap_schedule;
   ec.random_seed = static_cast<uint64_t>(opts.random_seed);

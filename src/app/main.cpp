@@ -26,6 +26,7 @@ constexpr Command kCommands[] = {
     {"bench", deltaserve::cmd_bench, "HTTP load generator against a running server (/v1/completions)"},
     {"systemd-unit", deltaserve::cmd_systemd_unit, "write a systemd unit that runs serve with these flags"},
     {"chat-template", deltaserve::cmd_chat_template, "render a conversation with the model's chat template"},
+    {"token-map", deltaserve::cmd_token_map, "a draft vocabulary for --speculative-token-map: a corpus's most frequent tokens"},
     {"tokenize", deltaserve::cmd_tokenize, "encode a text with a model's tokenizer, print {\"ids\": [...]}"},
 };
 

@@ -148,6 +148,11 @@ class Kernels {
   // columns of a row-parallel matmul).
   virtual void copy_columns(const Tensor& src, int64_t src_col, Tensor dst, int64_t dst_col, int64_t width) = 0;
 
+  // dst[r, c] = index[c] >= 0 ? src[r, index[c]] : fill. src [R, M] f32; index [W] i32 (device
+  // memory, each entry -1 or < M); dst [R, W] f32. The MTP drafts' logits over a token map
+  // (--speculative-token-map) spread into full vocabulary rows, -inf elsewhere.
+  virtual void gather_columns(const Tensor& src, const Tensor& index, Tensor dst, float fill) = 0;
+
   // out[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * w. x [R, D]; w [D] f32.
   // out_stride: elements between output rows (0 = D), so two norms can fill halves of one row.
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out,

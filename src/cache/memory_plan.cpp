@@ -117,7 +117,7 @@ int64_t activation_reserve(const Ctx& x) {
   const int64_t per_token = (4 * c.hidden_size + 3 * ceil_div(c.intermediate_size, tp) +
                              2 * ceil_div(widest_proj, tp) + gdn_chunk) * act_elem;
   // f32 logits for a decode batch of 64 requests x (k+1) verified positions, vocab split over TP.
-  const int64_t logits = 64 * (x.in.spec_num_steps + 1) * ceil_div(c.vocab_size, tp) * 4;
+  const int64_t logits = 64 * (x.in.spec_num_steps + 1) * (ceil_div(c.vocab_size, tp) + ceil_div(x.in.draft_vocab_size, tp)) * 4;
   int64_t reserve = chunk * per_token + logits;
   if (x.cuda() && x.in.cuda_graphs) reserve += kCudaGraphReserve;
   if (tp > 1) reserve += kTpCollectiveReserve;
@@ -196,12 +196,18 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
 
   // 2. Weights.
   const ParamCount pc = count_params(c);
-  p.n_params = pc.total();
+  // A token map copies its tokens' lm_head rows for the drafts (split over TP like the vocabulary).
+  const int64_t draft_params = spec ? in.draft_vocab_size * c.hidden_size : 0;
+  p.n_params = pc.total() + draft_params;
   const int64_t replicated = pc.norms;  // norms are copied to every GPU; the rest is split
   p.weights_bytes_per_gpu = ((p.n_params - replicated + tp - 1) / tp + replicated) * in.weight_bytes_per_param;
   x.row("weights", human_bytes(p.weights_bytes_per_gpu),
-        fixed(double(p.n_params) / 1e9, 2) + "B params (MTP head " + fixed(double(pc.mtp) / 1e9, 2) +
-            "B) x " + std::to_string(in.weight_bytes_per_param) + " B" +
+        fixed(double(p.n_params) / 1e9, 2) + "B params (MTP head " + fixed(double(pc.mtp) / 1e9, 2) + "B" +
+            (draft_params > 0 ? ", --speculative-token-map's lm_head rows " +
+                                    human_bytes(draft_params * in.weight_bytes_per_param) + " for " +
+                                    std::to_string(in.draft_vocab_size) + " tokens"
+                              : std::string()) +
+            ") x " + std::to_string(in.weight_bytes_per_param) + " B" +
             (tp > 1 ? " / TP " + std::to_string(tp) : "") + ", " + PER,
         "", x.cuda() ? "raise --tp-size to split them" : "");
 

@@ -57,6 +57,7 @@ struct MemoryPlanInput {
   bool mamba_full_memory_ratio_explicit = false;
 
   int spec_num_steps = 0;           // MTP draft steps k; 0 = speculative decoding off
+  int64_t draft_vocab_size = 0;     // tokens of --speculative-token-map (0: none); its lm_head rows are copied
   int64_t chunked_prefill_size = 512;  // prefill chunk tokens (resolved: deploy/plan_input.h)
   int64_t max_prefill_tokens = 1024;   // prefill tokens per step (resolved)
   bool cuda_graphs = true;

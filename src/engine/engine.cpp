@@ -25,6 +25,7 @@ RankGroupOptions rank_group_options(const EngineConfig& c) {
   ro.custom_all_reduce = c.custom_all_reduce;
   ro.load.dummy_weights = c.dummy_weights;
   ro.load.load_mtp = c.spec_num_steps > 0;
+  if (c.spec_num_steps > 0) ro.load.draft_vocab = c.spec_token_map;
   ro.link = c.node_link;
   ro.dp_rank = c.dp_rank;
   ro.dp_size = c.dp_size;
@@ -178,7 +179,11 @@ std::string Engine::plan_summary() const {
                  cap.state_slots, " + ", cap.checkpoint_slots, " checkpoints (", cap.state_cache_bytes >> 20,
                  " MiB); prefix cache ", cap.prefix_cache ? "on" : "off", "; max running ", cap.max_running_requests,
                  "; context ", cap.context_length, "; chunked prefill ", config_.chunked_prefill_size,
-                 "; speculative steps ", speculative_steps(), "; overlap schedule ",
+                 "; speculative steps ", speculative_steps(),
+                 speculative_steps() > 0 && !config_.spec_token_map.empty()
+                     ? str_cat(" (drafts over a token map of ", config_.spec_token_map.size(), " tokens)")
+                     : "",
+                 "; overlap schedule ",
                  config_.overlap_schedule && !spec_ && runner_->can_chain() ? "on" : "off");
 }
 

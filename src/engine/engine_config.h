@@ -59,6 +59,9 @@ struct EngineConfig {
 
   // Speculative decoding (MTP / NEXTN): 0 = off.
   int spec_num_steps = 0;
+  // The drafts' vocabulary (--speculative-token-map, model/token_map.h): sorted token ids, empty
+  // for the whole vocabulary.
+  std::vector<int32_t> spec_token_map;
   // Overlap scheduling (engine/engine.h): a greedy decode step is launched before the tokens of
   // the step before it are read (--disable-overlap-schedule turns it off; on by default on GPUs,
   // where the host work then hides behind the device's). One rank on one node, no speculative

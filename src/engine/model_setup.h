@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "cache/cache_memory.h"
@@ -25,6 +26,7 @@ struct SetupOptions {
   // fp8 caches take the checkpoint's per-layer k / v scales (Model::kv_scales()).
   std::optional<DType> kv_dtype;
   bool cuda_graphs = true;  // GPU backends: decode, verification and MTP batches replay CUDA graphs
+  std::vector<int32_t> draft_vocab;  // the MTP head's token map (model/token_map.h); empty: all
 };
 
 struct ModelSetup {

@@ -137,12 +137,14 @@ std::vector<uint8_t> encode_engine_config(const EngineConfig& config) {
   EngineConfig c = config;
   ByteWriter w;
   for_each_shared_field(c, [&](auto& v) { w.put(v); });
+  w.put_array(c.spec_token_map.data(), c.spec_token_map.size());
   return std::move(w.bytes);
 }
 
 Status apply_engine_config(const std::vector<uint8_t>& bytes, EngineConfig& c) {
   ByteReader r(bytes);
   for_each_shared_field(c, [&](auto& v) { v = r.get<std::remove_reference_t<decltype(v)>>(); });
+  c.spec_token_map = r.get_array<int32_t>();
   if (!r.ok() || !r.at_end()) return error("a malformed engine config from node 0 (another deltaserve build?)");
   return Status::ok();
 }

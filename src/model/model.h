@@ -78,6 +78,8 @@ class Model {
 struct ModelLoadOptions {
   bool dummy_weights = false;  // random weights from config.json alone
   bool load_mtp = true;
+  // The MTP drafts' vocabulary (model/token_map.h), sorted token ids; empty: the whole vocabulary.
+  std::vector<int32_t> draft_vocab;
   // Tensor parallelism: this rank's communicator (nullptr: one rank). The model loads rank
   // comm->rank()'s shard (model/tensor_parallel.h) and all-reduces between its layers; its
   // config() stays the whole model's, memory_spec() is one rank's.

@@ -81,6 +81,7 @@ const std::vector<Row>& rows() {
     {{"speculative-algorithm", "", C, "", "NEXTN,MTP,EAGLE", "speculative decoding with the model's MTP head (NEXTN; MTP and EAGLE are aliases)", YES, PERF}, &ServeOptions::speculative_algorithm},
     {{"speculative-num-steps", "", I, "auto", "", "draft steps per verification, 1..8 (auto: 3, kept if a start-up probe decodes faster with them than without, else 0)", YES, PERF}, &ServeOptions::speculative_num_steps},
     {{"speculative-eagle-topk", "", I, "auto", "", "drafts per step; only 1 is supported (auto: 1)", YES, PERF}, &ServeOptions::speculative_eagle_topk},
+    {{"speculative-token-map", "", S, "", "", "file of token ids (JSON array or whitespace-separated) the MTP drafts choose among; each draft step then scores these rows of the lm_head only, not the whole vocabulary (verification still scores all tokens: the output is unchanged)", YES, PERF}, &ServeOptions::speculative_token_map},
     {{"speculative-num-draft-tokens", "", I, "auto", "", "tokens verified per step: num-steps + 1 when topk is 1 (auto: derived)", YES, PERF}, &ServeOptions::speculative_num_draft_tokens},
     // GPU execution.
     {{"disable-cuda-graph", "", BOOL, "false", "", "run decode without CUDA graphs", YES, PERF}, &ServeOptions::disable_cuda_graph},
@@ -470,6 +471,9 @@ Status validate_serve_options(ServeOptions& o) {
   if (!o.speculative_enabled()) {
     if (o.speculative_eagle_topk != 0)
       return error("--speculative-eagle-topk is set but speculative decoding is off: add "
+                   "--speculative-algorithm NEXTN");
+    if (!o.speculative_token_map.empty())
+      return error("--speculative-token-map is set but speculative decoding is off: add "
                    "--speculative-algorithm NEXTN");
     return Status::ok();
   }

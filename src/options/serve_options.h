@@ -115,6 +115,7 @@ struct ServeOptions {
   int64_t speculative_num_steps = 0;       // draft steps k, 1..8; 0 = off / auto (3 when on)
   int64_t speculative_eagle_topk = 0;      // 1 only
   int64_t speculative_num_draft_tokens = 0;  // k+1 when topk is 1; 0 = derive
+  std::string speculative_token_map;         // the drafts' vocabulary (model/token_map.h); "" = all
 
   // GPU execution.
   bool disable_cuda_graph = false;

@@ -4,6 +4,7 @@
 // cancel frees memory; bad requests get errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <thread>
 
@@ -155,6 +156,51 @@ TEST(Engine, SpeculativeAcceptLengthOnCodeIsAboveTwoAtK3) {
     sum += collect(*submit(*e, prompt, 48)).accept_length;
   }
   EXPECT_GT(sum / fx.cases().size(), 2.0);
+}
+
+// --speculative-token-map: the drafts are chosen among the map's tokens only. Verification still
+// scores every token, so the output is plain decoding's with any map: one holding every token the
+// plain decode emits (drafts accepted as without a map), and a map of one token (nearly every draft
+// rejected). One rank and two (each rank keeps its part of the map's lm_head rows).
+TEST(Engine, SpeculativeDecodingWithATokenMapKeepsThePlainOutput) {
+  Fixture fx(source_dir() / "models/tiny-coder");
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& c : fx.cases()) prompts.emplace_back(c.tokens.begin(), c.tokens.begin() + c.prompt_len);
+  const int n_gen = 40;
+  auto plain = make_engine("models/tiny-coder", 0);
+  std::vector<std::vector<int32_t>> expect;
+  for (auto& p : prompts) expect.push_back(collect(*submit(*plain, p, n_gen)).tokens);
+  plain.reset();
+  std::vector<int32_t> emitted;
+  for (const auto& e : expect) emitted.insert(emitted.end(), e.begin(), e.end());
+  std::sort(emitted.begin(), emitted.end());
+  emitted.erase(std::unique(emitted.begin(), emitted.end()), emitted.end());
+  const std::vector<int32_t> one = {emitted[0] == 0 ? 1 : 0};
+  for (int tp : {1, 2}) {
+    double accept[2] = {0, 0};
+    for (int m = 0; m < 2; ++m) {
+      EngineConfig c = small_engine_config();
+      c.spec_num_steps = 3;
+      c.tp_size = tp;
+      c.max_running_requests = 8;
+      c.max_waiting_requests = 64;
+      c.kv_tokens = 4096;
+      c.spec_token_map = m == 0 ? emitted : one;
+      auto e = Engine::create(c);
+      ASSERT_TRUE(e.is_ok()) << e.status().message();
+      (*e)->start();
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (auto& p : prompts) streams.push_back(submit(**e, p, n_gen));
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        Output o = collect(*streams[i]);
+        EXPECT_EQ(o.tokens, expect[i]) << "tp " << tp << ", map " << m << ", prompt " << i;
+        accept[m] += o.accept_length / static_cast<double>(prompts.size());
+      }
+      expect_idle(**e);
+    }
+    EXPECT_GT(accept[0], 2.0) << "tp " << tp;  // as without a map (SpeculativeAcceptLengthOnCodeIsAboveTwoAtK3)
+    EXPECT_LT(accept[1], 1.2) << "tp " << tp;
+  }
 }
 
 TEST(Engine, SeededSamplingIsReproducibleWithAndWithoutSpeculation) {

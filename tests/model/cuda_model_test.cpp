@@ -71,8 +71,9 @@ class CudaModelTest : public ::testing::TestWithParam<ModelCase> {
     ASSERT_TRUE(setup_);
   }
   // The model on CUDA with the given KV cache dtype (unset: the activation dtype, f32).
-  std::unique_ptr<ModelSetup> make_setup(std::optional<DType> kv) {
+  std::unique_ptr<ModelSetup> make_setup(std::optional<DType> kv, const std::vector<int32_t>& draft_vocab = {}) {
     SetupOptions o;
+    o.draft_vocab = draft_vocab;
     o.pending_depth = 1;  // MTP hidden states (MtpLogitsMatchReference)
     o.model_dir = dir_.string();
     o.device = "cuda";
@@ -191,6 +192,51 @@ TEST_P(CudaModelTest, MtpLogitsMatchReference) {
     for (int p = 0; p < T - 1; ++p) {
       float d = max_abs_diff(setup_->runner->logits(p), ref + int64_t(p) * V, V);
       ASSERT_LE(d, kPrefillTol) << c.name << " MTP row " << p;
+    }
+    free_seq(s);
+  }
+}
+
+// --speculative-token-map on the GPU (Kernels::gather_columns after the map's lm_head rows):
+// the map's tokens keep the reference's MTP logits, the rest are -inf, and the device argmax
+// picks the best token of the map (twice: nothing left over from the first run changes it).
+TEST_P(CudaModelTest, MtpLogitsOverATokenMapAreTheReferencesAtItsTokens) {
+  if (!setup_->model->has_mtp()) GTEST_SKIP() << "model has no MTP head";
+  const int64_t V = setup_->model->config().vocab_size;
+  std::vector<int32_t> map;
+  for (int32_t id = 0; id < V; ++id)
+    if (id % 3 != 1) map.push_back(id);
+  setup_.reset();
+  setup_ = make_setup(std::nullopt, map);
+  ASSERT_TRUE(setup_);
+  for (const auto& c : fixture_->cases()) {
+    const float* ref = fixture_->f32(c.name + ".mtp_logits");
+    ASSERT_NE(ref, nullptr);
+    const int T = static_cast<int>(c.tokens.size());
+    Seq s = new_seq();
+    RunItem it{c.tokens, 0, s.blocks, s.slot, false, false};
+    setup_->runner->run(std::span<const RunItem>(&it, 1));
+    std::vector<int32_t> next(c.tokens.begin() + 1, c.tokens.end());
+    RunItem mi{next, 0, s.blocks, s.slot, true, false};
+    std::vector<int32_t> rows(T - 1);
+    for (int p = 0; p < T - 1; ++p) rows[p] = p;
+    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows);
+    std::vector<int32_t> best(T - 1);
+    for (int p = 0; p < T - 1; ++p) {
+      const float* lg = setup_->runner->logits(p);
+      const float* rr = ref + int64_t(p) * V;
+      float worst = 0;
+      for (int64_t i = 0; i < V; ++i) {
+        if (i % 3 != 1) worst = std::max(worst, std::fabs(lg[i] - rr[i]));
+        else ASSERT_TRUE(std::isinf(lg[i]) && lg[i] < 0) << c.name << " MTP row " << p << " token " << i;
+      }
+      ASSERT_LE(worst, kPrefillTol) << c.name << " MTP row " << p;
+      best[p] = static_cast<int32_t>(std::max_element(lg, lg + V) - lg);
+    }
+    for (int round = 0; round < 2; ++round) {
+      setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows,
+                              ModelRunner::Fetch::Argmax);
+      for (int p = 0; p < T - 1; ++p) EXPECT_EQ(setup_->runner->token(p), best[p]) << c.name << " MTP row " << p;
     }
     free_seq(s);
   }

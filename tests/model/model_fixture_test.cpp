@@ -39,14 +39,19 @@ class FixtureModelTest : public ::testing::TestWithParam<ModelCase> {
     int max_t = 0;
     for (const auto& c : fixture_->cases()) max_t = std::max<int>(max_t, c.tokens.size());
     max_t_ = max_t;
+    make_setup({});
+  }
+  void make_setup(const std::vector<int32_t>& draft_vocab) {
+    setup_.reset();
     SetupOptions o;
     o.pending_depth = 1;  // MTP hidden states (MtpLogitsMatchReference)
     o.model_dir = dir_.string();
     o.n_threads = 2;
     o.tp_size = GetParam().tp;
+    o.draft_vocab = draft_vocab;
     const int n_cases = static_cast<int>(fixture_->cases().size());
-    auto s = ModelSetup::create(o, /*max_tokens=*/max_t * n_cases, /*max_seqs=*/n_cases + 1,
-                                /*max_context=*/max_t + 16, /*max_logit_rows=*/max_t * n_cases);
+    auto s = ModelSetup::create(o, /*max_tokens=*/max_t_ * n_cases, /*max_seqs=*/n_cases + 1,
+                                /*max_context=*/max_t_ + 16, /*max_logit_rows=*/max_t_ * n_cases);
     ASSERT_TRUE(s.is_ok()) << s.status().message();
     setup_ = std::move(*s);
   }
@@ -179,6 +184,68 @@ TEST_P(FixtureModelTest, MtpLogitsMatchReference) {
     for (int p = 0; p < T - 1; ++p) EXPECT_EQ(setup_->runner->token(p), best[p]) << c.name << " MTP row " << p;
     free_seq(s);
   }
+}
+
+// --speculative-token-map: the MTP head scores only the map's tokens. Those logits are the
+// reference's, every other token's is -inf, and the device argmax picks the best token of the map.
+// The map (ids whose id % 3 != 1: runs of two, split across the tensor-parallel ranks' vocabulary
+// rows) leaves out a third of the vocabulary, including some of the reference's own argmaxes.
+TEST_P(FixtureModelTest, MtpLogitsOverATokenMapAreTheReferencesAtItsTokens) {
+  if (!setup_->model->has_mtp()) GTEST_SKIP() << "model has no MTP head";
+  const int64_t V = setup_->model->config().vocab_size;
+  std::vector<int32_t> map;
+  std::vector<bool> in_map(static_cast<std::size_t>(V), false);
+  for (int32_t id = 0; id < V; ++id)
+    if (id % 3 != 1) {
+      map.push_back(id);
+      in_map[static_cast<std::size_t>(id)] = true;
+    }
+  make_setup(map);
+  int outside_best = 0;
+  for (const auto& c : fixture_->cases()) {
+    const float* ref = fixture_->f32(c.name + ".mtp_logits");
+    ASSERT_NE(ref, nullptr);
+    const int T = static_cast<int>(c.tokens.size());
+    Seq s = new_seq();
+    RunItem it{c.tokens, 0, s.blocks, s.slot, false, false};
+    setup_->runner->run(std::span<const RunItem>(&it, 1));
+    std::vector<int32_t> next(c.tokens.begin() + 1, c.tokens.end());
+    RunItem mi{next, 0, s.blocks, s.slot, true, false};
+    std::vector<int32_t> rows(T - 1);
+    for (int p = 0; p < T - 1; ++p) rows[p] = p;
+    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows);
+    std::vector<int32_t> best(T - 1);
+    for (int p = 0; p < T - 1; ++p) {
+      const float* lg = setup_->runner->logits(p);
+      const float* rr = ref + int64_t(p) * V;
+      float worst = 0, ref_best = -INFINITY, ref_second = -INFINITY;
+      int32_t ref_arg = -1;
+      for (int64_t i = 0; i < V; ++i) {
+        if (in_map[static_cast<std::size_t>(i)]) {
+          worst = std::max(worst, std::fabs(lg[i] - rr[i]));
+          if (rr[i] > ref_best) {
+            ref_second = ref_best;
+            ref_best = rr[i];
+            ref_arg = static_cast<int32_t>(i);
+          } else {
+            ref_second = std::max(ref_second, rr[i]);
+          }
+        } else {
+          ASSERT_TRUE(std::isinf(lg[i]) && lg[i] < 0) << c.name << " MTP row " << p << " token " << i << ": " << lg[i];
+        }
+      }
+      ASSERT_LE(worst, kLogitTol) << c.name << " MTP row " << p;
+      best[p] = static_cast<int32_t>(std::max_element(lg, lg + V) - lg);
+      if (ref_best - ref_second > 2 * kLogitTol) EXPECT_EQ(best[p], ref_arg) << c.name << " MTP row " << p;
+      const int64_t full_best = std::max_element(rr, rr + V) - rr;
+      outside_best += in_map[static_cast<std::size_t>(full_best)] ? 0 : 1;
+    }
+    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows,
+                            ModelRunner::Fetch::Argmax);
+    for (int p = 0; p < T - 1; ++p) EXPECT_EQ(setup_->runner->token(p), best[p]) << c.name << " MTP row " << p;
+    free_seq(s);
+  }
+  EXPECT_GT(outside_best, 0) << "the map should leave out some of the reference's best tokens";
 }
 
 // Reference top-2 margin at a row of the reference logits.

@@ -703,6 +703,41 @@ TEST_F(CudaOpsTest, GatherRows) {
   EXPECT_EQ(rel_err(out), 0.0);
 }
 
+// The MTP drafts' logits over a token map spread into vocabulary rows: every column either one
+// of the map's scores or the fill (-inf), both backends bit for bit; also a source of no columns
+// (a tensor-parallel rank holding none of the map's tokens).
+TEST_F(CudaOpsTest, GatherColumnsSpreadsTheMapsScoresAndFillsTheRest) {
+  for (int64_t m : {int64_t{0}, int64_t{1000}}) {
+    const int64_t R = 5, W = 4099;
+    std::vector<int32_t> index(static_cast<std::size_t>(W), -1);
+    std::vector<int64_t> cols(static_cast<std::size_t>(W));
+    for (int64_t c = 0; c < W; ++c) cols[static_cast<std::size_t>(c)] = c;
+    std::shuffle(cols.begin(), cols.end(), rng_);
+    for (int64_t j = 0; j < m; ++j) index[static_cast<std::size_t>(cols[static_cast<std::size_t>(j)])] = static_cast<int32_t>(j);
+    Pair src = make_f32({R, std::max<int64_t>(m, 1)}, rnd(R * std::max<int64_t>(m, 1)));
+    Tensor sc(src.tc.data, DType::F32, {R, m}, src.tc.device), sg(src.tg.data, DType::F32, {R, m}, src.tg.device);
+    Pair idx = make(DType::I32, {W}, index.data());
+    Pair out = poisoned({R, W});
+    const float fill = -std::numeric_limits<float>::infinity();
+    cpu_->kernels().gather_columns(sc, idx.tc, out.tc, fill);
+    gpu_->kernels().gather_columns(sg, idx.tg, out.tg, fill);
+    gpu_->synchronize();
+    const auto c = host_of(out.tc, *cpu_), g = host_of(out.tg, *gpu_);
+    const auto s = host_of(src.tc, *cpu_);
+    int64_t filled = 0;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t col = 0; col < W; ++col) {
+        const std::size_t at = static_cast<std::size_t>(r * W + col);
+        const int32_t j = index[static_cast<std::size_t>(col)];
+        const float want = j < 0 ? fill : s[static_cast<std::size_t>(r * std::max<int64_t>(m, 1) + j)];
+        ASSERT_EQ(c[at], want) << "cpu row " << r << " column " << col;
+        ASSERT_EQ(g[at], want) << "cuda row " << r << " column " << col;
+        filled += j < 0;
+      }
+    EXPECT_EQ(filled, R * (W - m));
+  }
+}
+
 // Batch metadata for sequences (n_past, n_new) with shuffled (non-contiguous) KV blocks.
 struct Meta {
   std::vector<int32_t> positions, seq_start, context_len, block_table, slots, defer;

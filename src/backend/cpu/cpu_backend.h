@@ -14,6 +14,7 @@ class CpuKernels final : public Kernels {
   explicit CpuKernels(ThreadPool& pool) : pool_(pool) {}
   void embed(const Tensor& table, const Tensor& ids, Tensor out, int64_t first_row, int64_t vocab) override;
   void copy_columns(const Tensor& src, int64_t src_col, Tensor dst, int64_t dst_col, int64_t width) override;
+  void gather_columns(const Tensor& src, const Tensor& index, Tensor dst, float fill) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out,
                 int64_t out_stride) override;
   void matmul(const Tensor& x, const LinearWeight& w, Tensor out, bool accumulate) override;

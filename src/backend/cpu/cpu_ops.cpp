@@ -42,6 +42,18 @@ void CpuKernels::copy_columns(const Tensor& src, int64_t src_col, Tensor dst, in
                 static_cast<std::size_t>(width) * sizeof(float));
 }
 
+void CpuKernels::gather_columns(const Tensor& src, const Tensor& index, Tensor dst, float fill) {
+  // src may have no columns (a tensor-parallel rank with none of the map's tokens): rows from dim 0.
+  const int64_t rows = src.dim(0), m = src.cols(), w = dst.cols();
+  DS_CHECK(src.ndim == 2 && dst.rows() == rows && index.numel() == w && index.dtype == DType::I32, "gather_columns shapes");
+  const int32_t* idx = index.i32();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src.f32() + r * m;
+    float* d = dst.f32() + r * w;
+    for (int64_t c = 0; c < w; ++c) d[c] = idx[c] >= 0 ? s[idx[c]] : fill;
+  }
+}
+
 void CpuKernels::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out,
                           int64_t out_stride) {
   const int64_t rows = x.rows(), d = x.cols();

@@ -41,6 +41,7 @@ class CudaKernels final : public Kernels {
   ~CudaKernels() override;
   void embed(const Tensor& table, const Tensor& ids, Tensor out, int64_t first_row, int64_t vocab) override;
   void copy_columns(const Tensor& src, int64_t src_col, Tensor dst, int64_t dst_col, int64_t width) override;
+  void gather_columns(const Tensor& src, const Tensor& index, Tensor dst, float fill) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out, int64_t out_stride) override;
   void matmul(const Tensor& x, const LinearWeight& w, Tensor out, bool accumulate) override;
   void silu_mul(const Tensor& gate_up, Tensor out) override;
@@ -406,6 +407,17 @@ void CudaKernels::copy_columns(const Tensor& src, int64_t src_col, Tensor dst, i
     DS_CUDA_CHECK(cudaMemcpy2DAsync(dst.f32() + dst_col, dst.cols() * sizeof(float), src.f32() + src_col,
                                     src.cols() * sizeof(float), width * sizeof(float), rows, cudaMemcpyDeviceToDevice,
                                     stream()));
+  });
+}
+
+void CudaKernels::gather_columns(const Tensor& src, const Tensor& index, Tensor dst, float fill) {
+  const int64_t rows = src.dim(0);  // src may have no columns (a rank with none of the map's tokens)
+  DS_CHECK(src.ndim == 2 && dst.rows() == rows && index.numel() == dst.cols() && index.dtype == DType::I32,
+           "gather_columns shapes");
+  DS_CHECK(rows <= 65535, "gather_columns: ", rows, " rows (at most 65535)");
+  if (rows == 0 || dst.cols() == 0) return;
+  timed("gather_columns", [&] {
+    cuda::launch_gather_columns(src.f32(), src.cols(), index.i32(), rows, dst.cols(), fill, dst.f32(), stream());
   });
 }
 

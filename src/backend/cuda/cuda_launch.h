@@ -57,6 +57,9 @@ void launch_comm_gather(void* out, int64_t n_words, PeerPtrs s0, PeerPtrs s1, in
 // ids outside [0, vocab) NaN rows.
 void launch_embed(const void* table, bool table_bf16, int64_t first_row, int64_t rows, int64_t vocab, int64_t h,
                   const int32_t* ids, int64_t n, float* out, cudaStream_t s);
+// dst[r, c] = index[c] >= 0 ? src[r, index[c]] : fill; src [rows, m], index [w], dst [rows, w].
+void launch_gather_columns(const float* src, int64_t m, const int32_t* index, int64_t rows, int64_t w, float fill,
+                           float* dst, cudaStream_t s);
 // out[r] = first index of the largest value of row r (NaNs never; 0 when a row has no number).
 // x [rows, v], rows <= 65535; scratch: argmax_scratch_bytes(rows, v) of device memory.
 std::size_t argmax_scratch_bytes(int64_t rows, int64_t v);

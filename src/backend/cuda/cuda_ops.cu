@@ -193,6 +193,17 @@ __global__ void gather_rows_kernel(const float* src, int64_t d, GatherRows r, fl
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) o[i] = s[i];
 }
 
+// Grid (column blocks, rows): each thread one column of one row, the writes coalesced; the index
+// is read once per row from L2.
+__global__ void gather_columns_kernel(const float* src, int64_t m, const int32_t* index, int64_t w, float fill,
+                                      float* dst) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= w) return;
+  const int64_t r = blockIdx.y;
+  const int32_t j = index[c];
+  dst[r * w + c] = j >= 0 ? src[r * m + j] : fill;
+}
+
 // Argmax in two passes, so that one row is read by many blocks (one block reading a 248k-float
 // row alone took ~100 us): argmax_part_kernel's block (part p, row r) scans its span of the row
 // (strictly greater keeps the earliest index), argmax_final_kernel reduces a row's parts. (value,
@@ -363,6 +374,14 @@ void launch_gather_rows(const float* src, int64_t d, const int32_t* rows_host, i
     gather_rows_kernel<<<n, 256, 0, s>>>(src, d, r, dst + int64_t(i0) * d);
     DS_CUDA_LAUNCH_CHECK();
   }
+}
+
+void launch_gather_columns(const float* src, int64_t m, const int32_t* index, int64_t rows, int64_t w, float fill,
+                           float* dst, cudaStream_t s) {
+  if (rows == 0 || w == 0) return;
+  const dim3 grid(static_cast<unsigned>((w + 255) / 256), static_cast<unsigned>(rows));
+  gather_columns_kernel<<<grid, 256, 0, s>>>(src, m, index, w, fill, dst);
+  DS_CUDA_LAUNCH_CHECK();
 }
 
 std::size_t argmax_scratch_bytes(int64_t rows, int64_t v) {

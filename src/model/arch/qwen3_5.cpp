@@ -46,6 +46,7 @@ class Qwen3_5Model final : public Model {
         return error(source, ": only one MTP layer is supported (config has ", config_.mtp_n_layers, ")");
       DS_ASSIGN_OR_RETURN(MtpHead m, MtpHead::load(w, "mtp", config_, true, n_kv, tp_));
       mtp_ = std::move(m);
+      if (!o.draft_vocab.empty()) DS_RETURN_IF_ERROR(head_.load_draft_vocab(w, backend_, o.draft_vocab));
     } else {
       ignored.push_back("mtp.");
     }

@@ -13,6 +13,7 @@ struct Activations {
   int tp = 1;
   int64_t vocab_per_rank = 0;
   int max_logit_rows = 0;
+  int64_t draft_rows = 0;  // D_r: this rank's rows of the MTP drafts' token map (0: none)
   DeviceBuffer x;          // [T, H] residual stream
   DeviceBuffer h;          // [T, H] normed input of a block
   DeviceBuffer proj;       // [T, max_proj] a mixer's fused projection
@@ -24,12 +25,16 @@ struct Activations {
   DeviceBuffer mtp_in;     // [T, 2H] MTP head input (only with an MTP head)
   DeviceBuffer logits_local;   // tp > 1: [logit_rows, vocab_per_rank] this rank's logits
   DeviceBuffer logits_gather;  // tp > 1: [tp, logit_rows, vocab_per_rank] every rank's
+  DeviceBuffer draft_logits;   // draft_rows > 0: [logit_rows, draft_rows] the token map's scores
 
   void reserve(Backend& b, int tokens, int logit_rows, bool with_mtp) {
-    if (tp > 1 && logit_rows > max_logit_rows) {
+    if (logit_rows > max_logit_rows) {
       max_logit_rows = logit_rows;
-      logits_local = b.allocate(std::size_t(logit_rows) * vocab_per_rank * 4);
-      logits_gather = b.allocate(std::size_t(tp) * logit_rows * vocab_per_rank * 4);
+      if (tp > 1) {
+        logits_local = b.allocate(std::size_t(logit_rows) * vocab_per_rank * 4);
+        logits_gather = b.allocate(std::size_t(tp) * logit_rows * vocab_per_rank * 4);
+      }
+      if (draft_rows > 0) draft_logits = b.allocate(std::size_t(logit_rows) * draft_rows * 4);
     }
     if (tokens <= max_tokens) return;
     max_tokens = tokens;

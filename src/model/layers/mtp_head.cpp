@@ -41,7 +41,7 @@ void MtpHead::forward(Kernels& k, const ModelConfig& c, const LmHead& head, cons
   }
   layer.forward(k, c, T, *args.meta, *args.memory, a, x, comm);
   head.logits(k, c.rms_norm_eps, x, norm, args.output_rows, args.n_output_rows, args.logits, args.hidden_out, a,
-              comm);
+              comm, /*use_draft=*/true);
 }
 
 }  // namespace deltaserve
