@@ -22,8 +22,9 @@ namespace {
 
 constexpr int32_t kEndOfText = 8183, kImEnd = 8185;
 
-std::unique_ptr<Engine> make_engine(int spec_steps) {
+std::unique_ptr<Engine> make_engine(int spec_steps, std::vector<int32_t> token_map = {}) {
   EngineConfig c;
+  c.spec_token_map = std::move(token_map);
   c.model_dir = source_dir() / "models/tiny-coder";
   c.n_threads = 2;
   c.spec_num_steps = spec_steps;
@@ -147,6 +148,30 @@ TEST(EngineConstraint, GreedyRegexIsTheSameWithAndWithoutMtp) {
   EXPECT_EQ(a.counts->refused.load(), 0);
   EXPECT_EQ(b.counts->refused.load(), 0);
   EXPECT_GT(b.counts->rolled_back.load(), 0);  // drafts were proposed under the grammar, then undone
+}
+
+// A token map (--speculative-token-map) that holds none of the tokens the grammar allows: every
+// constrained draft row is -inf throughout, so no draft is proposed (rather than an arbitrary
+// token the grammar refuses), greedy and sampled; the output is plain decoding's.
+TEST(EngineConstraint, NoDraftWhenTheTokenMapHoldsNoTokenTheGrammarAllows) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::Regex;
+  spec.text = "    (return|if) [a-z0-9 +*/()<>=:-]{1,40}\n";
+  auto plan = grammar_plan(spec);
+  const std::vector<int32_t> map = {kImEnd};  // the grammar allows the end only after the newline
+  auto plain = make_engine(0);
+  Generation a = generate(*plain, "def fibonacci(n):\n", plan, 60, 0.0f, 1);
+  plain->stop();
+  auto mapped = make_engine(3, map);
+  Generation b = generate(*mapped, "def fibonacci(n):\n", plan, 60, 0.0f, 1);
+  Generation b_sampled = generate(*mapped, "def fibonacci(n):\n", plan, 60, 1.0f, 5);
+  mapped->stop();
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(b.counts->refused.load(), 0);
+  EXPECT_EQ(b_sampled.counts->refused.load(), 0);
+  auto [text, ok] = check(plan->grammar, b_sampled.tokens);
+  EXPECT_TRUE(ok) << text;
+  EXPECT_EQ(b_sampled.finish, FinishReason::Stop) << text;
 }
 
 TEST(EngineConstraint, SampledJsonIsValidWithMtp) {

@@ -267,8 +267,10 @@ TEST(NodeCommand, TheEngineConfigAndEveryCommandSurviveTheWire) {
   c.prefix_cache = true;
   c.checkpoint_slots = 5;
   c.cuda_graph_max_bs = 0;
+  c.spec_token_map = {3, 17, 4000};  // --speculative-token-map: every node loads the same draft rows
   EngineConfig d;
   ASSERT_TRUE(apply_engine_config(encode_engine_config(c), d).is_ok());
+  EXPECT_EQ(d.spec_token_map, c.spec_token_map);
   EXPECT_EQ(d.kv_tokens, c.kv_tokens);
   EXPECT_EQ(d.kv_cache_dtype, DType::BF16);
   EXPECT_EQ(d.spec_num_steps, 3);

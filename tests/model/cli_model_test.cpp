@@ -4,9 +4,12 @@
 // non-zero exits for bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "fixture.h"
@@ -87,6 +90,67 @@ TEST(CliGenerate, JsonGreedyContinuationMatchesReference) {
   // --prompt goes through the tokenizer.
   RunResult r = run("generate --prompt 'def fibonacci(n):\n' --max-tokens 4 --temperature 0 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
+}
+
+// `deltaserve token-map` counts a corpus's tokens with the model's tokenizer and keeps the most
+// frequent (each count checked against `deltaserve tokenize` of the same text); `generate` with the
+// map as --speculative-token-map gives the reference continuation, drafts accepted.
+TEST(CliTokenMap, BuildsTheCorpusMostFrequentTokensAndGenerateDraftsFromThem) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ds_cli_token_map_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "corpus" / "sub");
+  const std::string a = "def add(a, b):\n    return a + b\n\n", b = "for i in range(10):\n    print(i)\n";
+  std::string text_a, text_b;
+  for (int i = 0; i < 5; ++i) text_a += a;
+  for (int i = 0; i < 3; ++i) text_b += b;
+  text_a += "# end a";  // no trailing newline: the shell's $(cat) below keeps the text as it is
+  text_b += "# end b";
+  std::ofstream(dir / "corpus" / "a.py") << text_a;
+  std::ofstream(dir / "corpus" / "sub" / "b.py") << text_b;
+  const std::string model = (source_dir() / "models/tiny-coder").string();
+  RunResult r = run("token-map --model " + model + " --corpus " + (dir / "corpus").string() + " --size 6 --out " +
+                    (dir / "map.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("wrote 6 tokens"), std::string::npos) << r.out;
+  std::ifstream in(dir / "map.json");
+  const auto map = nlohmann::json::parse(in).get<std::vector<int32_t>>();
+  ASSERT_EQ(map.size(), 6u);
+  // The counts from the tokenizer, file by file, as the command reads them.
+  std::map<int32_t, int> count;
+  for (const std::string* t : {&text_a, &text_b}) {
+    RunResult tk = run("tokenize --model " + model + " --no-special --text \"$(cat " + (dir / "corpus").string() +
+                       (t == &text_a ? "/a.py" : "/sub/b.py") + ")\"");
+    ASSERT_EQ(tk.exit_code, 0) << tk.out;
+    for (int32_t id : nlohmann::json::parse(tk.out)["ids"].get<std::vector<int32_t>>()) ++count[id];
+  }
+  for (std::size_t i = 1; i < map.size(); ++i) EXPECT_GE(count[map[i - 1]], count[map[i]]) << i;
+  int outside_max = 0;
+  for (auto [id, n] : count)
+    if (std::find(map.begin(), map.end(), id) == map.end()) outside_max = std::max(outside_max, n);
+  EXPECT_GE(count[map.back()], outside_max);
+
+  Fixture fx(source_dir() / "models/tiny-coder");
+  const auto& c = fx.cases()[0];
+  std::vector<int32_t> prompt(c.tokens.begin(), c.tokens.begin() + c.prompt_len);
+  const int n = static_cast<int>(c.tokens.size()) - c.prompt_len;
+  RunResult g = run("generate --prompt-ids " + join(prompt) + " --max-tokens " + std::to_string(n) +
+                    " --temperature 0 --ignore-eos --json --speculative-algorithm NEXTN --speculative-num-steps 3" +
+                    " --speculative-token-map " + (dir / "map.json").string());
+  ASSERT_EQ(g.exit_code, 0) << g.out;
+  auto j = nlohmann::json::parse(g.out.substr(g.out.find('{')));
+  EXPECT_EQ(j["token_ids"].get<std::vector<int32_t>>(), std::vector<int32_t>(c.tokens.begin() + c.prompt_len, c.tokens.end()));
+  EXPECT_GE(j["accept_length"].get<double>(), 1.0);
+
+  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"token-map --model " + model + " --corpus " + (dir / "corpus").string() + " --size 0 --out /tmp/x.json",
+            "--size must be a positive integer"},
+           {"token-map --model " + model + " --corpus /nonexistent/dir --size 8 --out /tmp/x.json",
+            "--corpus /nonexistent/dir: no file to read there"},
+           {"token-map --model " + model + " --size 8 --out /tmp/x.json", "are required"}}) {
+    RunResult e = run(args);
+    EXPECT_NE(e.exit_code, 0) << args;
+    EXPECT_NE(e.out.find(needle), std::string::npos) << args << " -> " << e.out;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // bench-offline --workload: the closed-loop workload's output rate and its requests' time to first

@@ -1,6 +1,7 @@
 #include "engine/spec/mtp_drafter.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace deltaserve {
 
@@ -14,6 +15,7 @@ MtpDrafter::MtpDrafter(ModelRunner& runner, DraftStore& store, SamplingPool& poo
   items_.reserve(S);
   rows_.reserve(T);
   drafting_.reserve(S);
+  drafted_.reserve(S);
   chain_.reserve(S);
   chain_rows_.reserve(S);
   chain_left_.reserve(S);
@@ -24,10 +26,15 @@ int64_t MtpDrafter::budget(const Sequence& s) const {
   return std::min<int64_t>({k_, context_length_ - n1, s.max_total_tokens - n1});
 }
 
-void MtpDrafter::add_draft(Sequence& s, const float* logits_in, Sampler& sampler) {
+bool MtpDrafter::add_draft(Sequence& s, const float* logits_in, Sampler& sampler) {
   // A constrained sequence drafts under its constraint too (advanced by each draft here, rolled
   // back to the accepted tokens at the end of propose()).
   const float* logits = sampler.constrain(logits_in, s.constraint.get(), s.n_generated() + s.n_drafts);
+  if (s.constraint && logits != logits_in) {
+    const int64_t V = runner_.vocab();
+    if (std::none_of(logits, logits + V, [](float x) { return x > -std::numeric_limits<float>::infinity(); }))
+      return false;
+  }
   const bool greedy = s.params.greedy();
   int32_t draft;
   if (greedy) {
@@ -39,6 +46,7 @@ void MtpDrafter::add_draft(Sequence& s, const float* logits_in, Sampler& sampler
   }
   store_.push(s, draft);
   s.constraint_took(draft);
+  return true;
 }
 
 bool MtpDrafter::drafts_raw_argmax(const Sequence& s) {
@@ -128,10 +136,23 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
     for (size_t i = 0; i < drafting_.size(); ++i)
       if (budget(*drafting_[i]) > 0) store_.push(*drafting_[i], runner_.token(static_cast<int>(i)));
   } else {
+    drafted_.assign(drafting_.size(), 1);
     pool_.for_each(static_cast<int>(drafting_.size()), [&](Sampler& sampler, std::vector<float>&, int i) {
       Sequence& s = *drafting_[i];
-      if (budget(s) > 0) add_draft(s, runner_.logits(i), sampler);
+      if (budget(s) > 0) drafted_[static_cast<size_t>(i)] = add_draft(s, runner_.logits(i), sampler);
     });
+    // A sequence without its first draft does not chain.
+    int kept = 0;
+    for (size_t i = 0; i < chain_.size(); ++i) {
+      if (chain_[i]->n_drafts == 0) continue;
+      chain_[kept] = chain_[i];
+      chain_rows_[kept] = chain_rows_[i];
+      chain_left_[kept] = chain_left_[i];
+      ++kept;
+    }
+    chain_.resize(kept);
+    chain_rows_.resize(kept);
+    chain_left_.resize(kept);
   }
   while (!chain_.empty()) {
     const int n = static_cast<int>(chain_.size());
@@ -145,9 +166,12 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
     if (on_device) {
       for (int i = 0; i < n; ++i) store_.push(*chain_[i], runner_.token(i));
     } else {
+      drafted_.assign(static_cast<size_t>(n), 1);
       pool_.for_each(n, [&](Sampler& sampler, std::vector<float>&, int i) {
-        add_draft(*chain_[i], runner_.logits(i), sampler);
+        drafted_[static_cast<size_t>(i)] = add_draft(*chain_[i], runner_.logits(i), sampler);
       });
+      for (int i = 0; i < n; ++i)
+        if (!drafted_[static_cast<size_t>(i)]) chain_left_[i] = 1;  // ends its chain below
     }
     // Keep the sequences that still need drafts, compacted in place; a kept sequence's MTP hidden
     // is row i of this step's output.

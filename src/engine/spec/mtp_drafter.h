@@ -28,7 +28,9 @@ class MtpDrafter {
   void propose(std::span<const ScheduledItem> items, std::span<const StepOutput> outputs, Scheduler& scheduler);
 
  private:
-  void add_draft(Sequence& s, const float* logits, Sampler& sampler);
+  // False (nothing drafted) when no token is left to draft: with a token map
+  // (--speculative-token-map) every token a constraint allows may lie outside it.
+  bool add_draft(Sequence& s, const float* logits, Sampler& sampler);
   // Whether s's drafts are the raw argmax of the MTP logits (the device can pick them).
   static bool drafts_raw_argmax(const Sequence& s);
   int64_t budget(const Sequence& s) const;
@@ -45,6 +47,7 @@ class MtpDrafter {
   std::vector<Sequence*> chain_;
   std::vector<int32_t> chain_rows_;
   std::vector<int> chain_left_;
+  std::vector<uint8_t> drafted_;  // per drafting_ / chain_ index: add_draft's answer
 };
 
 }  // namespace deltaserve
