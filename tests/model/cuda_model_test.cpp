@@ -106,6 +106,20 @@ class CudaModelTest : public ::testing::TestWithParam<ModelCase> {
     setup_->cache->release_slot(s.slot);
     s.blocks.clear();
   }
+  // Case c's prompt through the model (no logits), then its MTP head teacher-forced: row p takes
+  // (t_{p+1}, h_p), T - 1 rows, fetched as `fetch` says. The second call reruns only the MTP step.
+  void prefill(const FixtureCase& c, const Seq& s) {
+    RunItem it{c.tokens, 0, s.blocks, s.slot, false, false};
+    setup_->runner->run(std::span<const RunItem>(&it, 1));
+  }
+  void mtp_teacher_forced(const FixtureCase& c, const Seq& s, ModelRunner::Fetch fetch = ModelRunner::Fetch::Logits) {
+    const int T = static_cast<int>(c.tokens.size());
+    std::vector<int32_t> next(c.tokens.begin() + 1, c.tokens.end());
+    RunItem mi{next, 0, s.blocks, s.slot, true, false};
+    std::vector<int32_t> rows(T - 1);
+    for (int p = 0; p < T - 1; ++p) rows[p] = p;
+    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows, fetch);
+  }
   // Logits of every position of each case, one prefill forward per case; returns the max error.
   float prefill_max_diff(float tol) {
     const int64_t V = setup_->model->config().vocab_size;
@@ -182,13 +196,8 @@ TEST_P(CudaModelTest, MtpLogitsMatchReference) {
     ASSERT_NE(ref, nullptr);
     const int T = static_cast<int>(c.tokens.size());
     Seq s = new_seq();
-    RunItem it{c.tokens, 0, s.blocks, s.slot, false, false};
-    setup_->runner->run(std::span<const RunItem>(&it, 1));
-    std::vector<int32_t> next(c.tokens.begin() + 1, c.tokens.end());
-    RunItem mi{next, 0, s.blocks, s.slot, true, false};
-    std::vector<int32_t> rows(T - 1);
-    for (int p = 0; p < T - 1; ++p) rows[p] = p;
-    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows);
+    prefill(c, s);
+    mtp_teacher_forced(c, s);
     for (int p = 0; p < T - 1; ++p) {
       float d = max_abs_diff(setup_->runner->logits(p), ref + int64_t(p) * V, V);
       ASSERT_LE(d, kPrefillTol) << c.name << " MTP row " << p;
@@ -214,13 +223,8 @@ TEST_P(CudaModelTest, MtpLogitsOverATokenMapAreTheReferencesAtItsTokens) {
     ASSERT_NE(ref, nullptr);
     const int T = static_cast<int>(c.tokens.size());
     Seq s = new_seq();
-    RunItem it{c.tokens, 0, s.blocks, s.slot, false, false};
-    setup_->runner->run(std::span<const RunItem>(&it, 1));
-    std::vector<int32_t> next(c.tokens.begin() + 1, c.tokens.end());
-    RunItem mi{next, 0, s.blocks, s.slot, true, false};
-    std::vector<int32_t> rows(T - 1);
-    for (int p = 0; p < T - 1; ++p) rows[p] = p;
-    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows);
+    prefill(c, s);
+    mtp_teacher_forced(c, s);
     std::vector<int32_t> best(T - 1);
     for (int p = 0; p < T - 1; ++p) {
       const float* lg = setup_->runner->logits(p);
@@ -234,8 +238,7 @@ TEST_P(CudaModelTest, MtpLogitsOverATokenMapAreTheReferencesAtItsTokens) {
       best[p] = static_cast<int32_t>(std::max_element(lg, lg + V) - lg);
     }
     for (int round = 0; round < 2; ++round) {
-      setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows,
-                              ModelRunner::Fetch::Argmax);
+      mtp_teacher_forced(c, s, ModelRunner::Fetch::Argmax);
       for (int p = 0; p < T - 1; ++p) EXPECT_EQ(setup_->runner->token(p), best[p]) << c.name << " MTP row " << p;
     }
     free_seq(s);

@@ -73,6 +73,20 @@ class FixtureModelTest : public ::testing::TestWithParam<ModelCase> {
     setup_->cache->release_slot(s.slot);
     s.blocks.clear();
   }
+  // Case c's prompt through the model (no logits), then its MTP head teacher-forced: row p takes
+  // (t_{p+1}, h_p), T - 1 rows, fetched as `fetch` says. The second call reruns only the MTP step.
+  void prefill(const FixtureCase& c, const Seq& s) {
+    RunItem it{c.tokens, 0, s.blocks, s.slot, false, false};
+    setup_->runner->run(std::span<const RunItem>(&it, 1));
+  }
+  void mtp_teacher_forced(const FixtureCase& c, const Seq& s, ModelRunner::Fetch fetch = ModelRunner::Fetch::Logits) {
+    const int T = static_cast<int>(c.tokens.size());
+    std::vector<int32_t> next(c.tokens.begin() + 1, c.tokens.end());
+    RunItem mi{next, 0, s.blocks, s.slot, true, false};
+    std::vector<int32_t> rows(T - 1);
+    for (int p = 0; p < T - 1; ++p) rows[p] = p;
+    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows, fetch);
+  }
   // Logits of all positions of `tokens`, fed in chunks of the given sizes (0 = all at once).
   std::vector<float> logits_chunked(const std::vector<int32_t>& tokens, int chunk) {
     Seq s = new_seq();
@@ -161,16 +175,11 @@ TEST_P(FixtureModelTest, MtpLogitsMatchReference) {
     ASSERT_NE(ref, nullptr);
     const int T = static_cast<int>(c.tokens.size());
     Seq s = new_seq();
-    RunItem it{c.tokens, 0, s.blocks, s.slot, false, false};
-    setup_->runner->run(std::span<const RunItem>(&it, 1));
+    prefill(c, s);
     const Tensor hidden = setup_->runner->hidden();
     const float* ref_h = fixture_->f32(c.name + ".final_hidden");
     ASSERT_LE(max_abs_diff(hidden.f32(), ref_h, int64_t(T) * H), 1e-3f);
-    std::vector<int32_t> next(c.tokens.begin() + 1, c.tokens.end());
-    RunItem mi{next, 0, s.blocks, s.slot, true, false};
-    std::vector<int32_t> rows(T - 1);
-    for (int p = 0; p < T - 1; ++p) rows[p] = p;
-    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows);
+    mtp_teacher_forced(c, s);
     std::vector<int32_t> best(T - 1);
     for (int p = 0; p < T - 1; ++p) {
       const float* lg = setup_->runner->logits(p);
@@ -179,8 +188,7 @@ TEST_P(FixtureModelTest, MtpLogitsMatchReference) {
       best[p] = static_cast<int32_t>(std::max_element(lg, lg + V) - lg);  // first index of the maximum
     }
     // The same MTP step with the drafts picked where the logits are (MtpDrafter's greedy path).
-    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows,
-                            ModelRunner::Fetch::Argmax);
+    mtp_teacher_forced(c, s, ModelRunner::Fetch::Argmax);
     for (int p = 0; p < T - 1; ++p) EXPECT_EQ(setup_->runner->token(p), best[p]) << c.name << " MTP row " << p;
     free_seq(s);
   }
@@ -207,13 +215,8 @@ TEST_P(FixtureModelTest, MtpLogitsOverATokenMapAreTheReferencesAtItsTokens) {
     ASSERT_NE(ref, nullptr);
     const int T = static_cast<int>(c.tokens.size());
     Seq s = new_seq();
-    RunItem it{c.tokens, 0, s.blocks, s.slot, false, false};
-    setup_->runner->run(std::span<const RunItem>(&it, 1));
-    std::vector<int32_t> next(c.tokens.begin() + 1, c.tokens.end());
-    RunItem mi{next, 0, s.blocks, s.slot, true, false};
-    std::vector<int32_t> rows(T - 1);
-    for (int p = 0; p < T - 1; ++p) rows[p] = p;
-    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows);
+    prefill(c, s);
+    mtp_teacher_forced(c, s);
     std::vector<int32_t> best(T - 1);
     for (int p = 0; p < T - 1; ++p) {
       const float* lg = setup_->runner->logits(p);
@@ -240,8 +243,7 @@ TEST_P(FixtureModelTest, MtpLogitsOverATokenMapAreTheReferencesAtItsTokens) {
       const int64_t full_best = std::max_element(rr, rr + V) - rr;
       outside_best += in_map[static_cast<std::size_t>(full_best)] ? 0 : 1;
     }
-    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows,
-                            ModelRunner::Fetch::Argmax);
+    mtp_teacher_forced(c, s, ModelRunner::Fetch::Argmax);
     for (int p = 0; p < T - 1; ++p) EXPECT_EQ(setup_->runner->token(p), best[p]) << c.name << " MTP row " << p;
     free_seq(s);
   }
