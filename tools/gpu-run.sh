@@ -32,8 +32,8 @@
 #         read): overlap_schedule_test on CUDA, then bench-offline greedy batch 1/16/64 at a 1k
 #         context with it (the default) and with --disable-overlap-schedule, twice, alternating
 # tokenmap: MTP k=3 through the engine at batch 1 and 16 (TOKENMAP_BATCHES), without and with a
-#         --speculative-token-map of 32768 ids spread over the vocabulary (every 7th), twice,
-#         alternating: the drafts' lm_head streams 32768 rows instead of 248k
+#         --speculative-token-map of 32768 ids spread over the vocabulary (every 7th),
+#         TOKENMAP_ROUNDS times (default 2), alternating: the drafts' lm_head streams 32768 rows instead of 248k
 # ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
 #         (its own flags: --model, f32 KV), for before/after figures from one session
 # Logs and a summary go to $OUT.
@@ -98,7 +98,7 @@ fi
 
 if has tokenmap; then
   seq 0 7 229375 >"$OUT/map32k.txt"
-  for round in 1 2; do
+  for round in $(seq 1 ${TOKENMAP_ROUNDS:-2}); do
     for mode in full map; do
       extra=""; [ $mode = map ] && extra="--speculative-token-map $OUT/map32k.txt"
       timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy $extra \
