@@ -10,7 +10,6 @@
 #include "deploy/plan_input.h"
 #include "cache/memory_plan.h"
 #include "model/config.h"
-#include "model/token_map.h"
 
 namespace deltaserve {
 namespace {
@@ -84,13 +83,9 @@ int cmd_plan(const Args& in_args) {
   MemoryPlanInput input = memory_plan_input(opts, device, device_memory, host);
   // serve measures what its CUDA context takes; here it is the documented assumption.
   if (device == PlanDevice::Cuda) input.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
-  if (input.spec_num_steps > 0 && !opts.speculative_token_map.empty()) {
-    auto ids = read_token_map(opts.speculative_token_map, config->vocab_size);
-    if (!ids.is_ok()) {
-      std::fprintf(stderr, "deltaserve plan: %s\n", ids.status().message().c_str());
-      return 2;
-    }
-    input.draft_vocab_size = static_cast<int64_t>(ids->size());
+  if (auto map = plan_token_map(opts, *config, input); !map.is_ok()) {
+    std::fprintf(stderr, "deltaserve plan: %s\n", map.status().message().c_str());
+    return 2;
   }
   MemoryPlan plan = plan_memory(*config, input);
   if (json->has_value()) {

@@ -9,7 +9,6 @@
 #include "backend/backend_factory.h"
 #include "engine/follower_node.h"
 #include "model/generation_config.h"
-#include "model/token_map.h"
 #include "util/log.h"
 #include "util/thread_pool.h"
 
@@ -72,11 +71,7 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   } else {
     s.plan_input = memory_plan_input(opts, s.device, 0, host);
   }
-  std::vector<int32_t> token_map;
-  if (s.plan_input.spec_num_steps > 0 && !opts.speculative_token_map.empty()) {
-    DS_ASSIGN_OR_RETURN(token_map, read_token_map(opts.speculative_token_map, model_config.vocab_size));
-    s.plan_input.draft_vocab_size = static_cast<int64_t>(token_map.size());
-  }
+  DS_ASSIGN_OR_RETURN(std::vector<int32_t> token_map, plan_token_map(opts, model_config, s.plan_input));
   s.plan = plan_memory(model_config, s.plan_input);
   if (!s.plan.ok()) return s.plan.status();
 

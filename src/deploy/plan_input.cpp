@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/token_map.h"
+
 namespace deltaserve {
 
 PlanDevice resolve_plan_device(const ServeOptions& opts, const HostInfo& host, bool cuda_built) {
@@ -53,6 +55,13 @@ MemoryPlanInput memory_plan_input(const ServeOptions& o, PlanDevice device, int6
   in.max_prefill_tokens = pb.max_prefill_tokens;
   in.cuda_graphs = cuda && !o.disable_cuda_graph;
   return in;
+}
+
+Result<std::vector<int32_t>> plan_token_map(const ServeOptions& opts, const ModelConfig& config, MemoryPlanInput& in) {
+  if (in.spec_num_steps == 0 || opts.speculative_token_map.empty()) return std::vector<int32_t>();
+  DS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, read_token_map(opts.speculative_token_map, config.vocab_size));
+  in.draft_vocab_size = static_cast<int64_t>(ids.size());
+  return ids;
 }
 
 DType resolve_kv_cache_dtype(const ServeOptions& o, PlanDevice device) {

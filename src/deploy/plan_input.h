@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "options/serve_options.h"
 #include "deploy/hardware.h"
@@ -30,6 +31,10 @@ DType resolve_kv_cache_dtype(const ServeOptions& opts, PlanDevice device);
 // available RAM).
 MemoryPlanInput memory_plan_input(const ServeOptions& opts, PlanDevice device,
                                   int64_t device_memory_bytes, const HostInfo& host);
+
+// --speculative-token-map read (model/token_map.h) when speculative decoding is on, its size
+// put in `in` (the memory plan copies the map's lm_head rows); empty without a map.
+Result<std::vector<int32_t>> plan_token_map(const ServeOptions& opts, const ModelConfig& config, MemoryPlanInput& in);
 
 // The plan as JSON (keys relied on outside the repo: weights_bytes_per_gpu,
 // kv_bytes_per_token_per_gpu, state_bytes_per_request_per_gpu, kv_tokens, max_running_requests,

@@ -49,6 +49,21 @@ bool MtpDrafter::add_draft(Sequence& s, const float* logits_in, Sampler& sampler
   return true;
 }
 
+template <typename Keep, typename Row>
+void MtpDrafter::keep_chains(Keep keep, Row row) {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < chain_.size(); ++i) {
+    if (!keep(i)) continue;
+    chain_[kept] = chain_[i];
+    chain_rows_[kept] = row(i);
+    chain_left_[kept] = chain_left_[i];
+    ++kept;
+  }
+  chain_.resize(kept);
+  chain_rows_.resize(kept);
+  chain_left_.resize(kept);
+}
+
 bool MtpDrafter::drafts_raw_argmax(const Sequence& s) {
   const SamplingParams& p = s.params;
   return p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
@@ -136,23 +151,12 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
     for (size_t i = 0; i < drafting_.size(); ++i)
       if (budget(*drafting_[i]) > 0) store_.push(*drafting_[i], runner_.token(static_cast<int>(i)));
   } else {
-    drafted_.assign(drafting_.size(), 1);
     pool_.for_each(static_cast<int>(drafting_.size()), [&](Sampler& sampler, std::vector<float>&, int i) {
       Sequence& s = *drafting_[i];
-      if (budget(s) > 0) drafted_[static_cast<size_t>(i)] = add_draft(s, runner_.logits(i), sampler);
+      if (budget(s) > 0) add_draft(s, runner_.logits(i), sampler);
     });
-    // A sequence without its first draft does not chain.
-    int kept = 0;
-    for (size_t i = 0; i < chain_.size(); ++i) {
-      if (chain_[i]->n_drafts == 0) continue;
-      chain_[kept] = chain_[i];
-      chain_rows_[kept] = chain_rows_[i];
-      chain_left_[kept] = chain_left_[i];
-      ++kept;
-    }
-    chain_.resize(kept);
-    chain_rows_.resize(kept);
-    chain_left_.resize(kept);
+    // A sequence without its first draft (add_draft found no token) does not chain.
+    keep_chains([&](size_t i) { return chain_[i]->n_drafts > 0; }, [&](size_t i) { return chain_rows_[i]; });
   }
   while (!chain_.empty()) {
     const int n = static_cast<int>(chain_.size());
@@ -170,23 +174,11 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
       pool_.for_each(n, [&](Sampler& sampler, std::vector<float>&, int i) {
         drafted_[static_cast<size_t>(i)] = add_draft(*chain_[i], runner_.logits(i), sampler);
       });
-      for (int i = 0; i < n; ++i)
-        if (!drafted_[static_cast<size_t>(i)]) chain_left_[i] = 1;  // ends its chain below
     }
-    // Keep the sequences that still need drafts, compacted in place; a kept sequence's MTP hidden
-    // is row i of this step's output.
-    int kept = 0;
-    for (int i = 0; i < n; ++i) {
-      if (--chain_left_[i] > 0) {
-        chain_[kept] = chain_[i];
-        chain_rows_[kept] = i;
-        chain_left_[kept] = chain_left_[i];
-        ++kept;
-      }
-    }
-    chain_.resize(kept);
-    chain_rows_.resize(kept);
-    chain_left_.resize(kept);
+    // Keep the sequences that still need drafts (and got one this step); a kept sequence's MTP
+    // hidden is row i of this step's output.
+    for (int i = 0; i < n; ++i) chain_left_[i] = on_device || drafted_[static_cast<size_t>(i)] ? chain_left_[i] - 1 : 0;
+    keep_chains([&](size_t i) { return chain_left_[i] > 0; }, [](size_t i) { return static_cast<int32_t>(i); });
   }
   // Constraints follow the accepted tokens: the drafts are checked again at verification.
   for (Sequence* s : drafting_)

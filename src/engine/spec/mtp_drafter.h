@@ -34,6 +34,9 @@ class MtpDrafter {
   // Whether s's drafts are the raw argmax of the MTP logits (the device can pick them).
   static bool drafts_raw_argmax(const Sequence& s);
   int64_t budget(const Sequence& s) const;
+  // Keeps chain entry i where keep(i), compacted in place, its MTP hidden row next being row(i).
+  template <typename Keep, typename Row>
+  void keep_chains(Keep keep, Row row);
 
   ModelRunner& runner_;
   DraftStore& store_;
@@ -47,7 +50,7 @@ class MtpDrafter {
   std::vector<Sequence*> chain_;
   std::vector<int32_t> chain_rows_;
   std::vector<int> chain_left_;
-  std::vector<uint8_t> drafted_;  // per drafting_ / chain_ index: add_draft's answer
+  std::vector<uint8_t> drafted_;  // per chain_ index: add_draft's answer this chain step
 };
 
 }  // namespace deltaserve
