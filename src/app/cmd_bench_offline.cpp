@@ -288,10 +288,8 @@ int cmd_bench_offline(const Args& args) {
       std::fprintf(stderr, "  batch %d: %.0f decode steps, per decode step %.3f ms = forward %.3f + sampling %.3f + drafts %.3f + other %.3f\n",
                    b, d_steps, d_step, d_fwd, d_smp, d_drf, d_step - d_fwd - d_smp - d_drf);
       const uint64_t on_dev = s1.device_sampled_total - s0.device_sampled_total;
-      const uint64_t fell_back = s1.device_sample_fallbacks_total - s0.device_sample_fallbacks_total;
       if (on_dev > 0)
-        std::fprintf(stderr, "  batch %d: %llu tokens drawn on the device, %llu of them handed back to the host\n", b,
-                     static_cast<unsigned long long>(on_dev), static_cast<unsigned long long>(fell_back));
+        std::fprintf(stderr, "  batch %d: %llu tokens drawn on the device\n", b, static_cast<unsigned long long>(on_dev));
       const uint64_t overlapped = s1.overlapped_steps_total - s0.overlapped_steps_total;
       if (overlapped > 0)
         std::fprintf(stderr, "  batch %d: %llu steps launched while the step before computed (overlap), %llu tokens dropped\n",

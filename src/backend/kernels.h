@@ -215,8 +215,8 @@ class Kernels {
   // highest (ties by lower id), then the shortest prefix (by s descending, ties by id) whose mass
   // reaches top_p of the kept mass, then those with p >= min_p * p_max; draw by inverse CDF in
   // token-id order over the kept set with the uniform u. inv_temperature 0: argmax (lowest id).
-  // out[r] = -1 when the kept set could not be bounded in the kernel's working set (a very flat
-  // row): the caller samples that row on the host from the penalised logits.
+  // Every row gets a token, however large its kept set (a flat row's nucleus, top-k in the
+  // thousands).
   virtual void sample_rows(Tensor logits, const Tensor& rows, const Tensor& penalties, Tensor out) = 0;
 
   // dst[i] = src[rows[i]]. src [T, D]; rows [R] i32 (host memory); dst [R, D].

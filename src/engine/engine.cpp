@@ -163,7 +163,7 @@ void Engine::reset_after_probe() {
   steps_total_ = 0;
   step_s_ = forward_s_ = sample_s_ = draft_s_ = 0;
   decode_steps_total_ = 0;
-  device_sampled_total_ = device_sample_fallbacks_total_ = 0;
+  device_sampled_total_ = 0;
   overlapped_steps_total_ = overlap_dropped_total_ = 0;
   decode_step_s_ = decode_forward_s_ = decode_sample_s_ = decode_draft_s_ = 0;
   log_ = LogMark{};
@@ -295,7 +295,6 @@ void Engine::update_stats() {
   s.draft_seconds = draft_s_;
   s.decode_steps_total = decode_steps_total_;
   s.device_sampled_total = device_sampled_total_;
-  s.device_sample_fallbacks_total = device_sample_fallbacks_total_;
   s.decode_step_seconds = decode_step_s_;
   s.decode_forward_seconds = decode_forward_s_;
   s.decode_sample_seconds = decode_sample_s_;
@@ -460,12 +459,35 @@ void Engine::step() {
 }
 
 bool Engine::may_overlap(const Flight& f) const {
-  if (!config_.overlap_schedule || spec_ || !runner_->can_chain() || f.fetch != ModelRunner::Fetch::Argmax ||
-      !f.decode_only)
-    return false;
-  for (const ScheduledItem& it : f.items)
+  const bool picked_on_device = f.fetch == ModelRunner::Fetch::Argmax || f.fetch == ModelRunner::Fetch::Sample;
+  if (!config_.overlap_schedule || spec_ || !runner_->can_chain() || !picked_on_device || !f.decode_only) return false;
+  for (const ScheduledItem& it : f.items) {
     if (!it.sample || it.n_tokens != 1 || it.seq->n_drafts != 0) return false;
+    // A draw under penalties depends on the token still being picked: the next step waits for it.
+    const SamplingParams& p = it.seq->params;
+    if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) return false;
+  }
   return true;
+}
+
+void Engine::chain_sampling(const std::vector<ScheduledItem>& items) {
+  // One row per item, its uniform the next from its sequence's RNG, as choose_fetch would draw it
+  // once this step's token were known (a draw without penalties does not depend on it).
+  sample_rows_.assign(items.size(), SampleRow{});
+  for (size_t i = 0; i < items.size(); ++i) {
+    Sequence& s = *items[i].seq;
+    const SamplingParams& p = s.params;
+    if (p.greedy()) continue;
+    SampleRow& r = sample_rows_[i];
+    r.inv_temperature = 1.0f / p.temperature;
+    r.top_k = p.top_k;
+    r.top_p = p.top_p;
+    r.min_p = p.min_p;
+    r.u = static_cast<float>(std::uniform_real_distribution<double>(0.0, 1.0)(s.rng));
+  }
+  penalties_.clear();
+  device_sampling_.rows = sample_rows_;
+  device_sampling_.penalties = penalties_;
 }
 
 bool Engine::inbox_pending() const {
@@ -486,10 +508,13 @@ void Engine::overlap_step() {
       run_items_.push_back(RunItem{std::span<const int32_t>(&placeholder_, 1), s.n_computed + 1, s.blocks, s.slot,
                                    false, false, false, it.checkpoint_at, it.checkpoint_slot});
     }
-    y.fetch = ModelRunner::Fetch::Argmax;
+    y.fetch = x.fetch;  // Argmax, or Sample without penalties (may_overlap)
+    if (y.fetch == ModelRunner::Fetch::Sample) chain_sampling(y.items);
     y.decode_only = true;
     const double t_launch = now_seconds();
-    y.ticket = runner_->launch(run_items_, nullptr, y.fetch, nullptr, /*ids_from_last=*/true);
+    y.ticket = runner_->launch(run_items_, nullptr, y.fetch,
+                               y.fetch == ModelRunner::Fetch::Sample ? &device_sampling_ : nullptr,
+                               /*ids_from_last=*/true);
     launch_s_ += now_seconds() - t_launch;
     chained = true;
     ++overlapped_steps_total_;
@@ -619,17 +644,9 @@ void Engine::take_tokens(const std::vector<ScheduledItem>& items) {
       row += 1 + s.n_drafts;
       continue;
     }
-    int32_t tok = runner_->token(row);
+    const int32_t tok = runner_->token(row);
+    DS_CHECK(tok >= 0 && tok < runner_->vocab(), "row ", row, " picked token ", tok);
     if (sampled_on_device_) ++device_sampled_total_;
-    if (tok < 0) {
-      ++device_sample_fallbacks_total_;
-      // The device could not bound this row's kept set: the host draws with the same u from the
-      // row, whose penalties the device already applied.
-      SamplingParams p = s.params;
-      p.repetition_penalty = 1.0f;
-      p.presence_penalty = p.frequency_penalty = 0.0f;
-      tok = sampling_->first().sample_u(runner_->logits(row), p, {}, {}, draw_u_[i], nullptr);
-    }
     ++row;
     s.tokens.push_back(tok);
     o.n_sampled = 1;

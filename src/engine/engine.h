@@ -114,8 +114,11 @@ class Engine final : public EngineService {
   // With a step in flight: launches the next one from it when nothing would change the batch,
   // then collects it.
   void overlap_step();
-  // Whether the launched step `f` may be left computing while the next one is chained.
+  // Whether the launched step `f` may be left computing while the next one is chained: every row
+  // picked on the device (argmax, or a draw without penalties), no prefill chunk or drafts.
   bool may_overlap(const Flight& f) const;
+  // A chained Fetch::Sample step's rows (device_sampling_): each item's settings and next uniform.
+  void chain_sampling(const std::vector<ScheduledItem>& items);
   // Arrivals, cancels, a cache flush or a stop waiting for the engine thread.
   bool inbox_pending() const;
   // Waits for the step's tokens and takes them: sampling (or verification), Scheduler::update,
@@ -186,7 +189,7 @@ class Engine final : public EngineService {
   uint64_t spec_draft_total_ = 0, spec_accepted_total_ = 0, spec_steps_total_ = 0;
   uint64_t steps_total_ = 0;
   double step_s_ = 0, forward_s_ = 0, sample_s_ = 0, draft_s_ = 0;
-  uint64_t device_sampled_total_ = 0, device_sample_fallbacks_total_ = 0;
+  uint64_t device_sampled_total_ = 0;
   uint64_t overlapped_steps_total_ = 0, overlap_dropped_total_ = 0;
   bool sampled_on_device_ = false;            // this step's rows were drawn by Fetch::Sample
   uint64_t decode_steps_total_ = 0;  // steps without prefill chunks, and their phases

@@ -24,10 +24,8 @@ struct EngineStats {
   uint64_t spec_accepted_tokens_total = 0;
   uint64_t spec_verify_steps_total = 0;
   uint64_t preemptions_total = 0;       // running requests retracted for lack of KV blocks
-  // Non-greedy draws on the device (Fetch::Sample), and those of them the device handed back to
-  // the host (a kept set too large for the kernel's window).
+  // Tokens drawn on the device (Fetch::Sample).
   uint64_t device_sampled_total = 0;
-  uint64_t device_sample_fallbacks_total = 0;
   // Prefix cache.
   uint64_t prompt_tokens_cached_total = 0;  // prompt tokens served from the cache (not computed)
   int64_t cached_blocks = 0;                // KV blocks the cache holds

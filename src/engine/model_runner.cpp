@@ -30,10 +30,9 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
   const bool gpu = backend.device() != Device::Cpu;
   if (gpu) host_logits_store_ = backend.allocate_host(int64_t(limits.max_logit_rows) * vocab_ * 4);
   if (gpu) tokens_dev_ = backend.allocate(std::max(limits.max_logit_rows, 1) * 4);
-  const std::size_t sample_bytes =
-      std::max(limits.max_logit_rows, 1) * sizeof(SampleRow) + kPenaltyCapacity * sizeof(PenaltyEntry);
-  sample_host_ = backend.allocate_host(sample_bytes);
-  if (gpu) sample_dev_ = backend.allocate(sample_bytes);
+  sample_bytes_ = std::max(limits.max_logit_rows, 1) * sizeof(SampleRow) + kPenaltyCapacity * sizeof(PenaltyEntry);
+  sample_host_ = backend.allocate_host(2 * sample_bytes_);  // a region per flight
+  if (gpu) sample_dev_ = backend.allocate(sample_bytes_);
   commit_host_ = backend.allocate_host((4 * S + 1) * 4);
   if (limits.mtp) {
     kept_dev_ = backend.allocate(std::max(verify_tokens_, 1) * S * 4);
@@ -53,6 +52,7 @@ ModelRunner::ModelRunner(RankGroup& ranks, CacheMemory& cache, const RunnerLimit
       r.dev_ids = b.allocate(T * 4);
       r.commit_dev = b.allocate((4 * S + 1) * 4);
       if (i > 0) r.tokens_dev = b.allocate(std::max(limits.max_logit_rows, 1) * 4);
+      if (i > 0) r.sample_dev = b.allocate(std::max(limits.max_logit_rows, 1) * sizeof(SampleRow));
     }
     r.logits_buf = b.allocate(int64_t(limits.max_logit_rows) * vocab_ * 4);
     if (limits.mtp) {
@@ -305,44 +305,43 @@ Tensor ModelRunner::kept_ids(Rank& r, int slot) {
   return ids;
 }
 
-void ModelRunner::fetch_sampled(const Sampling& sampling) {
-  host_logits_ = nullptr;
-  host_tokens_ = tokens_out_;
-  if (n_out_ == 0) return;
+char* ModelRunner::stage_sampling(int ticket, const Sampling& sampling) {
   DS_CHECK(static_cast<int>(sampling.rows.size()) == n_out_, sampling.rows.size(), " sampling rows for ", n_out_,
            " output rows");
   const int64_t n_pen = static_cast<int64_t>(sampling.penalties.size());
   DS_CHECK(n_pen <= kPenaltyCapacity, n_pen, " penalty entries > ", kPenaltyCapacity);
-  // Staging: rows then penalties, one copy to the device.
+  // This flight's region: rows then penalties (one copy to the device). It stays untouched until
+  // the flight is waited for.
+  char* h = static_cast<char*>(sample_host_.data()) + std::size_t(ticket) * sample_bytes_;
+  std::memcpy(h, sampling.rows.data(), std::size_t(n_out_) * sizeof(SampleRow));
+  if (n_pen > 0) std::memcpy(h + penalty_offset(), sampling.penalties.data(), std::size_t(n_pen) * sizeof(PenaltyEntry));
+  return h;
+}
+
+void ModelRunner::fetch_sampled(const char* staged, int64_t n_pen) {
+  host_logits_ = nullptr;
+  host_tokens_ = tokens_out_;
+  if (n_out_ == 0) return;
   const std::size_t rows_bytes = std::size_t(n_out_) * sizeof(SampleRow);
-  const std::size_t pen_off = std::size_t(limits_.max_logit_rows > 0 ? limits_.max_logit_rows : 1) * sizeof(SampleRow);
-  char* h = static_cast<char*>(sample_host_.data());
-  std::memcpy(h, sampling.rows.data(), rows_bytes);
-  if (n_pen > 0) std::memcpy(h + pen_off, sampling.penalties.data(), std::size_t(n_pen) * sizeof(PenaltyEntry));
   Rank& r = ranks_[0];
   Backend& b = *r.backend;
   Tensor logits = r.logits_buf.view(DType::F32, {n_out_, vocab_});
-  char* d = h;
-  if (b.device() != Device::Cpu) {
-    b.copy_to_device(sample_dev_.view(DType::I32, {int64_t(pen_off + std::size_t(n_pen) * sizeof(PenaltyEntry)) / 4}), h);
-    d = static_cast<char*>(sample_dev_.data());
-  }
-  const Tensor rows(d, DType::I32, {int64_t(rows_bytes / 4)}, b.device());
-  const Tensor pens(d + pen_off, DType::I32, {n_pen * 4}, b.device());
   if (b.device() == Device::Cpu) {
+    const Tensor rows(const_cast<char*>(staged), DType::I32, {int64_t(rows_bytes / 4)}, b.device());
+    const Tensor pens(const_cast<char*>(staged) + penalty_offset(), DType::I32, {n_pen * 4}, b.device());
     b.kernels().sample_rows(logits, rows, pens, Tensor(tokens_out_, DType::I32, {n_out_}));
     return;
   }
+  // Queued: the copies read the flight's staging in stream order, the tokens come back with the
+  // flight's event.
+  const std::size_t bytes = n_pen > 0 ? penalty_offset() + std::size_t(n_pen) * sizeof(PenaltyEntry) : rows_bytes;
+  b.copy_to_device_async(sample_dev_.view(DType::I32, {int64_t(bytes / 4)}), staged);
+  char* d = static_cast<char*>(sample_dev_.data());
+  const Tensor rows(d, DType::I32, {int64_t(rows_bytes / 4)}, b.device());
+  const Tensor pens(d + penalty_offset(), DType::I32, {n_pen * 4}, b.device());
   const Tensor dev = tokens_dev_.view(DType::I32, {n_out_});
   b.kernels().sample_rows(logits, rows, pens, dev);
-  b.copy_to_host(tokens_out_, dev);
-  // Rows the device could not bound: their (penalised) logits for the host sampler.
-  for (int i = 0; i < n_out_; ++i) {
-    if (host_tokens_[i] >= 0) continue;
-    float* dst = static_cast<float*>(host_logits_store_.data()) + int64_t(i) * vocab_;
-    b.copy_to_host(dst, logits.slice_rows(i, 1));
-    host_logits_ = static_cast<const float*>(host_logits_store_.data());
-  }
+  b.copy_to_host_async(tokens_out_, dev);
 }
 
 void ModelRunner::run(std::span<const RunItem> items, const LayerObserver* observer, Fetch fetch,
@@ -363,15 +362,19 @@ int ModelRunner::launch(std::span<const RunItem> items, const LayerObserver* obs
   build(items);
   if (ids_from_last) {
     const int n = meta_.n_tokens;
-    DS_CHECK(prev.fetch == Fetch::Argmax && prev.n_out == n && n == meta_.n_seqs, "ids from the last launch: ", n,
-             " tokens, ", meta_.n_seqs, " sequences, ", prev.n_out, " rows before");
+    DS_CHECK(prev.ids_chainable && prev.n_out == n && n == meta_.n_seqs, "ids from the last launch: ", n, " tokens, ",
+             meta_.n_seqs, " sequences, ", prev.n_out, " rows before (tokens on every rank: ", prev.ids_chainable, ")");
     // The CPU's last run is done: its rows are on the host already.
     if (ranks_[0].backend->device() == Device::Cpu) std::copy_n(prev.tokens, n, ids_);
   }
   // Every copy is queued: the staging stays untouched until wait(ticket) has seen each rank's
-  // event. Ranks > 0 of a GPU group pick this run's argmax rows too, for a chained next run.
-  const bool other_ranks_argmax = fetch == Fetch::Argmax && group_.size() > 1 && n_out_ > 0 &&
-                                  ranks_[0].backend->device() != Device::Cpu;
+  // event. Ranks > 0 of a GPU group pick this run's tokens too (the argmax, or the same draw from
+  // the same gathered logits; not under penalties, which a chained run never follows), for a
+  // chained next run.
+  const char* staged = fetch == Fetch::Sample ? stage_sampling(ticket, *sampling) : nullptr;
+  const int64_t n_pen = fetch == Fetch::Sample ? static_cast<int64_t>(sampling->penalties.size()) : 0;
+  const bool other_ranks_pick = (fetch == Fetch::Argmax || (fetch == Fetch::Sample && n_pen == 0)) &&
+                                group_.size() > 1 && n_out_ > 0 && ranks_[0].backend->device() != Device::Cpu;
   group_.run([&](int rank) {
     Rank& r = ranks_[rank];
     upload_meta(r, true);
@@ -385,17 +388,27 @@ int ModelRunner::launch(std::span<const RunItem> items, const LayerObserver* obs
     a.observer = rank == 0 ? observer : nullptr;  // every rank holds the same residual stream
     a.ids = ids_from_last ? chained_ids(r) : upload_ids(r, true);
     if (observer != nullptr || !run_graph(r, items, a)) r.model->forward(a);
-    if (rank > 0 && other_ranks_argmax)
-      r.backend->kernels().argmax_rows(r.logits_buf.view(DType::F32, {n_out_, vocab_}),
-                                       r.tokens_dev.view(DType::I32, {n_out_}));
+    if (rank > 0 && other_ranks_pick) {
+      const Tensor logits = r.logits_buf.view(DType::F32, {n_out_, vocab_});
+      const Tensor picked = r.tokens_dev.view(DType::I32, {n_out_});
+      if (fetch == Fetch::Argmax) {
+        r.backend->kernels().argmax_rows(logits, picked);
+      } else {
+        const Tensor rows = r.sample_dev.view(DType::I32, {int64_t(n_out_) * int64_t(sizeof(SampleRow) / 4)});
+        r.backend->copy_to_device_async(rows, staged);
+        r.backend->kernels().sample_rows(logits, rows, Tensor(nullptr, DType::I32, {0}, r.backend->device()), picked);
+      }
+    }
     if (rank > 0) r.backend->record(*f.done[rank]);
   });
   if (fetch == Fetch::Argmax) fetch_argmax(true);
-  else if (fetch == Fetch::Sample) fetch_sampled(*sampling);
+  else if (fetch == Fetch::Sample) fetch_sampled(staged, n_pen);
   else if (fetch == Fetch::Logits) fetch_logits();
   else clear_host_outputs();  // Fetch::None: nothing comes back
   f.n_out = n_out_;
   f.fetch = fetch;
+  f.ids_chainable = fetch == Fetch::Argmax || (fetch == Fetch::Sample && (n_pen == 0 || group_.size() == 1 ||
+                                                                         ranks_[0].backend->device() == Device::Cpu));
   f.logits = host_logits_;
   ranks_[0].backend->record(*f.done[0]);
   f.pending = true;
@@ -436,6 +449,7 @@ void ModelRunner::run_mtp(std::span<const RunItem> items, HiddenFrom from, std::
   DS_CHECK(!flights_[0].pending && !flights_[1].pending, "run_mtp while a launched run is outstanding");
   Flight& f = flights_[take_flight()];
   f.fetch = Fetch::None;  // not a launch: nothing may chain from it
+  f.ids_chainable = false;
   f.n_out = 0;
   // Gather the input hidden states before build() replaces the batch (src_rows refers to the
   // previous batch).

@@ -6,6 +6,7 @@
 // hidden buffers and cache views; the logits come from rank 0 (every rank gathers the full rows).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -78,21 +79,20 @@ class ModelRunner {
   // Runs the model. After it returns, logits(i) (or with Fetch::Argmax / Sample, token(i)) is the
   // i-th output row (items in order; each item contributes its last token, or all its tokens with
   // logits_all, or none with no_logits). With limits.mtp, the final-normed hidden of every fed
-  // token is kept for run_mtp. Fetch::Sample: token(i) == -1 means the device could not bound that
-  // row's kept set; logits(i) then holds the row with the penalties applied, for the host.
+  // token is kept for run_mtp.
   void run(std::span<const RunItem> items, const LayerObserver* observer = nullptr, Fetch fetch = Fetch::Logits,
            const Sampling* sampling = nullptr);
   int32_t token(int row) const { return host_tokens_[row]; }
 
   // Overlap scheduling (engine/engine.cpp): run() is launch() then wait(). launch() queues the
-  // run and returns a ticket; with Fetch::Argmax on a GPU it returns before the device is done
-  // (the other fetches wait inside it). wait(ticket) blocks until that run's tokens (or logits)
+  // run and returns a ticket; with Fetch::Argmax or Sample on a GPU it returns before the device
+  // is done (the other fetches wait inside it). wait(ticket) blocks until that run's tokens (or logits)
   // are on the host, and token() / logits() then read them. Two launches may be outstanding: each
   // has its own host staging and token rows, so the next batch is built and queued while the last
   // one computes. ids_from_last: item i's one token is output row i of the previous launch (a
-  // Fetch::Argmax batch whose every item has one output row), copied on the device (with tensor
-  // parallelism each rank picks the rows from its own gathered logits); the items' own tokens are
-  // placeholders. Needs can_chain(): not on a multi-node group, whose other nodes replay host ids.
+  // Fetch::Argmax batch, or a Fetch::Sample one without penalties, whose every item has one output
+  // row), copied on the device (with tensor parallelism each rank picks the rows from its own
+  // gathered logits: the same argmax, or the same draw); the items' own tokens are placeholders. Needs can_chain(): not on a multi-node group, whose other nodes replay host ids.
   int launch(std::span<const RunItem> items, const LayerObserver* observer = nullptr, Fetch fetch = Fetch::Logits,
              const Sampling* sampling = nullptr, bool ids_from_last = false);
   void wait(int ticket);
@@ -124,7 +124,7 @@ class ModelRunner {
   int n_output_rows() const { return n_out_; }
   const float* logits(int row) const {
     DS_CHECK(host_logits_ != nullptr, "logits() after a Fetch::Argmax run");
-    DS_CHECK(host_tokens_ == nullptr || host_tokens_[row] < 0, "logits() of a row sampled on the device");
+    DS_CHECK(host_tokens_ == nullptr, "logits() of a row picked on the device");
     return host_logits_ + int64_t(row) * vocab_;
   }
   int64_t vocab() const { return vocab_; }
@@ -160,7 +160,8 @@ class ModelRunner {
     DeviceBuffer mtp_out;              // [max_tokens, H]
     DeviceBuffer chain[2];             // [max_seqs, H]
     DeviceBuffer commit_dev;           // commit_state staging on the device
-    DeviceBuffer tokens_dev;           // ranks > 0 of a GPU group: this rank's argmax rows (chained ids)
+    DeviceBuffer tokens_dev;           // ranks > 0 of a GPU group: this rank's picked rows (chained ids)
+    DeviceBuffer sample_dev;           // ranks > 0 of a GPU group: SampleRow [max_logit_rows]
     std::vector<DecodeGraph> graphs;   // [graph_max_seqs + 1]
     std::vector<DecodeGraph> verify_graphs;  // [graph_max_seqs + 1][verify_tokens_ + 1]
     std::vector<DecodeGraph> mtp_graphs;     // MTP chain steps: [graph_max_seqs + 1][output chain buffer 0, 1]
@@ -179,6 +180,7 @@ class ModelRunner {
     const float* logits = nullptr;     // host logits after the fetch (nullptr: none)
     int n_out = 0;
     Fetch fetch = Fetch::None;
+    bool ids_chainable = false;         // its tokens are on every rank's device: a next launch may feed them
     // Per rank, recorded after the run's last work there (rank 0: its last copy to the host).
     std::vector<std::unique_ptr<DeviceEvent>> done;
     bool pending = false;               // launched, not waited for
@@ -195,7 +197,11 @@ class ModelRunner {
   void fetch_logits();
   void clear_host_outputs();  // no logits or tokens on the host (Fetch::None)
   void fetch_argmax(bool async);
-  void fetch_sampled(const Sampling& sampling);
+  // Fetch::Sample: copies the settings into flight `ticket`'s region of sample_host_ (returned),
+  // then (fetch_sampled) draws on rank 0 and queues the tokens' copy to the host.
+  char* stage_sampling(int ticket, const Sampling& sampling);
+  void fetch_sampled(const char* staged, int64_t n_penalties);
+  std::size_t penalty_offset() const { return std::size_t(std::max(limits_.max_logit_rows, 1)) * sizeof(SampleRow); }
   void fetch_keep();
   // The ids of this batch from keep slot `slot` (one token per sequence), on rank r's device.
   Tensor kept_ids(Rank& r, int slot);
@@ -232,9 +238,10 @@ class ModelRunner {
   DeviceBuffer tokens_dev_;          // [max_logit_rows] i32 on rank 0's device (GPU backends)
   DeviceBuffer tokens_host_;         // [2][max_logit_rows] i32, host: each flight's rows
   const int32_t* host_tokens_ = nullptr;  // set after a Fetch::Argmax / Sample run
-  // Fetch::Sample staging: SampleRow [max_logit_rows] | PenaltyEntry [kPenaltyCapacity], host
-  // (page-locked) and rank 0's device.
+  // Fetch::Sample staging: SampleRow [max_logit_rows] | PenaltyEntry [kPenaltyCapacity] (sample_bytes_),
+  // on the host (page-locked) one region per flight, and on rank 0's device.
   DeviceBuffer sample_host_, sample_dev_;
+  std::size_t sample_bytes_ = 0;
   // Fetch::Keep: [verify_tokens_][max_seqs] i32 on rank 0's device (the CPU: host memory, which
   // kept_host_ptr_ then points at), its host copy, and each slot's rows.
   DeviceBuffer kept_dev_, kept_host_;

@@ -63,7 +63,6 @@ EngineStats sum_stats(const std::vector<EngineStats>& parts) {
     t.spec_verify_steps_total += s.spec_verify_steps_total;
     t.preemptions_total += s.preemptions_total;
     t.device_sampled_total += s.device_sampled_total;
-    t.device_sample_fallbacks_total += s.device_sample_fallbacks_total;
     t.overlapped_steps_total += s.overlapped_steps_total;
     t.overlap_dropped_tokens_total += s.overlap_dropped_tokens_total;
     t.prompt_tokens_cached_total += s.prompt_tokens_cached_total;

@@ -38,13 +38,20 @@ struct Ask {
   std::vector<int32_t> prompt;
   int max_tokens = 0;
   std::vector<int32_t> stop_ids;
+  SamplingParams sampling = greedy();  // its max_tokens, ignore_eos and stop ids are set from the above
+
+  static SamplingParams greedy() {
+    SamplingParams p;
+    p.temperature = 0;
+    return p;
+  }
 };
 
 std::shared_ptr<RequestStream> submit(Engine& e, const Ask& a) {
   GenerateRequest r;
   r.id = e.next_request_id();
   r.prompt = a.prompt;
-  r.sampling.temperature = 0;
+  r.sampling = a.sampling;
   r.sampling.max_tokens = a.max_tokens;
   r.sampling.ignore_eos = true;
   r.sampling.stop_token_ids = a.stop_ids;
@@ -81,8 +88,9 @@ class OverlapSchedule : public ::testing::TestWithParam<std::tuple<std::string, 
   const std::string& device() const { return std::get<1>(GetParam()); }
   int tp() const { return std::get<2>(GetParam()); }
 
-  std::unique_ptr<Engine> make(bool overlap) {
+  std::unique_ptr<Engine> make(bool overlap, bool device_sampling = false) {
     EngineConfig c = small_engine_config(model());
+    c.device_sampling = device_sampling;
     c.max_running_requests = 6;
     c.max_waiting_requests = 64;
     c.kv_tokens = 4096;
@@ -157,6 +165,57 @@ TEST_P(OverlapSchedule, ChainedStepsGiveTheTokensOfSteppingOneAtATime) {
   EXPECT_GT(os.overlap_dropped_tokens_total, 0u);
   EXPECT_EQ(os.generated_tokens_total, ps.generated_tokens_total);
   EXPECT_GT(os.prompt_tokens_cached_total, 0u);
+}
+
+// Sampled steps drawn on the device chain too: the next step's uniforms come from each request's
+// own generator in the order stepping one at a time draws them, so seeded requests get the same
+// tokens. A request with a penalty needs the token being picked to build the next step's
+// penalties: while it runs nothing is chained, and chaining resumes after it finishes.
+TEST_P(OverlapSchedule, SampledStepsChainAndDrawTheTokensOfSteppingOneAtATime) {
+  std::vector<Ask> asks;
+  for (int i = 0; i < 6; ++i) {
+    Ask a;
+    for (int j = 0; j < 18 + 7 * i; ++j) a.prompt.push_back(12 + (31 * j + 17 * i) % 440);
+    a.max_tokens = 14 + 6 * i;
+    SamplingParams& p = a.sampling;
+    p = SamplingParams{};
+    p.seed = 500 + static_cast<uint64_t>(i);
+    p.temperature = 0.6f + 0.2f * float(i % 3);
+    if (i == 1) p.top_k = 20, p.top_p = 0.95f;
+    if (i == 2) p.top_p = 0.8f;
+    if (i == 3) p.min_p = 0.05f, p.top_k = 40;
+    if (i == 4) p.temperature = 0;  // greedy beside draws
+    asks.push_back(a);
+  }
+  // The last request of the second round has a presence penalty and ends early.
+  std::vector<Ask> with_penalty = asks;
+  with_penalty[5].sampling.presence_penalty = 0.5f;
+  with_penalty[5].max_tokens = 9;
+  auto plain = make(false, true);
+  ASSERT_NE(plain, nullptr);
+  const std::vector<Answer> expect = run_all(*plain, asks);
+  const std::vector<Answer> expect_pen = run_all(*plain, with_penalty);
+  const EngineStats ps = idle_stats(*plain);
+  EXPECT_EQ(ps.overlapped_steps_total, 0u);
+  EXPECT_GT(ps.device_sampled_total, 0u);
+  plain.reset();
+
+  auto over = make(true, true);
+  ASSERT_NE(over, nullptr);
+  const std::vector<Answer> got = run_all(*over, asks);
+  for (size_t i = 0; i < asks.size(); ++i) EXPECT_EQ(got[i].tokens, expect[i].tokens) << "request " << i;
+  const EngineStats s1 = idle_stats(*over);
+  EXPECT_GT(s1.overlapped_steps_total, s1.decode_steps_total / 2);
+  EXPECT_GT(s1.overlap_dropped_tokens_total, 0u);
+  const std::vector<Answer> got_pen = run_all(*over, with_penalty);
+  for (size_t i = 0; i < asks.size(); ++i) EXPECT_EQ(got_pen[i].tokens, expect_pen[i].tokens) << "request " << i << " (penalty beside)";
+  const EngineStats s2 = idle_stats(*over);
+  // The first 9 tokens' steps ran one at a time; the rest chained again.
+  const uint64_t chained = s2.overlapped_steps_total - s1.overlapped_steps_total;
+  const uint64_t steps = s2.decode_steps_total - s1.decode_steps_total;
+  EXPECT_GT(chained, 0u);
+  EXPECT_LE(chained + 8, steps);
+  EXPECT_EQ(s2.generated_tokens_total - s1.generated_tokens_total, ps.generated_tokens_total - s1.generated_tokens_total);
 }
 
 // Arrivals and cancels while steps are chained: each breaks the chain until the engine has taken

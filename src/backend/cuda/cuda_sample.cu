@@ -11,7 +11,10 @@
 //      top-k needs >= k tokens in it, min-p reaches the min-p floor, top-p (without top-k) needs
 //      its mass >= top_p of the whole. It is sorted (s descending, id
 //      ascending), cut by top-k, top-p and min-p, sorted by id, and drawn from by inverse CDF.
-//      A kept set that cannot fit the window gives -1: the host samples that row.
+//   5. A kept set that cannot fit the window (a flat row's nucleus, top-k past kWindow, thousands
+//      of tied logits) is found over the whole row instead (wide_cut): a prefix of the sorted
+//      order is {key > K} plus {key == K, id <= I}, and K and I are bisected by counting (top-k)
+//      or by mass (top-p) over the row, ~100 passes. Every row gets a token.
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -134,14 +137,19 @@ __device__ __forceinline__ int pow2_at_least(int n) {
   return p;
 }
 
-// Inverse CDF over the whole vocabulary in id order. Each warp owns a contiguous range; lanes read
-// 32 consecutive tokens at a time.
-__device__ int draw_all(const float* x, int V, float it, float m, float u, Shared& sh) {
+// Inverse CDF in id order over the tokens `kept(i, s)` admits (s = x[i] * it), the rest massless.
+// Each warp owns a contiguous range; lanes read 32 consecutive tokens at a time.
+template <typename Kept>
+__device__ int draw_in_id_order(const float* x, int V, float it, float m, float u, Kept kept, Shared& sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int span = ((V + kWarps * 32 - 1) / (kWarps * 32)) * 32;
   const int b = warp * span, e = min(V, b + span);
+  auto mass_at = [&](int i) {
+    const float s = x[i] * it;
+    return kept(i, s) ? mass_of(s, m) : uint64_t(0);
+  };
   uint64_t mine = 0;
-  for (int i = b + lane; i < e; i += 32) mine += mass_of(x[i] * it, m);
+  for (int i = b + lane; i < e; i += 32) mine += mass_at(i);
   for (int o = 16; o > 0; o >>= 1) mine += __shfl_xor_sync(kFull, mine, o);
   __syncthreads();
   if (lane == 0) sh.red64[warp] = mine;
@@ -157,7 +165,7 @@ __device__ int draw_all(const float* x, int V, float it, float m, float u, Share
     uint64_t base = before;
     for (int i0 = b; i0 < e; i0 += 32) {
       const int i = i0 + lane;
-      const uint64_t q = i < e ? mass_of(x[i] * it, m) : 0;
+      const uint64_t q = i < e ? mass_at(i) : 0;
       const uint64_t incl = warp_inclusive_sum(q);
       const unsigned hit = __ballot_sync(kFull, base + incl > target && q > 0);
       if (hit) {
@@ -169,11 +177,88 @@ __device__ int draw_all(const float* x, int V, float it, float m, float u, Share
   }
   __syncthreads();
   if (sh.count >= 0) return sh.count;
-  // Rounding left the target past the last mass: the last token with a mass.
+  // Rounding left the target past the last mass: the last kept token with a mass.
   int last = -1;
   for (int i = threadIdx.x; i < V; i += kThreads)
-    if (mass_of(x[i] * it, m) > 0) last = i;
+    if (mass_at(i) > 0) last = i;
   return -block_min_int(-last, sh);
+}
+
+__device__ int draw_all(const float* x, int V, float it, float m, float u, Shared& sh) {
+  return draw_in_id_order(x, V, it, m, u, [](int, float) { return true; }, sh);
+}
+
+// A prefix of the order (s descending, id ascending): the tokens with key > key, and those with
+// key == key and id <= id (key = order_key(s)).
+struct Cut {
+  uint32_t key;
+  int id;
+};
+__device__ __forceinline__ bool within(uint32_t key, int i, Cut c) { return key > c.key || (key == c.key && i <= c.id); }
+// The shorter of two prefixes.
+__device__ __forceinline__ Cut shorter(Cut a, Cut b) {
+  if (a.key != b.key) return a.key > b.key ? a : b;
+  return a.id < b.id ? a : b;
+}
+
+// Count (kMass: mass) of the prefix c over the row, in every thread.
+template <bool kMass>
+__device__ uint64_t tally(const float* x, int V, float it, float m, Cut c, Shared& sh) {
+  uint64_t mine = 0;
+  for (int i = threadIdx.x; i < V; i += kThreads) {
+    const float s = x[i] * it;
+    if (within(order_key(s), i, c)) mine += kMass ? mass_of(s, m) : uint64_t(1);
+  }
+  return block_sum(mine, sh);
+}
+
+// The shortest prefix holding at least `need` tokens (kMass: at least `need` mass), need >= 1 and
+// reachable. First the largest key K whose {key >= K} holds it, then the smallest id I at K.
+template <bool kMass>
+__device__ Cut shortest_prefix(const float* x, int V, float it, float m, uint64_t need, Shared& sh) {
+  uint32_t lo = 0, hi = order_key(m);  // {key >= 0} is the whole row; nothing lies above m's key
+  while (lo < hi) {
+    const uint32_t mid = lo + ((hi - lo) >> 1) + 1;
+    if (tally<kMass>(x, V, it, m, Cut{mid, V - 1}, sh) >= need) lo = mid;
+    else hi = mid - 1;
+  }
+  // Tokens at key lo all have the same mass q: take as many of them, lowest ids first, as the
+  // prefix above them leaves missing.
+  const uint64_t above = tally<kMass>(x, V, it, m, Cut{lo, -1}, sh);
+  uint64_t n_at = need - above;
+  if (kMass) {
+    const uint64_t q = mass_of(key_value(lo), m);
+    n_at = q > 0 ? (n_at + q - 1) / q : 1;
+  }
+  const uint64_t count_above = kMass ? tally<false>(x, V, it, m, Cut{lo, -1}, sh) : above;
+  int a = 0, b = V - 1;
+  while (a < b) {
+    const int mid = a + (b - a) / 2;
+    if (tally<false>(x, V, it, m, Cut{lo, mid}, sh) - count_above >= n_at) b = mid;
+    else a = mid + 1;
+  }
+  return Cut{lo, a};
+}
+
+// Step 5: the kept set over the whole row (top-k k < V or top-p or min-p), and the draw.
+__device__ int draw_wide(const float* x, int V, const Row& r, float m, int k, uint64_t z_all, Shared& sh) {
+  const float it = r.inv_temperature;
+  Cut cut{0, V - 1};  // everything
+  uint64_t z = z_all;
+  if (k < V) {
+    cut = shortest_prefix<false>(x, V, it, m, uint64_t(k), sh);
+    z = tally<true>(x, V, it, m, cut, sh);
+  }
+  if (r.top_p < 1.f) {
+    // The shortest prefix whose mass reaches top_p of z: within the top-k prefix, the same as
+    // over the whole row and then the shorter of the two.
+    const uint64_t target = max(uint64_t(1), static_cast<uint64_t>(ceil(double(r.top_p) * double(z))));
+    cut = shorter(cut, shortest_prefix<true>(x, V, it, m, target, sh));
+  }
+  const float min_p = r.min_p;
+  return draw_in_id_order(
+      x, V, it, m, r.u,
+      [&](int i, float s) { return within(order_key(s), i, cut) && !(min_p > 0.f && expf(s - m) < min_p); }, sh);
 }
 
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* logits, int V, const Row* rows,
@@ -218,7 +303,8 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* logi
 
   // The window: the smallest delta found (widening by 4x, then bisecting) whose window holds the
   // kept set and fits in shared memory. It holds the kept set when it has >= k tokens (top-k), or
-  // reaches the min-p floor, or (top-p without top-k) its mass reaches top_p of the whole.
+  // reaches the min-p floor (unless top-p over a top-k set needs that set's mass), or (top-p
+  // without top-k) its mass reaches top_p of the whole.
   const float dmin = r.min_p > 0.f ? -logf(r.min_p) + 1e-3f : INFINITY;
   float delta = 16.f, lo = 0.f, hi = INFINITY;
   int n_w = 0;
@@ -244,7 +330,9 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* logi
     }
     const uint64_t w_mass = block_sum(wm, sh);  // (syncs: sh.count is final)
     n_w = sh.count;
-    const bool enough = n_w == V || (k < V && n_w >= k) || delta >= dmin ||
+    // Reaching the min-p floor is enough unless top-p needs the mass of a top-k set larger than
+    // the window (its normaliser).
+    const bool enough = n_w == V || (k < V && n_w >= k) || (delta >= dmin && (k == V || !(r.top_p < 1.f))) ||
                         (k == V && r.top_p < 1.f && w_mass >= p_target_all);
     if (enough && n_w <= kWindow) {
       ok = true;
@@ -258,8 +346,9 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* logi
     }
     __syncthreads();
   }
-  if (!ok) {
-    if (tid == 0) out[blockIdx.x] = -1;
+  if (!ok) {  // the kept set does not fit the window
+    const int tok = draw_wide(x, V, r, m, k, z_all, sh);
+    if (tid == 0) out[blockIdx.x] = tok;
     return;
   }
   // Sort the window: s descending, id ascending.
