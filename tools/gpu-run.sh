@@ -31,6 +31,12 @@
 # overlap: overlap scheduling (the next decode step launched before the last one's tokens are
 #         read): overlap_schedule_test on CUDA, then bench-offline greedy batch 1/16/64 at a 1k
 #         context with it (the default) and with --disable-overlap-schedule, twice, alternating
+# sampled-overlap: Qwen's sampling drawn on the device (T 0.6, top-k 20, top-p 0.95), batch 16/64
+#         (SAMPLED_BATCHES) at a 128-token context, overlap on and off, SAMPLED_ROUNDS (2) times,
+#         alternating; then top-p 0.9 at T 1 (nuclei past the sampling kernel's window)
+# ssm-bf16: greedy batch 1/16/64 (SSM_BATCHES) at a 1k context (SSM_PROMPT) with the GDN recurrent
+#         state in f32 and in bf16 (--mamba-ssm-dtype), SSM_ROUNDS (2) times, alternating; then
+#         Qwen's sampling at 128 with the bf16 state
 # tokenmap: MTP k=3 through the engine at batch 1 and 16 (TOKENMAP_BATCHES), without and with a
 #         --speculative-token-map of 32768 ids spread over the vocabulary (every 7th),
 #         TOKENMAP_ROUNDS times (default 2), alternating: the drafts' lm_head streams 32768 rows instead of 248k
@@ -94,6 +100,44 @@ if has overlap; then
       grep -E '^(threads|[0-9])|decode step|overlap' "$OUT/overlap_${mode}_$round.log" | tee -a "$OUT/summary.txt"
     done
   done
+fi
+
+if has sampled-overlap; then  # Qwen's sampling on the device, chained (overlap on) or not, at a ~128-token context
+  for round in $(seq 1 ${SAMPLED_ROUNDS:-2}); do
+    for mode in on off; do
+      extra=""; [ $mode = off ] && extra="--disable-overlap-schedule"
+      timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy $extra \
+        --temperature 0.6 --top-k 20 --top-p 0.95 --sampling-backend device \
+        --batch ${SAMPLED_BATCHES:-16,64} --threads 1 --prompt-len 128 --gen-len 128 --prefill-len 1024 \
+        >"$OUT/sampled_${mode}_$round.log" 2>&1
+      echo "bench-offline sampled overlap=$mode round $round rc=$?" | tee -a "$OUT/summary.txt"
+      grep -E '^(threads|[0-9])|decode step|overlap|drawn' "$OUT/sampled_${mode}_$round.log" | tee -a "$OUT/summary.txt"
+    done
+  done
+  # Top-p without top-k at temperature 1 over the dummy weights' flat rows: nuclei of thousands of
+  # tokens, past the kernel's window (drawn over the whole row).
+  timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy \
+    --temperature 1.0 --top-p 0.9 --sampling-backend device \
+    --batch 1,16 --threads 1 --prompt-len 128 --gen-len 64 --prefill-len 1024 >"$OUT/sampled_wide.log" 2>&1
+  echo "bench-offline sampled wide nuclei rc=$?" | tee -a "$OUT/summary.txt"
+  grep -E '^(threads|[0-9])|decode step|overlap|drawn' "$OUT/sampled_wide.log" | tee -a "$OUT/summary.txt"
+fi
+
+if has ssm-bf16; then  # the GDN recurrent state in bf16 (--mamba-ssm-dtype bfloat16) against f32
+  for round in $(seq 1 ${SSM_ROUNDS:-2}); do
+    for dt in float32 bfloat16; do
+      timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --mamba-ssm-dtype $dt \
+        --batch ${SSM_BATCHES:-1,16,64} --threads 1 --prompt-len ${SSM_PROMPT:-1024} --gen-len 96 --prefill-len 1024 \
+        >"$OUT/ssm_${dt}_$round.log" 2>&1
+      echo "bench-offline greedy mamba-ssm-dtype=$dt round $round rc=$?" | tee -a "$OUT/summary.txt"
+      grep -E '^(threads|[0-9])|decode step|state slots' "$OUT/ssm_${dt}_$round.log" | tee -a "$OUT/summary.txt"
+    done
+  done
+  timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --mamba-ssm-dtype bfloat16 \
+    --temperature 0.6 --top-k 20 --top-p 0.95 --sampling-backend device \
+    --batch 16,64 --threads 1 --prompt-len 128 --gen-len 128 --prefill-len 1024 >"$OUT/ssm_sampled.log" 2>&1
+  echo "bench-offline sampled mamba-ssm-dtype=bfloat16 rc=$?" | tee -a "$OUT/summary.txt"
+  grep -E '^(threads|[0-9])|decode step|overlap|drawn' "$OUT/ssm_sampled.log" | tee -a "$OUT/summary.txt"
 fi
 
 if has tokenmap; then

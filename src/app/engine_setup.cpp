@@ -91,6 +91,7 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   ec.kv_tokens = s.plan.kv_tokens;
   ec.kv_block_size = static_cast<int>(s.plan_input.kv_block_size);
   ec.kv_cache_dtype = s.plan_input.kv_cache_dtype;
+  ec.state_dtype = s.plan.state_dtype;
   ec.chunked_prefill_size = static_cast<int>(s.plan_input.chunked_prefill_size);
   ec.max_prefill_tokens = static_cast<int>(s.plan_input.max_prefill_tokens);
   ec.spec_num_steps = s.plan_input.spec_num_steps;

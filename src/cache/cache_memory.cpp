@@ -35,6 +35,8 @@ void CacheMemory::allocate(RankStorage& rs) {
   const bool fp8 = kvt == DType::F8E4M3 || kvt == DType::F8E5M2;
   const MemorySpec& spec = spec_;
   const CacheConfig& config = config_;
+  DS_CHECK(config.state_dtype == DType::F32 || config.state_dtype == DType::BF16, "GDN state dtype ",
+           dtype_name(config.state_dtype));
   const int64_t nb = config.n_blocks, bs = config.block_size;
   for (int l = 0; l < spec.n_kv_layers; ++l) {
     KvLayerView v;
@@ -52,24 +54,30 @@ void CacheMemory::allocate(RankStorage& rs) {
   if (spec.n_state_layers > 0) {
     const int64_t ns = config.n_slots, d = config.pending_depth, km1 = spec.conv_kernel - 1;
     const int64_t n_states = ns + checkpoints_.n_total();
-    auto alloc = [&](std::initializer_list<int64_t> shape) {
+    auto alloc = [&](DType t, std::initializer_list<int64_t> shape) {
       int64_t n = 1;
       for (auto x : shape) n *= x;
-      rs.buffers.push_back(backend.allocate(std::max<int64_t>(n, 1) * 4));
+      rs.buffers.push_back(backend.allocate(std::max<int64_t>(n, 1) * static_cast<int64_t>(dtype_size(t))));
       state_bytes_ += static_cast<int64_t>(rs.buffers.back().size());
-      return rs.buffers.back().view(DType::F32, shape);
+      return rs.buffers.back().view(t, shape);
     };
     for (int l = 0; l < spec.n_state_layers; ++l) {
       StateLayerView v;
-      v.conv = alloc({n_states, spec.conv_dim, km1});
-      v.recurrent = alloc({n_states, spec.n_v_heads, spec.v_head_dim, spec.k_head_dim});
-      if (d > 0) v.pending = alloc({ns * d, spec.conv_dim + 2LL * spec.n_v_heads});
+      v.conv = alloc(DType::F32, {n_states, spec.conv_dim, km1});
+      v.recurrent = alloc(config.state_dtype, {n_states, spec.n_v_heads, spec.v_head_dim, spec.k_head_dim});
+      if (d > 0) v.pending = alloc(DType::F32, {ns * d, spec.conv_dim + 2LL * spec.n_v_heads});
       v.pending_depth = static_cast<int>(d);
       rs.views.state.push_back(v);
     }
     const int64_t per_slot = std::max(spec.conv_dim * km1, int64_t(spec.n_v_heads) * spec.v_head_dim * spec.k_head_dim);
-    rs.zeros = backend.allocate(per_slot * 4);
+    rs.zeros = backend.allocate(per_slot * 4);  // zero bits: 0 in f32 and bf16 alike
   }
+}
+
+Tensor CacheMemory::slot_of(const Tensor& t, int slot) {
+  const int64_t n = t.numel() / t.dim(0);
+  return Tensor(static_cast<char*>(t.data) + int64_t(slot) * n * static_cast<int64_t>(dtype_size(t.dtype)), t.dtype, {n},
+                t.device);
 }
 
 int CacheMemory::acquire_slot() {
@@ -107,25 +115,18 @@ void CacheMemory::copy_slot_storage(int src, int dst) {
   const int n = slots_.n_total() + checkpoints_.n_total();
   DS_CHECK(src >= 0 && src < n && dst >= 0 && dst < n && src != dst, "copy_slot ", src, " -> ", dst);
   for (const RankStorage& r : ranks_)
-    for (const auto& v : r.views.state) {
-      const int64_t conv = v.conv.numel() / v.conv.dim(0), rec = v.recurrent.numel() / v.recurrent.dim(0);
-      r.backend->copy(Tensor(v.conv.f32() + dst * conv, DType::F32, {conv}, v.conv.device),
-                      Tensor(v.conv.f32() + src * conv, DType::F32, {conv}, v.conv.device));
-      r.backend->copy(Tensor(v.recurrent.f32() + dst * rec, DType::F32, {rec}, v.recurrent.device),
-                      Tensor(v.recurrent.f32() + src * rec, DType::F32, {rec}, v.recurrent.device));
-    }
+    for (const auto& v : r.views.state)
+      for (const Tensor* t : {&v.conv, &v.recurrent}) r.backend->copy(slot_of(*t, dst), slot_of(*t, src));
 }
 
 void CacheMemory::zero_slot_storage(int slot) {
   DS_CHECK(slot >= 0 && slot < slots_.n_total(), "zero_slot ", slot);
   for (const RankStorage& r : ranks_)
-    for (const auto& v : r.views.state) {
-      const int64_t conv = v.conv.numel() / v.conv.dim(0), rec = v.recurrent.numel() / v.recurrent.dim(0);
-      r.backend->copy(Tensor(v.conv.f32() + slot * conv, DType::F32, {conv}, v.conv.device),
-                      r.zeros.view(DType::F32, {conv}));
-      r.backend->copy(Tensor(v.recurrent.f32() + slot * rec, DType::F32, {rec}, v.recurrent.device),
-                      r.zeros.view(DType::F32, {rec}));
-    }
+    for (const auto& v : r.views.state)
+      for (const Tensor* t : {&v.conv, &v.recurrent}) {
+        const Tensor dst = slot_of(*t, slot);
+        r.backend->copy(dst, r.zeros.view(dst.dtype, {dst.numel()}));
+      }
 }
 
 }  // namespace deltaserve

@@ -42,6 +42,8 @@ struct CacheConfig {
   // Per KV layer (Model::kv_scales(), the MTP layer last); empty = 1. Applied to fp8 caches only
   // (a bf16 / f32 cache holds the values themselves).
   std::vector<KvScale> kv_scales;
+  // The GDN recurrent state's element type: F32 or BF16 (the conv windows and pending rows stay F32).
+  DType state_dtype = DType::F32;
 };
 
 class CacheMemory final : public CacheAllocator {
@@ -85,6 +87,8 @@ class CacheMemory final : public CacheAllocator {
   int64_t kv_bytes_per_token() const { return deltaserve::kv_bytes_per_token(spec_, int64_t(dtype_size(kv_dtype_))); }
 
  private:
+  // Slot `slot`'s part [n] of a per-slot state tensor [n_slots + n_checkpoints, ...].
+  static Tensor slot_of(const Tensor& t, int slot);
   // One rank's storage.
   struct RankStorage {
     Backend* backend = nullptr;

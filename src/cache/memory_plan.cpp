@@ -244,12 +244,16 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
             std::to_string(mspec.n_kv_heads) + " KV heads x " + std::to_string(c.head_dim) + " x 2 (K,V) x " +
             std::to_string(in.kv_bytes_per_elem) + " B, " + PER +
             (spec ? "" : " (no MTP layer: speculative decoding off)"));
+  p.state_dtype = in.state_dtype.value_or(c.mamba_ssm_dtype == "bfloat16" ? DType::BF16 : DType::F32);
   if (hybrid) {
-    p.state_bytes_per_slot_base = state_bytes_per_slot(mspec);
+    const int64_t rec_bytes = static_cast<int64_t>(dtype_size(p.state_dtype));
+    p.state_bytes_per_slot_base = state_bytes_per_slot(mspec, rec_bytes);
     p.pending_depth = spec ? in.spec_num_steps + 1 : 0;
-    p.state_bytes_per_request_per_gpu = state_bytes_per_request(mspec, p.pending_depth);
+    p.state_bytes_per_request_per_gpu = state_bytes_per_request(mspec, p.pending_depth, rec_bytes);
     x.row("state bytes per request", human_bytes(p.state_bytes_per_request_per_gpu),
-          std::to_string(c.n_linear_layers()) + " GDN layers x (conv + recurrent, f32) = " +
+          std::to_string(c.n_linear_layers()) + " GDN layers x (conv f32 + recurrent " +
+              std::string(p.state_dtype == DType::BF16 ? "bf16" : "f32") +
+              (in.state_dtype ? ", --mamba-ssm-dtype" : ", the config's mamba_ssm_dtype") + ") = " +
               human_bytes(p.state_bytes_per_slot_base) +
               (spec ? " + " + human_bytes(pending_bytes_per_slot(mspec, p.pending_depth)) + " of inputs of " +
                           std::to_string(p.pending_depth) + " verified tokens (speculative rollback)"

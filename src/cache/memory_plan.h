@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,7 @@ struct MemoryPlanInput {
   int64_t weight_bytes_per_param = 2;  // bf16 checkpoints
   int64_t kv_bytes_per_elem = 2;       // bf16 KV; 1 for fp8; 4 for an f32 CPU cache
   DType kv_cache_dtype = DType::BF16;  // what the cache stores (kv_bytes_per_elem is its size)
+  std::optional<DType> state_dtype;    // GDN recurrent state, F32 or BF16 (--mamba-ssm-dtype); unset: the config's
   int kv_block_size = 16;
 
   // Requests (0 = auto). `*_explicit` marks a value the user typed: it is honoured or refused.
@@ -91,6 +93,7 @@ struct MemoryPlan {
   int64_t state_bytes_per_request_per_gpu = 0; // GDN state + speculative pending rows
   int64_t state_bytes_per_slot_base = 0;       // GDN state of one sequence (conv + recurrent)
   int pending_depth = 0;                       // speculative rows per request (k+1 with spec, else 0)
+  DType state_dtype = DType::F32;              // the GDN recurrent state's (input's, or the config's mamba_ssm_dtype)
 
   int64_t kv_tokens = 0;
   int64_t state_slots = 0;                     // request slots (0 for models without GDN layers)

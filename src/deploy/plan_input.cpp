@@ -41,6 +41,8 @@ MemoryPlanInput memory_plan_input(const ServeOptions& o, PlanDevice device, int6
   in.weight_bytes_per_param = o.dtype == "float32" ? 4 : 2;
   in.kv_cache_dtype = resolve_kv_cache_dtype(o, device);
   in.kv_bytes_per_elem = static_cast<int64_t>(dtype_size(in.kv_cache_dtype));
+  if (o.mamba_ssm_dtype == "float32") in.state_dtype = DType::F32;
+  if (o.mamba_ssm_dtype == "bfloat16") in.state_dtype = DType::BF16;
   in.kv_block_size = static_cast<int>(o.page_size);
   in.context_length = o.context_length;
   in.max_running_requests = o.max_running_requests;

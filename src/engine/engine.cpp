@@ -41,6 +41,7 @@ CacheConfig cache_config(const EngineConfig& c, const Model& model) {
   cc.pending_depth = k > 0 ? k + 1 : 0;
   cc.n_checkpoints = c.prefix_cache ? c.checkpoint_slots : 0;
   cc.kv_dtype = c.kv_cache_dtype;
+  cc.state_dtype = c.state_dtype;
   cc.kv_scales = model.kv_scales();
   return cc;
 }
@@ -177,7 +178,7 @@ std::string Engine::plan_summary() const {
                  "; weights ", cap.weight_bytes >> 20, " MiB; KV ",
                  cap.kv_tokens, " tokens (", cap.kv_cache_dtype, ", ", cap.kv_cache_bytes >> 20, " MiB); state slots ",
                  cap.state_slots, " + ", cap.checkpoint_slots, " checkpoints (", cap.state_cache_bytes >> 20,
-                 " MiB); prefix cache ", cap.prefix_cache ? "on" : "off", "; max running ", cap.max_running_requests,
+                 " MiB", config_.state_dtype == DType::BF16 ? ", recurrent state bf16" : "", "); prefix cache ", cap.prefix_cache ? "on" : "off", "; max running ", cap.max_running_requests,
                  "; context ", cap.context_length, "; chunked prefill ", config_.chunked_prefill_size,
                  "; speculative steps ", speculative_steps(),
                  speculative_steps() > 0 && !config_.spec_token_map.empty()

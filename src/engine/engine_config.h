@@ -38,6 +38,7 @@ struct EngineConfig {
   int64_t kv_tokens = 0;             // KV cache capacity in tokens (over all sequences)
   int kv_block_size = 0;             // tokens per KV block
   DType kv_cache_dtype = DType::F32; // F32, BF16, F8E4M3 or F8E5M2 (--kv-cache-dtype)
+  DType state_dtype = DType::F32;    // GDN recurrent state: F32 or BF16 (--mamba-ssm-dtype)
 
   // Per-step token budget (continuous batching; both required).
   int chunked_prefill_size = 0;      // longest prefill chunk of one sequence per step

@@ -24,6 +24,7 @@ Result<std::unique_ptr<ModelSetup>> ModelSetup::create(const SetupOptions& o, in
   cc.n_slots = max_seqs;
   cc.pending_depth = o.pending_depth;
   cc.kv_dtype = o.kv_dtype;
+  cc.state_dtype = o.state_dtype;
   cc.kv_scales = s->model->kv_scales();
   s->cache = std::make_unique<CacheMemory>(s->ranks->backends(), s->model->memory_spec(), cc);
   // Decode batches replay CUDA graphs (the CUDA fixture tests thus check graph replay against

@@ -25,6 +25,7 @@ struct SetupOptions {
   // KV cache element type (F32, BF16, F8E4M3, F8E5M2); unset = the backend's activation dtype.
   // fp8 caches take the checkpoint's per-layer k / v scales (Model::kv_scales()).
   std::optional<DType> kv_dtype;
+  DType state_dtype = DType::F32;  // the GDN recurrent state's (F32 or BF16)
   bool cuda_graphs = true;  // GPU backends: decode, verification and MTP batches replay CUDA graphs
   std::vector<int32_t> draft_vocab;  // the MTP head's token map (model/token_map.h); empty: all
 };

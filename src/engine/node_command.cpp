@@ -122,6 +122,7 @@ void for_each_shared_field(EngineConfig& c, Fn&& fn) {
   fn(c.kv_tokens);
   fn(c.kv_block_size);
   fn(c.kv_cache_dtype);
+  fn(c.state_dtype);
   fn(c.chunked_prefill_size);
   fn(c.max_prefill_tokens);
   fn(c.prefix_cache);

@@ -158,6 +158,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     DS_RETURN_IF_ERROR(get_required(t, "linear_value_head_dim", c.linear_value_head_dim, source));
     DS_RETURN_IF_ERROR(get_required(t, "linear_conv_kernel_dim", c.linear_conv_kernel, source));
     DS_RETURN_IF_ERROR(get_optional(t, "mtp_num_hidden_layers", c.mtp_n_layers, source));
+    DS_RETURN_IF_ERROR(get_optional(t, "mamba_ssm_dtype", c.mamba_ssm_dtype, source));
     if (c.linear_n_key_heads <= 0 || c.linear_n_value_heads % c.linear_n_key_heads != 0)
       return error(source, ": linear_num_value_heads must be a multiple of linear_num_key_heads");
   }

@@ -43,6 +43,7 @@ struct ModelConfig {
   int linear_key_head_dim = 0;    // Dk
   int linear_value_head_dim = 0;  // Dv
   int linear_conv_kernel = 0;     // K
+  std::string mamba_ssm_dtype = "float32";  // the recurrent state's dtype the checkpoint was trained with
 
   std::vector<LayerType> layer_types;  // [n_layers]
 

@@ -30,11 +30,12 @@ MemorySpec memory_spec_of(const ModelConfig& config, bool with_mtp, int tp_size 
 inline int64_t kv_bytes_per_token(const MemorySpec& s, int64_t elem_bytes) {
   return int64_t(s.n_kv_layers) * 2 * s.n_kv_heads * s.head_dim * elem_bytes;
 }
-// GDN state of one request (conv window + recurrent state, f32) over every GDN layer.
-inline int64_t state_bytes_per_slot(const MemorySpec& s) {
+// GDN state of one request over every GDN layer: the conv window (f32) and the recurrent state at
+// rec_elem_bytes per element (4 f32, 2 with --mamba-ssm-dtype bfloat16).
+inline int64_t state_bytes_per_slot(const MemorySpec& s, int64_t rec_elem_bytes = 4) {
   const int64_t conv = s.conv_dim * (s.conv_kernel - 1);
   const int64_t rec = int64_t(s.n_v_heads) * s.v_head_dim * s.k_head_dim;
-  return int64_t(s.n_state_layers) * (conv + rec) * 4;
+  return int64_t(s.n_state_layers) * (conv * 4 + rec * rec_elem_bytes);
 }
 // Speculative decoding: a verification run's raw GDN inputs (pre-conv q|k|v, b, a; f32) for
 // pending_depth tokens (1 + drafts), kept until acceptance replays them into the state.
@@ -42,8 +43,8 @@ inline int64_t pending_bytes_per_slot(const MemorySpec& s, int pending_depth) {
   return int64_t(s.n_state_layers) * pending_depth * (s.conv_dim + 2LL * s.n_v_heads) * 4;
 }
 // Everything one request holds outside the KV cache.
-inline int64_t state_bytes_per_request(const MemorySpec& s, int pending_depth) {
-  return state_bytes_per_slot(s) + pending_bytes_per_slot(s, pending_depth);
+inline int64_t state_bytes_per_request(const MemorySpec& s, int pending_depth, int64_t rec_elem_bytes = 4) {
+  return state_bytes_per_slot(s, rec_elem_bytes) + pending_bytes_per_slot(s, pending_depth);
 }
 
 }  // namespace deltaserve

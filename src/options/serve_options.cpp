@@ -44,6 +44,7 @@ const std::vector<Row>& rows() {
     {{"load-format", "", C, "auto", "auto,dummy", "auto: read the safetensors; dummy: random weights shaped by config.json", YES, NO_PERF}, &ServeOptions::load_format},
     {{"dtype", "", C, "auto", "auto,bfloat16,float16,float32", "weight/activation dtype (auto: bfloat16 on GPU, float32 on CPU)", NOT_YET, PERF}, &ServeOptions::dtype},
     {{"kv-cache-dtype", "", C, "auto", "auto,bf16,bfloat16,fp8_e4m3,fp8_e5m2", "KV cache dtype; fp8 uses the checkpoint's k_scale/v_scale (1 without) (auto: bf16 on GPU, f32 on CPU)", YES, PERF}, &ServeOptions::kv_cache_dtype},
+    {{"mamba-ssm-dtype", "", C, "auto", "auto,float32,bfloat16", "GDN recurrent state dtype (auto: the config's mamba_ssm_dtype, float32 for Qwen3.5/3.6); bfloat16 halves the state's memory and what a decode step reads and writes of it", YES, PERF}, &ServeOptions::mamba_ssm_dtype},
     {{"quantization", "", S, "", "", "weight quantization method", NOT_YET, PERF}, &ServeOptions::quantization},
     {{"trust-remote-code", "", BOOL, "false", "", "accepted for SGLang compatibility; no remote code is ever run", IGNORED, NO_PERF}, &ServeOptions::trust_remote_code},
     // HTTP.

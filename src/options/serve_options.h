@@ -73,6 +73,7 @@ struct ServeOptions {
   std::string load_format;           // auto | dummy
   std::string dtype;                 // auto | bfloat16 | float16 | float32
   std::string kv_cache_dtype;        // auto | bf16 | fp8_e4m3 | fp8_e5m2
+  std::string mamba_ssm_dtype;       // auto | float32 | bfloat16 (the GDN recurrent state)
   std::string quantization;          // "" (none)
   bool trust_remote_code = false;
 

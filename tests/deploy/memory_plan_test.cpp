@@ -88,6 +88,10 @@ TEST(MemoryPlan, Qwen36_27bKvAndStatePerGpu) {
   EXPECT_EQ(pending_bytes_per_slot(memory_spec_of(c, true, 2), 4), 3969024);
   EXPECT_EQ(state_bytes_per_request(memory_spec_of(c, true, 2), 4), 82415616);
   EXPECT_LE(double(state_bytes_per_request(memory_spec_of(c, true, 2), 4)), 1.1 * 78446592);
+  // --mamba-ssm-dtype bfloat16 at TP=2: conv 48 x 5,120 x 3 x 4 B = 2,949,120 (f32 still) +
+  // recurrent 48 x 24 x 128 x 128 x 2 B = 37,748,736.
+  EXPECT_EQ(state_bytes_per_slot(memory_spec_of(c, false, 2), 2), 40697856);
+  EXPECT_EQ(state_bytes_per_request(memory_spec_of(c, true, 2), 4, 2), 40697856 + 3969024);
 }
 
 // The unit file of the story on 2x RTX A6000 (48 GiB each), as `plan --gpu-memory 48GiB` sees it.
@@ -265,6 +269,43 @@ TEST(MemoryPlan, SmallModelKvIsCappedAtRunningTimesContext) {
   EXPECT_EQ(p.state_slots, 64);
   EXPECT_EQ(p.kv_tokens, 64 * 4096);
   EXPECT_NE(render_memory_plan(p).find("running requests x context length"), std::string::npos);
+}
+
+// --mamba-ssm-dtype: bfloat16 halves the recurrent state of every request slot and checkpoint, so
+// the same budget keeps more KV tokens; auto takes the config's mamba_ssm_dtype.
+TEST(MemoryPlan, MambaSsmDtypeSizesTheState) {
+  auto plan_with = [](std::vector<std::string> flags, const ModelConfig& c) {
+    std::vector<std::string> args = {"--model-path", "x", "--tp-size", "2", "--mem-fraction-static", "0.88",
+                                     "--mamba-full-memory-ratio", "0.5", "--speculative-algorithm", "NEXTN",
+                                     "--speculative-num-steps", "3", "--context-length", "131072",
+                                     "--max-running-requests", "15"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto opts = parse_serve_options(args);
+    EXPECT_TRUE(opts) << opts.status().message();
+    MemoryPlanInput in = memory_plan_input(*opts, PlanDevice::Cuda, 48 * kGiB, HostInfo{});
+    in.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
+    return plan_memory(c, in);
+  };
+  const ModelConfig c = qwen36_27b();
+  const MemoryPlan f32 = plan_with({}, c), bf16 = plan_with({"--mamba-ssm-dtype", "bfloat16"}, c);
+  ASSERT_TRUE(f32.ok() && bf16.ok());
+  EXPECT_EQ(f32.state_dtype, DType::F32);  // the config's mamba_ssm_dtype is float32
+  EXPECT_EQ(bf16.state_dtype, DType::BF16);
+  EXPECT_EQ(f32.state_bytes_per_request_per_gpu, 82415616);
+  EXPECT_EQ(bf16.state_bytes_per_request_per_gpu, 40697856 + 3969024);
+  EXPECT_EQ(bf16.state_bytes_per_slot_base, 40697856);
+  // The same 15 requests and 15 checkpoints: (78,446,592 - 40,697,856) x 15 x 2 B more for KV.
+  EXPECT_EQ(bf16.max_running_requests, f32.max_running_requests);
+  EXPECT_EQ(bf16.checkpoint_slots, f32.checkpoint_slots);
+  EXPECT_GE(bf16.kv_tokens - f32.kv_tokens, (78446592 - 40697856) * 30 / (34 * 1024) - 16);
+  bool named = false;
+  for (const PlanRow& r : bf16.rows) named = named || r.detail.find("recurrent bf16, --mamba-ssm-dtype") != std::string::npos;
+  EXPECT_TRUE(named) << "the plan names the state dtype and where it came from";
+  ModelConfig cb = c;
+  cb.mamba_ssm_dtype = "bfloat16";
+  EXPECT_EQ(plan_with({}, cb).state_dtype, DType::BF16);
+  EXPECT_EQ(plan_with({"--mamba-ssm-dtype", "float32"}, cb).state_dtype, DType::F32);
+  EXPECT_FALSE(parse_serve_options({"--model-path", "x", "--mamba-ssm-dtype", "float16"}));
 }
 
 TEST(MemoryPlan, FromServeFlagsAndJson) {

@@ -202,7 +202,7 @@ TEST(ServeOptions, TableIsWellFormed) {
         "speculative-eagle-topk", "speculative-num-draft-tokens", "served-model-name", "api-key",
         "chunked-prefill-size", "max-prefill-tokens", "max-request-bytes", "device", "load-format",
         "threads", "max-memory", "state-dir", "config", "log-level", "chat-template",
-        "trust-remote-code", "dtype", "kv-cache-dtype", "enable-metrics", "disable-cuda-graph",
+        "trust-remote-code", "dtype", "kv-cache-dtype", "mamba-ssm-dtype", "enable-metrics", "disable-cuda-graph",
         "cuda-graph-max-bs", "attention-backend", "sampling-backend"})
     EXPECT_NE(find_serve_flag(n), nullptr) << n;
   std::string help = serve_options_help();

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <numeric>
 
@@ -41,9 +42,10 @@ class FixtureModelTest : public ::testing::TestWithParam<ModelCase> {
     max_t_ = max_t;
     make_setup({});
   }
-  void make_setup(const std::vector<int32_t>& draft_vocab) {
+  void make_setup(const std::vector<int32_t>& draft_vocab, DType state_dtype = DType::F32) {
     setup_.reset();
     SetupOptions o;
+    o.state_dtype = state_dtype;
     o.pending_depth = 1;  // MTP hidden states (MtpLogitsMatchReference)
     o.model_dir = dir_.string();
     o.n_threads = 2;
@@ -87,8 +89,10 @@ class FixtureModelTest : public ::testing::TestWithParam<ModelCase> {
     for (int p = 0; p < T - 1; ++p) rows[p] = p;
     setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows, fetch);
   }
-  // Logits of all positions of `tokens`, fed in chunks of the given sizes (0 = all at once).
-  std::vector<float> logits_chunked(const std::vector<int32_t>& tokens, int chunk) {
+  // Logits of all positions of `tokens`, fed in chunks of the given sizes (0 = all at once);
+  // between_runs(slot) after each chunk.
+  std::vector<float> logits_chunked(const std::vector<int32_t>& tokens, int chunk,
+                                    const std::function<void(int)>& between_runs = nullptr) {
     Seq s = new_seq();
     const int64_t V = setup_->model->config().vocab_size;
     std::vector<float> out;
@@ -100,9 +104,20 @@ class FixtureModelTest : public ::testing::TestWithParam<ModelCase> {
       setup_->runner->run(std::span<const RunItem>(&it, 1));
       out.insert(out.end(), setup_->runner->logits(0), setup_->runner->logits(0) + int64_t(n) * V);
       pos += n;
+      if (between_runs) between_runs(s.slot);
     }
     free_seq(s);
     return out;
+  }
+  // The f32 recurrent state of `slot`, every layer and rank, rounded to bf16 in place (CPU).
+  void round_state_to_bf16(int slot) {
+    for (int r = 0; r < setup_->cache->n_ranks(); ++r)
+      for (const StateLayerView& v : setup_->cache->views(r).state) {
+        ASSERT_EQ(v.recurrent.dtype, DType::F32);
+        const int64_t n = v.recurrent.numel() / v.recurrent.dim(0);
+        float* x = v.recurrent.f32() + int64_t(slot) * n;
+        for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+      }
   }
 
   std::filesystem::path dir_;
@@ -297,6 +312,41 @@ TEST_P(FixtureModelTest, ChunkedAndTokenByTokenPrefillEqualOneShot) {
     EXPECT_LE(max_abs_diff(got.data(), one.data(), int64_t(got.size())), kShapeTol) << "chunk " << chunk;
   }
   (void)V;
+}
+
+// --mamba-ssm-dtype bfloat16: the GDN recurrent state is stored in bf16 between runs and a run
+// works in f32 from it. So every run gives, bit for bit, the logits of the f32 engine whose state
+// is rounded to bf16 after each run (the first run, from the zero state, the f32 engine's own),
+// in chunks of 7 and token by token. The state takes less memory, and token by token (a rounding
+// per token, as in decoding) the logits stay near the Hugging Face reference.
+TEST_P(FixtureModelTest, Bf16StateIsTheF32StateRoundedAfterEachRun) {
+  if (setup_->model->memory_spec().n_state_layers == 0) GTEST_SKIP() << "no GDN layers: no recurrent state";
+  const auto& c = *std::max_element(fixture_->cases().begin(), fixture_->cases().end(),
+                                    [](auto& a, auto& b) { return a.tokens.size() < b.tokens.size(); });
+  const int64_t V = setup_->model->config().vocab_size;
+  const int64_t f32_bytes = setup_->cache->state_bytes();
+  std::vector<std::vector<float>> expect;
+  for (int chunk : {7, 1}) expect.push_back(logits_chunked(c.tokens, chunk, [&](int slot) { round_state_to_bf16(slot); }));
+  const std::vector<float> plain = logits_chunked(c.tokens, 1);
+  make_setup({}, DType::BF16);
+  EXPECT_LT(setup_->cache->state_bytes(), f32_bytes);
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<float> got = logits_chunked(c.tokens, i == 0 ? 7 : 1);
+    ASSERT_EQ(got.size(), expect[i].size());
+    EXPECT_EQ(max_abs_diff(got.data(), expect[i].data(), int64_t(got.size())), 0.f) << "chunks of " << (i == 0 ? 7 : 1);
+  }
+  // Token by token against the reference and against the f32 state: a bf16 state's error, far
+  // below the logits' spread (a wrong state is off by O(1)).
+  const std::vector<float> got = logits_chunked(c.tokens, 1);
+  const float* ref = fixture_->f32(c.name + ".logits");
+  const int64_t n = int64_t(c.tokens.size()) * V;
+  const float vs_f32 = max_abs_diff(got.data(), plain.data(), n), vs_ref = max_abs_diff(got.data(), ref, n);
+  float spread = 0.f;
+  for (int64_t i = 0; i < n; ++i) spread = std::max(spread, std::fabs(ref[i]));
+  std::printf("%s: bf16 state, token by token: max |logit - f32 engine| %.3g, - reference %.3g (logits up to %.3g)\n",
+              GetParam().name.c_str(), vs_f32, vs_ref, spread);
+  EXPECT_GT(vs_f32, 0.f) << "the bf16 state rounds nothing?";
+  EXPECT_LE(vs_ref, 0.02f * spread);
 }
 
 TEST_P(FixtureModelTest, BatchedSequencesEqualEachAlone) {

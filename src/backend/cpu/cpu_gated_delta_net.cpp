@@ -2,6 +2,8 @@
 // causal depthwise conv1d over [q|k|v] with the sequence's conv state, SiLU, L2-normalised q and k
 // (eps 1e-6), q *= Dk^-0.5, beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias), the
 // sequential delta rule per value head on an f32 state, then gated RMSNorm with silu(z).
+// With a bf16 recurrent state (--mamba-ssm-dtype bfloat16) a run works on an f32 copy of the
+// head's state and stores it rounded at its end (and at a checkpoint); within a run it stays f32.
 //
 // State layout: recurrent [slot, Hv, Dv, Dk] holds Sᵀ (row j is value dim j) so that both the
 // read (Sᵀk) and the write (S += k ⊗ δ) walk contiguous rows. conv [slot, conv_dim, K-1] holds the
@@ -52,12 +54,41 @@ void conv_channel(const GdnRun& r, int64_t c, int K, const float* w, const float
   if (st_out) std::copy_n(window, Km1, st_out);
 }
 
-// Phase 2 for one (run, value head hv): the delta rule over the run's tokens on S [Dv, Dk] in
-// place; o_out(j) (nullptr: no output) receives token j's pre-norm output [Dv]; the state after
-// token ckpt_j is copied to ckpt_out.
+// One head's recurrent state [Dv, Dk] in the cache: f32 or bf16 elements.
+struct HeadState {
+  void* p = nullptr;
+  bool bf16 = false;
+  // S (f32) into the cache, rounded when it holds bf16.
+  void store(const float* S, int64_t n) const {
+    if (!bf16) {
+      std::copy_n(S, n, static_cast<float*>(p));
+      return;
+    }
+    uint16_t* h = static_cast<uint16_t*>(p);
+    for (int64_t i = 0; i < n; ++i) h[i] = f32_to_bf16(S[i]);
+  }
+  void load(float* S, int64_t n) const {
+    if (!bf16) {
+      std::copy_n(static_cast<const float*>(p), n, S);
+      return;
+    }
+    const uint16_t* h = static_cast<const uint16_t*>(p);
+    for (int64_t i = 0; i < n; ++i) S[i] = bf16_to_f32(h[i]);
+  }
+};
+// Head hv of slot `slot` in a recurrent state tensor [slots, Hv, Dv, Dk].
+HeadState head_state_of(const Tensor& rec, int64_t slot, int hv) {
+  const int64_t head = rec.dim(2) * rec.dim(3);
+  const int64_t off = (slot * rec.dim(1) + hv) * head * static_cast<int64_t>(dtype_size(rec.dtype));
+  return {static_cast<char*>(rec.data) + off, rec.dtype == DType::BF16};
+}
+
+// Phase 2 for one (run, value head hv): the delta rule over the run's tokens on S [Dv, Dk] (f32)
+// in place; o_out(j) (nullptr: no output) receives token j's pre-norm output [Dv]; the state after
+// token ckpt_j is stored to ckpt_out.
 template <typename OutFn>
 void delta_head(const GdnParams& p, const GdnRun& r, int hv, const float* conv_out, float* S, float* q,
-                float* k, OutFn&& o_out, int ckpt_j = -1, float* ckpt_out = nullptr) {
+                float* k, OutFn&& o_out, int ckpt_j = -1, HeadState ckpt_out = {}) {
   const int Hk = p.n_k_heads, Dk = p.k_head_dim, Dv = p.v_head_dim;
   const int64_t key_dim = int64_t(Hk) * Dk, conv_dim = p.conv_dim();
   const int hk = hv / (p.n_v_heads / Hk);
@@ -84,21 +115,24 @@ void delta_head(const GdnParams& p, const GdnRun& r, int hv, const float* conv_o
       const float y = vec::axpy_dot(Sj, delta, k, q, Dk);
       if (o) o[jv] = y;
     }
-    if (j == ckpt_j) std::copy_n(S, int64_t(Dv) * Dk, ckpt_out);
+    if (j == ckpt_j) ckpt_out.store(S, int64_t(Dv) * Dk);
   }
 }
 
-// Where sequence s of a batch saves its checkpoint: (token index, conv window, head hv's state).
+// Where sequence s of a batch saves its checkpoint: (token index, conv window, slot).
 struct StateCheckpoint {
   int j = -1;
   float* conv = nullptr;  // [conv_dim, K-1] of the slot
-  float* rec = nullptr;   // [Hv, Dv, Dk] of the slot
+  int64_t slot = -1;
+  HeadState head(const StateLayerView& state, int hv) const {
+    return slot < 0 ? HeadState{} : head_state_of(state.recurrent, slot, hv);
+  }
 };
 StateCheckpoint checkpoint_of(const BatchMeta& meta, const StateLayerView& state, int s) {
   if (!meta.checkpoint_at || meta.checkpoint_at[s] < 0) return {};
   const int64_t slot = meta.checkpoint_slot[s];
-  const int64_t conv = state.conv.numel() / state.conv.dim(0), rec = state.recurrent.numel() / state.recurrent.dim(0);
-  return {meta.checkpoint_at[s], state.conv.f32() + slot * conv, state.recurrent.f32() + slot * rec};
+  const int64_t conv = state.conv.numel() / state.conv.dim(0);
+  return {meta.checkpoint_at[s], state.conv.f32() + slot * conv, slot};
 }
 
 }  // namespace
@@ -154,14 +188,20 @@ void CpuKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const S
     float* S_copy = k + Dk;
     for (int64_t i = i0; i < i1; ++i) {
       const int s = static_cast<int>(i / Hv), hv = static_cast<int>(i % Hv);
-      float* S = state.recurrent.f32() + (int64_t(meta.state_slot[s]) * Hv + hv) * head_state;  // [Dv, Dk]
-      if (deferred(s)) S = static_cast<float*>(std::memcpy(S_copy, S, head_state * sizeof(float)));
+      // [Dv, Dk]: the state in place (f32), or a copy (a deferred run leaves it; bf16 is stored after)
+      const HeadState live = head_state_of(state.recurrent, meta.state_slot[s], hv);
+      float* S = static_cast<float*>(live.p);
+      if (deferred(s) || live.bf16) {
+        live.load(S_copy, head_state);
+        S = S_copy;
+      }
       const GdnRun r = run_of(s);
       const int t0 = meta.seq_start[s];
       const StateCheckpoint ck = deferred(s) ? StateCheckpoint{} : checkpoint_of(meta, state, s);
       delta_head(p, r, hv, conv_out + int64_t(t0) * conv_dim, S, q, k,
                  [&](int j) { return out.f32() + int64_t(t0 + j) * value_dim + int64_t(hv) * Dv; }, ck.j,
-                 ck.rec ? ck.rec + int64_t(hv) * head_state : nullptr);
+                 ck.head(state, hv));
+      if (live.bf16 && !deferred(s)) live.store(S, head_state);
       // Gated RMSNorm over Dv with silu(z).
       for (int j = 0; j < r.n; ++j) {
         float* o = out.f32() + int64_t(t0 + j) * value_dim + int64_t(hv) * Dv;
@@ -200,16 +240,24 @@ void CpuKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta
                      conv_dim, ck.j, ck.conv ? ck.conv + c * Km1 : nullptr);
       }
     });
-    float* tmp_all = scratch_f32(1, int64_t(pool_.n_threads()) * 2 * Dk);
+    const int64_t per_thread = 2 * Dk + head_state;
+    float* tmp_all = scratch_f32(1, int64_t(pool_.n_threads()) * per_thread);
     pool_.parallel_for(int64_t(commit.n_seqs) * Hv, 1, [&](int tid, int64_t i0, int64_t i1) {
-      float* q = tmp_all + int64_t(tid) * 2 * Dk;
+      float* q = tmp_all + int64_t(tid) * per_thread;
       float* k = q + Dk;
+      float* S_copy = k + Dk;
       for (int64_t i = i0; i < i1; ++i) {
         const int s = static_cast<int>(i / Hv), hv = static_cast<int>(i % Hv);
-        float* S = state.recurrent.f32() + (int64_t(commit.state_slot[s]) * Hv + hv) * head_state;
+        const HeadState live = head_state_of(state.recurrent, commit.state_slot[s], hv);
+        float* S = static_cast<float*>(live.p);
+        if (live.bf16) {
+          live.load(S_copy, head_state);
+          S = S_copy;
+        }
         const StateCheckpoint ck = checkpoint_of(commit, state, s);
         delta_head(p, run_of(s), hv, conv_out + int64_t(commit.seq_start[s]) * conv_dim, S, q, k,
-                   [](int) -> float* { return nullptr; }, ck.j, ck.rec ? ck.rec + int64_t(hv) * head_state : nullptr);
+                   [](int) -> float* { return nullptr; }, ck.j, ck.head(state, hv));
+        if (live.bf16) live.store(S, head_state);
       }
     });
   }

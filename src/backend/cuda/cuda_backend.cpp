@@ -685,7 +685,10 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   a.norm = p.norm.f32();
   a.proj = proj.f32();
   a.conv_state = state.conv.f32();
-  a.rec_state = state.recurrent.f32();
+  DS_CHECK(state.recurrent.dtype == DType::F32 || state.recurrent.dtype == DType::BF16, "GDN state dtype ",
+           dtype_name(state.recurrent.dtype));
+  a.rec_state = state.recurrent.data;
+  a.rec_bf16 = state.recurrent.dtype == DType::BF16;
   if (meta.state_defer) {
     for (int s = 0; s < meta.n_seqs; ++s)
       DS_CHECK(!meta.state_defer[s] || meta.seq_start[s + 1] - meta.seq_start[s] <= state.pending_depth,
@@ -799,8 +802,9 @@ void CudaKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMet
                    p.v_head_dim == p0.v_head_dim && p.conv_kernel == p0.conv_kernel &&
                    l.state->pending_depth == s0.pending_depth && l.state->pending.data,
                "gdn_commit: layers of different shapes, or no pending rows");
+      DS_CHECK(l.state->recurrent.dtype == s0.recurrent.dtype, "gdn_commit: layers of different state dtypes");
       table.push_back({p.conv_weight.f32(), p.neg_exp_a.f32(), p.dt_bias.f32(), l.state->conv.f32(),
-                       l.state->recurrent.f32(), l.state->pending.f32()});
+                       l.state->recurrent.data, l.state->pending.f32()});
     }
     b_.synchronize();
     commit_table_ = b_.allocate(table.size() * sizeof(cuda::GdnCommitLayer));
@@ -821,6 +825,7 @@ void CudaKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMet
   a.Dv = p0.v_head_dim;
   a.K = p0.conv_kernel;
   a.pending_depth = s0.pending_depth;
+  a.rec_bf16 = s0.recurrent.dtype == DType::BF16;
   a.layers = static_cast<const cuda::GdnCommitLayer*>(commit_table_.data());
   a.seq_start = commit.d_seq_start.i32();
   a.state_slot = commit.d_state_slot.i32();

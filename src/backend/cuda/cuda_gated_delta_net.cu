@@ -202,11 +202,11 @@ __global__ void __launch_bounds__(32) delta_kernel(GdnArgs a, int64_t conv_dim) 
   const int64_t key_dim = int64_t(a.Hk) * DK, value_dim = int64_t(a.Hv) * Dv;
   const int32_t slot = a.state_slot[s];
   const int64_t head_state = int64_t(Dv) * DK;
-  float* Srow = a.rec_state + (int64_t(slot) * a.Hv + hv) * head_state + int64_t(jv) * DK;
+  const int64_t Srow = state_head(slot, a.Hv, hv, head_state) + int64_t(jv) * DK;  // element offset
   float S[DK];
 #pragma unroll
   for (int d = 0; d < DK; d += 4) {
-    const float4 v = *reinterpret_cast<const float4*>(Srow + d);
+    const float4 v = load_state4(a.rec_state, a.rec_bf16, Srow + d);
     S[d] = v.x; S[d + 1] = v.y; S[d + 2] = v.z; S[d + 3] = v.w;
   }
   // q and k of the current token, staged in shared memory: reading them from global memory inside
@@ -248,15 +248,16 @@ __global__ void __launch_bounds__(32) delta_kernel(GdnArgs a, int64_t conv_dim) 
     }
     a.out[int64_t(t) * value_dim + int64_t(hv) * Dv + jv] = (p0 + p1) + (p2 + p3);
     if (t - t0 == ck_j) {
-      float* ck = a.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state + int64_t(jv) * DK;
+      const int64_t ck = state_head(a.ckpt_slot[s], a.Hv, hv, head_state) + int64_t(jv) * DK;
 #pragma unroll
-      for (int d = 0; d < DK; d += 4) *reinterpret_cast<float4*>(ck + d) = make_float4(S[d], S[d + 1], S[d + 2], S[d + 3]);
+      for (int d = 0; d < DK; d += 4)
+        store_state4(a.rec_state, a.rec_bf16, ck + d, make_float4(S[d], S[d + 1], S[d + 2], S[d + 3]));
     }
   }
   if (gdn_deferred(a, s)) return;
 #pragma unroll
   for (int d = 0; d < DK; d += 4)
-    *reinterpret_cast<float4*>(Srow + d) = make_float4(S[d], S[d + 1], S[d + 2], S[d + 3]);
+    store_state4(a.rec_state, a.rec_bf16, Srow + d, make_float4(S[d], S[d + 1], S[d + 2], S[d + 3]));
 }
 
 // Decode and verification (a few tokens per sequence): the same recurrence with rows spread
@@ -280,7 +281,7 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
   const int32_t slot = a.state_slot[s];
   const int64_t head_state = int64_t(Dv) * DK;
   const int row0 = (blockIdx.y * (blockDim.x >> 5) + warp) * ROWS_PER_WARP;
-  float* Shead = a.rec_state + (int64_t(slot) * a.Hv + hv) * head_state;
+  const int64_t Shead = state_head(slot, a.Hv, hv, head_state);  // element offset
   int jv[NR];
   bool ok[NR];
   float4 S[NR];
@@ -288,7 +289,8 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
   for (int r = 0; r < NR; ++r) {
     jv[r] = row0 + r * RPW + sub;
     ok[r] = jv[r] < Dv;
-    S[r] = ok[r] ? reinterpret_cast<const float4*>(Shead + int64_t(jv[r]) * DK)[li] : make_float4(0.f, 0.f, 0.f, 0.f);
+    S[r] = ok[r] ? load_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[r]) * DK + 4 * li)
+                 : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
   const int ck_j = gdn_checkpoint(a, s);
@@ -320,16 +322,16 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
     for (int r = 0; r < NR; ++r)
       if (ok[r] && li == 0) a.out[int64_t(t) * value_dim + int64_t(hv) * Dv + jv[r]] = p[r];
     if (t - t0 == ck_j) {
-      float* ck = a.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state;
+      const int64_t ck = state_head(a.ckpt_slot[s], a.Hv, hv, head_state);
 #pragma unroll
       for (int r = 0; r < NR; ++r)
-        if (ok[r]) reinterpret_cast<float4*>(ck + int64_t(jv[r]) * DK)[li] = S[r];
+        if (ok[r]) store_state4(a.rec_state, a.rec_bf16, ck + int64_t(jv[r]) * DK + 4 * li, S[r]);
     }
   }
   if (gdn_deferred(a, s)) return;
 #pragma unroll
   for (int r = 0; r < NR; ++r)
-    if (ok[r]) reinterpret_cast<float4*>(Shead + int64_t(jv[r]) * DK)[li] = S[r];
+    if (ok[r]) store_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[r]) * DK + 4 * li, S[r]);
 }
 
 // Decode (one token per sequence, nothing deferred): a whole GDN layer in one launch. Block
@@ -362,7 +364,7 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
   const int64_t key_dim = int64_t(a.Hk) * DK, value_dim = int64_t(a.Hv) * Dv;
   const int32_t slot = a.state_slot[s];
   const int64_t head_state = int64_t(Dv) * DK;
-  float* Shead = a.rec_state + (int64_t(slot) * a.Hv + hv) * head_state;
+  const int64_t Shead = state_head(slot, a.Hv, hv, head_state);  // element offset
   const int n_groups = (Dv + ROWS_PER_WARP - 1) / ROWS_PER_WARP;
   int jv[NR];
   bool ok[NR];
@@ -372,7 +374,8 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
     for (int q = 0; q < NR; ++q) {
       jv[q] = g * ROWS_PER_WARP + q * RPW + sub;
       ok[q] = jv[q] < Dv;
-      S[q] = ok[q] ? reinterpret_cast<const float4*>(Shead + int64_t(jv[q]) * DK)[li] : make_float4(0.f, 0.f, 0.f, 0.f);
+      S[q] = ok[q] ? load_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[q]) * DK + 4 * li)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   };
   if (warp < n_groups) load_group(warp);
@@ -446,7 +449,7 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
   const float4 q4 = reinterpret_cast<const float4*>(qk_s)[li];
   const float4 k4 = reinterpret_cast<const float4*>(qk_s + DK)[li];
   const float beta = gate_s[0], decay = gate_s[1];
-  float* ckS = ckpt ? a.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state : nullptr;
+  const int64_t ckS = ckpt ? state_head(a.ckpt_slot[s], a.Hv, hv, head_state) : -1;
   for (int g = warp; g < n_groups; g += n_warps) {
     if (g != warp) load_group(g);
     float v[NR], p[NR];
@@ -457,8 +460,8 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
     for (int q = 0; q < NR; ++q) {
       if (ok[q] && li == 0) o_s[jv[q]] = p[q];
       if (ok[q]) {
-        reinterpret_cast<float4*>(Shead + int64_t(jv[q]) * DK)[li] = S[q];
-        if (ckS) reinterpret_cast<float4*>(ckS + int64_t(jv[q]) * DK)[li] = S[q];
+        store_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[q]) * DK + 4 * li, S[q]);
+        if (ckS >= 0) store_state4(a.rec_state, a.rec_bf16, ckS + int64_t(jv[q]) * DK + 4 * li, S[q]);
       }
     }
   }
@@ -538,14 +541,14 @@ __global__ void __launch_bounds__(128, 2) delta_chunked_kernel(GdnArgs a, int64_
   const int64_t key_dim = int64_t(a.Hk) * DK, value_dim = int64_t(a.Hv) * Dv;
   const int64_t head_state = int64_t(Dv) * DK;
   const int32_t slot = a.state_slot[s];
-  float* Sg = a.rec_state + (int64_t(slot) * a.Hv + hv) * head_state + int64_t(dv0) * DK;  // [DV][DK]
+  const int64_t Sg = state_head(slot, a.Hv, hv, head_state) + int64_t(dv0) * DK;  // [DV][DK], element offset
   const int t0 = a.seq_start[s], n = a.seq_start[s + 1] - t0;
   const bool defer = gdn_deferred(a, s);
   const int ck_j = gdn_checkpoint(a, s);
 
   for (int i = tid; i < DV * DK / 4; i += blockDim.x) {
     const int v = i / (DK / 4), d4 = i % (DK / 4);
-    *reinterpret_cast<float4*>(Ss + v * LDK + 4 * d4) = reinterpret_cast<const float4*>(Sg + int64_t(v) * DK)[d4];
+    *reinterpret_cast<float4*>(Ss + v * LDK + 4 * d4) = load_state4(a.rec_state, a.rec_bf16, Sg + int64_t(v) * DK + 4 * d4);
   }
   // Thread tiles: rows i = tid / 4 of a chunk, columns c = tid % 4 + 4 r (r < 8): conflict-free
   // float4 reads of padded rows.
@@ -687,13 +690,13 @@ __global__ void __launch_bounds__(128, 2) delta_chunked_kernel(GdnArgs a, int64_
         }
       }
       const bool ckpt = c0 + L - 1 == ck_j;
-      float* ckg = ckpt ? a.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state + int64_t(dv0) * DK : nullptr;
+      const int64_t ckg = ckpt ? state_head(a.ckpt_slot[s], a.Hv, hv, head_state) + int64_t(dv0) * DK : 0;
 #pragma unroll
       for (int w = 0; w < 2; ++w)
 #pragma unroll
         for (int m = 0; m < DK / 32; ++m) {
           *reinterpret_cast<float4*>(Ss + (v0 + w) * LDK + dg + 32 * m) = acc[w][m];
-          if (ckpt) *reinterpret_cast<float4*>(ckg + int64_t(v0 + w) * DK + dg + 32 * m) = acc[w][m];
+          if (ckpt) store_state4(a.rec_state, a.rec_bf16, ckg + int64_t(v0 + w) * DK + dg + 32 * m, acc[w][m]);
         }
     }
     c0 += L;
@@ -702,7 +705,7 @@ __global__ void __launch_bounds__(128, 2) delta_chunked_kernel(GdnArgs a, int64_
   __syncthreads();
   for (int i = tid; i < DV * DK / 4; i += blockDim.x) {
     const int v = i / (DK / 4), d4 = i % (DK / 4);
-    reinterpret_cast<float4*>(Sg + int64_t(v) * DK)[d4] = *reinterpret_cast<const float4*>(Ss + v * LDK + 4 * d4);
+    store_state4(a.rec_state, a.rec_bf16, Sg + int64_t(v) * DK + 4 * d4, *reinterpret_cast<const float4*>(Ss + v * LDK + 4 * d4));
   }
 }
 
@@ -790,9 +793,9 @@ __global__ void __launch_bounds__(128) gdn_commit_kernel(GdnCommitArgs a) {
   __syncthreads();
   // 2. The recurrence, a group of rows at a time.
   const int64_t head_state = int64_t(Dv) * DK;
-  float* Shead = L.rec_state + (int64_t(slot) * a.Hv + hv) * head_state;
+  const int64_t Shead = state_head(slot, a.Hv, hv, head_state);  // element offsets
   const int ck_j = a.ckpt_at ? a.ckpt_at[s] : -1;
-  float* ck = ck_j >= 0 ? L.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state : nullptr;
+  const int64_t ck = ck_j >= 0 ? state_head(a.ckpt_slot[s], a.Hv, hv, head_state) : 0;
   for (int row0 = warp * ROWS_PER_WARP; row0 < Dv; row0 += n_warps * ROWS_PER_WARP) {
     int jv[NR];
     bool ok[NR];
@@ -801,7 +804,8 @@ __global__ void __launch_bounds__(128) gdn_commit_kernel(GdnCommitArgs a) {
     for (int r = 0; r < NR; ++r) {
       jv[r] = row0 + r * RPW + sub;
       ok[r] = jv[r] < Dv;
-      S[r] = ok[r] ? reinterpret_cast<const float4*>(Shead + int64_t(jv[r]) * DK)[li] : make_float4(0.f, 0.f, 0.f, 0.f);
+      S[r] = ok[r] ? load_state4(L.rec_state, a.rec_bf16, Shead + int64_t(jv[r]) * DK + 4 * li)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     for (int j = 0; j < n; ++j) {
       const float beta = gates[j][0], decay = gates[j][1];
@@ -813,12 +817,12 @@ __global__ void __launch_bounds__(128) gdn_commit_kernel(GdnCommitArgs a) {
       if (j == ck_j) {
 #pragma unroll
         for (int r = 0; r < NR; ++r)
-          if (ok[r]) reinterpret_cast<float4*>(ck + int64_t(jv[r]) * DK)[li] = S[r];
+          if (ok[r]) store_state4(L.rec_state, a.rec_bf16, ck + int64_t(jv[r]) * DK + 4 * li, S[r]);
       }
     }
 #pragma unroll
     for (int r = 0; r < NR; ++r)
-      if (ok[r]) reinterpret_cast<float4*>(Shead + int64_t(jv[r]) * DK)[li] = S[r];
+      if (ok[r]) store_state4(L.rec_state, a.rec_bf16, Shead + int64_t(jv[r]) * DK + 4 * li, S[r]);
   }
 }
 

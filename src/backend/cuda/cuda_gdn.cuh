@@ -3,6 +3,7 @@
 // recurrence). Included by .cu files only.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_launch.h"
@@ -10,6 +11,39 @@
 namespace deltaserve::cuda {
 
 __device__ __forceinline__ bool gdn_deferred(const GdnArgs& a, int s) { return a.defer && a.defer[s]; }
+
+// The recurrent state in memory: f32, or bf16 (--mamba-ssm-dtype bfloat16: the upper halves of
+// f32s, rounded to nearest even on store, as the CPU's f32_to_bf16). Elements i .. i + 3 (i a
+// multiple of 4) of the state at `base`; kernels compute on f32 registers either way.
+__device__ __forceinline__ float4 load_state4(const void* base, bool bf16, int64_t i) {
+  if (!bf16) return *reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+  const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(base) + i);
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+__device__ __forceinline__ void store_state4(void* base, bool bf16, int64_t i, float4 v) {
+  if (!bf16) {
+    *reinterpret_cast<float4*>(static_cast<float*>(base) + i) = v;
+    return;
+  }
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  uint2 u;
+  u.x = *reinterpret_cast<const uint32_t*>(&lo);
+  u.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(base) + i) = u;
+}
+// Elements i, i + 1 (i even).
+__device__ __forceinline__ void store_state2(void* base, bool bf16, int64_t i, float2 v) {
+  if (!bf16) {
+    *reinterpret_cast<float2*>(static_cast<float*>(base) + i) = v;
+    return;
+  }
+  *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(base) + i) = __floats2bfloat162_rn(v.x, v.y);
+}
+// Element offset of (slot, value head hv) in a recurrent state [slots, Hv, Dv, Dk].
+__device__ __forceinline__ int64_t state_head(int64_t slot, int Hv, int hv, int64_t head_state) {
+  return (slot * Hv + hv) * head_state;
+}
 
 // The checkpoint token of sequence s for the chunked kernels (-1: none; a deferred run saves none).
 __device__ __forceinline__ int gdn_checkpoint(const GdnArgs& a, int s) {

@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunk_state_kernel(GdnArgs a,
   const int hk = hv / (a.Hv / a.Hk);
   const int64_t key_dim = int64_t(a.Hk) * D, value_dim = int64_t(a.Hv) * D, head_state = int64_t(D) * D;
   const int64_t vcol = 2 * key_dim + int64_t(hv) * D + dv0;  // this block's value columns in conv_out
-  float* Sg = a.rec_state + (int64_t(a.state_slot[s]) * a.Hv + hv) * head_state + int64_t(dv0) * D;  // [DV][D]
+  const int64_t Sg = state_head(a.state_slot[s], a.Hv, hv, head_state) + int64_t(dv0) * D;  // [DV][D], element offset
   const int t0 = a.seq_start[s], n = a.seq_start[s + 1] - t0;
   const int ck = gdn_checkpoint(a, s);
   constexpr int kRowStep = kThreads / (D / 4);
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunk_state_kernel(GdnArgs a,
     cp_async_commit();
   };
   for (int v = rr; v < DV; v += kRowStep)
-    *reinterpret_cast<float4*>(Ss + v * LQ + 4 * d4) = reinterpret_cast<const float4*>(Sg + int64_t(v) * D)[d4];
+    *reinterpret_cast<float4*>(Ss + v * LQ + 4 * d4) = load_state4(a.rec_state, a.rec_bf16, Sg + int64_t(v) * D + 4 * d4);
   // Warp roles: xr = 16 (warp & 1) rows and xc = 16 (warp >> 2) value dims of X = W S0^T (warp & 3 < 2)
   // or of Y = Q S0^T and o (the others); state rows 16 (warp & 1) and key dims D/4 (warp >> 1) of S.
   const bool wx = (warp & 3) < 2;
@@ -332,9 +332,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunk_state_kernel(GdnArgs a,
       for (int e = 0; e < 4; ++e) sacc[nt][e] = gl * Ss[(xr + g + 8 * (e >> 1)) * LQ + sk + 8 * nt + 2 * t4 + (e & 1)];
     mma_tf32xn<P, NT, C / 8, 1, LU, LK, 1>(sacc, Us + xr, Ks + sk);
     __syncthreads();  // every warp's reads of S0 are done
-    float* ckg = c0 + L - 1 == ck
-                     ? a.rec_state + (int64_t(a.ckpt_slot[s]) * a.Hv + hv) * head_state + int64_t(dv0) * D
-                     : nullptr;
+    const int64_t ckg = c0 + L - 1 == ck ? state_head(a.ckpt_slot[s], a.Hv, hv, head_state) + int64_t(dv0) * D : -1;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int v = xr + g + 8 * h;
@@ -343,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunk_state_kernel(GdnArgs a,
         const int d = sk + 8 * nt + 2 * t4;
         const float2 val = make_float2(sacc[nt][2 * h], sacc[nt][2 * h + 1]);
         *reinterpret_cast<float2*>(Ss + v * LQ + d) = val;
-        if (ckg) *reinterpret_cast<float2*>(ckg + int64_t(v) * D + d) = val;
+        if (ckg >= 0) store_state2(a.rec_state, a.rec_bf16, ckg + int64_t(v) * D + d, val);
       }
     }
     c0 += L;
@@ -352,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunk_state_kernel(GdnArgs a,
   if (gdn_deferred(a, s)) return;
   __syncthreads();
   for (int v = rr; v < DV; v += kRowStep)
-    reinterpret_cast<float4*>(Sg + int64_t(v) * D)[d4] = *reinterpret_cast<const float4*>(Ss + v * LQ + 4 * d4);
+    store_state4(a.rec_state, a.rec_bf16, Sg + int64_t(v) * D + 4 * d4, *reinterpret_cast<const float4*>(Ss + v * LQ + 4 * d4));
 }
 
 template <int D, bool PF, int P>

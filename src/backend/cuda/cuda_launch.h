@@ -240,7 +240,8 @@ struct GdnArgs {
   const float* norm = nullptr;         // [Dv]
   const float* proj = nullptr;         // [T, proj_dim]
   float* conv_state = nullptr;         // [slots, conv_dim, K-1]
-  float* rec_state = nullptr;          // [slots, Hv, Dv, Dk]
+  void* rec_state = nullptr;           // [slots, Hv, Dv, Dk] f32, or bf16 when rec_bf16 (cuda_gdn.cuh's
+  bool rec_bf16 = false;               //   load_state4 / store_state4; a run computes in f32)
   // Deferred sequences (defer[s] != 0, speculative verification): the state is read, not
   // written; the run's raw inputs go to pending rows (slot * pending_depth + j) = [qkv | b | a].
   const int32_t* defer = nullptr;      // [S] device, nullptr = none
@@ -283,12 +284,13 @@ struct GdnCommitLayer {
   const float* neg_exp_a = nullptr;    // [Hv]
   const float* dt_bias = nullptr;      // [Hv]
   float* conv_state = nullptr;         // [slots, conv_dim, K-1]
-  float* rec_state = nullptr;          // [slots, Hv, Dv, Dk]
+  void* rec_state = nullptr;           // [slots, Hv, Dv, Dk] (GdnCommitArgs::rec_bf16)
   const float* pending = nullptr;      // [slots * pending_depth, conv_dim + 2*Hv]
 };
 struct GdnCommitArgs {
   int n_layers = 0, n_seqs = 0, max_tokens = 0;  // max_tokens: longest run (sizes nothing; checked)
   int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0, pending_depth = 0;
+  bool rec_bf16 = false;                   // every layer's recurrent state is bf16 (else f32)
   const GdnCommitLayer* layers = nullptr;  // [n_layers] device
   const int32_t* seq_start = nullptr;      // [S+1] device: tokens to replay per sequence
   const int32_t* state_slot = nullptr;     // [S] device
