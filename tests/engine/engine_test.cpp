@@ -292,6 +292,33 @@ TEST(Engine, PreemptionUnderKvPressureKeepsOutputsExact) {
   EXPECT_GT(tight->stats().preemptions_total, 0u) << "the test is meant to run out of KV blocks";
 }
 
+// --mamba-ssm-dtype bfloat16 through the engine: the cache holds the recurrent state in bf16 (less
+// state memory, named in the plan line), and each request's first token, picked from the prompt's
+// one run from the zero state, is the f32 engine's. Later tokens may drift by a bf16 rounding per
+// step (tests/model: Bf16StateIsTheF32StateRoundedAfterEachRun holds the arithmetic exactly).
+TEST(Engine, Bf16RecurrentStateHalvesItsMemoryAndKeepsThePromptsToken) {
+  const std::vector<std::vector<int32_t>> prompts = {{8183, 755, 1200, 40, 12}, {81, 75, 120, 40}, {300, 301, 302, 303, 304, 305}};
+  std::vector<std::vector<int32_t>> got[2];
+  int64_t state_bytes[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    EngineConfig c = small_engine_config();
+    c.state_dtype = i == 0 ? DType::F32 : DType::BF16;
+    auto e = Engine::create(c);
+    ASSERT_TRUE(e.is_ok()) << e.status().message();
+    const std::string plan = (*e)->plan_summary();
+    EXPECT_EQ(plan.find("recurrent state bf16") != std::string::npos, i == 1) << plan;
+    state_bytes[i] = (*e)->capacity().state_cache_bytes;
+    (*e)->start();
+    got[i] = greedy_continuations(**e, prompts, 12);
+  }
+  EXPECT_LT(state_bytes[1], state_bytes[0]);
+  EXPECT_GT(state_bytes[1], state_bytes[0] / 3);  // conv windows stay f32
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    ASSERT_EQ(got[1][p].size(), 12u);
+    EXPECT_EQ(got[1][p][0], got[0][p][0]) << "prompt " << p;
+  }
+}
+
 // --random-seed: requests without their own seed sample the same output in every engine started
 // with the same seed, and a different one with another seed.
 TEST(Engine, RandomSeedMakesUnseededSamplingReproducible) {

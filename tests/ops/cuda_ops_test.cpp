@@ -1209,10 +1209,15 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
   }
   Backend* const saved = gpu_;
   std::map<std::string, double> exact_err;  // out's error with 3xTF32, per shape and batch
-  for (Backend* variant : {saved, no_prefetch.get(), cuda_cores.get(), gpu_bf16_}) {
+  // The last two: a bf16 recurrent state (--mamba-ssm-dtype bfloat16) through both chunked kernels.
+  const std::pair<Backend*, DType> variants[] = {{saved, DType::F32},          {no_prefetch.get(), DType::F32},
+                                                 {cuda_cores.get(), DType::F32}, {gpu_bf16_, DType::F32},
+                                                 {saved, DType::BF16},          {cuda_cores.get(), DType::BF16}};
+  for (auto [variant, rec_dtype] : variants) {
     if (variant == nullptr) continue;
     gpu_ = variant;
     const bool tf32 = variant == gpu_bf16_;
+    const bool bf16_state = rec_dtype == DType::BF16;
     for (GdnShape sh : {GdnShape{16, 48, 128, 128, 4}, GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}}) {
       for (std::size_t bi = 0; bi < batches.size(); ++bi) {
         const int n_slots = 6, depth = 4;
@@ -1220,7 +1225,7 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
         std::iota(perm.begin(), perm.end(), 0);
         auto m = build_meta(*gpu_, batches[bi], 16, 64, perm, {3, 0, 4, 2, 5}, 0);
         m->checkpoint(*gpu_, 0, 77, 1);  // the first sequence, after token 77 (mid-chunk), into slot 1
-        GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, n_slots, depth);
+        GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, n_slots, depth, rec_dtype);
         run_gdn(g, m->cpu, m->gpu);
         Pair &conv = g.conv, &recs = g.recs, &out = g.out;
         const std::string key = "Dk=" + std::to_string(sh.dk) + " batch " + std::to_string(bi);
@@ -1228,12 +1233,12 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
                                              : variant == no_prefetch.get() ? "tensor cores, single buffers"
                                              : tf32                         ? "tensor cores, 1xTF32 (bf16 mode)"
                                                                             : "CUDA cores") +
-                                 " " + key;
+                                 (bf16_state ? ", bf16 state " : " ") + key;
         const double tol = tf32 ? 5e-3 : 1e-4;
         EXPECT_LE(rel_err(out), tol) << what;
         EXPECT_LE(rel_err(conv), 1e-6) << what;
-        EXPECT_LE(rel_err(recs), tol) << what;  // every slot: the runs' states and the checkpoint
-        if (variant == saved) exact_err[key] = rel_err(out);
+        EXPECT_LE(rel_err(recs), bf16_state ? 1e-2 : tol) << what;  // every slot: the runs' states and the checkpoint
+        if (variant == saved && !bf16_state) exact_err[key] = rel_err(out);
         if (tf32 && sh.dk >= 64) {
           EXPECT_GT(rel_err(out), exact_err[key]) << what << ": as exact as 3xTF32?";
         }
