@@ -35,8 +35,8 @@
 #         (SAMPLED_BATCHES) at a 128-token context, overlap on and off, SAMPLED_ROUNDS (2) times,
 #         alternating; then top-p 0.9 at T 1 (nuclei past the sampling kernel's window)
 # ssm-bf16: greedy batch 1/16/64 (SSM_BATCHES) at a 1k context (SSM_PROMPT) with the GDN recurrent
-#         state in f32 and in bf16 (--mamba-ssm-dtype), SSM_ROUNDS (2) times, alternating; then
-#         Qwen's sampling at 128 with the bf16 state
+#         state in f32 and in bf16 (--mamba-ssm-dtype), SSM_ROUNDS (2) times, alternating, under each
+#         environment of SSM_ENVS; then Qwen's sampling at 128 with each
 # tokenmap: MTP k=3 through the engine at batch 1 and 16 (TOKENMAP_BATCHES), without and with a
 #         --speculative-token-map of 32768 ids spread over the vocabulary (every 7th),
 #         TOKENMAP_ROUNDS times (default 2), alternating: the drafts' lm_head streams 32768 rows instead of 248k
@@ -124,20 +124,25 @@ if has sampled-overlap; then  # Qwen's sampling on the device, chained (overlap 
 fi
 
 if has ssm-bf16; then  # the GDN recurrent state in bf16 (--mamba-ssm-dtype bfloat16) against f32
+  # SSM_ENVS: environment variants, each run with both dtypes (e.g. "DELTASERVE_CUDA_GDN_NEXT=1 DELTASERVE_CUDA_GDN_NEXT=0")
   for round in $(seq 1 ${SSM_ROUNDS:-2}); do
-    for dt in float32 bfloat16; do
-      timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --mamba-ssm-dtype $dt \
-        --batch ${SSM_BATCHES:-1,16,64} --threads 1 --prompt-len ${SSM_PROMPT:-1024} --gen-len 96 --prefill-len 1024 \
-        >"$OUT/ssm_${dt}_$round.log" 2>&1
-      echo "bench-offline greedy mamba-ssm-dtype=$dt round $round rc=$?" | tee -a "$OUT/summary.txt"
-      grep -E '^(threads|[0-9])|decode step|state slots' "$OUT/ssm_${dt}_$round.log" | tee -a "$OUT/summary.txt"
+    for ev in ${SSM_ENVS:-DELTASERVE_NONE=0}; do
+      for dt in float32 bfloat16; do
+        env "$ev" timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --mamba-ssm-dtype $dt \
+          --batch ${SSM_BATCHES:-1,16,64} --threads 1 --prompt-len ${SSM_PROMPT:-1024} --gen-len 96 --prefill-len 1024 \
+          >"$OUT/ssm_${dt}_${ev}_$round.log" 2>&1
+        echo "bench-offline greedy mamba-ssm-dtype=$dt $ev round $round rc=$?" | tee -a "$OUT/summary.txt"
+        grep -E '^(threads|[0-9])|decode step|state slots' "$OUT/ssm_${dt}_${ev}_$round.log" | tee -a "$OUT/summary.txt"
+      done
     done
   done
-  timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --mamba-ssm-dtype bfloat16 \
-    --temperature 0.6 --top-k 20 --top-p 0.95 --sampling-backend device \
-    --batch 16,64 --threads 1 --prompt-len 128 --gen-len 128 --prefill-len 1024 >"$OUT/ssm_sampled.log" 2>&1
-  echo "bench-offline sampled mamba-ssm-dtype=bfloat16 rc=$?" | tee -a "$OUT/summary.txt"
-  grep -E '^(threads|[0-9])|decode step|overlap|drawn' "$OUT/ssm_sampled.log" | tee -a "$OUT/summary.txt"
+  for dt in float32 bfloat16; do
+    timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --mamba-ssm-dtype $dt \
+      --temperature 0.6 --top-k 20 --top-p 0.95 --sampling-backend device \
+      --batch 16,64 --threads 1 --prompt-len 128 --gen-len 128 --prefill-len 1024 >"$OUT/ssm_sampled_$dt.log" 2>&1
+    echo "bench-offline sampled mamba-ssm-dtype=$dt rc=$?" | tee -a "$OUT/summary.txt"
+    grep -E '^(threads|[0-9])|decode step|overlap|drawn' "$OUT/ssm_sampled_$dt.log" | tee -a "$OUT/summary.txt"
+  done
 fi
 
 if has tokenmap; then

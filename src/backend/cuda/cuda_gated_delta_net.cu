@@ -933,7 +933,7 @@ void launch_decode(const GdnArgs& a, int64_t conv_dim, int64_t row, cudaStream_t
   const bool many = int64_t(a.n_seqs) * a.Hv > 2 * int64_t(sm_count(current_device()));
   const int warps = a.decode_warps > 0 ? std::min(a.decode_warps, 32) : std::clamp(groups, 2, many ? 8 : 32);
   const std::size_t smem = (std::size_t(2) * DK + std::size_t(2) * a.Dv) * sizeof(float);
-  if (warps < groups && warps <= 8)
+  if (a.decode_next && warps < groups && warps <= 8)
     launch_pdl(a.pdl, gdn_decode_kernel<DK, NR, true>, dim3(static_cast<unsigned>(a.n_seqs * a.Hv)), dim3(32 * warps),
                smem, s, a, conv_dim, row);
   else
