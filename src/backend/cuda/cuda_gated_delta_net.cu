@@ -343,14 +343,11 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
 // Windows: a value channel belongs to one block, which moves its window. q and k are read by the
 // Hv/Hk blocks of a key head; the last of them to finish reading (head_count, reset by it) moves
 // their windows. Before pdl_wait it reads only what no kernel of this step writes before it: the
-// slot of s (uploaded before the step), the conv weights, and the first row groups of the state
+// slot of s (uploaded before the step), the conv weights, and the first row group of the state
 // (written by this layer's own kernel of an earlier step, by a commit or a slot copy, never by the
 // GEMV just before it), so the state's latency hides behind that GEMV's tail.
-// kNext (warps walking several row groups, blocks of at most 256 threads): the next group's state
-// is loaded before the current one is computed, so two groups' loads are in flight per warp (with
-// a bf16 state a group is half the bytes).
-template <int DK, int NR, bool kNext>
-__global__ void __launch_bounds__(kNext ? 256 : 1024) gdn_decode_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
+template <int DK, int NR>
+__global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   constexpr int LPR = DK / 4, RPW = 32 / LPR, ROWS_PER_WARP = RPW * NR;
   extern __shared__ __align__(16) float dsm[];
   float* qk_s = dsm;              // [2*DK]: q | k after conv, SiLU and norm
@@ -369,20 +366,19 @@ __global__ void __launch_bounds__(kNext ? 256 : 1024) gdn_decode_kernel(GdnArgs 
   const int64_t head_state = int64_t(Dv) * DK;
   const int64_t Shead = state_head(slot, a.Hv, hv, head_state);  // element offset
   const int n_groups = (Dv + ROWS_PER_WARP - 1) / ROWS_PER_WARP;
-  int jv[NR], jn[NR];
-  bool ok[NR], okn[NR];
-  float4 S[NR], Sn[NR];
-  auto load_group = [&](int g, int (&j)[NR], bool (&o)[NR], float4 (&x)[NR]) {
+  int jv[NR];
+  bool ok[NR];
+  float4 S[NR];
+  auto load_group = [&](int g) {
 #pragma unroll
     for (int q = 0; q < NR; ++q) {
-      j[q] = g * ROWS_PER_WARP + q * RPW + sub;
-      o[q] = j[q] < Dv;
-      x[q] = o[q] ? load_state4(a.rec_state, a.rec_bf16, Shead + int64_t(j[q]) * DK + 4 * li)
-                  : make_float4(0.f, 0.f, 0.f, 0.f);
+      jv[q] = g * ROWS_PER_WARP + q * RPW + sub;
+      ok[q] = jv[q] < Dv;
+      S[q] = ok[q] ? load_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[q]) * DK + 4 * li)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   };
-  if (warp < n_groups) load_group(warp, jv, ok, S);
-  if (kNext && warp + n_warps < n_groups) load_group(warp + n_warps, jn, okn, Sn);
+  if (warp < n_groups) load_group(warp);
   pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
   pdl_trigger();
   const int t = a.seq_start[s];
@@ -455,19 +451,7 @@ __global__ void __launch_bounds__(kNext ? 256 : 1024) gdn_decode_kernel(GdnArgs 
   const float beta = gate_s[0], decay = gate_s[1];
   const int64_t ckS = ckpt ? state_head(a.ckpt_slot[s], a.Hv, hv, head_state) : -1;
   for (int g = warp; g < n_groups; g += n_warps) {
-    if (g != warp) {
-      if (kNext) {
-#pragma unroll
-        for (int q = 0; q < NR; ++q) {
-          S[q] = Sn[q];
-          jv[q] = jn[q];
-          ok[q] = okn[q];
-        }
-        if (g + n_warps < n_groups) load_group(g + n_warps, jn, okn, Sn);
-      } else {
-        load_group(g, jv, ok, S);
-      }
-    }
+    if (g != warp) load_group(g);
     float v[NR], p[NR];
 #pragma unroll
     for (int q = 0; q < NR; ++q) v[q] = ok[q] ? v_s[jv[q]] : 0.f;
@@ -933,12 +917,8 @@ void launch_decode(const GdnArgs& a, int64_t conv_dim, int64_t row, cudaStream_t
   const bool many = int64_t(a.n_seqs) * a.Hv > 2 * int64_t(sm_count(current_device()));
   const int warps = a.decode_warps > 0 ? std::min(a.decode_warps, 32) : std::clamp(groups, 2, many ? 8 : 32);
   const std::size_t smem = (std::size_t(2) * DK + std::size_t(2) * a.Dv) * sizeof(float);
-  if (a.decode_next && warps < groups && warps <= 8)
-    launch_pdl(a.pdl, gdn_decode_kernel<DK, NR, true>, dim3(static_cast<unsigned>(a.n_seqs * a.Hv)), dim3(32 * warps),
-               smem, s, a, conv_dim, row);
-  else
-    launch_pdl(a.pdl, gdn_decode_kernel<DK, NR, false>, dim3(static_cast<unsigned>(a.n_seqs * a.Hv)), dim3(32 * warps),
-               smem, s, a, conv_dim, row);
+  launch_pdl(a.pdl, gdn_decode_kernel<DK, NR>, dim3(static_cast<unsigned>(a.n_seqs * a.Hv)), dim3(32 * warps), smem, s,
+             a, conv_dim, row);
 }
 
 }  // namespace
