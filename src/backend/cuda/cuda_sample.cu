@@ -12,9 +12,10 @@
 //      its mass >= top_p of the whole. It is sorted (s descending, id
 //      ascending), cut by top-k, top-p and min-p, sorted by id, and drawn from by inverse CDF.
 //   5. A kept set that cannot fit the window (a flat row's nucleus, top-k past kWindow, thousands
-//      of tied logits) is found over the whole row instead (wide_cut): a prefix of the sorted
-//      order is {key > K} plus {key == K, id <= I}, and K and I are bisected by counting (top-k)
-//      or by mass (top-p) over the row, ~100 passes. Every row gets a token.
+//      of tied logits) is found over the whole row instead (draw_wide): a prefix of the sorted
+//      order is {key > K} plus {key == K, id <= I}; K is found a 4-bit digit at a time from the
+//      top by counting (top-k) or by mass (top-p) over the row, I by a scan over id ranges,
+//      ~22 passes in all. Every row gets a token.
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -53,9 +54,12 @@ __device__ __forceinline__ float key_value(uint32_t k) {
 }
 __device__ __forceinline__ uint64_t mass_of(float s, float m) { return __float2ull_rn(expf(s - m) * kFixed); }
 
+constexpr int kDigitBits = 4, kDigits = 1 << kDigitBits;  // wide_cut's radix
+
 struct Shared {
   uint64_t cand[kWindow];  // (order_key(s) << 32) | ~id, later (id << 32) | order_key(s)
   uint64_t red64[kWarps];
+  uint64_t digit[kDigits][kWarps];  // per-warp sums of each digit (the radix search)
   float redf[kWarps];
   int redi[kWarps];
   int count;
@@ -212,32 +216,102 @@ __device__ uint64_t tally(const float* x, int V, float it, float m, Cut c, Share
   return block_sum(mine, sh);
 }
 
+// The largest key K whose {key >= K} holds `need` (kMass: mass, else a count; reachable), a
+// kDigitBits digit at a time from the top: a pass sums each next digit's tokens among those whose
+// higher digits are K's so far. *above gets what {key > K} holds.
+template <bool kMass>
+__device__ uint32_t largest_key_holding(const float* x, int V, float it, float m, uint64_t need, Shared& sh,
+                                        uint64_t* above_out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t prefix = 0;
+  uint64_t above = 0;  // held by keys above the range of the digits found so far
+  for (int shift = 32 - kDigitBits; shift >= 0; shift -= kDigitBits) {
+    const uint32_t high = shift + kDigitBits >= 32 ? 0u : ~0u << (shift + kDigitBits);
+    uint64_t c[kDigits];
+#pragma unroll
+    for (int d = 0; d < kDigits; ++d) c[d] = 0;
+    for (int i = threadIdx.x; i < V; i += kThreads) {
+      const float s = x[i] * it;
+      const uint32_t k = order_key(s);
+      if ((k & high) != prefix) continue;
+      const uint32_t dig = (k >> shift) & (kDigits - 1);
+      const uint64_t w = kMass ? mass_of(s, m) : 1;
+#pragma unroll
+      for (int d = 0; d < kDigits; ++d) c[d] += dig == uint32_t(d) ? w : 0;
+    }
+#pragma unroll
+    for (int d = 0; d < kDigits; ++d)
+      for (int o = 16; o > 0; o >>= 1) c[d] += __shfl_xor_sync(kFull, c[d], o);
+    __syncthreads();  // the last pass's readers are done
+    if (lane == 0)
+#pragma unroll
+      for (int d = 0; d < kDigits; ++d) sh.digit[d][warp] = c[d];
+    __syncthreads();
+    if (warp == 0) {  // lane d < kDigits: digit d's total; lane 0 takes the digits from the top
+      uint64_t t = 0;
+      if (lane < kDigits)
+        for (int w = 0; w < kWarps; ++w) t += sh.digit[lane][w];
+      uint64_t acc = above;
+      int found = 0;
+      for (int d = kDigits - 1; d >= 0; --d) {
+        const uint64_t td = __shfl_sync(kFull, t, d);
+        if (acc + td >= need) {
+          found = d;
+          break;
+        }
+        acc += td;
+      }
+      if (lane == 0) {
+        sh.count = found;
+        sh.u64_a = acc;
+      }
+    }
+    __syncthreads();
+    prefix |= uint32_t(sh.count) << shift;
+    above = sh.u64_a;
+  }
+  *above_out = above;
+  return prefix;
+}
+
+// The id of the n-th token (n >= 1, in id order) whose key is K: each thread counts a range of
+// ids, a block scan finds the range holding it, whose thread walks it.
+__device__ int nth_id_at_key(const float* x, int V, float it, uint32_t K, uint64_t n, Shared& sh) {
+  const int span = (V + kThreads - 1) / kThreads;
+  const int b = min(V, int(threadIdx.x) * span), e = min(V, b + span);
+  uint64_t mine = 0;
+  for (int i = b; i < e; ++i) mine += order_key(x[i] * it) == K;
+  uint64_t total;
+  const uint64_t before = block_exclusive_sum(mine, sh, &total);
+  if (threadIdx.x == 0) sh.count = V - 1;  // (n > total cannot happen)
+  __syncthreads();
+  if (before < n && before + mine >= n) {
+    uint64_t c = before;
+    for (int i = b; i < e; ++i)
+      if (order_key(x[i] * it) == K && ++c == n) {
+        sh.count = i;
+        break;
+      }
+  }
+  __syncthreads();
+  const int id = sh.count;
+  __syncthreads();  // before sh.count is reused
+  return id;
+}
+
 // The shortest prefix holding at least `need` tokens (kMass: at least `need` mass), need >= 1 and
-// reachable. First the largest key K whose {key >= K} holds it, then the smallest id I at K.
+// reachable: the largest key K whose {key >= K} holds it, then the smallest id I at K. Tokens at K
+// all have the same mass q: as many of them, lowest ids first, as the prefix above K leaves missing.
 template <bool kMass>
 __device__ Cut shortest_prefix(const float* x, int V, float it, float m, uint64_t need, Shared& sh) {
-  uint32_t lo = 0, hi = order_key(m);  // {key >= 0} is the whole row; nothing lies above m's key
-  while (lo < hi) {
-    const uint32_t mid = lo + ((hi - lo) >> 1) + 1;
-    if (tally<kMass>(x, V, it, m, Cut{mid, V - 1}, sh) >= need) lo = mid;
-    else hi = mid - 1;
-  }
-  // Tokens at key lo all have the same mass q: take as many of them, lowest ids first, as the
-  // prefix above them leaves missing.
-  const uint64_t above = tally<kMass>(x, V, it, m, Cut{lo, -1}, sh);
+  uint64_t above = 0;
+  const uint32_t K = largest_key_holding<kMass>(x, V, it, m, need, sh, &above);
   uint64_t n_at = need - above;
   if (kMass) {
-    const uint64_t q = mass_of(key_value(lo), m);
+    const uint64_t q = mass_of(key_value(K), m);
     n_at = q > 0 ? (n_at + q - 1) / q : 1;
   }
-  const uint64_t count_above = kMass ? tally<false>(x, V, it, m, Cut{lo, -1}, sh) : above;
-  int a = 0, b = V - 1;
-  while (a < b) {
-    const int mid = a + (b - a) / 2;
-    if (tally<false>(x, V, it, m, Cut{lo, mid}, sh) - count_above >= n_at) b = mid;
-    else a = mid + 1;
-  }
-  return Cut{lo, a};
+  return Cut{K, nth_id_at_key(x, V, it, K, n_at, sh)};
 }
 
 // Step 5: the kept set over the whole row (top-k k < V or top-p or min-p), and the draw.
