@@ -178,7 +178,8 @@ std::string Engine::plan_summary() const {
                  "; weights ", cap.weight_bytes >> 20, " MiB; KV ",
                  cap.kv_tokens, " tokens (", cap.kv_cache_dtype, ", ", cap.kv_cache_bytes >> 20, " MiB); state slots ",
                  cap.state_slots, " + ", cap.checkpoint_slots, " checkpoints (", cap.state_cache_bytes >> 20,
-                 " MiB", config_.state_dtype == DType::BF16 ? ", recurrent state bf16" : "", "); prefix cache ", cap.prefix_cache ? "on" : "off", "; max running ", cap.max_running_requests,
+                 " MiB", config_.state_dtype == DType::BF16 ? ", recurrent state bf16" : "", "); prefix cache ",
+                 cap.prefix_cache ? "on" : "off", "; max running ", cap.max_running_requests,
                  "; context ", cap.context_length, "; chunked prefill ", config_.chunked_prefill_size,
                  "; speculative steps ", speculative_steps(),
                  speculative_steps() > 0 && !config_.spec_token_map.empty()
@@ -477,14 +478,7 @@ void Engine::chain_sampling(const std::vector<ScheduledItem>& items) {
   sample_rows_.assign(items.size(), SampleRow{});
   for (size_t i = 0; i < items.size(); ++i) {
     Sequence& s = *items[i].seq;
-    const SamplingParams& p = s.params;
-    if (p.greedy()) continue;
-    SampleRow& r = sample_rows_[i];
-    r.inv_temperature = 1.0f / p.temperature;
-    r.top_k = p.top_k;
-    r.top_p = p.top_p;
-    r.min_p = p.min_p;
-    r.u = static_cast<float>(std::uniform_real_distribution<double>(0.0, 1.0)(s.rng));
+    if (!s.params.greedy()) sample_rows_[i] = sample_row(s.params, next_uniform(s));
   }
   penalties_.clear();
   device_sampling_.rows = sample_rows_;
@@ -569,6 +563,18 @@ void Engine::collect(Flight& f, bool release_finished) {
   }
 }
 
+double Engine::next_uniform(Sequence& s) { return std::uniform_real_distribution<double>(0.0, 1.0)(s.rng); }
+
+SampleRow Engine::sample_row(const SamplingParams& p, double u) {
+  SampleRow r;
+  r.inv_temperature = 1.0f / p.temperature;
+  r.top_k = p.top_k;
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  r.u = static_cast<float>(u);
+  return r;
+}
+
 bool Engine::samples_raw_argmax(const Sequence& s) {
   const SamplingParams& p = s.params;
   return p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
@@ -601,14 +607,9 @@ ModelRunner::Fetch Engine::choose_fetch(const std::vector<ScheduledItem>& items)
     if (!items[i].sample) return;
     Sequence& s = *items[i].seq;
     const SamplingParams& p = s.params;
-    SampleRow& r = sample_rows_[row_of_[i]];
     if (!p.greedy()) {
-      draw_u_[i] = std::uniform_real_distribution<double>(0.0, 1.0)(s.rng);
-      r.inv_temperature = 1.0f / p.temperature;
-      r.top_k = p.top_k;
-      r.top_p = p.top_p;
-      r.min_p = p.min_p;
-      r.u = static_cast<float>(draw_u_[i]);
+      draw_u_[i] = next_uniform(s);
+      sample_rows_[row_of_[i]] = sample_row(p, draw_u_[i]);
     }
     sampler.penalty_entries(p, s.prompt(), s.generated(), row_of_[i], item_penalties_[i]);
   });

@@ -373,8 +373,9 @@ int ModelRunner::launch(std::span<const RunItem> items, const LayerObserver* obs
   // chained next run.
   const char* staged = fetch == Fetch::Sample ? stage_sampling(ticket, *sampling) : nullptr;
   const int64_t n_pen = fetch == Fetch::Sample ? static_cast<int64_t>(sampling->penalties.size()) : 0;
-  const bool other_ranks_pick = (fetch == Fetch::Argmax || (fetch == Fetch::Sample && n_pen == 0)) &&
-                                group_.size() > 1 && n_out_ > 0 && ranks_[0].backend->device() != Device::Cpu;
+  const bool every_rank_picks = fetch == Fetch::Argmax || (fetch == Fetch::Sample && n_pen == 0);
+  const bool other_ranks_pick =
+      every_rank_picks && group_.size() > 1 && n_out_ > 0 && ranks_[0].backend->device() != Device::Cpu;
   group_.run([&](int rank) {
     Rank& r = ranks_[rank];
     upload_meta(r, true);
@@ -407,8 +408,7 @@ int ModelRunner::launch(std::span<const RunItem> items, const LayerObserver* obs
   else clear_host_outputs();  // Fetch::None: nothing comes back
   f.n_out = n_out_;
   f.fetch = fetch;
-  f.ids_chainable = fetch == Fetch::Argmax || (fetch == Fetch::Sample && (n_pen == 0 || group_.size() == 1 ||
-                                                                         ranks_[0].backend->device() == Device::Cpu));
+  f.ids_chainable = every_rank_picks;
   f.logits = host_logits_;
   ranks_[0].backend->record(*f.done[0]);
   f.pending = true;

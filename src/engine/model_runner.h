@@ -86,13 +86,14 @@ class ModelRunner {
 
   // Overlap scheduling (engine/engine.cpp): run() is launch() then wait(). launch() queues the
   // run and returns a ticket; with Fetch::Argmax or Sample on a GPU it returns before the device
-  // is done (the other fetches wait inside it). wait(ticket) blocks until that run's tokens (or logits)
-  // are on the host, and token() / logits() then read them. Two launches may be outstanding: each
+  // is done (the other fetches wait inside it). wait(ticket) blocks until that run's tokens (or
+  // logits) are on the host, and token() / logits() then read them. Two launches may be outstanding: each
   // has its own host staging and token rows, so the next batch is built and queued while the last
   // one computes. ids_from_last: item i's one token is output row i of the previous launch (a
   // Fetch::Argmax batch, or a Fetch::Sample one without penalties, whose every item has one output
   // row), copied on the device (with tensor parallelism each rank picks the rows from its own
-  // gathered logits: the same argmax, or the same draw); the items' own tokens are placeholders. Needs can_chain(): not on a multi-node group, whose other nodes replay host ids.
+  // gathered logits: the same argmax, or the same draw); the items' own tokens are placeholders.
+  // Needs can_chain(): not on a multi-node group, whose other nodes replay host ids.
   int launch(std::span<const RunItem> items, const LayerObserver* observer = nullptr, Fetch fetch = Fetch::Logits,
              const Sampling* sampling = nullptr, bool ids_from_last = false);
   void wait(int ticket);
@@ -180,7 +181,8 @@ class ModelRunner {
     const float* logits = nullptr;     // host logits after the fetch (nullptr: none)
     int n_out = 0;
     Fetch fetch = Fetch::None;
-    bool ids_chainable = false;         // its tokens are on every rank's device: a next launch may feed them
+    bool ids_chainable = false;         // argmax, or a draw without penalties: every rank picks the same
+                                        // tokens, so a next launch may feed them (ids_from_last)
     // Per rank, recorded after the run's last work there (rank 0: its last copy to the host).
     std::vector<std::unique_ptr<DeviceEvent>> done;
     bool pending = false;               // launched, not waited for
