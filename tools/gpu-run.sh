@@ -40,6 +40,13 @@
 # tokenmap: MTP k=3 through the engine at batch 1 and 16 (TOKENMAP_BATCHES), without and with a
 #         --speculative-token-map of 32768 ids spread over the vocabulary (every 7th),
 #         TOKENMAP_ROUNDS times (default 2), alternating: the drafts' lm_head streams 32768 rows instead of 248k
+# gdn-cluster: greedy batch 1/16/64 at a 1k context, then Qwen's sampling on the device at batch 16/64
+#         at 128, through the engine, with the fused GDN decode kernel in clusters of each size of
+#         GDN_CLUSTERS ("1 4": DELTASERVE_CUDA_GDN_CLUSTER), alternating
+# variants: bench_cuda_decode (model only: batch 1 graph, verify(4), batch VAR_BATCH (16)) at a 1k
+#         context with the new binaries under each environment of VARIANTS ("name:VAR=val,VAR=val";
+#         "base:" for none) and, with .gpu/old.tar.xz, the old binaries as "old", VAR_ROUNDS (2)
+#         times, alternating
 # ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
 #         (its own flags: --model, f32 KV), for before/after figures from one session
 # Logs and a summary go to $OUT.
@@ -307,6 +314,39 @@ if has tp; then
       --prefill-len 8192 "${frac[@]}" >"$OUT/tp_engine_tp$tp.log" 2>&1
     echo "bench-offline --tp-size $tp rc=$?" | tee -a "$OUT/summary.txt"
     grep -E '^(threads|[0-9]|engine:)' "$OUT/tp_engine_tp$tp.log" | tee -a "$OUT/summary.txt"
+  done
+fi
+
+if has gdn-cluster; then
+  for cl in ${GDN_CLUSTERS:-1 4}; do
+    DELTASERVE_CUDA_GDN_CLUSTER=$cl timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M \
+      --load-format dummy --batch 1,16,64 --threads 1 --prompt-len 1024 --gen-len 96 --prefill-len 1024 \
+      >"$OUT/cluster_${cl}_greedy.log" 2>&1
+    echo "bench-offline greedy GDN cluster $cl rc=$?" | tee -a "$OUT/summary.txt"
+    grep -E '^(threads|[0-9])|decode step' "$OUT/cluster_${cl}_greedy.log" | tee -a "$OUT/summary.txt"
+  done
+  for cl in ${GDN_CLUSTERS:-1 4}; do
+    DELTASERVE_CUDA_GDN_CLUSTER=$cl timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M \
+      --load-format dummy --temperature 0.6 --top-k 20 --top-p 0.95 --sampling-backend device --batch 16,64 \
+      --threads 1 --prompt-len 128 --gen-len 128 --prefill-len 1024 >"$OUT/cluster_${cl}_sampled.log" 2>&1
+    echo "bench-offline sampled GDN cluster $cl rc=$?" | tee -a "$OUT/summary.txt"
+    grep -E '^(threads|[0-9])|decode step' "$OUT/cluster_${cl}_sampled.log" | tee -a "$OUT/summary.txt"
+  done
+fi
+
+if has variants; then
+  if [ -f .gpu/old.tar.xz ]; then mkdir -p .gpu/old && tar -C .gpu/old -xJf .gpu/old.tar.xz; fi
+  for round in $(seq 1 ${VAR_ROUNDS:-2}); do
+    for v in $([ -f .gpu/old.tar.xz ] && echo old:) ${VARIANTS:-base:}; do
+      name=${v%%:*}; envs=${v#*:}; bin=$B; lib=$B/lib
+      [ "$name" = old ] && bin=$ROOT/.gpu/old && lib=$bin/lib
+      log=$OUT/var_${name}_$round.log
+      env ${envs//,/ } LD_LIBRARY_PATH=$lib:$LD_LIBRARY_PATH timeout 200 "$bin/bench_cuda_decode" --model $M \
+        --kv-dtype bf16 --ctx 1024 --steps 32 --prefill 0 --batch ${VAR_BATCH:-16} >"$log" 2>&1
+      rc=$?
+      echo "variant $name ($envs) round $round rc=$rc: $(grep -oE '[0-9.]+ tok/s|verify forward[^;]*' "$log" |
+        tr '\n' ' ')" | tee -a "$OUT/summary.txt"
+    done
   done
 fi
 

@@ -9,6 +9,7 @@
 //   DELTASERVE_CUDA_GDN_TF32=3   gdn_tf32_parts (the tensor-core one's products in 3xTF32 outside exact mode)
 //   DELTASERVE_CUDA_GDN_FUSED=0  gdn_fused_decode off (decode: conv, window, prep, recurrence, norm as five kernels)
 //   DELTASERVE_CUDA_GDN_WARPS=N  gdn_decode_warps (the fused decode kernel's warps per block)
+//   DELTASERVE_CUDA_GDN_CLUSTER=N gdn_decode_cluster (its blocks per head, a cluster; sm_90)
 //   DELTASERVE_CUDA_PDL=0        pdl off (GEMVs launched plainly)
 //   DELTASERVE_CUDA_FUSED_GEMV=N fused_gemv (1: SiLU-mul folded into down_proj's GEMV, 2: RMSNorm too)
 //   DELTASERVE_GEMV_SHAPE=RU     gemv_shape (1-row GEMV tile: 24, 42, 81)
@@ -39,6 +40,9 @@ struct CudaOptions {
   bool gdn_fused_decode = true;     // GDN decode: the whole layer (conv, windows, norms, gates,
                                     // recurrence, gated norm) in one kernel
   int gdn_decode_warps = 0;         // ... its warps per block (0: by the batch, cuda_gated_delta_net.cu)
+  int gdn_decode_cluster = 0;       // ... blocks per (sequence, value head): a cluster sharing the
+                                    // head's state rows (sm_90; 1: a block per head, 2, 4 or 8;
+                                    // 0: by the batch, cuda_gated_delta_net.cu)
   bool pdl = true;                  // decode GEMVs by programmatic dependent launch (sm_90+)
   int fused_gemv = 0;               // 1-row prologues folded into the following GEMV: 0 none,
                                     // 1 SiLU-mul (into down_proj), 2 also RMSNorm (exact mode only).
@@ -87,6 +91,7 @@ struct CudaOptions {
     o.gdn_tf32_parts = is("DELTASERVE_CUDA_GDN_TF32", "3") ? 3 : 1;
     o.gdn_fused_decode = !is("DELTASERVE_CUDA_GDN_FUSED", "0");
     o.gdn_decode_warps = num("DELTASERVE_CUDA_GDN_WARPS", 0);
+    o.gdn_decode_cluster = num("DELTASERVE_CUDA_GDN_CLUSTER", 0);
     o.pdl = !is("DELTASERVE_CUDA_PDL", "0");
     o.fused_gemv = num("DELTASERVE_CUDA_FUSED_GEMV", 0);
     o.gemv_shape = num("DELTASERVE_GEMV_SHAPE", 0);

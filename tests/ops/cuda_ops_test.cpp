@@ -1249,7 +1249,8 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
 }
 
 // Decode with the whole layer in one kernel (CudaOptions::gdn_fused_decode, the default; also with
-// two warps per block, each walking many row groups) and as five kernels (DELTASERVE_CUDA_GDN_FUSED=0):
+// two warps per block, each walking many row groups; conv windows of 3 taps read before the kernel's
+// PDL wait, of 5 after it) and as five kernels (DELTASERVE_CUDA_GDN_FUSED=0):
 // the same outputs, conv windows (incl. a checkpoint's copy) and states as the CPU, over two steps in a row (the fused kernel's per-key-head counters
 // must be back at zero for the second), for 3 and 24 sequences, key heads shared by 1-3 value
 // heads, Dv != Dk, and more state rows than a block's warps hold at once (Dv 256).
@@ -1265,18 +1266,21 @@ TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
       {{{3, 1}, {8, 1}, {1, 1}}, {3, 0, 4}}, {many, many_slots}};
   // Fused with the warps chosen by the batch, fused with 2 warps walking every row group, five
   // kernels; then fused again over a bf16 recurrent state (the second step starts from states each
-  // backend rounded: within a bf16 rounding of each other).
-  for (int mode = 0; mode < 4; ++mode) {
+  // backend rounded: within a bf16 rounding of each other); then in clusters of 2 blocks per head
+  // (f32 state) and of 4 (bf16), where the head's rows allow (sm_90; else a block per head).
+  for (int mode = 0; mode < 6; ++mode) {
     const bool fused_decode = mode != 2;
-    const DType rec_dtype = mode == 3 ? DType::BF16 : DType::F32;
-    const double rec_tol = mode == 3 ? 1e-2 : 1e-4, out_tol = mode == 3 ? 1e-2 : 1e-4;
+    const bool bf16 = mode == 3 || mode == 5;
+    const DType rec_dtype = bf16 ? DType::BF16 : DType::F32;
+    const double rec_tol = bf16 ? 1e-2 : 1e-4, out_tol = bf16 ? 1e-2 : 1e-4;
     CudaOptions opt;
     opt.exact_gemm = true;
     opt.gdn_fused_decode = fused_decode;
     opt.gdn_decode_warps = mode == 1 ? 2 : 0;
+    opt.gdn_decode_cluster = mode == 4 ? 2 : mode == 5 ? 4 : 1;
     std::unique_ptr<Backend> gpu = make_cuda_backend(0, opt);
     for (GdnShape sh : {GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4}, GdnShape{16, 48, 128, 128, 4},
-                        GdnShape{2, 6, 32, 64, 4}, GdnShape{1, 1, 128, 256, 4}}) {
+                        GdnShape{2, 6, 32, 64, 4}, GdnShape{1, 1, 128, 256, 4}, GdnShape{2, 4, 64, 64, 6}}) {
       for (std::size_t bi = 0; bi < batches.size(); ++bi) {
         const auto& [seqs, slots] = batches[bi];
         const int n_slots = *std::max_element(slots.begin(), slots.end()) + 2;  // the last one a spare

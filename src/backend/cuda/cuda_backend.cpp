@@ -720,6 +720,7 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   a.chunk_prefetch = b_.options().gdn_chunk_prefetch;
   a.tf32_parts = b_.exact_gemm() ? 3 : b_.options().gdn_tf32_parts;
   a.decode_warps = b_.options().gdn_decode_warps;
+  a.decode_cluster = b_.options().gdn_decode_cluster;
   a.pdl = small_pdl(T);
   // A mixed batch (prefill chunks, then one-token decode rows: the scheduler's order): the chunks
   // take the long-run path and the decode rows the fused decode kernel, in two launches over

@@ -70,8 +70,6 @@ __device__ __forceinline__ uint32_t hi_lo_bf16(float x0, float x1, uint32_t* lo)
 
 template <int HD, KvType KV, int BN, int STAGES>
 __global__ void __launch_bounds__(32 * kMaxWarps, 1) decode_mma_kernel(AttnArgs a) {
-  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
-  pdl_trigger();  // (a GEMV: it starts streaming its weights)
   using St = KvStorage<KV>;
   constexpr bool kRaw = KV != KvType::BF16;  // fp8: raw tiles, widened into one bf16 tile
   constexpr int LD = HD + 8;                 // padded bf16 row (16 bytes of skew)
@@ -109,22 +107,6 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) decode_mma_kernel(AttnArgs 
   const bool row_ok = tok < n_s;
   const int my_pos = row_ok ? a.positions[t0 + tok] : -1;  // keys <= my_pos are visible
 
-  // Q fragments: hi in rows 0-7 (a0, a2), lo in rows 8-15 (a1, a3), pre-scaled into the exp2 domain.
-  uint32_t qf[KT][4];
-  {
-    const float qs = a.scale * a.k_scale * kLog2e;
-    const float* qp = a.q_scratch + (int64_t(t0 + (row_ok ? tok : 0)) * nh + kvh * G + g) * HD + 2 * (lane & 3);
-#pragma unroll
-    for (int kk = 0; kk < KT; ++kk) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float2 x = row_ok ? *reinterpret_cast<const float2*>(qp + kk * 16 + half * 8) : make_float2(0.f, 0.f);
-        uint32_t lo;
-        qf[kk][2 * half] = hi_lo_bf16(x.x * qs, x.y * qs, &lo);
-        qf[kk][2 * half + 1] = lo;
-      }
-    }
-  }
   float o[NT][4];
 #pragma unroll
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -163,13 +145,44 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) decode_mma_kernel(AttnArgs 
     }
   };
 
+  // Before the wait (pdl_wait): the step's metadata (uploaded before it), the block table, and the
+  // first tiles' keys when they all precede this step's first position (written by an earlier
+  // step, never by a kernel of this one), so their latency hides behind the kernels before.
 #pragma unroll
   for (int p = 0; p < STAGES; ++p) store_row(p, fetch_row(p));
   __syncthreads();
+  const int first_new = a.positions[t0];
+  int issued = 0;  // tiles (or empty groups) committed before the wait, in order
 #pragma unroll
   for (int p = 0; p < STAGES - 1; ++p) {
+    if (p < n_tiles && min(j_end, j_begin + (p + 1) * BN) > first_new) break;
     if (p < n_tiles) load_tile(p);
     cp_async_commit();
+    ++issued;
+  }
+  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
+  pdl_trigger();  // (a GEMV: it starts streaming its weights)
+#pragma unroll
+  for (int p = 0; p < STAGES - 1; ++p) {
+    if (p < issued) continue;
+    if (p < n_tiles) load_tile(p);
+    cp_async_commit();
+  }
+  // Q fragments: hi in rows 0-7 (a0, a2), lo in rows 8-15 (a1, a3), pre-scaled into the exp2 domain.
+  uint32_t qf[KT][4];
+  {
+    const float qs = a.scale * a.k_scale * kLog2e;
+    const float* qp = a.q_scratch + (int64_t(t0 + (row_ok ? tok : 0)) * nh + kvh * G + g) * HD + 2 * (lane & 3);
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float2 x = row_ok ? *reinterpret_cast<const float2*>(qp + kk * 16 + half * 8) : make_float2(0.f, 0.f);
+        uint32_t lo;
+        qf[kk][2 * half] = hi_lo_bf16(x.x * qs, x.y * qs, &lo);
+        qf[kk][2 * half + 1] = lo;
+      }
+    }
   }
   const int steps_per_warp = BN / 16 / KG;  // 16-key steps of each warp per tile
   for (int it = 0; it < n_tiles; ++it) {

@@ -340,12 +340,18 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
 // results): the conv of q and k (key head hk) and of the head's Dv value channels over the slot's
 // window and the token, SiLU, the L2 norms and gates; the recurrence with rows over lanes (NR rows
 // per group of DK/4 lanes, the warps walking the head's row groups); the gated RMSNorm.
+// Clusters (GdnArgs::decode_cluster = CL > 1, sm_90): CL blocks share a head, each taking Dv / CL
+// of its rows (their value channels, recurrence and outputs; each convolves q and k itself); the
+// gated norm's sum of squares reads the other blocks' rows of o from their shared memory, in the
+// one-block order. At batch 1 a block per head leaves 84 of the H200's 132 SMs idle and moves a
+// head's whole state through one SM.
 // Windows: a value channel belongs to one block, which moves its window. q and k are read by the
-// Hv/Hk blocks of a key head; the last of them to finish reading (head_count, reset by it) moves
-// their windows. Before pdl_wait it reads only what no kernel of this step writes before it: the
-// slot of s (uploaded before the step), the conv weights, and the first row group of the state
-// (written by this layer's own kernel of an earlier step, by a commit or a slot copy, never by the
-// GEMV just before it), so the state's latency hides behind that GEMV's tail.
+// Hv/Hk x CL blocks of a key head; the last of them to finish reading (head_count, reset by it)
+// moves their windows. Before pdl_wait it reads only what no kernel of this step writes before it:
+// the slot of s (uploaded before the step), the conv weights and windows, the gates' constants,
+// the norm weight, and the first row group of the state (written by this layer's own kernel of an
+// earlier step, by a commit or a slot copy, never by the GEMV just before it), so their latency
+// hides behind that GEMV's tail; after it, only the projection row (which that GEMV wrote).
 template <int DK, int NR>
 __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   constexpr int LPR = DK / 4, RPW = 32 / LPR, ROWS_PER_WARP = RPW * NR;
@@ -356,85 +362,124 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
   __shared__ float gate_s[2];     // beta, decay
   __shared__ float inv_s;
   __shared__ int last_s;
-  const int s = blockIdx.x / a.Hv, hv = blockIdx.x % a.Hv;
+  // A cluster of CL = a.decode_cluster blocks per (sequence, value head) (sm_90): block rank c owns
+  // the head's value rows [row0, row0 + RB).
+  const int CL = a.decode_cluster, head = blockIdx.x / CL, c_rank = blockIdx.x % CL;
+  const int s = head / a.Hv, hv = head % a.Hv;
   const int r = a.Hv / a.Hk, hk = hv / r;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = blockDim.x >> 5;
   const int sub = lane / LPR, li = lane % LPR;
   const int Dv = a.Dv, K = a.K, Km1 = K - 1;
+  const int RB = Dv / CL, row0 = c_rank * RB;
   const int64_t key_dim = int64_t(a.Hk) * DK, value_dim = int64_t(a.Hv) * Dv;
   const int32_t slot = a.state_slot[s];
   const int64_t head_state = int64_t(Dv) * DK;
   const int64_t Shead = state_head(slot, a.Hv, hv, head_state);  // element offset
-  const int n_groups = (Dv + ROWS_PER_WARP - 1) / ROWS_PER_WARP;
+  const int n_groups = (RB + ROWS_PER_WARP - 1) / ROWS_PER_WARP;
   int jv[NR];
   bool ok[NR];
   float4 S[NR];
   auto load_group = [&](int g) {
 #pragma unroll
     for (int q = 0; q < NR; ++q) {
-      jv[q] = g * ROWS_PER_WARP + q * RPW + sub;
-      ok[q] = jv[q] < Dv;
+      jv[q] = row0 + g * ROWS_PER_WARP + q * RPW + sub;
+      ok[q] = jv[q] < row0 + RB;
       S[q] = ok[q] ? load_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[q]) * DK + 4 * li)
                    : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   };
   if (warp < n_groups) load_group(warp);
+  // Also before the wait: this thread's first channel (i = threadIdx.x) of the conv, its window and
+  // weights; the gates' constants; the norm weight of output dim threadIdx.x. After the wait the
+  // block reads only the projection row (in L2: the GEMV before just wrote it).
+  // Channel i of this block: q, k of key head hk, then the value channels of its rows of head hv.
+  auto channel = [&](int i) -> int64_t {
+    return i < DK ? int64_t(hk) * DK + i : i < 2 * DK ? key_dim + int64_t(hk) * DK + (i - DK)
+                                                      : 2 * key_dim + int64_t(hv) * Dv + row0 + (i - 2 * DK);
+  };
+  // (Convs of up to kPreConv taps; longer ones load it all after the wait.)
+  constexpr int kPreConv = 4;
+  const int n_ch = 2 * DK + RB;
+  const bool pre = K <= kPreConv;
+  const int i0 = pre ? int(threadIdx.x) : n_ch;  // the first channel taken before the wait, if any
+  const bool has0 = i0 < n_ch;
+  const int64_t c0 = has0 ? channel(i0) : 0;
+  const bool ckpt = a.ckpt_at && a.ckpt_at[s] == 0;
+  const float* st0 = a.conv_state + (int64_t(slot) * conv_dim + c0) * Km1;
+  float win0[kPreConv], cw0[kPreConv];
+#pragma unroll
+  for (int q = 0; q < kPreConv; ++q) {
+    win0[q] = has0 && q < Km1 ? st0[q] : 0.f;
+    cw0[q] = has0 && q < K ? a.conv_weight[c0 * K + q] : 0.f;
+  }
+  const bool gate_thread = threadIdx.x == blockDim.x - 1;
+  const float dt_bias = gate_thread ? a.dt_bias[hv] : 0.f, neg_exp_a = gate_thread ? a.neg_exp_a[hv] : 0.f;
+  const int d0 = row0 + threadIdx.x;  // this thread's output dim
+  const bool has_d = int(threadIdx.x) < RB;
+  const float norm_d = has_d ? a.norm[d0] : 0.f;
   pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
   pdl_trigger();
   const int t = a.seq_start[s];
-  const bool ckpt = a.ckpt_at && a.ckpt_at[s] == 0;
   const float* pr = a.proj + int64_t(t) * row;
-  // Channel i of this block: q, k of key head hk, then the value channels of head hv.
-  auto channel = [&](int i) -> int64_t {
-    return i < DK ? int64_t(hk) * DK + i : i < 2 * DK ? key_dim + int64_t(hk) * DK + (i - DK)
-                                                      : 2 * key_dim + int64_t(hv) * Dv + (i - 2 * DK);
-  };
+  const float x0 = has0 ? pr[c0] : 0.f;
+  const float z_d = has_d ? pr[conv_dim + int64_t(hv) * Dv + d0] : 0.f;
   // 1. Conv + SiLU (conv_prep's order); the value channels' windows move here.
-  for (int i = threadIdx.x; i < 2 * DK + Dv; i += blockDim.x) {
-    const int64_t c = channel(i);
-    float* st = a.conv_state + (int64_t(slot) * conv_dim + c) * Km1;
-    const float x = pr[c];
-    float win[kMaxConv];
-#pragma unroll
-    for (int q = 0; q < kMaxConv; ++q)
-      if (q < Km1) win[q] = st[q];
+  auto conv_out = [&](int i, const auto& win, const auto& cw, float x) {  // win, cw: float[N]
+    constexpr int N = sizeof(win) / sizeof(float);
     float acc = 0.f;
 #pragma unroll
-    for (int q = 0; q < kMaxConv; ++q)
-      if (q < Km1) acc += a.conv_weight[c * K + q] * win[q];
-    acc += a.conv_weight[c * K + Km1] * x;
-    if (i < 2 * DK) {
-      qk_s[i] = silu(acc);
-      continue;
+    for (int q = 0; q < N; ++q) {  // the window's taps, then the token's (tap Km1)
+      if (q < Km1) acc += cw[q] * win[q];
+      else if (q == Km1) acc += cw[q] * x;
     }
-    v_s[i - 2 * DK] = silu(acc);
+    if (i < 2 * DK) qk_s[i] = silu(acc);
+    else v_s[row0 + i - 2 * DK] = silu(acc);
+  };
+  // The window after the token: into the slot (and the checkpoint slot).
+  auto move_window = [&](int64_t c, const auto& win, float x) {  // win: float[N]
+    constexpr int N = sizeof(win) / sizeof(float);
+    float* st = a.conv_state + (int64_t(slot) * conv_dim + c) * Km1;
     float* ck = ckpt ? a.conv_state + (int64_t(a.ckpt_slot[s]) * conv_dim + c) * Km1 : nullptr;
 #pragma unroll
-    for (int q = 0; q < kMaxConv; ++q) {
+    for (int q = 0; q < N; ++q) {
       if (q < Km1) {
         const float v = q + 1 < Km1 ? win[q + 1] : x;
         st[q] = v;
         if (ck) ck[q] = v;
       }
     }
+  };
+  if (has0) {
+    conv_out(i0, win0, cw0, x0);
+    if (i0 >= 2 * DK) move_window(c0, win0, x0);
   }
-  if (threadIdx.x == blockDim.x - 1) {  // the gates of head hv (prep_kernel's arithmetic)
+  for (int i = pre ? i0 + blockDim.x : threadIdx.x; i < n_ch; i += blockDim.x) {  // the rest, if any
+    const int64_t c = channel(i);
+    const float* st = a.conv_state + (int64_t(slot) * conv_dim + c) * Km1;
+    float win[kMaxConv], cw[kMaxConv];
+#pragma unroll
+    for (int q = 0; q < kMaxConv; ++q) {
+      win[q] = q < Km1 ? st[q] : 0.f;
+      cw[q] = q < K ? a.conv_weight[c * K + q] : 0.f;
+    }
+    const float x = pr[c];
+    conv_out(i, win, cw, x);
+    if (i >= 2 * DK) move_window(c, win, x);
+  }
+  if (gate_thread) {  // the gates of head hv (prep_kernel's arithmetic)
     const float b = pr[conv_dim + value_dim + hv];
-    const float x = pr[conv_dim + value_dim + a.Hv + hv] + a.dt_bias[hv];
+    const float x = pr[conv_dim + value_dim + a.Hv + hv] + dt_bias;
     const float sp = x > 20.0f ? x : log1pf(expf(x));
     gate_s[0] = 1.0f / (1.0f + expf(-b));
-    gate_s[1] = expf(a.neg_exp_a[hv] * sp);
+    gate_s[1] = expf(neg_exp_a * sp);
   }
   __syncthreads();  // every q/k window of this block read
-  if (threadIdx.x == 0) {
-    int last = 1;
-    if (r > 1) {
-      int* cnt = a.head_count + int64_t(s) * a.Hk + hk;
-      last = atomicAdd(cnt, 1) == r - 1;
-      if (last) *cnt = 0;
-    }
-    last_s = last;
-  }
+  // The Hv/Hk blocks of key head hk count themselves past reading its q/k windows; the result is
+  // used at the end, so the atomic's latency overlaps the rest of the kernel.
+  int before = 0;
+  int* cnt = r * CL > 1 ? a.head_count + int64_t(s) * a.Hk + hk : nullptr;
+  const int readers = r * CL;  // blocks that read key head hk's windows
+  if (readers > 1 && threadIdx.x == 0) before = atomicAdd(cnt, 1);
   // 2. L2 norms of q and k (prep_kernel's order: a warp per vector).
   for (int item = warp; item < 2; item += n_warps) {
     float* v = qk_s + item * DK;
@@ -466,31 +511,43 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
     }
   }
   __syncthreads();
-  // 4. Gated RMSNorm (gated_norm_kernel's order), then the q/k windows if this block is the last
-  // reader.
+  auto move_qk_windows = [&] {  // the last reader of key head hk's windows moves them
+    if (has0 && i0 < 2 * DK) move_window(c0, win0, x0);  // the window read before the wait
+    for (int i = pre ? i0 + blockDim.x : threadIdx.x; i < 2 * DK; i += blockDim.x) {
+      const int64_t c = channel(i);
+      const float* st = a.conv_state + (int64_t(slot) * conv_dim + c) * Km1;
+      float win[kMaxConv];
+#pragma unroll
+      for (int q = 0; q < kMaxConv; ++q) win[q] = q < Km1 ? st[q] : 0.f;
+      move_window(c, win, pr[c]);
+    }
+  };
+  // 4. Gated RMSNorm (gated_norm_kernel's order; a cluster's blocks read each other's rows of o
+  // from shared memory), then the q/k windows if this block is the last reader.
+  if (CL > 1) cluster_sync();  // every block's rows of o written
   if (warp == 0) {
     float ss = 0.f;
-    for (int d = lane; d < Dv; d += 32) ss += o_s[d] * o_s[d];
+    for (int d = lane; d < Dv; d += 32) {
+      const float v = CL > 1 ? ld_cluster_f32(o_s + d, d / RB) : o_s[d];
+      ss += v * v;
+    }
     ss = warp_sum(ss);
     if (lane == 0) inv_s = 1.0f / sqrtf(ss / float(Dv) + a.eps);
   }
+  if (threadIdx.x == 0) {
+    const bool last = readers == 1 || before == readers - 1;
+    if (last && readers > 1) *cnt = 0;
+    last_s = last;
+  }
   __syncthreads();
+  if (CL > 1) cluster_arrive();  // done reading the others' shared memory
   const float inv = inv_s;
   const float* z = pr + conv_dim + int64_t(hv) * Dv;
   float* o = a.out + int64_t(t) * value_dim + int64_t(hv) * Dv;
-  for (int d = threadIdx.x; d < Dv; d += blockDim.x) o[d] = o_s[d] * inv * a.norm[d] * silu(z[d]);
-  if (!last_s) return;
-  for (int i = threadIdx.x; i < 2 * DK; i += blockDim.x) {
-    const int64_t c = channel(i);
-    float* st = a.conv_state + (int64_t(slot) * conv_dim + c) * Km1;
-    float* ck = ckpt ? a.conv_state + (int64_t(a.ckpt_slot[s]) * conv_dim + c) * Km1 : nullptr;
-    const float x = pr[c];
-    for (int q = 0; q < Km1; ++q) {
-      const float v = q + 1 < Km1 ? st[q + 1] : x;
-      st[q] = v;
-      if (ck) ck[q] = v;
-    }
-  }
+  if (has_d) o[d0] = o_s[d0] * inv * norm_d * silu(z_d);
+  for (int d = d0 + blockDim.x; d < row0 + RB; d += blockDim.x) o[d] = o_s[d] * inv * a.norm[d] * silu(z[d]);
+  if (last_s) move_qk_windows();
+  if (CL > 1) cluster_wait();  // the others are done reading this block's shared memory
 }
 
 // ---- chunked delta rule (prefill) ------------------------------------------------------------
@@ -914,11 +971,28 @@ void launch_decode(const GdnArgs& a, int64_t conv_dim, int64_t row, cudaStream_t
   // more blocks than that take 8 warps, each walking four groups, four blocks per SM (H200, 27B:
   // batch 64 2,794 tok/s against 2,741 with 16 warps; batch 16 the same with 8 or 16, 908 with 32;
   // batch 1: 75.2 either way; bench/RESULTS.md, stop 27). GdnArgs::decode_warps forces a count.
-  const bool many = int64_t(a.n_seqs) * a.Hv > 2 * int64_t(sm_count(current_device()));
-  const int warps = a.decode_warps > 0 ? std::min(a.decode_warps, 32) : std::clamp(groups, 2, many ? 8 : 32);
+  // Clusters (GdnArgs::decode_cluster; 0: 4 while that grid fits two blocks per SM, i.e. batch 1 on
+  // the 27B: 75.0 -> 75.5 tok/s, but batch 16 936 -> 863 with 4 and 897 with 2; bench/RESULTS.md,
+  // stop 33): each block takes Dv / cluster rows, one group per warp, and enough warps for its conv
+  // channels (q, k and its value channels). The largest cluster up to the one asked whose share of
+  // rows is a multiple of 32; none before sm_90.
+  const int device = current_device();
+  const int64_t heads = int64_t(a.n_seqs) * a.Hv;
+  const bool idle_sms = heads * 4 <= 2 * int64_t(sm_count(device));
+  int cl = a.decode_cluster > 0 ? std::min(a.decode_cluster, 8) : idle_sms ? 4 : 1;
+  while (cl > 1 && a.Dv % (32 * cl) != 0) cl /= 2;
+  if (device_attribute(cudaDevAttrComputeCapabilityMajor, device, 0) < 9) cl = 1;
+  GdnArgs c = a;
+  c.decode_cluster = cl;
+  const bool many = heads > 2 * int64_t(sm_count(device));
+  int warps = a.decode_warps > 0 ? std::min(a.decode_warps, 32) : std::clamp(groups, 2, many ? 8 : 32);
+  if (cl > 1 && a.decode_warps <= 0) {
+    const int rows = a.Dv / cl, channels = 2 * DK + rows;
+    warps = std::clamp(std::max((rows + rows_per_warp - 1) / rows_per_warp, (channels + 31) / 32), 2, 32);
+  }
   const std::size_t smem = (std::size_t(2) * DK + std::size_t(2) * a.Dv) * sizeof(float);
-  launch_pdl(a.pdl, gdn_decode_kernel<DK, NR>, dim3(static_cast<unsigned>(a.n_seqs * a.Hv)), dim3(32 * warps), smem, s,
-             a, conv_dim, row);
+  launch_pdl_cluster(a.pdl, cl, gdn_decode_kernel<DK, NR>, dim3(static_cast<unsigned>(a.n_seqs * a.Hv * cl)),
+                     dim3(32 * warps), smem, s, c, conv_dim, row);
 }
 
 }  // namespace

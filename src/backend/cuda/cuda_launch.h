@@ -271,6 +271,9 @@ struct GdnArgs {
                                        // q/k windows (the last moves them and resets the count)
   bool pdl = false;                    // the decode kernels (the fused layer, or rows recurrence and gated
                                        // norm) by programmatic dependent launch
+  // decode: blocks per (sequence, value head), a cluster sharing the head's rows (sm_90; 0: by the
+  // batch, cuda_gated_delta_net.cu; else at most this many, with Dv / cluster a multiple of 32)
+  int decode_cluster = 0;
 };
 // Returns false when the head sizes have no compiled kernel.
 bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s);
