@@ -474,11 +474,11 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
     gate_s[1] = expf(neg_exp_a * sp);
   }
   __syncthreads();  // every q/k window of this block read
-  // The Hv/Hk blocks of key head hk count themselves past reading its q/k windows; the result is
-  // used at the end, so the atomic's latency overlaps the rest of the kernel.
+  // The Hv/Hk x CL blocks of key head hk count themselves past reading its q/k windows; the result
+  // is used at the end, so the atomic's latency overlaps the rest of the kernel.
+  const int readers = r * CL;
+  int* cnt = readers > 1 ? a.head_count + int64_t(s) * a.Hk + hk : nullptr;
   int before = 0;
-  int* cnt = r * CL > 1 ? a.head_count + int64_t(s) * a.Hk + hk : nullptr;
-  const int readers = r * CL;  // blocks that read key head hk's windows
   if (readers > 1 && threadIdx.x == 0) before = atomicAdd(cnt, 1);
   // 2. L2 norms of q and k (prep_kernel's order: a warp per vector).
   for (int item = warp; item < 2; item += n_warps) {
@@ -977,14 +977,14 @@ void launch_decode(const GdnArgs& a, int64_t conv_dim, int64_t row, cudaStream_t
   // channels (q, k and its value channels). The largest cluster up to the one asked whose share of
   // rows is a multiple of 32; none before sm_90.
   const int device = current_device();
-  const int64_t heads = int64_t(a.n_seqs) * a.Hv;
-  const bool idle_sms = heads * 4 <= 2 * int64_t(sm_count(device));
+  const int64_t heads = int64_t(a.n_seqs) * a.Hv, sms = sm_count(device);
+  const bool idle_sms = heads * 4 <= 2 * sms;
   int cl = a.decode_cluster > 0 ? std::min(a.decode_cluster, 8) : idle_sms ? 4 : 1;
   while (cl > 1 && a.Dv % (32 * cl) != 0) cl /= 2;
   if (device_attribute(cudaDevAttrComputeCapabilityMajor, device, 0) < 9) cl = 1;
   GdnArgs c = a;
   c.decode_cluster = cl;
-  const bool many = heads > 2 * int64_t(sm_count(device));
+  const bool many = heads > 2 * sms;
   int warps = a.decode_warps > 0 ? std::min(a.decode_warps, 32) : std::clamp(groups, 2, many ? 8 : 32);
   if (cl > 1 && a.decode_warps <= 0) {
     const int rows = a.Dv / cl, channels = 2 * DK + rows;
