@@ -47,6 +47,8 @@
 #         context with the new binaries under each environment of VARIANTS ("name:VAR=val,VAR=val";
 #         "base:" for none) and, with .gpu/old.tar.xz, the old binaries as "old", VAR_ROUNDS (2)
 #         times, alternating
+# ncu-detail: full ncu sections for a few launches of chosen kernels (NCU_RUNS), see the stage
+# engine-variants: greedy 1/16/64 at 1k, sampled 16/64 at 128 (and MTP) through the engine per VARIANTS env
 # ab:     the same decode and engine benchmarks with an older build packed into .gpu/old.tar.xz
 #         (its own flags: --model, f32 KV), for before/after figures from one session
 # Logs and a summary go to $OUT.
@@ -250,6 +252,27 @@ ncu_kernels() {
   python3 tools/ncu_step.py "$OUT/ncu_$name.csv" $flags 2>&1 | head -60 | tee -a "$OUT/summary.txt"
 }
 
+# ncu-detail: full ncu sections (speed of light, memory, warp stalls by reason, occupancy) for a few
+#         launches of the kernels named in NCU_RUNS ("name:batch:kernel-regex:skip:count ..."), from
+#         bench-offline greedy decode at a 1k context (NCU_PROMPT) with no graphs; text reports in
+#         $OUT/ncud_NAME.txt. Its warm-up decodes 7 steps at batch 1 first: skip 336 launches of a
+#         once-a-layer kernel of the 27B's 48 GDN layers to reach the batch asked for.
+if has ncu-detail; then
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  for run in ${NCU_RUNS:-gdn16:16:gdn_decode_kernel:432:1}; do
+    IFS=: read -r name batch kre skip count <<<"$run"
+    [ -z "$ncu" ] && { echo "ncu-detail: no ncu on this machine" | tee -a "$OUT/summary.txt"; break; }
+    timeout 240 "$ncu" --clock-control none --set full --import-source no -k "regex:$kre" --launch-skip "$skip" \
+      --launch-count "$count" --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+      "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --threads 1 \
+      --batch "$batch" --prompt-len "${NCU_PROMPT:-1024}" --gen-len 8 --prefill-len 1024 --disable-cuda-graph \
+      ${NCU_FLAGS:-} >"$OUT/ncud_$name.txt" 2>"$OUT/ncud_$name.err"
+    echo "ncu-detail $name rc=$?" | tee -a "$OUT/summary.txt"
+    grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occ|Waves Per SM|Warp Cycles Per Issued|Issue Active|stalled_(long|short|barrier|wait|mio|lg|math|no_inst)" \
+      "$OUT/ncud_$name.txt" | head -80 | tee -a "$OUT/summary.txt"
+  done
+fi
+
 if has kernels; then
   ncu_kernels decode 300 "" "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --batch 1 \
     --prompt-len 64 --gen-len 4 --prefill-len 64 --disable-cuda-graph
@@ -346,6 +369,36 @@ if has variants; then
       rc=$?
       echo "variant $name ($envs) round $round rc=$rc: $(grep -oE '[0-9.]+ tok/s|verify forward[^;]*' "$log" |
         tr '\n' ' ')" | tee -a "$OUT/summary.txt"
+    done
+  done
+fi
+
+# engine-variants: through the engine under each environment of VARIANTS, EV_ROUNDS (2) times,
+#         alternating: greedy decode at EV_BATCHES (1,16,64) at a 1k context; Qwen's sampling on the
+#         device at EV_SAMPLED (16,64) at 128 ("" skips); MTP k=3 at batch 1 with EV_MTP=1
+if has engine-variants; then
+  for round in $(seq 1 ${EV_ROUNDS:-2}); do
+    for v in ${VARIANTS:-base:}; do
+      name=${v%%:*}; envs=${v#*:}
+      log=$OUT/ev_${name}_$round
+      env ${envs//,/ } timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy \
+        --batch ${EV_BATCHES:-1,16,64} --threads 1 --prompt-len 1024 --gen-len 96 --prefill-len 1024 >"$log.greedy" 2>&1
+      echo "engine variant $name ($envs) round $round greedy rc=$?" | tee -a "$OUT/summary.txt"
+      grep -E '^[0-9]|decode step' "$log.greedy" | tee -a "$OUT/summary.txt"
+      if [ -n "${EV_SAMPLED-16,64}" ]; then
+        env ${envs//,/ } timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy \
+          --temperature 0.6 --top-k 20 --top-p 0.95 --sampling-backend device --batch ${EV_SAMPLED-16,64} --threads 1 \
+          --prompt-len 128 --gen-len 128 --prefill-len 1024 >"$log.sampled" 2>&1
+        echo "engine variant $name ($envs) round $round sampled rc=$?" | tee -a "$OUT/summary.txt"
+        grep -E '^[0-9]|decode step' "$log.sampled" | tee -a "$OUT/summary.txt"
+      fi
+      if [ "${EV_MTP:-0}" = 1 ]; then
+        env ${envs//,/ } timeout 200 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy \
+          --speculative-algorithm NEXTN --speculative-num-steps 3 --batch 1 --threads 1 --prompt-len 1024 \
+          --gen-len 128 --prefill-len 1024 >"$log.mtp" 2>&1
+        echo "engine variant $name ($envs) round $round MTP k=3 rc=$?" | tee -a "$OUT/summary.txt"
+        grep -E '^[0-9]|decode step' "$log.mtp" | tee -a "$OUT/summary.txt"
+      fi
     done
   done
 fi
