@@ -11,6 +11,7 @@
 //   DELTASERVE_CUDA_GDN_WARPS=N  gdn_decode_warps (the fused decode kernel's warps per block)
 //   DELTASERVE_CUDA_GDN_CLUSTER=N gdn_decode_cluster (its blocks per head, a cluster; sm_90)
 //   DELTASERVE_CUDA_PDL=0        pdl off (GEMVs launched plainly)
+//   DELTASERVE_CUDA_L2_PREFETCH_MB=N l2_prefetch_mb (0: off)
 //   DELTASERVE_CUDA_FUSED_GEMV=N fused_gemv (1: SiLU-mul folded into down_proj's GEMV, 2: RMSNorm too)
 //   DELTASERVE_GEMV_SHAPE=RU     gemv_shape (1-row GEMV tile: 24, 42, 81)
 //   DELTASERVE_FLASH_HB / _MT / _BN   flash_heads_per_block / flash_m_tiles / flash_keys_per_tile
@@ -44,6 +45,9 @@ struct CudaOptions {
                                     // head's state rows (sm_90; 1: a block per head, 2, 4 or 8;
                                     // 0: by the batch, cuda_gated_delta_net.cu)
   bool pdl = true;                  // decode GEMVs by programmatic dependent launch (sm_90+)
+  int l2_prefetch_mb = 16;          // one-row decode (PDL): the GDN and attention decode kernels
+                                    // prefetch this many MiB (at most a third of L2) of the next
+                                    // matmul's weights into L2 (sm_90), which streams while they run
   int fused_gemv = 0;               // 1-row prologues folded into the following GEMV: 0 none,
                                     // 1 SiLU-mul (into down_proj), 2 also RMSNorm (exact mode only).
                                     // On the H200 the SiLU fold loses to the PDL-launched separate
@@ -93,6 +97,7 @@ struct CudaOptions {
     o.gdn_decode_warps = num("DELTASERVE_CUDA_GDN_WARPS", 0);
     o.gdn_decode_cluster = num("DELTASERVE_CUDA_GDN_CLUSTER", 0);
     o.pdl = !is("DELTASERVE_CUDA_PDL", "0");
+    o.l2_prefetch_mb = num("DELTASERVE_CUDA_L2_PREFETCH_MB", 16);
     o.fused_gemv = num("DELTASERVE_CUDA_FUSED_GEMV", 0);
     o.gemv_shape = num("DELTASERVE_GEMV_SHAPE", 0);
     o.flash_heads_per_block = num("DELTASERVE_FLASH_HB", 0);

@@ -113,6 +113,9 @@ struct AttentionParams {
   Tensor q_norm;           // [head_dim] f32
   Tensor k_norm;           // [head_dim] f32
   float scale = 0.f;       // softmax scale (head_dim^-0.5)
+  // The matmul that reads this op's output (o_proj): a backend may start moving its weights while
+  // the op runs (CUDA, one row: its first bytes into L2). Null: none.
+  const LinearWeight* then = nullptr;
 };
 
 struct GdnParams {
@@ -126,6 +129,7 @@ struct GdnParams {
   Tensor neg_exp_a;    // [Hv] f32: -exp(A_log)
   Tensor dt_bias;      // [Hv] f32
   Tensor norm;         // [Dv] f32 (plain weight)
+  const LinearWeight* then = nullptr;  // the matmul that reads the output (out_proj), as AttentionParams::then
   int64_t conv_dim() const { return 2LL * n_k_heads * k_head_dim + int64_t(n_v_heads) * v_head_dim; }
   int64_t value_dim() const { return int64_t(n_v_heads) * v_head_dim; }
   // Columns of the fused input projection: [qkv (conv_dim) | z (value_dim) | b (Hv) | a (Hv)].

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
@@ -80,6 +81,9 @@ class CudaKernels final : public Kernels {
   // decode step 0.8% faster on the H200). Not beside cuBLAS's GEMMs: a 4-row verification was 1%
   // slower with them.
   bool small_pdl(int64_t rows) const;
+  // What a one-row GDN / attention decode kernel prefetches into L2 of the matmul after it
+  // (CudaOptions::l2_prefetch_mb): the first bytes of w, or nothing.
+  std::pair<const void*, int64_t> l2_prefetch(const LinearWeight* w) const;
   // Times one op when timing is on.
   template <typename F>
   void timed(const std::string& name, F&& f);
@@ -148,6 +152,9 @@ class CudaBackend final : public Backend {
     DS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     name_ = prop.name;
     cc_ = prop.major * 10 + prop.minor;
+    // CudaKernels::l2_prefetch's size: the option, at most a third of L2 (the bulk prefetch is sm_90).
+    if (prop.major >= 9)
+      l2_prefetch_bytes_ = std::min<int64_t>(int64_t(options_.l2_prefetch_mb) << 20, prop.l2CacheSize / 3);
     // cuBLAS's workspace, ours and fixed (graph capture never allocates): NVIDIA's recommended 32 MiB
     // on Hopper, 4 MiB before (CudaOptions::cublas_workspace_mb; 0: cuBLAS's own default).
     const int mb = options_.cublas_workspace_mb >= 0 ? options_.cublas_workspace_mb : (prop.major >= 9 ? 32 : 4);
@@ -295,6 +302,7 @@ class CudaBackend final : public Backend {
   const CudaOptions& options() const { return options_; }
   // Programmatic dependent launch (CudaOptions::pdl, sm_90+).
   bool pdl() const { return cuda::pdl_enabled(options_, device_); }
+  int64_t l2_prefetch_bytes() const { return l2_prefetch_bytes_; }
   const std::string& name() const { return name_; }
   int device_index() const { return device_; }
   void bind_thread() override { DS_CUDA_CHECK(cudaSetDevice(device_)); }
@@ -307,6 +315,7 @@ class CudaBackend final : public Backend {
   void* cublas_workspace_ = nullptr;
   std::string name_;
   int cc_ = 0;
+  int64_t l2_prefetch_bytes_ = 0;
   CudaOptions options_;
   uint64_t seed_ = 1;
   CudaKernels kernels_;
@@ -659,6 +668,7 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
     }
   }
   a.pdl = small_pdl(T);
+  if (a.pdl) std::tie(a.l2_next, a.l2_next_bytes) = l2_prefetch(p.then);
   timed("attention", [&] { cuda::launch_attention(a, stream()); });
 }
 
@@ -722,6 +732,7 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   a.decode_warps = b_.options().gdn_decode_warps;
   a.decode_cluster = b_.options().gdn_decode_cluster;
   a.pdl = small_pdl(T);
+  if (a.pdl && a.decode) std::tie(a.l2_next, a.l2_next_bytes) = l2_prefetch(p.then);
   // A mixed batch (prefill chunks, then one-token decode rows: the scheduler's order): the chunks
   // take the long-run path and the decode rows the fused decode kernel, in two launches over
   // disjoint sequences and rows (one launch would run each decode row as a chunk of its own).
@@ -754,6 +765,12 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
 }
 
 bool CudaKernels::small_pdl(int64_t rows) const { return rows == 1 && b_.pdl(); }
+
+std::pair<const void*, int64_t> CudaKernels::l2_prefetch(const LinearWeight* w) const {
+  const int64_t bytes = b_.l2_prefetch_bytes();
+  if (w == nullptr || bytes <= 0) return {nullptr, 0};
+  return {static_cast<const CudaLinear*>(w)->data(), std::min<int64_t>(bytes, static_cast<int64_t>(w->nbytes()))};
+}
 
 void CudaKernels::argmax_rows(const Tensor& x, Tensor out) {
   DS_CHECK(out.numel() >= x.rows() && out.dtype == DType::I32 && x.dtype == DType::F32, "argmax_rows shapes");

@@ -68,6 +68,30 @@ __device__ __forceinline__ float ld_cluster_f32(const float* p, int rank) {
 #endif
 }
 
+// Bytes [0, bytes) of p prefetched into L2 (cp.async.bulk.prefetch; sm_90), split evenly over the
+// grid's blocks, four threads of each (1-D blocks). Issued by a decode step's latency-bound small
+// kernels (GDN, attention) for the matmul after them, whose weights would otherwise not move until
+// it starts: the DRAM is idle while they run. No-op before sm_90 or when p is null.
+__device__ __forceinline__ void l2_prefetch_share(const void* p, int64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (p == nullptr || bytes <= 0 || threadIdx.x >= 4) return;
+  const int64_t blocks = int64_t(gridDim.x) * gridDim.y * gridDim.z;
+  const int64_t b = blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+  const int64_t parts = blocks * 4, part = b * 4 + threadIdx.x;
+  const int64_t chunk = ((bytes + parts - 1) / parts + 15) & ~int64_t(15);  // 16-byte multiples
+  const int64_t lo = part * chunk;
+  if (lo >= bytes) return;
+  const int64_t n = (chunk < bytes - lo ? chunk : bytes - lo) & ~int64_t(15);
+  if (n > 0)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(p) + lo),
+                 "r"(static_cast<uint32_t>(n))
+                 : "memory");
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 // kernel<<<grid, block, smem, s>>>(args...), with programmatic serialization allowed when pdl, in
 // clusters of cluster_x blocks along x when cluster_x > 1 (sm_90).
 template <typename... KArgs, typename... Args>

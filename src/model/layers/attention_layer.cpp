@@ -52,6 +52,7 @@ Result<AttentionLayer> AttentionLayer::load(WeightLoader& w, const std::string& 
   l.params.q_norm = l.q_norm.view;
   l.params.k_norm = l.k_norm.view;
   l.params.scale = 1.0f / std::sqrt(float(c.head_dim));
+  l.params.then = l.o_proj.get();
   DS_ASSIGN_OR_RETURN(auto ks, kv_cache_scale(w, p, 'k'));
   DS_ASSIGN_OR_RETURN(auto vs, kv_cache_scale(w, p, 'v'));
   l.kv_scale = KvScale{ks, vs};

@@ -34,6 +34,7 @@ Result<GatedDeltaNetLayer> GatedDeltaNetLayer::load(WeightLoader& w, const std::
   l.params.neg_exp_a = l.neg_exp_a.view;
   l.params.dt_bias = l.dt_bias.view;
   l.params.norm = l.norm.view;
+  l.params.then = l.out_proj.get();
   return l;
 }
 
