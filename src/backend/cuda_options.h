@@ -45,9 +45,9 @@ struct CudaOptions {
                                     // head's state rows (sm_90; 1: a block per head, 2, 4 or 8;
                                     // 0: by the batch, cuda_gated_delta_net.cu)
   bool pdl = true;                  // decode GEMVs by programmatic dependent launch (sm_90+)
-  int l2_prefetch_mb = 16;          // one-row decode (PDL): the GDN and attention decode kernels
-                                    // prefetch this many MiB (at most a third of L2) of the next
-                                    // matmul's weights into L2 (sm_90), which streams while they run
+  int l2_prefetch_mb = 16;          // one-row decode (PDL) at contexts up to 2k: the GDN and attention
+                                    // decode kernels prefetch this many MiB (at most a third of L2)
+                                    // of the next matmul's weights into L2 (sm_90) while they run
   int fused_gemv = 0;               // 1-row prologues folded into the following GEMV: 0 none,
                                     // 1 SiLU-mul (into down_proj), 2 also RMSNorm (exact mode only).
                                     // On the H200 the SiLU fold loses to the PDL-launched separate

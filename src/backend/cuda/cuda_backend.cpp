@@ -35,6 +35,10 @@ class CudaBackend;
 
 // Batches with a sequence of at least this many tokens take the tensor-core attention path.
 constexpr int kFlashMinSeqTokens = 64;
+// The one-row decode's L2 prefetch (CudaKernels::l2_prefetch) runs for contexts of at most this
+// many keys, decided in the kernels (graph-safe). H200, 27B, both kernels prefetching: 1k +1%, 4k
+// and 8k nothing, 32k -0.6 to -1.2% (the attention's KV reads keep the DRAM busy there).
+constexpr int kL2PrefetchMaxKeys = 2048;
 
 class CudaKernels final : public Kernels {
  public:
@@ -668,7 +672,10 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
     }
   }
   a.pdl = small_pdl(T);
-  if (a.pdl) std::tie(a.l2_next, a.l2_next_bytes) = l2_prefetch(p.then);
+  if (a.pdl) {
+    std::tie(a.l2_next, a.l2_next_bytes) = l2_prefetch(p.then);
+    a.l2_next_max_keys = kL2PrefetchMaxKeys;
+  }
   timed("attention", [&] { cuda::launch_attention(a, stream()); });
 }
 
@@ -732,7 +739,11 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   a.decode_warps = b_.options().gdn_decode_warps;
   a.decode_cluster = b_.options().gdn_decode_cluster;
   a.pdl = small_pdl(T);
-  if (a.pdl && a.decode) std::tie(a.l2_next, a.l2_next_bytes) = l2_prefetch(p.then);
+  if (a.pdl && a.decode) {
+    std::tie(a.l2_next, a.l2_next_bytes) = l2_prefetch(p.then);
+    a.positions = meta.d_positions.i32();
+    a.l2_next_max_keys = kL2PrefetchMaxKeys;
+  }
   // A mixed batch (prefill chunks, then one-token decode rows: the scheduler's order): the chunks
   // take the long-run path and the decode rows the fused decode kernel, in two launches over
   // disjoint sequences and rows (one launch would run each decode row as a chunk of its own).

@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) decode_mma_kernel(AttnArgs 
   // Before the wait (pdl_wait): the step's metadata (uploaded before it), the block table, and the
   // first tiles' keys when they all precede this step's first position (written by an earlier
   // step, never by a kernel of this one), so their latency hides behind the kernels before.
-  l2_prefetch_share(a.l2_next, a.l2_next_bytes);
+  if (n_keys <= a.l2_next_max_keys) l2_prefetch_share(a.l2_next, a.l2_next_bytes);
 #pragma unroll
   for (int p = 0; p < STAGES; ++p) store_row(p, fetch_row(p));
   __syncthreads();

@@ -388,7 +388,8 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
                    : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   };
-  l2_prefetch_share(a.l2_next, a.l2_next_bytes);
+  if (a.l2_next != nullptr && a.positions[a.seq_start[s]] < a.l2_next_max_keys)
+    l2_prefetch_share(a.l2_next, a.l2_next_bytes);
   if (warp < n_groups) load_group(warp);
   // Also before the wait: this thread's first channel (i = threadIdx.x) of the conv, its window and
   // weights; the gates' constants; the norm weight of output dim threadIdx.x. After the wait the

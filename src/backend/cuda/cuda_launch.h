@@ -170,9 +170,11 @@ struct AttnArgs {
   // qk_prep, the tensor-core decode kernel and the combine by programmatic dependent launch.
   bool pdl = false;
   // The tensor-core decode kernel prefetches [l2_next, + l2_next_bytes) into L2 (o_proj's first
-  // bytes; cuda_pdl.cuh, l2_prefetch_share). Null: nothing.
+  // bytes; cuda_pdl.cuh, l2_prefetch_share) for a sequence of at most l2_next_max_keys keys (a
+  // longer one's own KV reads keep the DRAM busy). Null: nothing.
   const void* l2_next = nullptr;
   int64_t l2_next_bytes = 0;
+  int l2_next_max_keys = 0;
 };
 // q/k norm + RoPE + KV write (qk_prep), then the flash path when a.flash_tiles > 0, else the
 // split-KV decode kernel when a.decode_kernel, else the tiled CUDA-core kernel (split-KV when
@@ -278,9 +280,12 @@ struct GdnArgs {
   // decode: blocks per (sequence, value head), a cluster sharing the head's rows (sm_90; 0: by the
   // batch, cuda_gated_delta_net.cu; else at most this many, with Dv / cluster a multiple of 32)
   int decode_cluster = 0;
-  // decode: the fused kernel prefetches [l2_next, + l2_next_bytes) into L2 (out_proj's first bytes).
+  // decode: the fused kernel prefetches [l2_next, + l2_next_bytes) into L2 (out_proj's first bytes)
+  // for a sequence at a position below l2_next_max_keys (positions [T]), as AttnArgs.
   const void* l2_next = nullptr;
   int64_t l2_next_bytes = 0;
+  const int32_t* positions = nullptr;
+  int l2_next_max_keys = 0;
 };
 // Returns false when the head sizes have no compiled kernel.
 bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s);
