@@ -16,6 +16,7 @@
 #         128-token context, batch 1/16/64: --sampling-backend device, host, and greedy
 # http:   serve + deltaserve bench, 16 streams of 1k-token prompts (greedy and temperature 0.6;
 #         HTTP_TEMPS, HTTP_FLAGS: serve flags)
+# mixed:  serve + deltaserve bench with Poisson arrivals, the prefill budget beside decodes auto / off
 # dp:     serve --dp-size 2 against 1 (one GPU: both replicas on it), 64 streams, per-replica tokens
 # prefill: 8k prefill, model only (bench_cuda_decode --prefill-only, op breakdown) with the GDN
 #         recurrence on tensor cores (default) and on CUDA cores (DELTASERVE_CUDA_GDN=chunked), then
@@ -483,6 +484,25 @@ if has http; then
     tail -8 "$OUT/http_t$temp.txt" | tee -a "$OUT/summary.txt"
   done
   kill $SERVER_PID; wait $SERVER_PID 2>/dev/null
+fi
+
+# mixed: prompts arriving while other requests decode (issue #14: ITL p99 within 3x p50). serve
+# with the prefill budget beside decodes on auto (from step times) and off (--mixed-prefill-tokens
+# 16384, the whole step budget), then `deltaserve bench` with Poisson arrivals (MIXED_RATE req/s,
+# at most 16 in flight, MIXED_INPUT-word prompts, MIXED_OUTPUT tokens each).
+if has mixed; then
+  for mode in ${MIXED_MODES:-auto off}; do
+    flags=""
+    [ "$mode" = off ] && flags="--mixed-prefill-tokens 16384"
+    serve_27b mixed_$mode 30559 --context-length 16384 --max-running-requests 16 $flags
+    timeout 240 "$B/deltaserve" bench --url http://127.0.0.1:30559 --concurrency 16 --input-len ${MIXED_INPUT:-2048} \
+      --output-len ${MIXED_OUTPUT:-256} --num-prompts ${MIXED_PROMPTS:-48} --request-rate ${MIXED_RATE:-2} \
+      --temperature 0 --seed 3 --no-record --output "$OUT/mixed_$mode.json" >"$OUT/mixed_$mode.txt" 2>&1
+    echo "mixed $mode rc=$?" | tee -a "$OUT/summary.txt"
+    grep -A1 "conc " "$OUT/mixed_$mode.txt" | tee -a "$OUT/summary.txt"
+    curl -s http://127.0.0.1:30559/metrics | grep -E '^deltaserve_mixed_prefill_tokens' | tee -a "$OUT/summary.txt"
+    kill $SERVER_PID; wait $SERVER_PID 2>/dev/null
+  done
 fi
 
 # grammar: the per-step cost of a grammar constraint at 16 concurrent streams (issue #15),

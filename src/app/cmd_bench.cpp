@@ -1,6 +1,7 @@
 // `deltaserve bench`: HTTP load generator against a running server's /v1/completions.
 //   deltaserve bench --url http://127.0.0.1:30000 [--concurrency 1,4,16]
 //                    [--input-len N --output-len M | --dataset FILE] [--num-prompts N]
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -18,9 +19,11 @@ constexpr const char* kUsage =
     "usage: deltaserve bench [--url http://127.0.0.1:30000] [--concurrency 1,4,16]\n"
     "                        [--input-len 256 --output-len 128 | --dataset FILE] [--num-prompts N]\n"
     "                        [--model NAME] [--output bench.json] [--svg bench.svg] [--state-dir DIR]\n"
-    "                        [--no-record] [--temperature 0] [--seed 1] [--timeout 600]\n"
+    "                        [--no-record] [--temperature 0] [--seed 1] [--timeout 600] [--request-rate R|inf]\n"
     "Streams /v1/completions at each concurrency (num-prompts per level; default max(8, 4 x level)),\n"
-    "prints output tok/s, requests/s, TTFT/ITL/E2E percentiles and the server's accept length, writes\n"
+    "requests arriving at once or, with --request-rate, as a Poisson process of R per second (at most\n"
+    "`concurrency` in flight); prints output tok/s, requests/s, TTFT, ITL (per output token: a chunk's\n"
+    "gap over the token ids it carries) and E2E percentiles and the server's accept length, writes\n"
     "JSON and an SVG plot, and attaches the results to the launch the server reports at\n"
     "/v1/server_info (in the local launch database).\n"
     "Dataset: JSON lines or a JSON array of {\"prompt\": ..., \"output_len\": N} or ShareGPT conversations.\n"
@@ -43,7 +46,7 @@ bool write_file(const std::string& path, const std::string& text) {
 
 int cmd_bench(const Args& args) {
   CliArgs cli({"url", "concurrency", "input-len", "output-len", "dataset", "num-prompts", "model", "output", "svg",
-               "state-dir", "temperature", "seed", "timeout", "conversations", "turns", "system-len", "turn-len"},
+               "state-dir", "temperature", "seed", "timeout", "request-rate", "conversations", "turns", "system-len", "turn-len"},
               {"no-record", "help", "multi-turn"});
   if (Status s = cli.parse(args); !s) {
     std::fprintf(stderr, "deltaserve bench: %s\n", s.message().c_str());
@@ -98,6 +101,14 @@ int cmd_bench(const Args& args) {
     if (!t) return fail(t.status());
     opts.timeout_s = *t;
   }
+  if (auto v = cli.get("request-rate")) {
+    if (*v != "inf") {
+      auto r = parse_double("request-rate", *v);
+      if (!r) return fail(r.status());
+      if (!(*r > 0) || !std::isfinite(*r)) return fail(error("--request-rate must be a positive number of requests/s or inf"));
+      opts.request_rate = *r;
+    }
+  }
   if (cli.flag("multi-turn")) {
     MultiTurnOptions mt;
     mt.dataset = opts.dataset;
@@ -117,7 +128,7 @@ int cmd_bench(const Args& args) {
     mt.turns = static_cast<int>(vals[1]);
     mt.system_words = vals[2];
     mt.turn_words = vals[3];
-    for (const char* not_here : {"concurrency", "num-prompts", "input-len", "svg"})
+    for (const char* not_here : {"concurrency", "num-prompts", "input-len", "svg", "request-rate"})
       if (cli.has(not_here)) return fail(error("--", not_here, " does not apply to --multi-turn"));
     if (!mt.dataset.empty())
       if (auto ds = make_conversations(opts, mt); !ds) return fail(ds.status());

@@ -94,6 +94,7 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   ec.state_dtype = s.plan.state_dtype;
   ec.chunked_prefill_size = static_cast<int>(s.plan_input.chunked_prefill_size);
   ec.max_prefill_tokens = static_cast<int>(s.plan_input.max_prefill_tokens);
+  ec.mixed_prefill_tokens = static_cast<int>(std::min<int64_t>(opts.mixed_prefill_tokens, ec.max_prefill_tokens));
   ec.spec_num_steps = s.plan_input.spec_num_steps;
   ec.spec_token_map = std::move(token_map);
   ec.cuda_graph_max_bs = opts.disable_cuda_graph ? 0 : opts.cuda_graph_max_bs > 0 ? static_cast<int>(opts.cuda_graph_max_bs) : -1;

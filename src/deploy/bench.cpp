@@ -44,6 +44,19 @@ void find_number(const nlohmann::json& j, const std::vector<std::string>& keys, 
 
 }  // namespace
 
+std::vector<double> bench_arrivals(int64_t n, double rate, uint64_t seed) {
+  std::vector<double> t(static_cast<size_t>(std::max<int64_t>(n, 0)), 0.0);
+  if (!(rate > 0) || !std::isfinite(rate)) return t;
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+  std::exponential_distribution<double> gap(rate);
+  double at = 0;
+  for (auto& x : t) {
+    x = at;
+    at += gap(rng);
+  }
+  return t;
+}
+
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -136,7 +149,10 @@ RequestResult run_completion(const BenchOptions& opts, const std::string& model,
                          {"max_tokens", prompt.max_tokens},
                          {"temperature", opts.temperature},
                          {"stream", true},
-                         {"stream_options", {{"include_usage", true}}}};
+                         {"stream_options", {{"include_usage", true}}},
+                         // Each chunk's token ids: a step whose text is held back (an incomplete
+                         // UTF-8 sequence) still arrives, so gaps are per token, not per text.
+                         {"return_token_ids", true}};
   if (opts.ignore_eos) body["ignore_eos"] = true;
   const auto t0 = Clock::now();
   double last = -1;
@@ -157,19 +173,32 @@ RequestResult run_completion(const BenchOptions& opts, const std::string& model,
       if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
         r.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", r.cached_tokens);
     }
-    bool has_text = false;
+    // Tokens in this chunk: its token ids when the server sends them, else one per chunk with text.
+    int64_t n = 0;
+    bool has_ids = false;
     if (j.contains("choices") && j["choices"].is_array())
-      for (auto& c : j["choices"])
+      for (auto& c : j["choices"]) {
         if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) {
-          has_text = true;
           r.text += c["text"].get<std::string>();
+          if (!has_ids) n = std::max<int64_t>(n, 1);
         }
-    if (!has_text) return;
+        if (c.contains("token_ids") && c["token_ids"].is_array()) {
+          if (!has_ids) n = 0;
+          has_ids = true;
+          n += static_cast<int64_t>(c["token_ids"].size());
+        }
+      }
+    if (n == 0) return;
     const double now = ms_since(t0);
-    if (last < 0) r.ttft_ms = now;
-    else r.itl_ms.push_back(now - last);
+    if (last < 0) {
+      r.ttft_ms = now;
+    } else {
+      // A chunk of n tokens after a gap counts n gaps of gap / n (a speculative step's tokens).
+      for (int64_t k = 0; k < n; ++k) r.itl_ms.push_back((now - last) / static_cast<double>(n));
+    }
     last = now;
     ++chunks;
+    r.streamed_tokens += n;
   });
   std::string error_body;
   int status = 0;
@@ -196,7 +225,7 @@ RequestResult run_completion(const BenchOptions& opts, const std::string& model,
     r.error = "server error: " + server_error;
     return r;
   }
-  if (r.output_tokens == 0) r.output_tokens = chunks;  // no usage: count streamed chunks
+  if (r.output_tokens == 0) r.output_tokens = r.streamed_tokens;  // no usage: count streamed tokens
   if (chunks == 0) {
     r.error = "no tokens streamed";
     return r;
@@ -230,13 +259,19 @@ Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose) {
     auto prompts = make_bench_prompts(opts, n);
     if (!prompts) return prompts.status();
     std::vector<RequestResult> results(static_cast<size_t>(n));
+    const std::vector<double> arrival_s = bench_arrivals(n, opts.request_rate, opts.seed);
     std::atomic<int64_t> next{0};
     const auto t0 = Clock::now();
     std::vector<std::thread> workers;
     for (int w = 0; w < c; ++w)
       workers.emplace_back([&] {
-        for (int64_t i; (i = next.fetch_add(1)) < n;)
+        for (int64_t i; (i = next.fetch_add(1)) < n;) {
+          // A request is sent at its arrival time, or when a worker frees up after it (at most
+          // `c` in flight).
+          std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                                 std::chrono::duration<double>(arrival_s[static_cast<size_t>(i)])));
           results[static_cast<size_t>(i)] = run_completion(opts, report.model, (*prompts)[static_cast<size_t>(i)]);
+        }
       });
     for (auto& t : workers) t.join();
     LevelResult L;
@@ -292,7 +327,7 @@ std::string bench_table(const BenchReport& rep) {
                   L.e2e_p99, L.accept_length > 0 ? fmt(L.accept_length, 2).c_str() : "-");
     out += line;
   }
-  out += "(latencies in ms; ITL = gap between streamed chunks)\n";
+  out += "(latencies in ms; ITL = time per output token after the first: a chunk's gap over the tokens it carries)\n";
   return out;
 }
 

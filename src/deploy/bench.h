@@ -30,6 +30,7 @@ struct BenchOptions {
   double temperature = 0;
   uint64_t seed = 1;
   double timeout_s = 600;
+  double request_rate = 0;             // requests/s, Poisson arrivals (seeded); 0 = all at once
 };
 
 struct RequestResult {
@@ -39,7 +40,8 @@ struct RequestResult {
   int64_t cached_tokens = 0;   // usage.prompt_tokens_details.cached_tokens (prefix cache)
   std::string text;            // the completion (multi-turn replays it)
   double ttft_ms = 0, e2e_ms = 0;
-  std::vector<double> itl_ms;  // gaps between streamed chunks after the first
+  int64_t streamed_tokens = 0; // tokens the chunks carried (their token ids, else one per text chunk)
+  std::vector<double> itl_ms;  // per token after the first chunk: a chunk's gap / its tokens
 };
 
 struct LevelResult {
@@ -72,6 +74,11 @@ Result<std::string> resolve_bench_model(const HttpUrl& url, const std::string& m
 RequestResult run_completion(const BenchOptions& opts, const std::string& model, const BenchPrompt& prompt);
 // The whole benchmark; progress lines go to stderr when verbose.
 Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose = true);
+
+// When each of n requests arrives, in seconds from the start: Poisson at `rate` requests/s
+// (exponential gaps from `seed`; the first at 0), or all at 0 when rate is 0 (as fast as the
+// concurrency allows).
+std::vector<double> bench_arrivals(int64_t n, double rate, uint64_t seed);
 
 // p in [0, 100], linear interpolation; 0 for an empty list.
 double percentile(std::vector<double> values, double p);

@@ -61,6 +61,7 @@ const std::map<std::string, std::string>& perf_notes() {
       {"max-mamba-cache-size", "GDN state slots (concurrency)"},
       {"chunked-prefill-size", "prefill chunk (TTFT vs decode stalls, activation memory)"},
       {"max-prefill-tokens", "prefill tokens per step (TTFT vs ITL)"},
+      {"mixed-prefill-tokens", "prefill tokens beside running decodes (TTFT of arrivals vs ITL of running requests)"},
       {"max-memory", "CPU memory budget (memory)"},
       {"kv-cache-dtype", "KV bytes per token (memory, accuracy)"},
       {"dtype", "weight/activation precision (speed, memory)"},

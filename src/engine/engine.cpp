@@ -7,6 +7,13 @@
 
 namespace deltaserve {
 
+namespace {
+// Auto mixed_prefill_tokens: a step that carries prefill beside decode rows lasts about this many
+// decode steps, so that a running request's inter-token gap while prompts arrive stays within
+// ~2.5x its usual one (issue #14: ITL p99 within 3x p50).
+constexpr double kMixedStepRatio = 2.5;
+}  // namespace
+
 void Sequence::constraint_took(int32_t token) {
   // The row was masked by this same constraint, so it cannot refuse; if it ever does, its state
   // lags the sequence: say so once rather than stopping the engine.
@@ -97,6 +104,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   sc.max_running = c.max_running_requests;
   sc.chunked_prefill_size = c.chunked_prefill_size;
   sc.max_prefill_tokens = c.max_prefill_tokens;
+  sc.mixed_prefill_tokens = c.mixed_prefill_tokens > 0 ? c.mixed_prefill_tokens : 0;
   sc.block_size = cc.block_size;
   sc.prefix_cache = c.prefix_cache;
   sc.decode_checkpoints = c.decode_checkpoints;
@@ -181,6 +189,10 @@ std::string Engine::plan_summary() const {
                  " MiB", config_.state_dtype == DType::BF16 ? ", recurrent state bf16" : "", "); prefix cache ",
                  cap.prefix_cache ? "on" : "off", "; max running ", cap.max_running_requests,
                  "; context ", cap.context_length, "; chunked prefill ", config_.chunked_prefill_size,
+                 " (", config_.max_prefill_tokens, " a step; beside decodes ",
+                 config_.mixed_prefill_tokens > 0 ? str_cat(config_.mixed_prefill_tokens)
+                                                  : std::string("auto, from step times"),
+                 ")",
                  "; speculative steps ", speculative_steps(),
                  speculative_steps() > 0 && !config_.spec_token_map.empty()
                      ? str_cat(" (drafts over a token map of ", config_.spec_token_map.size(), " tokens)")
@@ -284,6 +296,8 @@ void Engine::update_stats() {
   s.spec_accepted_tokens_total = spec_accepted_total_;
   s.spec_verify_steps_total = spec_steps_total_;
   s.preemptions_total = scheduler_->n_preempted();
+  s.mixed_prefill_tokens = scheduler_->mixed_prefill_tokens() > 0 ? scheduler_->mixed_prefill_tokens()
+                                                                  : config_.max_prefill_tokens;
   s.prompt_tokens_cached_total = prompt_tokens_cached_total_;
   if (const PrefixCache* pc = scheduler_->prefix_cache()) {
     s.cached_blocks = pc->n_cached_blocks();
@@ -415,6 +429,9 @@ void Engine::loop() {
 }
 
 void Engine::step() {
+  if (config_.mixed_prefill_tokens <= 0)
+    scheduler_->set_mixed_prefill_tokens(
+        step_cost_.mixed_prefill_tokens(kMixedStepRatio, config_.kv_block_size, config_.max_prefill_tokens));
   const auto& items = scheduler_->schedule();
   if (items.empty()) {
     if (scheduler_->n_running() == 0 && scheduler_->n_waiting() > 0) {
@@ -446,8 +463,16 @@ void Engine::step() {
   // 2. Forward, 3. sampling and verification: the tokens are picked on the device when every row
   // allows it (only they come back), else the logits come to the host.
   f.decode_only = true;
-  for (const auto& it : f.items)
-    if (it.seq->n_drafts == 0 && !(it.sample && it.n_tokens == 1)) f.decode_only = false;  // a prefill chunk
+  f.prefill_tokens = 0;
+  f.decode_rows = 0;
+  for (const auto& it : f.items) {
+    if (it.seq->n_drafts == 0 && !(it.sample && it.n_tokens == 1)) {  // a prefill chunk
+      f.decode_only = false;
+      f.prefill_tokens += it.n_tokens;
+    } else {
+      ++f.decode_rows;
+    }
+  }
   f.fetch = choose_fetch(f.items);
   const double t_launch = now_seconds();
   f.ticket = runner_->launch(run_items_, nullptr, f.fetch,
@@ -506,6 +531,8 @@ void Engine::overlap_step() {
     y.fetch = x.fetch;  // Argmax, or Sample without penalties (may_overlap)
     if (y.fetch == ModelRunner::Fetch::Sample) chain_sampling(y.items);
     y.decode_only = true;
+    y.prefill_tokens = 0;
+    y.decode_rows = static_cast<int>(y.items.size());
     const double t_launch = now_seconds();
     y.ticket = runner_->launch(run_items_, nullptr, y.fetch,
                                y.fetch == ModelRunner::Fetch::Sample ? &device_sampling_ : nullptr,
@@ -554,6 +581,7 @@ void Engine::collect(Flight& f, bool release_finished) {
   last_collect_ = now_seconds();
   const double step = last_collect_ - t_step;
   step_s_ += step;
+  step_cost_.observe(f.prefill_tokens, f.decode_rows, step);
   if (f.decode_only) {
     ++decode_steps_total_;
     decode_step_s_ += step;

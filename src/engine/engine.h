@@ -29,6 +29,7 @@
 #include "engine/node_command.h"
 #include "engine/sampling_pool.h"
 #include "engine/scheduler.h"
+#include "engine/step_cost.h"
 #include "engine/spec/speculative_decoder.h"
 
 namespace deltaserve {
@@ -105,6 +106,8 @@ class Engine final : public EngineService {
     int ticket = -1;                  // ModelRunner::launch's
     ModelRunner::Fetch fetch = ModelRunner::Fetch::Logits;
     bool decode_only = false;         // no prefill chunk in the batch
+    int prefill_tokens = 0;           // tokens of its prefill chunks (StepCost)
+    int decode_rows = 0;              // its decode and verification rows
     double t_start = 0;               // when the step began
   };
   void loop();
@@ -192,6 +195,8 @@ class Engine final : public EngineService {
   uint64_t prompt_tokens_total_ = 0, generated_tokens_total_ = 0, prompt_tokens_cached_total_ = 0;
   uint64_t spec_draft_total_ = 0, spec_accepted_total_ = 0, spec_steps_total_ = 0;
   uint64_t steps_total_ = 0;
+  // Step times, for the prefill budget of steps that also decode (EngineConfig::mixed_prefill_tokens).
+  StepCost step_cost_;
   double step_s_ = 0, forward_s_ = 0, sample_s_ = 0, draft_s_ = 0;
   uint64_t device_sampled_total_ = 0;
   uint64_t overlapped_steps_total_ = 0, overlap_dropped_total_ = 0;

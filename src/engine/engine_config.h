@@ -43,6 +43,11 @@ struct EngineConfig {
   // Per-step token budget (continuous batching; both required).
   int chunked_prefill_size = 0;      // longest prefill chunk of one sequence per step
   int max_prefill_tokens = 0;        // prefill tokens per step over all sequences
+  // Prefill tokens in a step that also decodes running sequences (each of their next tokens waits
+  // for the whole step). 0: auto, from the step times measured so far (StepCost: such a step
+  // stays within kMixedStepRatio decode steps); > 0: that many (max_prefill_tokens or more: no
+  // separate limit).
+  int mixed_prefill_tokens = 0;
 
   // Prefix cache (radix tree over KV blocks + GDN state checkpoints): off with
   // --disable-radix-cache. checkpoint_slots: GDN states kept for it (models with GDN layers);

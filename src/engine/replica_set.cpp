@@ -1,5 +1,7 @@
 #include "engine/replica_set.h"
 
+#include <algorithm>
+
 namespace deltaserve {
 
 ReplicaSet::ReplicaSet(std::vector<std::unique_ptr<Engine>> replicas) : replicas_(std::move(replicas)) {
@@ -62,6 +64,7 @@ EngineStats sum_stats(const std::vector<EngineStats>& parts) {
     t.spec_accepted_tokens_total += s.spec_accepted_tokens_total;
     t.spec_verify_steps_total += s.spec_verify_steps_total;
     t.preemptions_total += s.preemptions_total;
+    t.mixed_prefill_tokens = std::max(t.mixed_prefill_tokens, s.mixed_prefill_tokens);
     t.device_sampled_total += s.device_sampled_total;
     t.overlapped_steps_total += s.overlapped_steps_total;
     t.overlap_dropped_tokens_total += s.overlap_dropped_tokens_total;

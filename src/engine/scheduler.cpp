@@ -198,6 +198,11 @@ const std::vector<ScheduledItem>& Scheduler::schedule() {
   std::sort(running_.begin(), running_.end(),
             [](const auto& a, const auto& b) { return a->admit_order < b->admit_order; });
   int prefill_budget = config_.max_prefill_tokens;
+  // A step with decode rows: its prefill chunks delay every one of their tokens.
+  const bool decodes = std::any_of(running_.begin(), running_.end(), [](const auto& s) {
+    return s->n_computed == static_cast<int>(s->tokens.size()) - 1;
+  });
+  if (decodes && config_.mixed_prefill_tokens > 0) prefill_budget = std::min(prefill_budget, config_.mixed_prefill_tokens);
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence& s = *running_[i];
     const int known = static_cast<int>(s.tokens.size());

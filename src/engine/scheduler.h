@@ -3,7 +3,9 @@
 //   1. gives every decoding sequence its next token (plus drafts under speculation), preempting
 //      the newest running sequence when KV blocks run out (retraction: it is recomputed later,
 //      re-matching the prefix cache); cached blocks are evicted before anything running;
-//   2. continues unfinished prefills in chunks of at most chunked_prefill_size;
+//   2. continues unfinished prefills in chunks of at most chunked_prefill_size, all prefills of
+//      the step together within max_prefill_tokens (mixed_prefill_tokens when a running sequence
+//      decodes in the same step);
 //   3. admits waiting sequences (in FCFS or longest-prefix-match order) while running <
 //      max_running, a slot is free, and the step's prefill token budget lasts; an admitted
 //      sequence starts after the longest cached prefix it has (blocks shared, GDN state copied
@@ -34,6 +36,10 @@ struct SchedulerConfig {
   int max_running = 1;
   int chunked_prefill_size = 512;
   int max_prefill_tokens = 1024;
+  // Prefill tokens in a step that also decodes running sequences (their next token waits for the
+  // whole step): at most this many (0: max_prefill_tokens alone). The engine sets it as it learns
+  // step costs (set_mixed_prefill_tokens).
+  int mixed_prefill_tokens = 0;
   int block_size = 16;
   std::vector<int32_t> eos_token_ids;  // finish a sequence (reason Stop) unless it ignores EOS
   bool prefix_cache = false;           // reuse cached prefixes (off: --disable-radix-cache)
@@ -103,6 +109,10 @@ class Scheduler {
   CommitCheckpoint commit_checkpoint(Sequence& seq, int n_committed);
   // After a step: take finished sequences out (their blocks and checkpoint cached, memory released).
   std::vector<std::unique_ptr<Sequence>> take_finished();
+
+  // The prefill budget of steps that also decode (SchedulerConfig::mixed_prefill_tokens).
+  void set_mixed_prefill_tokens(int n) { config_.mixed_prefill_tokens = n; }
+  int mixed_prefill_tokens() const { return config_.mixed_prefill_tokens; }
 
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   int n_running() const { return static_cast<int>(running_.size()); }

@@ -76,6 +76,7 @@ const std::vector<Row>& rows() {
     {{"page-size", "", I, "16", "", "tokens per KV block", YES, PERF}, &ServeOptions::page_size},
     {{"chunked-prefill-size", "", I, "auto", "", "longest prefill chunk per request per step (auto: 8192 GPU, 512 CPU)", YES, PERF}, &ServeOptions::chunked_prefill_size},
     {{"max-prefill-tokens", "", I, "auto", "", "prefill tokens per step over all requests (auto: 2 x chunked-prefill-size)", YES, PERF}, &ServeOptions::max_prefill_tokens},
+    {{"mixed-prefill-tokens", "", I, "auto", "", "prefill tokens in a step that also decodes running requests, whose next tokens wait for that step (auto: what keeps such a step within ~2.5 decode steps, from the step times measured while serving; --max-prefill-tokens or more: no separate limit)", YES, PERF}, &ServeOptions::mixed_prefill_tokens},
     {{"schedule-policy", "", C, "fcfs", "fcfs,lpm", "waiting-queue order: first come first served, or longest cached prefix first", YES, PERF}, &ServeOptions::schedule_policy},
     {{"disable-radix-cache", "", BOOL, "false", "", "turn prefix caching off", YES, PERF}, &ServeOptions::disable_radix_cache},
     // Speculative decoding.
@@ -468,6 +469,7 @@ Status validate_serve_options(ServeOptions& o) {
   if (o.chunked_prefill_size < 0 && o.chunked_prefill_size != -1)
     return error("--chunked-prefill-size must be positive");
   if (o.max_prefill_tokens < 0) return error("--max-prefill-tokens must be positive");
+  if (o.mixed_prefill_tokens < 0) return error("--mixed-prefill-tokens must be positive");
   if (o.max_request_bytes < 1024) return error("--max-request-bytes must be at least 1KiB");
   if (!o.speculative_enabled()) {
     if (o.speculative_eagle_topk != 0)

@@ -108,6 +108,7 @@ struct ServeOptions {
   int64_t page_size = 0;             // tokens per KV block, 16
   int64_t chunked_prefill_size = 0;  // longest prefill chunk per request per step; 0 = auto
   int64_t max_prefill_tokens = 0;    // prefill tokens per step, 16384
+  int64_t mixed_prefill_tokens = 0;  // prefill tokens in a step that also decodes; 0 = auto (step times)
   std::string schedule_policy;       // fcfs | lpm
   bool disable_radix_cache = false;  // prefix caching off
 

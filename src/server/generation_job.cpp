@@ -350,7 +350,10 @@ void GenerationJob::append_chat_chunk(std::size_t i, const ChoiceDelta& d, std::
 
 void GenerationJob::append_completion_chunk(std::size_t i, const ChoiceDelta& d,
                                             std::string& out) {
-  if (d.text.empty() && d.logprobs.empty() && !d.finished) return;
+  // Tokens whose text is held back (an incomplete UTF-8 sequence, a possible stop string) still
+  // reach a client that asked for token ids: every chunk carries the ids of its step.
+  const bool ids = request_.return_token_ids && !d.token_ids.empty();
+  if (d.text.empty() && d.logprobs.empty() && !d.finished && !ids) return;
   static thread_local int64_t unused_offset = 0;
   unused_offset = 0;
   json lp = request_.logprobs && !d.logprobs.empty()

@@ -142,6 +142,9 @@ std::string ServerMetrics::render(const EngineStats& s, const std::vector<Engine
   gauge(out, "deltaserve_requests_running", "Sequences being decoded or prefilled.",
         s.requests_running);
   gauge(out, "deltaserve_requests_waiting", "Sequences queued for admission.", s.requests_waiting);
+  gauge(out, "deltaserve_mixed_prefill_tokens",
+        "Prefill tokens a step that also decodes may carry now (--mixed-prefill-tokens; auto: from step times).",
+        s.mixed_prefill_tokens);
   gauge(out, "deltaserve_kv_tokens_used", "KV cache token slots held by live requests.",
         static_cast<double>(s.kv_tokens_used));
   gauge(out, "deltaserve_kv_tokens_total", "KV cache capacity in tokens.",

@@ -22,7 +22,9 @@ namespace {
 // Minimal HTTP server: one thread per connection, Connection: close.
 class FakeServer {
  public:
-  explicit FakeServer(int64_t launch_id) : launch_id_(launch_id) {
+  // with_ids: each step's event carries its token ids, and every third one has no text (held back,
+  // as a server holds an incomplete UTF-8 sequence); the last two steps come in one event.
+  explicit FakeServer(int64_t launch_id, bool with_ids = false) : launch_id_(launch_id), with_ids_(with_ids) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -101,8 +103,14 @@ class FakeServer {
                   "Connection: close\r\n\r\n");
       for (int i = 0; i < n; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        // Split one event across two HTTP chunks to exercise the SSE reassembly.
         std::string ev = R"(data: {"choices":[{"index":0,"text":"tok"}]})" "\n\n";
+        if (with_ids_) {
+          if (i == n - 2) continue;  // sent with the last one
+          const char* text = i % 3 == 1 ? "" : "tok";
+          const std::string ids = i == n - 1 && n >= 2 ? "[5,6]" : "[5]";
+          ev = std::string(R"(data: {"choices":[{"index":0,"text":")") + text + R"(","token_ids":)" + ids + "}]}\n\n";
+        }
+        // Split one event across two HTTP chunks to exercise the SSE reassembly.
         send_all(c, chunk(ev.substr(0, 10)) + chunk(ev.substr(10)));
       }
       send_all(c, chunk(R"(data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":)" + std::to_string(n) +
@@ -116,6 +124,7 @@ class FakeServer {
   int fd_ = -1;
   int port_ = 0;
   int64_t launch_id_;
+  bool with_ids_ = false;
   std::atomic<bool> stop_{false};
   std::thread accept_thread_;
   std::vector<std::thread> conns_;
@@ -190,6 +199,36 @@ TEST(Bench, AgainstAFakeServerAttachesToItsLaunch) {
   EXPECT_EQ(got->n_measurements, 2);
   EXPECT_GT(got->best_output_tokens_per_s, 0);
   std::filesystem::remove_all(dir);
+}
+
+// Gaps are per token: a chunk without text still counts (its token ids), and a chunk of two tokens
+// counts two gaps of half its own.
+TEST(Bench, InterTokenGapsCountTokenIdsNotTextChunks) {
+  FakeServer server(1, /*with_ids=*/true);
+  BenchOptions opts;
+  auto url = parse_local_http_url("http://127.0.0.1:" + std::to_string(server.port()));
+  ASSERT_TRUE(url);
+  opts.url = *url;
+  BenchPrompt p{"hello", 9};
+  const RequestResult r = run_completion(opts, "fake-model", p);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.streamed_tokens, 9);
+  EXPECT_EQ(r.output_tokens, 9);  // the usage agrees
+  ASSERT_EQ(r.itl_ms.size(), 8u);  // every token after the first
+  EXPECT_DOUBLE_EQ(r.itl_ms[6], r.itl_ms[7]);  // the last event's two tokens share its gap
+  EXPECT_GE(r.itl_ms[0], 1.0);  // the server sleeps 2 ms a step
+  EXPECT_EQ(r.text, "toktoktoktoktoktok");  // steps 0, 2, 3, 5, 6 and 8 (7 came with 8) carry text
+}
+
+TEST(Bench, PoissonArrivalsAreSeededAndAtTheRate) {
+  EXPECT_EQ(bench_arrivals(4, 0, 1), std::vector<double>(4, 0.0));
+  const auto a = bench_arrivals(4000, 50.0, 7);
+  EXPECT_EQ(a, bench_arrivals(4000, 50.0, 7));
+  EXPECT_NE(a, bench_arrivals(4000, 50.0, 8));
+  EXPECT_EQ(a[0], 0.0);
+  for (size_t i = 1; i < a.size(); ++i) ASSERT_GE(a[i], a[i - 1]);
+  // 3999 exponential gaps of mean 20 ms: their mean within 5% (about 3 standard errors).
+  EXPECT_NEAR(a.back() / 3999.0, 0.020, 0.001);
 }
 
 TEST(Bench, DatasetsAndErrors) {

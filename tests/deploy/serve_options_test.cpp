@@ -167,6 +167,18 @@ TEST(ServeOptions, MultiNodeFlagsAreCheckedByName) {
   }
 }
 
+TEST(ServeOptions, MixedPrefillTokensIsAutoOrPositive) {
+  auto a = parse_serve_options({});
+  ASSERT_TRUE(a) << a.status().message();
+  EXPECT_EQ(a->mixed_prefill_tokens, 0);  // auto
+  auto n = parse_serve_options({"--mixed-prefill-tokens", "256"});
+  ASSERT_TRUE(n) << n.status().message();
+  EXPECT_EQ(n->mixed_prefill_tokens, 256);
+  auto bad = parse_serve_options({"--mixed-prefill-tokens", "-5"});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("--mixed-prefill-tokens"), std::string::npos) << bad.status().message();
+}
+
 TEST(ServeOptions, UnsupportedFlagsWarnByName) {
   std::vector<std::string> warnings;
   auto r = parse_serve_options({"--enable-metrics", "--log-requests", "--dp-size", "2", "--tp-size", "2",

@@ -92,6 +92,52 @@ TEST(Engine, DecodeStepsAreCountedApartFromPrefillSteps) {
   (*e)->stop();
 }
 
+// A prompt that arrives while another request decodes is prefilled mixed_prefill_tokens a step
+// (here 16: 13 steps for 200 tokens, against 4 in chunks of 64), and both outputs are what each
+// request gives alone. With auto (0) the engine sets the budget from the steps it timed: whole
+// blocks, at most max_prefill_tokens.
+TEST(Engine, PrefillBesideADecodeKeepsTheMixedBudgetAndTheOutputs) {
+  std::vector<int32_t> a_prompt(20), b_prompt(200);
+  for (int i = 0; i < 20; ++i) a_prompt[i] = 100 + 3 * i;
+  for (int i = 0; i < 200; ++i) b_prompt[i] = 200 + 5 * i;
+  std::vector<std::vector<int32_t>> alone;
+  {
+    auto e = Engine::create(small_engine_config());
+    ASSERT_TRUE(e.is_ok()) << e.status().message();
+    (*e)->start();
+    alone.push_back(greedy_continuations(**e, {a_prompt}, 60)[0]);
+    alone.push_back(greedy_continuations(**e, {b_prompt}, 4)[0]);
+    (*e)->stop();
+  }
+  for (int mixed : {16, 0}) {
+    EngineConfig c = small_engine_config();
+    c.mixed_prefill_tokens = mixed;
+    auto e = Engine::create(c);
+    ASSERT_TRUE(e.is_ok()) << e.status().message();
+    (*e)->start();
+    auto a = submit(**e, a_prompt, 60);
+    auto first = a->events.pop();  // a decodes from here on
+    ASSERT_TRUE(first);
+    auto b = submit(**e, b_prompt, 4);
+    Output oa = collect(*a), ob = collect(*b);
+    oa.tokens.insert(oa.tokens.begin(), first->tokens.begin(), first->tokens.end());
+    EXPECT_EQ(oa.tokens, alone[0]) << "mixed " << mixed;
+    EXPECT_EQ(ob.tokens, alone[1]) << "mixed " << mixed;
+    const EngineStats st = idle_stats(**e);
+    if (mixed == 16) {
+      EXPECT_EQ(st.mixed_prefill_tokens, 16);
+      EXPECT_GE(st.steps_total - st.decode_steps_total, 1u + 13u);  // a's prompt, then b's 13 chunks
+    } else {
+      // On a CPU a decode step costs a few prefill tokens (tiny-coder: ~0.8 ms against ~0.15 ms a
+      // token), far from the 128 / 1.5 = 85 that would leave the cap in place.
+      EXPECT_GE(st.mixed_prefill_tokens, 16);
+      EXPECT_LT(st.mixed_prefill_tokens, c.max_prefill_tokens);
+      EXPECT_EQ(st.mixed_prefill_tokens % 16, 0);
+    }
+    (*e)->stop();
+  }
+}
+
 TEST(Engine, GreedyContinuationMatchesReferenceForTinyCoder) {
   Fixture fx(source_dir() / "models/tiny-coder");
   auto e = make_engine("models/tiny-coder", 0);

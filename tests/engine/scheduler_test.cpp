@@ -117,6 +117,53 @@ TEST(Scheduler, AdmitsWithinRunningSlotsAndPrefillBudgetAndChunks) {
   sch.check_integrity();
 }
 
+// A step that also decodes a running sequence carries at most mixed_prefill_tokens of prefill;
+// a step with no decode rows keeps the whole budget.
+TEST(Scheduler, PrefillBesideDecodesKeepsTheMixedBudget) {
+  FakeCache cache(128, 4);
+  SchedulerConfig c = config(4, 32, 40);
+  c.mixed_prefill_tokens = 8;
+  Scheduler sch(c, cache);
+  sch.add(seq(1, 6, 20));
+  sch.add(seq(2, 60, 4));
+  // No one decodes yet: 1's whole prompt (6) and 2's first chunk, up to the budget (40 - 6 = 34,
+  // capped by the chunk size 32).
+  auto items = sch.schedule();
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0].n_tokens, 6);
+  EXPECT_EQ(items[1].n_tokens, 32);
+  auto out = sample(items, 7);
+  sch.update(items, out);
+  // 1 decodes now: 2's prefill continues 8 tokens a step, the prefill chunk first, then the decode row.
+  for (int step = 0; step < 2; ++step) {
+    items = sch.schedule();
+    ASSERT_EQ(items.size(), 2u);
+    EXPECT_EQ(items[0].seq->id, 2u);
+    EXPECT_EQ(items[0].n_tokens, 8);
+    EXPECT_EQ(items[1].seq->id, 1u);
+    EXPECT_EQ(items[1].n_tokens, 1);
+    out = sample(items, 7);
+    sch.update(items, out);
+  }
+  EXPECT_EQ(sch.mixed_prefill_tokens(), 8);
+  // The engine raises it (auto: from step times); 0 leaves max_prefill_tokens alone.
+  sch.set_mixed_prefill_tokens(0);
+  items = sch.schedule();
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0].n_tokens, 60 - 32 - 16);  // the rest of 2's prompt (12 < 32)
+  out = sample(items, 7);
+  sch.update(items, out);
+  // 1 and 2 both decode now: a new arrival beside them is bounded again.
+  sch.set_mixed_prefill_tokens(4);
+  sch.add(seq(3, 30, 4));
+  items = sch.schedule();
+  int prefill = 0;
+  for (const auto& it : items)
+    if (!it.sample) prefill += it.n_tokens;
+  EXPECT_EQ(prefill, 4);
+  sch.check_integrity();
+}
+
 TEST(Scheduler, DecodeFeedsTheLastTokenAndItsDrafts) {
   FakeCache cache(64, 4);
   Scheduler sch(config(4, 64, 64), cache);

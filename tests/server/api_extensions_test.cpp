@@ -462,6 +462,38 @@ TEST_F(ApiTest, GenerateStreamsCumulativeTextAsBenchServingReadsIt) {
   expect_idle();
 }
 
+// A streamed completion with return_token_ids carries every token id, also those of steps whose
+// text is held back (here: "world" might start the stop string "world!"), so a client such as
+// `deltaserve bench` counts every token and times every step.
+TEST_F(ApiTest, StreamedCompletionTokenIdsIncludeStepsWithHeldBackText) {
+  start();
+  script("hello world and more", false);
+  auto r = post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stream", true}, {"stop", "world!"},
+                                    {"return_token_ids", true}, {"stream_options", {{"include_usage", true}}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<TokenId> ids;
+  std::string text;
+  int with_ids = 0, empty_text_with_ids = 0, usage_tokens = -1;
+  for (const auto& d : sse_data(r.body)) {
+    if (d == "[DONE]") continue;
+    json e = json::parse(d);
+    if (e.contains("usage") && e["usage"].is_object()) usage_tokens = e["usage"]["completion_tokens"];
+    for (const auto& c : e["choices"]) {
+      text += c["text"].get<std::string>();
+      if (!c.contains("token_ids") || c["token_ids"].empty()) continue;
+      ++with_ids;
+      if (c["text"].get<std::string>().empty()) ++empty_text_with_ids;
+      for (const auto& id : c["token_ids"]) ids.push_back(id.get<TokenId>());
+    }
+  }
+  EXPECT_EQ(text, "hello world and more");
+  EXPECT_EQ(ids, engine_.script);
+  EXPECT_EQ(usage_tokens, static_cast<int>(engine_.script.size()));
+  EXPECT_GE(empty_text_with_ids, 1) << "no step's text was held back: the case is not exercised";
+  EXPECT_GE(with_ids, static_cast<int>(engine_.script.size()) - 1);
+  expect_idle();
+}
+
 TEST_F(ApiTest, TokenizeDetokenizeInfoLoadFlushHealth) {
   start();
   for (const char* path : {"/tokenize", "/v1/tokenize"}) {
