@@ -8,6 +8,7 @@
 // percentiles (from submit to the first token).
 #include <atomic>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -229,6 +230,9 @@ int cmd_bench_offline(const Args& args) {
     if (!o.is_explicit("max-running-requests")) o.max_running_requests = *std::max_element(batches->begin(), batches->end());
     if (!o.is_explicit("context-length"))
       o.context_length = std::max<int64_t>(max_prompt + *gen_len, *prefill_len) + 16;
+    // A batch submitted at once is measured as a batch: the prompts of its last sequences are not
+    // held back for the decodes of its first ones (serve's default learns a budget for that).
+    if (!o.is_explicit("mixed-prefill-tokens")) o.mixed_prefill_tokens = std::numeric_limits<int32_t>::max();
     auto setup = setup_engine(o, *model_config);
     if (!setup) {
       std::fprintf(stderr, "deltaserve bench-offline: %s\n", setup.status().message().c_str());
