@@ -12,6 +12,9 @@ namespace {
 // decode steps, so that a running request's inter-token gap while prompts arrive stays within
 // ~2.5x its usual one (issue #14: ITL p99 within 3x p50).
 constexpr double kMixedStepRatio = 2.5;
+// ... unless the prefill tokens pending would then take more than this many steps: the budget
+// rises to clear them within it (Scheduler), so arrivals cannot outgrow what small chunks clear.
+constexpr int kMixedBacklogSteps = 32;
 }  // namespace
 
 void Sequence::constraint_took(int32_t token) {
@@ -105,6 +108,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   sc.chunked_prefill_size = c.chunked_prefill_size;
   sc.max_prefill_tokens = c.max_prefill_tokens;
   sc.mixed_prefill_tokens = c.mixed_prefill_tokens > 0 ? c.mixed_prefill_tokens : 0;
+  sc.mixed_backlog_steps = c.mixed_prefill_tokens > 0 ? 0 : kMixedBacklogSteps;
   sc.block_size = cc.block_size;
   sc.prefix_cache = c.prefix_cache;
   sc.decode_checkpoints = c.decode_checkpoints;
@@ -114,6 +118,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
     if (std::find(sc.eos_token_ids.begin(), sc.eos_token_ids.end(), id) == sc.eos_token_ids.end())
       sc.eos_token_ids.push_back(id);
   e->scheduler_ = std::make_unique<Scheduler>(sc, *e->cache_);
+  e->step_cost_ = StepCost(std::clamp(c.max_prefill_tokens / 2, 1, 1024));
   // Sampling threads: with a GPU the host cores are free while the engine samples; on the CPU
   // backend its compute pool already owns them.
   const int n_sample = c.device == Device::Cpu ? 1 : std::clamp(hardware_threads() - 1, 1, 8);

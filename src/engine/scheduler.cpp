@@ -202,7 +202,20 @@ const std::vector<ScheduledItem>& Scheduler::schedule() {
   const bool decodes = std::any_of(running_.begin(), running_.end(), [](const auto& s) {
     return s->n_computed == static_cast<int>(s->tokens.size()) - 1;
   });
-  if (decodes && config_.mixed_prefill_tokens > 0) prefill_budget = std::min(prefill_budget, config_.mixed_prefill_tokens);
+  if (decodes && config_.mixed_prefill_tokens > 0) {
+    int mixed = config_.mixed_prefill_tokens;
+    if (config_.mixed_backlog_steps > 0) {
+      int64_t pending = 0;
+      for (const auto& s : running_)
+        if (s->n_computed < static_cast<int>(s->tokens.size()) - 1) pending += int64_t(s->tokens.size()) - s->n_computed;
+      for (const auto& s : waiting_) pending += std::max<int64_t>(int64_t(s->tokens.size()) - s->n_computed, 0);
+      const int64_t bs = config_.block_size;
+      const int64_t per_step = (pending + config_.mixed_backlog_steps - 1) / config_.mixed_backlog_steps;
+      mixed = static_cast<int>(std::min<int64_t>(std::max<int64_t>(mixed, (per_step + bs - 1) / bs * bs),
+                                                 config_.max_prefill_tokens));
+    }
+    prefill_budget = std::min(prefill_budget, mixed);
+  }
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence& s = *running_[i];
     const int known = static_cast<int>(s.tokens.size());

@@ -40,6 +40,10 @@ struct SchedulerConfig {
   // whole step): at most this many (0: max_prefill_tokens alone). The engine sets it as it learns
   // step costs (set_mixed_prefill_tokens).
   int mixed_prefill_tokens = 0;
+  // With mixed_prefill_tokens: raised for a step so that the prefill tokens pending (unfinished
+  // prefills and waiting prompts) take at most this many steps, so a backlog cannot outgrow what
+  // small chunks clear (0: never raised).
+  int mixed_backlog_steps = 0;
   int block_size = 16;
   std::vector<int32_t> eos_token_ids;  // finish a sequence (reason Stop) unless it ignores EOS
   bool prefix_cache = false;           // reuse cached prefixes (off: --disable-radix-cache)

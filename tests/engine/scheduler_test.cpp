@@ -164,6 +164,43 @@ TEST(Scheduler, PrefillBesideDecodesKeepsTheMixedBudget) {
   sch.check_integrity();
 }
 
+// With mixed_backlog_steps, the mixed budget rises so that the prefill tokens pending (running
+// prefills' rest and waiting prompts) take at most that many steps, in whole blocks.
+TEST(Scheduler, MixedBudgetRisesToClearABacklogInItsSteps) {
+  FakeCache cache(256, 4);
+  SchedulerConfig c = config(4, 64, 64);
+  c.mixed_prefill_tokens = 4;
+  c.mixed_backlog_steps = 4;
+  Scheduler sch(c, cache);
+  sch.add(seq(1, 6, 40));
+  auto items = sch.schedule();
+  auto out = sample(items, 7);
+  sch.update(items, out);  // 1 decodes from here
+  sch.add(seq(2, 100, 4));
+  // 100 pending over 4 steps: 25 a step -> 28 in blocks of 4 (not 4).
+  items = sch.schedule();
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0].seq->id, 2u);
+  EXPECT_EQ(items[0].n_tokens, 28);
+  out = sample(items, 7);
+  sch.update(items, out);
+  // 72 left: 18 a step -> 20.
+  items = sch.schedule();
+  EXPECT_EQ(items[0].n_tokens, 20);
+  out = sample(items, 7);
+  sch.update(items, out);
+  // A second arrival adds to the backlog: (52 + 200) / 4 = 63 -> 64, the step budget: 2's last
+  // 52 tokens and 3's first 12.
+  sch.add(seq(3, 200, 4));
+  items = sch.schedule();
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_EQ(items[0].seq->id, 2u);
+  EXPECT_EQ(items[0].n_tokens, 52);
+  EXPECT_EQ(items[1].seq->id, 3u);
+  EXPECT_EQ(items[1].n_tokens, 12);
+  sch.check_integrity();
+}
+
 TEST(Scheduler, DecodeFeedsTheLastTokenAndItsDrafts) {
   FakeCache cache(64, 4);
   Scheduler sch(config(4, 64, 64), cache);

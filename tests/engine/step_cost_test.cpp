@@ -1,4 +1,5 @@
-// StepCost: the prefill budget of a step that also decodes, from the step times it is told.
+// StepCost: the prefill budget of a step that also decodes, from the step times it is told
+// (a mixed step of n prefill tokens costs d + a + b n).
 #include <gtest/gtest.h>
 
 #include "engine/step_cost.h"
@@ -7,41 +8,55 @@ namespace deltaserve::test {
 namespace {
 
 TEST(StepCost, NothingKnownKeepsTheCap) {
-  StepCost c;
-  EXPECT_EQ(c.mixed_prefill_tokens(2.5, 16, 1024), 1024);
+  StepCost c(1024);
+  EXPECT_EQ(c.mixed_prefill_tokens(2.5, 16, 16384), 16384);
   c.observe(0, 8, 0.010);  // a decode step alone: the prefill token's cost is still unknown
-  EXPECT_EQ(c.mixed_prefill_tokens(2.5, 16, 1024), 1024);
+  EXPECT_EQ(c.mixed_prefill_tokens(2.5, 16, 16384), 16384);
   EXPECT_DOUBLE_EQ(c.decode_step_s(), 0.010);
+  c.observe(512, 8, 0.2);  // a chunk below large_chunk does not time b
+  EXPECT_EQ(c.prefill_token_s(), 0.0);
+  EXPECT_EQ(c.mixed_prefill_tokens(2.5, 16, 16384), 16384);
 }
 
-TEST(StepCost, BudgetIsRatioMinusOneDecodeStepsOfPrefillInWholeBlocks) {
-  StepCost c;
-  c.observe(0, 16, 0.017);     // decode step 17 ms
-  c.observe(1000, 0, 0.100);   // a prefill step: 0.1 ms a token
-  // (2.5 - 1) x 17 ms / 0.1 ms = 255 tokens -> 240 in blocks of 16.
+TEST(StepCost, BudgetIsWhatKeepsAMixedStepAtRatioDecodeSteps) {
+  StepCost c(1024);
+  c.observe(0, 16, 0.017);    // d = 17 ms
+  c.observe(8192, 0, 0.8192);  // b = 0.1 ms a token (a prefill-only step)
+  EXPECT_DOUBLE_EQ(c.prefill_token_s(), 0.0001);
+  // No overhead seen yet: (2.5 - 1) x 17 ms / 0.1 ms = 255 tokens -> 240 in blocks of 16.
   EXPECT_EQ(c.mixed_prefill_tokens(2.5, 16, 16384), 240);
-  EXPECT_EQ(c.mixed_prefill_tokens(2.5, 16, 100), 100);  // the cap
+  EXPECT_EQ(c.mixed_prefill_tokens(2.5, 16, 100), 100);   // the cap
   EXPECT_EQ(c.mixed_prefill_tokens(1.0, 16, 16384), 16);  // at least one block
-  // A mixed step: its decode rows' share (one decode step) comes off before the per-token cost.
-  StepCost m;
-  m.observe(0, 4, 0.020);
-  m.observe(200, 4, 0.060);  // (60 - 20) ms / 200 tokens = 0.2 ms a token
-  EXPECT_DOUBLE_EQ(m.prefill_token_s(), 0.0002);
-  EXPECT_EQ(m.mixed_prefill_tokens(3.0, 10, 100000), 200);  // 2 x 20 ms / 0.2 ms
+  // Mixed steps of 48 tokens that take 31.8 ms: 10 ms over d + 48 b. The overhead's average
+  // approaches 10 ms, and the budget (25.5 - 10) / 0.1 = 155 -> 144.
+  for (int i = 0; i < 60; ++i) c.observe(48, 15, 0.017 + 0.010 + 48 * 0.0001);
+  EXPECT_NEAR(c.chunk_overhead_s(), 0.010, 1e-6);
+  EXPECT_EQ(c.mixed_prefill_tokens(2.5, 16, 16384), 144);
+  // A large mixed step times b with the decode rows' share taken off: (1.117 - 0.017) / 1024.
+  StepCost m(1024);
+  m.observe(0, 4, 0.017);
+  m.observe(1024, 4, 0.017 + 1024 * 0.0002);
+  EXPECT_NEAR(m.prefill_token_s(), 0.0002, 1e-12);
 }
 
 TEST(StepCost, AveragesMoveTowardNewStepsAndIgnoreWhatCannotBeTimed) {
-  StepCost c;
+  StepCost c(64);
   c.observe(0, 1, 0.010);
   for (int i = 0; i < 40; ++i) c.observe(0, 1, 0.020);
   EXPECT_NEAR(c.decode_step_s(), 0.020, 1e-6);
-  c.observe(8, 1, 0.5);      // too few prefill tokens to time
-  c.observe(512, 0, 0.0);    // no time
+  c.observe(512, 0, 0.0);   // no time
   c.observe(512, 0, -1.0);
   EXPECT_EQ(c.prefill_token_s(), 0.0);
-  StepCost d;
-  d.observe(512, 3, 0.05);   // a mixed step before any decode step: its decode share is unknown
+  StepCost d(64);
+  d.observe(512, 3, 0.05);  // a mixed step before any decode step: its decode share is unknown
   EXPECT_EQ(d.prefill_token_s(), 0.0);
+  // An overhead larger than (ratio - 1) decode steps leaves one block (the scheduler's backlog
+  // rule then raises it).
+  StepCost o(64);
+  o.observe(0, 2, 0.010);
+  o.observe(640, 0, 0.064);                               // b = 0.1 ms
+  for (int i = 0; i < 60; ++i) o.observe(16, 2, 0.040);  // a -> 40 - 10 - 1.6 = 28.4 ms
+  EXPECT_EQ(o.mixed_prefill_tokens(2.5, 16, 4096), 16);
 }
 
 }  // namespace
