@@ -15,20 +15,16 @@ void StepCost::observe(int prefill_tokens, int decode_rows, double seconds) {
     if (decode_rows > 0) decode_s_ = average(decode_s_, seconds, kWeight);
     return;
   }
+  if (prefill_tokens < large_chunk_) return;
   if (decode_rows > 0 && decode_s_ <= 0) return;  // the decode rows' share is not known yet
   const double beside = decode_rows > 0 ? decode_s_ : 0.0;
-  if (prefill_tokens >= large_chunk_) {
-    prefill_token_s_ = average(prefill_token_s_, std::max(seconds - beside, 0.5 * seconds) / prefill_tokens, kWeight);
-  } else if (decode_rows > 0 && prefill_token_s_ > 0) {
-    // The average starts from 0 (no overhead) and moves by each step's excess.
-    overhead_s_ += kWeight * (std::max(seconds - beside - prefill_token_s_ * prefill_tokens, 0.0) - overhead_s_);
-  }
+  prefill_token_s_ = average(prefill_token_s_, std::max(seconds - beside, 0.5 * seconds) / prefill_tokens, kWeight);
 }
 
 int StepCost::mixed_prefill_tokens(double ratio, int block, int cap) const {
   block = std::max(block, 1);
   if (decode_s_ <= 0 || prefill_token_s_ <= 0) return cap;
-  const double tokens = ((ratio - 1.0) * decode_s_ - overhead_s_) / prefill_token_s_;
+  const double tokens = std::max(ratio - 1.0, 0.0) * decode_s_ / prefill_token_s_;
   const double blocks = std::max(1.0, std::floor(tokens / block));
   return static_cast<int>(std::min<double>(blocks * block, cap));
 }
