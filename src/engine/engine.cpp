@@ -118,7 +118,6 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
     if (std::find(sc.eos_token_ids.begin(), sc.eos_token_ids.end(), id) == sc.eos_token_ids.end())
       sc.eos_token_ids.push_back(id);
   e->scheduler_ = std::make_unique<Scheduler>(sc, *e->cache_);
-  e->step_cost_ = StepCost(std::clamp(c.max_prefill_tokens / 2, 1, 1024));
   // Sampling threads: with a GPU the host cores are free while the engine samples; on the CPU
   // backend its compute pool already owns them.
   const int n_sample = c.device == Device::Cpu ? 1 : std::clamp(hardware_threads() - 1, 1, 8);

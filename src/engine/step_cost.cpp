@@ -15,7 +15,7 @@ void StepCost::observe(int prefill_tokens, int decode_rows, double seconds) {
     if (decode_rows > 0) decode_s_ = average(decode_s_, seconds, kWeight);
     return;
   }
-  if (prefill_tokens < large_chunk_) return;
+  if (prefill_tokens < kMinPrefillTokens) return;
   if (decode_rows > 0 && decode_s_ <= 0) return;  // the decode rows' share is not known yet
   const double beside = decode_rows > 0 ? decode_s_ : 0.0;
   prefill_token_s_ = average(prefill_token_s_, std::max(seconds - beside, 0.5 * seconds) / prefill_tokens, kWeight);

@@ -2,24 +2,22 @@
 // a prefill chunk beside running decodes stays within a few decode steps (the inter-token gap of
 // every running request is that step's length):
 //   d  a decode step: moving average over steps with no prefill tokens (the batch of the moment);
-//   b  a prefill token: moving average over steps with at least `large_chunk` prefill tokens, of
-//      (step - d if it also decoded) / tokens.
+//   b  a prefill token as such steps run it: moving average over steps with at least 16 prefill
+//      tokens of (step - d if it also decoded) / tokens. A small chunk's fixed costs (another
+//      kernel path beside the decode rows, no graph) are spread over its tokens, so b is the
+//      marginal cost of the chunks the budget actually makes.
 // mixed_prefill_tokens(ratio) = (ratio - 1) d / b: the prefill tokens that take (ratio - 1) decode
 // steps, in whole blocks, at least one block, at most `cap`; `cap` until d and b have been seen.
-// b comes from large chunks only: a small chunk's fixed costs (another kernel path beside the
-// decode rows, no graph) divided over its few tokens would make the next chunk smaller still,
-// down to a block (measured on the H200, bench/RESULTS.md, stop 36). Those fixed costs are left
-// out of the step's length: on the H200 a mixed step came to ~2.8 decode steps at ratio 2.5.
-// Pure arithmetic over what it is told (the engine times its steps): deterministic in tests.
+// Where fixed costs alone exceed (ratio - 1) d the budget falls to a block; the scheduler's
+// backlog rule (SchedulerConfig::mixed_backlog_steps) keeps prefill moving then. Pure arithmetic
+// over what it is told (the engine times its steps): deterministic in tests.
 #pragma once
 
 namespace deltaserve {
 
 class StepCost {
  public:
-  // large_chunk: the fewest prefill tokens of a step that times b (the engine: half its step
-  // budget, at most 1024).
-  explicit StepCost(int large_chunk = 1024) : large_chunk_(large_chunk) {}
+  static constexpr int kMinPrefillTokens = 16;  // fewer: a step's fixed costs swamp its tokens
 
   // One finished step: its prefill tokens, its decode rows, its wall time.
   void observe(int prefill_tokens, int decode_rows, double seconds);
@@ -32,7 +30,6 @@ class StepCost {
 
  private:
   static constexpr double kWeight = 0.25;  // of the newest step in each average
-  int large_chunk_;
   double decode_s_ = 0, prefill_token_s_ = 0;
 };
 
