@@ -24,7 +24,8 @@ struct EngineStats {
   uint64_t spec_accepted_tokens_total = 0;
   uint64_t spec_verify_steps_total = 0;
   uint64_t preemptions_total = 0;       // running requests retracted for lack of KV blocks
-  // Prefill tokens a step that also decodes may carry now (EngineConfig::mixed_prefill_tokens).
+  // Prefill tokens a step that also decodes may carry (EngineConfig::mixed_prefill_tokens; auto: the
+  // learnt budget, before Scheduler's backlog rule raises it for a step).
   int mixed_prefill_tokens = 0;
   // Tokens drawn on the device (Fetch::Sample).
   uint64_t device_sampled_total = 0;

@@ -143,7 +143,7 @@ std::string ServerMetrics::render(const EngineStats& s, const std::vector<Engine
         s.requests_running);
   gauge(out, "deltaserve_requests_waiting", "Sequences queued for admission.", s.requests_waiting);
   gauge(out, "deltaserve_mixed_prefill_tokens",
-        "Prefill tokens a step that also decodes may carry now (--mixed-prefill-tokens; auto: from step times).",
+        "Prefill tokens a step that also decodes may carry (--mixed-prefill-tokens; auto: learnt from step times, before a backlog of pending prompts raises it for a step).",
         s.mixed_prefill_tokens);
   gauge(out, "deltaserve_kv_tokens_used", "KV cache token slots held by live requests.",
         static_cast<double>(s.kv_tokens_used));
