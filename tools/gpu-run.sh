@@ -16,6 +16,7 @@
 #         128-token context, batch 1/16/64: --sampling-backend device, host, and greedy
 # http:   serve + deltaserve bench, 16 streams of 1k-token prompts (greedy and temperature 0.6;
 #         HTTP_TEMPS, HTTP_FLAGS: serve flags)
+# mixed-steps: bench_cuda_decode --mixed-only, 15 decode rows beside chunks of MIXED_CHUNKS tokens
 # mixed:  serve + deltaserve bench with Poisson arrivals, the prefill budget beside decodes auto / off
 # dp:     serve --dp-size 2 against 1 (one GPU: both replicas on it), 64 streams, per-replica tokens
 # prefill: 8k prefill, model only (bench_cuda_decode --prefill-only, op breakdown) with the GDN
@@ -299,6 +300,18 @@ fi
 
 # attn: the decode attention op alone (bench_cuda_attention): every kernel variant at 1k-128k,
 #       batch 1 and 16, bf16; 4-row verification; fp8 (ATTN_CTX overrides the contexts)
+# mixed-steps: bench_cuda_decode --mixed-only: one continuous-batching step of 15 decode rows and a
+# prefill chunk of each size of MIXED_CHUNKS, against each part alone, at each context of MIXED_CTX
+if has mixed-steps; then
+  for c in ${MIXED_CTX:-1024}; do
+    timeout 300 "$B/bench_cuda_decode" --model $M --kv-dtype bf16 --ctx "$c" --batch 16 --steps 8 \
+      --prefill $((c + 18 * 520 + 64)) --mixed "${MIXED_CHUNKS:-49,50,113,114,128,241,242,497,498}" --mixed-only \
+      >"$OUT/mixed_steps_$c.log" 2>&1
+    echo "bench_cuda_decode --mixed-only ctx $c rc=$?" | tee -a "$OUT/summary.txt"
+    grep -E '^\| mixed step' "$OUT/mixed_steps_$c.log" | tee -a "$OUT/summary.txt"
+  done
+fi
+
 if has attn; then
   A=${ATTN_CTX:-1024,8192,32768,131072}
   for spec in "bf16:--batch 1,16" "rows4:--batch 1,16 --rows 4" "fp8:--batch 1,16 --kv fp8"; do

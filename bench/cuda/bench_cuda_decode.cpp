@@ -2,7 +2,7 @@
 //
 //   bench_cuda_decode [--model DIR] [--ctx N] [--steps N] [--prefill N] [--batch N] [--no-graph]
 //                     [--prefill-chunk N] [--prefill-only] [--kv-dtype f32|bf16|fp8_e4m3|fp8_e5m2]
-//                     [--mixed N]
+//                     [--mixed N[,N...]] [--mixed-only]
 //
 // Reports: weight-load time; TTFT of a --prefill-token prompt; decode tokens/s at batch 1 (CUDA
 // graph of Model::forward; and eager through ModelRunner) with the fraction of HBM bandwidth that
@@ -10,7 +10,9 @@
 // single-token MTP steps; aggregate decode tokens/s at --batch concurrent sequences; a per-op
 // time breakdown (CUDA events around each Kernels call) for decode and prefill. --mixed N: what a
 // continuous-batching step that mixes --batch - 1 decode rows with one sequence's N-token prefill
-// chunk costs through ModelRunner (eager, greedy argmax), against each part alone, and its ops.
+// chunk costs through ModelRunner (eager, greedy argmax), against each part alone, and its ops;
+// a list of N times each; --mixed-only skips every other section (the GEMMs' row tiles: N against
+// N + 1 rows around a multiple of 64 or 128).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -45,7 +47,8 @@ struct Opts {
   int prefill_chunk = 0;      // > 0: the TTFT prompt goes through forwards of this many tokens
   bool graph = true;
   bool prefill_only = false;  // stop after the TTFT section
-  int mixed = 0;              // > 0: time a step mixing --batch - 1 decode rows with a chunk of this many tokens
+  std::vector<int> mixed;     // time a step mixing --batch - 1 decode rows with a chunk of each many tokens
+  bool mixed_only = false;    // only the mixed steps
   DType kv_dtype = DType::F32;  // KV cache element type (scales 1: dummy weights have none)
 };
 
@@ -235,7 +238,14 @@ int main(int argc, char** argv) {
     else if (a == "--no-graph") o.graph = false;
     else if (a == "--prefill-chunk") o.prefill_chunk = std::stoi(next());
     else if (a == "--prefill-only") o.prefill_only = true;
-    else if (a == "--mixed") o.mixed = std::stoi(next());
+    else if (a == "--mixed") {
+      const std::string v = next();
+      for (std::size_t p = 0; p < v.size();) {
+        const std::size_t c = std::min(v.find(',', p), v.size());
+        o.mixed.push_back(std::stoi(v.substr(p, c - p)));
+        p = c + 1;
+      }
+    } else if (a == "--mixed-only") o.mixed_only = true;
     else if (a == "--kv-dtype") {
       const std::string v = next();
       bool ok = false;
@@ -251,7 +261,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--model DIR] [--ctx N] [--steps N] [--prefill N] [--batch N] [--no-graph]\n"
-                   "          [--prefill-chunk N] [--prefill-only] [--kv-dtype f32|bf16|fp8_e4m3|fp8_e5m2] [--mixed N]\n",
+                   "          [--prefill-chunk N] [--prefill-only] [--kv-dtype f32|bf16|fp8_e4m3|fp8_e5m2]\n"
+                   "          [--mixed N[,N...]] [--mixed-only]\n",
                    argv[0]);
       return 2;
     }
@@ -351,7 +362,7 @@ int main(int argc, char** argv) {
 
   // ---- TTFT ---------------------------------------------------------------------------------
   double ttft = 0;
-  if (o.prefill > 0) {
+  if (o.prefill > 0 && !o.mixed_only) {
     std::vector<int32_t> blocks;
     int slot = new_seq(blocks);
     auto warm = prompt(std::min(o.prefill, 512));
@@ -386,127 +397,133 @@ int main(int argc, char** argv) {
 
   if (o.prefill_only) return 0;
 
-  // ---- decode, batch 1 ------------------------------------------------------------------------
-  std::vector<int32_t> blocks;
-  int slot = new_seq(blocks);
-  {
-    auto p = prompt(o.ctx);
-    RunItem it{p, 0, blocks, slot, false, false};
-    runner.run(std::span<const RunItem>(&it, 1));
-  }
-  int n_past = o.ctx;
-  // Eager through ModelRunner (metadata upload, forward, logits to host, per step).
-  double eager_tps = 0;
-  {
-    const int n = 16;
-    std::vector<int32_t> tok{1234};
-    be->synchronize();
-    t0 = now_s();
-    for (int i = 0; i < n; ++i) {
-      RunItem it{tok, n_past + i, blocks, slot, false, false};
+  double dec_tps = 0, bw = 0, eager_tps = 0, verify_ms = 0, mtp_ms = 0, commit_ms = 0, agg_tps = 0;
+  if (!o.mixed_only) {
+    // ---- decode, batch 1 ------------------------------------------------------------------------
+    std::vector<int32_t> blocks;
+    int slot = new_seq(blocks);
+    {
+      auto p = prompt(o.ctx);
+      RunItem it{p, 0, blocks, slot, false, false};
       runner.run(std::span<const RunItem>(&it, 1));
     }
-    eager_tps = n / (now_s() - t0);
-    cuda_set_op_timing(*be, true);
-    for (int i = 0; i < 4; ++i) {
-      RunItem it{tok, n_past + n + i, blocks, slot, false, false};
-      runner.run(std::span<const RunItem>(&it, 1));
+    int n_past = o.ctx;
+    // Eager through ModelRunner (metadata upload, forward, logits to host, per step).
+    {
+      const int n = 16;
+      std::vector<int32_t> tok{1234};
+      be->synchronize();
+      t0 = now_s();
+      for (int i = 0; i < n; ++i) {
+        RunItem it{tok, n_past + i, blocks, slot, false, false};
+        runner.run(std::span<const RunItem>(&it, 1));
+      }
+      eager_tps = n / (now_s() - t0);
+      cuda_set_op_timing(*be, true);
+      for (int i = 0; i < 4; ++i) {
+        RunItem it{tok, n_past + n + i, blocks, slot, false, false};
+        runner.run(std::span<const RunItem>(&it, 1));
+      }
+      cuda_set_op_timing(*be, false);
+      print_times("decode (batch 1) op breakdown", *be, 4);
+      n_past += n + 4;
     }
-    cuda_set_op_timing(*be, false);
-    print_times("decode (batch 1) op breakdown", *be, 4);
-    n_past += n + 4;
-  }
-  cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream(*be));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  auto timed_loop = [&](GraphStep& g, int n, int past0, int advance) {
-    CK(cudaEventRecord(e0, stream));
-    for (int i = 0; i < n; ++i) {
-      g.stage(past0 + i * advance, i);
-      g.launch(o.graph);
+    cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream(*be));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    auto timed_loop = [&](GraphStep& g, int n, int past0, int advance) {
+      CK(cudaEventRecord(e0, stream));
+      for (int i = 0; i < n; ++i) {
+        g.stage(past0 + i * advance, i);
+        g.launch(o.graph);
+      }
+      CK(cudaEventRecord(e1, stream));
+      CK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      return ms / n;
+    };
+    double dec_ms = 0;
+    {
+      GraphStep g(*be, *model, cache, views, {blocks}, {slot}, 1, false, false, o.steps + 1);
+      if (o.graph) g.capture(n_past);
+      n_past += 1;
+      dec_ms = timed_loop(g, o.steps, n_past, 1);
+      n_past += o.steps;
     }
-    CK(cudaEventRecord(e1, stream));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    return ms / n;
-  };
-  double dec_ms = 0;
-  {
-    GraphStep g(*be, *model, cache, views, {blocks}, {slot}, 1, false, false, o.steps + 1);
-    if (o.graph) g.capture(n_past);
-    n_past += 1;
-    dec_ms = timed_loop(g, o.steps, n_past, 1);
-    n_past += o.steps;
-  }
-  const double dec_tps = 1e3 / dec_ms;
-  const double bw = wbytes / (dec_ms * 1e-3) / 1e12;
-  std::printf("\ndecode batch 1 (context %d..%d, %s): %.3f ms/token = %.1f tok/s; weights %.2f TB/s = %.0f%% of the "
-              "measured copy bandwidth (eager via ModelRunner: %.1f tok/s)\n",
-              o.ctx, n_past, o.graph ? "CUDA graph" : "eager", dec_ms, dec_tps, bw, 100 * bw / copy_tbs, eager_tps);
+    dec_tps = 1e3 / dec_ms;
+    bw = wbytes / (dec_ms * 1e-3) / 1e12;
+    std::printf("\ndecode batch 1 (context %d..%d, %s): %.3f ms/token = %.1f tok/s; weights %.2f TB/s = %.0f%% of the "
+                "measured copy bandwidth (eager via ModelRunner: %.1f tok/s)\n",
+                o.ctx, n_past, o.graph ? "CUDA graph" : "eager", dec_ms, dec_tps, bw, 100 * bw / copy_tbs, eager_tps);
 
-  // ---- verification (4 tokens, state deferred), commit, 3 MTP steps ---------------------------
-  double verify_ms = 0, mtp_ms = 0, commit_ms = 0;
-  if (model->has_mtp()) {
-    GraphStep v(*be, *model, cache, views, {blocks}, {slot}, 4, false, true, 32);
-    GraphStep m(*be, *model, cache, views, {blocks}, {slot}, 1, true, false, 32);
-    if (o.graph) {
-      v.capture(n_past);
-      m.capture(n_past + 4);
+    // ---- verification (4 tokens, state deferred), commit, 3 MTP steps ---------------------------
+    if (model->has_mtp()) {
+      GraphStep v(*be, *model, cache, views, {blocks}, {slot}, 4, false, true, 32);
+      GraphStep m(*be, *model, cache, views, {blocks}, {slot}, 1, true, false, 32);
+      if (o.graph) {
+        v.capture(n_past);
+        m.capture(n_past + 4);
+      }
+      verify_ms = timed_loop(v, 10, n_past, 0);
+      mtp_ms = timed_loop(m, 30, n_past + 4, 0);
+      // The rollback after a verification: 3 of the 4 tokens replayed into the GDN state (eager).
+      const StateCommit commit{slot, 3};
+      runner.commit_state(std::span<const StateCommit>(&commit, 1));
+      be->synchronize();
+      const double tc0 = now_s();
+      for (int i = 0; i < 20; ++i) runner.commit_state(std::span<const StateCommit>(&commit, 1));
+      be->synchronize();
+      commit_ms = (now_s() - tc0) * 1e3 / 20;
+      std::printf("verify forward (4 tokens, state deferred): %.3f ms; commit (3 tokens): %.3f ms; MTP draft step "
+                  "(1 token): %.3f ms; verify + commit + 3 MTP steps: %.3f ms\n",
+                  verify_ms, commit_ms, mtp_ms, verify_ms + commit_ms + 3 * mtp_ms);
     }
-    verify_ms = timed_loop(v, 10, n_past, 0);
-    mtp_ms = timed_loop(m, 30, n_past + 4, 0);
-    // The rollback after a verification: 3 of the 4 tokens replayed into the GDN state (eager).
-    const StateCommit commit{slot, 3};
-    runner.commit_state(std::span<const StateCommit>(&commit, 1));
-    be->synchronize();
-    const double tc0 = now_s();
-    for (int i = 0; i < 20; ++i) runner.commit_state(std::span<const StateCommit>(&commit, 1));
-    be->synchronize();
-    commit_ms = (now_s() - tc0) * 1e3 / 20;
-    std::printf("verify forward (4 tokens, state deferred): %.3f ms; commit (3 tokens): %.3f ms; MTP draft step "
-                "(1 token): %.3f ms; verify + commit + 3 MTP steps: %.3f ms\n",
-                verify_ms, commit_ms, mtp_ms, verify_ms + commit_ms + 3 * mtp_ms);
-  }
-  free_seq(blocks, slot);
+    free_seq(blocks, slot);
 
-  // ---- decode, batch N -----------------------------------------------------------------------
-  double agg_tps = 0, batch_ms = 0;
-  if (o.batch > 1) {
-    std::vector<std::vector<int32_t>> bl(o.batch);
-    std::vector<int32_t> slots(o.batch);
-    std::vector<std::vector<int32_t>> prompts(o.batch);
-    std::vector<RunItem> items;
-    for (int s = 0; s < o.batch; ++s) {
-      slots[s] = new_seq(bl[s]);
-      prompts[s] = prompt(o.ctx);
+    // ---- decode, batch N -----------------------------------------------------------------------
+    double batch_ms = 0;
+    if (o.batch > 1) {
+      std::vector<std::vector<int32_t>> bl(o.batch);
+      std::vector<int32_t> slots(o.batch);
+      std::vector<std::vector<int32_t>> prompts(o.batch);
+      std::vector<RunItem> items;
+      for (int s = 0; s < o.batch; ++s) {
+        slots[s] = new_seq(bl[s]);
+        prompts[s] = prompt(o.ctx);
+      }
+      for (int s = 0; s < o.batch; ++s) items.push_back(RunItem{prompts[s], 0, bl[s], slots[s], false, false});
+      runner.run(items);
+      GraphStep g(*be, *model, cache, views, bl, slots, 1, false, false, o.steps + 1);
+      int past = o.ctx;
+      if (o.graph) g.capture(past);
+      past += 1;
+      batch_ms = timed_loop(g, o.steps / 2, past, 1);
+      agg_tps = o.batch / (batch_ms * 1e-3);
+      std::printf("decode batch %d (context %d+): %.3f ms/step = %.0f tok/s aggregate\n", o.batch, o.ctx, batch_ms, agg_tps);
+      past += o.steps / 2;
+      // Where a batch-N step goes (eager, CUDA events around each op).
+      cuda_set_op_timing(*be, true);
+      for (int i = 0; i < 4; ++i) {
+        g.stage(past + i, i);
+        g.launch(false);
+      }
+      cuda_set_op_timing(*be, false);
+      print_times(("decode (batch " + std::to_string(o.batch) + ") op breakdown").c_str(), *be, 4);
+      for (int s = 0; s < o.batch; ++s) free_seq(bl[s], slots[s]);
     }
-    for (int s = 0; s < o.batch; ++s) items.push_back(RunItem{prompts[s], 0, bl[s], slots[s], false, false});
-    runner.run(items);
-    GraphStep g(*be, *model, cache, views, bl, slots, 1, false, false, o.steps + 1);
-    int past = o.ctx;
-    if (o.graph) g.capture(past);
-    past += 1;
-    batch_ms = timed_loop(g, o.steps / 2, past, 1);
-    agg_tps = o.batch / (batch_ms * 1e-3);
-    std::printf("decode batch %d (context %d+): %.3f ms/step = %.0f tok/s aggregate\n", o.batch, o.ctx, batch_ms, agg_tps);
-    past += o.steps / 2;
-    // Where a batch-N step goes (eager, CUDA events around each op).
-    cuda_set_op_timing(*be, true);
-    for (int i = 0; i < 4; ++i) {
-      g.stage(past + i, i);
-      g.launch(false);
-    }
-    cuda_set_op_timing(*be, false);
-    print_times(("decode (batch " + std::to_string(o.batch) + ") op breakdown").c_str(), *be, 4);
-    for (int s = 0; s < o.batch; ++s) free_seq(bl[s], slots[s]);
   }
 
   // ---- mixed: a prefill chunk beside a decode batch -------------------------------------------
-  double mix_ms = 0, mix_dec_ms = 0, mix_chunk_ms = 0;
-  if (o.mixed > 0 && o.batch > 1) {
-    const int D = o.batch - 1, N = o.mixed, reps = 4;
+  struct MixedRow {
+    int chunk;
+    double decode_ms, chunk_ms, both_ms;
+  };
+  std::vector<MixedRow> mixed_rows;
+  for (const int N : o.mixed) {
+    if (N <= 0 || o.batch < 2) break;
+    const int D = o.batch - 1, reps = 4;
     std::vector<std::vector<int32_t>> bl(D + 1);
     std::vector<int32_t> slots(D + 1);
     std::vector<std::vector<int32_t>> prompts(D);
@@ -554,9 +571,10 @@ int main(int argc, char** argv) {
       be->synchronize();
       return (now_s() - t) * 1e3 / reps;
     };
-    mix_dec_ms = time_kind(0);
-    mix_chunk_ms = time_kind(1);
-    mix_ms = time_kind(2);
+    const double mix_dec_ms = time_kind(0);
+    const double mix_chunk_ms = time_kind(1);
+    const double mix_ms = time_kind(2);
+    mixed_rows.push_back({N, mix_dec_ms, mix_chunk_ms, mix_ms});
     std::printf("\nmixed step (%d decode rows at context %d+ and one %d-token chunk on a %d+ prefix; eager, argmax): "
                 "decode rows alone %.2f ms, chunk alone %.2f ms, together %.2f ms (chunk + %.2f)\n",
                 D, o.ctx, N, o.ctx, mix_dec_ms, mix_chunk_ms, mix_ms, mix_ms - mix_chunk_ms);
@@ -572,16 +590,18 @@ int main(int argc, char** argv) {
   }
 
   std::printf("\n| metric | value |\n|---|---|\n");
-  std::printf("| decode batch 1 (tok/s) | %.1f |\n", dec_tps);
-  std::printf("| decode batch 1 weight bandwidth (TB/s, %% of copy) | %.2f (%.0f%%) |\n", bw, 100 * bw / copy_tbs);
-  std::printf("| decode batch 1 eager via ModelRunner (tok/s) | %.1f |\n", eager_tps);
+  if (dec_tps > 0) {
+    std::printf("| decode batch 1 (tok/s) | %.1f |\n", dec_tps);
+    std::printf("| decode batch 1 weight bandwidth (TB/s, %% of copy) | %.2f (%.0f%%) |\n", bw, 100 * bw / copy_tbs);
+    std::printf("| decode batch 1 eager via ModelRunner (tok/s) | %.1f |\n", eager_tps);
+  }
   if (verify_ms > 0)
     std::printf("| verify(4) + commit + 3 MTP steps (ms) | %.2f (%.2f + %.3f + 3 x %.2f) |\n",
                 verify_ms + commit_ms + 3 * mtp_ms, verify_ms, commit_ms, mtp_ms);
   if (ttft > 0) std::printf("| TTFT %d-token prompt (ms) | %.0f |\n", o.prefill, ttft * 1e3);
   if (agg_tps > 0) std::printf("| decode batch %d aggregate (tok/s) | %.0f |\n", o.batch, agg_tps);
-  if (mix_ms > 0)
-    std::printf("| mixed step: %d decode rows / %d-token chunk / both (ms) | %.2f / %.2f / %.2f |\n", o.batch - 1,
-                o.mixed, mix_dec_ms, mix_chunk_ms, mix_ms);
+  for (const MixedRow& r : mixed_rows)
+    std::printf("| mixed step: %d decode rows / %d-token chunk / both, %d rows (ms) | %.2f / %.2f / %.2f |\n",
+                o.batch - 1, r.chunk, o.batch - 1 + r.chunk, r.decode_ms, r.chunk_ms, r.both_ms);
   return 0;
 }

@@ -16,6 +16,8 @@
 //   DELTASERVE_GEMV_SHAPE=RU     gemv_shape (1-row GEMV tile: 24, 42, 81)
 //   DELTASERVE_FLASH_HB / _MT / _BN   flash_heads_per_block / flash_m_tiles / flash_keys_per_tile
 //   DELTASERVE_CUDA_FLASH_WGMMA=0|1   flash_wgmma (prefill attention by warpgroup MMA: never / always)
+//   DELTASERVE_CUDA_FLASH_SPLITS=N    flash_max_splits (1: a prefill chunk's context never split)
+//   DELTASERVE_CUDA_MIXED_DECODE=0    mixed_decode_rows off (a mixed batch's decode rows in the flash kernel)
 //   DELTASERVE_CUDA_DECODE_MMA=0 decode_tensor_cores off   DELTASERVE_CUDA_SMEM_CAP=N smem_per_block_cap
 //   DELTASERVE_CUBLAS_WORKSPACE_MB=N cublas_workspace_mb (0: cuBLAS's own default)
 #pragma once
@@ -61,6 +63,10 @@ struct CudaOptions {
                                     // cuda_flash_attention_wgmma.cu): -1 for batches where a sequence
                                     // continues a cached prefix (measured faster there, slower on
                                     // fresh prompts), 1 always, 0 never (mma.sync)
+  int flash_max_splits = 16;        // prefill chunks on few blocks (a short chunk on a long context):
+                                    // the context split over at most this many blocks per tile
+  bool mixed_decode_rows = true;    // a mixed batch's one-token decode rows: the decode kernel (else
+                                    // the flash kernel, with the prefill chunks)
   bool decode_attention = true;     // split-KV decode kernel for decode / verification (else tiled)
   int decode_blocks_per_sm = 2;     // its split count: (token, kv head, split) blocks per SM
   int decode_max_splits = 64;
@@ -104,6 +110,8 @@ struct CudaOptions {
     o.flash_m_tiles = num("DELTASERVE_FLASH_MT", 0);
     o.flash_keys_per_tile = num("DELTASERVE_FLASH_BN", 0);
     o.flash_wgmma = is("DELTASERVE_CUDA_FLASH_WGMMA", "1") ? 1 : is("DELTASERVE_CUDA_FLASH_WGMMA", "0") ? 0 : -1;
+    o.flash_max_splits = num("DELTASERVE_CUDA_FLASH_SPLITS", 16);
+    o.mixed_decode_rows = !is("DELTASERVE_CUDA_MIXED_DECODE", "0");
     o.decode_attention = !is("DELTASERVE_CUDA_DECODE_ATTN", "0");
     o.decode_blocks_per_sm = num("DELTASERVE_CUDA_DECODE_BLOCKS_PER_SM", 2);
     o.decode_max_splits = num("DELTASERVE_CUDA_DECODE_MAX_SPLITS", 64);

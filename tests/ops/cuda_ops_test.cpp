@@ -1155,6 +1155,44 @@ TEST_F(CudaOpsTest, AttentionLongPrefillByWarpgroupMma) {
   gpu_ = saved;
 }
 
+// A short chunk on a long context gives few flash blocks: the context is split over more of them
+// (grid z) and attn_combine_kernel merges their partials. Splits past a row's position leave it no
+// key (its partial: sum 0). Both kernels, split and not, against the CPU reference.
+TEST_F(CudaOpsTest, AttentionChunkOnALongContextSplitsItsKeys) {
+  if (cpu_only()) GTEST_SKIP() << "GPU options";
+  CudaOptions o;
+  o.exact_gemm = true;
+  const int sms = cuda::sm_count(0);
+  EXPECT_GT(cuda::flash_attention_splits(24, 4224, 4, o), 1);       // 2 tiles x 12 head blocks
+  EXPECT_EQ(cuda::flash_attention_splits(sms, 100000, 4, o), 1);    // a wave already
+  EXPECT_EQ(cuda::flash_attention_splits(12, 300, 4, o), 2);        // 300 keys: two splits of 4+ tiles
+  if (sms == 132) {  // the H200: 384 blocks in 3 full waves, not 96 in one 27% idle
+    EXPECT_EQ(cuda::flash_attention_splits(96, 32768, 4, o), 4);
+  }
+  CudaOptions off = o;
+  off.flash_max_splits = 1;
+  EXPECT_EQ(cuda::flash_attention_splits(24, 4224, 4, off), 1);
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{4096, 128}, {0, 70}}, {{8000, 100}, {2000, 1}}, {{300, 65}}, {{6000, 64}, {5000, 1}, {40, 1}}};
+  for (int wgmma : {0, -1}) {
+    for (int splits : {1, 16}) {
+      CudaOptions v = o;
+      v.flash_wgmma = wgmma;
+      v.flash_max_splits = splits;
+      std::unique_ptr<Backend> variant = make_cuda_backend(0, v);
+      Backend* saved = gpu_;
+      gpu_ = variant.get();
+      SCOPED_TRACE("flash_wgmma " + std::to_string(wgmma) + " max splits " + std::to_string(splits));
+      for (const auto& seqs : batches) {
+        attention_case(AttnShape{24, 4, 256, 64, true}, seqs, 1100, 600, 1e-2, DType::BF16);
+        if (wgmma == 0) attention_case(AttnShape{24, 4, 256, 64, true}, seqs, 1100, 600, 1e-2, DType::F8E4M3, 0.05f, 0.02f);
+      }
+      attention_case(AttnShape{16, 8, 128, 128, false}, batches[0], 1100, 600, 1e-2, DType::BF16);
+      gpu_ = saved;
+    }
+  }
+}
+
 // The A6000's (sm_86) shared memory, forced on this GPU (CudaOptions::smem_per_block_cap): at
 // head_dim 256 the tensor-core prefill still runs, with 16-key tiles when a chunk continues a
 // cached prefix (a staged 32-key tile of f32 or bf16 does not fit 99 KB; one of fp8, half a bf16

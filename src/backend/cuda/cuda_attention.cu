@@ -8,6 +8,8 @@
 //   then the sigmoid output gate.
 // Prefill batches (a sequence of >= 64 tokens) use the tensor-core kernel of
 // cuda_flash_attention.cu instead of kernel 2; kernel 1 then also writes fp16 q / k and bf16 v.
+// Split-KV (decode kernels; a flash launch with a.n_split > 1): attn_combine_kernel merges the
+// splits' partials.
 //
 // KV cache dtypes (AttnArgs::kv_type): both kernels are templates on it. Kernel 1 stores
 // convert(x * inv_scale); kernel 2 stages key / value tiles as f32 (16-byte loads: 4 f32, 8 bf16
@@ -331,6 +333,11 @@ void run_attention(const AttnArgs& a, cudaStream_t s) {
              dim3(32 * warps), warps * a.head_dim * sizeof(float), s, a);
   if (a.flash_tiles > 0) {
     launch_flash_attention(a, s);
+    if (a.n_split > 1) {  // a short chunk on a long context: its splits' partials
+      attn_combine_kernel<<<dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads)), 128,
+                            a.n_split * sizeof(float), s>>>(a);
+      DS_CUDA_LAUNCH_CHECK();
+    }
     return;
   }
   const bool decoded = a.dec_mma_mt > 0 ? (launch_decode_attention_mma(a, s), true)

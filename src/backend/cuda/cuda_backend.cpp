@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <tuple>
 #include <utility>
 
@@ -39,6 +40,14 @@ constexpr int kFlashMinSeqTokens = 64;
 // many keys, decided in the kernels (graph-safe). H200, 27B, both kernels prefetching: 1k +1%, 4k
 // and 8k nothing, 32k -0.6 to -1.2% (the attention's KV reads keep the DRAM busy there).
 constexpr int kL2PrefetchMaxKeys = 2048;
+
+// The first sequence of a batch's suffix of one-token sequences (the decode rows the scheduler puts
+// after a mixed batch's prefill chunks); n_seqs when there is none; at least 1.
+int one_token_suffix(const BatchMeta& meta) {
+  int P = meta.n_seqs;
+  while (P > 1 && meta.seq_start[P] - meta.seq_start[P - 1] == 1) --P;
+  return P;
+}
 
 class CudaKernels final : public Kernels {
  public:
@@ -85,6 +94,12 @@ class CudaKernels final : public Kernels {
   // decode step 0.8% faster on the H200). Not beside cuBLAS's GEMMs: a 4-row verification was 1%
   // slower with them.
   bool small_pdl(int64_t rows) const;
+  // attention() over sequences [s0, s1) of the batch (all of it, or its prefill chunks, then its
+  // one-token suffix).
+  void attention_part(const AttentionParams& p, const Tensor& qkv, const KvLayerView& kv, const BatchMeta& meta,
+                      Tensor out, int s0, int s1);
+  // 0, 1, ..., n - 1 on the device (the token starts of n one-token sequences).
+  const int32_t* iota(int n);
   // What a one-row GDN / attention decode kernel prefetches into L2 of the matmul after it
   // (CudaOptions::l2_prefetch_mb): the first bytes of w, or nothing.
   std::pair<const void*, int64_t> l2_prefetch(const LinearWeight* w) const;
@@ -95,6 +110,7 @@ class CudaKernels final : public Kernels {
 
   CudaBackend& b_;
   DeviceBuffer scratch_[12];
+  DeviceBuffer iota_;
   std::map<std::pair<int, float>, DeviceBuffer> inv_freq_;
   // gdn_commit's per-layer table on the device, built on the first call for a set of layers
   // (keyed by the layers' state pointers, which are fixed for the cache's lifetime).
@@ -350,6 +366,19 @@ void* CudaKernels::scratch(int idx, std::size_t bytes) {
   return scratch_[idx].data();
 }
 
+const int32_t* CudaKernels::iota(int n) {
+  if (iota_.size() < static_cast<std::size_t>(n) * 4) {
+    DS_CHECK(!capturing(), "CUDA graph capture: the iota table must grow to ", n);
+    b_.synchronize();  // the old table may still be in use by queued work
+    std::vector<int32_t> h(std::max(n, 4096));
+    std::iota(h.begin(), h.end(), 0);
+    iota_ = DeviceBuffer();
+    iota_ = b_.allocate(h.size() * 4);
+    DS_CUDA_CHECK(cudaMemcpy(iota_.data(), h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  }
+  return static_cast<const int32_t*>(iota_.data());
+}
+
 const float* CudaKernels::inv_freq(int rotary_dim, float theta) {
   auto key = std::make_pair(rotary_dim, theta);
   auto it = inv_freq_.find(key);
@@ -584,11 +613,37 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
   DS_CHECK(kv.k_scale > 0.f && kv.v_scale > 0.f, "attention: KV scales must be positive");
   DS_CHECK(nh % nkv == 0 && nh / nkv <= 32, "attention: GQA group of ", nh / nkv);
   DS_CHECK(p.rotary_dim % 2 == 0 && p.rotary_dim <= hd, "rotary_dim");
-  const int T = meta.n_tokens;
-  if (T == 0) return;
+  if (meta.n_tokens == 0) return;
+  // A mixed batch (prefill chunks, then one-token decode rows: the scheduler's order): the chunks
+  // take the flash kernel and the decode rows, as a decode batch of their own, the split-KV decode
+  // kernel (in the flash kernel each would be a tile of one row walking its context alone).
+  const bool long_seq = b_.options().flash_attention && meta.max_seq_tokens >= kFlashMinSeqTokens;
+  const int P = long_seq && b_.options().mixed_decode_rows ? one_token_suffix(meta) : meta.n_seqs;
+  timed("attention", [&] {
+    attention_part(p, qkv, kv, meta, out, 0, P);
+    if (P < meta.n_seqs) attention_part(p, qkv, kv, meta, out, P, meta.n_seqs);
+  });
+}
+
+void CudaKernels::attention_part(const AttentionParams& p, const Tensor& qkv, const KvLayerView& kv,
+                                 const BatchMeta& meta, Tensor out, int s0, int s1) {
+  const int nh = p.n_heads, nkv = p.n_kv_heads, hd = p.head_dim;
+  const int64_t row = qkv.cols();
+  // Sequences [s0, s1): token rows from tok0 on. A suffix (s0 > 0) is one-token sequences, whose
+  // starts relative to tok0 are 0, 1, 2, ... (iota).
+  const int tok0 = meta.seq_start[s0], T = meta.seq_start[s1] - tok0, S = s1 - s0;
+  int max_seq_tokens = 0, max_keys = 0;
+  bool past = false;  // a sequence continues a cached prefix (its earlier keys: the paged cache)
+  for (int s = s0; s < s1; ++s) {
+    const int n = meta.seq_start[s + 1] - meta.seq_start[s];
+    max_seq_tokens = std::max(max_seq_tokens, n);
+    max_keys = std::max(max_keys, meta.context_len[s]);
+    past = past || meta.context_len[s] > n;
+  }
+  DS_CHECK(s0 == 0 || max_seq_tokens == 1, "attention: a batch's suffix of decode rows has one token each");
   cuda::AttnArgs a;
   a.n_tokens = T;
-  a.n_seqs = meta.n_seqs;
+  a.n_seqs = S;
   a.n_heads = nh;
   a.n_kv_heads = nkv;
   a.head_dim = hd;
@@ -599,7 +654,7 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
   a.q_norm = p.q_norm.f32();
   a.k_norm = p.k_norm.f32();
   a.inv_freq = inv_freq(p.rotary_dim, p.rope_theta);
-  a.qkv = qkv.f32();
+  a.qkv = qkv.f32() + int64_t(tok0) * row;
   a.k_cache = kv.k.data;
   a.v_cache = kv.v.data;
   switch (kv.k.dtype) {
@@ -613,29 +668,32 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
   a.v_scale = kv.v_scale;
   a.k_inv_scale = 1.0f / kv.k_scale;  // as the CPU reference: x * (1/scale)
   a.v_inv_scale = 1.0f / kv.v_scale;
-  a.positions = meta.d_positions.i32();
-  a.seq_start = meta.d_seq_start.i32();
-  a.block_table = meta.d_block_table.i32();
+  a.positions = meta.d_positions.i32() + tok0;
+  a.seq_start = s0 == 0 ? meta.d_seq_start.i32() : iota(S + 1);
+  a.block_table = meta.d_block_table.i32() + int64_t(s0) * meta.max_blocks;
   a.max_blocks = meta.max_blocks;
   a.block_size = meta.block_size;
-  a.out = out.f32();
+  a.out = out.f32() + int64_t(tok0) * nh * hd;
   // Prefill (a sequence with many tokens): the tensor-core flash kernel over the whole batch
   // (CudaOptions::flash_attention off keeps the CUDA-core kernel, for A/B measurements).
-  const bool long_seq = b_.options().flash_attention && meta.max_seq_tokens >= kFlashMinSeqTokens;
-  bool past = false;  // a sequence continues a cached prefix (its earlier keys: the paged cache)
-  for (int s = 0; long_seq && s < meta.n_seqs; ++s)
-    past = past || meta.context_len[s] > meta.seq_start[s + 1] - meta.seq_start[s];
+  const bool long_seq = b_.options().flash_attention && max_seq_tokens >= kFlashMinSeqTokens;
   cuda::FlashPlan plan;
   if (long_seq && cuda::flash_attention_plan(nh, nkv, hd, past, a.kv_type, b_.options(), &plan)) {
     const int bt = 16 * plan.m_tiles;
     int tiles = 0;
-    for (int s = 0; s < meta.n_seqs; ++s) tiles += (meta.seq_start[s + 1] - meta.seq_start[s] + bt - 1) / bt;
+    for (int s = s0; s < s1; ++s) tiles += (meta.seq_start[s + 1] - meta.seq_start[s] + bt - 1) / bt;
     a.flash_tiles = tiles;
     a.flash_hb = plan.heads_per_block;
     a.flash_mt = plan.m_tiles;
     a.flash_bn = plan.keys_per_tile;
     a.flash_stage = past;
     a.flash_wgmma = plan.wgmma;
+    a.n_split = cuda::flash_attention_splits(tiles * nkv * (nh / nkv / plan.heads_per_block), max_keys,
+                                             a.flash_split_min_tiles, b_.options());
+    if (a.n_split > 1) {
+      a.part_ml = static_cast<float*>(scratch(5, static_cast<std::size_t>(T) * nh * a.n_split * 2 * 4));
+      a.part_o = static_cast<float*>(scratch(6, static_cast<std::size_t>(T) * nh * a.n_split * hd * 4));
+    }
     const std::size_t q_n = static_cast<std::size_t>(T) * nh * hd, kv_n = static_cast<std::size_t>(T) * nkv * hd;
     a.q16 = static_cast<uint16_t*>(scratch(7, q_n * 2));
     a.k16 = static_cast<uint16_t*>(scratch(8, kv_n * 4));
@@ -650,13 +708,13 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
                       cuda::decode_attention_supported(nh, nkv, hd, a.kv_type, meta.block_size);
     cuda::DecodeMmaPlan mma;
     if (a.decode_kernel && o.decode_tensor_cores &&
-        cuda::decode_attention_mma_plan(nh, nkv, hd, a.kv_type, meta.n_seqs, meta.max_seq_tokens, o, &mma)) {
+        cuda::decode_attention_mma_plan(nh, nkv, hd, a.kv_type, S, max_seq_tokens, o, &mma)) {
       // bf16 / fp8 cache, few tokens per sequence: tensor cores, a block per (sequence, kv head).
       a.dec_mma_mt = mma.m_tiles;
       a.dec_mma_kg = mma.key_groups;
       a.dec_mma_bn = mma.keys_per_tile;
       a.dec_mma_stages = mma.stages;
-      a.n_split = cuda::decode_attention_mma_splits(meta.n_seqs, nkv, hd, mma, o);
+      a.n_split = cuda::decode_attention_mma_splits(S, nkv, hd, mma, o);
       a.dec_min_keys = std::max(1, o.decode_min_keys);
     } else if (a.decode_kernel) {
       a.n_split = cuda::decode_attention_splits(T, nkv, o);
@@ -676,7 +734,7 @@ void CudaKernels::attention(const AttentionParams& p, const Tensor& qkv, const K
     std::tie(a.l2_next, a.l2_next_bytes) = l2_prefetch(p.then);
     a.l2_next_max_keys = kL2PrefetchMaxKeys;
   }
-  timed("attention", [&] { cuda::launch_attention(a, stream()); });
+  cuda::launch_attention(a, stream());
 }
 
 void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const StateLayerView& state,
@@ -750,7 +808,7 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   cuda::GdnArgs d;
   int P = meta.n_seqs;
   if (!meta.state_defer && b_.options().gdn_fused_decode && p.n_v_heads % p.n_k_heads == 0 && T > meta.n_seqs)
-    while (P > 1 && meta.seq_start[P] - meta.seq_start[P - 1] == 1) --P;
+    P = one_token_suffix(meta);
   if (P < meta.n_seqs) {
     d = a;
     d.n_seqs = meta.n_seqs - P;

@@ -25,6 +25,8 @@
 //   fragments, P (bf16, straight from the S fragments) · V with mma.sync (bf16 in: V is not
 //   normalised, bf16 has f32's range); O (16 x head_dim, f32) stays in registers.
 // Epilogue: O / l, the sigmoid output gate, f32 stores.
+// Split context (grid z, a.n_split > 1: a chunk of few tiles on a long context): the block scores
+// its split's key tiles (flash_split_tiles) and writes a partial; attn_combine_kernel merges them.
 //
 // Precision: q, k rounded to fp16 (11-bit significand), p and v to bf16 (8-bit); f32 sums.
 #include <cuda_bf16.h>
@@ -151,11 +153,12 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs 
   for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   FlashRows rows;
   const float sl2 = a.scale * 1.4426950408889634f;  // scores in log2 units: exp2f below
-  const int n_tiles = (n_keys + kBN - 1) / kBN;
+  int it_begin = 0, it_end = 0;
+  flash_split_tiles(n_keys, kBN, a.n_split, blockIdx.z, a.flash_split_min_tiles * (64 / kBN), &it_begin, &it_end);
   const int mat = lane >> 3, rr = lane & 7;  // ldmatrix: this lane's matrix and row
 
-  issue(0);
-  for (int it = 0; it < n_tiles; ++it) {
+  if (it_begin < it_end) issue(it_begin);
+  for (int it = it_begin; it < it_end; ++it) {
     const int j0 = it * kBN;
     const uint16_t* Ks = kv_buf + (it & 1) * 2 * kBN * LD;
     const uint16_t* Vs = Ks + kBN * LD;
@@ -177,7 +180,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs 
       }
       __syncthreads();  // converted; staging free
     }
-    if (it + 1 < n_tiles) issue(it + 1);
+    if (it + 1 < it_end) issue(it + 1);
     if (!warp_live || j0 > warp_max_pos) continue;  // every key of the tile is masked for this warp
 
     // S = Q Kᵀ (16 x kBN per warp).
@@ -217,7 +220,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) flash_attn_kernel(AttnArgs 
   }
   if (!warp_live) return;
 
-  flash_store_rows<HD>(a, o, rows, wt0 + g, t_last, h, tig);
+  flash_store_rows<HD>(a, o, rows, wt0 + g, t_last, h, tig, blockIdx.z);
 }
 
 template <int HD, int BN, bool STAGE, KvType KV = KvType::F32>
@@ -233,7 +236,8 @@ void run_flash(const AttnArgs& a, cudaStream_t s) {
     conf.store(smem);
   }
   const int groups = (a.n_heads / a.n_kv_heads) / a.flash_hb;
-  dim3 grid(static_cast<unsigned>(a.flash_tiles), static_cast<unsigned>(a.n_kv_heads * groups));
+  dim3 grid(static_cast<unsigned>(a.flash_tiles), static_cast<unsigned>(a.n_kv_heads * groups),
+            static_cast<unsigned>(a.n_split));
   flash_attn_kernel<HD, BN, STAGE, KV><<<grid, 32 * warps, smem, s>>>(a);
   DS_CUDA_LAUNCH_CHECK();
 }
@@ -315,6 +319,25 @@ bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage,
   plan->m_tiles = mt;
   plan->keys_per_tile = bn;
   return true;
+}
+
+int flash_attention_splits(int blocks, int max_keys, int min_tiles, const CudaOptions& o) {
+  // Both kernels keep one block per SM (shared memory and registers, at head_dim 256), and every
+  // block of a chunk walks about the same context. So a launch takes ceil(blocks / SMs) waves,
+  // the last one partly idle: a chunk of a few tiles on a long prefix leaves most SMs idle, and
+  // 96 blocks on 132 SMs 27% of them. Split the context in k (each split min_tiles 64-key tiles
+  // at least) for the fullest waves, the smallest k within 5% of the best.
+  if (blocks <= 0 || o.flash_max_splits <= 1) return 1;
+  const int sms = sm_count(current_device());
+  const int by_keys = std::max(1, (max_keys + 64 * min_tiles - 1) / (64 * min_tiles));
+  auto fill = [&](int k) {
+    const int64_t n = int64_t(blocks) * k;
+    return double(n) / double((n + sms - 1) / sms * sms);
+  };
+  int best = 1;
+  for (int k = 2; k <= std::min(by_keys, o.flash_max_splits); ++k)
+    if (fill(k) > fill(best) + 0.05) best = k;
+  return best;
 }
 
 void launch_flash_attention(const AttnArgs& a, cudaStream_t s) {

@@ -14,7 +14,8 @@
 //   and online softmax on the accumulator fragments (the mma.sync layout, per warp 16 rows), then
 //   O += P V (P bf16 from the S fragments as the A operand in registers; V from shared memory,
 //   N-major: head_dim is its contiguous dimension).
-// Epilogue: O / l, the sigmoid output gate, f32 stores, as flash_attn_kernel.
+// Epilogue: O / l, the sigmoid output gate, f32 stores, as flash_attn_kernel. Grid z: the split of
+// the context (a.n_split, flash_split_tiles) whose partial the block writes when there are several.
 //
 // Shared-memory tiles use wgmma's no-swizzle ("interleaved") canonical layout: core matrices of 8
 // rows x 16 bytes (128 contiguous bytes); a row's head_dim / 8 core matrices 128 bytes apart; 8-row
@@ -178,16 +179,17 @@ __global__ void __launch_bounds__(128 * HB, 1) flash_attn_wgmma_kernel(AttnArgs 
   for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   FlashRows rows;
   const float sl2 = a.scale * 1.4426950408889634f;  // scores in log2 units: exp2f below
-  const int n_tiles = (n_keys + kWgKeys - 1) / kWgKeys;
+  int it_begin = 0, it_end = 0;
+  flash_split_tiles(n_keys, kWgKeys, a.n_split, blockIdx.z, a.flash_split_min_tiles, &it_begin, &it_end);
 
-  issue(0);
-  for (int it = 0; it < n_tiles; ++it) {
+  if (it_begin < it_end) issue(it_begin);
+  for (int it = it_begin; it < it_end; ++it) {
     const int j0 = it * kWgKeys;
     const uint32_t kb = base + uint32_t(it & 1) * 2 * kTile, vb = kb + kTile;
     cp_async_wait_all();
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes -> wgmma reads
     __syncthreads();  // tile it (and Q) landed; every warpgroup is done with tile it - 1
-    if (it + 1 < n_tiles) issue(it + 1);
+    if (it + 1 < it_end) issue(it + 1);
 
     // S = Q Kᵀ.
     float sc[8][4];
@@ -224,7 +226,7 @@ __global__ void __launch_bounds__(128 * HB, 1) flash_attn_wgmma_kernel(AttnArgs 
     wg_fence_regs(o);
   }
 
-  flash_store_rows<HD>(a, o, rows, t0 + r0, t_last, h, tig);
+  flash_store_rows<HD>(a, o, rows, t0 + r0, t_last, h, tig, blockIdx.z);
 #else
   __trap();  // built without sm_90a: flash_wgmma_plan never picks this kernel
 #endif
@@ -238,7 +240,8 @@ void run_wgmma(const AttnArgs& a, cudaStream_t s) {
     DS_CUDA_CHECK(cudaFuncSetAttribute(flash_attn_wgmma_kernel<HD, HB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
   const int groups = (a.n_heads / a.n_kv_heads) / HB;
-  const dim3 grid(static_cast<unsigned>(a.flash_tiles), static_cast<unsigned>(a.n_kv_heads * groups));
+  const dim3 grid(static_cast<unsigned>(a.flash_tiles), static_cast<unsigned>(a.n_kv_heads * groups),
+                  static_cast<unsigned>(a.n_split));
   flash_attn_wgmma_kernel<HD, HB><<<grid, 128 * HB, smem, s>>>(a);
   DS_CUDA_LAUNCH_CHECK();
 }

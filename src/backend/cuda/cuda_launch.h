@@ -137,9 +137,10 @@ struct AttnArgs {
   const int32_t* block_table = nullptr;  // [S, max_blocks]
   int max_blocks = 0, block_size = 0;
   float* out = nullptr;            // [T, nh*hd]
-  // Split-KV (decode): the context is cut into n_split ranges scored by separate blocks; their
-  // partial (max, sum, unnormalised output) land in part_ml [T, nh, n_split, 2] / part_o
-  // [T, nh, n_split, hd] and a second kernel combines them. n_split = 1: no partials.
+  // Split-KV (decode; prefill chunks whose blocks are too few for the GPU): the context is cut
+  // into n_split ranges scored by separate blocks; their partial (max, sum, unnormalised output)
+  // land in part_ml [T, nh, n_split, 2] / part_o [T, nh, n_split, hd] and a second kernel combines
+  // them. n_split = 1: no partials.
   int n_split = 1;
   float* part_ml = nullptr;
   float* part_o = nullptr;
@@ -160,6 +161,7 @@ struct AttnArgs {
   // group); flash_tiles = sum over sequences of ceil(tokens / (16 * flash_mt)).
   int flash_tiles = 0, flash_hb = 0, flash_mt = 0, flash_bn = 32;
   bool flash_stage = false;  // some sequence continues a cached prefix: staging of its keys
+  int flash_split_min_tiles = 4;  // with n_split > 1: 64-key tiles per split at least
   bool flash_wgmma = false;  // the warpgroup-MMA kernel (every key from the bf16 paged cache)
   // Flash path only: qk_prep writes q as fp16 to q16 [T, nh, hd] (instead of q_scratch), and this
   // step's k as fp16 / v as bf16 to k16 / v16 [T, nkv, hd] (besides the cache): the values the
@@ -224,7 +226,13 @@ struct FlashPlan {
 };
 bool flash_attention_plan(int n_heads, int n_kv_heads, int head_dim, bool stage, KvType kv, const CudaOptions& o,
                           FlashPlan* plan);
-// The attention itself, after qk_prep (q in q16, this step's k/v in k16/v16 and the paged cache).
+// Its split count (AttnArgs::n_split) for `blocks` blocks (flash_tiles x kv heads x head groups)
+// over contexts of at most max_keys keys: the split that fills the GPU's waves of blocks best
+// (a chunk of few tiles on a long prefix leaves most SMs idle), each split at least min_tiles
+// 64-key tiles; 1 when the blocks fill their waves; at most CudaOptions::flash_max_splits.
+int flash_attention_splits(int blocks, int max_keys, int min_tiles, const CudaOptions& o);
+// The attention itself, after qk_prep (q in q16, this step's k/v in k16/v16 and the paged cache);
+// its partials when a.n_split > 1 (launch_attention then combines them).
 void launch_flash_attention(const AttnArgs& a, cudaStream_t s);
 // cuda_flash_attention_wgmma.cu: its plan (a bf16 cache on an sm_90 GPU, head_dim 64/128/256:
 // 64-token tiles of 64 keys, the most query heads per block that fit) and launch.
