@@ -331,7 +331,9 @@ int main(int argc, char** argv) {
   CacheMemory cache(*be, model->memory_spec(), cc);
   const MemoryViews& views = cache.views();
   RunnerLimits lim;
-  lim.max_tokens = std::max(o.prefill, o.ctx * o.batch);
+  // The batch-N section prefills its --batch prompts in one forward; --mixed-only prefills them
+  // one at a time (long --ctx).
+  lim.max_tokens = std::max(o.prefill, o.mixed_only ? o.ctx : o.ctx * o.batch);
   lim.max_seqs = n_seqs;
   lim.max_blocks_per_seq = blocks_per_seq;
   lim.max_logit_rows = std::max(16, o.batch);
@@ -533,7 +535,7 @@ int main(int argc, char** argv) {
       prompts[s] = prompt(o.ctx);
       items.push_back(RunItem{prompts[s], 0, bl[s], slots[s], false, false});
     }
-    runner.run(items, nullptr, ModelRunner::Fetch::Argmax);
+    for (const RunItem& it : items) runner.run(std::span<const RunItem>(&it, 1), nullptr, ModelRunner::Fetch::Argmax);
     // The chunked sequence: a cached prefix of --ctx tokens, then chunks of N.
     const int chunk_total = o.ctx + 3 * (reps + 2) * N;
     if (chunk_total + 16 > long_ctx) {
