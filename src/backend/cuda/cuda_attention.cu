@@ -331,18 +331,12 @@ void run_attention(const AttnArgs& a, cudaStream_t s) {
   const int head_blocks = a.n_tokens < 64 ? (a.n_heads + a.n_kv_heads + warps - 1) / warps : 1;
   launch_pdl(a.pdl, qk_prep_kernel<KV>, dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(head_blocks)),
              dim3(32 * warps), warps * a.head_dim * sizeof(float), s, a);
-  if (a.flash_tiles > 0) {
-    launch_flash_attention(a, s);
-    if (a.n_split > 1) {  // a short chunk on a long context: its splits' partials
-      attn_combine_kernel<<<dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads)), 128,
-                            a.n_split * sizeof(float), s>>>(a);
-      DS_CUDA_LAUNCH_CHECK();
-    }
-    return;
-  }
-  const bool decoded = a.dec_mma_mt > 0 ? (launch_decode_attention_mma(a, s), true)
-                                         : a.decode_kernel && launch_decode_attention(a, s);
-  if (decoded) {
+  // The flash (prefill) and split-KV decode kernels; with the context split (a decode batch, or a
+  // short prefill chunk on a long context), the combine kernel merges their partials.
+  const bool launched = a.flash_tiles > 0 ? (launch_flash_attention(a, s), true)
+                        : a.dec_mma_mt > 0 ? (launch_decode_attention_mma(a, s), true)
+                                           : a.decode_kernel && launch_decode_attention(a, s);
+  if (launched) {
     if (a.n_split > 1)
       launch_pdl(a.pdl, attn_combine_kernel, dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads)),
                  dim3(128), a.n_split * sizeof(float), s, a);

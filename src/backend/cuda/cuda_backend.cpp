@@ -674,7 +674,7 @@ void CudaKernels::attention_part(const AttentionParams& p, const Tensor& qkv, co
   a.max_blocks = meta.max_blocks;
   a.block_size = meta.block_size;
   a.out = out.f32() + int64_t(tok0) * nh * hd;
-  // Prefill (a sequence with many tokens): the tensor-core flash kernel over the whole batch
+  // Prefill (a sequence with many tokens): the tensor-core flash kernel over these sequences
   // (CudaOptions::flash_attention off keeps the CUDA-core kernel, for A/B measurements).
   const bool long_seq = b_.options().flash_attention && max_seq_tokens >= kFlashMinSeqTokens;
   cuda::FlashPlan plan;
@@ -690,10 +690,6 @@ void CudaKernels::attention_part(const AttentionParams& p, const Tensor& qkv, co
     a.flash_wgmma = plan.wgmma;
     a.n_split = cuda::flash_attention_splits(tiles * nkv * (nh / nkv / plan.heads_per_block), max_keys,
                                              a.flash_split_min_tiles, b_.options());
-    if (a.n_split > 1) {
-      a.part_ml = static_cast<float*>(scratch(5, static_cast<std::size_t>(T) * nh * a.n_split * 2 * 4));
-      a.part_o = static_cast<float*>(scratch(6, static_cast<std::size_t>(T) * nh * a.n_split * hd * 4));
-    }
     const std::size_t q_n = static_cast<std::size_t>(T) * nh * hd, kv_n = static_cast<std::size_t>(T) * nkv * hd;
     a.q16 = static_cast<uint16_t*>(scratch(7, q_n * 2));
     a.k16 = static_cast<uint16_t*>(scratch(8, kv_n * 4));
@@ -724,10 +720,10 @@ void CudaKernels::attention_part(const AttentionParams& p, const Tensor& qkv, co
     } else if (int64_t(T) * nkv < 128) {
       a.n_split = 8;
     }
-    if (a.n_split > 1) {
-      a.part_ml = static_cast<float*>(scratch(5, static_cast<std::size_t>(T) * nh * a.n_split * 2 * 4));
-      a.part_o = static_cast<float*>(scratch(6, static_cast<std::size_t>(T) * nh * a.n_split * hd * 4));
-    }
+  }
+  if (a.n_split > 1) {  // the splits' partials (the flash or decode kernel's), for the combine kernel
+    a.part_ml = static_cast<float*>(scratch(5, static_cast<std::size_t>(T) * nh * a.n_split * 2 * 4));
+    a.part_o = static_cast<float*>(scratch(6, static_cast<std::size_t>(T) * nh * a.n_split * hd * 4));
   }
   a.pdl = small_pdl(T);
   if (a.pdl) {
