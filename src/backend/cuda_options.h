@@ -11,6 +11,7 @@
 //   DELTASERVE_CUDA_GDN_WARPS=N  gdn_decode_warps (the fused decode kernel's warps per block)
 //   DELTASERVE_CUDA_GDN_CLUSTER=N gdn_decode_cluster (its blocks per head, a cluster; sm_90)
 //   DELTASERVE_CUDA_PDL=0        pdl off (GEMVs launched plainly)
+//   DELTASERVE_CUDA_PDL_CHAIN=0  pdl_chain off (2-64 rows: an op's later kernels launched plainly)
 //   DELTASERVE_CUDA_L2_PREFETCH_MB=N l2_prefetch_mb (0: off)
 //   DELTASERVE_CUDA_FUSED_GEMV=N fused_gemv (1: SiLU-mul folded into down_proj's GEMV, 2: RMSNorm too)
 //   DELTASERVE_GEMV_SHAPE=RU     gemv_shape (1-row GEMV tile: 24, 42, 81)
@@ -47,6 +48,8 @@ struct CudaOptions {
                                     // head's state rows (sm_90; 1: a block per head, 2, 4 or 8;
                                     // 0: by the batch, cuda_gated_delta_net.cu)
   bool pdl = true;                  // decode GEMVs by programmatic dependent launch (sm_90+)
+  bool pdl_chain = true;            // 2-64 rows: the attention and GDN ops' kernels after their first
+                                    // by PDL (each follows one of ours; the first follows cuBLAS)
   int l2_prefetch_mb = 16;          // one-row decode (PDL) at contexts up to 2k: the GDN and attention
                                     // decode kernels prefetch this many MiB (at most a third of L2)
                                     // of the next matmul's weights into L2 (sm_90) while they run
@@ -103,6 +106,7 @@ struct CudaOptions {
     o.gdn_decode_warps = num("DELTASERVE_CUDA_GDN_WARPS", 0);
     o.gdn_decode_cluster = num("DELTASERVE_CUDA_GDN_CLUSTER", 0);
     o.pdl = !is("DELTASERVE_CUDA_PDL", "0");
+    o.pdl_chain = !is("DELTASERVE_CUDA_PDL_CHAIN", "0");
     o.l2_prefetch_mb = num("DELTASERVE_CUDA_L2_PREFETCH_MB", 16);
     o.fused_gemv = num("DELTASERVE_CUDA_FUSED_GEMV", 0);
     o.gemv_shape = num("DELTASERVE_GEMV_SHAPE", 0);

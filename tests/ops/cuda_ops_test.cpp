@@ -1292,6 +1292,40 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
 // the same outputs, conv windows (incl. a checkpoint's copy) and states as the CPU, over two steps in a row (the fused kernel's per-key-head counters
 // must be back at zero for the second), for 3 and 24 sequences, key heads shared by 1-3 value
 // heads, Dv != Dk, and more state rows than a block's warps hold at once (Dv 256).
+// Verifications (2-64 rows): the GDN op's kernels after its conv go by PDL in a chain
+// (CudaOptions::pdl_chain), the recurrence loading its state before its wait. The chained launches
+// give the bits of plain ones (outputs and pending rows), three times over (a race would show as
+// a read of conv_out or gb before the kernel writing them had finished).
+TEST_F(CudaOpsTest, GatedDeltaNetVerificationByPdlChainGivesThePlainBits) {
+  if (cpu_only()) GTEST_SKIP() << "a GPU option";
+  CudaOptions chained_opt, plain_opt;
+  chained_opt.exact_gemm = plain_opt.exact_gemm = true;
+  plain_opt.pdl_chain = false;
+  std::unique_ptr<Backend> chained = make_cuda_backend(0, chained_opt), plain = make_cuda_backend(0, plain_opt);
+  const std::vector<std::pair<int, int>> verifications = {{30, 4}, {7, 4}, {2, 2}, {11, 3}};
+  for (GdnShape sh : {GdnShape{16, 48, 128, 128, 4}, GdnShape{2, 4, 64, 64, 4}}) {
+    std::vector<int32_t> perm(64);
+    std::iota(perm.begin(), perm.end(), 0);
+    auto m = build_meta(*gpu_, verifications, 16, 8, perm, {3, 0, 4, 1}, 4);
+    GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, 5, 4);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> out[2], pend[2];
+      for (int c = 0; c < 2; ++c) {
+        Backend& b = c == 0 ? *plain : *chained;
+        gpu_->synchronize();
+        b.kernels().gated_delta_net(g.params(true), g.proj.tg, g.state(true), m->gpu, g.out.tg);
+        b.synchronize();
+        out[c] = host_of(g.out.tg, *gpu_);
+        pend[c] = host_of(g.pend.tg, *gpu_);
+      }
+      const std::string what = "Hv=" + std::to_string(sh.hv) + " round " + std::to_string(round);
+      EXPECT_TRUE(out[0] == out[1]) << what;
+      EXPECT_TRUE(pend[0] == pend[1]) << what;
+      g.proj = make_f32({m->cpu.n_tokens, g.p.proj_dim()}, rnd(m->cpu.n_tokens * g.p.proj_dim(), -2.f, 2.f));
+    }
+  }
+}
+
 TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
   if (cpu_only()) GTEST_SKIP() << "a GPU option";
   std::vector<std::pair<int, int>> many;

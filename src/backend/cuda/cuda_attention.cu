@@ -338,7 +338,7 @@ void run_attention(const AttnArgs& a, cudaStream_t s) {
                                            : a.decode_kernel && launch_decode_attention(a, s);
   if (launched) {
     if (a.n_split > 1)
-      launch_pdl(a.pdl, attn_combine_kernel, dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads)),
+      launch_pdl(a.pdl || a.pdl_chain, attn_combine_kernel, dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads)),
                  dim3(128), a.n_split * sizeof(float), s, a);
     return;
   }

@@ -94,6 +94,10 @@ class CudaKernels final : public Kernels {
   // decode step 0.8% faster on the H200). Not beside cuBLAS's GEMMs: a 4-row verification was 1%
   // slower with them.
   bool small_pdl(int64_t rows) const;
+  // Whether, in a batch of 2..64 rows (decode batches, verifications), the kernels of an attention
+  // or GDN op after its first (which follows a plainly launched cuBLAS GEMM) go by PDL: each
+  // follows one of ours, which waits before it triggers (CudaOptions::pdl_chain).
+  bool chain_pdl(int64_t rows) const;
   // attention() over sequences [s0, s1) of the batch (all of it, or its prefill chunks, then its
   // one-token suffix).
   void attention_part(const AttentionParams& p, const Tensor& qkv, const KvLayerView& kv, const BatchMeta& meta,
@@ -726,6 +730,7 @@ void CudaKernels::attention_part(const AttentionParams& p, const Tensor& qkv, co
     a.part_o = static_cast<float*>(scratch(6, static_cast<std::size_t>(T) * nh * a.n_split * hd * 4));
   }
   a.pdl = small_pdl(T);
+  a.pdl_chain = chain_pdl(T);
   if (a.pdl) {
     std::tie(a.l2_next, a.l2_next_bytes) = l2_prefetch(p.then);
     a.l2_next_max_keys = kL2PrefetchMaxKeys;
@@ -793,6 +798,7 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   a.decode_warps = b_.options().gdn_decode_warps;
   a.decode_cluster = b_.options().gdn_decode_cluster;
   a.pdl = small_pdl(T);
+  a.pdl_chain = chain_pdl(T);
   if (a.pdl && a.decode) {
     std::tie(a.l2_next, a.l2_next_bytes) = l2_prefetch(p.then);
     a.positions = meta.d_positions.i32();
@@ -830,6 +836,9 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
 }
 
 bool CudaKernels::small_pdl(int64_t rows) const { return rows == 1 && b_.pdl(); }
+bool CudaKernels::chain_pdl(int64_t rows) const {
+  return rows > 1 && rows <= 64 && b_.options().pdl_chain && b_.pdl();
+}
 
 std::pair<const void*, int64_t> CudaKernels::l2_prefetch(const LinearWeight* w) const {
   const int64_t bytes = b_.l2_prefetch_bytes();

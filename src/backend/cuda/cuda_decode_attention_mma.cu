@@ -352,7 +352,7 @@ void launch(const AttnArgs& a, cudaStream_t s) {
   }
   const dim3 grid(static_cast<unsigned>(a.n_seqs), static_cast<unsigned>(a.n_kv_heads),
                   static_cast<unsigned>(a.n_split));
-  launch_pdl(a.pdl, decode_mma_kernel<HD, KV, BN, STAGES>, grid, dim3(32 * a.dec_mma_mt * a.dec_mma_kg), smem, s, a);
+  launch_pdl(a.pdl || a.pdl_chain, decode_mma_kernel<HD, KV, BN, STAGES>, grid, dim3(32 * a.dec_mma_mt * a.dec_mma_kg), smem, s, a);
   DS_CUDA_LAUNCH_CHECK();
 }
 

@@ -134,6 +134,8 @@ __global__ void conv_tokens_kernel(GdnArgs a, int64_t conv_dim, int64_t row, int
 // One thread per (sequence, channel), after conv_tokens_kernel: the conv state becomes the last
 // K-1 inputs of the run.
 __global__ void conv_state_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
+  pdl_wait();  // launched by PDL in a chain (GdnArgs::pdl_chain)
+  pdl_trigger();
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= int64_t(a.n_seqs) * conv_dim) return;
   const int s = static_cast<int>(i / conv_dim);
@@ -156,6 +158,8 @@ __global__ void conv_state_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
 }
 
 __global__ void prep_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
+  pdl_wait();  // launched by PDL in a chain (GdnArgs::pdl_chain)
+  pdl_trigger();
   const int t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   const int Hk = a.Hk, Dk = a.Dk;
@@ -267,8 +271,6 @@ __global__ void __launch_bounds__(32) delta_kernel(GdnArgs a, int64_t conv_dim) 
 // (uncoalesced) and is kept for long runs of tokens, where its serial loop wins.
 template <int DK, int NR>
 __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv_dim) {
-  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
-  pdl_trigger();
   constexpr int LPR = DK / 4;              // lanes per row
   constexpr int RPW = 32 / LPR;            // rows per warp per register slot
   constexpr int ROWS_PER_WARP = RPW * NR;
@@ -292,6 +294,11 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
     S[r] = ok[r] ? load_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[r]) * DK + 4 * li)
                  : make_float4(0.f, 0.f, 0.f, 0.f);
   }
+  // The state loads above go before the wait: no kernel of this layer's op writes the recurrent
+  // state before this one (conv, window and prep write conv_out, gb, windows and pending rows),
+  // and the step's metadata was uploaded before it; all else is read after.
+  pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
+  pdl_trigger();
   const int t0 = a.seq_start[s], t1 = a.seq_start[s + 1];
   const int ck_j = gdn_checkpoint(a, s);
   // Token t's inputs are loaded while token t-1 is computed: a run of prefill tokens is a serial
@@ -955,8 +962,9 @@ void run_delta(const GdnArgs& a, int64_t conv_dim, cudaStream_t s) {
     const int nr = prefill ? 1 : 4;
     const int rows_per_block = 4 * (32 / (DK / 4)) * nr;
     dim3 grid(static_cast<unsigned>(a.n_seqs * a.Hv), static_cast<unsigned>((a.Dv + rows_per_block - 1) / rows_per_block));
-    if (prefill) launch_pdl(a.pdl, delta_rows_kernel<DK, 1>, grid, dim3(128), 0, s, a, conv_dim);
-    else launch_pdl(a.pdl, delta_rows_kernel<DK, 4>, grid, dim3(128), 0, s, a, conv_dim);
+    const bool pdl = a.pdl || a.pdl_chain;
+    if (prefill) launch_pdl(pdl, delta_rows_kernel<DK, 1>, grid, dim3(128), 0, s, a, conv_dim);
+    else launch_pdl(pdl, delta_rows_kernel<DK, 4>, grid, dim3(128), 0, s, a, conv_dim);
     return;
   }
   const int rb = a.Dv < 32 ? a.Dv : 32;  // 32 rows per block: Hv * Dv/32 blocks at decode
@@ -1024,14 +1032,15 @@ bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s) {
   conv_tokens_kernel<<<dim3(static_cast<unsigned>((conv_dim + 255) / 256), static_cast<unsigned>((a.n_tokens + tt - 1) / tt)),
                        256, 0, s>>>(a, conv_dim, row, tt);
   DS_CUDA_LAUNCH_CHECK();
-  conv_state_kernel<<<static_cast<unsigned>((n_seq + 255) / 256), 256, 0, s>>>(a, conv_dim, row);
-  DS_CUDA_LAUNCH_CHECK();
-  prep_kernel<<<static_cast<unsigned>(a.n_tokens), 256, 0, s>>>(a, conv_dim, row);
-  DS_CUDA_LAUNCH_CHECK();
+  // After the conv (which follows a cuBLAS GEMM), the op's kernels by PDL in a chain (pdl_chain).
+  launch_pdl(a.pdl_chain, conv_state_kernel, dim3(static_cast<unsigned>((n_seq + 255) / 256)), dim3(256), 0, s, a,
+             conv_dim, row);
+  launch_pdl(a.pdl_chain, prep_kernel, dim3(static_cast<unsigned>(a.n_tokens)), dim3(256), 0, s, a, conv_dim, row);
+  const bool norm_pdl = a.pdl || a.pdl_chain;
   if (gdn_uses_chunked_mma(a)) {
     // Long runs: the chunked rule on tensor cores; o lands in conv_out's value columns.
     launch_gdn_chunked_mma(a, conv_dim, s);
-    launch_pdl(a.pdl, gated_norm_kernel, norm_grid, dim3(32 * kNormWarps), 0, s, a, conv_dim, row,
+    launch_pdl(norm_pdl, gated_norm_kernel, norm_grid, dim3(32 * kNormWarps), 0, s, a, conv_dim, row,
                static_cast<const float*>(a.conv_out + 2 * key_dim), conv_dim);
     return true;
   }
@@ -1041,7 +1050,7 @@ bool launch_gated_delta_net(const GdnArgs& a, cudaStream_t s) {
     case 64: run_delta<64>(a, conv_dim, s); break;
     default: run_delta<128>(a, conv_dim, s); break;
   }
-  launch_pdl(a.pdl, gated_norm_kernel, norm_grid, dim3(32 * kNormWarps), 0, s, a, conv_dim, row,
+  launch_pdl(norm_pdl, gated_norm_kernel, norm_grid, dim3(32 * kNormWarps), 0, s, a, conv_dim, row,
              static_cast<const float*>(a.out), value_dim);
   return true;
 }
