@@ -171,8 +171,9 @@ struct AttnArgs {
   uint16_t* v16 = nullptr;
   // qk_prep, the tensor-core decode kernel and the combine by programmatic dependent launch.
   bool pdl = false;
-  // Decode / verification batches of 2+ rows (qk_prep follows a cuBLAS GEMM, plainly launched):
-  // the tensor-core decode kernel and the combine by PDL, each following one of ours.
+  // Batches of 2-64 rows (decode batches, verifications, short chunks; qk_prep follows a cuBLAS
+  // GEMM, plainly launched): the tensor-core decode kernel and the combine by PDL, each following
+  // one of ours.
   bool pdl_chain = false;
   // The tensor-core decode kernel prefetches [l2_next, + l2_next_bytes) into L2 (o_proj's first
   // bytes; cuda_pdl.cuh, l2_prefetch_share) for a sequence of at most l2_next_max_keys keys (a
@@ -288,8 +289,8 @@ struct GdnArgs {
                                        // q/k windows (the last moves them and resets the count)
   bool pdl = false;                    // the decode kernels (the fused layer, or rows recurrence and gated
                                        // norm) by programmatic dependent launch
-  bool pdl_chain = false;              // 2+ rows (the conv follows a cuBLAS GEMM, plainly launched): the
-                                       // window, prep, recurrence and gated-norm kernels by PDL
+  bool pdl_chain = false;              // 2-64 rows (the conv follows a cuBLAS GEMM, plainly launched):
+                                       // the window, prep, recurrence and gated-norm kernels by PDL
   // decode: blocks per (sequence, value head), a cluster sharing the head's rows (sm_90; 0: by the
   // batch, cuda_gated_delta_net.cu; else at most this many, with Dv / cluster a multiple of 32)
   int decode_cluster = 0;
