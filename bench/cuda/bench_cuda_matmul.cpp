@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,41 +25,6 @@
 using namespace deltaserve;
 
 namespace {
-
-#define CB(x)                                                                      \
-  do {                                                                             \
-    const int st_ = static_cast<int>(x);                                           \
-    if (st_ != 0) {                                                                \
-      std::fprintf(stderr, "%s: cublas status %d (line %d)\n", #x, st_, __LINE__); \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
-
-std::vector<std::string> split(const std::string& s, char c) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, c)) v.push_back(item);
-  return v;
-}
-
-// Microseconds per call of f (iters back-to-back calls after 3 warm-up calls).
-template <typename F>
-double time_us(F&& f, int iters, cudaStream_t s) {
-  for (int i = 0; i < 3; ++i) f();
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  CK(cudaEventRecord(a, s));
-  for (int i = 0; i < iters; ++i) f();
-  CK(cudaEventRecord(b, s));
-  CK(cudaEventSynchronize(b));
-  float ms = 0;
-  CK(cudaEventElapsedTime(&ms, a, b));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return 1000.0 * ms / iters;
-}
 
 int config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
   int v = 0;
@@ -86,17 +50,9 @@ int main(int argc, char** argv) {
       const std::string a = argv[i], v = argv[i + 1];
       if (a == "--rows") {
         rows.clear();
-        for (const auto& r : split(v, ',')) rows.push_back(std::stoi(r));
+        for (const auto& r : bench_split(v, ',')) rows.push_back(std::stoi(r));
       } else if (a == "--shapes") {
-        shapes.clear();
-        for (const auto& s : split(v, ',')) {
-          const auto nk = split(s, 'x');
-          if (nk.size() != 2) {
-            std::fprintf(stderr, "--shapes: NxK, not %s\n", s.c_str());
-            return 2;
-          }
-          shapes.emplace_back(std::stoll(nk[0]), std::stoll(nk[1]));
-        }
+        if (!bench_parse_shapes(v, &shapes)) return 2;
       } else if (a == "--iters") {
         iters = std::stoi(v);
       } else if (a == "--algos") {
@@ -162,10 +118,10 @@ int main(int argc, char** argv) {
     for (const int M : rows) {
       double gemv = 0;
       if (M == 1)
-        gemv = time_us([&] { cuda::launch_gemv(xf, K, w, N, out, false, true, opts, s); }, iters, s);
+        gemv = bench_time_us([&](int) { cuda::launch_gemv(xf, K, w, N, out, false, true, opts, s); }, iters, s);
       const float alpha = 1.f, beta = 0.f;
-      const double ex = time_us(
-          [&] {
+      const double ex = bench_time_us(
+          [&](int) {
             CB(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), M, int(K), &alpha, w, CUDA_R_16BF, int(K), xb,
                             CUDA_R_16BF, int(K), &beta, out, out_type, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
           },
@@ -192,8 +148,8 @@ int main(int argc, char** argv) {
       for (int i = 0; i < n_heur; ++i) {
         if (heur[i].state != CUBLAS_STATUS_SUCCESS || heur[i].workspaceSize > ws_bytes) continue;
         bool ok = true;
-        const double t = time_us(
-            [&] {
+        const double t = bench_time_us(
+            [&](int) {
               if (cublasLtMatmul(lt, desc, &alpha, w, la, xb, lb, &beta, out, lc, out, lc, &heur[i].algo, ws, ws_bytes,
                                  s) != CUBLAS_STATUS_SUCCESS)
                 ok = false;

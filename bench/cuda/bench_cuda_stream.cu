@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -33,15 +32,6 @@
 #include "bench_check.h"
 
 namespace {
-
-#define LT(x)                                                                          \
-  do {                                                                                 \
-    const int st_ = static_cast<int>(x);                                               \
-    if (st_ != 0) {                                                                    \
-      std::fprintf(stderr, "%s: cublasLt status %d (line %d)\n", #x, st_, __LINE__); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
 
 constexpr int kThreads = 256;
 
@@ -113,31 +103,6 @@ struct Pattern {
   std::string name;
 };
 
-std::vector<std::string> split(const std::string& s, char c) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, c)) v.push_back(item);
-  return v;
-}
-
-template <typename Fn>
-double time_us(Fn&& fn, int iters) {
-  for (int i = 0; i < 3; ++i) fn(i);
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  CK(cudaEventRecord(a));
-  for (int i = 0; i < iters; ++i) fn(i);
-  CK(cudaEventRecord(b));
-  CK(cudaEventSynchronize(b));
-  float ms = 0;
-  CK(cudaEventElapsedTime(&ms, a, b));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return 1000.0 * ms / iters;
-}
-
 template <int F>
 void launch(const Pattern& pt, const uint8_t* w, int64_t n, int64_t row_bytes, int grid_persist, uint32_t* sink) {
   const int64_t tiles = n / pt.rt;
@@ -161,15 +126,7 @@ int main(int argc, char** argv) {
     for (int i = 1; i + 1 < argc; i += 2) {
       const std::string a = argv[i], v = argv[i + 1];
       if (a == "--shapes") {
-        shapes.clear();
-        for (const auto& s : split(v, ',')) {
-          const auto nk = split(s, 'x');
-          if (nk.size() != 2) {
-            std::fprintf(stderr, "--shapes: NxK, not %s\n", s.c_str());
-            return 2;
-          }
-          shapes.emplace_back(std::stoll(nk[0]), std::stoll(nk[1]));
-        }
+        if (!bench_parse_shapes(v, &shapes)) return 2;
       } else if (a == "--patterns") {
         patterns = v;
       } else if (a == "--iters") {
@@ -190,7 +147,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<Pattern> pts;
-  for (const auto& s : split(patterns, ',')) {
+  for (const auto& s : bench_split(patterns, ',')) {
     Pattern p;
     p.name = s;
     std::string t = s;
@@ -198,7 +155,7 @@ int main(int argc, char** argv) {
       p.persist = true;
       t.pop_back();
     }
-    const auto parts = split(t, 'x');
+    const auto parts = bench_split(t, 'x');
     try {
       if (parts.size() != 3) throw std::invalid_argument(s);
       p.rt = std::stoi(parts[0]);
@@ -230,7 +187,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   cublasLtHandle_t lt;
-  LT(cublasLtCreate(&lt));
+  CB(cublasLtCreate(&lt));
   const size_t ws_bytes = size_t(32) << 20;
   void* ws = nullptr;
   CK(cudaMalloc(&ws, ws_bytes));
@@ -251,7 +208,7 @@ int main(int argc, char** argv) {
     // Anchor: a device-to-device copy of the same bytes (reads + writes).
     uint8_t* dst = nullptr;
     CK(cudaMalloc(&dst, bytes));
-    const double cp = time_us([&](int i) { CK(cudaMemcpyAsync(dst, w[size_t(i % copies)], bytes, cudaMemcpyDeviceToDevice)); },
+    const double cp = bench_time_us([&](int i) { CK(cudaMemcpyAsync(dst, w[size_t(i % copies)], bytes, cudaMemcpyDeviceToDevice)); },
                               iters);
     std::printf("| %lldx%lld | cudaMemcpy D2D (read + write) | %.1f | %.2f |\n", static_cast<long long>(N),
                 static_cast<long long>(K), cp, 2 * tbs(cp));
@@ -269,7 +226,7 @@ int main(int argc, char** argv) {
         else if (pt.f == 8) launch<8>(pt, m, N, row_bytes, 8 * sms, sink);
         else launch<16>(pt, m, N, row_bytes, 8 * sms, sink);
       };
-      const double us = time_us(go, iters);
+      const double us = bench_time_us(go, iters);
       CK(cudaGetLastError());
       std::printf("| %lldx%lld | %s | %.1f | %.2f |\n", static_cast<long long>(N), static_cast<long long>(K),
                   pt.name.c_str(), us, tbs(us));
@@ -283,7 +240,7 @@ int main(int argc, char** argv) {
     CK(cudaMemset(xf, 0, size_t(K) * 4));
     fill_kernel<<<64, 256>>>(xb, 16 * K, 2u);
     deltaserve::CudaOptions opts;
-    const double gemv = time_us(
+    const double gemv = bench_time_us(
         [&](int i) {
           deltaserve::cuda::launch_gemv(xf, K, reinterpret_cast<const uint16_t*>(w[size_t(i % copies)]), N, out, false,
                                         true, opts, nullptr);
@@ -293,7 +250,7 @@ int main(int argc, char** argv) {
                 gemv, tbs(gemv));
     deltaserve::CudaOptions plain = opts;
     plain.pdl = false;
-    const double gemv_plain = time_us(
+    const double gemv_plain = bench_time_us(
         [&](int i) {
           deltaserve::cuda::launch_gemv(xf, K, reinterpret_cast<const uint16_t*>(w[size_t(i % copies)]), N, out, false,
                                         true, plain, nullptr);
@@ -303,7 +260,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(K), gemv_plain, tbs(gemv_plain));
     for (const int m : {1, 2, 4, 16}) {
       const float alpha = 1.f, beta = 0.f;
-      const double us = time_us(
+      const double us = bench_time_us(
           [&](int i) {
             if (cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), m, int(K), &alpha, w[size_t(i % copies)],
                              CUDA_R_16BF, int(K), xb, CUDA_R_16BF, int(K), &beta, out, CUDA_R_32F, int(N),
@@ -321,30 +278,30 @@ int main(int argc, char** argv) {
     for (const int m : {4, 16}) {
       for (const bool no_split : {false, true}) {
         cublasLtMatmulDesc_t desc;
-        LT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        CB(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
         const cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
-        LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
-        LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
+        CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
+        CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
         cublasLtMatrixLayout_t la, lb, lc;
-        LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, uint64_t(K), uint64_t(N), K));
-        LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, uint64_t(K), uint64_t(m), K));
-        LT(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, uint64_t(N), uint64_t(m), N));
+        CB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, uint64_t(K), uint64_t(N), K));
+        CB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, uint64_t(K), uint64_t(m), K));
+        CB(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, uint64_t(N), uint64_t(m), N));
         cublasLtMatmulPreference_t pref;
-        LT(cublasLtMatmulPreferenceCreate(&pref));
-        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+        CB(cublasLtMatmulPreferenceCreate(&pref));
+        CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                 sizeof ws_bytes));
         if (no_split) {
           const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_NONE;
-          LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask));
+          CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask));
         }
         cublasLtMatmulHeuristicResult_t h{};
         int got = 0;
         const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &h, &got);
         if (st == CUBLAS_STATUS_SUCCESS && got > 0) {
           const float alpha = 1.f, beta = 0.f;
-          const double us = time_us(
+          const double us = bench_time_us(
               [&](int i) {
-                LT(cublasLtMatmul(lt, desc, &alpha, w[size_t(i % copies)], la, xb, lb, &beta, out, lc, out, lc, &h.algo, ws,
+                CB(cublasLtMatmul(lt, desc, &alpha, w[size_t(i % copies)], la, xb, lb, &beta, out, lc, out, lc, &h.algo, ws,
                                   ws_bytes, nullptr));
               },
               iters);
