@@ -182,16 +182,13 @@ int main(int argc, char** argv) {
   uint32_t* sink = nullptr;
   CK(cudaMalloc(&sink, 4));
   cublasHandle_t blas;
-  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "cublasCreate failed\n");
-    return 1;
-  }
+  CB(cublasCreate(&blas));
   cublasLtHandle_t lt;
   CB(cublasLtCreate(&lt));
   const size_t ws_bytes = size_t(32) << 20;
   void* ws = nullptr;
   CK(cudaMalloc(&ws, ws_bytes));
-  if (cublasSetWorkspace(blas, ws, ws_bytes) != CUBLAS_STATUS_SUCCESS) return 1;
+  CB(cublasSetWorkspace(blas, ws, ws_bytes));
   std::printf("SMs %d, L2 %d MB; persistent grids: 8 blocks per SM\n", sms, l2 >> 20);
   std::printf("| N x K | pattern (rows x bytes per step x loads in flight) | us | TB/s |\n|---|---|---:|---:|\n");
   for (const auto& nk : shapes) {
@@ -208,8 +205,8 @@ int main(int argc, char** argv) {
     // Anchor: a device-to-device copy of the same bytes (reads + writes).
     uint8_t* dst = nullptr;
     CK(cudaMalloc(&dst, bytes));
-    const double cp = bench_time_us([&](int i) { CK(cudaMemcpyAsync(dst, w[size_t(i % copies)], bytes, cudaMemcpyDeviceToDevice)); },
-                              iters);
+    const double cp = bench_time_us(
+        [&](int i) { CK(cudaMemcpyAsync(dst, w[size_t(i % copies)], bytes, cudaMemcpyDeviceToDevice)); }, iters);
     std::printf("| %lldx%lld | cudaMemcpy D2D (read + write) | %.1f | %.2f |\n", static_cast<long long>(N),
                 static_cast<long long>(K), cp, 2 * tbs(cp));
     CK(cudaFree(dst));
@@ -262,12 +259,9 @@ int main(int argc, char** argv) {
       const float alpha = 1.f, beta = 0.f;
       const double us = bench_time_us(
           [&](int i) {
-            if (cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), m, int(K), &alpha, w[size_t(i % copies)],
-                             CUDA_R_16BF, int(K), xb, CUDA_R_16BF, int(K), &beta, out, CUDA_R_32F, int(N),
-                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
-              std::fprintf(stderr, "cublasGemmEx failed\n");
-              std::exit(1);
-            }
+            CB(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), m, int(K), &alpha, w[size_t(i % copies)],
+                            CUDA_R_16BF, int(K), xb, CUDA_R_16BF, int(K), &beta, out, CUDA_R_32F, int(N),
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
           },
           iters);
       std::printf("| %lldx%lld | cublasGemmEx, %d rows | %.1f | %.2f |\n", static_cast<long long>(N),
