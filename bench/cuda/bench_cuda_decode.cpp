@@ -605,5 +605,7 @@ int main(int argc, char** argv) {
   for (const MixedRow& r : mixed_rows)
     std::printf("| mixed step: %d decode rows / %d-token chunk / both, %d rows (ms) | %.2f / %.2f / %.2f |\n",
                 o.batch - 1, r.chunk, o.batch - 1 + r.chunk, r.decode_ms, r.chunk_ms, r.both_ms);
+  std::printf("\ncuBLAS algorithm per GEMM shape (cuda_gemm.h):\n");
+  for (const std::string& line : cuda_gemm_choices(*be)) std::printf("  %s\n", line.c_str());
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "app/cli_args.h"
@@ -255,7 +256,15 @@ int cmd_bench_offline(const Args& args) {
     const SpeculationChoice spec_choice = choose_speculation(e, o);
     if (spec_choice.measured) std::fprintf(stderr, "%s\n", spec_choice.summary().c_str());
     e.start();
-    run_batch(e, sampling, 1, 16, 8, 1);  // warm-up: buffers reach their steady size
+    // Warm-up at each batch size: buffers reach their steady size, and the CUDA graphs and GEMM
+    // algorithms (backend/cuda/cuda_gemm.h) of its steps exist before anything is timed.
+    std::set<int> warm(batches->begin(), batches->end());
+    warm.insert(1);
+    for (int b : warm) {
+      const double w0 = now_seconds();
+      run_batch(e, sampling, b, 16, 8, 1);
+      std::fprintf(stderr, "warm-up at batch %d: %.3f s\n", b, now_seconds() - w0);
+    }
     // Prefill: one long prompt, one generated token.
     RunResult pre = run_batch(e, sampling, 1, static_cast<int>(*prefill_len), 1, 2);
     for (int prompt_len : *prompt_lens)

@@ -21,6 +21,8 @@
 //   DELTASERVE_CUDA_MIXED_DECODE=0    mixed_decode_rows off (a mixed batch's decode rows in the flash kernel)
 //   DELTASERVE_CUDA_DECODE_MMA=0 decode_tensor_cores off   DELTASERVE_CUDA_SMEM_CAP=N smem_per_block_cap
 //   DELTASERVE_CUBLAS_WORKSPACE_MB=N cublas_workspace_mb (0: cuBLAS's own default)
+//   DELTASERVE_CUDA_GEMM_ALGO=N  gemm_algo (0: cublasGemmEx's default, k: cuBLASLt's k-th choice)
+//   DELTASERVE_CUDA_GEMM_TUNE_ROWS=N gemm_tune_rows
 #pragma once
 
 #include <cstdlib>
@@ -82,6 +84,10 @@ struct CudaOptions {
   int decode_mma_stages = 0;        // its pipeline depth: 2..3 (64 keys) or 2..4 (32 keys); 0: 3
   int cublas_workspace_mb = -1;     // cuBLAS workspace (MiB): -1 by the GPU (32 on sm_90+, 4 before),
                                     // 0 cuBLAS's own default, else this many
+  int gemm_algo = -1;               // GEMMs of 2+ rows (cuda_gemm.h): -1 timed per shape up to
+                                    // gemm_tune_rows rows (GemmEx beyond, and in exact mode), 0
+                                    // cublasGemmEx's default, k >= 1 cuBLASLt's k-th heuristic choice
+  int gemm_tune_rows = 64;          // decode batches and verifications; prefill chunks are not timed
   int smem_per_block_cap = 0;       // bytes; caps the device's opt-in shared memory in the attention
                                     // plans (101376 = sm_86's: the A6000 configuration on an H200)
 
@@ -128,6 +134,8 @@ struct CudaOptions {
     o.decode_mma_stages = num("DELTASERVE_CUDA_DECODE_MMA_STAGES", 0);
     o.smem_per_block_cap = num("DELTASERVE_CUDA_SMEM_CAP", 0);
     o.cublas_workspace_mb = num("DELTASERVE_CUBLAS_WORKSPACE_MB", -1);
+    o.gemm_algo = num("DELTASERVE_CUDA_GEMM_ALGO", -1);
+    o.gemm_tune_rows = num("DELTASERVE_CUDA_GEMM_TUNE_ROWS", 64);
     return o;
   }
 };

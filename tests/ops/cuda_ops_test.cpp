@@ -570,6 +570,95 @@ TEST_F(CudaOpsTest, MatmulOneRowMatchesManyRowsInBf16Mode) {
   }
 }
 
+// GEMMs of 2+ rows take their cuBLAS algorithm per shape and bucket of row counts (cuda_gemm.h).
+// Each algorithm cuBLASLt offers (forced one by one) and the timed choice give cublasGemmEx's
+// product up to the summation order, with and without accumulation (a timed shape that accumulates
+// times into scratch, not into its output); 3 rows take the choice timed at 4. A row count keeps its
+// algorithm: the same bits on every call, listed once. A row count met first inside a graph capture,
+// its bucket untimed, runs GemmEx, in the graph and eagerly after it.
+TEST_F(CudaOpsTest, MatmulCublasAlgorithmsAgreeWithGemmExAndAShapeKeepsItsChoice) {
+  if (cpu_only()) GTEST_SKIP() << "GPU options";
+  CudaOptions ref_opt;
+  ref_opt.gemm_algo = 0;
+  auto ref = make_cuda_backend(0, ref_opt);
+  std::vector<std::unique_ptr<Backend>> algos;  // [0]: timed (the default), then cuBLASLt #1..#8 forced
+  for (int a : {-1, 1, 2, 3, 4, 5, 6, 7, 8}) {
+    CudaOptions o;
+    o.gemm_algo = a;
+    algos.push_back(make_cuda_backend(0, o));
+  }
+  struct Shape { int64_t n, k; };
+  bool some_differ = false;
+  for (Shape s : {Shape{1000, 17408}, Shape{5120, 640}, Shape{300, 1040}}) {
+    const auto w = to_bf16(rnd(s.n * s.k, -0.05f, 0.05f));
+    auto wr = ref->make_linear(w.data(), DType::BF16, s.n, s.k);
+    std::vector<std::unique_ptr<LinearWeight>> ws;
+    for (auto& b : algos) ws.push_back(b->make_linear(w.data(), DType::BF16, s.n, s.k));
+    for (int64_t T : {2, 4, 3, 16, 64}) {
+      for (bool acc : {false, true}) {
+        const auto xv = rnd(T * s.k, -3.f, 3.f), base = rnd(T * s.n);
+        auto run = [&](Backend& b, const LinearWeight& lw) {
+          DeviceBuffer xb = b.allocate(xv.size() * 4), ob = b.allocate(base.size() * 4);
+          Tensor x = xb.view(DType::F32, {T, s.k}), o = ob.view(DType::F32, {T, s.n});
+          b.copy_to_device(x, xv.data());
+          b.copy_to_device(o, base.data());
+          b.kernels().matmul(x, lw, o, acc);
+          std::vector<float> got(base.size());
+          b.copy_to_host(got.data(), o);
+          return got;
+        };
+        const std::vector<float> r = run(*ref, *wr);
+        double mr = 1e-30;
+        for (float v : r) mr = std::max(mr, double(std::fabs(v)));
+        for (std::size_t i = 0; i < algos.size(); ++i) {
+          const std::vector<float> g = run(*algos[i], *ws[i]);
+          double md = 0;
+          for (std::size_t j = 0; j < g.size(); ++j) md = std::max(md, double(std::fabs(g[j] - r[j])));
+          const std::string what = i == 0 ? "timed" : "cuBLASLt #" + std::to_string(i);
+          EXPECT_LE(md / mr, 2e-5) << what << " T=" << T << " N=" << s.n << " K=" << s.k << " acc=" << acc;
+          some_differ = some_differ || g != r;
+          if (i == 0) {
+            EXPECT_EQ(run(*algos[0], *ws[0]), g) << "timed, second call, T=" << T << " N=" << s.n;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(some_differ) << "every forced cuBLASLt algorithm gave GemmEx's bits: is the switch working?";
+  const std::vector<std::string> listed = cuda_gemm_choices(*algos[0]);
+  for (const char* shape : {"1000x17408 rows 4:", "1000x17408 rows 3:", "5120x640 rows 64:", "300x1040 rows 2:"})
+    EXPECT_EQ(std::count_if(listed.begin(), listed.end(),
+                            [&](const std::string& l) { return l.rfind(shape, 0) == 0; }),
+              1)
+        << shape;
+  // A shape first met in a graph capture (5 rows): GemmEx, then kept.
+  Backend& tb = *algos[0];
+  const int64_t T = 5, N = 1000, K = 1040;
+  const auto w = to_bf16(rnd(N * K, -0.05f, 0.05f));
+  auto wt = tb.make_linear(w.data(), DType::BF16, N, K);
+  auto wr = ref->make_linear(w.data(), DType::BF16, N, K);
+  const auto xv = rnd(T * K, -3.f, 3.f);
+  DeviceBuffer xb = tb.allocate(xv.size() * 4), ob = tb.allocate(T * N * 4);
+  Tensor x = xb.view(DType::F32, {T, K}), o = ob.view(DType::F32, {T, N});
+  tb.copy_to_device(x, xv.data());
+  auto graph = tb.capture([&] { tb.kernels().matmul(x, *wt, o); });
+  ASSERT_NE(graph, nullptr);
+  tb.replay(*graph);
+  std::vector<float> replayed(T * N), eager(T * N), gemm_ex(T * N);
+  tb.copy_to_host(replayed.data(), o);
+  tb.kernels().matmul(x, *wt, o);
+  tb.copy_to_host(eager.data(), o);
+  DeviceBuffer xr = ref->allocate(xv.size() * 4), orb = ref->allocate(T * N * 4);
+  Tensor xrt = xr.view(DType::F32, {T, K}), ort = orb.view(DType::F32, {T, N});
+  ref->copy_to_device(xrt, xv.data());
+  ref->kernels().matmul(xrt, *wr, ort);
+  ref->copy_to_host(gemm_ex.data(), ort);
+  EXPECT_EQ(replayed, gemm_ex);
+  EXPECT_EQ(eager, gemm_ex);
+  const std::vector<std::string> after = cuda_gemm_choices(tb);
+  EXPECT_EQ(std::count(after.begin(), after.end(), std::string("1000x1040 rows 5: cublasGemmEx")), 1);
+}
+
 // Prefill's and verification's projections in the default (bf16) GEMM mode: the RMSNorm or
 // SiLU-mul written straight as the GEMM's bf16 input gives exactly what the separate op then matmul
 // give (the same rounded values), with and without accumulation.

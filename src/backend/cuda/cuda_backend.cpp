@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_launch.h"
 
 namespace deltaserve {
@@ -113,7 +114,7 @@ class CudaKernels final : public Kernels {
   cudaStream_t stream() const;
 
   CudaBackend& b_;
-  DeviceBuffer scratch_[12];
+  DeviceBuffer scratch_[13];
   DeviceBuffer iota_;
   std::map<std::pair<int, float>, DeviceBuffer> inv_freq_;
   // gdn_commit's per-layer table on the device, built on the first call for a set of layers
@@ -186,9 +187,16 @@ class CudaBackend final : public Backend {
       DS_CUDA_CHECK(cudaMalloc(&cublas_workspace_, std::size_t(mb) << 20));
       DS_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, std::size_t(mb) << 20));
     }
+    // Exact mode keeps GemmEx's default unless an algorithm is forced (its numerics are the tests').
+    const int algo = options_.exact_gemm && options_.gemm_algo < 0 ? 0 : options_.gemm_algo;
+    gemm_ = std::make_unique<cuda::CublasGemm>(cublas_, stream_, cublas_workspace_,
+                                               cublas_workspace_ ? std::size_t(mb) << 20 : 0,
+                                               static_cast<std::size_t>(prop.l2CacheSize), algo,
+                                               options_.gemm_tune_rows);
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    gemm_.reset();
     cublasDestroy(cublas_);
     if (cublas_workspace_) cudaFree(cublas_workspace_);
   }
@@ -322,6 +330,7 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
+  cuda::CublasGemm& gemm() { return *gemm_; }
   bool exact_gemm() const { return options_.exact_gemm; }
   const CudaOptions& options() const { return options_; }
   // Programmatic dependent launch (CudaOptions::pdl, sm_90+).
@@ -337,6 +346,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
+  std::unique_ptr<cuda::CublasGemm> gemm_;  // the 2+-row GEMMs' algorithm per shape
   std::string name_;
   int cc_ = 0;
   int64_t l2_prefetch_bytes_ = 0;
@@ -515,13 +525,9 @@ void CudaKernels::gemm_bf16(const uint16_t* xb, int64_t T, int parts, const Cuda
 // (dst_type; bf16: the sums rounded once).
 void CudaKernels::cublas_gemm(const uint16_t* xb, int64_t rows, const CudaLinear& cw, void* dst,
                               cudaDataType_t dst_type, float beta) {
-  const int64_t K = cw.k(), N = cw.n();
-  const float alpha = 1.0f;
-  // Column-major view: dst^T [N, rows] = W [N, K] (row-major = K x N col-major, transposed) * x^T [K, rows].
-  DS_CUBLAS_CHECK(cublasGemmEx(b_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(rows),
-                               static_cast<int>(K), &alpha, cw.data(), CUDA_R_16BF, static_cast<int>(K), xb, CUDA_R_16BF,
-                               static_cast<int>(K), &beta, dst, dst_type, static_cast<int>(N), CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
+  const cuda::CublasGemm::Call c{cw.data(), xb, dst, rows, cw.n(), cw.k(), dst_type, beta};
+  // (A shape timed for its algorithm writes its trial products to scratch 12 when it accumulates.)
+  b_.gemm().run(c, capturing(), [&](std::size_t bytes) { return scratch(12, bytes); });
 }
 
 // A matmul behind an RMSNorm (norm, eps) or a SiLU-mul: at one row the prologue folds into the GEMV
@@ -954,6 +960,7 @@ void cuda_set_op_timing(Backend& backend, bool on) { as_cuda(backend).cuda_kerne
 std::vector<CudaOpTime> cuda_take_op_times(Backend& backend) { return as_cuda(backend).cuda_kernels().take_times(); }
 void* cuda_stream(Backend& backend) { return as_cuda(backend).stream(); }
 std::string cuda_device_name(Backend& backend) { return as_cuda(backend).name(); }
+std::vector<std::string> cuda_gemm_choices(Backend& backend) { return as_cuda(backend).gemm().choices(); }
 int cuda_device_index(Backend& backend) { return as_cuda(backend).device_index(); }
 
 }  // namespace deltaserve

@@ -35,5 +35,7 @@ void* cuda_stream(Backend& backend);
 int cuda_device_index(Backend& backend);
 // The device's name, e.g. "NVIDIA H200".
 std::string cuda_device_name(Backend& backend);
+// The GEMMs of 2+ rows met so far and the cuBLAS algorithm each runs (cuda_gemm.h), one per line.
+std::vector<std::string> cuda_gemm_choices(Backend& backend);
 
 }  // namespace deltaserve
