@@ -20,6 +20,7 @@
 #include "app/commands.h"
 #include "deploy/bench.h"
 #include "engine/engine.h"
+#include "util/log.h"
 #include "engine/model_setup.h"
 #include "options/serve_options.h"
 #include "util/timer.h"
@@ -183,6 +184,7 @@ int cmd_bench_offline(const Args& args) {
   }
   for (const auto& w : warnings) std::fprintf(stderr, "deltaserve bench-offline: warning: %s\n", w.c_str());
   ServeOptions opts = std::move(*parsed);
+  set_log_level(opts.log_level);
   if (opts.model_path.empty()) opts.model_path = default_model_dir();
   auto model_config = load_model_config(opts.model_path);
   if (!model_config) {

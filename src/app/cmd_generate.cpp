@@ -11,6 +11,7 @@
 #include "app/commands.h"
 #include "options/serve_options.h"
 #include "engine/engine.h"
+#include "util/log.h"
 #include "engine/model_setup.h"
 #include "model/generation_config.h"
 #include "tokenizer/tokenizer.h"
@@ -48,6 +49,7 @@ int cmd_generate(const Args& args) {
   auto opts = parse_serve_options(serve_args, &warnings);
   if (!opts) return fail(opts.status().message(), 2);
   for (const auto& w : warnings) std::fprintf(stderr, "deltaserve generate: warning: %s\n", w.c_str());
+  set_log_level(opts->log_level);
   if (opts->model_path.empty()) opts->model_path = default_model_dir();
   if (Status s = single_replica_only(*opts, "generate"); !s) return fail(s.message(), 2);
   auto model_config = load_model_config(opts->model_path);

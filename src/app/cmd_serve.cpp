@@ -132,9 +132,7 @@ int cmd_serve(const Args& args) {
     std::fputs(serve_options_help().c_str(), stdout);
     return 0;
   }
-  if (opts.log_level == "debug") set_log_level(LogLevel::Debug);
-  if (opts.log_level == "warning") set_log_level(LogLevel::Warn);
-  if (opts.log_level == "error") set_log_level(LogLevel::Error);
+  set_log_level(opts.log_level);  // (the table allows only its names)
   for (const auto& w : warnings) log_warn(w);
   // No model given: the bundled tiny model (models/tiny-coder), as `tools/serve.sh` promises.
   if (opts.model_path.empty()) opts.model_path = default_model_dir();

@@ -22,6 +22,14 @@ const char* level_name(LogLevel level) {
 }  // namespace
 
 void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level)); }
+bool set_log_level(std::string_view name) {
+  if (name == "debug") set_log_level(LogLevel::Debug);
+  else if (name == "info") set_log_level(LogLevel::Info);
+  else if (name == "warning") set_log_level(LogLevel::Warn);
+  else if (name == "error") set_log_level(LogLevel::Error);
+  else return false;
+  return true;
+}
 LogLevel log_level() { return static_cast<LogLevel>(g_level.load(std::memory_order_relaxed)); }
 
 void log_line(LogLevel level, const std::string& message) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "util/status.h"
 
@@ -11,6 +12,9 @@ enum class LogLevel { Debug = 0, Info = 1, Warn = 2, Error = 3 };
 
 // The level is process-wide configuration set once at start-up by the app.
 void set_log_level(LogLevel level);
+// By the --log-level flag's names: "debug", "info", "warning" or "error"; false (level unchanged)
+// for any other.
+bool set_log_level(std::string_view name);
 LogLevel log_level();
 void log_line(LogLevel level, const std::string& message);
 

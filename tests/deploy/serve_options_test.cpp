@@ -1,5 +1,6 @@
 // The serve flag table: argv and TOML parsing, defaults, validation messages, rendering.
 #include "options/serve_options.h"
+#include "util/log.h"
 
 #include <gtest/gtest.h>
 
@@ -194,6 +195,24 @@ TEST(ServeOptions, UnsupportedFlagsWarnByName) {
   warnings.clear();
   ASSERT_TRUE(parse_serve_options({"--port", "1234"}, &warnings));
   EXPECT_TRUE(warnings.empty());
+}
+
+// --log-level: every name the table allows sets the process's level (serve, generate and
+// bench-offline apply it; generate and bench-offline once accepted it and ignored it); the table
+// refuses other names.
+TEST(ServeOptions, EveryLogLevelTheTableAllowsSetsTheLevel) {
+  const std::pair<const char*, LogLevel> names[] = {
+      {"debug", LogLevel::Debug}, {"info", LogLevel::Info}, {"warning", LogLevel::Warn}, {"error", LogLevel::Error}};
+  for (const auto& [name, level] : names) {
+    auto o = parse_serve_options(Args{"--log-level", name});
+    ASSERT_TRUE(o.is_ok()) << name;
+    EXPECT_TRUE(set_log_level(o->log_level)) << name;
+    EXPECT_EQ(log_level(), level) << name;
+  }
+  EXPECT_FALSE(set_log_level("verbose"));
+  EXPECT_EQ(log_level(), LogLevel::Error);  // unchanged
+  EXPECT_FALSE(parse_serve_options(Args{"--log-level", "verbose"}).is_ok());
+  set_log_level(LogLevel::Info);
 }
 
 TEST(ServeOptions, TableIsWellFormed) {
