@@ -572,8 +572,8 @@ TEST_F(CudaOpsTest, MatmulOneRowMatchesManyRowsInBf16Mode) {
 
 // GEMMs of 2+ rows take their cuBLAS algorithm per shape and bucket of row counts (cuda_gemm.h).
 // Each algorithm cuBLASLt offers (forced one by one) and the timed choice give cublasGemmEx's
-// product up to the summation order, with and without accumulation (a timed shape that accumulates
-// times into scratch, not into its output); 3 rows take the choice timed at 4. A row count keeps its
+// product up to the summation order, with and without accumulation (timing writes temporary
+// buffers, never the output); 3 rows take the choice timed at 4. A row count keeps its
 // algorithm: the same bits on every call, listed once. A row count met first inside a graph capture,
 // its bucket untimed, runs GemmEx, in the graph and eagerly after it.
 TEST_F(CudaOpsTest, MatmulCublasAlgorithmsAgreeWithGemmExAndAShapeKeepsItsChoice) {

@@ -114,7 +114,7 @@ class CudaKernels final : public Kernels {
   cudaStream_t stream() const;
 
   CudaBackend& b_;
-  DeviceBuffer scratch_[13];
+  DeviceBuffer scratch_[12];
   DeviceBuffer iota_;
   std::map<std::pair<int, float>, DeviceBuffer> inv_freq_;
   // gdn_commit's per-layer table on the device, built on the first call for a set of layers
@@ -526,8 +526,7 @@ void CudaKernels::gemm_bf16(const uint16_t* xb, int64_t T, int parts, const Cuda
 void CudaKernels::cublas_gemm(const uint16_t* xb, int64_t rows, const CudaLinear& cw, void* dst,
                               cudaDataType_t dst_type, float beta) {
   const cuda::CublasGemm::Call c{cw.data(), xb, dst, rows, cw.n(), cw.k(), dst_type, beta};
-  // (A shape timed for its algorithm writes its trial products to scratch 12 when it accumulates.)
-  b_.gemm().run(c, capturing(), [&](std::size_t bytes) { return scratch(12, bytes); });
+  b_.gemm().run(c, capturing());
 }
 
 // A matmul behind an RMSNorm (norm, eps) or a SiLU-mul: at one row the prologue folds into the GEMV

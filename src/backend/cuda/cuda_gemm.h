@@ -3,9 +3,9 @@
 // per (rows, N, K, dst dtype, operand alignment), and kept for the backend's life, so that a CUDA
 // graph replays what the eager run before its capture ran:
 //  - CudaOptions::gemm_algo -1 (the default): row counts up to gemm_tune_rows fall in buckets
-//    (2, 3-4, 5-8, ..., 33-64). The first eager call of a bucket is timed on its own operands:
-//    cublasGemmEx's default and each algorithm cuBLASLt's heuristic offers, each call alone from a
-//    flushed L2. The fastest is kept for the bucket when it beats GemmEx by more than
+//    (2, 3-4, 5-8, ..., 33-64). A bucket's first eager call times, at the bucket's largest row count
+//    (its x rows, zeros after them, into temporary buffers), cublasGemmEx's default and each
+//    algorithm cuBLASLt's heuristic offers, each call alone from a flushed L2. The fastest is kept for the bucket when it beats GemmEx by more than
 //    kGemmTuneMargin, else GemmEx; the bucket's other row counts take it where cuBLASLt accepts it
 //    (cublasLtMatmulAlgoCheck), else GemmEx. So a server times each weight shape at most once per
 //    bucket (~0.1 s a bucket for the 27B's shapes on an H200). Larger row counts (prefill), exact
@@ -53,26 +53,7 @@ class CublasGemm {
   CublasGemm& operator=(const CublasGemm&) = delete;
 
   // Runs c. `capturing`: a graph capture is active (an open bucket is then not timed).
-  // `scratch(bytes)` gives device memory the timing runs may write when c.beta != 0 (with beta 0
-  // they write dst, which the call itself then overwrites); it is asked for only when a shape is
-  // timed.
-  template <typename Scratch>
-  void run(const Call& c, bool capturing, Scratch&& scratch) {
-    if (!planned(c)) {  // GemmEx's default by rule: nothing to remember
-      launch(Plan{}, c, c.dst, c.beta);
-      return;
-    }
-    const Key key = key_of(c);
-    auto it = plans_.find(key);
-    if (it == plans_.end()) {
-      void* out = nullptr;
-      if (!capturing && wants_timing(c))
-        out = c.beta != 0.f ? scratch(static_cast<std::size_t>(c.rows * c.n) * (c.dst_type == CUDA_R_16BF ? 2 : 4))
-                            : c.dst;
-      it = plans_.emplace(key, make_plan(c, out)).first;
-    }
-    launch(it->second, c, c.dst, c.beta);
-  }
+  void run(const Call& c, bool capturing);
   // Each planned shape met so far (row counts the option times or forces) and its algorithm:
   // "NxK rows R [bf16 out]: cublasGemmEx" or "...: cuBLASLt #i (algo, tile, split-K, stages)".
   std::vector<std::string> choices() const;
@@ -103,15 +84,15 @@ class CublasGemm {
   bool planned(const Call& c) const {
     return algo_ > 0 || (algo_ < 0 && c.rows >= 2 && c.rows <= tune_rows_ && lt_ != nullptr);
   }
-  // Whether c's first call would be timed (its bucket is open).
-  bool wants_timing(const Call& c) const;
+  // The plan for c's row count (timing its bucket first when it is open and not capturing).
+  Plan make_plan(const Call& c, bool capturing);
+  Choice time_bucket(const Call& c, const Key& bucket_key);
   Plan lt_plan(const Call& c);
-  static std::string describe(int index, const cublasLtMatmulAlgo_t& algo);
-  std::vector<double> time_plans(const Call& c, const std::vector<Plan>& plans, void* out);
-  // The plan for c's shape: timed into `out` when it is not null (else GemmEx, or the forced one).
-  Plan make_plan(const Call& c, void* out);
-  // c's product with plan p, written to dst with beta. False when cuBLASLt refused it.
-  bool launch(const Plan& p, const Call& c, void* dst, float beta, bool check = true);
+  // cuBLASLt's usable heuristic algorithms for c (operands aligned to `align` bytes), in its order.
+  std::vector<Plan> candidates(const Call& c, int align);
+  std::vector<double> time_plans(const Call& c, const std::vector<Plan>& plans);
+  // c's product with plan p. False when cuBLASLt refused it (check: abort instead).
+  bool launch(const Plan& p, const Call& c, bool check = true);
   static void release(Plan& p);
 
   cublasHandle_t blas_;
