@@ -120,6 +120,10 @@ class Backend {
   }
   virtual void replay(DeviceGraph& graph) { (void)graph; }
   virtual uint64_t graph_epoch() const { return 0; }
+  // One-time set-up work done inside kernel calls so far (CUDA: GEMM algorithm buckets timed,
+  // cuda/cuda_gemm.h). A step during which it grew ran longer than steps like it will.
+  // Thread-safe.
+  virtual uint64_t setup_count() const { return 0; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);

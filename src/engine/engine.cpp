@@ -585,7 +585,7 @@ void Engine::collect(Flight& f, bool release_finished) {
   last_collect_ = now_seconds();
   const double step = last_collect_ - t_step;
   step_s_ += step;
-  step_cost_.observe(f.prefill_tokens, f.decode_rows, step);
+  step_cost_.observe(f.prefill_tokens, f.decode_rows, step, ranks_->backend().setup_count());
   if (f.decode_only) {
     ++decode_steps_total_;
     decode_step_s_ += step;

@@ -9,8 +9,10 @@ namespace {
 double average(double old, double x, double w) { return old > 0 ? old + w * (x - old) : x; }
 }  // namespace
 
-void StepCost::observe(int prefill_tokens, int decode_rows, double seconds) {
-  if (!(seconds > 0) || !std::isfinite(seconds)) return;
+void StepCost::observe(int prefill_tokens, int decode_rows, double seconds, uint64_t setup_count) {
+  const bool setup = setup_count != setup_count_;
+  setup_count_ = setup_count;
+  if (setup || !(seconds > 0) || !std::isfinite(seconds)) return;
   if (prefill_tokens <= 0) {
     if (decode_rows > 0) decode_s_ = average(decode_s_, seconds, kWeight);
     return;

@@ -13,14 +13,18 @@
 // over what it is told (the engine times its steps): deterministic in tests.
 #pragma once
 
+#include <cstdint>
+
 namespace deltaserve {
 
 class StepCost {
  public:
   static constexpr int kMinPrefillTokens = 16;  // fewer: a step's fixed costs swamp its tokens
 
-  // One finished step: its prefill tokens, its decode rows, its wall time.
-  void observe(int prefill_tokens, int decode_rows, double seconds);
+  // One finished step: its prefill tokens, its decode rows, its wall time. setup_count: the
+  // backend's one-time set-up so far (Backend::setup_count); a step during which it moved (a GEMM
+  // algorithm timed: 0.1 s or more on a 17 ms step) is no sample of what steps cost and is skipped.
+  void observe(int prefill_tokens, int decode_rows, double seconds, uint64_t setup_count = 0);
 
   // Prefill tokens for a step that also decodes (see above).
   int mixed_prefill_tokens(double ratio, int block, int cap) const;
@@ -31,6 +35,7 @@ class StepCost {
  private:
   static constexpr double kWeight = 0.25;  // of the newest step in each average
   double decode_s_ = 0, prefill_token_s_ = 0;
+  uint64_t setup_count_ = 0;
 };
 
 }  // namespace deltaserve

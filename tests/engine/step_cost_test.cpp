@@ -17,6 +17,23 @@ TEST(StepCost, NothingKnownKeepsTheCap) {
   EXPECT_EQ(c.mixed_prefill_tokens(2.5, 16, 16384), 16384);
 }
 
+// A step during which the backend did one-time set-up (its setup count moved: a GEMM algorithm
+// timed, 0.1 s or more) teaches neither cost; the next step with the count unchanged does. Without
+// the skip, one such step inflated b and held the budget at a block (HTTP TTFT p50 doubled, stop 41).
+TEST(StepCost, StepsWithOneTimeSetupAreSkipped) {
+  StepCost c;
+  c.observe(0, 16, 0.017, 0);
+  c.observe(0, 16, 0.150, 1);  // timed a GEMM bucket
+  EXPECT_DOUBLE_EQ(c.decode_step_s(), 0.017);
+  c.observe(8192, 0, 2.0, 3);  // and two more
+  EXPECT_EQ(c.prefill_token_s(), 0.0);
+  c.observe(8192, 0, 0.8192, 3);
+  EXPECT_DOUBLE_EQ(c.prefill_token_s(), 0.0001);
+  c.observe(0, 16, 0.017, 3);
+  EXPECT_DOUBLE_EQ(c.decode_step_s(), 0.017);
+  EXPECT_EQ(c.mixed_prefill_tokens(2.5, 16, 16384), 240);
+}
+
 TEST(StepCost, BudgetIsRatioMinusOneDecodeStepsOfPrefillTokens) {
   StepCost c;
   c.observe(0, 16, 0.017);    // d = 17 ms

@@ -322,6 +322,7 @@ class CudaBackend final : public Backend {
     DS_CUDA_CHECK(cudaGraphLaunch(static_cast<CudaGraph&>(graph).exec, stream_));
   }
   uint64_t graph_epoch() const override { return kernels_.epoch(); }
+  uint64_t setup_count() const override { return gemm_->timed_buckets(); }
   bool capturing() const {
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     return cudaStreamIsCapturing(stream_, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive;

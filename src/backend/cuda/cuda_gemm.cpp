@@ -185,6 +185,7 @@ CublasGemm::Plan CublasGemm::make_plan(const Call& c, bool capturing) {
 // and the products go to temporary buffers of that many rows (c's rows of x, zeros after them).
 CublasGemm::Choice CublasGemm::time_bucket(const Call& c, const Key& bk) {
   Choice gemm_ex{false, 0, {}, "cublasGemmEx"};
+  timed_.fetch_add(1, std::memory_order_relaxed);
   const std::size_t elem = c.dst_type == CUDA_R_16BF ? 2 : 4;
   const std::size_t x_bytes = static_cast<std::size_t>(bk.rows * c.k) * 2;
   const std::size_t d_bytes = static_cast<std::size_t>(bk.rows * c.n) * elem;

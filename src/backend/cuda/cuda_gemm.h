@@ -21,6 +21,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
@@ -57,6 +58,8 @@ class CublasGemm {
   // Each planned shape met so far (row counts the option times or forces) and its algorithm:
   // "NxK rows R [bf16 out]: cublasGemmEx" or "...: cuBLASLt #i (algo, tile, split-K, stages)".
   std::vector<std::string> choices() const;
+  // Buckets timed so far (read from any thread: Backend::setup_count).
+  uint64_t timed_buckets() const { return timed_.load(std::memory_order_relaxed); }
 
  private:
   struct Key {
@@ -103,6 +106,7 @@ class CublasGemm {
   int algo_, tune_rows_;
   std::map<Key, Plan> plans_;     // per row count
   std::map<Key, Choice> chosen_;  // per bucket (Key::rows: the bucket)
+  std::atomic<uint64_t> timed_{0};
 };
 
 }  // namespace deltaserve::cuda
