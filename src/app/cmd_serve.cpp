@@ -27,6 +27,7 @@
 #include "model/config.h"
 #include "server/openai_server.h"
 #include "tokenizer/tokenizer.h"
+#include "app/server_warmup.h"
 #include "util/log.h"
 
 namespace deltaserve {
@@ -262,6 +263,18 @@ int cmd_serve(const Args& args) {
   for (int i = 1; i < engines.size(); ++i) engines.replica(i).set_speculation(primary.speculative_steps() > 0);
   engines.start();
   std::fprintf(stderr, "%s\n", primary.plan_summary().c_str());
+  // CUDA: graphs and GEMM algorithms made before the first request (app/server_warmup.h). The CPU
+  // has neither to make.
+  if (device == PlanDevice::Cuda && !opts.skip_server_warmup) {
+    for (int i = 0; i < engines.size(); ++i) {
+      const WarmupResult w = warm_up_engine(engines.replica(i), primary.capacity().max_running_requests);
+      std::string sizes;
+      for (int b : w.batches) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
+      log_info("deltaserve: warm-up", engines.size() > 1 ? str_cat(" of replica ", i) : std::string(), ": batches of ",
+               sizes, " requests in ", w.seconds, " s (--skip-server-warmup skips it)");
+      if (w.failed > 0) log_warn("deltaserve: ", w.failed, " warm-up requests failed");
+    }
+  }
   if (engines.size() > 1) log_info("deltaserve: ", engines.size(), " data-parallel replicas (figures above: each)");
   EngineService* service = engines.size() > 1 ? static_cast<EngineService*>(&engines) : &primary;
 

@@ -101,7 +101,7 @@ const std::vector<Row>& rows() {
     {{"log-requests", "", BOOL, "false", "", "log every request and response", NOT_YET, NO_PERF}, &ServeOptions::log_requests},
     {{"enable-metrics", "", BOOL, "false", "", "Prometheus /metrics", NOT_YET, NO_PERF}, &ServeOptions::enable_metrics},
     {{"random-seed", "", I, "0", "", "seed for sampling without a per-request seed (0: random)", YES, NO_PERF}, &ServeOptions::random_seed},
-    {{"skip-server-warmup", "", BOOL, "false", "", "skip the warm-up request at start-up", YES, NO_PERF}, &ServeOptions::skip_server_warmup},
+    {{"skip-server-warmup", "", BOOL, "false", "", "skip the warm-up at start-up (CUDA: batches of 1-64 requests that capture graphs and time GEMM algorithms)", YES, NO_PERF}, &ServeOptions::skip_server_warmup},
     {{"watchdog-timeout", "", F, "300", "", "seconds the engine may make no progress with requests pending before the server exits (1); under systemd it pings WatchdogSec only while the engine progresses (0: off)", YES, NO_PERF}, &ServeOptions::watchdog_timeout},
     {{"help", "h", BOOL, "false", "", "print this help", YES, NO_PERF}, &ServeOptions::help},
   };
