@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "util/timer.h"
 
@@ -10,6 +12,7 @@ namespace deltaserve {
 namespace {
 constexpr int kPromptTokens = 16;
 constexpr int kGenTokens = 4;
+constexpr int kBucketPrompts[] = {24, 48};
 }  // namespace
 
 std::vector<int> warm_up_engine_sizes(int max_batch) {
@@ -25,18 +28,28 @@ WarmupResult warm_up_engine(Engine& engine, int max_batch) {
   r.batches = warm_up_engine_sizes(max_batch);
   // Prompt ids spread over the vocabulary, distinct per request (no shared prefix among them).
   const int64_t V = std::max<int64_t>(engine.model_config().vocab_size, 1);
-  for (int b : r.batches) {
+  int64_t n_req = 0;
+  auto request = [&](int prompt_tokens, int gen_tokens) {
+    GenerateRequest q;
+    q.id = engine.next_request_id();
+    const int64_t i = n_req++;
+    for (int t = 0; t < prompt_tokens; ++t)
+      q.prompt.push_back(static_cast<TokenId>((i * 7919 + t * 104729 + 17) % V));
+    q.sampling.temperature = 0.0f;
+    q.sampling.max_tokens = gen_tokens;
+    q.sampling.ignore_eos = true;
+    return engine.submit(std::move(q));
+  };
+  // First, prompts of kBucketPrompts tokens alone: prefill steps of 17-32 and 33-64 rows, the
+  // buckets a decode batch below 17 and 33 never meets (mixed steps do).
+  // Then the batches, whose decode (and verification) steps meet the smaller buckets.
+  std::vector<std::vector<std::pair<int, int>>> rounds;  // per round: (prompt tokens, tokens) per request
+  for (int p : kBucketPrompts) rounds.push_back({{p, 1}});
+  for (int b : r.batches)
+    rounds.push_back(std::vector<std::pair<int, int>>(static_cast<std::size_t>(b), {kPromptTokens, kGenTokens}));
+  for (const auto& round : rounds) {
     std::vector<std::shared_ptr<RequestStream>> streams;
-    for (int i = 0; i < b; ++i) {
-      GenerateRequest q;
-      q.id = engine.next_request_id();
-      for (int t = 0; t < kPromptTokens; ++t)
-        q.prompt.push_back(static_cast<TokenId>((int64_t(i) * 7919 + int64_t(t) * 104729 + 17) % V));
-      q.sampling.temperature = 0.0f;
-      q.sampling.max_tokens = kGenTokens;
-      q.sampling.ignore_eos = true;
-      streams.push_back(engine.submit(std::move(q)));
-    }
+    for (const auto& [p, g] : round) streams.push_back(request(p, g));
     for (auto& s : streams)
       while (auto ev = s->events.pop()) {
         r.tokens += static_cast<int>(ev->tokens.size());

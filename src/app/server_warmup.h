@@ -1,9 +1,10 @@
 // The warm-up `serve` runs on a CUDA engine before it reports ready (SGLang's server warm-up;
-// --skip-server-warmup skips it). Batches of 1, 2, 4, ... up to the engine's max running requests
-// (at most kMaxWarmupBatch) of short greedy requests, each batch submitted at once and drained. Their
-// steps capture the decode (and, with MTP, verification) CUDA graphs of those batch sizes and time
-// the GEMM algorithm buckets (backend/cuda/cuda_gemm.h), so that the first requests served do not
-// wait for them (measured on the H200: 29 buckets timed inside a 16-stream HTTP benchmark cost it
+// --skip-server-warmup skips it). Two greedy requests alone, of 24 and 48 prompt tokens (prefill
+// steps in the GEMM buckets of 17-32 and 33-64 rows), then batches of 1, 2, 4, ... up to the
+// engine's max running requests (at most kMaxWarmupBatch) of 16-token greedy requests, each batch
+// submitted at once and drained. Their steps capture the decode (and, with MTP, verification) CUDA
+// graphs of those batch sizes and time the GEMM algorithm buckets (backend/cuda/cuda_gemm.h), so
+// that the first requests served do not wait for them (measured on the H200: 29 buckets timed inside a 16-stream HTTP benchmark cost it
 // 2-5% of its throughput; bench/RESULTS.md, stop 41). The warm-up's requests count in the engine's
 // statistics like any others.
 #pragma once

@@ -1,5 +1,5 @@
-// The server warm-up (app/server_warmup.h) on the CPU engine: batches of 1, 2, 4 (max running 4,
-// under kMaxWarmupBatch), every request finished with its tokens, and a request served after it
+// The server warm-up (app/server_warmup.h) on the CPU engine: two requests alone, then batches of
+// 1, 2, 4 (max running 4, under kMaxWarmupBatch), every request finished with its tokens, and a request served after it
 // gets the tokens a fresh engine gives.
 #include <gtest/gtest.h>
 
@@ -42,7 +42,7 @@ TEST(ServerWarmup, RunsBatchesUpToMaxRunningAndLeavesOutputsAlone) {
   const WarmupResult w = warm_up_engine(**e, c.max_running_requests);
   EXPECT_EQ(w.batches, (std::vector<int>{1, 2, 4}));
   EXPECT_EQ(w.failed, 0);
-  EXPECT_EQ(w.tokens, 7 * 4);  // 7 requests, 4 tokens each
+  EXPECT_EQ(w.tokens, 2 + 7 * 4);  // two alone of 1 token, then 7 requests of 4
   EXPECT_GT(w.seconds, 0.0);
   EXPECT_EQ(greedy(**e, 12), want);
   (*e)->stop();
