@@ -10,21 +10,7 @@
 namespace deltaserve::test {
 namespace {
 
-std::vector<int32_t> greedy(Engine& e, int n) {
-  GenerateRequest r;
-  r.id = e.next_request_id();
-  r.prompt = {8183, 755, 12, 400, 77};
-  r.sampling.temperature = 0;
-  r.sampling.max_tokens = n;
-  r.sampling.ignore_eos = true;
-  auto stream = e.submit(std::move(r));
-  std::vector<int32_t> out;
-  while (auto ev = stream->events.pop()) {
-    out.insert(out.end(), ev->tokens.begin(), ev->tokens.end());
-    if (ev->finish != FinishReason::None) break;
-  }
-  return out;
-}
+const std::vector<std::vector<int32_t>> kPrompt = {{8183, 755, 12, 400, 77}};
 
 TEST(ServerWarmup, RunsBatchesUpToMaxRunningAndLeavesOutputsAlone) {
   EngineConfig c = small_engine_config();
@@ -33,7 +19,7 @@ TEST(ServerWarmup, RunsBatchesUpToMaxRunningAndLeavesOutputsAlone) {
   auto fresh = Engine::create(c);
   ASSERT_TRUE(fresh.is_ok()) << fresh.status().message();
   (*fresh)->start();
-  const std::vector<int32_t> want = greedy(**fresh, 12);
+  const auto want = greedy_continuations(**fresh, kPrompt, 12);
   (*fresh)->stop();
 
   auto e = Engine::create(c);
@@ -44,7 +30,7 @@ TEST(ServerWarmup, RunsBatchesUpToMaxRunningAndLeavesOutputsAlone) {
   EXPECT_EQ(w.failed, 0);
   EXPECT_EQ(w.tokens, 2 + 7 * 4);  // two alone of 1 token, then 7 requests of 4
   EXPECT_GT(w.seconds, 0.0);
-  EXPECT_EQ(greedy(**e, 12), want);
+  EXPECT_EQ(greedy_continuations(**e, kPrompt, 12), want);
   (*e)->stop();
   // Past kMaxWarmupBatch: capped.
   EXPECT_EQ(warm_up_engine_sizes(1000).back(), kMaxWarmupBatch);
