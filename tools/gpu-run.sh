@@ -16,6 +16,8 @@
 #         128-token context, batch 1/16/64: --sampling-backend device, host, and greedy
 # http:   serve + deltaserve bench, 16 streams of 1k-token prompts (greedy and temperature 0.6;
 #         HTTP_TEMPS, HTTP_FLAGS: serve flags)
+# http-variants: the same greedy run, a server per environment of VARIANTS ("name:VAR=val,..."), HTTP_ROUNDS
+#         (2) times, alternating; prints each run's bench line and the server's warm-up line
 # mixed-steps: bench_cuda_decode --mixed-only, 15 decode rows beside chunks of MIXED_CHUNKS tokens
 # mixed:  serve + deltaserve bench with Poisson arrivals, the prefill budget beside decodes auto / off
 # dp:     serve --dp-size 2 against 1 (one GPU: both replicas on it), 64 streams, per-replica tokens
@@ -489,6 +491,25 @@ if has prefix; then
     echo "multi-turn $mode rc=$?" | tee -a "$OUT/summary.txt"
     grep -vE '^  turn' "$OUT/multiturn_$mode.txt" | tee -a "$OUT/summary.txt"
     kill $SERVER_PID; wait $SERVER_PID 2>/dev/null
+  done
+fi
+
+if has http-variants; then
+  for round in $(seq 1 ${HTTP_ROUNDS:-2}); do
+    for v in ${VARIANTS:-base:}; do
+      name=${v%%:*}; envs=${v#*:}
+      (
+        for kv in ${envs//,/ }; do export "$kv"; done
+        serve_27b "hv_${name}_$round" 30558 --context-length 8192 --max-running-requests 16 ${HTTP_FLAGS:-}
+        timeout 300 "$B/deltaserve" bench --url http://127.0.0.1:30558 --concurrency ${HTTP_CONCURRENCY:-16} \
+          --input-len 1024 --output-len 128 --num-prompts ${HTTP_PROMPTS:-64} --temperature 0 --no-record \
+          >"$OUT/hv_${name}_$round.txt" 2>&1
+        echo "http variant $name ($envs) round $round rc=$?: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ ' \
+          "$OUT/hv_${name}_$round.txt")" | tee -a "$OUT/summary.txt"
+        grep -h 'warm-up' "$OUT/serve_hv_${name}_$round.log" | tee -a "$OUT/summary.txt"
+        kill $SERVER_PID; wait $SERVER_PID 2>/dev/null
+      )
+    done
   done
 fi
 
