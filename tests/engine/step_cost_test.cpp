@@ -19,7 +19,7 @@ TEST(StepCost, NothingKnownKeepsTheCap) {
 
 // A step during which the backend did one-time set-up (its setup count moved: a GEMM algorithm
 // timed, 0.1 s or more) teaches neither cost; the next step with the count unchanged does. Without
-// the skip, one such step inflated b and held the budget at a block (HTTP TTFT p50 doubled, stop 41).
+// the skip, HTTP TTFT p50 doubled on the H200 (stop 41: stalled steps taught the budget).
 TEST(StepCost, StepsWithOneTimeSetupAreSkipped) {
   StepCost c;
   c.observe(0, 16, 0.017, 0);
