@@ -20,9 +20,9 @@
 #include "app/commands.h"
 #include "deploy/bench.h"
 #include "engine/engine.h"
-#include "util/log.h"
 #include "engine/model_setup.h"
 #include "options/serve_options.h"
+#include "util/log.h"
 #include "util/timer.h"
 
 namespace deltaserve {

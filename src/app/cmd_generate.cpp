@@ -11,10 +11,10 @@
 #include "app/commands.h"
 #include "options/serve_options.h"
 #include "engine/engine.h"
-#include "util/log.h"
 #include "engine/model_setup.h"
 #include "model/generation_config.h"
 #include "tokenizer/tokenizer.h"
+#include "util/log.h"
 #include "util/timer.h"
 
 namespace deltaserve {

@@ -12,6 +12,7 @@
 
 #include "app/commands.h"
 #include "app/engine_setup.h"
+#include "app/server_warmup.h"
 #include "app/service_notify.h"
 #include "app/speculation_choice.h"
 #include "options/serve_options.h"
@@ -27,7 +28,6 @@
 #include "model/config.h"
 #include "server/openai_server.h"
 #include "tokenizer/tokenizer.h"
-#include "app/server_warmup.h"
 #include "util/log.h"
 
 namespace deltaserve {

@@ -4,9 +4,9 @@
 // engine's max running requests (at most kMaxWarmupBatch) of 16-token greedy requests, each batch
 // submitted at once and drained. Their steps capture the decode (and, with MTP, verification) CUDA
 // graphs of those batch sizes and time the GEMM algorithm buckets (backend/cuda/cuda_gemm.h), so
-// that the first requests served do not wait for them (measured on the H200: 29 buckets timed inside a 16-stream HTTP benchmark cost it
-// 2-5% of its throughput; bench/RESULTS.md, stop 41). The warm-up's requests count in the engine's
-// statistics like any others.
+// that the first requests served do not wait for them (on the H200, 29 buckets timed inside a
+// 16-stream HTTP benchmark cost it 2-5% of its throughput; bench/RESULTS.md, stop 41). The
+// warm-up's requests count in the engine's statistics like any others.
 #pragma once
 
 #include <vector>

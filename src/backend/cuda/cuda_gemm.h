@@ -5,8 +5,9 @@
 //  - CudaOptions::gemm_algo -1 (the default): row counts up to gemm_tune_rows fall in buckets
 //    (2, 3-4, 5-8, ..., 33-64). A bucket's first eager call times, at the bucket's largest row count
 //    (its x rows, zeros after them, into temporary buffers), cublasGemmEx's default and each
-//    algorithm cuBLASLt's heuristic offers, each call alone from a flushed L2. The fastest is kept for the bucket when it beats GemmEx by more than
-//    kGemmTuneMargin, else GemmEx; the bucket's other row counts take it where cuBLASLt accepts it
+//    algorithm cuBLASLt's heuristic offers, each call alone from a flushed L2. The fastest is kept
+//    for the bucket when it beats GemmEx by more than kGemmTuneMargin, else GemmEx; the bucket's
+//    other row counts take it where cuBLASLt accepts it
 //    (cublasLtMatmulAlgoCheck), else GemmEx. So a server times each weight shape at most once per
 //    bucket (~0.1 s a bucket for the 27B's shapes on an H200). Larger row counts (prefill), exact
 //    mode, and a row count met first inside a graph capture whose bucket is still untimed run
