@@ -17,7 +17,8 @@
 # http:   serve + deltaserve bench, 16 streams of 1k-token prompts (greedy and temperature 0.6;
 #         HTTP_TEMPS, HTTP_FLAGS: serve flags)
 # http-variants: the same greedy run, a server per environment of VARIANTS ("name:VAR=val,..."), HTTP_ROUNDS
-#         (2) times, alternating; prints each run's bench line and the server's warm-up line
+#         (2) times, alternating; prints each run's bench line and the server's warm-up line. A variant's
+#         SERVE_FLAGS (comma-free, e.g. "skip:SERVE_FLAGS=--skip-server-warmup") are added to serve's flags
 # mixed-steps: bench_cuda_decode --mixed-only, 15 decode rows beside chunks of MIXED_CHUNKS tokens
 # mixed:  serve + deltaserve bench with Poisson arrivals, the prefill budget beside decodes auto / off
 # dp:     serve --dp-size 2 against 1 (one GPU: both replicas on it), 64 streams, per-replica tokens
@@ -300,6 +301,32 @@ if has prefill; then
   grep -vE '^\[' "$OUT/prefill_engine.log" | tail -10 | tee -a "$OUT/summary.txt"
 fi
 
+# prefill-variants: the 8k prefill under each environment of VARIANTS ("name:VAR=val,..."), PV_ROUNDS (2)
+#         times, alternating: model only (bench_cuda_decode --prefill-only --prefill 8192: the TTFT after
+#         a warm-up forward of 8k, and the op breakdown) and through the engine (bench-offline --batch 1
+#         --prompt-len PV_PROMPTS (8192) --gen-len 8 --prefill-len 8192; TTFT = steps x per step minus
+#         the decode steps); then the GEMM algorithms each variant chose at prefill row counts
+if has prefill-variants; then
+  for round in $(seq 1 ${PV_ROUNDS:-2}); do
+    for v in ${VARIANTS:-base:}; do
+      name=${v%%:*}; envs=${v#*:}; log=$OUT/pv_${name}_$round
+      env ${envs//,/ } timeout 200 "$B/bench_cuda_decode" --model $M --kv-dtype bf16 --prefill-only --prefill 8192 \
+        >"$log.model.log" 2>&1
+      echo "prefill variant $name ($envs) round $round model rc=$?: $(grep -E '^TTFT' "$log.model.log")" |
+        tee -a "$OUT/summary.txt"
+      grep -E "^  matmul" "$log.model.log" | head -7 | tee -a "$OUT/summary.txt"
+      env ${envs//,/ } timeout 240 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy \
+        --batch 1 --threads 1 --prompt-len ${PV_PROMPTS:-8192} --gen-len 8 --prefill-len 8192 >"$log.engine.log" 2>&1
+      echo "prefill variant $name round $round engine rc=$?:" | tee -a "$OUT/summary.txt"
+      grep -E '^[0-9]|batch 1: ' "$log.engine.log" | tee -a "$OUT/summary.txt"
+    done
+  done
+  for v in ${VARIANTS:-base:}; do
+    echo "GEMM choices at prefill rows, ${v%%:*}:" | tee -a "$OUT/summary.txt"
+    grep -E 'rows [0-9]{3,}' "$OUT/pv_${v%%:*}_1.model.log" | tee -a "$OUT/summary.txt"
+  done
+fi
+
 # attn: the decode attention op alone (bench_cuda_attention): every kernel variant at 1k-128k,
 #       batch 1 and 16, bf16; 4-row verification; fp8 (ATTN_CTX overrides the contexts)
 # mixed-steps: bench_cuda_decode --mixed-only: one continuous-batching step of 15 decode rows and a
@@ -500,7 +527,8 @@ if has http-variants; then
       name=${v%%:*}; envs=${v#*:}
       (
         for kv in ${envs//,/ }; do export "$kv"; done
-        serve_27b "hv_${name}_$round" 30558 --context-length 8192 --max-running-requests 16 ${HTTP_FLAGS:-}
+        serve_27b "hv_${name}_$round" 30558 --context-length 8192 --max-running-requests 16 ${HTTP_FLAGS:-} \
+          ${SERVE_FLAGS:-}
         timeout 300 "$B/deltaserve" bench --url http://127.0.0.1:30558 --concurrency ${HTTP_CONCURRENCY:-16} \
           --input-len 1024 --output-len 128 --num-prompts ${HTTP_PROMPTS:-64} --temperature 0 --no-record \
           >"$OUT/hv_${name}_$round.txt" 2>&1

@@ -367,14 +367,16 @@ int main(int argc, char** argv) {
   if (o.prefill > 0 && !o.mixed_only) {
     std::vector<int32_t> blocks;
     int slot = new_seq(blocks);
-    auto warm = prompt(std::min(o.prefill, 512));
+    // The whole prompt in one forward, or (--prefill-chunk) in chunks continuing the cached prefix.
+    const int chunk = o.prefill_chunk > 0 ? std::min(o.prefill_chunk, o.prefill) : o.prefill;
+    // A warm-up forward of one chunk: the GEMMs of that row count are planned (and, where
+    // DELTASERVE_CUDA_GEMM_TUNE_ROWS reaches it, timed) before the timed prompt.
+    auto warm = prompt(chunk);
     RunItem w{warm, 0, blocks, slot, false, false};
     runner.run(std::span<const RunItem>(&w, 1));
     free_seq(blocks, slot);
     auto p = prompt(o.prefill);
     slot = new_seq(blocks);
-    // The whole prompt in one forward, or (--prefill-chunk) in chunks continuing the cached prefix.
-    const int chunk = o.prefill_chunk > 0 ? std::min(o.prefill_chunk, o.prefill) : o.prefill;
     auto run_prompt = [&] {
       for (int past = 0; past < o.prefill; past += chunk) {
         const int n = std::min(chunk, o.prefill - past);
@@ -397,7 +399,14 @@ int main(int argc, char** argv) {
     free_seq(blocks, slot);
   }
 
-  if (o.prefill_only) return 0;
+  auto print_gemm_choices = [&] {
+    std::printf("\ncuBLAS algorithm per GEMM shape (cuda_gemm.h):\n");
+    for (const std::string& line : cuda_gemm_choices(*be)) std::printf("  %s\n", line.c_str());
+  };
+  if (o.prefill_only) {
+    print_gemm_choices();
+    return 0;
+  }
 
   double dec_tps = 0, bw = 0, eager_tps = 0, verify_ms = 0, mtp_ms = 0, commit_ms = 0, agg_tps = 0;
   if (!o.mixed_only) {
@@ -605,7 +614,6 @@ int main(int argc, char** argv) {
   for (const MixedRow& r : mixed_rows)
     std::printf("| mixed step: %d decode rows / %d-token chunk / both, %d rows (ms) | %.2f / %.2f / %.2f |\n",
                 o.batch - 1, r.chunk, o.batch - 1 + r.chunk, r.decode_ms, r.chunk_ms, r.both_ms);
-  std::printf("\ncuBLAS algorithm per GEMM shape (cuda_gemm.h):\n");
-  for (const std::string& line : cuda_gemm_choices(*be)) std::printf("  %s\n", line.c_str());
+  print_gemm_choices();
   return 0;
 }
