@@ -7,10 +7,14 @@
 //      order threads add them, so a seeded request draws the same token every run.
 //   3. No top-k / top-p / min-p: inverse CDF over the whole vocabulary in id order (warp ranges).
 //   4. Otherwise a window {s >= m - delta} is collected into shared memory (<= kWindow tokens),
-//      with delta searched until it provably holds the kept set, as the host Sampler's window:
-//      top-k needs >= k tokens in it, min-p reaches the min-p floor, top-p (without top-k) needs
-//      its mass >= top_p of the whole. It is sorted (s descending, id
-//      ascending), cut by top-k, top-p and min-p, sorted by id, and drawn from by inverse CDF.
+//      with delta such that it provably holds the kept set, as the host Sampler's window: top-k
+//      needs >= k tokens in it, min-p reaches the min-p floor, top-p (without top-k) needs its
+//      mass >= top_p of the whole. delta comes from one pass that counts the row's tokens in bins
+//      of m - s (1/kBinScale wide): the first bin edge whose window holds the kept set. A window
+//      that then fails the check (more than kWindow tokens within one bin, rounding at an edge)
+//      is searched on by widening and bisecting delta. Any window that holds the kept set gives
+//      the same kept set, hence the same token. It is sorted (s descending, id ascending), cut by
+//      top-k, top-p and min-p, sorted by id, and drawn from by inverse CDF.
 //   5. A kept set that cannot fit the window (a flat row's nucleus, top-k past kWindow, thousands
 //      of tied logits) is found over the whole row instead (draw_wide): a prefix of the sorted
 //      order is {key > K} plus {key == K, id <= I}; K is found a 4-bit digit at a time from the
@@ -27,6 +31,8 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kWindow = 4096;                 // candidates held in shared memory (32 KB)
+constexpr int kBins = kThreads;               // step 4's first pass: bins of m - s over [0, kBins / kBinScale)
+constexpr float kBinScale = 32.f;             // bins per unit of s (past 32 a token's mass is 0: 2^40 e^-32 < 0.5)
 constexpr float kFixed = 1099511627776.f;    // 2^40: mass units
 constexpr unsigned kFull = 0xffffffffu;
 
@@ -54,10 +60,35 @@ __device__ __forceinline__ float key_value(uint32_t k) {
 }
 __device__ __forceinline__ uint64_t mass_of(float s, float m) { return __float2ull_rn(expf(s - m) * kFixed); }
 
+// f(i, x[i]) for this thread's share of the row (every id once, over the block), by 16-byte loads
+// where the row allows them.
+template <typename F>
+__device__ __forceinline__ void for_each_logit(const float* x, int V, F f) {
+  if ((V & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+#pragma unroll 4
+    for (int j = threadIdx.x; j < V / 4; j += blockDim.x) {
+      const float4 v = x4[j];
+      f(4 * j, v.x);
+      f(4 * j + 1, v.y);
+      f(4 * j + 2, v.z);
+      f(4 * j + 3, v.w);
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) f(i, x[i]);
+  }
+}
+
 constexpr int kDigitBits = 4, kDigits = 1 << kDigitBits;  // wide_cut's radix
 
 struct Shared {
-  uint64_t cand[kWindow];  // (order_key(s) << 32) | ~id, later (id << 32) | order_key(s)
+  union {
+    uint64_t cand[kWindow];  // (order_key(s) << 32) | ~id, later (id << 32) | order_key(s)
+    struct {                 // step 4's bins (before the window is collected)
+      uint64_t mass[kBins];
+      uint32_t count[kBins];
+    } bin;
+  };
   uint64_t red64[kWarps];
   uint64_t digit[kDigits][kWarps];  // per-warp sums of each digit (the radix search)
   float redf[kWarps];
@@ -358,7 +389,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* logi
   }
   const float it = r.inv_temperature;
   float m = -INFINITY;
-  for (int i = tid; i < V; i += kThreads) m = fmaxf(m, x[i] * it);
+  for_each_logit(x, V, [&](int, float v) { m = fmaxf(m, v * it); });
   m = block_max(m, sh);
   const int k = r.top_k > 0 && r.top_k < V ? r.top_k : V;
   if (k == V && !(r.top_p < 1.f) && !(r.min_p > 0.f)) {
@@ -380,7 +411,56 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* logi
   // reaches the min-p floor (unless top-p over a top-k set needs that set's mass), or (top-p
   // without top-k) its mass reaches top_p of the whole.
   const float dmin = r.min_p > 0.f ? -logf(r.min_p) + 1e-3f : INFINITY;
+  // Which windows hold the kept set, given the count, mass and delta of one.
+  auto enough_for = [&](int64_t n, uint64_t mass, float d) {
+    return n == V || (k < V && n >= k) || (d >= dmin && (k == V || !(r.top_p < 1.f))) ||
+           (k == V && r.top_p < 1.f && mass >= p_target_all);
+  };
   float delta = 16.f, lo = 0.f, hi = INFINITY;
+  {
+    // The first delta from the bins of m - s: bin b holds the tokens with b <= (m - s) kBinScale < b + 1.
+    const bool need_mass = k == V && r.top_p < 1.f;
+    sh.bin.count[tid] = 0;
+    sh.bin.mass[tid] = 0;
+    __syncthreads();
+    for_each_logit(x, V, [&](int, float v) {
+      const float s = v * it;
+      const float d = (m - s) * kBinScale;
+      if (d < float(kBins)) {  // (false for NaN and -inf)
+        const int b = max(int(d), 0);
+        atomicAdd(&sh.bin.count[b], 1u);
+        if (need_mass) atomicAdd(reinterpret_cast<unsigned long long*>(&sh.bin.mass[b]),
+                                 static_cast<unsigned long long>(mass_of(s, m)));
+      }
+    });
+    __syncthreads();
+    // Thread b: the tokens and mass of bins 0..b, i.e. of the window delta = (b + 1) / kBinScale.
+    const uint64_t c_b = sh.bin.count[tid], q_b = sh.bin.mass[tid];
+    uint64_t n_all, q_all;
+    const uint64_t n_upto = block_exclusive_sum(c_b, sh, &n_all) + c_b;
+    const uint64_t q_upto = block_exclusive_sum(q_b, sh, &q_all) + q_b;
+    if (tid == 0) sh.count = kBins;
+    __syncthreads();
+    if (enough_for(int64_t(n_upto), q_upto, float(tid + 1) / kBinScale)) atomicMin(&sh.count, tid);
+    __syncthreads();
+    const int b = sh.count;
+    if (b < kBins) {
+      if (tid == b) sh.u64_a = n_upto;
+      __syncthreads();
+      const uint64_t held = sh.u64_a;
+      if (held <= uint64_t(kWindow)) {
+        delta = float(b + 1) / kBinScale;  // lo stays 0: a failed check widens from here
+      } else {  // bin b alone holds too many: bisect inside it
+        lo = float(b) / kBinScale;
+        hi = float(b + 1) / kBinScale;
+        delta = 0.5f * (lo + hi);
+      }
+    } else {  // no window within the bins' range does: widen from its edge
+      lo = float(kBins) / kBinScale;
+      delta = 4.f * lo;
+    }
+    __syncthreads();  // the bins are read; the window below reuses their memory
+  }
   int n_w = 0;
   bool ok = false;
   for (int iter = 0; iter < 48 && !ok; ++iter) {
@@ -388,26 +468,44 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* logi
     if (tid == 0) sh.count = 0;
     __syncthreads();
     uint64_t wm = 0;
-    for (int i0 = 0; i0 < V; i0 += kThreads) {
-      const int i = i0 + tid;
-      const float s = i < V ? x[i] * it : -INFINITY;
-      const bool take = i < V && s >= thr;
+    // Token i (score s) joins the window when `take` (a whole warp calls it together).
+    auto offer = [&](int i, float s, bool take) {
       const unsigned mask = __ballot_sync(kFull, take);
+      if (!mask) return;
       int base = 0;
-      if (lane == 0 && mask) base = atomicAdd(&sh.count, __popc(mask));
+      if (lane == 0) base = atomicAdd(&sh.count, __popc(mask));
       base = __shfl_sync(kFull, base, 0);
       if (take) {
         const int pos = base + __popc(mask & ((1u << lane) - 1u));
         if (pos < kWindow) sh.cand[pos] = (uint64_t(order_key(s)) << 32) | uint64_t(~uint32_t(i));
         wm += mass_of(s, m);
       }
+    };
+    if ((V & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {  // 16-byte loads, as for_each_logit
+      const float4* x4 = reinterpret_cast<const float4*>(x);
+      const int n4 = V / 4;
+#pragma unroll 2
+      for (int j0 = 0; j0 < n4; j0 += kThreads) {
+        const int j = j0 + tid;
+        const float4 v = j < n4 ? x4[j] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+        const float s[4] = {v.x * it, v.y * it, v.z * it, v.w * it};
+        const bool t[4] = {j < n4 && s[0] >= thr, j < n4 && s[1] >= thr, j < n4 && s[2] >= thr, j < n4 && s[3] >= thr};
+        if (!__any_sync(kFull, t[0] || t[1] || t[2] || t[3])) continue;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) offer(4 * j + e, s[e], t[e]);
+      }
+    } else {
+      for (int i0 = 0; i0 < V; i0 += kThreads) {
+        const int i = i0 + tid;
+        const float s = i < V ? x[i] * it : -INFINITY;
+        offer(i, s, i < V && s >= thr);
+      }
     }
     const uint64_t w_mass = block_sum(wm, sh);  // (syncs: sh.count is final)
     n_w = sh.count;
     // Reaching the min-p floor is enough unless top-p needs the mass of a top-k set larger than
     // the window (its normaliser).
-    const bool enough = n_w == V || (k < V && n_w >= k) || (delta >= dmin && (k == V || !(r.top_p < 1.f))) ||
-                        (k == V && r.top_p < 1.f && w_mass >= p_target_all);
+    const bool enough = enough_for(n_w, w_mass, delta);
     if (enough && n_w <= kWindow) {
       ok = true;
     } else if (enough) {  // too many: narrow
