@@ -1,6 +1,6 @@
 // The server warm-up (app/server_warmup.h) on the CPU engine: two requests alone, then batches of
-// 1, 2, 4 (max running 4, under kMaxWarmupBatch), every request finished with its tokens, and a request served after it
-// gets the tokens a fresh engine gives.
+// 1, 2, 4 (max running 4, under kMaxWarmupBatch), every request finished with its tokens, and a
+// request served after it gets the tokens a fresh engine gives.
 #include <gtest/gtest.h>
 
 #include "app/server_warmup.h"

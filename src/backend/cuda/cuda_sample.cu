@@ -60,24 +60,30 @@ __device__ __forceinline__ float key_value(uint32_t k) {
 }
 __device__ __forceinline__ uint64_t mass_of(float s, float m) { return __float2ull_rn(expf(s - m) * kFixed); }
 
-// f(i, x[i]) for this thread's share of the row (every id once, over the block), by 16-byte loads
-// where the row allows them.
+// f(i, v, n) over the row in pieces of four tokens: v holds x[i .. i + n - 1] (n <= 4; the rest
+// -inf). Each thread of the block calls f equally often (n = 0 past the row), so f may use warp
+// votes. 16-byte loads where the row allows them, else four scalar ones.
 template <typename F>
-__device__ __forceinline__ void for_each_logit(const float* x, int V, F f) {
-  if ((V & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-#pragma unroll 4
-    for (int j = threadIdx.x; j < V / 4; j += blockDim.x) {
-      const float4 v = x4[j];
-      f(4 * j, v.x);
-      f(4 * j + 1, v.y);
-      f(4 * j + 2, v.z);
-      f(4 * j + 3, v.w);
+__device__ __forceinline__ void for_each_logit4(const float* x, int V, F f) {
+  const int n4 = (V + 3) / 4;
+  const bool vec = (V & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+#pragma unroll 2
+  for (int j0 = 0; j0 < n4; j0 += blockDim.x) {
+    const int j = j0 + threadIdx.x, i = 4 * j;
+    const int n = j < n4 ? min(4, V - i) : 0;
+    float4 v = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+    if (vec && n == 4) {
+      v = reinterpret_cast<const float4*>(x)[j];
+    } else if (n > 0) {
+      v.x = x[i];
+      if (n > 1) v.y = x[i + 1];
+      if (n > 2) v.z = x[i + 2];
+      if (n > 3) v.w = x[i + 3];
     }
-  } else {
-    for (int i = threadIdx.x; i < V; i += blockDim.x) f(i, x[i]);
+    f(i, v, n);
   }
 }
+__device__ __forceinline__ float lane_of(const float4& v, int e) { return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w; }
 
 constexpr int kDigitBits = 4, kDigits = 1 << kDigitBits;  // wide_cut's radix
 
@@ -389,7 +395,9 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* logi
   }
   const float it = r.inv_temperature;
   float m = -INFINITY;
-  for_each_logit(x, V, [&](int, float v) { m = fmaxf(m, v * it); });
+  for_each_logit4(x, V, [&](int, float4 v, int) {  // (-inf past the row)
+    m = fmaxf(m, fmaxf(fmaxf(v.x * it, v.y * it), fmaxf(v.z * it, v.w * it)));
+  });
   m = block_max(m, sh);
   const int k = r.top_k > 0 && r.top_k < V ? r.top_k : V;
   if (k == V && !(r.top_p < 1.f) && !(r.min_p > 0.f)) {
@@ -423,14 +431,17 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* logi
     sh.bin.count[tid] = 0;
     sh.bin.mass[tid] = 0;
     __syncthreads();
-    for_each_logit(x, V, [&](int, float v) {
-      const float s = v * it;
-      const float d = (m - s) * kBinScale;
-      if (d < float(kBins)) {  // (false for NaN and -inf)
-        const int b = max(int(d), 0);
-        atomicAdd(&sh.bin.count[b], 1u);
-        if (need_mass) atomicAdd(reinterpret_cast<unsigned long long*>(&sh.bin.mass[b]),
-                                 static_cast<unsigned long long>(mass_of(s, m)));
+    for_each_logit4(x, V, [&](int, float4 v, int n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float s = lane_of(v, e) * it;
+        const float d = (m - s) * kBinScale;
+        if (e < n && d < float(kBins)) {  // (false for NaN and -inf)
+          const int b = max(int(d), 0);
+          atomicAdd(&sh.bin.count[b], 1u);
+          if (need_mass) atomicAdd(reinterpret_cast<unsigned long long*>(&sh.bin.mass[b]),
+                                   static_cast<unsigned long long>(mass_of(s, m)));
+        }
       }
     });
     __syncthreads();
@@ -481,26 +492,18 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* logi
         wm += mass_of(s, m);
       }
     };
-    if ((V & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {  // 16-byte loads, as for_each_logit
-      const float4* x4 = reinterpret_cast<const float4*>(x);
-      const int n4 = V / 4;
-#pragma unroll 2
-      for (int j0 = 0; j0 < n4; j0 += kThreads) {
-        const int j = j0 + tid;
-        const float4 v = j < n4 ? x4[j] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-        const float s[4] = {v.x * it, v.y * it, v.z * it, v.w * it};
-        const bool t[4] = {j < n4 && s[0] >= thr, j < n4 && s[1] >= thr, j < n4 && s[2] >= thr, j < n4 && s[3] >= thr};
-        if (!__any_sync(kFull, t[0] || t[1] || t[2] || t[3])) continue;
+    for_each_logit4(x, V, [&](int i, float4 v, int n) {
+      float sc[4];
+      bool t[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) offer(4 * j + e, s[e], t[e]);
+      for (int e = 0; e < 4; ++e) {
+        sc[e] = lane_of(v, e) * it;
+        t[e] = e < n && sc[e] >= thr;
       }
-    } else {
-      for (int i0 = 0; i0 < V; i0 += kThreads) {
-        const int i = i0 + tid;
-        const float s = i < V ? x[i] * it : -INFINITY;
-        offer(i, s, i < V && s >= thr);
-      }
-    }
+      if (!__any_sync(kFull, t[0] || t[1] || t[2] || t[3])) return;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) offer(i + e, sc[e], t[e]);
+    });
     const uint64_t w_mass = block_sum(wm, sh);  // (syncs: sh.count is final)
     n_w = sh.count;
     // Reaching the min-p floor is enough unless top-p needs the mass of a top-k set larger than
