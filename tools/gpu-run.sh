@@ -420,32 +420,36 @@ fi
 #         alternating: greedy decode at EV_BATCHES (1,16,64) at a 1k context; Qwen's sampling on the
 #         device at EV_SAMPLED (16,64) at 128 ("" skips); MTP k=3 at EV_MTP_BATCHES (1) with EV_MTP=1.
 #         A variant named "old" runs the deltaserve packed into .gpu/old.tar.xz (tools/gpu-pack.sh's
-#         binary of an older tree), under its environment.
+#         binary of an older tree), under its environment. A variant's DS_FLAGS (e.g.
+#         "b16:DS_FLAGS=--mamba-ssm-dtype=bfloat16"; repeat it for more) are added to bench-offline's flags.
 if has engine-variants; then
   if [[ " ${VARIANTS:-} " == *" old:"* ]] && [ -f .gpu/old.tar.xz ]; then
     mkdir -p .gpu/old && tar -C .gpu/old -xJf .gpu/old.tar.xz
   fi
   for round in $(seq 1 ${EV_ROUNDS:-2}); do
     for v in ${VARIANTS:-base:}; do
-      name=${v%%:*}; envs=${v#*:}
+      name=${v%%:*}; envs=${v#*:}; ev=; flags=
+      for kv in ${envs//,/ }; do
+        case $kv in DS_FLAGS=*) flags="$flags ${kv#DS_FLAGS=}" ;; *) ev="$ev $kv" ;; esac
+      done
       log=$OUT/ev_${name}_$round
       DS=$B/deltaserve
       [ "$name" = old ] && DS=$ROOT/.gpu/old/deltaserve
-      env ${envs//,/ } timeout 300 "$DS" bench-offline --device cuda --model-path $M --load-format dummy \
-        --batch ${EV_BATCHES:-1,16,64} --threads 1 --prompt-len 1024 --gen-len 96 --prefill-len 1024 >"$log.greedy" 2>&1
+      env $ev timeout 300 "$DS" bench-offline --device cuda --model-path $M --load-format dummy \
+        --batch ${EV_BATCHES:-1,16,64} --threads 1 --prompt-len 1024 --gen-len 96 --prefill-len 1024 $flags >"$log.greedy" 2>&1
       echo "engine variant $name ($envs) round $round greedy rc=$?" | tee -a "$OUT/summary.txt"
       grep -E '^[0-9]|decode step' "$log.greedy" | tee -a "$OUT/summary.txt"
       if [ -n "${EV_SAMPLED-16,64}" ]; then
-        env ${envs//,/ } timeout 300 "$DS" bench-offline --device cuda --model-path $M --load-format dummy \
+        env $ev timeout 300 "$DS" bench-offline --device cuda --model-path $M --load-format dummy \
           --temperature 0.6 --top-k 20 --top-p 0.95 --sampling-backend device --batch ${EV_SAMPLED-16,64} --threads 1 \
-          --prompt-len 128 --gen-len 128 --prefill-len 1024 >"$log.sampled" 2>&1
+          --prompt-len 128 --gen-len 128 --prefill-len 1024 $flags >"$log.sampled" 2>&1
         echo "engine variant $name ($envs) round $round sampled rc=$?" | tee -a "$OUT/summary.txt"
         grep -E '^[0-9]|decode step' "$log.sampled" | tee -a "$OUT/summary.txt"
       fi
       if [ "${EV_MTP:-0}" = 1 ]; then
-        env ${envs//,/ } timeout 200 "$DS" bench-offline --device cuda --model-path $M --load-format dummy \
+        env $ev timeout 200 "$DS" bench-offline --device cuda --model-path $M --load-format dummy \
           --speculative-algorithm NEXTN --speculative-num-steps 3 --batch ${EV_MTP_BATCHES:-1} --threads 1 --prompt-len 1024 \
-          --gen-len 128 --prefill-len 1024 >"$log.mtp" 2>&1
+          --gen-len 128 --prefill-len 1024 $flags >"$log.mtp" 2>&1
         echo "engine variant $name ($envs) round $round MTP k=3 rc=$?" | tee -a "$OUT/summary.txt"
         grep -E '^[0-9]|decode step' "$log.mtp" | tee -a "$OUT/summary.txt"
       fi

@@ -10,6 +10,7 @@
 //   DELTASERVE_CUDA_GDN_FUSED=0  gdn_fused_decode off (decode: conv, window, prep, recurrence, norm as five kernels)
 //   DELTASERVE_CUDA_GDN_WARPS=N  gdn_decode_warps (the fused decode kernel's warps per block)
 //   DELTASERVE_CUDA_GDN_CLUSTER=N gdn_decode_cluster (its blocks per head, a cluster; sm_90)
+//   DELTASERVE_CUDA_GDN_LAYOUT=N gdn_decode_layout (its state rows over lanes: 82 or 44)
 //   DELTASERVE_CUDA_PDL=0        pdl off (GEMVs launched plainly)
 //   DELTASERVE_CUDA_PDL_CHAIN=0  pdl_chain off (2-64 rows: an op's later kernels launched plainly)
 //   DELTASERVE_CUDA_L2_PREFETCH_MB=N l2_prefetch_mb (0: off)
@@ -49,6 +50,8 @@ struct CudaOptions {
   int gdn_decode_cluster = 0;       // ... blocks per (sequence, value head): a cluster sharing the
                                     // head's state rows (sm_90; 1: a block per head, 2, 4 or 8;
                                     // 0: by the batch, cuda_gated_delta_net.cu)
+  int gdn_decode_layout = 0;        // ... its state rows over lanes: 82 (8 floats of a row a lane, 2
+                                    // rows a group; 0 too) or 44 (4 floats, 4 rows); the same bits
   bool pdl = true;                  // decode GEMVs by programmatic dependent launch (sm_90+)
   bool pdl_chain = true;            // 2-64 rows: the attention and GDN ops' kernels after their first
                                     // by PDL (each follows one of ours; the first follows cuBLAS)
@@ -111,6 +114,7 @@ struct CudaOptions {
     o.gdn_fused_decode = !is("DELTASERVE_CUDA_GDN_FUSED", "0");
     o.gdn_decode_warps = num("DELTASERVE_CUDA_GDN_WARPS", 0);
     o.gdn_decode_cluster = num("DELTASERVE_CUDA_GDN_CLUSTER", 0);
+    o.gdn_decode_layout = num("DELTASERVE_CUDA_GDN_LAYOUT", 0);
     o.pdl = !is("DELTASERVE_CUDA_PDL", "0");
     o.pdl_chain = !is("DELTASERVE_CUDA_PDL_CHAIN", "0");
     o.l2_prefetch_mb = num("DELTASERVE_CUDA_L2_PREFETCH_MB", 16);

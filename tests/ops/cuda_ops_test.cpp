@@ -1469,6 +1469,73 @@ TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
   }
 }
 
+// The fused decode kernel's lane layouts (CudaOptions::gdn_decode_layout): a lane holding 8 floats
+// of a state row in groups of 2 rows (82, the default) gives the bits of 4 floats in groups of 4 (44):
+// outputs, conv windows (a checkpoint's copy too) and states, over two steps, f32 and bf16 states,
+// a block per head and clusters of 4, for 3 and 24 sequences, Dk 16-128 and Dv 256.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_F(CudaOpsTest, GatedDeltaNetDecodeLayoutsGiveTheSameBits) {
+  if (cpu_only()) GTEST_SKIP() << "a GPU option";
+  std::vector<std::pair<int, int>> many;
+  std::vector<int32_t> many_slots;
+  for (int i = 0; i < 24; ++i) {
+    many.push_back({i % 7, 1});
+    many_slots.push_back((i * 5) % 24);
+  }
+  const std::vector<std::pair<std::vector<std::pair<int, int>>, std::vector<int32_t>>> batches = {
+      {{{3, 1}, {8, 1}, {1, 1}}, {3, 0, 4}}, {many, many_slots}};
+  for (int cluster : {1, 4}) {
+    CudaOptions base_opt;
+    base_opt.exact_gemm = true;
+    base_opt.gdn_decode_layout = 44;
+    base_opt.gdn_decode_cluster = cluster;
+    CudaOptions opt = base_opt;
+    opt.gdn_decode_layout = 0;  // 82
+    std::unique_ptr<Backend> base = make_cuda_backend(0, base_opt), gpu = make_cuda_backend(0, opt);
+    for (DType rec_dtype : {DType::F32, DType::BF16}) {
+      for (GdnShape sh : {GdnShape{16, 48, 128, 128, 4}, GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4},
+                          GdnShape{2, 6, 32, 64, 4}, GdnShape{1, 1, 128, 256, 4}}) {
+        for (std::size_t bi = 0; bi < batches.size(); ++bi) {
+          const auto& [seqs, slots] = batches[bi];
+          const int n_slots = *std::max_element(slots.begin(), slots.end()) + 2;
+          std::vector<int32_t> perm(64);
+          std::iota(perm.begin(), perm.end(), 0);
+          auto m = build_meta(*gpu_, seqs, 16, 8, perm, slots, 0);
+          m->checkpoint(*gpu_, 1, 0, n_slots - 1);
+          GdnInputs g[2];
+          for (GdnInputs& gi : g) {
+            rng_.seed(7);  // the same inputs for both
+            gi = gdn_inputs(sh, m->cpu.n_tokens, n_slots, 4, rec_dtype);
+          }
+          for (int step = 0; step < 2; ++step) {
+            for (int c = 0; c < 2; ++c) {
+              if (step == 1) {
+                rng_.seed(11);
+                g[c].proj = make_f32({m->cpu.n_tokens, g[c].p.proj_dim()},
+                                     rnd(m->cpu.n_tokens * g[c].p.proj_dim(), -2.f, 2.f));
+              }
+              gpu_->synchronize();
+              Backend& b = c == 0 ? *base : *gpu;
+              b.kernels().gated_delta_net(g[c].params(true), g[c].proj.tg, g[c].state(true), m->gpu, g[c].out.tg);
+              b.synchronize();
+            }
+            const std::string what = "cluster " + std::to_string(cluster) +
+                                     (rec_dtype == DType::BF16 ? " bf16" : " f32") + " Hv=" + std::to_string(sh.hv) +
+                                     " Dk=" + std::to_string(sh.dk) + " Dv=" + std::to_string(sh.dv) + " batch " +
+                                     std::to_string(bi) + " step " + std::to_string(step);
+            EXPECT_TRUE(same_bits(host_of(g[0].out.tg, *gpu_), host_of(g[1].out.tg, *gpu_))) << what;
+            EXPECT_TRUE(same_bits(host_of(g[0].conv.tg, *gpu_), host_of(g[1].conv.tg, *gpu_))) << what;
+            EXPECT_TRUE(same_bits(host_of(g[0].recs.tg, *gpu_), host_of(g[1].recs.tg, *gpu_))) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Also with a bf16 recurrent state (--mamba-ssm-dtype bfloat16): both backends run in f32 from the
 // stored state and round at the end, so outputs agree as closely as with f32 and the states within
 // a bf16 rounding.

@@ -803,6 +803,7 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   a.tf32_parts = b_.exact_gemm() ? 3 : b_.options().gdn_tf32_parts;
   a.decode_warps = b_.options().gdn_decode_warps;
   a.decode_cluster = b_.options().gdn_decode_cluster;
+  a.decode_layout = b_.options().gdn_decode_layout;
   a.pdl = small_pdl(T);
   a.pdl_chain = chain_pdl(T);
   if (a.pdl && a.decode) {

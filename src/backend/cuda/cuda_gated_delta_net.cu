@@ -42,41 +42,61 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Rows of Sᵀ spread over lanes (rows_kernel, decode, commit): LPR lanes hold a row, 4 floats each;
-// a dot product with a row is the sum over its lanes.
+// Rows of Sᵀ spread over lanes (rows_kernel, decode, commit): LPR lanes hold a row, C pieces of 4
+// floats each (piece c of lane li: columns 4 * (li + c * LPR)); a dot product with a row is the sum
+// over its lanes. A piece's products sum in one fma chain and a lane's pieces add before the lanes'
+// butterfly, so C = 2 over LPR lanes gives the bits of C = 1 over 2 * LPR lanes: that butterfly's
+// first step adds the same two pieces.
 template <int LPR>
 __device__ __forceinline__ float row_sum(float v) {
 #pragma unroll
   for (int o = LPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+__device__ __forceinline__ float dot4(float4 s, float4 k) {
+  return fmaf(s.w, k.w, fmaf(s.z, k.z, fmaf(s.y, k.y, s.x * k.x)));
+}
+template <int C>
+__device__ __forceinline__ float lane_dot(const float4 (&S)[C], const float4 (&k)[C]) {
+  float p = dot4(S[0], k[0]);
+#pragma unroll
+  for (int c = 1; c < C; ++c) p += dot4(S[c], k[c]);
+  return p;
+}
 
 // One token over NR such rows: S *= decay; δ = (v - S·k)·β; S += δ k.
-template <int LPR, int NR>
-__device__ __forceinline__ void delta_update(float4 (&S)[NR], const float (&v)[NR], float4 k, float beta, float decay) {
+template <int LPR, int NR, int C>
+__device__ __forceinline__ void delta_update(float4 (&S)[NR][C], const float (&v)[NR], const float4 (&k)[C],
+                                             float beta, float decay) {
   float p[NR];
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
-    S[r].x *= decay; S[r].y *= decay; S[r].z *= decay; S[r].w *= decay;
-    p[r] = S[r].x * k.x + S[r].y * k.y + S[r].z * k.z + S[r].w * k.w;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      S[r][c].x *= decay; S[r][c].y *= decay; S[r][c].z *= decay; S[r][c].w *= decay;
+    }
+    p[r] = lane_dot<C>(S[r], k);
   }
 #pragma unroll
   for (int r = 0; r < NR; ++r) p[r] = row_sum<LPR>(p[r]);
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
     const float delta = (v[r] - p[r]) * beta;
-    S[r].x = fmaf(delta, k.x, S[r].x); S[r].y = fmaf(delta, k.y, S[r].y);
-    S[r].z = fmaf(delta, k.z, S[r].z); S[r].w = fmaf(delta, k.w, S[r].w);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      S[r][c].x = fmaf(delta, k[c].x, S[r][c].x); S[r][c].y = fmaf(delta, k[c].y, S[r][c].y);
+      S[r][c].z = fmaf(delta, k[c].z, S[r][c].z); S[r][c].w = fmaf(delta, k[c].w, S[r][c].w);
+    }
   }
 }
 
 // The same, then the token's output o = S·q per row (summed over the row's lanes).
-template <int LPR, int NR>
-__device__ __forceinline__ void delta_token(float4 (&S)[NR], const float (&v)[NR], float4 q, float4 k, float beta,
-                                            float decay, float (&o)[NR]) {
-  delta_update<LPR, NR>(S, v, k, beta, decay);
+template <int LPR, int NR, int C>
+__device__ __forceinline__ void delta_token(float4 (&S)[NR][C], const float (&v)[NR], const float4 (&q)[C],
+                                            const float4 (&k)[C], float beta, float decay, float (&o)[NR]) {
+  delta_update<LPR, NR, C>(S, v, k, beta, decay);
 #pragma unroll
-  for (int r = 0; r < NR; ++r) o[r] = row_sum<LPR>(S[r].x * q.x + S[r].y * q.y + S[r].z * q.z + S[r].w * q.w);
+  for (int r = 0; r < NR; ++r) o[r] = row_sum<LPR>(lane_dot<C>(S[r], q));
 }
 
 // Sequence of token t (seq_start is sorted; n_seqs is small).
@@ -286,12 +306,12 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
   const int64_t Shead = state_head(slot, a.Hv, hv, head_state);  // element offset
   int jv[NR];
   bool ok[NR];
-  float4 S[NR];
+  float4 S[NR][1];
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
     jv[r] = row0 + r * RPW + sub;
     ok[r] = jv[r] < Dv;
-    S[r] = ok[r] ? load_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[r]) * DK + 4 * li)
+    S[r][0] = ok[r] ? load_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[r]) * DK + 4 * li)
                  : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   // The state loads above go before the wait: no kernel of this layer's op writes the recurrent
@@ -304,15 +324,15 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
   // Token t's inputs are loaded while token t-1 is computed: a run of prefill tokens is a serial
   // chain, and without the prefetch each step waits for its loads (~2 L2 round trips).
   struct In {
-    float4 q, k;
+    float4 q[1], k[1];
     float beta, decay;
     float v[NR];
   };
   auto load = [&](int t) {
     In in;
     const float* c = a.conv_out + int64_t(t) * conv_dim;
-    in.q = reinterpret_cast<const float4*>(c + int64_t(hk) * DK)[li];
-    in.k = reinterpret_cast<const float4*>(c + key_dim + int64_t(hk) * DK)[li];
+    in.q[0] = reinterpret_cast<const float4*>(c + int64_t(hk) * DK)[li];
+    in.k[0] = reinterpret_cast<const float4*>(c + key_dim + int64_t(hk) * DK)[li];
     in.beta = a.gb[(int64_t(t) * a.Hv + hv) * 2 + 0];
     in.decay = a.gb[(int64_t(t) * a.Hv + hv) * 2 + 1];
 #pragma unroll
@@ -324,7 +344,7 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
     const In cur = next;
     if (t + 1 < t1) next = load(t + 1);
     float p[NR];
-    delta_token<LPR, NR>(S, cur.v, cur.q, cur.k, cur.beta, cur.decay, p);
+    delta_token<LPR, NR, 1>(S, cur.v, cur.q, cur.k, cur.beta, cur.decay, p);
 #pragma unroll
     for (int r = 0; r < NR; ++r)
       if (ok[r] && li == 0) a.out[int64_t(t) * value_dim + int64_t(hv) * Dv + jv[r]] = p[r];
@@ -332,13 +352,13 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
       const int64_t ck = state_head(a.ckpt_slot[s], a.Hv, hv, head_state);
 #pragma unroll
       for (int r = 0; r < NR; ++r)
-        if (ok[r]) store_state4(a.rec_state, a.rec_bf16, ck + int64_t(jv[r]) * DK + 4 * li, S[r]);
+        if (ok[r]) store_state4(a.rec_state, a.rec_bf16, ck + int64_t(jv[r]) * DK + 4 * li, S[r][0]);
     }
   }
   if (gdn_deferred(a, s)) return;
 #pragma unroll
   for (int r = 0; r < NR; ++r)
-    if (ok[r]) store_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[r]) * DK + 4 * li, S[r]);
+    if (ok[r]) store_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[r]) * DK + 4 * li, S[r][0]);
 }
 
 // Decode (one token per sequence, nothing deferred): a whole GDN layer in one launch. Block
@@ -346,7 +366,8 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
 // delta_rows_kernel and gated_norm_kernel do for that head, in their arithmetic order (bit-equal
 // results): the conv of q and k (key head hk) and of the head's Dv value channels over the slot's
 // window and the token, SiLU, the L2 norms and gates; the recurrence with rows over lanes (NR rows
-// per group of DK/4 lanes, the warps walking the head's row groups); the gated RMSNorm.
+// per group of DK/(4C) lanes, C pieces of 4 floats a lane, the warps walking the head's row groups;
+// any C gives the same bits, see row_sum); the gated RMSNorm.
 // Clusters (GdnArgs::decode_cluster = CL > 1, sm_90): CL blocks share a head, each taking Dv / CL
 // of its rows (their value channels, recurrence and outputs; each convolves q and k itself); the
 // gated norm's sum of squares reads the other blocks' rows of o from their shared memory, in the
@@ -359,9 +380,9 @@ __global__ void __launch_bounds__(128) delta_rows_kernel(GdnArgs a, int64_t conv
 // the norm weight, and the first row group of the state (written by this layer's own kernel of an
 // earlier step, by a commit or a slot copy, never by the GEMV just before it), so their latency
 // hides behind that GEMV's tail; after it, only the projection row (which that GEMV wrote).
-template <int DK, int NR>
+template <int DK, int NR, int C>
 __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
-  constexpr int LPR = DK / 4, RPW = 32 / LPR, ROWS_PER_WARP = RPW * NR;
+  constexpr int LPR = DK / (4 * C), RPW = 32 / LPR, ROWS_PER_WARP = RPW * NR;
   extern __shared__ __align__(16) float dsm[];
   float* qk_s = dsm;              // [2*DK]: q | k after conv, SiLU and norm
   float* v_s = qk_s + 2 * DK;     // [Dv]: v after conv and SiLU
@@ -385,14 +406,16 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
   const int n_groups = (RB + ROWS_PER_WARP - 1) / ROWS_PER_WARP;
   int jv[NR];
   bool ok[NR];
-  float4 S[NR];
+  float4 S[NR][C];
   auto load_group = [&](int g) {
 #pragma unroll
     for (int q = 0; q < NR; ++q) {
       jv[q] = row0 + g * ROWS_PER_WARP + q * RPW + sub;
       ok[q] = jv[q] < row0 + RB;
-      S[q] = ok[q] ? load_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[q]) * DK + 4 * li)
-                   : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        S[q][c] = ok[q] ? load_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[q]) * DK + 4 * (li + c * LPR))
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   };
   if (a.l2_next != nullptr && a.positions[a.seq_start[s]] < a.l2_next_max_keys)
@@ -500,8 +523,12 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
   }
   __syncthreads();
   // 3. The recurrence (delta_rows_kernel's arithmetic for one token).
-  const float4 q4 = reinterpret_cast<const float4*>(qk_s)[li];
-  const float4 k4 = reinterpret_cast<const float4*>(qk_s + DK)[li];
+  float4 q4[C], k4[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    q4[c] = reinterpret_cast<const float4*>(qk_s)[li + c * LPR];
+    k4[c] = reinterpret_cast<const float4*>(qk_s + DK)[li + c * LPR];
+  }
   const float beta = gate_s[0], decay = gate_s[1];
   const int64_t ckS = ckpt ? state_head(a.ckpt_slot[s], a.Hv, hv, head_state) : -1;
   for (int g = warp; g < n_groups; g += n_warps) {
@@ -509,13 +536,19 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
     float v[NR], p[NR];
 #pragma unroll
     for (int q = 0; q < NR; ++q) v[q] = ok[q] ? v_s[jv[q]] : 0.f;
-    delta_token<LPR, NR>(S, v, q4, k4, beta, decay, p);
+    delta_token<LPR, NR, C>(S, v, q4, k4, beta, decay, p);
 #pragma unroll
     for (int q = 0; q < NR; ++q) {
       if (ok[q] && li == 0) o_s[jv[q]] = p[q];
       if (ok[q]) {
-        store_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[q]) * DK + 4 * li, S[q]);
-        if (ckS >= 0) store_state4(a.rec_state, a.rec_bf16, ckS + int64_t(jv[q]) * DK + 4 * li, S[q]);
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+          store_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[q]) * DK + 4 * (li + c * LPR), S[q][c]);
+        if (ckS >= 0) {
+#pragma unroll
+          for (int c = 0; c < C; ++c)
+            store_state4(a.rec_state, a.rec_bf16, ckS + int64_t(jv[q]) * DK + 4 * (li + c * LPR), S[q][c]);
+        }
       }
     }
   }
@@ -865,30 +898,30 @@ __global__ void __launch_bounds__(128) gdn_commit_kernel(GdnCommitArgs a) {
   for (int row0 = warp * ROWS_PER_WARP; row0 < Dv; row0 += n_warps * ROWS_PER_WARP) {
     int jv[NR];
     bool ok[NR];
-    float4 S[NR];
+    float4 S[NR][1];
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
       jv[r] = row0 + r * RPW + sub;
       ok[r] = jv[r] < Dv;
-      S[r] = ok[r] ? load_state4(L.rec_state, a.rec_bf16, Shead + int64_t(jv[r]) * DK + 4 * li)
+      S[r][0] = ok[r] ? load_state4(L.rec_state, a.rec_bf16, Shead + int64_t(jv[r]) * DK + 4 * li)
                    : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     for (int j = 0; j < n; ++j) {
       const float beta = gates[j][0], decay = gates[j][1];
-      const float4 k = reinterpret_cast<const float4*>(qk[j] + DK)[li];
+      const float4 k[1] = {reinterpret_cast<const float4*>(qk[j] + DK)[li]};
       float v[NR];
 #pragma unroll
       for (int r = 0; r < NR; ++r) v[r] = ok[r] ? conv(2 * key_dim + int64_t(hv) * Dv + jv[r], j) : 0.f;
-      delta_update<LPR, NR>(S, v, k, beta, decay);
+      delta_update<LPR, NR, 1>(S, v, k, beta, decay);
       if (j == ck_j) {
 #pragma unroll
         for (int r = 0; r < NR; ++r)
-          if (ok[r]) store_state4(L.rec_state, a.rec_bf16, ck + int64_t(jv[r]) * DK + 4 * li, S[r]);
+          if (ok[r]) store_state4(L.rec_state, a.rec_bf16, ck + int64_t(jv[r]) * DK + 4 * li, S[r][0]);
       }
     }
 #pragma unroll
     for (int r = 0; r < NR; ++r)
-      if (ok[r]) store_state4(L.rec_state, a.rec_bf16, Shead + int64_t(jv[r]) * DK + 4 * li, S[r]);
+      if (ok[r]) store_state4(L.rec_state, a.rec_bf16, Shead + int64_t(jv[r]) * DK + 4 * li, S[r][0]);
   }
 }
 
@@ -973,9 +1006,9 @@ void run_delta(const GdnArgs& a, int64_t conv_dim, cudaStream_t s) {
   DS_CUDA_LAUNCH_CHECK();
 }
 
-template <int DK>
-void launch_decode(const GdnArgs& a, int64_t conv_dim, int64_t row, cudaStream_t s) {
-  constexpr int NR = 4, rows_per_warp = (32 / (DK / 4)) * NR;
+template <int DK, int NR, int C>
+void launch_decode_as(const GdnArgs& a, int64_t conv_dim, int64_t row, cudaStream_t s) {
+  constexpr int rows_per_warp = (32 / (DK / (4 * C))) * NR;
   const int groups = (a.Dv + rows_per_warp - 1) / rows_per_warp;
   // A warp per row group (32 at Dk = Dv = 128: 1024 threads) while the blocks fit two per SM;
   // more blocks than that take 8 warps, each walking four groups, four blocks per SM (H200, 27B:
@@ -1001,8 +1034,19 @@ void launch_decode(const GdnArgs& a, int64_t conv_dim, int64_t row, cudaStream_t
     warps = std::clamp(std::max((rows + rows_per_warp - 1) / rows_per_warp, (channels + 31) / 32), 2, 32);
   }
   const std::size_t smem = (std::size_t(2) * DK + std::size_t(2) * a.Dv) * sizeof(float);
-  launch_pdl_cluster(a.pdl, cl, gdn_decode_kernel<DK, NR>, dim3(static_cast<unsigned>(a.n_seqs * a.Hv * cl)),
+  launch_pdl_cluster(a.pdl, cl, gdn_decode_kernel<DK, NR, C>, dim3(static_cast<unsigned>(a.n_seqs * a.Hv * cl)),
                      dim3(32 * warps), smem, s, c, conv_dim, row);
+}
+
+// The lane layout (GdnArgs::decode_layout): 8 floats of a row per lane in groups of 2 rows (82, the
+// default), or 4 floats in groups of 4 (44). The same bits and bytes in flight; 82 sums a row over
+// half the lanes (one shuffle fewer) and takes 1.1% off batch 64 on the 27B (H200 model-only 2,880 /
+// 2,887 tok/s against 2,862 / 2,838; 8 floats in groups of 4 rows, 128 registers: 2,482 against
+// 2,788 through the engine; batch 1 the same; bench/RESULTS.md, stop 43).
+template <int DK>
+void launch_decode(const GdnArgs& a, int64_t conv_dim, int64_t row, cudaStream_t s) {
+  if (a.decode_layout == 44) return launch_decode_as<DK, 4, 1>(a, conv_dim, row, s);
+  return launch_decode_as<DK, 2, 2>(a, conv_dim, row, s);
 }
 
 }  // namespace

@@ -285,6 +285,8 @@ struct GdnArgs {
   int tf32_parts = 3;                  // its products: 3xTF32 (f32-accurate) or 1 (one TF32 product)
   bool decode = false;                 // one token per sequence, no deferral: the layer in one kernel
   int decode_warps = 0;                // decode: warps per block (0: by the batch, cuda_gated_delta_net.cu)
+  int decode_layout = 0;               // decode: the state rows' lane layout (82 or 44: floats of a row
+                                       // per lane, rows per group; 0: 82)
   int* head_count = nullptr;           // [S, Hk] zeros, for decode: blocks of a key head past reading its
                                        // q/k windows (the last moves them and resets the count)
   bool pdl = false;                    // the decode kernels (the fused layer, or rows recurrence and gated
