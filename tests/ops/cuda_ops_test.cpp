@@ -1416,16 +1416,21 @@ TEST_F(CudaOpsTest, GatedDeltaNetVerificationByPdlChainGivesThePlainBits) {
   }
 }
 
-TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
-  if (cpu_only()) GTEST_SKIP() << "a GPU option";
+// Decode batches for the fused GDN decode tests, (seqs as (context, new tokens), their state
+// slots): 3 sequences, and 24 over shuffled slots.
+std::vector<std::pair<std::vector<std::pair<int, int>>, std::vector<int32_t>>> gdn_decode_batches() {
   std::vector<std::pair<int, int>> many;
   std::vector<int32_t> many_slots;
   for (int i = 0; i < 24; ++i) {
     many.push_back({i % 7, 1});
     many_slots.push_back((i * 5) % 24);
   }
-  const std::vector<std::pair<std::vector<std::pair<int, int>>, std::vector<int32_t>>> batches = {
-      {{{3, 1}, {8, 1}, {1, 1}}, {3, 0, 4}}, {many, many_slots}};
+  return {{{{3, 1}, {8, 1}, {1, 1}}, {3, 0, 4}}, {many, many_slots}};
+}
+
+TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
+  if (cpu_only()) GTEST_SKIP() << "a GPU option";
+  const auto batches = gdn_decode_batches();
   // Fused with the warps chosen by the batch, fused with 2 warps walking every row group, five
   // kernels; then fused again over a bf16 recurrent state (the second step starts from states each
   // backend rounded: within a bf16 rounding of each other); then in clusters of 2 blocks per head
@@ -1479,14 +1484,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_F(CudaOpsTest, GatedDeltaNetDecodeLayoutsGiveTheSameBits) {
   if (cpu_only()) GTEST_SKIP() << "a GPU option";
-  std::vector<std::pair<int, int>> many;
-  std::vector<int32_t> many_slots;
-  for (int i = 0; i < 24; ++i) {
-    many.push_back({i % 7, 1});
-    many_slots.push_back((i * 5) % 24);
-  }
-  const std::vector<std::pair<std::vector<std::pair<int, int>>, std::vector<int32_t>>> batches = {
-      {{{3, 1}, {8, 1}, {1, 1}}, {3, 0, 4}}, {many, many_slots}};
+  const auto batches = gdn_decode_batches();
   for (int cluster : {1, 4}) {
     CudaOptions base_opt;
     base_opt.exact_gemm = true;
