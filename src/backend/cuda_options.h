@@ -11,6 +11,7 @@
 //   DELTASERVE_CUDA_GDN_WARPS=N  gdn_decode_warps (the fused decode kernel's warps per block)
 //   DELTASERVE_CUDA_GDN_CLUSTER=N gdn_decode_cluster (its blocks per head, a cluster; sm_90)
 //   DELTASERVE_CUDA_GDN_LAYOUT=N gdn_decode_layout (its state rows over lanes: 82 or 44)
+//   DELTASERVE_CUDA_GDN_STAGE=N  gdn_decode_stage (its state staged in shared memory: 0, 1 bf16, 2 any)
 //   DELTASERVE_CUDA_PDL=0        pdl off (GEMVs launched plainly)
 //   DELTASERVE_CUDA_PDL_CHAIN=0  pdl_chain off (2-64 rows: an op's later kernels launched plainly)
 //   DELTASERVE_CUDA_L2_PREFETCH_MB=N l2_prefetch_mb (0: off)
@@ -52,6 +53,8 @@ struct CudaOptions {
                                     // 0: by the batch, cuda_gated_delta_net.cu)
   int gdn_decode_layout = 0;        // ... its state rows over lanes: 82 (8 floats of a row a lane, 2
                                     // rows a group; 0 too) or 44 (4 floats, 4 rows); the same bits
+  int gdn_decode_stage = 1;         // ... its block's state rows staged in shared memory by one bulk
+                                    // copy before its PDL wait (sm_90): 1 a bf16 state, 2 any, 0 none
   bool pdl = true;                  // decode GEMVs by programmatic dependent launch (sm_90+)
   bool pdl_chain = true;            // 2-64 rows: the attention and GDN ops' kernels after their first
                                     // by PDL (each follows one of ours; the first follows cuBLAS)
@@ -115,6 +118,7 @@ struct CudaOptions {
     o.gdn_decode_warps = num("DELTASERVE_CUDA_GDN_WARPS", 0);
     o.gdn_decode_cluster = num("DELTASERVE_CUDA_GDN_CLUSTER", 0);
     o.gdn_decode_layout = num("DELTASERVE_CUDA_GDN_LAYOUT", 0);
+    o.gdn_decode_stage = num("DELTASERVE_CUDA_GDN_STAGE", 1);
     o.pdl = !is("DELTASERVE_CUDA_PDL", "0");
     o.pdl_chain = !is("DELTASERVE_CUDA_PDL_CHAIN", "0");
     o.l2_prefetch_mb = num("DELTASERVE_CUDA_L2_PREFETCH_MB", 16);

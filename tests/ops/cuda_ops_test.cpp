@@ -1432,9 +1432,10 @@ TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
   if (cpu_only()) GTEST_SKIP() << "a GPU option";
   const auto batches = gdn_decode_batches();
   // Fused with the warps chosen by the batch, fused with 2 warps walking every row group, five
-  // kernels; then fused again over a bf16 recurrent state (the second step starts from states each
-  // backend rounded: within a bf16 rounding of each other); then in clusters of 2 blocks per head
-  // (f32 state) and of 4 (bf16), where the head's rows allow (sm_90; else a block per head).
+  // kernels; then fused again over a bf16 recurrent state (staged in shared memory on sm_90; the
+  // second step starts from states each backend rounded: within a bf16 rounding of each other);
+  // then in clusters of 2 blocks per head (f32 state) and of 4 (bf16), where the head's rows allow
+  // (sm_90; else a block per head).
   for (int mode = 0; mode < 6; ++mode) {
     const bool fused_decode = mode != 2;
     const bool bf16 = mode == 3 || mode == 5;
@@ -1475,7 +1476,8 @@ TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
 }
 
 // The fused decode kernel's lane layouts (CudaOptions::gdn_decode_layout): a lane holding 8 floats
-// of a state row in groups of 2 rows (82, the default) gives the bits of 4 floats in groups of 4 (44):
+// of a state row in groups of 2 rows (82, the default) gives the bits of 4 floats in groups of 4 (44),
+// with its state read in place or staged in shared memory by a bulk copy (gdn_decode_stage 2, sm_90):
 // outputs, conv windows (a checkpoint's copy too) and states, over two steps, f32 and bf16 states,
 // a block per head and clusters of 4, for 3 and 24 sequences, Dk 16-128 and Dv 256.
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -1485,13 +1487,16 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 TEST_F(CudaOpsTest, GatedDeltaNetDecodeLayoutsGiveTheSameBits) {
   if (cpu_only()) GTEST_SKIP() << "a GPU option";
   const auto batches = gdn_decode_batches();
-  for (int cluster : {1, 4}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const int cluster = variant % 2 ? 4 : 1, stage = variant / 2 ? 2 : 0;
     CudaOptions base_opt;
     base_opt.exact_gemm = true;
     base_opt.gdn_decode_layout = 44;
+    base_opt.gdn_decode_stage = 0;
     base_opt.gdn_decode_cluster = cluster;
     CudaOptions opt = base_opt;
     opt.gdn_decode_layout = 0;  // 82
+    opt.gdn_decode_stage = stage;
     std::unique_ptr<Backend> base = make_cuda_backend(0, base_opt), gpu = make_cuda_backend(0, opt);
     for (DType rec_dtype : {DType::F32, DType::BF16}) {
       for (GdnShape sh : {GdnShape{16, 48, 128, 128, 4}, GdnShape{2, 4, 64, 64, 4}, GdnShape{1, 2, 16, 16, 4},
@@ -1520,7 +1525,7 @@ TEST_F(CudaOpsTest, GatedDeltaNetDecodeLayoutsGiveTheSameBits) {
               b.kernels().gated_delta_net(g[c].params(true), g[c].proj.tg, g[c].state(true), m->gpu, g[c].out.tg);
               b.synchronize();
             }
-            const std::string what = "cluster " + std::to_string(cluster) +
+            const std::string what = "cluster " + std::to_string(cluster) + " stage " + std::to_string(stage) +
                                      (rec_dtype == DType::BF16 ? " bf16" : " f32") + " Hv=" + std::to_string(sh.hv) +
                                      " Dk=" + std::to_string(sh.dk) + " Dv=" + std::to_string(sh.dv) + " batch " +
                                      std::to_string(bi) + " step " + std::to_string(step);

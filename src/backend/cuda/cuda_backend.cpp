@@ -804,6 +804,7 @@ void CudaKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const 
   a.decode_warps = b_.options().gdn_decode_warps;
   a.decode_cluster = b_.options().gdn_decode_cluster;
   a.decode_layout = b_.options().gdn_decode_layout;
+  a.decode_stage = b_.options().gdn_decode_stage;
   a.pdl = small_pdl(T);
   a.pdl_chain = chain_pdl(T);
   if (a.pdl && a.decode) {

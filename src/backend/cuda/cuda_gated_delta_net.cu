@@ -384,12 +384,18 @@ template <int DK, int NR, int C>
 __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   constexpr int LPR = DK / (4 * C), RPW = 32 / LPR, ROWS_PER_WARP = RPW * NR;
   extern __shared__ __align__(16) float dsm[];
-  float* qk_s = dsm;              // [2*DK]: q | k after conv, SiLU and norm
+  // GdnArgs::decode_stage: the block's rows of the state in shared memory first ([RB, DK] in the
+  // state's dtype, one bulk copy issued before the PDL wait, sm_90), so that all of them are in
+  // flight at once, not a group a warp; the recurrence then reads them from there.
+  const bool stage = a.decode_stage;
+  const int stage_floats = stage ? a.Dv / a.decode_cluster * DK / (a.rec_bf16 ? 2 : 1) : 0;
+  float* qk_s = dsm + stage_floats;  // [2*DK]: q | k after conv, SiLU and norm
   float* v_s = qk_s + 2 * DK;     // [Dv]: v after conv and SiLU
   float* o_s = v_s + a.Dv;        // [Dv]: the recurrence's output (pre-norm)
   __shared__ float gate_s[2];     // beta, decay
   __shared__ float inv_s;
   __shared__ int last_s;
+  __shared__ uint64_t stage_bar;
   // A cluster of CL = a.decode_cluster blocks per (sequence, value head) (sm_90): block rank c owns
   // the head's value rows [row0, row0 + RB).
   const int CL = a.decode_cluster, head = blockIdx.x / CL, c_rank = blockIdx.x % CL;
@@ -407,20 +413,31 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
   int jv[NR];
   bool ok[NR];
   float4 S[NR][C];
-  auto load_group = [&](int g) {
+  auto load_group = [&](int g) {  // from the state, or its staged rows
 #pragma unroll
     for (int q = 0; q < NR; ++q) {
       jv[q] = row0 + g * ROWS_PER_WARP + q * RPW + sub;
       ok[q] = jv[q] < row0 + RB;
 #pragma unroll
-      for (int c = 0; c < C; ++c)
-        S[q][c] = ok[q] ? load_state4(a.rec_state, a.rec_bf16, Shead + int64_t(jv[q]) * DK + 4 * (li + c * LPR))
-                        : make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int c = 0; c < C; ++c) {
+        const int64_t e = int64_t(jv[q]) * DK + 4 * (li + c * LPR);
+        S[q][c] = !ok[q] ? make_float4(0.f, 0.f, 0.f, 0.f)
+                  : stage ? load_state4(dsm, a.rec_bf16, e - int64_t(row0) * DK)
+                          : load_state4(a.rec_state, a.rec_bf16, Shead + e);
+      }
     }
   };
   if (a.l2_next != nullptr && a.positions[a.seq_start[s]] < a.l2_next_max_keys)
     l2_prefetch_share(a.l2_next, a.l2_next_bytes);
-  if (warp < n_groups) load_group(warp);
+  if (stage) {
+    if (threadIdx.x == 0) {
+      const int elem = a.rec_bf16 ? 2 : 4;
+      bulk_copy_start(dsm, static_cast<const char*>(a.rec_state) + (Shead + int64_t(row0) * DK) * elem,
+                      static_cast<uint32_t>(int64_t(RB) * DK * elem), &stage_bar);
+    }
+  } else if (warp < n_groups) {
+    load_group(warp);
+  }
   // Also before the wait: this thread's first channel (i = threadIdx.x) of the conv, its window and
   // weights; the gates' constants; the norm weight of output dim threadIdx.x. After the wait the
   // block reads only the projection row (in L2: the GEMV before just wrote it).
@@ -531,8 +548,9 @@ __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t con
   }
   const float beta = gate_s[0], decay = gate_s[1];
   const int64_t ckS = ckpt ? state_head(a.ckpt_slot[s], a.Hv, hv, head_state) : -1;
+  if (stage && warp < n_groups) bulk_copy_wait(&stage_bar);  // (the __syncthreads above follow its start)
   for (int g = warp; g < n_groups; g += n_warps) {
-    if (g != warp) load_group(g);
+    if (stage || g != warp) load_group(g);
     float v[NR], p[NR];
 #pragma unroll
     for (int q = 0; q < NR; ++q) v[q] = ok[q] ? v_s[jv[q]] : 0.f;
@@ -1024,16 +1042,27 @@ void launch_decode_as(const GdnArgs& a, int64_t conv_dim, int64_t row, cudaStrea
   const bool idle_sms = heads * 4 <= 2 * sms;
   int cl = a.decode_cluster > 0 ? std::min(a.decode_cluster, 8) : idle_sms ? 4 : 1;
   while (cl > 1 && a.Dv % (32 * cl) != 0) cl /= 2;
-  if (device_attribute(cudaDevAttrComputeCapabilityMajor, device, 0) < 9) cl = 1;
+  const bool sm90 = device_attribute(cudaDevAttrComputeCapabilityMajor, device, 0) >= 9;
+  if (!sm90) cl = 1;
   GdnArgs c = a;
   c.decode_cluster = cl;
+  // The state staged by a bulk copy (sm_90): a bf16 state by default (GdnArgs::decode_stage 1), any
+  // with 2, none with 0. Here it becomes 1 or 0 for the kernel. Read in place, a bf16 state has half
+  // an f32 one's bytes in flight and streamed at ~2 TB/s; staged, the 27B sampled at 3,141-3,147
+  // tok/s at batch 64 against 2,969-2,984 (983-986 against 960-963 at 16); an f32 state staged (64
+  // KB a head, 3 blocks per SM) was slower (2,864 against 2,898; bench/RESULTS.md, stop 43).
+  c.decode_stage = sm90 && (a.decode_stage == 2 || (a.decode_stage == 1 && a.rec_bf16)) ? 1 : 0;
   const bool many = heads > 2 * sms;
   int warps = a.decode_warps > 0 ? std::min(a.decode_warps, 32) : std::clamp(groups, 2, many ? 8 : 32);
   if (cl > 1 && a.decode_warps <= 0) {
     const int rows = a.Dv / cl, channels = 2 * DK + rows;
     warps = std::clamp(std::max((rows + rows_per_warp - 1) / rows_per_warp, (channels + 31) / 32), 2, 32);
   }
-  const std::size_t smem = (std::size_t(2) * DK + std::size_t(2) * a.Dv) * sizeof(float);
+  const std::size_t stage_bytes = c.decode_stage ? std::size_t(a.Dv / cl) * DK * (a.rec_bf16 ? 2 : 4) : 0;
+  const std::size_t smem = stage_bytes + (std::size_t(2) * DK + std::size_t(2) * a.Dv) * sizeof(float);
+  if (smem > 48 * 1024)  // the opt-in (a staged f32 head of 128 x 128 rows and up)
+    DS_CUDA_CHECK(cudaFuncSetAttribute(gdn_decode_kernel<DK, NR, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
   launch_pdl_cluster(a.pdl, cl, gdn_decode_kernel<DK, NR, C>, dim3(static_cast<unsigned>(a.n_seqs * a.Hv * cl)),
                      dim3(32 * warps), smem, s, c, conv_dim, row);
 }

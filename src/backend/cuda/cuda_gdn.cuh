@@ -40,6 +40,39 @@ __device__ __forceinline__ void store_state2(void* base, bool bf16, int64_t i, f
   }
   *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(base) + i) = __floats2bfloat162_rn(v.x, v.y);
 }
+// One bulk copy of bytes (a multiple of 16, both ends 16-byte aligned) from global memory into this
+// block's shared memory (cp.async.bulk, sm_90), completing on the mbarrier bar: one thread calls
+// bulk_copy_start; every thread that reads dst calls bulk_copy_wait after a __syncthreads that
+// follows the start (the barrier's initialisation is then visible). A barrier serves one copy.
+__device__ __forceinline__ void bulk_copy_start(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d),
+               "l"(src), "r"(bytes), "r"(b)
+               : "memory");
+#else
+  (void)dst, (void)src, (void)bytes, (void)bar;
+  __trap();  // callers copy only on sm_90
+#endif
+}
+__device__ __forceinline__ void bulk_copy_wait(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  uint32_t done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(b)
+                 : "memory");
+#else
+  (void)bar;
+#endif
+}
+
 // Element offset of (slot, value head hv) in a recurrent state [slots, Hv, Dv, Dk].
 __device__ __forceinline__ int64_t state_head(int64_t slot, int Hv, int hv, int64_t head_state) {
   return (slot * Hv + hv) * head_state;

@@ -287,6 +287,8 @@ struct GdnArgs {
   int decode_warps = 0;                // decode: warps per block (0: by the batch, cuda_gated_delta_net.cu)
   int decode_layout = 0;               // decode: the state rows' lane layout (82 or 44: floats of a row
                                        // per lane, rows per group; 0: 82)
+  int decode_stage = 1;                // decode: the block's state rows staged in shared memory by one
+                                       // bulk copy (sm_90): 1 a bf16 state, 2 any, 0 none
   int* head_count = nullptr;           // [S, Hk] zeros, for decode: blocks of a key head past reading its
                                        // q/k windows (the last moves them and resets the count)
   bool pdl = false;                    // the decode kernels (the fused layer, or rows recurrence and gated
