@@ -138,7 +138,7 @@ if has sampled-overlap; then  # Qwen's sampling on the device, chained (overlap 
 fi
 
 if has ssm-bf16; then  # the GDN recurrent state in bf16 (--mamba-ssm-dtype bfloat16) against f32
-  # SSM_ENVS: environment variants, each run with both dtypes (e.g. "DELTASERVE_CUDA_GDN_NEXT=1 DELTASERVE_CUDA_GDN_NEXT=0")
+  # SSM_ENVS: environment variants, each run with both dtypes (e.g. "DELTASERVE_CUDA_GDN_STAGE=0 DELTASERVE_CUDA_GDN_STAGE=1")
   for round in $(seq 1 ${SSM_ROUNDS:-2}); do
     for ev in ${SSM_ENVS:-DELTASERVE_NONE=0}; do
       for dt in float32 bfloat16; do

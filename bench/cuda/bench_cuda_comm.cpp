@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_communicator.h"
 #include "backend/cuda/nccl_communicator.h"
+#include "backend/cuda_option_env.h"
 #include "bench_check.h"
 
 using namespace deltaserve;
@@ -69,8 +70,13 @@ int main(int argc, char** argv) {
   }
   std::vector<std::unique_ptr<Backend>> owned;
   std::vector<Backend*> backends;
+  auto options = cuda_options_from(cuda_option_variables());
+  if (!options) {
+    std::fprintf(stderr, "bench_cuda_comm: %s\n", options.status().message().c_str());
+    return 2;
+  }
   for (int d : devices) {
-    owned.push_back(make_cuda_backend(d));
+    owned.push_back(make_cuda_backend(d, *options));
     backends.push_back(owned.back().get());
   }
   // --nccl-id: the multi-node path (a unique id, ncclCommInitRank per rank in one group call), here

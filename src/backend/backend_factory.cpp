@@ -4,6 +4,7 @@
 
 #ifdef DELTASERVE_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda_option_env.h"
 #endif
 
 namespace deltaserve {
@@ -25,7 +26,9 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& device, int n_t
     if (!cuda_available()) return error("--device cuda: no CUDA device found");
     if (device_index < 0 || device_index >= cuda_device_count())
       return error("CUDA device ", device_index, " does not exist (", cuda_device_count(), " visible)");
-    return make_cuda_backend(device_index);
+    auto options = cuda_options_from(cuda_option_variables());
+    if (!options) return options.status();
+    return make_cuda_backend(device_index, *options);
 #else
     (void)device_index;
     return error("--device cuda: this build has no CUDA backend (configure with -DDELTASERVE_CUDA=ON)");

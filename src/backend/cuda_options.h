@@ -1,34 +1,8 @@
 // CudaOptions: the CUDA backend's knobs, typed and passed to it when it is made. Defaults are the
 // production settings; the others exist for A/B measurements and exact-numerics tests. Developer
-// overrides come from the environment, read once when the backend is made (from_environment):
-//   DELTASERVE_CUDA_GEMM=exact   exact_gemm        DELTASERVE_CUDA_FLASH=0    flash_attention off
-//   DELTASERVE_CUDA_GDN=thread   gdn_thread_per_row
-//   DELTASERVE_CUDA_GDN=rows     gdn_chunked off (prefill on the rows-over-lanes recurrence)
-//   DELTASERVE_CUDA_GDN=chunked  gdn_chunked_mma off (the chunked rule on CUDA cores)
-//   DELTASERVE_CUDA_GDN_PF=0     gdn_chunk_prefetch off (the tensor-core one as on sm_86)
-//   DELTASERVE_CUDA_GDN_TF32=3   gdn_tf32_parts (the tensor-core one's products in 3xTF32 outside exact mode)
-//   DELTASERVE_CUDA_GDN_FUSED=0  gdn_fused_decode off (decode: conv, window, prep, recurrence, norm as five kernels)
-//   DELTASERVE_CUDA_GDN_WARPS=N  gdn_decode_warps (the fused decode kernel's warps per block)
-//   DELTASERVE_CUDA_GDN_CLUSTER=N gdn_decode_cluster (its blocks per head, a cluster; sm_90)
-//   DELTASERVE_CUDA_GDN_LAYOUT=N gdn_decode_layout (its state rows over lanes: 82 or 44)
-//   DELTASERVE_CUDA_GDN_STAGE=N  gdn_decode_stage (its state staged in shared memory: 0, 1 bf16, 2 any)
-//   DELTASERVE_CUDA_PDL=0        pdl off (GEMVs launched plainly)
-//   DELTASERVE_CUDA_PDL_CHAIN=0  pdl_chain off (2-64 rows: an op's later kernels launched plainly)
-//   DELTASERVE_CUDA_L2_PREFETCH_MB=N l2_prefetch_mb (0: off)
-//   DELTASERVE_CUDA_FUSED_GEMV=N fused_gemv (1: SiLU-mul folded into down_proj's GEMV, 2: RMSNorm too)
-//   DELTASERVE_GEMV_SHAPE=RU     gemv_shape (1-row GEMV tile: 24, 42, 81)
-//   DELTASERVE_FLASH_HB / _MT / _BN   flash_heads_per_block / flash_m_tiles / flash_keys_per_tile
-//   DELTASERVE_CUDA_FLASH_WGMMA=0|1   flash_wgmma (prefill attention by warpgroup MMA: never / always)
-//   DELTASERVE_CUDA_FLASH_SPLITS=N    flash_max_splits (1: a prefill chunk's context never split)
-//   DELTASERVE_CUDA_MIXED_DECODE=0    mixed_decode_rows off (a mixed batch's decode rows in the flash kernel)
-//   DELTASERVE_CUDA_DECODE_MMA=0 decode_tensor_cores off   DELTASERVE_CUDA_SMEM_CAP=N smem_per_block_cap
-//   DELTASERVE_CUBLAS_WORKSPACE_MB=N cublas_workspace_mb (0: cuBLAS's own default)
-//   DELTASERVE_CUDA_GEMM_ALGO=N  gemm_algo (0: cublasGemmEx's default, k: cuBLASLt's k-th choice)
-//   DELTASERVE_CUDA_GEMM_TUNE_ROWS=N gemm_tune_rows
+// overrides come from environment variables (DELTASERVE_CUDA_GDN_STAGE=0, ...), checked and applied
+// when the backend is made: their table is in cuda_option_env.cpp.
 #pragma once
-
-#include <cstdlib>
-#include <cstring>
 
 namespace deltaserve {
 
@@ -96,56 +70,6 @@ struct CudaOptions {
   int gemm_tune_rows = 64;          // decode batches and verifications; prefill chunks are not timed
   int smem_per_block_cap = 0;       // bytes; caps the device's opt-in shared memory in the attention
                                     // plans (101376 = sm_86's: the A6000 configuration on an H200)
-
-  static CudaOptions from_environment() {
-    CudaOptions o;
-    auto is = [](const char* name, const char* value) {
-      const char* e = std::getenv(name);
-      return e != nullptr && std::strcmp(e, value) == 0;
-    };
-    auto num = [](const char* name, int dflt) {
-      const char* e = std::getenv(name);
-      return e != nullptr && *e ? std::atoi(e) : dflt;
-    };
-    o.exact_gemm = is("DELTASERVE_CUDA_GEMM", "exact");
-    o.flash_attention = !is("DELTASERVE_CUDA_FLASH", "0");
-    o.gdn_thread_per_row = is("DELTASERVE_CUDA_GDN", "thread");
-    o.gdn_chunked = !is("DELTASERVE_CUDA_GDN", "rows") && !o.gdn_thread_per_row;
-    o.gdn_chunked_mma = !is("DELTASERVE_CUDA_GDN", "chunked");
-    o.gdn_chunk_prefetch = !is("DELTASERVE_CUDA_GDN_PF", "0");
-    o.gdn_tf32_parts = is("DELTASERVE_CUDA_GDN_TF32", "3") ? 3 : 1;
-    o.gdn_fused_decode = !is("DELTASERVE_CUDA_GDN_FUSED", "0");
-    o.gdn_decode_warps = num("DELTASERVE_CUDA_GDN_WARPS", 0);
-    o.gdn_decode_cluster = num("DELTASERVE_CUDA_GDN_CLUSTER", 0);
-    o.gdn_decode_layout = num("DELTASERVE_CUDA_GDN_LAYOUT", 0);
-    o.gdn_decode_stage = num("DELTASERVE_CUDA_GDN_STAGE", 1);
-    o.pdl = !is("DELTASERVE_CUDA_PDL", "0");
-    o.pdl_chain = !is("DELTASERVE_CUDA_PDL_CHAIN", "0");
-    o.l2_prefetch_mb = num("DELTASERVE_CUDA_L2_PREFETCH_MB", 16);
-    o.fused_gemv = num("DELTASERVE_CUDA_FUSED_GEMV", 0);
-    o.gemv_shape = num("DELTASERVE_GEMV_SHAPE", 0);
-    o.flash_heads_per_block = num("DELTASERVE_FLASH_HB", 0);
-    o.flash_m_tiles = num("DELTASERVE_FLASH_MT", 0);
-    o.flash_keys_per_tile = num("DELTASERVE_FLASH_BN", 0);
-    o.flash_wgmma = is("DELTASERVE_CUDA_FLASH_WGMMA", "1") ? 1 : is("DELTASERVE_CUDA_FLASH_WGMMA", "0") ? 0 : -1;
-    o.flash_max_splits = num("DELTASERVE_CUDA_FLASH_SPLITS", 16);
-    o.mixed_decode_rows = !is("DELTASERVE_CUDA_MIXED_DECODE", "0");
-    o.decode_attention = !is("DELTASERVE_CUDA_DECODE_ATTN", "0");
-    o.decode_blocks_per_sm = num("DELTASERVE_CUDA_DECODE_BLOCKS_PER_SM", 2);
-    o.decode_max_splits = num("DELTASERVE_CUDA_DECODE_MAX_SPLITS", 64);
-    o.decode_min_keys = num("DELTASERVE_CUDA_DECODE_MIN_KEYS", 128);
-    o.decode_keys_per_step = num("DELTASERVE_CUDA_DECODE_KEYS", 8);
-    o.decode_min_blocks = num("DELTASERVE_CUDA_DECODE_MIN_BLOCKS", 0);
-    o.decode_tensor_cores = !is("DELTASERVE_CUDA_DECODE_MMA", "0");
-    o.decode_mma_blocks_per_sm = num("DELTASERVE_CUDA_DECODE_MMA_BLOCKS_PER_SM", 0);
-    o.decode_mma_keys = num("DELTASERVE_CUDA_DECODE_MMA_KEYS", 0);
-    o.decode_mma_stages = num("DELTASERVE_CUDA_DECODE_MMA_STAGES", 0);
-    o.smem_per_block_cap = num("DELTASERVE_CUDA_SMEM_CAP", 0);
-    o.cublas_workspace_mb = num("DELTASERVE_CUBLAS_WORKSPACE_MB", -1);
-    o.gemm_algo = num("DELTASERVE_CUDA_GEMM_ALGO", -1);
-    o.gemm_tune_rows = num("DELTASERVE_CUDA_GEMM_TUNE_ROWS", 64);
-    return o;
-  }
 };
 
 }  // namespace deltaserve

@@ -355,10 +355,11 @@ Result<ConfigSource> config_source_from_toml(const std::string& text, const std:
 }
 
 ConfigSource config_source_from_settings(const KeyValues& settings, const std::vector<std::string>& args,
-                                         const std::string& label) {
+                                         const std::string& label, KeyValues environment) {
   ConfigSource src;
   src.label = label;
   src.kind = "launch";
+  src.environment = std::move(environment);
   // Explicit settings first (so is_explicit holds), then the recorded effective values win.
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].rfind("--", 0) != 0) continue;
@@ -394,7 +395,7 @@ Result<ConfigSource> load_config_source_unredacted(const std::string& spec, cons
     if (!db) return db.status();
     auto rec = (*db)->get(std::stoll(spec));
     if (!rec) return rec.status();
-    return config_source_from_settings(rec->config, rec->args, "launch #" + spec);
+    return config_source_from_settings(rec->config, rec->args, "launch #" + spec, recorded_environment(*rec));
   }
   if (fs::exists(spec, ec)) {
     std::string text;
@@ -449,13 +450,27 @@ std::vector<DiffRow> diff_settings(const KeyValues& a, const KeyValues& b) {
   return rows;
 }
 
+std::vector<DiffRow> diff_environment(const KeyValues& a, const KeyValues& b) {
+  std::vector<DiffRow> rows = diff_settings(a, b);
+  for (auto& r : rows) {
+    const std::string name = r.key.rfind("env:", 0) == 0 ? r.key.substr(4) : r.key;
+    if (name == "CUDA_VISIBLE_DEVICES" || name.rfind("DELTASERVE_TP_DEVICE", 0) == 0) {
+      r.note = "which GPUs (speed, memory)";
+      r.affects_performance = true;
+    } else if (name.rfind("DELTASERVE_CUDA_", 0) == 0 || name.rfind("DELTASERVE_FLASH_", 0) == 0 ||
+               name.rfind("DELTASERVE_GEMV_", 0) == 0 || name.rfind("DELTASERVE_CUBLAS_", 0) == 0) {
+      r.note = "CUDA backend override (speed, numerics)";
+      r.affects_performance = true;
+    } else {
+      r.note = "environment";
+    }
+  }
+  return rows;
+}
+
 std::vector<DiffRow> diff_sources(const ConfigSource& a, const ConfigSource& b) {
   std::vector<DiffRow> rows = diff_settings(a.settings, b.settings);
-  for (auto& r : diff_settings(a.environment, b.environment)) {
-    r.note = r.key.find("CUDA_VISIBLE_DEVICES") != std::string::npos ? "which GPUs (speed, memory)" : "environment";
-    r.affects_performance = r.key.find("CUDA_VISIBLE_DEVICES") != std::string::npos;
-    rows.push_back(std::move(r));
-  }
+  for (auto& r : diff_environment(a.environment, b.environment)) rows.push_back(std::move(r));
   return rows;
 }
 

@@ -32,8 +32,9 @@ Result<ConfigSource> load_config_source(const std::string& spec, const std::file
 Result<ConfigSource> config_source_from_unit(const std::string& text, const std::string& name);
 Result<ConfigSource> config_source_from_script(const std::string& text, const std::string& name);
 Result<ConfigSource> config_source_from_toml(const std::string& text, const std::string& name);
+// A recorded launch: its effective settings, explicit args and environment ("env:NAME").
 ConfigSource config_source_from_settings(const KeyValues& settings, const std::vector<std::string>& args,
-                                         const std::string& label);
+                                         const std::string& label, KeyValues environment = {});
 
 // Shell-style word splitting: quotes, backslash escapes, backslash-newline continuation, comments.
 // Stops at the first unquoted control operator (|, ;, &&, ||, &) and drops redirections.
@@ -55,6 +56,8 @@ struct DiffRow {
 
 // Settings that differ (table order; keys only on one side appear with "(unset)").
 std::vector<DiffRow> diff_settings(const KeyValues& a, const KeyValues& b);
+// Environment entries ("env:NAME") that differ, with why they matter.
+std::vector<DiffRow> diff_environment(const KeyValues& a, const KeyValues& b);
 std::vector<DiffRow> diff_sources(const ConfigSource& a, const ConfigSource& b);
 std::string render_diff(const std::vector<DiffRow>& rows, const std::string& label_a, const std::string& label_b);
 std::string diff_json(const std::vector<DiffRow>& rows, const ConfigSource& a, const ConfigSource& b);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cuda_option_env.h"
 #include "deploy/config_diff.h"
 #include "deploy/hardware.h"
 
@@ -402,25 +404,42 @@ Result<std::vector<Measurement>> LaunchDb::measurements(int64_t id) {
   return out;
 }
 
-std::string performance_fingerprint(const KeyValues& config) {
+std::string performance_fingerprint(const KeyValues& config, const KeyValues& environment) {
   std::string joined;
   for (const auto& [k, v] : config) {
     const FlagSpec* f = find_serve_flag(k);
     if (f && f->affects_performance) joined += k + "=" + v + "\n";
   }
+  for (const auto& [k, v] : environment) joined += k + "=" + v + "\n";
   return text_fingerprint(joined);
+}
+
+KeyValues launch_environment() {
+  KeyValues env;
+  for (const char* name : {"CUDA_VISIBLE_DEVICES", "DELTASERVE_TP_DEVICES", "DELTASERVE_TP_DEVICE_BARRIER"})
+    if (const char* v = std::getenv(name)) env.emplace_back(std::string("env:") + name, v);
+  for (const auto& [k, v] : cuda_option_variables()) env.emplace_back("env:" + k, v);
+  std::sort(env.begin(), env.end());
+  return env;
+}
+
+KeyValues recorded_environment(const LaunchRecord& record) {
+  KeyValues env;
+  for (const auto& [k, v] : record.derived)
+    if (k.rfind("env:", 0) == 0) env.emplace_back(k, v);
+  return env;
 }
 
 std::optional<std::string> faster_launch_warning(const LaunchRecord& current,
                                                  const std::vector<LaunchRecord>& launches) {
-  const std::string fp = performance_fingerprint(current.config);
+  const std::string fp = performance_fingerprint(current.config, recorded_environment(current));
   double mine = 0;
   const LaunchRecord* best = nullptr;
   for (const auto& l : launches) {
     if (l.id == current.id || l.model.config_hash != current.model.config_hash ||
         l.host_summary != current.host_summary || l.n_measurements == 0)
       continue;
-    if (performance_fingerprint(l.config) == fp) {
+    if (performance_fingerprint(l.config, recorded_environment(l)) == fp) {
       mine = std::max(mine, l.best_output_tokens_per_s);
     } else if (!best || l.best_output_tokens_per_s > best->best_output_tokens_per_s) {
       best = &l;
@@ -441,6 +460,7 @@ std::optional<std::string> faster_launch_warning(const LaunchRecord& current,
                   static_cast<long long>(best->id), best->best_output_tokens_per_s,
                   static_cast<long long>(best->best_concurrency), best->started_at.c_str());
   auto rows = diff_settings(best->config, current.config);
+  for (auto& r : diff_environment(recorded_environment(*best), recorded_environment(current))) rows.push_back(std::move(r));
   return std::string(head) + render_diff(rows, "launch #" + std::to_string(best->id), "this launch") +
          "(`deltaserve config diff " + std::to_string(best->id) + " <this config>` shows it again)";
 }
@@ -501,6 +521,7 @@ LaunchRecorder LaunchRecorder::start(const ServeOptions& opts, const MemoryPlan*
     derived.emplace_back("plan.max_running_requests", std::to_string(plan->max_running_requests));
     derived.emplace_back("plan.context_length", std::to_string(plan->context_length));
   }
+  for (auto& kv : launch_environment()) derived.push_back(std::move(kv));
   r.derived = std::move(derived);
   auto id = rec.db_->insert_launch(r);
   if (!id) {

@@ -154,7 +154,15 @@ std::optional<std::string> faster_launch_warning(const LaunchRecord& current,
 // status page (`serve`'s /status.json "launches") shows. Secrets are never included.
 Result<std::string> recent_launches_json(LaunchDb& db, int limit = 10, int measurements_per_launch = 5);
 
-// A stable key over the settings that change speed or memory (for "same configuration").
-std::string performance_fingerprint(const KeyValues& config);
+// A stable key over the settings that change speed or memory (for "same configuration"): the
+// performance flags of `config` and every entry of `environment`.
+std::string performance_fingerprint(const KeyValues& config, const KeyValues& environment = {});
+
+// The environment variables that change what a launch does, as "env:NAME" = value, sorted: which
+// GPUs (CUDA_VISIBLE_DEVICES, DELTASERVE_TP_DEVICES, DELTASERVE_TP_DEVICE_BARRIER) and the CUDA
+// backend's overrides (backend/cuda_option_env.h). A launch records them among its derived values.
+KeyValues launch_environment();
+// Those entries of a record's derived values.
+KeyValues recorded_environment(const LaunchRecord& record);
 
 }  // namespace deltaserve

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -172,6 +173,56 @@ TEST_F(LaunchDbTest, StateDirThatIsAFile) {
   auto db = LaunchDb::open(dir_ / "sub");
   EXPECT_FALSE(db);
   std::filesystem::remove(dir_);
+}
+
+// A CUDA backend override left in a unit file's Environment= changes speed without changing a flag:
+// the launch records it, `config diff` of two launches shows it, and a launch without it is a
+// different configuration for the faster-configuration warning.
+TEST_F(LaunchDbTest, RecorderRecordsTheEnvironmentThatChangesALaunch) {
+  ServeOptions tuned = options_of("sglang-qwen36-27b.service");
+  ASSERT_TRUE(set_serve_option(tuned, "state-dir", dir_.string()));
+  ASSERT_EQ(std::getenv("DELTASERVE_CUDA_GDN_STAGE"), nullptr);
+  ASSERT_EQ(setenv("DELTASERVE_CUDA_GDN_STAGE", "2", 1), 0);
+  const KeyValues env = launch_environment();
+  EXPECT_NE(std::find(env.begin(), env.end(), std::pair<std::string, std::string>("env:DELTASERVE_CUDA_GDN_STAGE", "2")),
+            env.end());
+  int64_t staged_id = 0;
+  {
+    LaunchRecorder rec = LaunchRecorder::start(tuned, nullptr, {{"device", "cuda"}}, "0.1.0");
+    unsetenv("DELTASERVE_CUDA_GDN_STAGE");
+    ASSERT_GT(rec.launch_id(), 0);
+    staged_id = rec.launch_id();
+    Measurement m;
+    m.concurrency = 1;
+    m.output_tokens_per_s = 75;
+    rec.record_measurement(m);
+    rec.stop("ok");
+  }
+  LaunchRecorder plain = LaunchRecorder::start(tuned, nullptr, {{"device", "cuda"}}, "0.1.0");
+  ASSERT_GT(plain.launch_id(), staged_id);
+  // Same flags, different environment: that launch is another configuration, and faster.
+  auto w = plain.faster_config_warning();
+  ASSERT_TRUE(w);
+  EXPECT_NE(w->find("env:DELTASERVE_CUDA_GDN_STAGE"), std::string::npos) << *w;
+  EXPECT_EQ(w->find("speculative-num-steps"), std::string::npos) << *w;
+  plain.stop();
+
+  auto db = LaunchDb::open(dir_);
+  ASSERT_TRUE(db);
+  auto staged = (*db)->get(staged_id);
+  ASSERT_TRUE(staged);
+  EXPECT_EQ(recorded_environment(*staged),
+            (KeyValues{{"env:DELTASERVE_CUDA_GDN_STAGE", "2"}}));
+  auto a = load_config_source(std::to_string(staged_id), dir_);
+  auto b = load_config_source(std::to_string(plain.launch_id()), dir_);
+  ASSERT_TRUE(a && b);
+  const std::vector<DiffRow> rows = diff_sources(*a, *b);
+  ASSERT_EQ(rows.size(), 1u) << render_diff(rows, "a", "b");
+  EXPECT_EQ(rows[0].key, "env:DELTASERVE_CUDA_GDN_STAGE");
+  EXPECT_EQ(rows[0].a, "2");
+  EXPECT_EQ(rows[0].b, "(unset)");
+  EXPECT_TRUE(rows[0].affects_performance);
+  EXPECT_NE(rows[0].note.find("CUDA backend override"), std::string::npos);
 }
 
 TEST_F(LaunchDbTest, RecorderAndFasterConfigWarning) {

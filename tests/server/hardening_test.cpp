@@ -156,7 +156,16 @@ TEST_F(HardeningTest, HugePromptDoesNotBlockHealth) {
   ServerConfig cfg;
   cfg.n_http_threads = 1;  // one io thread: any blocking work on it stalls every connection
   start(cfg);
-  const std::string prompt(4u << 20, 'x');  // one long "word": ~1.5 s of BPE here
+  // One long "word" whose BPE takes over a second: sized by timing the tokenizer (4 MB took 1.5 s
+  // on one of our machines and 0.5 s on another), at most 24 MB (bodies over 32 MB get 413).
+  std::size_t n = 4u << 20;
+  for (;;) {
+    auto t0 = Clock::now();
+    (void)tokenizer_->encode(std::string(n, 'x'), false);
+    if (seconds_since(t0) > 1.3 || n >= (24u << 20)) break;
+    n = std::min<std::size_t>(n * 2, 24u << 20);
+  }
+  const std::string prompt(n, 'x');
   const std::string body = json{{"prompt", prompt}, {"max_tokens", 1}}.dump();
   double big_s = 0;
   std::thread big([&] {

@@ -14,10 +14,9 @@ namespace deltaserve {
 
 // Number of CUDA devices (0 when there is no driver or no GPU).
 int cuda_device_count();
-// options: the backend's knobs (default: production settings with the environment's developer
-// overrides, backend/cuda_options.h).
-std::unique_ptr<Backend> make_cuda_backend(int device_index,
-                                           const CudaOptions& options = CudaOptions::from_environment());
+// options: the backend's knobs (backend/cuda_options.h; make_backend applies the environment's
+// developer overrides, backend/cuda_option_env.h).
+std::unique_ptr<Backend> make_cuda_backend(int device_index, const CudaOptions& options);
 
 // Extras for benchmarks and tests; `backend` must come from make_cuda_backend.
 struct CudaOpTime {

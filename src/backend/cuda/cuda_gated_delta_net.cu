@@ -384,9 +384,11 @@ template <int DK, int NR, int C>
 __global__ void __launch_bounds__(1024) gdn_decode_kernel(GdnArgs a, int64_t conv_dim, int64_t row) {
   constexpr int LPR = DK / (4 * C), RPW = 32 / LPR, ROWS_PER_WARP = RPW * NR;
   extern __shared__ __align__(16) float dsm[];
-  // GdnArgs::decode_stage: the block's rows of the state in shared memory first ([RB, DK] in the
-  // state's dtype, one bulk copy issued before the PDL wait, sm_90), so that all of them are in
-  // flight at once, not a group a warp; the recurrence then reads them from there.
+  // GdnArgs::decode_stage (resolved by the launcher: 1 or 0): the block's rows of the state in
+  // shared memory first ([RB, DK] in the state's dtype, RB = Dv / CL as below; one bulk copy issued
+  // before the PDL wait, sm_90), so that all of them are in flight at once, not a group a warp; the
+  // recurrence then reads them from there. (Computed here from a.Dv / a.decode_cluster rather than
+  // from RB: the order ptxas sees moves spills between the layouts, untimed; RESULTS, stop 44.)
   const bool stage = a.decode_stage;
   const int stage_floats = stage ? a.Dv / a.decode_cluster * DK / (a.rec_bf16 ? 2 : 1) : 0;
   float* qk_s = dsm + stage_floats;  // [2*DK]: q | k after conv, SiLU and norm
@@ -1024,6 +1026,14 @@ void run_delta(const GdnArgs& a, int64_t conv_dim, cudaStream_t s) {
   DS_CUDA_LAUNCH_CHECK();
 }
 
+// Whether the fused decode kernel stages its state rows by a bulk copy (sm_90), from the mode
+// GdnArgs::decode_stage asks for: a bf16 state by default (1), any with 2, none with 0. Read in
+// place, a bf16 state has half an f32 one's bytes in flight and streamed at ~2 TB/s; staged, the
+// 27B sampled at 3,141-3,147 tok/s at batch 64 against 2,969-2,984 (983-986 against 960-963 at
+// 16); an f32 state staged (64 KB a head, 3 blocks per SM) was slower (2,864 against 2,898;
+// bench/RESULTS.md, stop 43).
+bool staged_decode(int mode, bool bf16_state, bool sm90) { return sm90 && (mode == 2 || (mode == 1 && bf16_state)); }
+
 template <int DK, int NR, int C>
 void launch_decode_as(const GdnArgs& a, int64_t conv_dim, int64_t row, cudaStream_t s) {
   constexpr int rows_per_warp = (32 / (DK / (4 * C))) * NR;
@@ -1046,12 +1056,7 @@ void launch_decode_as(const GdnArgs& a, int64_t conv_dim, int64_t row, cudaStrea
   if (!sm90) cl = 1;
   GdnArgs c = a;
   c.decode_cluster = cl;
-  // The state staged by a bulk copy (sm_90): a bf16 state by default (GdnArgs::decode_stage 1), any
-  // with 2, none with 0. Here it becomes 1 or 0 for the kernel. Read in place, a bf16 state has half
-  // an f32 one's bytes in flight and streamed at ~2 TB/s; staged, the 27B sampled at 3,141-3,147
-  // tok/s at batch 64 against 2,969-2,984 (983-986 against 960-963 at 16); an f32 state staged (64
-  // KB a head, 3 blocks per SM) was slower (2,864 against 2,898; bench/RESULTS.md, stop 43).
-  c.decode_stage = sm90 && (a.decode_stage == 2 || (a.decode_stage == 1 && a.rec_bf16)) ? 1 : 0;
+  c.decode_stage = staged_decode(a.decode_stage, a.rec_bf16, sm90) ? 1 : 0;
   const bool many = heads > 2 * sms;
   int warps = a.decode_warps > 0 ? std::min(a.decode_warps, 32) : std::clamp(groups, 2, many ? 8 : 32);
   if (cl > 1 && a.decode_warps <= 0) {

@@ -288,7 +288,9 @@ struct GdnArgs {
   int decode_layout = 0;               // decode: the state rows' lane layout (82 or 44: floats of a row
                                        // per lane, rows per group; 0: 82)
   int decode_stage = 1;                // decode: the block's state rows staged in shared memory by one
-                                       // bulk copy (sm_90): 1 a bf16 state, 2 any, 0 none
+                                       // bulk copy (sm_90): 1 a bf16 state, 2 any, 0 none. The
+                                       // launcher hands the kernel a copy with it resolved (1 staged,
+                                       // 0 in place) and decode_cluster resolved (the blocks per head)
   int* head_count = nullptr;           // [S, Hk] zeros, for decode: blocks of a key head past reading its
                                        // q/k windows (the last moves them and resets the count)
   bool pdl = false;                    // the decode kernels (the fused layer, or rows recurrence and gated
