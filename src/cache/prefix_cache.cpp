@@ -1,6 +1,7 @@
 #include "cache/prefix_cache.h"
 
 #include <algorithm>
+#include <functional>
 #include <queue>
 
 namespace deltaserve {
@@ -24,14 +25,21 @@ uint64_t PrefixCache::hash_block(std::span<const int32_t> tokens) {
   return h;
 }
 
-PrefixCache::Node* PrefixCache::child(Node* n, std::span<const int32_t> tokens) const {
-  auto it = n->children.find(hash_block(tokens));
+uint64_t PrefixCache::key_of(const Node* parent, std::span<const int32_t> tokens, std::string_view ns) const {
+  uint64_t h = hash_block(tokens);
+  if (parent == root_.get() && !ns.empty()) h ^= std::hash<std::string_view>{}(ns) * 0x9E3779B97F4A7C15ull;
+  return h;
+}
+
+PrefixCache::Node* PrefixCache::child(Node* n, std::span<const int32_t> tokens, std::string_view ns) const {
+  auto it = n->children.find(key_of(n, tokens, ns));
   if (it == n->children.end()) return nullptr;
   Node* c = it->second;
+  if (n == root_.get() && c->ns != ns) return nullptr;
   return std::equal(tokens.begin(), tokens.end(), c->tokens.begin(), c->tokens.end()) ? c : nullptr;
 }
 
-PrefixCache::Match PrefixCache::match(std::span<const int32_t> tokens, int max_tokens) {
+PrefixCache::Match PrefixCache::match(std::span<const int32_t> tokens, int max_tokens, std::string_view ns) {
   Match m;
   const int n_blocks = std::min<int>(max_tokens, static_cast<int>(tokens.size())) / block_size_;
   const bool need_state = alloc_.has_state();
@@ -39,7 +47,7 @@ PrefixCache::Match PrefixCache::match(std::span<const int32_t> tokens, int max_t
   Node* n = root_.get();
   std::vector<int32_t> path;
   for (int b = 0; b < n_blocks; ++b) {
-    Node* c = child(n, tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_));
+    Node* c = child(n, tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_), ns);
     if (!c) break;
     c->last_use = now;
     path.push_back(c->block);
@@ -53,13 +61,13 @@ PrefixCache::Match PrefixCache::match(std::span<const int32_t> tokens, int max_t
   return m;
 }
 
-int PrefixCache::match_length(std::span<const int32_t> tokens, int max_tokens) const {
+int PrefixCache::match_length(std::span<const int32_t> tokens, int max_tokens, std::string_view ns) const {
   const int n_blocks = std::min<int>(max_tokens, static_cast<int>(tokens.size())) / block_size_;
   const bool need_state = alloc_.has_state();
   int best = 0;
   Node* n = root_.get();
   for (int b = 0; b < n_blocks; ++b) {
-    n = child(n, tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_));
+    n = child(n, tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_), ns);
     if (!n) break;
     if (!need_state || n->checkpoint >= 0) best = (b + 1) * block_size_;
   }
@@ -67,7 +75,7 @@ int PrefixCache::match_length(std::span<const int32_t> tokens, int max_tokens) c
 }
 
 void PrefixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks, int n_blocks,
-                         int checkpoint_slot) {
+                         int checkpoint_slot, std::string_view ns) {
   DS_CHECK(n_blocks >= 0 && static_cast<size_t>(n_blocks) <= blocks.size() &&
                static_cast<size_t>(n_blocks) * block_size_ <= tokens.size(),
            "prefix cache insert of ", n_blocks, " blocks");
@@ -75,9 +83,9 @@ void PrefixCache::insert(std::span<const int32_t> tokens, std::span<const int32_
   Node* n = root_.get();
   for (int b = 0; b < n_blocks; ++b) {
     const auto tok = tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_);
-    Node* c = child(n, tok);
+    Node* c = child(n, tok, ns);
     if (!c) {
-      const uint64_t key = hash_block(tok);
+      const uint64_t key = key_of(n, tok, ns);
       if (n->children.count(key)) {  // a hash collision with other tokens: stop here
         if (checkpoint_slot >= 0) alloc_.release_checkpoint(checkpoint_slot);
         return;
@@ -87,6 +95,7 @@ void PrefixCache::insert(std::span<const int32_t> tokens, std::span<const int32_
       c->parent = n;
       c->tokens.assign(tok.begin(), tok.end());
       c->key = key;
+      if (n == root_.get()) c->ns = std::string(ns);
       c->block = blocks[b];
       alloc_.blocks().retain(c->block);
       n->children.emplace(key, owned.release());
@@ -151,11 +160,11 @@ bool PrefixCache::evict_checkpoint() {
   return true;
 }
 
-bool PrefixCache::drop_superseded_checkpoint(std::span<const int32_t> tokens, int n_tokens) {
+bool PrefixCache::drop_superseded_checkpoint(std::span<const int32_t> tokens, int n_tokens, std::string_view ns) {
   if (n_tokens <= 0 || n_tokens % block_size_ != 0 || static_cast<size_t>(n_tokens) > tokens.size()) return false;
   Node* n = root_.get();
   for (int b = 0; n && b < n_tokens / block_size_; ++b)
-    n = child(n, tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_));
+    n = child(n, tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_), ns);
   if (!n || n->checkpoint < 0 || n->checkpoint == pinned_slot_ || n->children.size() > 1) return false;
   drop_checkpoint(n);
   return true;
@@ -176,8 +185,9 @@ void PrefixCache::check_integrity() const {
     ckpts += c->checkpoint >= 0;
     DS_CHECK(c->parent && c->parent->children.count(c->key) && c->parent->children.at(c->key) == c,
              "prefix cache node not under its parent");
-    DS_CHECK(static_cast<int>(c->tokens.size()) == block_size_ && hash_block(c->tokens) == c->key,
+    DS_CHECK(static_cast<int>(c->tokens.size()) == block_size_ && key_of(c->parent, c->tokens, c->ns) == c->key,
              "prefix cache node key");
+    DS_CHECK(c->parent == root_.get() || c->ns.empty(), "prefix cache namespace below the first block");
     DS_CHECK(alloc_.blocks().ref_count(c->block) > 0, "prefix cache holds free block ", c->block);
   });
   DS_CHECK(nodes == n_nodes_ && ckpts == n_checkpoints_, "prefix cache counts: ", nodes, " nodes (counted ",

@@ -7,6 +7,10 @@
 // token. A model with GDN layers can only resume where its state was saved, so a match ends at the
 // deepest matched node with a checkpoint; a model without them resumes at any matched block.
 //
+// Namespaces (vLLM's cache_salt, SGLang's extra_key): a prefix cached under one is matched only by
+// requests under the same one; "" is the shared default. The namespace is part of the key of a
+// path's first block (the root's children), so paths never cross between namespaces.
+//
 // Memory comes from the same pools as running requests (KV blocks, slots) and goes back LRU-first
 // when they need it: evict() never touches what a running sequence holds (a shared block stays
 // alive while a sequence references it). Pure host bookkeeping: the device work (copying a
@@ -16,6 +20,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -33,14 +39,16 @@ class PrefixCache {
     std::vector<int32_t> blocks;    // its KV blocks (not yet retained by the caller)
     int checkpoint_slot = -1;       // the GDN state after n_tokens (models with state), else -1
   };
-  // The longest usable cached prefix of tokens, at most max_tokens long. Marks the path as used.
-  Match match(std::span<const int32_t> tokens, int max_tokens);
+  // The longest usable cached prefix of tokens (in namespace ns), at most max_tokens long. Marks
+  // the path as used.
+  Match match(std::span<const int32_t> tokens, int max_tokens, std::string_view ns = {});
   // match()'s n_tokens without marking anything used (for ordering the waiting queue).
-  int match_length(std::span<const int32_t> tokens, int max_tokens) const;
-  // Caches the first n_blocks full blocks of a sequence (its tokens and block table): nodes that
-  // are new retain the sequence's block. checkpoint_slot >= 0 holds the state after block
-  // n_blocks - 1 and passes to the tree (released at once if that node already has one).
-  void insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks, int n_blocks, int checkpoint_slot);
+  int match_length(std::span<const int32_t> tokens, int max_tokens, std::string_view ns = {}) const;
+  // Caches the first n_blocks full blocks of a sequence (its tokens and block table) in namespace
+  // ns: nodes that are new retain the sequence's block. checkpoint_slot >= 0 holds the state after
+  // block n_blocks - 1 and passes to the tree (released at once if that node already has one).
+  void insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks, int n_blocks, int checkpoint_slot,
+              std::string_view ns = {});
 
   // Frees LRU cached blocks (leaves first) until `n_blocks` blocks are free in the pool, or nothing
   // more can go. Returns whether they are free.
@@ -50,7 +58,7 @@ class PrefixCache {
   // Frees the checkpoint after the first n_tokens of tokens when a deeper one on the same path is
   // about to replace it: the node is on no branch (at most one child) and not pinned. A multi-turn
   // conversation's previous turn gives way to its new one, not another conversation's.
-  bool drop_superseded_checkpoint(std::span<const int32_t> tokens, int n_tokens);
+  bool drop_superseded_checkpoint(std::span<const int32_t> tokens, int n_tokens, std::string_view ns = {});
   // Keeps a checkpoint from eviction between match() and its use (one at a time).
   void pin(int checkpoint_slot) { pinned_slot_ = checkpoint_slot; }
   void unpin() { pinned_slot_ = -1; }
@@ -69,14 +77,17 @@ class PrefixCache {
   struct Node {
     Node* parent = nullptr;
     std::vector<int32_t> tokens;   // [block_size]
-    uint64_t key = 0;              // hash of tokens (the parent's children are keyed by it)
+    uint64_t key = 0;              // key_of(parent, tokens, ns) (the parent's children are keyed by it)
+    std::string ns;                // the root's children: the namespace of the path ("" default)
     int32_t block = -1;
     int32_t checkpoint = -1;       // slot, or -1
     uint64_t last_use = 0;
     std::unordered_map<uint64_t, Node*> children;
   };
   static uint64_t hash_block(std::span<const int32_t> tokens);
-  Node* child(Node* n, std::span<const int32_t> tokens) const;
+  // A child's key: the hash of its tokens, with the namespace mixed in under the root.
+  uint64_t key_of(const Node* parent, std::span<const int32_t> tokens, std::string_view ns) const;
+  Node* child(Node* n, std::span<const int32_t> tokens, std::string_view ns) const;
   void drop_checkpoint(Node* n);
   void remove_leaf(Node* n);
   template <typename Fn>

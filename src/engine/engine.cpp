@@ -250,6 +250,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
   seq->stream = stream;
   seq->params = req.sampling;
   seq->constraint = std::move(req.constraint);
+  seq->cache_namespace = std::move(req.cache_namespace);
   seq->tokens = std::move(req.prompt);
   seq->n_prompt = static_cast<int>(seq->tokens.size());
   seq->max_total_tokens = std::min<int64_t>(int64_t(seq->n_prompt) + req.sampling.max_tokens, config_.context_length);

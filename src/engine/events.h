@@ -63,6 +63,9 @@ struct GenerateRequest {
   // Grammar / logit_bias / allowed ids / min_tokens for this sequence (null: none); one object
   // per sequence, the engine calls it on the sampling path (engine/token_constraint.h).
   std::shared_ptr<TokenConstraint> constraint;
+  // Prefix-cache namespace (vLLM cache_salt, SGLang extra_key): cached prefixes are shared only
+  // between requests with the same one ("" the default).
+  std::string cache_namespace;
 };
 
 struct TokenLogprob {

@@ -78,7 +78,7 @@ int Scheduler::take_checkpoint_slot(bool evict) {
 
 int Scheduler::resume_from_cache(Sequence& s) {
   if (!tree_ || s.n_computed > 0 || !s.blocks.empty()) return s.n_computed;
-  const PrefixCache::Match m = tree_->match(s.tokens, static_cast<int>(s.tokens.size()) - 1);
+  const PrefixCache::Match m = tree_->match(s.tokens, static_cast<int>(s.tokens.size()) - 1, s.cache_namespace);
   if (m.n_tokens == 0) return 0;
   if (cache_.has_state()) cache_.copy_slot(m.checkpoint_slot, s.slot);
   for (int32_t b : m.blocks) cache_.blocks().retain(b);
@@ -93,6 +93,7 @@ bool Scheduler::should_wait_for_running_prefix(const Sequence& s, int cached) co
   const size_t limit = s.tokens.size() - 1;
   for (const auto& r : running_) {
     if (r->n_computed >= r->n_prompt) continue;  // its prefill is done: what it caches is cached
+    if (r->cache_namespace != s.cache_namespace) continue;  // what it caches s cannot match
     const size_t n = std::min(limit, static_cast<size_t>(r->n_prompt));
     size_t common = 0;
     while (common < n && s.tokens[common] == r->tokens[common]) ++common;
@@ -138,7 +139,7 @@ void Scheduler::plan_prefill_checkpoint(ScheduledItem& item) {
   // one supersedes on its path, then the least recently used one.
   int slot = cache_.acquire_checkpoint();
   if (slot < 0 && evict && s.resumed_at > 0 && s.resumed_at < at &&
-      tree_->drop_superseded_checkpoint(s.tokens, s.resumed_at))
+      tree_->drop_superseded_checkpoint(s.tokens, s.resumed_at, s.cache_namespace))
     slot = cache_.acquire_checkpoint();
   if (slot < 0) slot = take_checkpoint_slot(evict);
   if (slot < 0) return;
@@ -171,7 +172,7 @@ void Scheduler::cache_prefix(Sequence& s, int n_tokens, int checkpoint_slot) {
     if (checkpoint_slot >= 0) cache_.release_checkpoint(checkpoint_slot);
     return;
   }
-  tree_->insert(s.tokens, s.blocks, n_blocks, checkpoint_slot);
+  tree_->insert(s.tokens, s.blocks, n_blocks, checkpoint_slot, s.cache_namespace);
 }
 
 void Scheduler::order_waiting() {
@@ -182,7 +183,7 @@ void Scheduler::order_waiting() {
   keys.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const Sequence& s = *waiting_[i];
-    keys.push_back({-tree_->match_length(s.tokens, static_cast<int>(s.tokens.size()) - 1), i});
+    keys.push_back({-tree_->match_length(s.tokens, static_cast<int>(s.tokens.size()) - 1, s.cache_namespace), i});
   }
   std::stable_sort(keys.begin(), keys.end());
   std::vector<std::unique_ptr<Sequence>> head;
@@ -254,7 +255,7 @@ const std::vector<ScheduledItem>& Scheduler::schedule() {
     Sequence& s = *waiting_[w];
     const int known = static_cast<int>(s.tokens.size());
     if (tree_ && s.n_computed == 0 &&
-        should_wait_for_running_prefix(s, tree_->match_length(s.tokens, known - 1))) {
+        should_wait_for_running_prefix(s, tree_->match_length(s.tokens, known - 1, s.cache_namespace))) {
       ++w;
       continue;
     }

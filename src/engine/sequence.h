@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/events.h"
@@ -34,6 +35,7 @@ struct Sequence {
   // told every token it takes; its state follows `tokens` (drafts are rolled back after drafting).
   std::shared_ptr<TokenConstraint> constraint;
   // Prefix cache.
+  std::string cache_namespace;      // GenerateRequest::cache_namespace
   int n_cached = 0;                 // prompt tokens served from the cache at first admission
   int resumed_at = 0;               // where its last admission resumed from a cached checkpoint
   int rolling_slot = -1;            // checkpoint slot with its state after rolling_pos tokens

@@ -200,6 +200,7 @@ void GenerationJob::start() {
     // Each prompt's j-th choice gets seed + j: a prompt samples the same in a batch as alone.
     if (g.sampling.seed && j > 0) g.sampling.seed = *g.sampling.seed + j;
     g.constraint = make_constraint(request_.plan);  // one per sequence: it tracks its tokens
+    g.cache_namespace = request_.cache_namespace;
     choices_[i].id = g.id;
     choices_[i].prompt = p;
     choices_[i].stream = env_.engine->submit(std::move(g));

@@ -606,10 +606,25 @@ std::optional<ApiError> parse_output_fields(const json& body, OpenAiRequest& out
   if (auto v = f.string("rid")) out.rid = *v;
   if (auto v = f.string("request_id")) out.rid = *v;
   if (f.err) return f.err;
+  if (auto e = parse_cache_namespace(body, out)) return e;
   return parse_constraint_fields(body, false, out);
 }
 
 }  // namespace
+
+std::optional<ApiError> parse_cache_namespace(const json& body, OpenAiRequest& out) {
+  Fields f{body, std::nullopt};
+  std::string salt, key;
+  if (auto v = f.string("cache_salt")) {
+    if (v->empty()) return ApiError::bad_request("'cache_salt' must be a non-empty string", "cache_salt");
+    salt = *v;
+  }
+  if (auto v = f.string("extra_key")) key = *v;
+  if (f.err) return f.err;
+  // Length-prefixed, so that no (salt, key) pair spells another.
+  if (!salt.empty() || !key.empty()) out.cache_namespace = std::to_string(salt.size()) + ":" + salt + key;
+  return std::nullopt;
+}
 
 std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefaults& defaults,
                                            OpenAiRequest& out) {

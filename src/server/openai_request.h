@@ -89,6 +89,7 @@ struct OpenAiRequest {
   bool continue_final_message = false;
   std::optional<int> truncate_prompt_tokens;  // keep the last N prompt tokens (-1: what fits)
   std::string rid;                            // for /abort_request
+  std::string cache_namespace;                // prefix-cache namespace (GenerateRequest::cache_namespace)
   std::shared_ptr<const ConstraintPlan> plan;  // filled by the server (null: nothing to apply)
   nlohmann::ordered_json extra;               // API-specific echo fields (Responses: the request)
 };
@@ -104,6 +105,10 @@ std::optional<ApiError> parse_completion_request(const nlohmann::ordered_json& b
 // sampling_params (min_tokens, logit_bias, regex, ...). `api` picks the field names.
 std::optional<ApiError> parse_constraint_fields(const nlohmann::ordered_json& body, bool sglang_names,
                                                 OpenAiRequest& out);
+
+// The prefix-cache namespace from vLLM's cache_salt (chat, completions) and SGLang's extra_key
+// (those and /generate): requests share cached prefixes only when both are equal.
+std::optional<ApiError> parse_cache_namespace(const nlohmann::ordered_json& body, OpenAiRequest& out);
 
 constexpr int kMaxChoices = 64;
 constexpr int kDefaultCompletionMaxTokens = 16;  // OpenAI, SGLang and vLLM

@@ -142,6 +142,7 @@ std::optional<ApiError> parse_generate_request(const json& body, const SamplingD
     else if (rid.is_array() && rid.size() == 1 && rid[0].is_string()) out.rid = rid[0].get<std::string>();
     else return ApiError::bad_request("'rid' must be a string", "rid");
   }
+  if (auto e = parse_cache_namespace(body, out)) return e;
   const bool want_lp = body.value("return_logprob", false) == true;
   if (body.contains("return_logprob") && !body["return_logprob"].is_boolean() && !body["return_logprob"].is_null())
     return ApiError::bad_request("'return_logprob' must be a boolean", "return_logprob");

@@ -463,6 +463,24 @@ test('prefix cache: usage.prompt_tokens_details.cached_tokens, streaming too; /f
   assert.equal(after.usage.prompt_tokens_details.cached_tokens, 0, 'flushed');
 });
 
+// cache_salt (vLLM) and extra_key (SGLang): cached prefixes are shared only within one namespace.
+test('prefix cache: cache_salt and extra_key keep cached prefixes apart', async () => {
+  const prompt = 'class Stack:\n    def push(self, x):\n        self.items.append(x)\n\n'.repeat(8);
+  const ask = (extra) => client.completions.create({ model: 'tiny-coder', prompt, max_tokens: 2, temperature: 0, ...extra });
+  const cachedOf = (r) => r.usage.prompt_tokens_details.cached_tokens;
+  assert.equal(cachedOf(await ask({ cache_salt: 'tenant-A' })), 0);
+  assert.ok(cachedOf(await ask({ cache_salt: 'tenant-A' })) > 0, 'same salt: served from cache');
+  assert.equal(cachedOf(await ask({ cache_salt: 'tenant-B' })), 0, 'another salt: not');
+  assert.equal(cachedOf(await ask({})), 0, 'no salt: not');
+  assert.equal(cachedOf(await ask({ extra_key: 'k1' })), 0, 'an extra_key is a namespace too');
+  assert.ok(cachedOf(await ask({ extra_key: 'k1' })) > 0);
+  assert.equal(cachedOf(await ask({ extra_key: 'k1', cache_salt: 'tenant-A' })), 0, 'both together: their own');
+  const empty = await curl(['-s', '-H', 'content-type: application/json', '-d',
+    JSON.stringify({ model: 'tiny-coder', prompt: 'x', max_tokens: 1, cache_salt: '' }), `${server.base}/v1/completions`]);
+  assert.equal(empty.status, 400, empty.body);
+  assert.equal(JSON.parse(empty.body).error.param, 'cache_salt');
+});
+
 // deltaserve bench --multi-turn: each turn resends the conversation; the cache serves the history.
 test('bench --multi-turn: later turns are served from the prefix cache', async () => {
   const srv = await startServer(['--model-path', MODEL, '--context-length', '4096', '--max-running-requests', '4'],

@@ -52,10 +52,11 @@ struct Result {
   FinishReason finish = FinishReason::None;
 };
 
-Result run(Engine& e, const std::vector<int32_t>& prompt, int n) {
+Result run(Engine& e, const std::vector<int32_t>& prompt, int n, const std::string& cache_namespace = "") {
   GenerateRequest r;
   r.id = e.next_request_id();
   r.prompt = prompt;
+  r.cache_namespace = cache_namespace;
   r.sampling.temperature = 0;
   r.sampling.max_tokens = n;
   r.sampling.ignore_eos = true;
@@ -157,6 +158,31 @@ INSTANTIATE_TEST_SUITE_P(
                                                                      : "qwen3_tiny";
       return m + "_k" + std::to_string(std::get<1>(info.param));
     });
+
+// Namespaces (cache_salt / extra_key): a prompt cached under one is served from cache only to
+// requests under the same one; the same prompt under another is computed again and cached beside
+// it; outputs stay those of the default namespace.
+TEST(PrefixCache, NamespacesIsolateCachedPrefixes) {
+  Fixture fx(source_dir() / "models/tiny-coder");
+  const auto p = prompt_of(fx, 150, 1);
+  auto e = make("models/tiny-coder", CacheSetup{});
+  ASSERT_NE(e, nullptr);
+  const Result plain = run(*e, p, 8);
+  EXPECT_EQ(plain.cached, 0);
+  const Result a1 = run(*e, p, 8, "7:salt-A");
+  EXPECT_EQ(a1.cached, 0) << "the default namespace's entry is not salt-A's";
+  const Result a2 = run(*e, p, 8, "7:salt-A");
+  EXPECT_GE(a2.cached, 128) << "salt-A's own entry";
+  const Result b1 = run(*e, p, 8, "7:salt-B");
+  EXPECT_EQ(b1.cached, 0);
+  const Result again = run(*e, p, 8);
+  EXPECT_GE(again.cached, 128) << "the default namespace keeps its entry";
+  for (const Result* r : {&a1, &a2, &b1, &again}) EXPECT_EQ(r->tokens, plain.tokens);
+  // A prompt sharing only a prefix with salt-B's is served that prefix under salt-B alone.
+  const auto q = share(p, 100, prompt_of(fx, 130, 5));
+  EXPECT_GE(run(*e, q, 4, "7:salt-B").cached, 64);
+  EXPECT_EQ(run(*e, q, 4, "7:salt-C").cached, 0);
+}
 
 // A pool too small for everything: the cache is evicted for running requests, nobody fails, and
 // the outputs stay those of an engine without the cache.
