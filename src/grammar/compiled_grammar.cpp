@@ -126,6 +126,7 @@ class GrammarCompiler {
   std::array<uint8_t, 256> class_rep_{};  // one byte of each class
   int64_t nfa_total_ = 0;
   int64_t dfa_total_ = 0;
+  int64_t subset_steps_ = 0;  // GrammarLimits::max_subset_steps
 
   // --- analysis ---
 
@@ -374,6 +375,7 @@ class GrammarCompiler {
         stack.pop_back();
         if (mark[static_cast<size_t>(s)] == epoch) continue;
         mark[static_cast<size_t>(s)] = epoch;
+        ++subset_steps_;
         // Keep only states with edges (or the accept state): smaller sets, same automaton.
         if (!nfa.bytes[static_cast<size_t>(s)].empty() || !nfa.calls[static_cast<size_t>(s)].empty() || s == accept)
           set.push_back(s);
@@ -404,6 +406,10 @@ class GrammarCompiler {
       if (dfa_total_ + static_cast<int64_t>(nodes.size()) > limits_.max_dfa_nodes)
         return error("grammar too large: rule '", out.name, "' needs more than ", limits_.max_dfa_nodes,
                      " automaton nodes");
+      subset_steps_ += static_cast<int64_t>(nodes[d].size());
+      if (subset_steps_ > limits_.max_subset_steps)
+        return error("grammar too complex: rule '", out.name, "' needs more than ", limits_.max_subset_steps,
+                     " steps to compile (nested repetition counts multiply)");
       out.next.resize((d + 1) * nc, -1);
       out.final.push_back(0);
       out.has_bytes.push_back(0);

@@ -54,6 +54,10 @@ constexpr int32_t kSentinel = -2;  // "some unknown caller" (token masks compute
 struct GrammarLimits {
   int64_t max_nfa_states = 4'000'000;
   int64_t max_dfa_nodes = 400'000;
+  // Steps of the subset construction (NFA states visited by the closures and the nodes' edges),
+  // all rules together: nested counted repetitions such as (a{1,200}){1,200} stay small as NFAs
+  // but cost n^4 steps to determinize (minutes), on a thread that serves requests.
+  int64_t max_subset_steps = 30'000'000;
 };
 
 struct CompiledGrammarStats {

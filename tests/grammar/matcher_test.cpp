@@ -165,5 +165,22 @@ TEST(CompiledGrammar, SizeLimitIsAnError) {
   EXPECT_NE(c.status().message().find("too large"), std::string::npos);
 }
 
+// Nested counted repetitions are small NFAs with n^2 DFA nodes of ~n NFA states each: past the
+// step budget they are an error (it took minutes at n = 200), below it they compile exactly.
+TEST(CompiledGrammar, NestedRepetitionPastTheStepBudgetIsAnError) {
+  auto big = grammar_from_regex("(a{1,200}){1,200}");
+  ASSERT_TRUE(big.is_ok());
+  auto c = CompiledGrammar::compile(*big, byte_vocab());
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("too complex"), std::string::npos) << c.status().message();
+  auto small = compile_or_die(grammar_from_regex("(a{1,40}){1,40}"), byte_vocab());
+  ASSERT_NE(small, nullptr);
+  EXPECT_TRUE(testing::matches(small, std::string(1600, 'a')));
+  EXPECT_FALSE(testing::matches(small, std::string(1601, 'a')));
+  GrammarLimits tight;
+  tight.max_subset_steps = 1000;
+  EXPECT_FALSE(CompiledGrammar::compile(*grammar_from_regex("(a{1,40}){1,40}"), byte_vocab(), tight).is_ok());
+}
+
 }  // namespace
 }  // namespace deltaserve
