@@ -1,6 +1,7 @@
 #include "app/cli_args.h"
 
 #include <cerrno>
+#include <cstdint>
 #include <cmath>
 #include <cstdlib>
 
@@ -12,6 +13,19 @@ bool CliArgs::takes_value(const std::string& serve_flag, const std::string& next
   const FlagSpec* f = find_serve_flag(serve_flag);
   if (f == nullptr) return next.rfind("--", 0) != 0;
   return f->type != FlagType::Bool;
+}
+
+Status CliArgs::refuse_bool_word(const std::string& serve_flag, const std::string& next) {
+  const FlagSpec* f = find_serve_flag(serve_flag);
+  if (f == nullptr || f->type != FlagType::Bool) return Status::ok();
+  return refuse_separate_bool_value(*f, next);
+}
+
+Result<int> parse_top_k(const std::string& text) {
+  auto v = parse_int("top-k", text);
+  if (!v) return v.status();
+  if (*v != -1 && (*v < 1 || *v > INT32_MAX)) return error("--top-k must be -1 (off) or 1..", INT32_MAX, " (got ", text, ")");
+  return static_cast<int>(*v);
 }
 
 Result<long long> parse_int(const std::string& option, const std::string& text) {

@@ -23,7 +23,8 @@ class CliArgs {
   // one flag table to parse (src/options/serve_options.h).
   Status parse(const std::vector<std::string>& args, std::vector<std::string>* serve_flags = nullptr) {
     for (std::size_t i = 0; i < args.size(); ++i) {
-      const std::string& a = args[i];
+      // -h is --help wherever --help is declared (as for serve and the top level).
+      const std::string& a = args[i] == "-h" && flag_options_.count("help") ? std::string("--help") : args[i];
       if (a.rfind("--", 0) != 0) return error("unexpected argument '", a, "'");
       std::string name = a.substr(2), value;
       bool has_value = false;
@@ -45,7 +46,13 @@ class CliArgs {
         serve_flags->push_back(a);
         // A name the table does not know takes the next word unless it is an option itself:
         // the table then refuses the name, rather than the word being taken for an argument.
-        if (!has_value && i + 1 < args.size() && takes_value(name, args[i + 1])) serve_flags->push_back(args[++i]);
+        if (!has_value && i + 1 < args.size()) {
+          if (takes_value(name, args[i + 1])) {
+            serve_flags->push_back(args[++i]);
+          } else if (Status s = refuse_bool_word(name, args[i + 1]); !s) {
+            return s;
+          }
+        }
       } else {
         return error("unknown option --", name);
       }
@@ -67,6 +74,8 @@ class CliArgs {
 
  private:
   static bool takes_value(const std::string& serve_flag, const std::string& next);
+  // `--bool-serve-flag false`: refused as the serve parser refuses it (refuse_separate_bool_value).
+  static Status refuse_bool_word(const std::string& serve_flag, const std::string& next);
   std::set<std::string> value_options_, flag_options_;
   std::map<std::string, std::string> values_;
   std::set<std::string> flags_;
@@ -76,5 +85,7 @@ class CliArgs {
 Result<long long> parse_int(const std::string& option, const std::string& text);
 Result<double> parse_double(const std::string& option, const std::string& text);
 Result<std::vector<int>> parse_int_list(const std::string& option, const std::string& text);
+// --top-k as SGLang takes it: -1 (off) or at least 1.
+Result<int> parse_top_k(const std::string& text);
 
 }  // namespace deltaserve

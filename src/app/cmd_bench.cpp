@@ -99,6 +99,8 @@ int cmd_bench(const Args& args) {
   if (auto v = cli.get("timeout")) {
     auto t = parse_double("timeout", *v);
     if (!t) return fail(t.status());
+    // 0 would mean no socket timeout at all (a hang), a negative one fails every connect.
+    if (!(*t > 0) || *t > 86400) return fail(error("--timeout must be > 0 and at most 86400 seconds (got ", *v, ")"));
     opts.timeout_s = *t;
   }
   if (auto v = cli.get("request-rate")) {
@@ -139,8 +141,11 @@ int cmd_bench(const Args& args) {
     }
     std::fputs(multi_turn_table(*report).c_str(), stdout);
     if (auto out = cli.get("output")) {
-      if (!write_file(*out, multi_turn_json(*report) + "\n")) std::fprintf(stderr, "cannot write %s\n", out->c_str());
-      else std::printf("wrote %s\n", out->c_str());
+      if (!write_file(*out, multi_turn_json(*report) + "\n")) {
+        std::fprintf(stderr, "deltaserve bench: cannot write %s\n", out->c_str());
+        return 1;
+      }
+      std::printf("wrote %s\n", out->c_str());
     }
     return report->first_error.empty() ? 0 : 1;
   }
@@ -162,31 +167,48 @@ int cmd_bench(const Args& args) {
   const std::string svg_path = cli.get_or("svg", json_path.size() > 5 && json_path.substr(json_path.size() - 5) == ".json"
                                                      ? json_path.substr(0, json_path.size() - 5) + ".svg"
                                                      : json_path + ".svg");
-  if (!write_file(json_path, bench_json(*report) + "\n")) std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
-  else std::printf("wrote %s\n", json_path.c_str());
-  if (!write_file(svg_path, bench_svg(*report))) std::fprintf(stderr, "cannot write %s\n", svg_path.c_str());
-  else std::printf("wrote %s\n", svg_path.c_str());
+  // The exit status: 1 when a file could not be written or a level had no successful request
+  // (its figures measure nothing); results are still printed and recorded.
+  int rc = 0;
+  if (!write_file(json_path, bench_json(*report) + "\n")) {
+    std::fprintf(stderr, "deltaserve bench: cannot write %s\n", json_path.c_str());
+    rc = 1;
+  } else {
+    std::printf("wrote %s\n", json_path.c_str());
+  }
+  if (!write_file(svg_path, bench_svg(*report))) {
+    std::fprintf(stderr, "deltaserve bench: cannot write %s\n", svg_path.c_str());
+    rc = 1;
+  } else {
+    std::printf("wrote %s\n", svg_path.c_str());
+  }
+  for (const LevelResult& l : report->levels)
+    if (l.n_requests > 0 && l.n_failed >= l.n_requests) {
+      std::fprintf(stderr, "deltaserve bench: every request at concurrency %d failed; first error: %s\n", l.concurrency,
+                   l.first_error.c_str());
+      rc = 1;
+    }
 
-  if (cli.flag("no-record")) return 0;
+  if (cli.flag("no-record")) return rc;
   if (report->launch_id <= 0) {
     std::printf("not attached to a launch: the server did not report a launch_id at /v1/server_info\n");
-    return 0;
+    return rc;
   }
   const std::filesystem::path dir = cli.has("state-dir") ? std::filesystem::path(*cli.get("state-dir")) : default_state_dir();
   auto db = LaunchDb::open(dir);
   if (!db) {
     std::fprintf(stderr, "deltaserve bench: results not attached: %s\n", db.status().message().c_str());
-    return 0;
+    return rc;
   }
   for (const auto& m : bench_measurements(*report)) {
     if (Status s = (*db)->add_measurement(m); !s) {
       std::fprintf(stderr, "deltaserve bench: results not attached: %s (is the server using another --state-dir?)\n",
                    s.message().c_str());
-      return 0;
+      return rc;
     }
   }
   std::printf("attached to launch #%lld in %s\n", static_cast<long long>(report->launch_id), (*db)->path().c_str());
-  return 0;
+  return rc;
 }
 
 }  // namespace deltaserve

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <mutex>
 #include <thread>
 
 #include "app/cli_args.h"
@@ -32,6 +33,7 @@ namespace {
 struct RunResult {
   double prefill_tok_s = 0, decode_tok_s = 0, decode_only_tok_s = 0, accept_length = 0;
   int generated = 0;
+  std::string error;  // the first failed request's error ("" = every request finished)
 };
 
 // A request of `prompt_len` random tokens generating exactly `gen_len` (ignore_eos), sampled with
@@ -66,6 +68,7 @@ RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int pr
   };
   std::vector<std::vector<Emitted>> emitted(batch);  // [batch][events]
   std::vector<double> first(batch, 0), last(batch, 0), accept(batch, 0);
+  std::vector<std::string> errors(batch);
   std::vector<std::thread> readers;
   for (int b = 0; b < batch; ++b) {
     readers.emplace_back([&, b] {
@@ -79,6 +82,7 @@ RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int pr
         if (ev->finish != FinishReason::None) {
           last[b] = now;
           accept[b] = ev->accept_length;
+          if (ev->finish == FinishReason::Error) errors[b] = ev->error.empty() ? "request failed" : ev->error;
           break;
         }
       }
@@ -86,6 +90,11 @@ RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int pr
   }
   for (auto& r : readers) r.join();
   RunResult res;
+  for (const std::string& err : errors)
+    if (!err.empty()) {
+      res.error = err;  // the figures of a failed run mean nothing
+      return res;
+    }
   const double end = *std::max_element(last.begin(), last.end());
   const double first_any = *std::min_element(first.begin(), first.end());
   const double first_all = *std::max_element(first.begin(), first.end());
@@ -108,10 +117,13 @@ RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int pr
 struct WorkloadResult {
   double output_tok_s = 0;
   double ttft_p50_ms = 0, ttft_p99_ms = 0;
+  std::string error;  // the first failed request's error
 };
 WorkloadResult run_workload(Engine& e, const SamplingParams& sampling, int concurrency, int64_t n_requests,
                             int prompt_len, int gen_len, uint64_t seed) {
   std::atomic<int64_t> next{0}, tokens{0};
+  std::mutex error_mu;
+  std::string first_error;
   std::vector<std::vector<double>> ttft(static_cast<size_t>(concurrency));  // seconds, per client
   const double t0 = now_seconds();
   std::vector<std::thread> clients;
@@ -128,6 +140,10 @@ WorkloadResult run_workload(Engine& e, const SamplingParams& sampling, int concu
             first = false;
           }
           tokens += static_cast<int64_t>(ev->tokens.size());
+          if (ev->finish == FinishReason::Error) {
+            std::lock_guard<std::mutex> lock(error_mu);
+            if (first_error.empty()) first_error = ev->error.empty() ? "request failed" : ev->error;
+          }
           if (ev->finish != FinishReason::None) break;
         }
       }
@@ -135,6 +151,7 @@ WorkloadResult run_workload(Engine& e, const SamplingParams& sampling, int concu
   for (auto& t : clients) t.join();
   const double wall = now_seconds() - t0;
   WorkloadResult r;
+  r.error = first_error;
   r.output_tok_s = wall > 0 ? double(tokens.load()) / wall : 0;
   std::vector<double> all;
   for (const auto& v : ttft) all.insert(all.end(), v.begin(), v.end());
@@ -165,7 +182,7 @@ int cmd_bench_offline(const Args& args) {
   }
   if (cli.flag("help")) {
     std::printf("usage: deltaserve bench-offline [--batch 1,8] [--threads 1,2] [--prompt-len 1024[,8192,...]] [--gen-len 128]\n"
-                "         [--prefill-len 512] [--workload] [--temperature 0 --top-k -1 --top-p 1] (greedy by default)\n"
+                "         [--prefill-len 1024] [--workload] [--temperature 0 --top-k -1 --top-p 1] (greedy by default)\n"
                 "         [--json] [serve flags: --model-path DIR --load-format dummy --device cuda\n"
                 "          --speculative-algorithm NEXTN --speculative-num-steps K --kv-cache-dtype ...]\n"
                 "The engine is configured as serve configures it (same flags, defaults and memory plan), except\n"
@@ -196,22 +213,40 @@ int cmd_bench_offline(const Args& args) {
   auto prompt_lens = parse_int_list("prompt-len", cli.get_or("prompt-len", "1024"));
   auto gen_len = parse_int("gen-len", cli.get_or("gen-len", "128"));
   auto prefill_len = parse_int("prefill-len", cli.get_or("prefill-len", "1024"));
-  auto top_k = parse_int("top-k", cli.get_or("top-k", "-1"));
-  SamplingParams sampling;  // greedy unless --temperature
-  sampling.temperature = std::strtof(cli.get_or("temperature", "0").c_str(), nullptr);
-  sampling.top_p = std::strtof(cli.get_or("top-p", "1").c_str(), nullptr);
-  if (!(sampling.temperature >= 0) || !(sampling.top_p > 0 && sampling.top_p <= 1)) {
-    std::fprintf(stderr, "deltaserve bench-offline: --temperature must be >= 0 and --top-p in (0, 1]\n");
-    return 2;
-  }
+  auto top_k = parse_top_k(cli.get_or("top-k", "-1"));
+  auto temperature = parse_double("temperature", cli.get_or("temperature", "0"));
+  auto top_p = parse_double("top-p", cli.get_or("top-p", "1"));
   for (const Status& st : {batches.status(), threads.status(), prompt_lens.status(), gen_len.status(),
-                           prefill_len.status(), top_k.status()}) {
+                           prefill_len.status(), top_k.status(), temperature.status(), top_p.status()}) {
     if (!st.is_ok()) {
       std::fprintf(stderr, "deltaserve bench-offline: %s\n", st.message().c_str());
       return 2;
     }
   }
-  sampling.top_k = static_cast<int>(*top_k);
+  // Ranges (a batch is that many requests and reader threads; lengths are tokens).
+  constexpr int kMaxBatch = 4096, kMaxLen = 1 << 24;
+  std::string range_error;
+  for (int b : *batches)
+    if (b < 1 || b > kMaxBatch) range_error = str_cat("--batch values must be 1..", kMaxBatch, " (got ", b, ")");
+  for (int t : *threads)
+    if (t < 0 || t > kMaxThreads) range_error = str_cat("--threads values must be 0..", kMaxThreads, " (0: all usable CPUs) (got ", t, ")");
+  for (int p : *prompt_lens)
+    if (p < 1 || p > kMaxLen) range_error = str_cat("--prompt-len values must be 1..", kMaxLen, " (got ", p, ")");
+  if (*gen_len < 1 || *gen_len > kMaxLen) range_error = str_cat("--gen-len must be 1..", kMaxLen, " (got ", *gen_len, ")");
+  if (*prefill_len < 1 || *prefill_len > kMaxLen)
+    range_error = str_cat("--prefill-len must be 1..", kMaxLen, " (got ", *prefill_len, ")");
+  if (!(*temperature >= 0 && *temperature <= 100)) range_error = str_cat("--temperature must be 0..100 (got ", *temperature, ")");
+  if (!(*top_p > 0 && *top_p <= 1)) range_error = str_cat("--top-p must be in (0, 1] (got ", *top_p, ")");
+  // Serve's flags that this command does not read (it sends random token ids, no text).
+  if (!opts.tokenizer_path.empty()) range_error = "--tokenizer-path: bench-offline sends token ids and reads no tokenizer";
+  if (!range_error.empty()) {
+    std::fprintf(stderr, "deltaserve bench-offline: %s\n", range_error.c_str());
+    return 2;
+  }
+  SamplingParams sampling;  // greedy unless --temperature
+  sampling.temperature = static_cast<float>(*temperature);
+  sampling.top_p = static_cast<float>(*top_p);
+  sampling.top_k = *top_k;
   nlohmann::json results = nlohmann::json::array();
   const bool workload = cli.flag("workload");
   // Every figure names its context: prefill over --prefill-len tokens, decode at --prompt-len
@@ -236,7 +271,8 @@ int cmd_bench_offline(const Args& args) {
     // A batch submitted at once is measured as a batch: the prompts of its last sequences are not
     // held back for the decodes of its first ones (serve's default learns a budget for that).
     if (!o.is_explicit("mixed-prefill-tokens")) o.mixed_prefill_tokens = std::numeric_limits<int32_t>::max();
-    auto setup = setup_engine(o, *model_config);
+    Status valid = validate_serve_options(o);  // the sizes set here are checked as the flags' are
+    auto setup = valid ? setup_engine(o, *model_config) : Result<EngineSetup>(valid);
     if (!setup) {
       std::fprintf(stderr, "deltaserve bench-offline: %s\n", setup.status().message().c_str());
       return 1;
@@ -269,10 +305,18 @@ int cmd_bench_offline(const Args& args) {
     }
     // Prefill: one long prompt, one generated token.
     RunResult pre = run_batch(e, sampling, 1, static_cast<int>(*prefill_len), 1, 2);
+    // A failed request (e.g. a prompt past the context) is reported, not measured.
+    auto failed = [&](const std::string& err, const char* what) {
+      std::fprintf(stderr, "deltaserve bench-offline: %s failed: %s\n", what, err.c_str());
+      e.stop();
+      return 1;
+    };
+    if (!pre.error.empty()) return failed(pre.error, "the prefill run");
     for (int prompt_len : *prompt_lens)
     for (int b : *batches) {
       const EngineStats s0 = settled_stats(e);
       RunResult r = run_batch(e, sampling, b, prompt_len, static_cast<int>(*gen_len), 3 + b);
+      if (!r.error.empty()) return failed(r.error, str_cat("a request at batch ", b).c_str());
       // At batch 1 every decode step streams all weights once (MTP verification streams them
       // once per step too, so divide by the accept length when speculating).
       const double steps_per_s = r.decode_tok_s / b / (r.accept_length > 0 ? r.accept_length : 1.0);
@@ -287,6 +331,7 @@ int cmd_bench_offline(const Args& args) {
       const WorkloadResult wl = workload ? run_workload(e, sampling, b, std::max<int64_t>(8, 4 * int64_t(b)),
                                                         prompt_len, static_cast<int>(*gen_len), 100 + b)
                                          : WorkloadResult{};
+      if (!wl.error.empty()) return failed(wl.error, str_cat("a workload request at batch ", b).c_str());
       std::printf("%-8d %-6d %8lld %14.0f %14.1f %17.1f %14.2f %12.2f", t, b, static_cast<long long>(prompt_len),
                   pre.prefill_tok_s, r.decode_tok_s, r.decode_only_tok_s, gbps, r.accept_length);
       if (workload) std::printf(" %16.1f %8.1f / %.1f", wl.output_tok_s, wl.ttft_p50_ms, wl.ttft_p99_ms);

@@ -21,6 +21,8 @@ constexpr const char* kUsage =
 
 int cmd_config(const Args& in_args) {
   std::vector<std::string> args = in_args;
+  for (auto& a : args)
+    if (a == "-h") a = "--help";
   auto json = take_last(args, "json", false);
   auto toml = json ? take_last(args, "toml", false) : json;
   auto state_dir = toml ? take_last(args, "state-dir", true) : toml;
@@ -35,6 +37,21 @@ int cmd_config(const Args& in_args) {
   }
   const std::filesystem::path dir = state_dir->has_value() ? std::filesystem::path(**state_dir) : default_state_dir();
   const std::string verb = args[0];
+  // Options are taken out above; whatever still looks like one is unknown here.
+  for (const auto& a : args)
+    if (a.size() > 1 && a[0] == '-' && a.find(' ') == std::string::npos) {  // (a command line has spaces)
+      std::fprintf(stderr, "deltaserve config: unknown option %s\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+  // Each verb's own output option: the other verb's is refused, not ignored.
+  if (verb == "diff" && toml->has_value()) {
+    std::fprintf(stderr, "deltaserve config diff: --toml is for `config show`; diff prints text or --json\n");
+    return 2;
+  }
+  if (verb == "show" && json->has_value()) {
+    std::fprintf(stderr, "deltaserve config show: --json is for `config diff`; show prints text or --toml\n");
+    return 2;
+  }
   if (verb == "diff" && args.size() == 3) {
     auto a = load_config_source(args[1], dir);
     if (!a) {

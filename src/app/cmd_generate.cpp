@@ -80,9 +80,9 @@ int cmd_generate(const Args& args) {
     }
   }
   if (auto v = cli.get("top-k")) {
-    auto x = parse_int("top-k", *v);
+    auto x = parse_top_k(*v);
     if (!x) return fail(x.status().message(), 2);
-    sp.top_k = static_cast<int>(*x);
+    sp.top_k = *x;
   }
   if (auto v = cli.get("max-tokens")) {
     auto x = parse_int("max-tokens", *v);
@@ -95,11 +95,19 @@ int cmd_generate(const Args& args) {
     sp.seed = static_cast<uint64_t>(*x);
   }
 
+  // --tokenizer-path as serve reads it; a tokenizer it names must load (the model's may be absent).
   std::optional<Tokenizer> tokenizer;
-  if (auto t = Tokenizer::load(ec.model_dir); t) tokenizer = std::move(*t);
+  if (!opts->tokenizer_path.empty()) {
+    auto t = Tokenizer::load(opts->tokenizer_path);
+    if (!t) return fail(str_cat("--tokenizer-path: ", t.status().message()), 1);
+    tokenizer = std::move(*t);
+  } else if (auto t = Tokenizer::load(ec.model_dir); t) {
+    tokenizer = std::move(*t);
+  }
   std::vector<int32_t> prompt;
   if (auto text = cli.get("prompt")) {
-    if (!tokenizer) return fail(str_cat("--prompt needs a tokenizer in ", ec.model_dir.string(), " (use --prompt-ids)"), 1);
+    if (!tokenizer)
+      return fail(str_cat("--prompt needs a tokenizer in ", ec.model_dir.string(), " (use --prompt-ids or --tokenizer-path)"), 1);
     prompt = tokenizer->encode(*text);
   } else {
     auto ids = parse_int_list("prompt-ids", *cli.get("prompt-ids"));

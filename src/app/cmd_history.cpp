@@ -1,6 +1,8 @@
 // `deltaserve history`: recorded launches with their key settings and best measured throughput.
 //   deltaserve history [--model SUBSTRING] [--json] [--state-dir DIR] [--limit N]
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +15,8 @@ namespace deltaserve {
 
 int cmd_history(const Args& in_args) {
   std::vector<std::string> args = in_args;
+  for (auto& a : args)
+    if (a == "-h") a = "--help";
   auto help = take_last(args, "help", false);
   auto json = help ? take_last(args, "json", false) : help;
   auto model = json ? take_last(args, "model", true) : json;
@@ -33,13 +37,22 @@ int cmd_history(const Args& in_args) {
     return 0;
   }
   int n = 50;
-  if (limit->has_value()) n = std::atoi((*limit)->c_str());
+  if (limit->has_value()) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll((*limit)->c_str(), &end, 10);
+    if ((*limit)->empty() || *end != '\0' || errno == ERANGE || v < 1 || v > 1000000) {
+      std::fprintf(stderr, "deltaserve history: --limit must be 1..1000000 (got '%s')\n", (*limit)->c_str());
+      return 2;
+    }
+    n = static_cast<int>(v);
+  }
   auto db = LaunchDb::open(state_dir->has_value() ? std::filesystem::path(**state_dir) : default_state_dir());
   if (!db) {
     std::fprintf(stderr, "deltaserve history: %s\n", db.status().message().c_str());
     return 1;
   }
-  auto launches = (*db)->list(model->value_or(""), n > 0 ? n : 50);
+  auto launches = (*db)->list(model->value_or(""), n);
   if (!launches) {
     std::fprintf(stderr, "deltaserve history: %s\n", launches.status().message().c_str());
     return 1;
@@ -63,7 +76,10 @@ int cmd_history(const Args& in_args) {
     return 0;
   }
   if (launches->empty()) {
-    std::printf("no launches recorded in %s\n", (*db)->path().c_str());
+    if (model->has_value())
+      std::printf("no launches of a model matching '%s' in %s\n", (*model)->c_str(), (*db)->path().c_str());
+    else
+      std::printf("no launches recorded in %s\n", (*db)->path().c_str());
     return 0;
   }
   std::printf("%4s  %-20s  %-9s  %-28s  %2s  %4s  %7s  %7s  %5s  %5s  %s\n", "id", "started (UTC)", "status", "model",

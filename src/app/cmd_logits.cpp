@@ -32,8 +32,10 @@ int cmd_logits(const Args& args) {
   }
   const bool want_mtp = cli.flag("mtp");
   auto threads = parse_int("threads", cli.get_or("threads", "0"));
-  if (!threads) {
-    std::fprintf(stderr, "deltaserve logits: %s\n", threads.status().message().c_str());
+  if (!threads || *threads < 0 || *threads > kMaxThreads) {
+    std::fprintf(stderr, "deltaserve logits: %s\n",
+                 threads ? str_cat("--threads must be 0..", kMaxThreads, " (0: all usable CPUs)").c_str()
+                         : threads.status().message().c_str());
     return 2;
   }
   auto tp = parse_int("tp-size", cli.get_or("tp-size", "1"));

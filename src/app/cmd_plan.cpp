@@ -10,6 +10,8 @@
 #include "deploy/plan_input.h"
 #include "cache/memory_plan.h"
 #include "model/config.h"
+#include "model/tensor_parallel.h"
+#include "server/tool_call_parser.h"
 
 namespace deltaserve {
 namespace {
@@ -54,6 +56,15 @@ int cmd_plan(const Args& in_args) {
     std::fprintf(stderr, "deltaserve plan: %s\n", config.status().message().c_str());
     return 2;
   }
+  // What serve checks before it plans, plan checks too (exit 2 as serve's).
+  Status early = check_tp_split(*config, static_cast<int>(opts.tp_size), model_source);
+  if (early) early = tool_parser_kind_from_name(opts.tool_call_parser).status();
+  if (early && gpu_memory->has_value() && opts.device == "cpu")
+    early = error("--gpu-memory sizes GPUs; it does not apply with --device cpu (the CPU's budget is --max-memory)");
+  if (!early) {
+    std::fprintf(stderr, "deltaserve plan: %s\n", early.message().c_str());
+    return 2;
+  }
   HostInfo host = detect_host();
   PlanDevice device;
   int64_t device_memory = 0;
@@ -79,6 +90,10 @@ int cmd_plan(const Args& in_args) {
       std::fprintf(stderr, "deltaserve plan: --device cuda: no GPU found (nvidia-smi); pass --gpu-memory SIZE\n");
       return 2;
     }
+  }
+  if (Status s = check_device_flags(opts, device); !s) {
+    std::fprintf(stderr, "deltaserve plan: %s\n", s.message().c_str());
+    return 2;
   }
   MemoryPlanInput input = memory_plan_input(opts, device, device_memory, host);
   // serve measures what its CUDA context takes; here it is the documented assumption.

@@ -150,11 +150,13 @@ int cmd_serve(const Args& args) {
   const SamplingDefaults defaults = *generation_defaults;
 
   auto tokenizer = Tokenizer::load(opts.tokenizer_path.empty() ? opts.model_path : opts.tokenizer_path);
-  if (!tokenizer) return fail(tokenizer.status().message(), 1);
+  if (!tokenizer)
+    return fail(str_cat(opts.tokenizer_path.empty() ? "" : "--tokenizer-path: ", tokenizer.status().message()), 1);
   std::optional<std::filesystem::path> template_override;
   if (!opts.chat_template.empty()) template_override = opts.chat_template;
   auto chat_template = ChatTemplate::load(opts.model_path, template_override);
-  if (!chat_template) return fail(chat_template.status().message(), 1);
+  if (!chat_template)
+    return fail(str_cat(opts.chat_template.empty() ? "" : "--chat-template: ", chat_template.status().message()), 1);
   std::optional<std::string> bos, eos;
   if (!tokenizer->bos_token().empty()) bos = tokenizer->bos_token();
   if (!tokenizer->eos_token().empty()) eos = tokenizer->eos_token();

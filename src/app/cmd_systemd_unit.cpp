@@ -11,6 +11,7 @@
 #include "options/serve_options.h"
 #include "deploy/cli_split.h"
 #include "deploy/systemd_unit.h"
+#include "server/tool_call_parser.h"
 
 namespace deltaserve {
 namespace {
@@ -62,6 +63,11 @@ int cmd_systemd_unit(const Args& in_args) {
   }
   if (opts->model_path.empty()) {
     std::fprintf(stderr, "deltaserve systemd-unit: pass --model-path (the unit must say what it serves)\n");
+    return 2;
+  }
+  // serve checks the tool-call parser before it loads; a unit that would fail at start is refused.
+  if (auto k = tool_parser_kind_from_name(opts->tool_call_parser); !k) {
+    std::fprintf(stderr, "deltaserve systemd-unit: %s\n", k.status().message().c_str());
     return 2;
   }
   for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());

@@ -9,6 +9,7 @@
 #include "backend/backend_factory.h"
 #include "engine/follower_node.h"
 #include "model/generation_config.h"
+#include "model/tensor_parallel.h"
 #include "util/log.h"
 #include "util/thread_pool.h"
 
@@ -43,6 +44,12 @@ Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& c
 }
 
 Status single_replica_only(const ServeOptions& opts, const char* command) {
+  if (auto f = explicit_serve_only_flags(opts); !f.empty()) {
+    std::string names;
+    for (const auto& n : f) names += (names.empty() ? "" : ", ") + n;
+    return error(names, ": only `deltaserve serve` (the HTTP server) reads ", f.size() == 1 ? "it" : "them",
+                 "; `deltaserve ", command, "` refuses rather than ignores ", f.size() == 1 ? "it" : "them");
+  }
   if (opts.nnodes > 1)
     return error("--nnodes ", opts.nnodes, ": `deltaserve ", command, "` runs on one node; multi-node groups are for "
                  "`deltaserve serve`");
@@ -59,6 +66,8 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   s.device = resolve_plan_device(opts, host, cuda_built);
   if (opts.device == "cuda" && !cuda_built)
     return error("--device cuda: this build has no CUDA backend, or no CUDA device is visible");
+  DS_RETURN_IF_ERROR(check_device_flags(opts, s.device));
+  DS_RETURN_IF_ERROR(check_tp_split(model_config, static_cast<int>(opts.tp_size), opts.model_path));
   if (s.device == PlanDevice::Cuda) {
     // Made here to measure the memory the CUDA context takes; the engine's rank 0 uses it. (On the
     // CPU the engine makes its backends, sharing the threads out between tensor-parallel ranks.)
@@ -82,8 +91,6 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   ec.n_threads = static_cast<int>(opts.threads);
   ec.tp_size = static_cast<int>(opts.tp_size);
   ec.custom_all_reduce = !opts.disable_custom_all_reduce;
-  if (opts.disable_custom_all_reduce && ec.device != Device::Cuda)
-    return error("--disable-custom-all-reduce applies to GPU tensor parallelism (--device cuda); this run is on the CPU");
   ec.device_sampling = opts.sampling_backend == "device" || (opts.sampling_backend != "host" && ec.device == Device::Cuda);
   ec.max_running_requests = static_cast<int>(s.plan.max_running_requests);
   ec.max_waiting_requests = std::max(1024, 4 * ec.max_running_requests);

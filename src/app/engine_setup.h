@@ -37,7 +37,8 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
 // flags).
 Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& config, std::unique_ptr<Backend> backend,
                                                            int dp);
-// Refuses --dp-size > 1 and --nnodes > 1 for the commands that drive one engine (generate,
+// Refuses --dp-size > 1, --nnodes > 1 and the serve-only settings (explicit_serve_only_flags:
+// --port, --api-key, --chat-template, ...) for the commands that drive one engine (generate,
 // bench-offline).
 Status single_replica_only(const ServeOptions& opts, const char* command);
 

@@ -374,6 +374,9 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
                            human_bytes(p.kv_budget_bytes) + " holds " + commas(fit) + " tokens at " +
                            human_bytes(p.kv_bytes_per_token_per_gpu) + " each; set --max-total-tokens " +
                            commas(fit) + " or leave it out");
+      else if (in.max_total_tokens < block)  // (else "no request fits" below, not naming the cause)
+        p.errors.push_back("--max-total-tokens " + commas(in.max_total_tokens) + " is less than one KV block of " +
+                           std::to_string(block) + " tokens (--page-size): set at least " + std::to_string(block));
       else
         p.kv_tokens = in.max_total_tokens / block * block, bound = "--max-total-tokens";
     }

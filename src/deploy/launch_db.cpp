@@ -9,6 +9,7 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -134,6 +135,12 @@ LaunchRecord read_launch(const Stmt& s) {
   r.model.config_hash = s.text(10);
   r.model.weight_index_hash = s.text(11);
   // Records written before secrets were redacted at recording time are redacted on reading.
+  // A column that is not the JSON it should be is reported (history, config show), not read as empty.
+  for (auto [col, text, want_array] : {std::tuple{"config_json", s.text(12), false}, {"args_json", s.text(13), true},
+                                      {"derived_json", s.text(14), false}}) {
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    if (r.damaged.empty() && (want_array ? !j.is_array() : !j.is_object())) r.damaged = col;
+  }
   r.config = redact_secret_settings(kv_from_json(s.text(12)));
   r.args = redact_secret_args(list_from_json(s.text(13)));
   r.derived = kv_from_json(s.text(14));
@@ -185,6 +192,7 @@ int64_t process_start_ticks(int64_t pid) {
 }
 
 std::string launch_state(const LaunchRecord& r) {
+  if (!r.damaged.empty()) return "damaged";  // (its stored settings cannot be read)
   if (!r.stopped_at.empty()) return r.exit_status.empty() ? "stopped" : r.exit_status;
   if (r.pid <= 0) return "running?";
   const bool same_boot = !r.boot_id.empty() && r.boot_id == current_boot_id();
@@ -371,7 +379,10 @@ Result<LaunchRecord> LaunchDb::get(int64_t id) {
   if (!s.ok()) return error("launch database: ", s.error());
   s.bind(1, id);
   if (s.step() != SQLITE_ROW) return error("launch #", id, " is not in ", path_.string());
-  return read_launch(s);
+  LaunchRecord r = read_launch(s);
+  if (!r.damaged.empty())
+    return error("launch #", id, " in ", path_.string(), " is damaged: its ", r.damaged, " is not valid JSON");
+  return r;
 }
 
 Result<std::vector<Measurement>> LaunchDb::measurements(int64_t id) {

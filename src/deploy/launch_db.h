@@ -64,6 +64,7 @@ struct LaunchRecord {
   std::string version;
   ModelIdentity model;
   KeyValues config;               // effective serve settings, every flag (table order)
+  std::string damaged;            // "" or which stored JSON column could not be read (get() refuses it)
   std::vector<std::string> args;  // the explicit settings as a command line (secrets redacted)
   int64_t pid = 0;                // the serving process (0: recorded before pids were)
   std::string boot_id;            // /proc/sys/kernel/random/boot_id at launch

@@ -12,6 +12,20 @@ PlanDevice resolve_plan_device(const ServeOptions& opts, const HostInfo& host, b
   return cuda_built && !host.gpus.empty() ? PlanDevice::Cuda : PlanDevice::Cpu;
 }
 
+Status check_device_flags(const ServeOptions& o, PlanDevice device) {
+  if (device == PlanDevice::Cuda) {
+    if (o.is_explicit("max-memory"))
+      return error("--max-memory is the CPU's memory budget; on GPUs use --mem-fraction-static (this run is on CUDA)");
+    return Status::ok();
+  }
+  const std::vector<std::string> gpu = explicit_gpu_only_flags(o);
+  if (gpu.empty()) return Status::ok();
+  std::string names;
+  for (const auto& n : gpu) names += (names.empty() ? "" : ", ") + n;
+  return error(names, gpu.size() == 1 ? " applies" : " apply", " to GPUs (--device cuda); this run is on the CPU: remove ",
+               gpu.size() == 1 ? "it" : "them");
+}
+
 PrefillBudget resolve_prefill_budget(const ServeOptions& o, PlanDevice device) {
   PrefillBudget b;
   b.chunked_prefill_size = o.chunked_prefill_size > 0 ? o.chunked_prefill_size : device == PlanDevice::Cuda ? 8192 : 512;

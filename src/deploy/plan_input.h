@@ -22,6 +22,10 @@ struct PrefillBudget {
   int64_t chunked_prefill_size = 0;
   int64_t max_prefill_tokens = 0;
 };
+// Settings that mean nothing on `device`, refused by name (plan and serve alike): the GPU-only
+// ones (explicit_gpu_only_flags) on the CPU, --max-memory (the CPU's budget) on GPUs.
+Status check_device_flags(const ServeOptions& opts, PlanDevice device);
+
 PrefillBudget resolve_prefill_budget(const ServeOptions& opts, PlanDevice device);
 
 // --kv-cache-dtype resolved for the device.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <variant>
 
@@ -39,7 +40,7 @@ const std::vector<Row>& rows() {
     {{"tokenizer-path", "", S, "", "", "tokenizer directory (default: the model directory)", YES, NO_PERF}, &ServeOptions::tokenizer_path},
     {{"served-model-name", "", S, "", "", "model name reported by /v1/models (default: the model path)", YES, NO_PERF}, &ServeOptions::served_model_name},
     {{"chat-template", "", S, "", "", "Jinja chat template file (default: the model's own)", YES, NO_PERF}, &ServeOptions::chat_template},
-    {{"reasoning-parser", "", S, "", "", "split <think> reasoning into reasoning_content (qwen3)", YES, NO_PERF}, &ServeOptions::reasoning_parser},
+    {{"reasoning-parser", "", C, "", "qwen3,qwen3-thinking,deepseek-r1", "split <think> reasoning into reasoning_content", YES, NO_PERF}, &ServeOptions::reasoning_parser},
     {{"tool-call-parser", "", S, "", "", "parse tool calls from the output (qwen3_coder, qwen25)", YES, NO_PERF}, &ServeOptions::tool_call_parser},
     {{"load-format", "", C, "auto", "auto,dummy", "auto: read the safetensors; dummy: random weights shaped by config.json", YES, NO_PERF}, &ServeOptions::load_format},
     {{"dtype", "", C, "auto", "auto,bfloat16,float16,float32", "weight/activation dtype (auto: bfloat16 on GPU, float32 on CPU)", NOT_YET, PERF}, &ServeOptions::dtype},
@@ -63,7 +64,7 @@ const std::vector<Row>& rows() {
     {{"node-rank", "", I, "0", "", "this node's rank among --nnodes (0 serves HTTP)", YES, NO_PERF}, &ServeOptions::node_rank},
     {{"dist-init-addr", "", S, "", "", "HOST:PORT where node 0 listens and the other nodes join it (SGLang's flag; needed with --nnodes > 1)", YES, NO_PERF}, &ServeOptions::dist_init_addr},
     {{"dist-timeout", "", I, "300", "", "seconds a node waits for the others at --dist-init-addr before failing", YES, NO_PERF}, &ServeOptions::dist_timeout},
-    {{"threads", "", I, "0", "", "CPU kernel threads (0: all usable CPUs)", YES, PERF}, &ServeOptions::threads},
+    {{"threads", "", I, "0", "", "CPU kernel threads, 0..1024 (0: all usable CPUs)", YES, PERF}, &ServeOptions::threads},
     {{"max-memory", "", B, "auto", "", "CPU: bytes for weights + KV + state (auto: 70% of available RAM)", YES, PERF}, &ServeOptions::max_memory},
     {{"mem-fraction-static", "", F, "auto", "", "GPU: fraction of GPU memory for weights + KV + state (auto: by GPU size)", YES, PERF}, &ServeOptions::mem_fraction_static},
     // Capacity.
@@ -74,7 +75,7 @@ const std::vector<Row>& rows() {
     {{"mamba-full-memory-ratio", "", F, "0.9", "", "state-slot memory / KV memory: splits the cache budget (SGLang meaning)", YES, PERF}, &ServeOptions::mamba_full_memory_ratio},
     {{"mamba-scheduler-strategy", "", C, "auto", "auto,no_buffer,extra_buffer", "GDN checkpoints for the prefix cache: no_buffer at prompt and prefill-chunk ends; extra_buffer (auto) also each request's last block boundary, cached when it finishes", YES, PERF}, &ServeOptions::mamba_scheduler_strategy},
     {{"page-size", "", I, "16", "", "tokens per KV block", YES, PERF}, &ServeOptions::page_size},
-    {{"chunked-prefill-size", "", I, "auto", "", "longest prefill chunk per request per step (auto: 8192 GPU, 512 CPU)", YES, PERF}, &ServeOptions::chunked_prefill_size},
+    {{"chunked-prefill-size", "", I, "auto", "", "longest prefill chunk per request per step (auto: 8192 GPU, 512 CPU; SGLang's -1, no chunking, means auto here)", YES, PERF}, &ServeOptions::chunked_prefill_size},
     {{"max-prefill-tokens", "", I, "auto", "", "prefill tokens per step over all requests (auto: 2 x chunked-prefill-size)", YES, PERF}, &ServeOptions::max_prefill_tokens},
     {{"mixed-prefill-tokens", "", I, "auto", "", "prefill tokens in a step that also decodes running requests, whose next tokens wait for that step (auto: what keeps such a step within ~2.5 decode steps, from the step times measured while serving; --max-prefill-tokens or more: no separate limit)", YES, PERF}, &ServeOptions::mixed_prefill_tokens},
     {{"schedule-policy", "", C, "fcfs", "fcfs,lpm", "waiting-queue order: first come first served, or longest cached prefix first", YES, PERF}, &ServeOptions::schedule_policy},
@@ -91,7 +92,7 @@ const std::vector<Row>& rows() {
     {{"sampling-backend", "", C, "auto", "auto,device,host,flashinfer,pytorch", "where non-greedy tokens are drawn: device (a GPU kernel per row; logits stay on the GPU) or host (the CPU sampler over fetched logits); rows with logprobs, grammars or speculative verification always use the host (auto: device on GPU, host on CPU; SGLang's flashinfer and pytorch mean auto)", YES, PERF}, &ServeOptions::sampling_backend},
     {{"disable-custom-all-reduce", "", BOOL, "false", "", "GPU tensor parallelism: NCCL for every collective, no one-shot peer all-reduce (needs libnccl.so.2)", YES, PERF}, &ServeOptions::disable_custom_all_reduce},
     {{"cuda-graph-max-bs", "", I, "auto", "", "largest decode batch replayed as a CUDA graph (auto: max running requests, at most 64)", YES, PERF}, &ServeOptions::cuda_graph_max_bs},
-    {{"attention-backend", "", S, "", "", "attention kernel family (default: the built-in one)", IGNORED, PERF}, &ServeOptions::attention_backend},
+    {{"attention-backend", "", S, "", "", "accepted for SGLang compatibility; no effect (one attention implementation is built in)", IGNORED, NO_PERF}, &ServeOptions::attention_backend},
     {{"enable-torch-compile", "", BOOL, "false", "", "accepted for SGLang compatibility; no effect", IGNORED, NO_PERF}, &ServeOptions::enable_torch_compile},
     // Operations.
     {{"state-dir", "", S, "", "", "launch records database folder (default: $XDG_STATE_HOME/deltaserve or ~/.local/state/deltaserve)", YES, NO_PERF}, &ServeOptions::state_dir},
@@ -253,24 +254,26 @@ bool is_default(const Row& row, const ServeOptions& opts) {
 
 Status apply_args(const std::vector<std::string>& args, ServeOptions& opts) {
   // --config first, so that the command line overrides the file.
+  // Its name is matched as every flag's is (find_row: dashes, case, '_').
   for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view a = args[i];
-    if (a == "--config") {
-      if (i + 1 >= args.size()) return error("option --config needs a value (a TOML file)");
-      DS_RETURN_IF_ERROR(load_serve_config_toml(args[i + 1], opts));
-      opts.config = args[i + 1];
-    } else if (a.rfind("--config=", 0) == 0) {
-      std::string file(a.substr(9));
-      DS_RETURN_IF_ERROR(load_serve_config_toml(file, opts));
-      opts.config = file;
-    }
+    const std::string& a = args[i];
+    if (a.size() < 2 || a[0] != '-') continue;
+    const std::size_t eq = a.find('=');
+    const Row* row = find_row(a.substr(0, eq));
+    if (!row || std::string_view(row->spec.name) != "config") continue;
+    if (eq == std::string::npos && i + 1 >= args.size()) return error("option --config needs a value (a TOML file)");
+    std::string file = eq == std::string::npos ? args[++i] : a.substr(eq + 1);
+    DS_RETURN_IF_ERROR(load_serve_config_toml(file, opts));
+    opts.config = file;
   }
-  bool seen_positional = false;
+  bool seen_positional = false, seen_model_flag = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.size() < 2 || a[0] != '-') {
       if (seen_positional)
         return error("unexpected argument '", a, "' (only the model path may be given without a flag)");
+      if (seen_model_flag)
+        return error("unexpected argument '", a, "': the model path is already given by --model-path");
       seen_positional = true;
       DS_RETURN_IF_ERROR(set_serve_option(opts, "model-path", a));
       continue;
@@ -284,11 +287,17 @@ Status apply_args(const std::vector<std::string>& args, ServeOptions& opts) {
     }
     const Row* row = find_row(name);
     if (!row) return error("unknown flag ", name, " (see `deltaserve serve --help`)");
+    if (std::string_view(row->spec.name) == "model-path") {
+      if (seen_positional)
+        return error("--", row->spec.name, " and a positional model path are both given: give one of them");
+      seen_model_flag = true;
+    }
     if (std::string_view(row->spec.name) == "config") {
       if (!has_value) ++i;  // already read above
       continue;
     }
     if (row->spec.type == FlagType::Bool) {
+      if (!has_value && i + 1 < args.size()) DS_RETURN_IF_ERROR(refuse_separate_bool_value(row->spec, args[i + 1]));
       DS_RETURN_IF_ERROR(set_serve_option(opts, row->spec.name, has_value ? value : "true"));
       continue;
     }
@@ -379,8 +388,8 @@ Status parse_serve_config_toml_text(const std::string& text, const std::string& 
     const toml::value& v = *vp;
     const Row* row = find_row(key);
     if (!row) return error(source, ": unknown setting '", key, "' (keys are serve flag names)");
-    if (std::string_view(row->spec.name) == "config")
-      return error(source, ": 'config' cannot be set inside a config file");
+    if (std::string_view(row->spec.name) == "config" || std::string_view(row->spec.name) == "help")
+      return error(source, ": '", row->spec.name, "' cannot be set inside a config file");
     std::string text;
     if (v.is_string()) {
       text = v.as_string().str;
@@ -445,7 +454,16 @@ Status validate_serve_options(ServeOptions& o) {
   } else if (!o.dist_init_addr.empty()) {
     if (auto a = parse_host_port(o.dist_init_addr); !a) return error("--dist-init-addr ", a.status().message());
   }
-  if (o.threads < 0) return error("--threads must be 0 (all CPUs) or more (got ", o.threads, ")");
+  if (o.threads < 0 || o.threads > kMaxThreads)
+    return error("--threads must be 0..", kMaxThreads, " (0: all usable CPUs) (got ", o.threads, ")");
+  // The engine holds these as int: a larger value is refused here, never narrowed (plan and serve
+  // then agree).
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  for (auto [flag, v] : {std::pair{"context-length", o.context_length}, {"max-running-requests", o.max_running_requests},
+                         {"max-total-tokens", o.max_total_tokens}, {"max-mamba-cache-size", o.max_mamba_cache_size},
+                         {"chunked-prefill-size", o.chunked_prefill_size}, {"max-prefill-tokens", o.max_prefill_tokens},
+                         {"mixed-prefill-tokens", o.mixed_prefill_tokens}, {"cuda-graph-max-bs", o.cuda_graph_max_bs}})
+    if (v > kIntMax) return error("--", flag, " must be at most ", kIntMax, " (got ", v, ")");
   if (o.cuda_graph_max_bs < 0) return error("--cuda-graph-max-bs must be positive, or auto (got ", o.cuda_graph_max_bs, ")");
   if (!(o.watchdog_timeout >= 0))
     return error("--watchdog-timeout must be >= 0 seconds (0: off) (got ", o.watchdog_timeout, ")");
@@ -502,6 +520,53 @@ std::vector<std::string> unsupported_option_warnings(const ServeOptions& opts) {
     names += str_cat("--", r.spec.name, "=", render(r, opts));
   }
   if (!names.empty()) out.push_back("accepted but not supported yet (no effect): " + names);
+  names.clear();
+  for (const Row& r : rows()) {
+    if (r.spec.support != FlagSupport::Ignored || !opts.is_explicit(r.spec.name)) continue;
+    if (!names.empty()) names += ", ";
+    names += str_cat("--", r.spec.name);
+  }
+  if (!names.empty()) out.push_back("accepted for SGLang compatibility, no effect here: " + names);
+  if (opts.chunked_prefill_size == -1)
+    out.push_back("--chunked-prefill-size -1 (SGLang: no chunking) is not built: prefills are chunked at the auto "
+                  "size (8192 tokens on GPU, 512 on CPU)");
+  return out;
+}
+
+Status refuse_separate_bool_value(const FlagSpec& flag, std::string_view next) {
+  const std::string t = lower(next);
+  for (const char* word : {"true", "false", "1", "0", "yes", "no", "on", "off"})
+    if (t == word)
+      return error("--", flag.name, " takes no separate value (use --", flag.name, "=", t, ")");
+  return Status::ok();
+}
+
+namespace {
+// Names (canonical) of the settings only the HTTP server reads, and of the GPU-only ones.
+constexpr const char* kServeOnly[] = {
+    "served-model-name", "chat-template", "reasoning-parser", "tool-call-parser", "host", "port", "api-key",
+    "max-request-bytes", "http-threads", "enable-cors", "allowed-origins", "state-dir", "shutdown-timeout",
+    "log-requests", "enable-metrics", "skip-server-warmup", "watchdog-timeout"};
+constexpr const char* kGpuOnly[] = {"mem-fraction-static", "disable-cuda-graph", "disable-overlap-schedule",
+                                    "disable-custom-all-reduce", "cuda-graph-max-bs"};
+
+std::vector<std::string> explicit_of(const ServeOptions& opts, std::span<const char* const> names) {
+  std::vector<std::string> out;
+  for (const Row& r : rows())
+    if (opts.is_explicit(r.spec.name) &&
+        std::find_if(names.begin(), names.end(), [&](const char* n) { return std::string_view(n) == r.spec.name; }) !=
+            names.end())
+      out.push_back(str_cat("--", r.spec.name));
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> explicit_serve_only_flags(const ServeOptions& opts) { return explicit_of(opts, kServeOnly); }
+
+std::vector<std::string> explicit_gpu_only_flags(const ServeOptions& opts) {
+  std::vector<std::string> out = explicit_of(opts, kGpuOnly);
+  // --sampling-backend device: a GPU kernel draws the tokens.
+  if (opts.sampling_backend == "device") out.push_back("--sampling-backend device");
   return out;
 }
 
@@ -600,7 +665,8 @@ std::string serve_options_help() {
   std::string out =
       "usage: deltaserve serve --model-path DIR [flags]\n"
       "Flags use SGLang's names; `--name value`, `--name=value`; `--config FILE.toml` holds the\n"
-      "same keys. (*) changes speed or memory; [not yet] is accepted with a warning.\n\n";
+      "same keys. (*) changes speed or memory; [not yet] is accepted with a warning; [no effect] is\n"
+      "accepted for SGLang command lines and does nothing here (a start-up note names it).\n\n";
   for (const Row& r : rows()) {
     const FlagSpec& s = r.spec;
     std::string left = str_cat("  --", s.name);
@@ -617,9 +683,10 @@ std::string serve_options_help() {
     if (*s.default_value) out += str_cat(" [default ", s.default_value, "]");
     if (s.affects_performance) out += " (*)";
     if (s.support == FlagSupport::NotYet) out += " [not yet]";
+    if (s.support == FlagSupport::Ignored) out += " [no effect]";
     if (*s.aliases) {
       out += " (also";
-      for (const auto& a : split_commas(s.aliases)) out += " --" + a;
+      for (const auto& a : split_commas(s.aliases)) out += (a.size() == 1 ? " -" : " --") + a;
       out += ")";
     }
     out += "\n";

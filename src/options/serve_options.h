@@ -172,8 +172,25 @@ Status validate_serve_options(ServeOptions& opts);
 // Fills derived values without rejecting anything (used by validate and by `config diff`).
 void resolve_serve_defaults(ServeOptions& opts);
 
-// Warnings for flags set to a non-default value that are not supported yet.
+// Warnings for flags set to a non-default value that are not supported yet, for IGNORED flags
+// that were given (they have no effect here), and for values that mean something else here.
 std::vector<std::string> unsupported_option_warnings(const ServeOptions& opts);
+
+// Upper bound of --threads (and `logits --threads`): more kernel threads than this only fail to
+// start or thrash; a fixed bound keeps `plan` and `serve` agreeing across machines.
+inline constexpr int64_t kMaxThreads = 1024;
+
+// A boolean flag given a separate word (`--disable-radix-cache false`): argparse's store_true
+// flags refuse that too. Error naming the flag and suggesting `--flag=VALUE` when `next` reads as
+// a boolean; ok otherwise.
+Status refuse_separate_bool_value(const FlagSpec& flag, std::string_view next);
+
+// Settings that only the HTTP server (`deltaserve serve`) reads, given explicitly: generate and
+// bench-offline refuse them by name. As "--name" in table order.
+std::vector<std::string> explicit_serve_only_flags(const ServeOptions& opts);
+// GPU-only settings given explicitly (--mem-fraction-static, --cuda-graph-max-bs, ...): refused
+// by name when the run is on the CPU. As "--name" in table order.
+std::vector<std::string> explicit_gpu_only_flags(const ServeOptions& opts);
 
 // Every setting (table order), incl. defaults, as (canonical name, text): "auto" for 0-auto values.
 std::vector<std::pair<std::string, std::string>> effective_config(const ServeOptions& opts);

@@ -55,7 +55,7 @@ Status OpenAiServer::start() {
     if (config_.reasoning_parser != "qwen3" && config_.reasoning_parser != "qwen3-thinking" &&
         config_.reasoning_parser != "deepseek-r1") {
       return error("unknown --reasoning-parser '", config_.reasoning_parser,
-                   "' (supported: qwen3)");
+                   "' (supported: qwen3, qwen3-thinking, deepseek-r1)");
     }
     reasoning_parser_ = true;
   }

@@ -2,6 +2,7 @@
 // warning, corrupt databases, the recorder API serve uses, and the systemd unit writer.
 #include "deploy/launch_db.h"
 
+#include <sqlite3.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -166,6 +167,30 @@ TEST_F(LaunchDbTest, CorruptDatabaseIsAClearError) {
   LaunchRecorder rec = LaunchRecorder::start(opts, nullptr, {}, "test");
   EXPECT_EQ(rec.launch_id(), 0);
   EXPECT_NE(rec.warning().find("launch not recorded"), std::string::npos);
+}
+
+// A row whose stored settings are not JSON is reported as damaged, never shown as an empty config.
+TEST_F(LaunchDbTest, DamagedRowIsReportedNotShownEmpty) {
+  auto db = LaunchDb::open(dir_);
+  ASSERT_TRUE(db) << db.status().message();
+  LaunchRecord r;
+  r.model = {"/m", "a", "b"};
+  r.config = {{"model-path", "/m"}};
+  auto id = (*db)->insert_launch(r);
+  ASSERT_TRUE(id) << id.status().message();
+  ASSERT_TRUE((*db)->get(*id));
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "launches.sqlite").c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "UPDATE launches SET config_json = 'not json'", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(raw);
+  auto got = (*db)->get(*id);
+  ASSERT_FALSE(got);
+  EXPECT_NE(got.status().message().find("is damaged: its config_json is not valid JSON"), std::string::npos)
+      << got.status().message();
+  auto all = (*db)->list();
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ(launch_state((*all)[0]), "damaged");
 }
 
 TEST_F(LaunchDbTest, StateDirThatIsAFile) {

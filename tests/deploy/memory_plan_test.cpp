@@ -173,6 +173,19 @@ TEST(MemoryPlan, ExplicitRatioThatCannotHoldTheRequestsIsAnError) {
   EXPECT_NE(q.warnings[0].find("--max-running-requests 16"), std::string::npos);
 }
 
+// --max-total-tokens below one KV block: the error names the flag, not "add memory or GPUs".
+TEST(MemoryPlan, MaxTotalTokensBelowOneBlockIsNamed) {
+  ModelConfig c = qwen36_27b();
+  MemoryPlanInput in = story_input();
+  in.max_total_tokens = 1;
+  MemoryPlan p = plan_memory(c, in);
+  ASSERT_FALSE(p.ok());
+  const std::string err = p.status().message();
+  EXPECT_NE(err.find("--max-total-tokens 1 is less than one KV block of " + std::to_string(in.kv_block_size) + " tokens"),
+            std::string::npos) << err;
+  EXPECT_EQ(err.find("add memory or GPUs"), std::string::npos) << err;
+}
+
 TEST(MemoryPlan, RelaunchWithDefaults) {
   // --speculative-num-steps 1, everything else default, same GPUs (as `plan --gpu-memory 48GiB`).
   ModelConfig c = qwen36_27b();

@@ -1,5 +1,6 @@
 // The serve flag table: argv and TOML parsing, defaults, validation messages, rendering.
 #include "options/serve_options.h"
+#include "deploy/plan_input.h"
 #include "util/log.h"
 
 #include <gtest/gtest.h>
@@ -186,15 +187,110 @@ TEST(ServeOptions, UnsupportedFlagsWarnByName) {
                                 "--trust-remote-code"},
                                &warnings);
   ASSERT_TRUE(r) << r.status().message();
-  ASSERT_EQ(warnings.size(), 1u);
+  ASSERT_EQ(warnings.size(), 2u);
   EXPECT_NE(warnings[0].find("--enable-metrics"), std::string::npos);
   EXPECT_NE(warnings[0].find("--log-requests"), std::string::npos);
   EXPECT_EQ(warnings[0].find("--tp-size"), std::string::npos);  // built: not "not yet"
   EXPECT_EQ(warnings[0].find("--dp-size"), std::string::npos);
   EXPECT_EQ(warnings[0].find("trust-remote-code"), std::string::npos);  // ignored, not "not yet"
+  EXPECT_EQ(warnings[1], "accepted for SGLang compatibility, no effect here: --trust-remote-code");
   warnings.clear();
   ASSERT_TRUE(parse_serve_options({"--port", "1234"}, &warnings));
   EXPECT_TRUE(warnings.empty());
+}
+
+// IGNORED flags that were given get a start-up line naming each; the help says they do nothing
+// and does not mark them as changing speed.
+TEST(ServeOptions, IgnoredFlagsAreNamedAtStartUpAndInTheHelp) {
+  std::vector<std::string> warnings;
+  ASSERT_TRUE(parse_serve_options({"--attention-backend", "bogus", "--enable-torch-compile"}, &warnings));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "accepted for SGLang compatibility, no effect here: --attention-backend, --enable-torch-compile");
+  const std::string help = serve_options_help();
+  const std::size_t at = help.find("  --attention-backend");
+  ASSERT_NE(at, std::string::npos);
+  const std::string line = help.substr(at, help.find('\n', at) - at);
+  EXPECT_EQ(line.find("(*)"), std::string::npos) << line;
+  EXPECT_NE(line.find("[no effect]"), std::string::npos) << line;
+  EXPECT_NE(help.find("(also -h)"), std::string::npos);
+  EXPECT_EQ(help.find("--h)"), std::string::npos);
+}
+
+// SGLang's --chunked-prefill-size -1 (no chunking) is not built: the start-up log says what it is.
+TEST(ServeOptions, ChunkedPrefillMinusOneSaysWhatItBecomes) {
+  std::vector<std::string> warnings;
+  ASSERT_TRUE(parse_serve_options({"--chunked-prefill-size", "-1"}, &warnings));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("--chunked-prefill-size -1"), std::string::npos);
+  EXPECT_NE(warnings[0].find("512 on CPU"), std::string::npos);
+}
+
+// A boolean flag given a separate word is refused (argparse's store_true does the same), and a
+// positional model path with --model-path is refused whichever comes first.
+TEST(ServeOptions, BoolFlagWithSeparateValueAndTwoModelPathsAreRefused) {
+  auto b = parse_serve_options({"--model-path", "/m", "--disable-radix-cache", "false"});
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.status().message(), "--disable-radix-cache takes no separate value (use --disable-radix-cache=false)");
+  auto t = parse_serve_options({"--model-path", "/m", "--enable-cors", "TRUE"});
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.status().message().find("--enable-cors=true"), std::string::npos);
+  // A bool flag then the positional model path is still fine.
+  auto ok = parse_serve_options({"--disable-radix-cache", "/m"});
+  ASSERT_TRUE(ok) << ok.status().message();
+  EXPECT_EQ(ok->model_path, "/m");
+  for (const Args& args : {Args{"/a", "--model-path", "/m"}, Args{"--model-path", "/m", "/a"}, Args{"--model=/m", "/a"}}) {
+    auto r = parse_serve_options(args);
+    ASSERT_FALSE(r) << args[0];
+    EXPECT_NE(r.status().message().find("--model-path"), std::string::npos) << r.status().message();
+  }
+}
+
+// Values the engine holds as int are refused above INT32_MAX (never narrowed), and --threads has
+// an upper bound; all at parse time, so plan, generate and serve (before its port) agree.
+TEST(ServeOptions, LargeValuesAreRefusedNotNarrowed) {
+  for (const char* flag : {"--max-prefill-tokens", "--chunked-prefill-size", "--context-length", "--max-running-requests",
+                           "--mixed-prefill-tokens", "--cuda-graph-max-bs"}) {
+    for (const char* v : {"99999999999", "4294967297"}) {
+      auto r = parse_serve_options({flag, v});
+      ASSERT_FALSE(r) << flag << " " << v;
+      EXPECT_NE(r.status().message().find(std::string(flag) + " must be at most 2147483647"), std::string::npos)
+          << r.status().message();
+    }
+  }
+  EXPECT_TRUE(parse_serve_options({"--max-prefill-tokens", "2147483647"}));
+  EXPECT_TRUE(parse_serve_options({"--threads", "1024"}));
+  for (const char* v : {"1025", "99999999999", "4294967297", "-4"}) {
+    auto r = parse_serve_options({"--threads", v});
+    ASSERT_FALSE(r) << v;
+    EXPECT_NE(r.status().message().find("--threads must be 0..1024"), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(ServeOptions, ReasoningParserListsEveryAcceptedValue) {
+  for (const char* v : {"qwen3", "qwen3-thinking", "deepseek-r1"}) EXPECT_TRUE(parse_serve_options({"--reasoning-parser", v})) << v;
+  auto r = parse_serve_options({"--reasoning-parser", "bogus"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().message(), "--reasoning-parser: 'bogus' is not one of qwen3,qwen3-thinking,deepseek-r1");
+}
+
+// generate / bench-offline refuse what only the HTTP server reads; the CPU refuses GPU-only
+// settings and GPUs --max-memory (plan and serve share check_device_flags).
+TEST(ServeOptions, ServeOnlyAndDeviceOnlyFlagsAreNamed) {
+  auto o = parse_serve_options({"--port", "5", "--api-key", "k", "--chat-template", "/t", "--tokenizer-path", "/x"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(explicit_serve_only_flags(*o), (std::vector<std::string>{"--chat-template", "--port", "--api-key"}));
+  auto g = parse_serve_options({"--cuda-graph-max-bs", "4", "--mem-fraction-static", "0.5", "--sampling-backend", "device"});
+  ASSERT_TRUE(g);
+  Status cpu = check_device_flags(*g, PlanDevice::Cpu);
+  ASSERT_FALSE(cpu);
+  EXPECT_EQ(cpu.message(), "--mem-fraction-static, --cuda-graph-max-bs, --sampling-backend device apply to GPUs "
+                           "(--device cuda); this run is on the CPU: remove them");
+  EXPECT_TRUE(check_device_flags(*g, PlanDevice::Cuda));
+  auto m = parse_serve_options({"--max-memory", "1GiB"});
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(check_device_flags(*m, PlanDevice::Cpu));
+  EXPECT_FALSE(check_device_flags(*m, PlanDevice::Cuda));
+  EXPECT_TRUE(check_device_flags(ServeOptions(), PlanDevice::Cpu));
 }
 
 // --log-level: every name the table allows sets the process's level (serve, generate and
@@ -320,6 +416,23 @@ TEST_F(ServeOptionsToml, BadFilesGiveClearErrors) {
   auto t = parse_serve_options({"--config", typed.string()});
   ASSERT_FALSE(t);
   EXPECT_NE(t.status().message().find("--port"), std::string::npos);
+}
+
+// --config is matched as every other flag is (dashes, case, '_'); `help` is refused in a file.
+TEST_F(ServeOptionsToml, ConfigIsMatchedInEverySpellingAndHelpIsRefusedInAFile) {
+  auto file = write("c.toml", "port = 31609\ncontext_length = 1234\n");
+  for (const Args& args : {Args{"--CONFIG", file.string()}, Args{"-config", file.string()},
+                           Args{"--Config=" + file.string()}, Args{"---config", file.string()}}) {
+    auto r = parse_serve_options(args);
+    ASSERT_TRUE(r) << args[0] << ": " << r.status().message();
+    EXPECT_EQ(r->port, 31609) << args[0];
+    EXPECT_EQ(r->context_length, 1234) << args[0];
+    EXPECT_EQ(r->config, file.string());
+  }
+  auto help = write("help.toml", "help = true\n");
+  auto h = parse_serve_options({"--config", help.string()});
+  ASSERT_FALSE(h);
+  EXPECT_NE(h.status().message().find("'help' cannot be set inside a config file"), std::string::npos);
 }
 
 TEST(ByteSize, ParseAndFormat) {

@@ -191,13 +191,66 @@ TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
       {"generate --model-path " + (source_dir() / "tests/fixtures/qwen35-tiny").string() + " --prompt-ids 1,2 --tp-size 3",
        "num_key_value_heads"},
       {"generate --prompt-ids 1,2 --device cpu --tp-size 2 --disable-custom-all-reduce",
-       "--disable-custom-all-reduce applies to GPU tensor parallelism"},
+       "--disable-custom-all-reduce applies to GPUs (--device cuda)"},
+      // The command-line audit: ranges, flags that do not apply, boolean words, exit statuses.
+      {"bench-offline --batch 0 --threads 1 --prompt-len 8 --gen-len 4 --prefill-len 8", "--batch values must be 1..4096"},
+      {"bench-offline --batch -1 --threads 1", "--batch values must be 1..4096"},
+      {"bench-offline --batch 1 --threads 1 --prompt-len 8 --gen-len -3", "--gen-len must be 1.."},
+      {"bench-offline --batch 1 --threads 1 --prompt-len 0", "--prompt-len values must be 1.."},
+      {"bench-offline --batch 1 --threads 1 --prefill-len -5", "--prefill-len must be 1.."},
+      {"bench-offline --batch 1 --threads 99999", "--threads values must be 0..1024"},
+      {"bench-offline --temperature abc", "--temperature: 'abc' is not a finite number"},
+      {"bench-offline --top-k -99", "--top-k must be -1 (off) or 1.."},
+      {"bench-offline --port 1 --api-key x", "--port, --api-key: only `deltaserve serve`"},
+      {"bench-offline --tokenizer-path /nonexistent", "--tokenizer-path: bench-offline sends token ids"},
+      {"bench-offline --batch 1 --threads 1 --prompt-len 64 --gen-len 4 --prefill-len 8 --context-length 32",
+       "failed:"},
+      {"generate --prompt-ids 1,2 --threads 99999999999", "--threads must be 0..1024"},
+      {"generate --prompt-ids 1,2 --threads 4294967297", "--threads must be 0..1024"},
+      {"generate --prompt-ids 1,2,3 --max-prefill-tokens 99999999999", "--max-prefill-tokens must be at most 2147483647"},
+      {"generate --prompt-ids 1,2,3 --chunked-prefill-size 99999999999", "--chunked-prefill-size must be at most"},
+      {"generate --prompt-ids 1,2 --top-k 0 --temperature 1", "--top-k must be -1 (off) or 1.."},
+      {"generate --prompt-ids 1,2 --top-k -7 --temperature 1", "--top-k must be -1 (off) or 1.."},
+      {"generate --prompt-ids 1,2 --host 1.2.3.4 --api-key k --chat-template /x", "--chat-template, --host, --api-key: only"},
+      {"generate --prompt-ids 1,2 --reasoning-parser qwen3", "--reasoning-parser: only `deltaserve serve`"},
+      {"generate --prompt-ids 1,2 --device cpu --cuda-graph-max-bs 4 --disable-cuda-graph",
+       "--disable-cuda-graph, --cuda-graph-max-bs apply to GPUs"},
+      {"generate --prompt-ids 1,2 --device cpu --sampling-backend device --temperature 1", "--sampling-backend device applies"},
+      {"generate --prompt hello --tokenizer-path /nonexistent", "--tokenizer-path: "},
+      {"generate --prompt-ids 1,2 --disable-radix-cache false", "(use --disable-radix-cache=false)"},
+      {"logits --tokens 1,2 --out /tmp/x.st --threads 99999999999", "--threads must be 0..1024"},
+      {"logits --tokens 1,2 --out /tmp/x.st --threads -4", "--threads must be 0..1024"},
+      {"history --limit abc", "--limit must be 1..1000000"},
+      {"history --limit 0", "--limit must be 1..1000000"},
+      {"config show 1 --json", "--json is for `config diff`"},
+      {"config diff 1 2 --toml", "--toml is for `config show`"},
+      {"config diff 1 2 --bogus", "unknown option --bogus"},
+      {"plan --tp-size 3 --gpu-memory 48GiB", "--tp-size 3 does not divide"},
+      {"plan --gpu-memory 48GiB --device cpu", "--gpu-memory sizes GPUs"},
+      {"plan --gpu-memory 80GiB --max-memory 1GiB", "--max-memory is the CPU's memory budget"},
+      {"plan --device cpu --mem-fraction-static 0.5", "--mem-fraction-static applies to GPUs"},
+      {"plan /nonexistent --model-path /m", "--model-path and a positional model path"},
+      {"systemd-unit --model-path /m --tool-call-parser bogus2", "bogus2"},
+      {"systemd-unit --model-path /m --reasoning-parser bogus", "qwen3,qwen3-thinking,deepseek-r1"},
+      {"systemd-unit --model-path /m --disable-radix-cache false", "(use --disable-radix-cache=false)"},
+      {"bench --timeout 0", "--timeout must be > 0"},
+      {"bench --timeout -5", "--timeout must be > 0"},
   };
   for (const auto& c : cases) {
     RunResult r = run(c.args);
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.exit_code, -1) << c.args << " crashed";
     EXPECT_NE(r.out.find(c.needle), std::string::npos) << c.args << " -> " << r.out;
+  }
+}
+
+// -h is --help for every command (exit 0, the usage on stdout).
+TEST(CliErrors, DashHIsHelpForEveryCommand) {
+  for (const char* cmd : {"generate", "bench-offline", "logits", "history", "config", "bench", "serve", "plan",
+                          "systemd-unit"}) {
+    RunResult r = run(std::string(cmd) + " -h");
+    EXPECT_EQ(r.exit_code, 0) << cmd << " -> " << r.out;
+    EXPECT_NE(r.out.find("usage"), std::string::npos) << cmd << " -> " << r.out;
   }
 }
 
