@@ -547,8 +547,9 @@ constexpr const char* kServeOnly[] = {
     "served-model-name", "chat-template", "reasoning-parser", "tool-call-parser", "host", "port", "api-key",
     "max-request-bytes", "http-threads", "enable-cors", "allowed-origins", "state-dir", "shutdown-timeout",
     "log-requests", "enable-metrics", "skip-server-warmup", "watchdog-timeout"};
-constexpr const char* kGpuOnly[] = {"mem-fraction-static", "disable-cuda-graph", "disable-overlap-schedule",
-                                    "disable-custom-all-reduce", "cuda-graph-max-bs"};
+// (--disable-cuda-graph and --disable-overlap-schedule are not here: what they ask for holds on the
+// CPU, which has neither, and SGLang's CPU command lines pass them.)
+constexpr const char* kGpuOnly[] = {"mem-fraction-static", "disable-custom-all-reduce", "cuda-graph-max-bs"};
 
 std::vector<std::string> explicit_of(const ServeOptions& opts, std::span<const char* const> names) {
   std::vector<std::string> out;

@@ -214,7 +214,7 @@ TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
       {"generate --prompt-ids 1,2 --host 1.2.3.4 --api-key k --chat-template /x", "--chat-template, --host, --api-key: only"},
       {"generate --prompt-ids 1,2 --reasoning-parser qwen3", "--reasoning-parser: only `deltaserve serve`"},
       {"generate --prompt-ids 1,2 --device cpu --cuda-graph-max-bs 4 --disable-cuda-graph",
-       "--disable-cuda-graph, --cuda-graph-max-bs apply to GPUs"},
+       "--cuda-graph-max-bs applies to GPUs"},
       {"generate --prompt-ids 1,2 --device cpu --sampling-backend device --temperature 1", "--sampling-backend device applies"},
       {"generate --prompt hello --tokenizer-path /nonexistent", "--tokenizer-path: "},
       {"generate --prompt-ids 1,2 --disable-radix-cache false", "(use --disable-radix-cache=false)"},
@@ -242,6 +242,18 @@ TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
     EXPECT_NE(r.exit_code, -1) << c.args << " crashed";
     EXPECT_NE(r.out.find(c.needle), std::string::npos) << c.args << " -> " << r.out;
   }
+}
+
+// SGLang's CPU command lines pass --disable-cuda-graph and --disable-overlap-schedule: what they
+// ask for holds on the CPU, so they run (and give the same tokens).
+TEST(CliGenerate, DisableFlagsThatHoldOnTheCpuAreAccepted) {
+  RunResult plain = run("generate --prompt-ids 8183,755 --max-tokens 4 --temperature 0 --device cpu --json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  RunResult with = run("generate --prompt-ids 8183,755 --max-tokens 4 --temperature 0 --device cpu --json "
+                       "--disable-cuda-graph --disable-overlap-schedule");
+  ASSERT_EQ(with.exit_code, 0) << with.out;
+  auto ids = [](const std::string& out) { return nlohmann::json::parse(out.substr(out.find('{')))["token_ids"]; };
+  EXPECT_EQ(ids(with.out), ids(plain.out));
 }
 
 // -h is --help for every command (exit 0, the usage on stdout).
