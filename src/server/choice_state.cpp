@@ -82,7 +82,8 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
     }
     return out;
   }
-  std::string text;
+  // `early`: the text of the first min_tokens tokens, where no stop string may end.
+  std::string early, text;
   for (std::size_t k = 0; k < event.tokens.size(); ++k) {
     TokenId id = event.tokens[k];
     ++n_generated_;
@@ -96,16 +97,18 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
     out.token_ids.push_back(id);
     if (options_.hidden_ids.count(id)) continue;
     if (options_.skip_special && tokenizer_.is_special(id) && !options_.keep_special.count(id)) continue;
-    text += detok_.push(id);
+    (n_generated_ <= options_.min_tokens ? early : text) += detok_.push(id);
   }
   bool at_end = event.finish != FinishReason::None;
   if (at_end) {
-    text += detok_.flush();
+    (n_generated_ <= options_.min_tokens ? early : text) += detok_.flush();
     if (event.n_prompt_tokens > 0) n_prompt_ = event.n_prompt_tokens;
     n_cached_ = event.n_cached_tokens;
     accept_length_ = event.accept_length;
   }
+  if (!early.empty()) early = stop_.push(early, /*match=*/false).text;
   StopMatcher::Output s = stop_.push(text);
+  s.text.insert(0, early);
   if (s.stopped) {
     stop_matched_ = true;
     nlohmann::ordered_json matched = nullptr;
@@ -113,13 +116,13 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
       matched = options_.stop[static_cast<std::size_t>(s.stop_idx)];
       if (options_.no_stop_trim) s.text += options_.stop[static_cast<std::size_t>(s.stop_idx)];
     }
-    if (std::size_t cut = stop_regex_end(s.text); cut != std::string::npos) {
+    if (std::size_t cut = stop_regex_end(s.text, early.size()); cut != std::string::npos) {
       s.text.resize(cut);
       matched = options_.stop_regex[static_cast<std::size_t>(matched_regex_)].first;
     }
     route_text(std::move(s.text), true, out);
     finish(out, "stop", std::move(matched));
-  } else if (std::size_t cut = stop_regex_end(s.text); cut != std::string::npos) {
+  } else if (std::size_t cut = stop_regex_end(s.text, early.size()); cut != std::string::npos) {
     stop_matched_ = true;
     s.text.resize(cut);
     route_text(std::move(s.text), true, out);
@@ -153,7 +156,7 @@ ChoiceDelta ChoiceState::on_closed(const std::string& reason) {
   return out;
 }
 
-std::size_t ChoiceState::stop_regex_end(std::string_view text) {
+std::size_t ChoiceState::stop_regex_end(std::string_view text, std::size_t from) {
   std::size_t best = std::string::npos;
   for (std::size_t r = 0; r < regex_.size(); ++r) {
     RegexScan& scan = regex_[r];
@@ -162,7 +165,7 @@ std::size_t ChoiceState::stop_regex_end(std::string_view text) {
       MatchFlags flags;
       scan.stepper->step(scan.cur, static_cast<uint8_t>(text[i]), scan.next, flags);
       scan.cur.swap(scan.next);
-      if (flags.accept) {
+      if (flags.accept && i + 1 > from) {
         best = i + 1;
         matched_regex_ = static_cast<int>(r);
         scan.done = true;

@@ -33,6 +33,9 @@ struct ChoiceOptions {
   bool skip_special = false;        // also drop every special token from the text...
   std::unordered_set<TokenId> keep_special;  // ...but these (the parsers' <think>, <tool_call>)
   bool no_stop_trim = false;        // a matched stop string stays in the text
+  // Stop strings and stop_regex are not checked in the text of the first min_tokens tokens
+  // (vLLM, SGLang): only a match that ends in a later token's text stops the choice.
+  int min_tokens = 0;
   // stop_regex: (pattern, compiled "anything, then the pattern"): the choice stops at the end of
   // the first match (the match stays in the text: it may have been streamed already).
   std::vector<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> stop_regex;
@@ -92,8 +95,9 @@ class ChoiceState {
   void route_text(std::string text, bool at_end, ChoiceDelta& out);
   void finish(ChoiceDelta& out, std::string reason, nlohmann::ordered_json matched = nullptr);
   void accumulate(const ChoiceDelta& d);
-  // Length of the prefix of `text` up to the end of the first stop_regex match (npos: none).
-  std::size_t stop_regex_end(std::string_view text);
+  // Length of the prefix of `text` up to the end of the first stop_regex match ending at or
+  // after byte `from` (npos: none); text before `from` only advances the scans.
+  std::size_t stop_regex_end(std::string_view text, std::size_t from = 0);
 
   const Tokenizer& tokenizer_;
   ChoiceOptions options_;

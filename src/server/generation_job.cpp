@@ -39,6 +39,8 @@ std::string token_string(const Tokenizer& tok, TokenId id) {
   return tok.decode(ids, false);
 }
 
+bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
+
 double clamp_logprob(float lp) {
   // JSON has no -inf; OpenAI clients expect a number.
   return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0;
@@ -66,14 +68,18 @@ json completion_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& 
   json tokens = json::array(), token_lps = json::array(), tops = json::array(),
        offsets = json::array();
   for (const auto& lp : lps) {
-    std::string t = token_string(tok, lp.token);
-    tokens.push_back(t);
+    tokens.push_back(token_string(tok, lp.token));
     token_lps.push_back(clamp_logprob(lp.logprob));
     offsets.push_back(text_offset);
-    text_offset += static_cast<int64_t>(t.size());
+    // The offset counts the token's text, also when it is written as "token_id:N".
+    TokenId one[1] = {lp.token};
+    text_offset += static_cast<int64_t>(tok.decode(one, false).size());
     if (with_top) {
       json top = json::object();
       for (const auto& [id, v] : lp.top) top[token_string(tok, id)] = clamp_logprob(v);
+      // vLLM: the sampled token is always among the alternatives (up to logprobs + 1 of them).
+      if (!top.contains(tokens.back().get<std::string>()))
+        top[tokens.back().get<std::string>()] = clamp_logprob(lp.logprob);
       tops.push_back(top);
     }
   }
@@ -355,12 +361,12 @@ void GenerationJob::append_completion_chunk(std::size_t i, const ChoiceDelta& d,
   // reach a client that asked for token ids: every chunk carries the ids of its step.
   const bool ids = request_.return_token_ids && !d.token_ids.empty();
   if (d.text.empty() && d.logprobs.empty() && !d.finished && !ids) return;
-  static thread_local int64_t unused_offset = 0;
-  unused_offset = 0;
+  // text_offset runs over the whole choice: it starts where the text sent so far ends.
+  int64_t offset = choices_[i].text_sent;
   json lp = request_.logprobs && !d.logprobs.empty()
-                ? completion_logprobs(*env_.tokenizer, d.logprobs, unused_offset,
-                                      request_.top_logprobs > 0)
+                ? completion_logprobs(*env_.tokenizer, d.logprobs, offset, request_.top_logprobs > 0)
                 : json(nullptr);
+  choices_[i].text_sent += static_cast<int64_t>(d.text.size());
   json choice = {{"index", static_cast<int>(i)},
                  {"text", d.text},
                  {"logprobs", lp},
@@ -425,6 +431,8 @@ std::string GenerationJob::full_response() const {
         message["reasoning_content"] = s.reasoning().empty() ? json(nullptr) : json(s.reasoning());
       auto calls = merge_tool_call_deltas(s.tool_call_deltas());
       if (!calls.empty()) message["tool_calls"] = tool_calls_json(calls);
+      // Only blanks before the calls: empty content (vLLM and SGLang strip it; "" as with no text).
+      if (!calls.empty() && is_blank(s.text())) message["content"] = "";
       json lp = request_.logprobs ? chat_logprobs(*env_.tokenizer, s.logprobs()) : json(nullptr);
       choices.push_back({{"index", static_cast<int>(i)},
                          {"message", message},

@@ -69,6 +69,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     bool engine_done = false;  // the engine's final event (or close) arrived
     bool cancelled = false;
     bool role_sent = false;
+    int64_t text_sent = 0;  // completions streaming: bytes of text sent (echo included), the next text_offset
     Clock::time_point last_token_time;
     bool got_token = false;
   };

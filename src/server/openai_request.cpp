@@ -49,11 +49,13 @@ struct Fields {
       err = ApiError::bad_request(std::string("'") + key + "' must be an integer", key);
       return std::nullopt;
     }
-    int64_t i = v.is_number_unsigned()
-                    ? static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX))
+    // Above INT64_MAX is out of every range (a seed is not clamped into another value: vLLM's
+    // range is int64 too).
+    const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
+    int64_t i = too_big                   ? INT64_MAX
                 : v.is_number_integer() ? v.get<int64_t>()
                                         : static_cast<int64_t>(v.get<double>());
-    if (i < lo || i > hi) {
+    if (too_big || i < lo || i > hi) {
       err = ApiError::bad_request(std::string("'") + key + "' must be in [" + std::to_string(lo) +
                                       ", " + std::to_string(hi) + "], got " + v.dump(),
                                   key);
@@ -133,6 +135,7 @@ std::optional<ApiError> parse_common(const json& body, const SamplingDefaults& d
     if (!out.stream)
       return ApiError::bad_request("'stream_options' is only allowed when 'stream' is true",
                                    "stream_options");
+    if (auto e = check_nested_fields(so, "stream_options", "stream_options")) return e;
     Fields g{so, std::nullopt};
     if (auto v = g.boolean("include_usage")) out.include_usage = *v;
     if (auto v = g.boolean("continuous_usage_stats")) out.continuous_usage_stats = *v;
@@ -209,8 +212,17 @@ std::optional<ApiError> normalize_message(const json& m, std::size_t i, json& ou
                                      " (expected system, developer, user, assistant or tool)",
                                  param + ".role");
   }
+  if (auto e = check_nested_fields(m, role == "assistant" ? "assistant message" : role == "tool" ? "tool message" : "message",
+                                   param))
+    return e;
+  for (const char* key : {"name", "tool_call_id", "reasoning_content", "reasoning"}) {
+    if (m.contains(key) && !m[key].is_null() && !m[key].is_string())
+      return ApiError::bad_request(param + "." + key + " must be a string", param + "." + key);
+  }
   out = json::object();
   out["role"] = role;
+  // vLLM passes `name` on to the chat template.
+  if (m.contains("name") && !m["name"].is_null()) out["name"] = m["name"];
   // content
   std::string text;
   if (!m.contains("content") || m["content"].is_null()) {
@@ -265,10 +277,7 @@ std::optional<ApiError> normalize_message(const json& m, std::size_t i, json& ou
       out["tool_calls"] = norm;
     }
   }
-  if (role == "tool") {
-    if (m.contains("tool_call_id")) out["tool_call_id"] = m["tool_call_id"];
-    if (m.contains("name")) out["name"] = m["name"];
-  }
+  if (role == "tool" && m.contains("tool_call_id") && !m["tool_call_id"].is_null()) out["tool_call_id"] = m["tool_call_id"];
   return std::nullopt;
 }
 
@@ -296,8 +305,14 @@ std::optional<ApiError> parse_tools(const json& body, OpenAiRequest& out) {
         !t["function"].is_object())
       return ApiError::bad_request(p + " must be {\"type\": \"function\", \"function\": {...}}", p);
     const json& fn = t["function"];
+    if (auto e = check_nested_fields(t, "tools[]", p)) return e;
+    if (auto e = check_nested_fields(fn, "tools[].function", p + ".function")) return e;
     if (!fn.contains("name") || !fn["name"].is_string() || fn["name"].get<std::string>().empty())
       return ApiError::bad_request(p + ".function.name is required", p + ".function.name");
+    if (fn.contains("description") && !fn["description"].is_null() && !fn["description"].is_string())
+      return ApiError::bad_request(p + ".function.description must be a string", p + ".function.description");
+    if (fn.contains("strict") && !fn["strict"].is_null() && !fn["strict"].is_boolean())
+      return ApiError::bad_request(p + ".function.strict must be a boolean", p + ".function.strict");
     if (fn.contains("parameters") && !fn["parameters"].is_null() && !fn["parameters"].is_object())
       return ApiError::bad_request(p + ".function.parameters must be an object",
                                    p + ".function.parameters");
@@ -314,6 +329,8 @@ std::optional<ApiError> parse_tools(const json& body, OpenAiRequest& out) {
       if (c == "none") return std::nullopt;  // tools not rendered, no parsing
     } else if (tc.is_object() && tc.contains("function") && tc["function"].is_object() &&
                tc["function"].contains("name") && tc["function"]["name"].is_string()) {
+      if (auto e = check_nested_fields(tc, "tool_choice", "tool_choice")) return e;
+      if (auto e = check_nested_fields(tc["function"], "tool_choice.function", "tool_choice.function")) return e;
       std::string name = tc["function"]["name"];
       selected = json::array();
       for (const auto& t : tools) {
@@ -425,15 +442,25 @@ std::optional<ApiError> parse_response_format(const json& rf, const std::string&
   const std::string type = rf["type"].get<std::string>();
   ConstraintSpec spec;
   spec.param = param;
+  const bool nested_schema = type == "json_schema" && rf.contains("json_schema");
+  if (type == "text" || type == "json_object" || type == "structural_tag" || nested_schema) {
+    if (auto e = check_nested_fields(rf, "response_format " + type, param)) return e;
+  }
   if (type == "text") return std::nullopt;
   if (type == "json_object") {
     spec.kind = ConstraintSpec::Kind::JsonObject;
   } else if (type == "json_schema") {
     // OpenAI: {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}; the Responses
     // API puts name/schema beside type.
-    const json& js = rf.contains("json_schema") ? rf["json_schema"] : rf;
-    const std::string where = rf.contains("json_schema") ? param + ".json_schema" : param;
+    const json& js = nested_schema ? rf["json_schema"] : rf;
+    const std::string where = nested_schema ? param + ".json_schema" : param;
     if (!js.is_object()) return ApiError::bad_request("'" + where + "' must be an object", where);
+    if (auto e = check_nested_fields(js, nested_schema ? "json_schema" : "text.format json_schema", where)) return e;
+    for (const char* k : {"name", "description"})
+      if (js.contains(k) && !js[k].is_null() && !js[k].is_string())
+        return ApiError::bad_request("'" + where + "." + k + "' must be a string", where + "." + k);
+    if (js.contains("strict") && !js["strict"].is_null() && !js["strict"].is_boolean())
+      return ApiError::bad_request("'" + where + ".strict' must be a boolean", where + ".strict");
     const char* key = js.contains("schema") ? "schema" : js.contains("schema_") ? "schema_" : nullptr;
     if (!key) return ApiError::bad_request("'" + where + ".schema' is required", where + ".schema", "missing_required_field");
     if (auto e = json_or_text(js[key], where + ".schema", spec.json)) return e;
@@ -490,10 +517,13 @@ std::optional<ApiError> parse_constraint_fields(const json& body, bool sglang_na
     if (!lb.is_object()) return ApiError::bad_request("'logit_bias' must map token ids to numbers", "logit_bias");
     for (auto it = lb.begin(); it != lb.end(); ++it) {
       const std::string& k = it.key();
+      // Canonical decimal only ("088", "+88", " 88" are refused), so no two keys name one id.
+      const bool canonical = !k.empty() && k.size() <= 10 && k.find_first_not_of("0123456789") == std::string::npos &&
+                             (k == "0" || k[0] != '0');
       char* end = nullptr;
       errno = 0;
-      long long id = std::strtoll(k.c_str(), &end, 10);
-      if (k.empty() || *end != '\0' || errno || id < 0 || id > INT32_MAX)
+      long long id = canonical ? std::strtoll(k.c_str(), &end, 10) : -1;
+      if (!canonical || *end != '\0' || errno || id < 0 || id > INT32_MAX)
         return ApiError::bad_request("'logit_bias' keys must be token ids, got '" + k + "'", "logit_bias");
       if (!it.value().is_number() || !std::isfinite(it.value().get<double>()) || it.value().get<double>() < -100.0 ||
           it.value().get<double>() > 100.0)
@@ -605,8 +635,18 @@ std::optional<ApiError> parse_output_fields(const json& body, OpenAiRequest& out
   }
   if (auto v = f.string("rid")) out.rid = *v;
   if (auto v = f.string("request_id")) out.rid = *v;
+  // No-effect fields still have OpenAI's types.
+  f.string("user");
+  f.string("safety_identifier");
   if (f.err) return f.err;
   if (auto e = parse_cache_namespace(body, out)) return e;
+  if (f.has("metadata")) {
+    const json& md = body["metadata"];
+    if (!md.is_object()) return ApiError::bad_request("'metadata' must be an object of strings", "metadata");
+    for (auto it = md.begin(); it != md.end(); ++it)
+      if (!it.value().is_string())
+        return ApiError::bad_request("'metadata." + it.key() + "' must be a string", "metadata." + it.key());
+  }
   return parse_constraint_fields(body, false, out);
 }
 
@@ -755,6 +795,10 @@ std::optional<ApiError> parse_completion_request(const json& body,
   }
   if (auto v = f.boolean("echo")) out.echo = *v;
   if (f.err) return f.err;
+  // vLLM puts the prompt's logprobs into an echo; the engine does not compute them.
+  if (out.echo && out.logprobs)
+    return ApiError::bad_request("'echo' with 'logprobs' is not supported: prompt logprobs are not computed", "echo",
+                                 "unsupported_field");
   if (out.logprobs) out.sampling.top_logprobs = out.top_logprobs;
   return std::nullopt;
 }

@@ -453,8 +453,10 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
       // vLLM: keep the last N tokens (-1: as many as leave room for one new token).
       int64_t keep = *request.truncate_prompt_tokens;
       if (keep < 0) keep = context > 0 ? context - 1 : static_cast<int64_t>(jp.ids.size());
-      if (static_cast<int64_t>(jp.ids.size()) > keep)
+      if (static_cast<int64_t>(jp.ids.size()) > keep) {
         jp.ids.erase(jp.ids.begin(), jp.ids.end() - keep);
+        if (request.echo) jp.echo_text = tokenizer_.decode(jp.ids, false);  // vLLM echoes what the model saw
+      }
     }
     const auto n_prompt = static_cast<int64_t>(jp.ids.size());
     if (context > 0 && n_prompt >= context) {
@@ -512,6 +514,14 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
                                               "logit_bias"));
     plan->logit_bias.emplace_back(id, bias);
   }
+  for (TokenId id : request.sampling.stop_token_ids) {
+    if (id >= vocab)
+      return send_error(*exchange, route,
+                        ApiError::bad_request("stop_token_ids: token id " + std::to_string(id) +
+                                                  " is outside the vocabulary",
+                                              kind == ApiKind::Generate ? "sampling_params.stop_token_ids"
+                                                                        : "stop_token_ids"));
+  }
   for (TokenId id : request.allowed_token_ids) {
     if (id >= vocab)
       return send_error(*exchange, route,
@@ -555,6 +565,7 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
       if (auto id = tokenizer_.token_id(tag)) options.keep_special.insert(*id);
   }
   options.no_stop_trim = request.no_stop_trim;
+  options.min_tokens = request.min_tokens;
   for (const auto& pattern : request.stop_regex) {
     auto compiled = compile_stop_regex(pattern);
     if (!compiled) {

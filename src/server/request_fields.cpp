@@ -34,13 +34,13 @@ const std::vector<RequestField> kFields = {
   {"stream_options", C | P, YES, nullptr, R"({"include_usage":false})", "include_usage, continuous_usage_stats"},
   {"stream_options", G, NOOP, nullptr, R"({"include_usage":true})", "every /generate chunk's meta_info carries the token counts already"},
   {"n", C | P | S, YES, nullptr, "1", "choices per prompt"},
-  {"echo", P, YES, nullptr, "true", "completions: the prompt before each choice's text"},
+  {"echo", P, YES, nullptr, "true", "completions: the prompt (as truncate_prompt_tokens left it) before each choice's text; not with logprobs (prompt logprobs are not computed)"},
   {"echo", C, ONLY, "[false]", "true", "vLLM chat echo of the last message is not supported"},
   {"max_tokens", C | P, YES, nullptr, "4", "/v1/completions defaults to 16, chat to the rest of the context"},
   {"max_completion_tokens", C, YES, nullptr, "4", "OpenAI name of max_tokens"},
   {"max_output_tokens", R, YES, nullptr, "4", "Responses API max_tokens"},
   {"max_new_tokens", S, YES, nullptr, "4", "default 128 (SGLang)"},
-  {"min_tokens", C | P, YES, nullptr, "2", "EOS and stop tokens are masked until this many tokens are generated"},
+  {"min_tokens", C | P, YES, nullptr, "2", "EOS and stop tokens are masked, and stop strings are not matched, until this many tokens are generated (vLLM)"},
   {"min_new_tokens", S, YES, nullptr, "2", "SGLang name of min_tokens"},
   // --- sampling ---
   {"temperature", C | P | S | R, YES, nullptr, "0.5", "below 1e-5 (e.g. 0) = greedy, as vLLM"},
@@ -50,9 +50,9 @@ const std::vector<RequestField> kFields = {
   {"presence_penalty", C | P | S, YES, nullptr, "0.5", ""},
   {"frequency_penalty", C | P | S, YES, nullptr, "0.5", ""},
   {"repetition_penalty", C | P | S, YES, nullptr, "1.1", ""},
-  {"seed", C | P, YES, nullptr, "7", "same seed, same output"},
+  {"seed", C | P, YES, nullptr, "7", "same seed, same output (an int64, as vLLM)"},
   {"sampling_seed", C | P | S, YES, nullptr, "7", "SGLang name of seed"},
-  {"logit_bias", C | P | S, YES, nullptr, R"({"11": 5})", "token id -> bias added to the logit, in [-100, 100]"},
+  {"logit_bias", C | P | S, YES, nullptr, R"({"11": 5})", "token id (a decimal string) -> bias added to the logit, in [-100, 100]"},
   {"allowed_token_ids", C | P, YES, nullptr, "[11, 12, 13]", "vLLM: only these tokens may be sampled"},
   {"bad_words", C | P, YES, nullptr, R"(["foo"])", "vLLM: these words (with and without a leading space) are never completed"},
   {"ignore_eos", C | P | S, YES, nullptr, "false", ""},
@@ -66,7 +66,7 @@ const std::vector<RequestField> kFields = {
   {"prompt_logprobs", C | P, ONLY, "[null]", "1", "prompt logprobs are not computed (the engine keeps only the last position's logits)"},
   // --- stopping ---
   {"stop", C | P | S, YES, nullptr, R"(["\n\n"])", "up to 16 stop strings"},
-  {"stop_token_ids", C | P | S, YES, nullptr, "[11]", ""},
+  {"stop_token_ids", C | P | S, YES, nullptr, "[11]", "token ids of the vocabulary"},
   {"stop_regex", C | P | S, YES, nullptr, R"(["[0-9]{3}"])", "SGLang: stop when the output contains a match (the match stays in the output)"},
   {"no_stop_trim", C | P | S, YES, nullptr, "true", "SGLang: keep the matched stop string in the output"},
   {"include_stop_str_in_output", C | P, YES, nullptr, "true", "vLLM name of no_stop_trim"},
@@ -115,9 +115,9 @@ const std::vector<RequestField> kFields = {
   {"return_token_ids", C | P, YES, nullptr, "true", "vLLM: prompt_token_ids and each choice's token_ids in the response"},
   {"return_prompt_token_ids", C | P, YES, nullptr, "true", "prompt_token_ids in the response"},
   // --- operations, hints and things not built ---
-  {"user", C | P | R, NOOP, nullptr, R"("user-1")", "an end-user id for the caller's records; it changes no output (as in OpenAI)"},
+  {"user", C | P | R, NOOP, nullptr, R"("user-1")", "an end-user id (a string) for the caller's records; it changes no output (as in OpenAI)"},
   {"safety_identifier", C | P | R, NOOP, nullptr, R"("u-1")", "as user"},
-  {"metadata", C | P | R, NOOP, nullptr, R"({"k":"v"})", "the caller's tags; nothing is stored"},
+  {"metadata", C | P | R, NOOP, nullptr, R"({"k":"v"})", "the caller's tags (an object of strings); nothing is stored"},
   {"prompt_cache_key", C | P | R, NOOP, nullptr, R"("k")", "OpenAI's routing hint: one engine, and every request already sees the whole prefix cache"},
   {"cache_salt", C | P, YES, nullptr, R"("s")", "vLLM: cached prefixes are shared only between requests with the same salt (a non-empty string)"},
   {"store", C | P, ONLY, "[null, false]", "true", "chat completions are not stored"},
@@ -148,9 +148,62 @@ const std::vector<RequestField> kFields = {
 };
 // clang-format on
 
+// The keys of the objects inside a request (vLLM protocol.py / the OpenAI API shapes).
+struct NestedObject {
+  std::string_view object;
+  std::vector<std::string_view> keys;
+  std::vector<std::string_view> null_only;  // accepted only as null or empty (echoed response fields)
+};
+
+// clang-format off
+const std::vector<NestedObject> kNested = {
+  // messages[i] by role (system and developer as user); `name` is passed to the chat template.
+  {"message", {"role", "content", "name"}, {}},
+  {"assistant message", {"role", "content", "name", "reasoning_content", "reasoning", "tool_calls"},
+   {"refusal", "audio", "function_call", "annotations"}},
+  {"tool message", {"role", "content", "tool_call_id", "name"}, {}},
+  {"stream_options", {"include_usage", "continuous_usage_stats"}, {}},
+  // response_format by type (text.format of the Responses API puts the json_schema keys beside type).
+  {"response_format text", {"type"}, {}},
+  {"response_format json_object", {"type"}, {}},
+  {"response_format json_schema", {"type", "json_schema"}, {}},
+  {"response_format structural_tag", {"type", "structures", "triggers", "format"}, {}},
+  {"json_schema", {"name", "description", "strict", "schema", "schema_"}, {}},
+  {"text.format json_schema", {"type", "name", "description", "strict", "schema"}, {}},
+  {"tools[]", {"type", "function"}, {}},
+  {"tools[].function", {"name", "description", "parameters", "strict"}, {}},
+  {"tool_choice", {"type", "function"}, {}},
+  {"tool_choice.function", {"name"}, {}},
+  {"responses tools[]", {"type", "name", "description", "parameters", "strict"}, {}},
+  {"responses tool_choice", {"type", "name"}, {}},
+};
+// clang-format on
+
 }  // namespace
 
 std::span<const RequestField> request_fields() { return kFields; }
+
+std::optional<ApiError> check_nested_fields(const json& obj, std::string_view object, const std::string& path) {
+  if (!obj.is_object()) return std::nullopt;
+  const NestedObject* table = nullptr;
+  for (const auto& n : kNested)
+    if (n.object == object) table = &n;
+  if (!table) return ApiError::internal("no nested field table '" + std::string(object) + "'");
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const std::string param = path + "." + it.key();
+    bool known = false, null_only = false;
+    for (auto k : table->keys) known = known || k == it.key();
+    for (auto k : table->null_only) null_only = null_only || k == it.key();
+    if (known) continue;
+    if (!null_only)
+      return ApiError::bad_request("unrecognized field '" + param + "' (see docs/api-fields.md)", param,
+                                   "unrecognized_field");
+    const json& v = it.value();
+    if (!v.is_null() && !((v.is_array() || v.is_object()) && v.empty()))
+      return ApiError::bad_request("'" + param + "' is not supported (only null)", param, "unsupported_field");
+  }
+  return std::nullopt;
+}
 
 std::optional<ApiError> check_request_fields(const json& body, FieldApi api, const std::string& where) {
   if (!body.is_object()) return std::nullopt;

@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -45,5 +46,12 @@ std::span<const RequestField> request_fields();
 // param name ("sampling_params." for /generate).
 std::optional<ApiError> check_request_fields(const nlohmann::ordered_json& body, FieldApi api,
                                              const std::string& where = "");
+
+// The same rule inside the request's objects: 400 naming `path.key` for a key that the object
+// `object` (a name of the nested table in request_fields.cpp, e.g. "message", "tools[].function")
+// does not have. Keys clients send back from a response (an assistant message's `refusal`) are
+// accepted only as null or empty.
+std::optional<ApiError> check_nested_fields(const nlohmann::ordered_json& obj, std::string_view object,
+                                            const std::string& path);
 
 }  // namespace deltaserve

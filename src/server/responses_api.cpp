@@ -101,6 +101,7 @@ std::optional<ApiError> input_to_messages(const json& input, json& messages) {
     return std::nullopt;
   }
   if (!input.is_array()) return ApiError::bad_request("'input' must be a string or a list of items", "input");
+  if (input.empty()) return ApiError::bad_request("'input' must not be an empty list", "input");
   std::string reasoning;  // a reasoning item, for the next assistant message
   for (size_t i = 0; i < input.size(); ++i) {
     const std::string p = "input[" + std::to_string(i) + "]";
@@ -109,6 +110,10 @@ std::optional<ApiError> input_to_messages(const json& input, json& messages) {
     const std::string type = it.value("type", "message");
     if (type == "message") {
       if (!it.contains("role") || !it["role"].is_string()) return ApiError::bad_request(p + ".role is required", p + ".role");
+      const std::string role = it["role"].get<std::string>();
+      if (role != "user" && role != "assistant" && role != "system" && role != "developer")
+        return ApiError::bad_request("unknown role '" + role + "' in " + p + " (expected user, assistant, system or developer)",
+                                     p + ".role");
       std::optional<ApiError> err;
       std::string text = text_of_parts(it.value("content", json("")), p + ".content", err);
       if (err) return err;
@@ -164,8 +169,11 @@ json output_items(const std::string& rid, const ChoiceState& s, bool include_rea
                      {"status", "completed"}});
   }
   const auto calls = merge_tool_call_deltas(s.tool_call_deltas());
-  if (!s.text().empty() || calls.empty()) {
-    items.push_back({{"type", "message"}, {"id", "msg_" + base}, {"status", "completed"}, {"role", "assistant"},
+  // Only blanks before the calls: no message item (vLLM, SGLang give no content).
+  if (s.text().find_first_not_of(" \t\r\n") != std::string::npos || calls.empty()) {
+    // Cut off by max_output_tokens: the message is incomplete, as the response.
+    const char* status = s.finish_reason() == "length" ? "incomplete" : "completed";
+    items.push_back({{"type", "message"}, {"id", "msg_" + base}, {"status", status}, {"role", "assistant"},
                      {"content", json::array({{{"type", "output_text"}, {"text", s.text()}, {"annotations", json::array()}}})}});
   }
   for (size_t k = 0; k < calls.size(); ++k) {
@@ -213,7 +221,7 @@ json GenerationJob::responses_object(const std::string& status_in) const {
                {"top_p", req.value("top_p", json(request_.sampling.top_p))},
                {"truncation", "disabled"},
                {"usage", status_in.empty() ? json{{"input_tokens", n_prompt_tokens_},
-                                                  {"input_tokens_details", {{"cached_tokens", 0}}},
+                                                  {"input_tokens_details", {{"cached_tokens", cached_tokens()}}},
                                                   {"output_tokens", generated},
                                                   {"output_tokens_details", {{"reasoning_tokens", reasoning}}},
                                                   {"total_tokens", n_prompt_tokens_ + generated}}
@@ -245,7 +253,8 @@ void GenerationJob::append_responses_events(const ChoiceDelta& d, std::string& o
                       {{"item_id", rs_.item_id}, {"output_index", rs_.output_index}, {"content_index", 0}, {"text", rs_.text}}, out);
       responses_event("response.content_part.done",
                       {{"item_id", rs_.item_id}, {"output_index", rs_.output_index}, {"content_index", 0}, {"part", part}}, out);
-      item = {{"type", "message"}, {"id", rs_.item_id}, {"status", "completed"}, {"role", "assistant"},
+      item = {{"type", "message"}, {"id", rs_.item_id},
+              {"status", d.finished && d.finish_reason == "length" ? "incomplete" : "completed"}, {"role", "assistant"},
               {"content", json::array({part})}};
     } else {
       responses_event("response.function_call_arguments.done",
@@ -385,15 +394,17 @@ bool OpenAiServer::handle_responses(const HttpRequest& req, std::shared_ptr<Http
       const std::string p = "tools[" + std::to_string(i) + "]";
       if (!t.is_object() || t.value("type", "") != "function" || !t.contains("name") || !t["name"].is_string())
         return send_error(*exchange, route, ApiError::bad_request(p + " must be {\"type\": \"function\", \"name\": ...} (only function tools are supported)", p)), true;
+      if (auto e = check_nested_fields(t, "responses tools[]", p)) return send_error(*exchange, route, *e), true;
       json fn = {{"name", t["name"]}};
-      if (t.contains("description")) fn["description"] = t["description"];
-      if (t.contains("parameters")) fn["parameters"] = t["parameters"];
+      for (const char* k : {"description", "parameters", "strict"})
+        if (t.contains(k)) fn[k] = t[k];
       tools.push_back({{"type", "function"}, {"function", fn}});
     }
     chat["tools"] = tools;
   }
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const json& tc = body["tool_choice"];
+    if (auto e = check_nested_fields(tc, "responses tool_choice", "tool_choice")) return send_error(*exchange, route, *e), true;
     if (tc.is_object() && tc.value("type", "") == "function" && tc.contains("name"))
       chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", tc["name"]}}}};
     else
@@ -415,10 +426,21 @@ bool OpenAiServer::handle_responses(const HttpRequest& req, std::shared_ptr<Http
     return send_error(*exchange, route, ApiError::bad_request("'store' must be a boolean", "store")), true;
   OpenAiRequest request;
   if (auto e = parse_chat_request(chat, defaults_, request)) {
+    // Errors name the Responses fields, not the chat ones they were mapped to.
     ApiError err = *e;
-    if (err.param == "response_format" || err.param.rfind("response_format.", 0) == 0)
-      err.param = "text.format" + err.param.substr(std::string("response_format").size());
-    if (err.param == "max_tokens") err.param = "max_output_tokens";
+    auto rename = [&](const std::string& from, const std::string& to) {
+      if (err.param != from && err.param.rfind(from + ".", 0) != 0 && err.param.rfind(from + "[", 0) != 0) return;
+      err.param = to + err.param.substr(from.size());
+      for (size_t at = err.message.find(from); at != std::string::npos; at = err.message.find(from, at + to.size()))
+        err.message.replace(at, from.size(), to);
+    };
+    rename("response_format", "text.format");
+    rename("max_tokens", "max_output_tokens");
+    if (err.param.rfind("messages", 0) == 0) {
+      // A message's index differs from its input item's (instructions, previous_response_id).
+      err.param = "input";
+      err.message = "input: " + err.message;
+    }
     return send_error(*exchange, route, err), true;
   }
   request.kind = ApiKind::Responses;

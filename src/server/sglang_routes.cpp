@@ -26,6 +26,22 @@ namespace {
 
 ApiError method_not_allowed(const std::string& use) { return ApiError::method_not_allowed(use); }
 
+// A boolean field (absent or null: `dflt`); another type is a 400 naming it.
+std::optional<ApiError> bool_field(const json& body, const char* key, bool dflt, bool& out) {
+  out = dflt;
+  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
+  if (!body[key].is_boolean()) return ApiError::bad_request(std::string("'") + key + "' must be a boolean", key);
+  out = body[key].get<bool>();
+  return std::nullopt;
+}
+
+// A string field, if given; another type is a 400 naming it.
+std::optional<ApiError> check_string(const json& body, const char* key) {
+  if (body.contains(key) && !body[key].is_null() && !body[key].is_string())
+    return ApiError::bad_request(std::string("'") + key + "' must be a string", key);
+  return std::nullopt;
+}
+
 // /generate body -> OpenAiRequest (kind Generate).
 std::optional<ApiError> parse_generate_request(const json& body, const SamplingDefaults& defaults, OpenAiRequest& out) {
   out = OpenAiRequest{};
@@ -143,9 +159,9 @@ std::optional<ApiError> parse_generate_request(const json& body, const SamplingD
     else return ApiError::bad_request("'rid' must be a string", "rid");
   }
   if (auto e = parse_cache_namespace(body, out)) return e;
-  const bool want_lp = body.value("return_logprob", false) == true;
-  if (body.contains("return_logprob") && !body["return_logprob"].is_boolean() && !body["return_logprob"].is_null())
-    return ApiError::bad_request("'return_logprob' must be a boolean", "return_logprob");
+  bool want_lp = false, text_in_lps = false;
+  if (auto e = bool_field(body, "return_logprob", false, want_lp)) return e;
+  if (auto e = bool_field(body, "return_text_in_logprobs", false, text_in_lps)) return e;
   int top = 0;
   if (body.contains("top_logprobs_num") && !body["top_logprobs_num"].is_null()) {
     const json& t = body["top_logprobs_num"];
@@ -158,7 +174,7 @@ std::optional<ApiError> parse_generate_request(const json& body, const SamplingD
     out.top_logprobs = top;
     out.sampling.top_logprobs = top;
   }
-  out.extra = {{"return_text_in_logprobs", body.value("return_text_in_logprobs", false) == true}};
+  out.extra = {{"return_text_in_logprobs", text_in_lps}};
   return std::nullopt;
 }
 
@@ -181,7 +197,7 @@ json GenerationJob::generate_item(std::size_t i, bool final) const {
                {"finish_reason", final ? finish_reason_object(s, prompts_[c.prompt].max_tokens) : json(nullptr)},
                {"prompt_tokens", static_cast<int>(prompts_[c.prompt].ids.size())},
                {"completion_tokens", s.n_generated()},
-               {"cached_tokens", 0},
+               {"cached_tokens", s.n_cached()},
                {"e2e_latency", std::chrono::duration<double>(Clock::now() - arrival_).count()}};
   if (request_.logprobs) {
     const bool with_text = request_.extra.value("return_text_in_logprobs", false);
@@ -370,7 +386,9 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
         return send_error(*exchange, path, ApiError::bad_request("unrecognized request field '" + it.key() + "'", it.key(),
                                                                  "unrecognized_field")), true;
     }
-    const bool all = body.value("abort_all", false) == true;
+    bool all = false;
+    if (auto e = bool_field(body, "abort_all", false, all)) return send_error(*exchange, path, *e), true;
+    if (auto e = check_string(body, "rid")) return send_error(*exchange, path, *e), true;
     const std::string rid = body.contains("rid") && body["rid"].is_string() ? body["rid"].get<std::string>() : "";
     if (!all && rid.empty())
       return send_error(*exchange, path, ApiError::bad_request("give 'rid' (or 'abort_all': true)", "rid")), true;
@@ -388,8 +406,11 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
         return send_error(*exchange, path, ApiError::bad_request("unrecognized request field '" + it.key() + "'", it.key(),
                                                                  "unrecognized_field")), true;
     }
-    const bool strs = body.value("return_token_strs", false) == true;
-    const bool special = body.value("add_special_tokens", true) == true;
+    bool strs = false, special = true, gen_prompt = true;
+    for (auto e : {check_string(body, "model"), bool_field(body, "return_token_strs", false, strs),
+                   bool_field(body, "add_special_tokens", true, special),
+                   bool_field(body, "add_generation_prompt", true, gen_prompt)})
+      if (e) return send_error(*exchange, path, *e), true;
     auto one = [&](const std::string& text) {
       std::vector<TokenId> ids = tokenizer_.encode(text, special);
       json r = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_.context_length()}};
@@ -407,7 +428,7 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
       if (body.contains("chat_template_kwargs")) chat_body["chat_template_kwargs"] = body["chat_template_kwargs"];
       OpenAiRequest chat;
       if (auto e = parse_chat_request(chat_body, defaults_, chat)) return send_error(*exchange, path, *e), true;
-      if (body.value("add_generation_prompt", true) == false) chat.template_kwargs["add_generation_prompt"] = false;
+      if (!gen_prompt) chat.template_kwargs["add_generation_prompt"] = false;
       auto text = render_chat_ ? render_chat_(chat.messages, chat.tools, chat.template_kwargs)
                                : Result<std::string>(error("no chat template"));
       if (!text) return send_error(*exchange, path, ApiError::bad_request("chat template: " + text.status().message(), "messages")), true;
@@ -442,7 +463,9 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
   }
   if (!body.contains("tokens") || !body["tokens"].is_array())
     return send_error(*exchange, path, ApiError::bad_request("'tokens' must be a list of token ids", "tokens")), true;
-  const bool skip = body.value("skip_special_tokens", false) == true;
+  bool skip = false;
+  if (auto e = check_string(body, "model")) return send_error(*exchange, path, *e), true;
+  if (auto e = bool_field(body, "skip_special_tokens", false, skip)) return send_error(*exchange, path, *e), true;
   auto decode = [&](const json& list, std::string& out) -> std::optional<ApiError> {
     std::vector<TokenId> ids;
     for (const auto& x : list) {

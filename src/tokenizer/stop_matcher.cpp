@@ -11,18 +11,21 @@ StopMatcher::StopMatcher(std::vector<std::string> stops) {
   }
 }
 
-StopMatcher::Output StopMatcher::push(std::string_view text) {
+StopMatcher::Output StopMatcher::push(std::string_view text, bool match) {
   Output out;
   if (stopped_) {
     out.stopped = true;
     return out;
   }
   held_.append(text);
-  // Earliest occurrence wins; `held_` never contains a complete stop string from earlier pushes.
+  if (!match) unchecked_ = held_.size();
+  // Earliest occurrence wins; `held_` never contains a complete stop string from earlier pushes
+  // (but for unchecked text: a match must end after it).
   std::size_t best_pos = std::string::npos;
-  for (std::size_t i = 0; i < stops_.size(); ++i) {
+  for (std::size_t i = 0; i < stops_.size() && match; ++i) {
     if (stops_[i].empty()) continue;
-    const std::size_t pos = held_.find(stops_[i]);
+    const std::size_t from = unchecked_ >= stops_[i].size() ? unchecked_ - stops_[i].size() + 1 : 0;
+    const std::size_t pos = held_.find(stops_[i], from);
     if (pos < best_pos) {
       best_pos = pos;
       out.stop_idx = static_cast<int>(i);
@@ -47,14 +50,17 @@ StopMatcher::Output StopMatcher::push(std::string_view text) {
       }
     }
   }
-  out.text = held_.substr(0, held_.size() - keep);
-  held_.erase(0, held_.size() - keep);
+  const std::size_t emitted = held_.size() - keep;
+  out.text = held_.substr(0, emitted);
+  held_.erase(0, emitted);
+  unchecked_ = unchecked_ > emitted ? unchecked_ - emitted : 0;
   return out;
 }
 
 std::string StopMatcher::flush() {
   std::string out = std::move(held_);
   held_.clear();
+  unchecked_ = 0;
   return out;
 }
 

@@ -21,7 +21,10 @@ class StopMatcher {
   // Empty stop strings are ignored.
   explicit StopMatcher(std::vector<std::string> stops);
 
-  Output push(std::string_view text);
+  // match=false: the text is emitted and held back as usual, but no stop string may end inside it
+  // (min_tokens: vLLM checks stop strings only once min_tokens tokens were generated; a stop
+  // string that starts there and ends in later text still matches).
+  Output push(std::string_view text, bool match = true);
   // End of stream without a match: the held-back text.
   std::string flush();
   bool stopped() const { return stopped_; }
@@ -31,6 +34,7 @@ class StopMatcher {
   std::vector<std::string> stops_;
   std::size_t max_stop_len_ = 0;
   std::string held_;
+  std::size_t unchecked_ = 0;  // held_[0, unchecked_) was pushed with match=false
   bool stopped_ = false;
 };
 

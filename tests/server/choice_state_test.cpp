@@ -207,5 +207,44 @@ TEST_F(ChoiceStateTest, IncludeReasoningFalseDropsReasoning) {
   }
 }
 
+// vLLM: stop strings are not checked in the text of the first min_tokens tokens.
+TEST_F(ChoiceStateTest, StopStringsWaitForMinTokens) {
+  const std::vector<TokenId> toks = ids("a): b): c): d): e");
+  ChoiceOptions o;
+  o.chat = false;
+  o.stop = {"):"};
+  {
+    ChoiceState s(*tokenizer_, o);
+    run(s, toks, FinishReason::Length);
+    EXPECT_EQ(s.text(), "a");  // without min_tokens: the first "):"
+    EXPECT_EQ(s.finish_reason(), "stop");
+  }
+  // The first min_tokens tokens' text is never matched: generation goes on to a later "):".
+  o.min_tokens = 5;
+  ChoiceState s(*tokenizer_, o);
+  run(s, toks, FinishReason::Length);
+  EXPECT_EQ(s.finish_reason(), "stop");
+  EXPECT_GT(s.n_generated(), 5);
+  std::string expected;  // the text before the first "):" that ends after token 5
+  {
+    std::string prefix;
+    for (int k = 0; k < 5; ++k) prefix += tokenizer_->decode(std::vector<TokenId>{toks[static_cast<size_t>(k)]}, false);
+    const std::string full = "a): b): c): d): e";
+    const std::size_t at = full.find("):", prefix.size() >= 1 ? prefix.size() - 1 : 0);
+    ASSERT_NE(at, std::string::npos);
+    expected = full.substr(0, at);
+  }
+  EXPECT_EQ(s.text(), expected);
+  EXPECT_EQ(s.matched_stop(), "):");
+  // Several tokens in one event, min_tokens ending inside it: the same text.
+  ChoiceState batched(*tokenizer_, o);
+  TokenEvent ev;
+  ev.tokens = toks;
+  ev.finish = FinishReason::Length;
+  batched.on_event(ev);
+  EXPECT_EQ(batched.text(), expected);
+  EXPECT_EQ(batched.finish_reason(), "stop");
+}
+
 }  // namespace
 }  // namespace deltaserve

@@ -40,6 +40,8 @@ class FakeEngine final : public EngineService {
   bool with_logprobs = true;
   int64_t vocab = 0;                 // logits row size for constrained requests (0: ignore constraints)
   std::vector<TokenId> eos;          // constrained requests stop on these
+  int cached = 0;                    // prompt tokens reported as served from the prefix cache
+  bool top_skips_sampled = false;    // top logprobs are the ids after the sampled one
   std::atomic<int> constraint_rejects{0};  // accept() refusals (must stay 0)
 
   FakeEngine() : thread_([this] { loop(); }) {}
@@ -157,7 +159,8 @@ class FakeEngine final : public EngineService {
             TokenLogprob lp;
             lp.token = tok;
             lp.logprob = -0.5f;
-            for (int k = 0; k < live.request.sampling.top_logprobs; ++k) lp.top.push_back({tok + k, -0.5f - k});
+            for (int k = 0; k < live.request.sampling.top_logprobs; ++k)
+              lp.top.push_back({tok + k + (top_skips_sampled ? 1 : 0), -0.5f - k});
             ev.logprobs.push_back(lp);
           }
           ++live.n_emitted;
@@ -173,6 +176,7 @@ class FakeEngine final : public EngineService {
         if (ev.finish != FinishReason::None) {
           ev.n_prompt_tokens = static_cast<int>(live.request.prompt.size());
           ev.n_generated_tokens = live.n_emitted;
+          ev.n_cached_tokens = std::min(cached, ev.n_prompt_tokens);
           done.push_back(id);
         }
         live.stream->events.push(std::move(ev));

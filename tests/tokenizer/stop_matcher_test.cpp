@@ -118,5 +118,22 @@ TEST(StopMatcher, RandomSplitsAgreeWithWholeTextSearch) {
   }
 }
 
+// min_tokens: unchecked text never ends a match, but a stop string that starts in it and ends in
+// checked text does.
+TEST(StopMatcher, UncheckedTextIsEmittedButNotMatched) {
+  StopMatcher m({"END"});
+  auto a = m.push("x END yEN", /*match=*/false);
+  EXPECT_FALSE(a.stopped);
+  EXPECT_EQ(a.text, "x END y");  // "EN" held back: it may grow into "END"
+  auto b = m.push("D z");
+  EXPECT_TRUE(b.stopped);
+  EXPECT_EQ(b.text, "");
+  StopMatcher n({"END"});
+  EXPECT_EQ(n.push("END", false).text, "END");
+  auto c = n.push(" more END");
+  EXPECT_TRUE(c.stopped);
+  EXPECT_EQ(c.text, " more ");
+}
+
 }  // namespace
 }  // namespace deltaserve

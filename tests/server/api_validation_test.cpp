@@ -1,0 +1,284 @@
+// The HTTP API audit's findings (cached_tokens, nested unknown keys, seed range, min_tokens with
+// stop strings, echo, text_offset, typed booleans on the SGLang routes, no-effect field types,
+// logit_bias keys, Responses error names) over HTTP against the FakeEngine and tiny-coder's tokenizer.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_server.h"
+#include "server_fixture.h"
+
+namespace deltaserve {
+namespace {
+
+using json = nlohmann::ordered_json;
+using testing::sse_data;
+
+Result<std::string> chatml(const json& messages, const json&, const json& kwargs) {
+  std::string out;
+  for (const auto& m : messages) {
+    out += "<|im_start|>" + m["role"].get<std::string>();
+    if (m.contains("name")) out += " " + m["name"].get<std::string>();
+    out += "\n" + m.value("content", std::string()) + "<|im_end|>\n";
+  }
+  if (kwargs.contains("add_generation_prompt") && kwargs["add_generation_prompt"] == false) return out;
+  return out + "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+}
+
+class ApiValidationTest : public testing::ServerFixture {
+ protected:
+  void start(ServerConfig cfg = {}) { start_server(cfg, chatml); }
+  void script(const std::string& text) { engine_.script = tokenizer_->encode(text, true); }
+  testing::HttpResult post_json(const std::string& path, const json& body) { return post(path, body.dump()); }
+  json ok(const testing::HttpResult& r) {
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body, nullptr, false);
+  }
+  // A 400 whose param is `param`; returns the error.
+  json refused(const std::string& path, const json& body, const std::string& param) {
+    auto r = post_json(path, body);
+    EXPECT_EQ(r.status, 400) << body.dump() << " -> " << r.body;
+    json e = error_of(r);
+    EXPECT_EQ(e["param"], param) << body.dump() << " -> " << r.body;
+    return e;
+  }
+  static json chat(json extra = json::object()) {
+    json b = {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"max_tokens", 4}};
+    for (auto it = extra.begin(); it != extra.end(); ++it) b[it.key()] = it.value();
+    return b;
+  }
+};
+
+TEST_F(ApiValidationTest, CachedTokensAreReportedOnGenerateAndResponses) {
+  start();
+  script("ok");
+  engine_.cached = 2;
+  json g = ok(post_json("/generate", {{"text", "def hello_world():"}, {"sampling_params", {{"max_new_tokens", 3}}}}));
+  EXPECT_EQ(g["meta_info"]["cached_tokens"], 2) << g.dump();
+  json r = ok(post_json("/v1/responses", {{"input", "hello there"}, {"max_output_tokens", 3}}));
+  EXPECT_EQ(r["usage"]["input_tokens_details"]["cached_tokens"], 2) << r.dump();
+  json c = ok(post_json("/v1/chat/completions", chat()));
+  EXPECT_EQ(c["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+  expect_idle();
+}
+
+TEST_F(ApiValidationTest, UnknownNestedKeysAreRefusedByPath) {
+  start();
+  script("ok");
+  const std::string C = "/v1/chat/completions";
+  refused(C, {{"messages", json::array({{{"role", "user"}, {"content", "hi"}, {"foo", 1}}})}}, "messages[0].foo");
+  refused(C, {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}, {{"role", "tool"}, {"content", "x"}, {"bar", 1}}})}},
+          "messages[1].bar");
+  refused(C, chat({{"stream", true}, {"stream_options", {{"include_usage", true}, {"foo", 1}}}}), "stream_options.foo");
+  refused(C, chat({{"response_format", {{"type", "json_object"}, {"foo", 1}}}}), "response_format.foo");
+  refused(C, chat({{"response_format", {{"type", "text"}, {"json_schema", {{"schema", {{"type", "integer"}}}}}}}}),
+          "response_format.json_schema");
+  refused(C, chat({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", json::object()}, {"foo", 1}}}}}}),
+          "response_format.json_schema.foo");
+  refused(C, chat({{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"foo", 1}}}}})}}),
+          "tools[0].function.foo");
+  refused(C, chat({{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}, {"bar", 2}}})}}), "tools[0].bar");
+  refused(C, chat({{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
+                   {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}, {"x", 1}}}}}}),
+          "tool_choice.function.x");
+  // A wrongly typed reasoning_content is an error, not dropped.
+  refused(C, {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", "a"}, {"reasoning_content", 5}},
+                                        {{"role", "user"}, {"content", "b"}}})}},
+          "messages[1].reasoning_content");
+  refused(C, {{"messages", json::array({{{"role", "user"}, {"content", "hi"}, {"name", 5}}})}}, "messages[0].name");
+  refused(C, {{"messages", json::array({{{"role", "assistant"}, {"content", "a"}, {"refusal", "no"}}, {{"role", "user"}, {"content", "b"}}})}},
+          "messages[0].refusal");
+  // Responses tools and tool_choice.
+  refused("/v1/responses", {{"input", "x"}, {"tools", json::array({{{"type", "function"}, {"name", "f"}, {"foo", 1}}})}}, "tools[0].foo");
+  refused("/v1/responses",
+          {{"input", "x"}, {"tools", json::array({{{"type", "function"}, {"name", "f"}}})}, {"tool_choice", {{"type", "function"}, {"name", "f"}, {"foo", 1}}}},
+          "tool_choice.foo");
+  // What OpenAI / vLLM clients legitimately send is served; `name` reaches the template.
+  ok(post_json(C, {{"messages", json::array({{{"role", "system"}, {"content", "s"}, {"name", "sys"}},
+                                             {{"role", "user"}, {"content", "hi"}, {"name", "bob"}},
+                                             {{"role", "assistant"}, {"content", "a"}, {"name", "bot"}, {"refusal", nullptr},
+                                              {"tool_calls", json::array()}, {"reasoning_content", "r"}},
+                                             {{"role", "user"}, {"content", "again"}}})},
+                   {"max_tokens", 2}}));
+  const std::string prompt = tokenizer_->decode(engine_.submitted().back().prompt, false);
+  EXPECT_NE(prompt.find("<|im_start|>user bob\nhi"), std::string::npos) << prompt;
+  ok(post_json(C, chat({{"tools", json::array({{{"type", "function"},
+                                                {"function", {{"name", "f"}, {"description", "d"}, {"parameters", json::object()}, {"strict", true}}}}})}})));
+  ok(post_json(C, chat({{"response_format", {{"type", "json_schema"},
+                                              {"json_schema", {{"name", "n"}, {"description", "d"}, {"strict", true}, {"schema", {{"type", "integer"}}}}}}}})));
+  ok(post_json(C, chat({{"stream", true}, {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", false}}}})));
+  ok(post_json("/v1/responses", {{"input", "x"}, {"max_output_tokens", 2},
+                                 {"tools", json::array({{{"type", "function"}, {"name", "f"}, {"description", "d"}, {"parameters", json::object()}, {"strict", true}}})},
+                                 {"text", {{"format", {{"type", "json_schema"}, {"name", "n"}, {"strict", true}, {"schema", {{"type", "integer"}}}}}}}}));
+  expect_idle();
+}
+
+TEST_F(ApiValidationTest, SeedOutsideInt64IsRefused) {
+  start();
+  script("ok");
+  for (const char* seed : {"9223372036854775808", "18446744073709551615"}) {
+    auto r = post("/v1/completions", std::string(R"({"prompt":"x","max_tokens":2,"seed":)") + seed + "}");
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_EQ(error_of(r)["param"], "seed");
+  }
+  ok(post("/v1/completions", R"({"prompt":"x","max_tokens":2,"seed":9223372036854775807})"));
+  ok(post("/v1/completions", R"({"prompt":"x","max_tokens":2,"seed":-9223372036854775808})"));
+  expect_idle();
+}
+
+TEST_F(ApiValidationTest, StopStringsWaitForMinTokens) {
+  start();
+  script("a): b): c): d): e");
+  json plain = ok(post("/v1/completions", R"({"prompt":"x","max_tokens":16,"stop":"):"})"));
+  EXPECT_EQ(plain["choices"][0]["text"], "a");
+  json j = ok(post("/v1/completions", R"({"prompt":"x","max_tokens":16,"stop":"):","min_tokens":5})"));
+  EXPECT_GT(j["usage"]["completion_tokens"].get<int>(), 5) << j.dump();
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_NE(j["choices"][0]["text"], "a");
+  expect_idle();
+}
+
+TEST_F(ApiValidationTest, EchoRefusesLogprobsAndEchoesTheTruncatedPrompt) {
+  start();
+  script("ok");
+  json e = refused("/v1/completions", {{"prompt", "x"}, {"echo", true}, {"logprobs", 1}}, "echo");
+  EXPECT_NE(e["message"].get<std::string>().find("prompt logprobs"), std::string::npos);
+  const std::string prompt = "one two three four five six seven";
+  const auto ids = tokenizer_->encode(prompt, true);
+  ASSERT_GT(ids.size(), 3u);
+  json j = ok(post_json("/v1/completions", {{"prompt", prompt}, {"echo", true}, {"truncate_prompt_tokens", 3}, {"max_tokens", 2}}));
+  const std::string kept = tokenizer_->decode(std::vector<TokenId>(ids.end() - 3, ids.end()), false);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(j["choices"][0]["text"], kept + "ok");
+  expect_idle();
+}
+
+TEST_F(ApiValidationTest, CompletionTextOffsets) {
+  start();
+  script("one two three");
+  // Streaming: the offsets run over the whole choice.
+  auto r = post("/v1/completions", R"({"prompt":"x","max_tokens":8,"stream":true,"logprobs":1})");
+  ASSERT_EQ(r.status, 200);
+  std::string text;
+  int checked = 0;
+  for (const auto& ev : sse_data(r.body)) {
+    if (ev == "[DONE]") break;
+    json c = json::parse(ev);
+    const json& lp = c["choices"][0]["logprobs"];
+    if (!lp.is_null()) {
+      ASSERT_EQ(lp["text_offset"].size(), 1u);
+      EXPECT_EQ(lp["text_offset"][0], static_cast<int>(text.size())) << ev;
+      ++checked;
+    }
+    text += c["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "one two three");
+  EXPECT_GE(checked, 3);
+  // return_tokens_as_token_ids: the offsets still count the text.
+  json j = ok(post("/v1/completions", R"({"prompt":"x","max_tokens":8,"logprobs":1,"return_tokens_as_token_ids":true})"));
+  const json& lp = j["choices"][0]["logprobs"];
+  int64_t at = 0;
+  for (size_t k = 0; k < engine_.script.size(); ++k) {
+    EXPECT_EQ(lp["text_offset"][k], at) << j.dump();
+    EXPECT_EQ(lp["tokens"][k], "token_id:" + std::to_string(engine_.script[k]));
+    at += static_cast<int64_t>(tokenizer_->decode(std::vector<TokenId>{engine_.script[k]}, false).size());
+  }
+  EXPECT_EQ(at, static_cast<int64_t>(j["choices"][0]["text"].get<std::string>().size()));
+  // The sampled token is always among top_logprobs (vLLM), also when the engine's top-k misses it.
+  engine_.top_skips_sampled = true;
+  json t = ok(post("/v1/completions", R"({"prompt":"x","max_tokens":8,"logprobs":2})"));
+  const json& tl = t["choices"][0]["logprobs"];
+  for (size_t k = 0; k < tl["tokens"].size(); ++k) {
+    EXPECT_TRUE(tl["top_logprobs"][k].contains(tl["tokens"][k].get<std::string>())) << t.dump();
+    EXPECT_EQ(tl["top_logprobs"][k].size(), 3u);
+  }
+  expect_idle();
+}
+
+TEST_F(ApiValidationTest, SglangRouteBooleansAreTypedAndNamed) {
+  start();
+  script("ok");
+  refused("/abort_request", {{"abort_all", "yes"}}, "abort_all");
+  refused("/abort_request", {{"rid", 5}}, "rid");
+  refused("/generate", {{"text", "a"}, {"return_logprob", "yes"}}, "return_logprob");
+  refused("/generate", {{"text", "a"}, {"return_text_in_logprobs", 1}}, "return_text_in_logprobs");
+  refused("/tokenize", {{"prompt", "a"}, {"add_special_tokens", "no"}}, "add_special_tokens");
+  refused("/tokenize", {{"prompt", "a"}, {"return_token_strs", 1}}, "return_token_strs");
+  refused("/tokenize", {{"prompt", "a"}, {"model", 5}}, "model");
+  refused("/tokenize", {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"add_generation_prompt", "x"}},
+          "add_generation_prompt");
+  refused("/detokenize", {{"tokens", {1}}, {"skip_special_tokens", "x"}}, "skip_special_tokens");
+  ok(post_json("/tokenize", {{"prompt", "a"}, {"add_special_tokens", false}, {"return_token_strs", true}, {"model", "tiny"}}));
+  ok(post_json("/detokenize", {{"tokens", {1}}, {"skip_special_tokens", true}}));
+  expect_idle();
+}
+
+TEST_F(ApiValidationTest, SmallerFieldChecks) {
+  start();
+  script("ok");
+  const std::string P = "/v1/completions";
+  json base = {{"prompt", "x"}, {"max_tokens", 2}};
+  auto with = [&](const char* k, json v) {
+    json b = base;
+    b[k] = std::move(v);
+    return b;
+  };
+  refused(P, with("user", 5), "user");
+  refused(P, with("safety_identifier", json::array()), "safety_identifier");
+  refused(P, with("metadata", "x"), "metadata");
+  refused(P, with("metadata", {{"k", 1}}), "metadata.k");
+  ok(post_json(P, with("metadata", {{"k", "v"}})));
+  refused(P, with("stop_token_ids", {99999}), "stop_token_ids");
+  refused("/generate", {{"text", "x"}, {"sampling_params", {{"stop_token_ids", {99999}}}}}, "sampling_params.stop_token_ids");
+  for (const char* key : {"088", "+88", " 88", "88 ", "0x58", ""}) refused(P, with("logit_bias", {{key, 1}}), "logit_bias");
+  ok(post_json(P, with("logit_bias", {{"88", 1}, {"0", -1}})));
+  // /v1/responses names its own fields.
+  refused("/v1/responses", {{"input", json::array()}}, "input");
+  refused("/v1/responses", {{"input", json::array({{{"role", "wizard"}, {"content", "x"}}})}}, "input[0].role");
+  json e = refused("/v1/responses", {{"input", "x"}, {"max_output_tokens", 0}}, "max_output_tokens");
+  EXPECT_EQ(e["message"].get<std::string>().find("'max_tokens'"), std::string::npos) << e.dump();
+  e = refused("/v1/responses", {{"input", "x"}, {"text", {{"format", {{"type", "json_schema"}, {"name", "n"}}}}}}, "text.format.schema");
+  EXPECT_EQ(e["message"].get<std::string>().find("response_format"), std::string::npos) << e.dump();
+  expect_idle();
+}
+
+TEST_F(ApiValidationTest, ResponsesIncompleteMessageStatus) {
+  start();
+  script("one two three four five");
+  json r = ok(post_json("/v1/responses", {{"input", "x"}, {"max_output_tokens", 2}}));
+  EXPECT_EQ(r["status"], "incomplete");
+  ASSERT_EQ(r["output"].size(), 1u);
+  EXPECT_EQ(r["output"][0]["status"], "incomplete");
+  auto s = post_json("/v1/responses", {{"input", "x"}, {"max_output_tokens", 2}, {"stream", true}});
+  ASSERT_EQ(s.status, 200);
+  bool seen = false;
+  for (const auto& ev : sse_data(s.body)) {
+    json j = json::parse(ev, nullptr, false);
+    if (j.is_discarded() || j.value("type", "") != "response.output_item.done") continue;
+    EXPECT_EQ(j["item"]["status"], "incomplete") << ev;
+    seen = true;
+  }
+  EXPECT_TRUE(seen);
+  script("one");
+  r = ok(post_json("/v1/responses", {{"input", "x"}, {"max_output_tokens", 20}}));
+  EXPECT_EQ(r["output"][0]["status"], "completed");
+  expect_idle();
+}
+
+TEST_F(ApiValidationTest, BlankContentBeforeToolCallIsEmpty) {
+  ServerConfig cfg;
+  cfg.tool_call_parser = "hermes";
+  start(cfg);
+  script("  \n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>");
+  const json tools = json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}}});
+  json j = ok(post_json("/v1/chat/completions", {{"messages", json::array({{{"role", "user"}, {"content", "go"}}})}, {"tools", tools}}));
+  ASSERT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "") << j.dump();
+  json r = ok(post_json("/v1/responses", {{"input", "go"}, {"tools", json::array({{{"type", "function"}, {"name", "f"}, {"parameters", json::object()}}})}}));
+  ASSERT_EQ(r["output"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["output"][0]["type"], "function_call");
+  expect_idle();
+}
+
+}  // namespace
+}  // namespace deltaserve
