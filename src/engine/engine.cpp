@@ -744,8 +744,23 @@ void Engine::emit_all(const std::vector<ScheduledItem>& items) {
     TokenEvent ev;
     ev.logprobs = std::move(o.logprobs);
     ev.tokens.assign(s.tokens.end() - o.n_emit, s.tokens.end());
+    FinishReason reason = o.finish;
+    if (const int at = s.constraint ? s.constraint->exhausted_at() : -1; at >= 0) {
+      // The request's rules left no token to draw (TokenConstraint::exhausted_at): it ends with an
+      // error before the token drawn there.
+      const int first = s.n_generated() - o.n_emit;  // generated index of ev.tokens[0]
+      const size_t keep = static_cast<size_t>(std::clamp(at - first, 0, o.n_emit));
+      ev.tokens.resize(keep);
+      if (ev.logprobs.size() > keep) ev.logprobs.resize(keep);
+      s.tokens.resize(static_cast<size_t>(s.n_prompt + std::max(at, 0)));
+      s.n_computed = std::min(s.n_computed, static_cast<int>(s.tokens.size()));
+      ev.error = "the request's rules leave no token to generate: allowed_token_ids, bad_words, min_tokens and "
+                 "the structured-output grammar exclude every token at output token " + std::to_string(at);
+      ev.error_kind = EngineErrorKind::BadRequest;
+      reason = FinishReason::Error;
+    }
     generated_tokens_total_ += ev.tokens.size();
-    if (o.finish != FinishReason::None) finish(s, o.finish, ev);
+    if (reason != FinishReason::None) finish(s, reason, ev);
     else s.stream->events.push(std::move(ev));
   }
 }

@@ -34,6 +34,10 @@ class TokenConstraint {
   virtual bool accept(int32_t token) = 0;
   // Forgets the last n accepted tokens (drafts that verification rejected or that were undone).
   virtual void rollback(int n) = 0;
+  // Where the rules left no token at all (allowed_token_ids, bad words, min_tokens and a grammar
+  // that exclude each other): the generated-token index of the accepted token drawn from such a
+  // row, else -1. The engine then ends the sequence with an error before that token.
+  virtual int exhausted_at() const { return -1; }
 };
 
 }  // namespace deltaserve

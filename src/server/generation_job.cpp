@@ -273,9 +273,10 @@ void GenerationJob::process(std::size_t i, const TokenEvent& event, std::string&
   if (event.finish != FinishReason::None && event.accept_length > 0.0) {
     env_.metrics->observe_accept_length(event.accept_length);
   }
-  // An engine error before any output (queue full, prompt too long): an HTTP error, if nothing
-  // has been sent yet.
-  if (event.finish == FinishReason::Error && c.state->n_generated() == 0 && event.tokens.empty() &&
+  // An engine error before any output (queue full, prompt too long), or one the request caused
+  // (its rules left no token to generate): an HTTP error, if nothing has been sent yet.
+  const bool before_output = c.state->n_generated() == 0 && event.tokens.empty();
+  if (event.finish == FinishReason::Error && (before_output || event.error_kind == EngineErrorKind::BadRequest) &&
       !head_sent_ && !responded_) {
     send_error_response(event.error_kind, event.error.empty() ? "the engine could not serve the request"
                                                               : event.error);
@@ -373,6 +374,10 @@ void GenerationJob::append_completion_chunk(std::size_t i, const ChoiceDelta& d,
                  {"finish_reason", d.finished ? json(d.finish_reason) : json(nullptr)}};
   if (d.finished) choice["matched_stop"] = d.matched_stop;
   if (request_.return_token_ids) choice["token_ids"] = d.token_ids;
+  if (d.finished && !d.error.empty()) {  // as chat streams it: the error, then the choice's end
+    append_sse({{"error", {{"message", d.error}, {"type", "server_error"}, {"param", nullptr}, {"code", "engine_error"}}}},
+               out);
+  }
   json payload = {{"id", response_id_},
                   {"object", "text_completion"},
                   {"created", created_},

@@ -352,6 +352,42 @@ std::string OpenAiServer::route_name(ApiKind kind) {
   return "other";
 }
 
+namespace {
+
+// allowed_token_ids that the other rules exclude from the first token on: a 400 naming the
+// conflict, not a request that can only end in an error. (Conflicts that arise later, from a
+// grammar's path or multi-token bad words, end the request with an error: exhausted_at.)
+std::optional<ApiError> check_allowed_ids(const ConstraintPlan& plan, bool generate) {
+  if (plan.allowed_ids.empty()) return std::nullopt;
+  std::vector<TokenId> usable;
+  for (TokenId id : plan.allowed_ids) {
+    bool banned = false;  // a one-token bad word is never generated
+    for (const auto& w : plan.bad_words) banned = banned || (w.size() == 1 && w[0] == id);
+    if (!banned) usable.push_back(id);
+  }
+  if (usable.empty())
+    return ApiError::bad_request("every id in allowed_token_ids is a bad word (bad_words): no token can be generated",
+                                 "allowed_token_ids");
+  auto is_end = [&](TokenId id) { return std::find(plan.end_ids.begin(), plan.end_ids.end(), id) != plan.end_ids.end(); };
+  if (plan.min_tokens > 0 && std::all_of(usable.begin(), usable.end(), is_end))
+    return ApiError::bad_request("allowed_token_ids holds only end ids (EOS, stop_token_ids), which min_tokens (" +
+                                     std::to_string(plan.min_tokens) + ") bans for the first tokens",
+                                 generate ? "sampling_params.min_new_tokens" : "min_tokens");
+  if (plan.grammar && !plan.grammar_after) {
+    GrammarMatcher m(plan.grammar);
+    const TokenBitset& mask = m.next_token_mask();
+    const bool any = std::any_of(usable.begin(), usable.end(), [&](TokenId id) {
+      return (id < mask.size() && mask.test(id)) || (m.can_end() && is_end(id));
+    });
+    if (!any)
+      return ApiError::bad_request("no id in allowed_token_ids can begin the structured output the request asks for",
+                                   "allowed_token_ids");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExchange> exchange,
                                  GenerationJob::Clock::time_point arrival, std::function<void(const json&)> on_response) {
   const ApiKind kind = request.kind;
@@ -541,6 +577,7 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
   plan->min_tokens = request.min_tokens;
   plan->end_ids = defaults_.eos_token_ids;
   for (TokenId id : request.sampling.stop_token_ids) plan->end_ids.push_back(id);
+  if (auto e = check_allowed_ids(*plan, kind == ApiKind::Generate)) return send_error(*exchange, route, *e);
   if (!plan->empty()) request.plan = std::move(plan);
 
   ChoiceOptions options;

@@ -1,7 +1,6 @@
 #include "server/request_constraint.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 
 namespace deltaserve {
@@ -52,7 +51,10 @@ void RequestConstraint::apply(float* logits, int64_t vocab, int n_generated) {
     for (TokenId id : p.end_ids)
       if (id < vocab) logits[id] = -INFINITY;
   }
-  if (!grammar_on) return;
+  if (!grammar_on) {
+    check_exhausted(logits, vocab, n_generated, false);
+    return;
+  }
   const TokenBitset& mask = matcher_->next_token_mask();
   // Request stop ids end a complete match like EOS does.
   saved_.clear();
@@ -75,25 +77,26 @@ void RequestConstraint::apply(float* logits, int64_t vocab, int n_generated) {
   }
   for (int64_t i = covered; i < vocab; ++i) logits[i] = -INFINITY;
   for (const auto& [id, v] : saved_) logits[id] = v;
-  // Only allowed ids, bad words and min_tokens remove tokens the grammar allows: if together they
-  // removed all of them, keep the grammar's first token.
-  if (p.allowed_ids.empty() && p.bad_words.empty() && !ban_end) return;
-  for (size_t w = 0; w < words.size(); ++w) {
-    uint64_t bits = words[w];
-    while (bits) {
-      const int64_t id = static_cast<int64_t>(w * 64) + std::countr_zero(bits);
-      if (id < vocab && logits[id] > -INFINITY) return;
-      bits &= bits - 1;
-    }
+  check_exhausted(logits, vocab, n_generated, true);
+}
+
+void RequestConstraint::check_exhausted(float* logits, int64_t vocab, int n_generated, bool grammar_on) {
+  const ConstraintPlan& p = *plan_;
+  // Without allowed ids or a grammar, only a few ids are removed (bad words' last tokens, the end
+  // ids before min_tokens): something is always left.
+  if (!grammar_on && p.allowed_ids.empty()) return;
+  bool any = false;
+  if (!grammar_on) {
+    for (TokenId id : p.allowed_ids) any = any || (id < vocab && logits[id] > -INFINITY);
+  } else {
+    for (int64_t i = 0; i < vocab && !any; ++i) any = logits[i] > -INFINITY;
   }
-  for (const auto& [id, v] : saved_)
-    if (v > -INFINITY) return;
-  for (size_t w = 0; w < words.size(); ++w) {
-    if (!words[w]) continue;
-    const int64_t id = static_cast<int64_t>(w * 64) + std::countr_zero(words[w]);
-    if (id < vocab) logits[id] = 0.0f;
+  if (any) {
+    if (exhausted_row_ == n_generated) exhausted_row_ = -1;
     return;
   }
+  exhausted_row_ = n_generated;
+  if (!p.end_ids.empty() && p.end_ids.front() < vocab) logits[p.end_ids.front()] = 0.0f;
 }
 
 namespace {
@@ -156,19 +159,19 @@ void RequestConstraint::apply_from(const float* src, float* dst, int64_t vocab, 
   if (ban_end)
     for (TokenId id : p.end_ids)
       if (id < vocab) dst[id] = -INFINITY;
-  // 3. If bad words and min_tokens removed every token the grammar allows, keep its first one.
-  if (p.bad_words.empty() && !ban_end) return;
-  for (int64_t i = 0; i < vocab; ++i)
-    if (dst[i] > -INFINITY) return;
-  for (size_t w = 0; w < words.size(); ++w) {
-    if (!words[w]) continue;
-    const int64_t id = static_cast<int64_t>(w * 64) + std::countr_zero(words[w]);
-    if (id < vocab) dst[id] = 0.0f;
-    return;
-  }
+  // 3. Bad words and min_tokens may have removed every token the grammar allows.
+  check_exhausted(dst, vocab, n_generated, true);
 }
 
 bool RequestConstraint::accept(int32_t token) {
+  if (exhausted_row_ == static_cast<int>(history_.size())) {
+    // Drawn from a row with no token left (the end id it allowed): the engine ends the sequence
+    // here; the grammar is not fed.
+    if (exhausted_taken_ < 0) exhausted_taken_ = static_cast<int>(history_.size());
+    history_.push_back(token);
+    fed_.push_back(0);
+    return true;
+  }
   uint8_t fed = 0;
   if (started_at_ >= 0 && matcher_) {
     const bool vocab_eos = token < matcher_->grammar().vocab().size() && matcher_->grammar().vocab().is_eos(token);
@@ -195,6 +198,7 @@ void RequestConstraint::rollback(int n) {
     if (plan_->grammar_after && started_at_ == static_cast<int>(history_.size())) started_at_ = -1;
     history_.pop_back();
     fed_.pop_back();
+    if (exhausted_taken_ >= static_cast<int>(history_.size())) exhausted_taken_ = -1;
   }
 }
 

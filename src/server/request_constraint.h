@@ -3,8 +3,10 @@
 // min_tokens. make() gives each sequence its own RequestConstraint, the engine's TokenConstraint.
 //
 // Order in apply(): bias, allowed ids, bad words, min_tokens (end tokens banned), then the grammar
-// mask. The grammar wins a conflict: when it only allows ending, min_tokens does not ban the end;
-// when the other rules would leave no token at all, the grammar's first allowed token stays.
+// mask. The grammar wins a conflict: when it only allows ending, min_tokens does not ban the end.
+// When the rules together leave no token at all, the row allows only the first end id and the
+// constraint reports the position (exhausted_at): the engine ends the request with an error there,
+// rather than a token no rule allows being drawn.
 #pragma once
 
 #include <memory>
@@ -42,6 +44,7 @@ class RequestConstraint final : public TokenConstraint {
   void apply_from(const float* src, float* dst, int64_t vocab, int n_generated) override;
   bool accept(int32_t token) override;
   void rollback(int n) override;
+  int exhausted_at() const override { return exhausted_taken_; }
 
   bool grammar_started() const { return started_at_ >= 0; }
   const GrammarMatcher* matcher() const { return matcher_ ? &*matcher_ : nullptr; }
@@ -55,6 +58,10 @@ class RequestConstraint final : public TokenConstraint {
   std::vector<uint8_t> fed_;      // per accepted token: the matcher took it
   int started_at_ = -1;           // history size when the grammar started (-1: not yet)
   void ban_bad_words(float* logits, int64_t vocab) const;
+  // After the rules: if no token is left, allow the first end id and note the position.
+  void check_exhausted(float* logits, int64_t vocab, int n_generated, bool grammar_on);
+  int exhausted_row_ = -1;    // position of the last applied row that had no token left
+  int exhausted_taken_ = -1;  // position of an accepted token drawn from such a row
   std::vector<std::pair<TokenId, float>> saved_;  // scratch
 };
 

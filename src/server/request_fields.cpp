@@ -53,7 +53,7 @@ const std::vector<RequestField> kFields = {
   {"seed", C | P, YES, nullptr, "7", "same seed, same output (an int64, as vLLM)"},
   {"sampling_seed", C | P | S, YES, nullptr, "7", "SGLang name of seed"},
   {"logit_bias", C | P | S, YES, nullptr, R"({"11": 5})", "token id (a decimal string) -> bias added to the logit, in [-100, 100]"},
-  {"allowed_token_ids", C | P, YES, nullptr, "[11, 12, 13]", "vLLM: only these tokens may be sampled"},
+  {"allowed_token_ids", C | P, YES, nullptr, "[11, 12, 13]", "vLLM: only these tokens may be sampled; rules that leave none (bad_words, min_tokens, a grammar) are a 400, or end the request with an error where they meet"},
   {"bad_words", C | P, YES, nullptr, R"(["foo"])", "vLLM: these words (with and without a leading space) are never completed"},
   {"ignore_eos", C | P | S, YES, nullptr, "false", ""},
   {"logprobs", C | P, YES, nullptr, "true", "chat: boolean; completions: the number of alternatives"},

@@ -75,6 +75,7 @@ class Counting final : public TokenConstraint {
     rolled_back += n;
     inner_->rollback(n);
   }
+  int exhausted_at() const override { return inner_->exhausted_at(); }
   std::atomic<int> applied{0}, accepted{0}, refused{0}, rolled_back{0};
 
  private:
@@ -226,6 +227,40 @@ TEST(EngineConstraint, LogitBiasAndMinTokens) {
 
 namespace deltaserve::test {
 namespace {
+
+// Rules that exclude each other leave no token: the row allows only the first end id, the
+// constraint reports where (undone with the token), and the engine ends the request there with an
+// error, without that token, with and without MTP drafts.
+TEST(EngineConstraint, RulesThatLeaveNoTokenEndTheRequestWithAnError) {
+  const int32_t a = tokenizer().encode("a", false).front();
+  const int64_t V = static_cast<int64_t>(tokenizer().vocab_size());
+  auto conflict = std::make_shared<ConstraintPlan>();
+  conflict->allowed_ids = {a};
+  conflict->bad_words = {{a}};
+  conflict->end_ids = {kEndOfText, kImEnd};
+  auto c = make_constraint(conflict);
+  std::vector<float> row(V, 1.0f);
+  c->apply(row.data(), V, 0);
+  for (int64_t i = 0; i < V; ++i) ASSERT_EQ(row[i] > -INFINITY, i == kEndOfText) << i;
+  EXPECT_EQ(c->exhausted_at(), -1);
+  ASSERT_TRUE(c->accept(kEndOfText));
+  EXPECT_EQ(c->exhausted_at(), 0);
+  c->rollback(1);
+  EXPECT_EQ(c->exhausted_at(), -1);
+
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::Regex;
+  spec.text = "a{2}";
+  auto plan = grammar_plan(spec);
+  plan->allowed_ids = {a};  // after "aa" only an end fits the grammar, and no end id is allowed
+  for (int k : {0, 2}) {
+    auto e = make_engine(k);
+    Generation r = generate(*e, "def f(", plan, 8, 0.0f, 1);
+    EXPECT_EQ(r.finish, FinishReason::Error) << "k " << k;
+    EXPECT_EQ(r.tokens, (std::vector<int32_t>{a, a})) << "k " << k;
+    e->stop();
+  }
+}
 
 // The fused masked copy (what the sampler calls) gives exactly what copying then apply() gives,
 // along a sequence of accepted tokens, with a bias, a bad word and min_tokens on top of the grammar.

@@ -282,3 +282,29 @@ TEST_F(ApiValidationTest, BlankContentBeforeToolCallIsEmpty) {
 
 }  // namespace
 }  // namespace deltaserve
+
+namespace deltaserve {
+namespace {
+
+// allowed_token_ids that the other rules exclude from the first token on are a 400 naming the
+// conflict (a later conflict ends the request with an error: EngineConstraint tests).
+TEST_F(ApiValidationTest, AllowedTokenIdsThatOtherRulesExcludeAreRefused) {
+  start();
+  script("ok");
+  const int a = tokenizer_->encode("a", false).front(), z = tokenizer_->encode("z", false).front();
+  json e = refused("/v1/completions",
+                   {{"prompt", "x"}, {"max_tokens", 4}, {"allowed_token_ids", {a}}, {"bad_words", {"a"}}},
+                   "allowed_token_ids");
+  EXPECT_NE(e["message"].get<std::string>().find("bad word"), std::string::npos) << e.dump();
+  e = refused("/v1/completions",
+              {{"prompt", "x"}, {"max_tokens", 4}, {"allowed_token_ids", {a}}, {"stop_token_ids", {a}}, {"min_tokens", 2}},
+              "min_tokens");
+  EXPECT_NE(e["message"].get<std::string>().find("only end ids"), std::string::npos) << e.dump();
+  refused("/v1/chat/completions", chat({{"allowed_token_ids", {z}}, {"regex", "yes"}}), "allowed_token_ids");
+  // Compatible rules pass.
+  ok(post_json("/v1/completions", {{"prompt", "x"}, {"max_tokens", 4}, {"allowed_token_ids", {a, z}}, {"bad_words", {"a"}}}));
+  ok(post_json("/v1/completions", {{"prompt", "x"}, {"max_tokens", 4}, {"allowed_token_ids", {a}}, {"regex", "a+"}}));
+}
+
+}  // namespace
+}  // namespace deltaserve
