@@ -52,7 +52,9 @@ MemoryPlanInput memory_plan_input(const ServeOptions& o, PlanDevice device, int6
   in.mem_fraction_static = o.mem_fraction_static;
   in.max_memory_bytes = o.max_memory;
   const bool cuda = device == PlanDevice::Cuda;
-  in.weight_bytes_per_param = o.dtype == "float32" ? 4 : 2;
+  // bf16 matmul weights, as the engine loads them: --dtype is accepted but not built (a start-up
+  // warning says so), so the plan does not read it either.
+  in.weight_bytes_per_param = 2;
   in.kv_cache_dtype = resolve_kv_cache_dtype(o, device);
   in.kv_bytes_per_elem = static_cast<int64_t>(dtype_size(in.kv_cache_dtype));
   if (o.mamba_ssm_dtype == "float32") in.state_dtype = DType::F32;

@@ -100,7 +100,7 @@ const std::vector<Row>& rows() {
     {{"shutdown-timeout", "", F, "30", "", "on SIGTERM/SIGINT: seconds running requests may take to finish before they are aborted", YES, NO_PERF}, &ServeOptions::shutdown_timeout},
     {{"log-level", "", C, "info", "debug,info,warning,error", "log verbosity", YES, NO_PERF}, &ServeOptions::log_level},
     {{"log-requests", "", BOOL, "false", "", "log every request and response", NOT_YET, NO_PERF}, &ServeOptions::log_requests},
-    {{"enable-metrics", "", BOOL, "false", "", "Prometheus /metrics", NOT_YET, NO_PERF}, &ServeOptions::enable_metrics},
+    {{"enable-metrics", "", BOOL, "false", "", "Prometheus /metrics (served with or without this flag)", YES, NO_PERF}, &ServeOptions::enable_metrics},
     {{"random-seed", "", I, "0", "", "seed for sampling without a per-request seed (0: random)", YES, NO_PERF}, &ServeOptions::random_seed},
     {{"skip-server-warmup", "", BOOL, "false", "", "skip the warm-up at start-up (CUDA: batches of 1-64 requests that capture graphs and time GEMM algorithms)", YES, NO_PERF}, &ServeOptions::skip_server_warmup},
     {{"watchdog-timeout", "", F, "300", "", "seconds the engine may make no progress with requests pending before the server exits (1); under systemd it pings WatchdogSec only while the engine progresses (0: off)", YES, NO_PERF}, &ServeOptions::watchdog_timeout},

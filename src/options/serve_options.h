@@ -9,7 +9,7 @@
 //   if (!parsed) { fprintf(stderr, "%s\n", parsed.status().message().c_str()); return 2; }  // argv wins
 //   const ServeOptions& opts = *parsed;          // validated; derived values filled in
 //   if (opts.help) { fputs(serve_options_help().c_str(), stdout); return 0; }
-//   for (const auto& w : warnings) log_warn(w);  // e.g. "accepted but not supported yet: --enable-metrics"
+//   for (const auto& w : warnings) log_warn(w);  // e.g. "accepted but not supported yet: --log-requests"
 //   for (auto& [key, value] : effective_config(opts)) ...   // every setting incl. defaults
 //
 // Names and meanings follow SGLang's `python -m sglang.launch_server` so a unit file written for

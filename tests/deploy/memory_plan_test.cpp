@@ -321,6 +321,24 @@ TEST(MemoryPlan, MambaSsmDtypeSizesTheState) {
   EXPECT_FALSE(parse_serve_options({"--model-path", "x", "--mamba-ssm-dtype", "float16"}));
 }
 
+// --dtype is accepted but not built: the plan sizes the weights as the engine loads them (bf16),
+// whatever it says.
+TEST(MemoryPlan, DtypeThatIsNotBuiltDoesNotChangeThePlan) {
+  auto plan_with = [](std::vector<std::string> flags) {
+    std::vector<std::string> args = {"--model-path", "x"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto opts = parse_serve_options(args);
+    EXPECT_TRUE(opts) << opts.status().message();
+    MemoryPlanInput in = memory_plan_input(*opts, PlanDevice::Cuda, 80 * kGiB, HostInfo{});
+    in.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
+    return plan_memory(qwen36_27b(), in);
+  };
+  const MemoryPlan plain = plan_with({}), f32 = plan_with({"--dtype", "float32"});
+  ASSERT_TRUE(plain.ok() && f32.ok());
+  EXPECT_EQ(f32.weights_bytes_per_gpu, plain.weights_bytes_per_gpu);
+  EXPECT_EQ(f32.kv_tokens, plain.kv_tokens);
+}
+
 TEST(MemoryPlan, FromServeFlagsAndJson) {
   auto opts = parse_serve_options({"--model-path", "x", "--tp-size", "2", "--mem-fraction-static", "0.88",
                                    "--mamba-full-memory-ratio", "0.5", "--speculative-algorithm", "NEXTN",

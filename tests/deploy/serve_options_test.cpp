@@ -188,7 +188,7 @@ TEST(ServeOptions, UnsupportedFlagsWarnByName) {
                                &warnings);
   ASSERT_TRUE(r) << r.status().message();
   ASSERT_EQ(warnings.size(), 2u);
-  EXPECT_NE(warnings[0].find("--enable-metrics"), std::string::npos);
+  EXPECT_EQ(warnings[0].find("--enable-metrics"), std::string::npos);  // /metrics is always served
   EXPECT_NE(warnings[0].find("--log-requests"), std::string::npos);
   EXPECT_EQ(warnings[0].find("--tp-size"), std::string::npos);  // built: not "not yet"
   EXPECT_EQ(warnings[0].find("--dp-size"), std::string::npos);
