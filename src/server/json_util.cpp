@@ -1,6 +1,8 @@
 #include "server/json_util.h"
 
 #include <cctype>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "server/api_error.h"
@@ -309,6 +311,17 @@ class PyLiteralParser {
 
 std::optional<json> parse_python_literal(std::string_view text) {
   return PyLiteralParser(text).parse();
+}
+
+double json_float(float value) {
+  if (!std::isfinite(value)) return value;
+  char buf[32];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(value));
+    const double d = std::strtod(buf, nullptr);
+    if (static_cast<float>(d) == value) return d;
+  }
+  return value;
 }
 
 }  // namespace deltaserve

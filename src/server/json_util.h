@@ -27,6 +27,10 @@ std::string sanitize_utf8(std::string_view text);
 // Length of the longest prefix of `text` that does not end inside a UTF-8 sequence.
 std::size_t utf8_complete_prefix(std::string_view text);
 
+// A float as the shortest decimal that reads back as it (0.6f -> 0.6, not 0.6000000238418579):
+// for settings echoed in responses.
+double json_float(float value);
+
 // Python ast.literal_eval for the literals models write: dicts, lists, tuples, strings in ' or ",
 // numbers, True/False/None. nullopt if `text` is not such a literal.
 std::optional<nlohmann::ordered_json> parse_python_literal(std::string_view text);

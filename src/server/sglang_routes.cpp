@@ -336,11 +336,11 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
   if (path == "/get_model_info") {
     if (!get) return send_error(*exchange, path, method_not_allowed("GET")), true;
     json prefs = json::object();
-    if (defaults_.temperature) prefs["temperature"] = *defaults_.temperature;
-    if (defaults_.top_p) prefs["top_p"] = *defaults_.top_p;
+    if (defaults_.temperature) prefs["temperature"] = json_float(*defaults_.temperature);
+    if (defaults_.top_p) prefs["top_p"] = json_float(*defaults_.top_p);
     if (defaults_.top_k) prefs["top_k"] = *defaults_.top_k;
-    if (defaults_.min_p) prefs["min_p"] = *defaults_.min_p;
-    if (defaults_.repetition_penalty) prefs["repetition_penalty"] = *defaults_.repetition_penalty;
+    if (defaults_.min_p) prefs["min_p"] = json_float(*defaults_.min_p);
+    if (defaults_.repetition_penalty) prefs["repetition_penalty"] = json_float(*defaults_.repetition_penalty);
     send_json(*exchange, path,
               {{"model_path", config_.model_path.empty() ? config_.served_model_name : config_.model_path},
                {"tokenizer_path", config_.model_path.empty() ? config_.served_model_name : config_.model_path},

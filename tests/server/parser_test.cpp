@@ -345,6 +345,16 @@ TEST(JsonUtil, PythonDumps) {
   EXPECT_EQ(python_json_dumps(v), "{\"b\": 1, \"a\": [1, 2.5, \"x\xC3\xA9\"], \"c\": {\"d\": null}}");
 }
 
+// Floats echoed as settings: the shortest decimal that reads back as the float.
+TEST(JsonUtil, FloatsEchoShort) {
+  EXPECT_EQ(nlohmann::json(json_float(0.6f)).dump(), "0.6");
+  EXPECT_EQ(nlohmann::json(json_float(0.95f)).dump(), "0.95");
+  EXPECT_EQ(nlohmann::json(json_float(1.0f)).dump(), "1.0");
+  EXPECT_EQ(nlohmann::json(json_float(1e-5f)).dump(), "1e-05");
+  for (float f : {0.1f, 0.3f, 0.7f, 1.05f, 123.456f, 3.4e38f, 1.17549435e-38f})
+    EXPECT_EQ(static_cast<float>(json_float(f)), f) << f;
+}
+
 TEST(JsonUtil, SanitizeUtf8) {
   EXPECT_EQ(sanitize_utf8("ok\xFFok"), "ok\xEF\xBF\xBDok");
   EXPECT_EQ(sanitize_utf8("\xE4\xB8\xAD"), "\xE4\xB8\xAD");
