@@ -103,22 +103,28 @@ struct Ctx {
   }
 };
 
-int64_t activation_reserve(const Ctx& x) {
+// Activation bytes per token in a forward step (on one rank).
+int64_t activation_bytes_per_token(const Ctx& x) {
   const ModelConfig& c = x.c;
   const int64_t tp = x.cuda() ? std::max(1, x.in.tp_size) : 1;
-  const int64_t chunk = std::min(std::max<int64_t>(1, x.in.chunked_prefill_size),
-                                 std::max<int64_t>(1, x.in.max_prefill_tokens));
   const int64_t act_elem = 4;  // activations are f32 on both backends
   const int64_t q_out = int64_t(c.n_heads) * c.head_dim * (c.attn_output_gate ? 2 : 1);
   const int64_t widest_proj = std::max(q_out, c.linear_conv_dim() + c.linear_value_dim());
   // Residual, normed input, mixer output, MLP out (4H) + gate/up/act (3I) + widest projection.
   // On CUDA, prefill's chunked delta rule also keeps a 36-float row per GDN value head (chunk_m).
   const int64_t gdn_chunk = x.cuda() && c.n_linear_layers() > 0 ? ceil_div(c.linear_n_value_heads, tp) * 36 : 0;
-  const int64_t per_token = (4 * c.hidden_size + 3 * ceil_div(c.intermediate_size, tp) +
-                             2 * ceil_div(widest_proj, tp) + gdn_chunk) * act_elem;
+  return (4 * c.hidden_size + 3 * ceil_div(c.intermediate_size, tp) + 2 * ceil_div(widest_proj, tp) + gdn_chunk) *
+         act_elem;
+}
+
+int64_t activation_reserve(const Ctx& x) {
+  const ModelConfig& c = x.c;
+  const int64_t tp = x.cuda() ? std::max(1, x.in.tp_size) : 1;
+  const int64_t chunk = std::min(std::max<int64_t>(1, x.in.chunked_prefill_size),
+                                 std::max<int64_t>(1, x.in.max_prefill_tokens));
   // f32 logits for a decode batch of 64 requests x (k+1) verified positions, vocab split over TP.
   const int64_t logits = 64 * (x.in.spec_num_steps + 1) * (ceil_div(c.vocab_size, tp) + ceil_div(x.in.draft_vocab_size, tp)) * 4;
-  int64_t reserve = chunk * per_token + logits;
+  int64_t reserve = chunk * activation_bytes_per_token(x) + logits;
   if (x.cuda() && x.in.cuda_graphs) reserve += kCudaGraphReserve;
   if (tp > 1) reserve += kTpCollectiveReserve;
   return reserve;
@@ -146,6 +152,15 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
 
   // 1. Budget and activation reserve.
   p.activation_reserve_bytes = activation_reserve(x);
+  // The runner holds activations for a whole step's prefill tokens: a count whose activations alone
+  // exceed the device can only fail when the engine allocates them.
+  if (const double step = double(in.max_prefill_tokens) * double(activation_bytes_per_token(x));
+      step > double(in.device_memory_bytes)) {
+    p.errors.push_back("--max-prefill-tokens " + commas(in.max_prefill_tokens) + ": a step's prefill activations (" +
+                       human_bytes(static_cast<int64_t>(std::min(step, 9e18))) + ") exceed the " +
+                       (x.cuda() ? "GPU's " : "RAM's ") + human_bytes(in.device_memory_bytes) + "; lower it");
+    return p;
+  }
   if (x.cuda()) {
     double frac = in.mem_fraction_static;
     std::string how = "--mem-fraction-static " + fixed(frac, 2);

@@ -186,6 +186,20 @@ TEST(MemoryPlan, MaxTotalTokensBelowOneBlockIsNamed) {
   EXPECT_EQ(err.find("add memory or GPUs"), std::string::npos) << err;
 }
 
+// A step's prefill activations larger than the device can only fail when the engine allocates
+// them (it aborted the process, after serve had opened its port): the plan refuses the count.
+TEST(MemoryPlan, MaxPrefillTokensWhoseActivationsExceedTheDeviceIsNamed) {
+  ModelConfig c = qwen36_27b();
+  MemoryPlanInput in = story_input();
+  in.max_prefill_tokens = 2'000'000'000;
+  MemoryPlan p = plan_memory(c, in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("--max-prefill-tokens 2,000,000,000: a step's prefill activations"),
+            std::string::npos) << p.status().message();
+  in.max_prefill_tokens = 16384;  // the seeds' value plans as before
+  EXPECT_TRUE(plan_memory(c, in).ok());
+}
+
 TEST(MemoryPlan, RelaunchWithDefaults) {
   // --speculative-num-steps 1, everything else default, same GPUs (as `plan --gpu-memory 48GiB`).
   ModelConfig c = qwen36_27b();
