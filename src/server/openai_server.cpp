@@ -584,8 +584,11 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
   options.chat = chat;
   options.stop = request.stop;
   options.reasoning = options.chat && reasoning_parser_ && request.separate_reasoning;
-  options.start_in_reasoning = request.enable_thinking;
-  options.count_reasoning_tokens = options.chat && reasoning_parser_ && request.enable_thinking;
+  // In reasoning from the first token when the rendered prompt opened <think> (the template's own
+  // default and the request's kwargs both decided that), not from enable_thinking alone: a template
+  // that defaults thinking off would otherwise put the whole answer in reasoning (SGLang #20786).
+  options.start_in_reasoning = prompt_opens_think;
+  options.count_reasoning_tokens = options.chat && reasoning_parser_ && prompt_opens_think;
   // Without a reasoning parser these are accepted and have nothing to act on.
   options.include_reasoning = request.include_reasoning || !options.reasoning;
   options.stream_reasoning = request.stream_reasoning || !request.stream;

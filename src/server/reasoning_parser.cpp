@@ -9,7 +9,6 @@ namespace {
 constexpr std::string_view kThinkStart = "<think>";
 constexpr std::string_view kThinkEnd = "</think>";
 constexpr std::string_view kToolCall = "<tool_call>";
-constexpr std::string_view kFunction = "<function=";
 
 bool is_proper_prefix(std::string_view text, std::string_view tag) {
   return text.size() < tag.size() && tag.substr(0, text.size()) == text;
@@ -18,7 +17,7 @@ bool is_proper_prefix(std::string_view text, std::string_view tag) {
 // Length of the longest suffix of `text` that is a proper prefix of one of the tags.
 std::size_t held_suffix(std::string_view text) {
   std::size_t best = 0;
-  for (std::string_view tag : {kThinkEnd, kToolCall, kFunction}) {
+  for (std::string_view tag : {kThinkEnd, kToolCall}) {
     std::size_t max_len = std::min(text.size(), tag.size() - 1);
     for (std::size_t len = max_len; len > best; --len) {
       if (text.substr(text.size() - len) == tag.substr(0, len)) {
@@ -60,8 +59,9 @@ void ReasoningParser::step(ReasoningDelta& out, bool at_end) {
   }
   // In reasoning: find the earliest end marker.
   std::size_t end_pos = buffer_.find(kThinkEnd);
-  // <tool_call>, or a bare <function=, also ends the reasoning (and goes on to the tool parser).
-  std::size_t tool_pos = std::min(buffer_.find(kToolCall), buffer_.find(kFunction));
+  // <tool_call> also ends the reasoning (and goes on to the tool parser). A bare <function= does
+  // not: reasoning that writes about tool-call markup stays reasoning (qwen-chat-protocol.md §4.6).
+  std::size_t tool_pos = buffer_.find(kToolCall);
   if (end_pos != std::string::npos && (tool_pos == std::string::npos || end_pos < tool_pos)) {
     out.reasoning += buffer_.substr(0, end_pos);
     out.content += buffer_.substr(end_pos + kThinkEnd.size());

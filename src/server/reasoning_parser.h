@@ -5,8 +5,8 @@
 //   content unless the output itself opens with `<think>`.
 // * Leading `<think>` tags are stripped (repeated ones too, as SGLang does).
 // * `</think>` ends reasoning; the text after it is content (the usual "\n\n" is kept).
-// * `<tool_call>` (or a bare `<function=`) while in reasoning also ends it, and stays in the
-//   content for the tool parser.
+// * `<tool_call>` while in reasoning also ends it, and stays in the content for the tool parser
+//   (a bare `<function=` does not: it is text, as in SGLang's and vLLM's detectors).
 //
 // push() may be fed any split of the text; a suffix that could still become a tag is held back,
 // so the concatenated outputs are the same for every split. finish() releases what is held.

@@ -164,11 +164,10 @@ bool is_proper_prefix(std::string_view text, std::string_view tag) {
 }
 
 // Shared by both parsers: the text outside tool calls. Returns true when `<tool_call>` was
-// consumed, or when a bare `<function=NAME>` (no wrapper) of one of `bare_names` starts the
-// buffer (left in place, *bare set); false when more input is needed or the buffer is empty.
-// A `<function=x>` naming no known tool is prose.
-bool scan_text(std::string& buf, bool at_end, ToolParseDelta& out, const std::vector<std::string>* bare_names = nullptr,
-               bool* bare = nullptr) {
+// consumed; false when more input is needed or the buffer is empty. A `<function=...>` without the
+// wrapper is text (qwen-chat-protocol.md §4.2, §4.6: prose and reasoning that quote the markup
+// must not become calls).
+bool scan_text(std::string& buf, bool at_end, ToolParseDelta& out) {
   for (;;) {
     std::size_t lt = buf.find('<');
     if (lt == std::string::npos) {
@@ -180,44 +179,17 @@ bool scan_text(std::string& buf, bool at_end, ToolParseDelta& out, const std::ve
     buf.erase(0, lt);
     if (starts_with(buf, kToolCallOpen)) {
       buf.erase(0, kToolCallOpen.size());
-      if (bare) *bare = false;
       return true;
     }
-    if (bare_names && starts_with(buf, kFunctionOpen)) {
-      const std::size_t gt = buf.find('>');
-      const std::string name = trim(std::string_view(buf).substr(kFunctionOpen.size(),
-                                                                 (gt == std::string::npos ? buf.size() : gt) - kFunctionOpen.size()));
-      bool known = false, maybe = false;
-      for (const auto& n : *bare_names) {
-        known = known || n == name;
-        maybe = maybe || n.compare(0, name.size(), name) == 0;
-      }
-      if (gt != std::string::npos && known) {
-        if (bare) *bare = true;
-        return true;
-      }
-      if (gt == std::string::npos && maybe && !at_end) return false;  // the name is still arriving
-    } else if (!at_end && (is_proper_prefix(buf, kToolCallOpen) || (bare_names && is_proper_prefix(buf, kFunctionOpen)))) {
-      return false;
-    }
+    if (!at_end && is_proper_prefix(buf, kToolCallOpen)) return false;
     out.content += '<';
     buf.erase(0, 1);
   }
 }
 
-std::vector<std::string> tool_names(const json& tools) {
-  std::vector<std::string> names;
-  if (!tools.is_array()) return names;
-  for (const auto& t : tools) {
-    const json& fn = t.is_object() && t.contains("function") ? t["function"] : t;
-    if (fn.is_object() && fn.contains("name") && fn["name"].is_string()) names.push_back(fn["name"].get<std::string>());
-  }
-  return names;
-}
-
 class Qwen3CoderParser final : public ToolCallParser {
  public:
-  explicit Qwen3CoderParser(json tools) : tools_(std::move(tools)), names_(tool_names(tools_)) {}
+  explicit Qwen3CoderParser(json tools) : tools_(std::move(tools)) {}
 
   ToolParseDelta push(std::string_view text) override {
     buf_ += text;
@@ -234,12 +206,7 @@ class Qwen3CoderParser final : public ToolCallParser {
       bool progressed = false;
       switch (state_) {
         case State::Text:
-          if (skip_newline_ && !buf_.empty()) {
-            if (buf_[0] == '\n') buf_.erase(0, 1);
-            skip_newline_ = false;
-          }
-          // SGLang and vLLM also take a bare <function=...> block, without <tool_call> around it.
-          if (scan_text(buf_, at_end, out, &names_, &bare_)) {
+          if (scan_text(buf_, at_end, out)) {
             state_ = State::InTool;
             progressed = true;
           }
@@ -320,9 +287,7 @@ class Qwen3CoderParser final : public ToolCallParser {
     if (starts_with(buf_, kFunctionClose)) {
       buf_.erase(0, kFunctionClose.size());
       close_call(out);
-      // A bare block ends with </function> (one trailing newline is part of the block).
-      state_ = bare_ ? State::Text : State::InTool;
-      skip_newline_ = bare_;
+      state_ = State::InTool;
       return true;
     }
     if (starts_with(buf_, kToolCallClose)) {
@@ -381,11 +346,8 @@ class Qwen3CoderParser final : public ToolCallParser {
   }
 
   json tools_;
-  std::vector<std::string> names_;  // a bare <function=NAME> block counts only for these
   std::string buf_;
   State state_ = State::Text;
-  bool bare_ = false;          // the current call came without <tool_call>
-  bool skip_newline_ = false;  // a bare block just ended: its trailing newline is dropped
   std::string function_name_, param_name_;
   int index_ = -1;
   int n_params_ = 0;

@@ -308,3 +308,43 @@ TEST_F(ApiValidationTest, AllowedTokenIdsThatOtherRulesExcludeAreRefused) {
 
 }  // namespace
 }  // namespace deltaserve
+
+namespace deltaserve {
+namespace {
+
+// Whether the answer starts in reasoning comes from the rendered prompt: a template whose default
+// is thinking off closes the think block itself, and the reply is content (SGLang #20786 put it
+// all in reasoning_content); one that leaves <think> open starts in reasoning.
+class ThinkingDefaultTest : public testing::ServerFixture {};
+
+TEST_F(ThinkingDefaultTest, ReasoningStartsWhereThePromptOpensThink) {
+  bool default_on = false;
+  ServerConfig cfg;
+  cfg.reasoning_parser = "qwen3";
+  start_server(cfg, [&](const json& messages, const json&, const json& kwargs) -> Result<std::string> {
+    const bool on = kwargs.contains("enable_thinking") ? kwargs["enable_thinking"].get<bool>() : default_on;
+    std::string out = "<|im_start|>user\n" + messages.back().value("content", std::string()) + "<|im_end|>\n";
+    return out + "<|im_start|>assistant\n" + (on ? "<think>\n" : "<think>\n\n</think>\n\n");
+  });
+  auto ask = [&](json extra) {
+    json b = {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"max_tokens", 16}};
+    for (auto it = extra.begin(); it != extra.end(); ++it) b[it.key()] = it.value();
+    auto r = post("/v1/chat/completions", b.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body)["choices"][0]["message"];
+  };
+  engine_.script = tokenizer_->encode("The answer is 4.", false);
+  json off = ask(json::object());  // the template's default: off
+  EXPECT_EQ(off["content"], "The answer is 4.") << off.dump();
+  EXPECT_TRUE(off["reasoning_content"].is_null()) << off.dump();
+  engine_.script = tokenizer_->encode("Add them.\n</think>\n\n4", false);
+  json on = ask({{"chat_template_kwargs", {{"enable_thinking", true}}}});
+  EXPECT_EQ(on["reasoning_content"], "Add them.\n") << on.dump();
+  EXPECT_EQ(on["content"], "\n\n4") << on.dump();
+  default_on = true;  // a template that defaults on, asked for nothing: reasoning first
+  json dflt = ask(json::object());
+  EXPECT_EQ(dflt["reasoning_content"], "Add them.\n") << dflt.dump();
+}
+
+}  // namespace
+}  // namespace deltaserve

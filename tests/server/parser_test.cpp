@@ -123,11 +123,17 @@ TEST(ReasoningParser, RepeatedLeadingThinkIsStripped) {
   }
 }
 
-TEST(ReasoningParser, BareFunctionEndsReasoning) {
-  auto r = ReasoningParser::parse("Need a tool.\n<function=f>\n</function>", true);
-  EXPECT_EQ(r.reasoning, "Need a tool.\n");
-  EXPECT_EQ(r.content, "<function=f>\n</function>");
-  expect_reasoning_split_invariant("Need a tool.\n<function=f>\n</function>", true);
+// Only </think> and <tool_call> end the reasoning: reasoning that quotes tool-call markup stays
+// reasoning (qwen-chat-protocol.md §3.3, §4.6), with the </think> after it splitting as usual.
+TEST(ReasoningParser, BareFunctionDoesNotEndReasoning) {
+  const std::string text = "The XML form is <function=foo> ok.\n</think>\n\nHere it is.";
+  auto r = ReasoningParser::parse(text, true);
+  EXPECT_EQ(r.reasoning, "The XML form is <function=foo> ok.\n");
+  EXPECT_EQ(r.content, "\n\nHere it is.");
+  expect_reasoning_split_invariant(text, true);
+  auto t = ReasoningParser::parse("Need a tool.\n<tool_call>\n<function=f>\n</function>", true);
+  EXPECT_EQ(t.reasoning, "Need a tool.\n");
+  EXPECT_EQ(t.content, "<tool_call>\n<function=f>\n</function>");
 }
 
 // --- qwen3_coder ---
@@ -288,28 +294,25 @@ TEST(Qwen3CoderParser, StreamingMatchesOneShotAtEverySplit) {
   }
 }
 
-TEST(Qwen3CoderParser, BareFunctionBlockWithoutToolCallWrapper) {
-  const std::string bare =
-      "Sure.\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\nDone.";
-  auto r = run_tools(ToolParserKind::Qwen3Coder, weather_tools(), {bare});
-  EXPECT_EQ(r.content, "Sure.\nDone.");
+// Without the <tool_call> wrapper, <function=...> is text, known tool name or not: prose that
+// shows the markup is not a call (qwen-chat-protocol.md §4.2: no <tool_call>, everything is content).
+TEST(Qwen3CoderParser, FunctionBlockWithoutToolCallWrapperIsText) {
+  for (const std::string& text :
+       {std::string("Sure.\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\nDone."),
+        std::string("Use <function=get_weather> to query weather. Anything else?"),
+        std::string("see <function=nope>\n</function>")}) {
+    auto r = run_tools(ToolParserKind::Qwen3Coder, weather_tools(), {text});
+    EXPECT_TRUE(r.calls.empty()) << text;
+    EXPECT_EQ(r.content, text);
+    expect_tool_split_invariant(ToolParserKind::Qwen3Coder, weather_tools(), text);
+  }
+  // The wrapped block after such prose is still a call.
+  auto r = run_tools(ToolParserKind::Qwen3Coder, weather_tools(),
+                     {"Use <function=get_weather>.\n<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n"
+                      "</parameter>\n</function>\n</tool_call>"});
   ASSERT_EQ(r.calls.size(), 1u);
-  EXPECT_EQ(r.calls[0].name, "get_weather");
-  EXPECT_EQ(r.calls[0].arguments, R"({"city": "Paris"})");
-  expect_tool_split_invariant(ToolParserKind::Qwen3Coder, weather_tools(), bare);
-  // Two bare blocks, and a bare block cut off by max_tokens.
-  auto two = run_tools(ToolParserKind::Qwen3Coder, weather_tools(),
-                       {"<function=get_weather>\n</function>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>"});
-  ASSERT_EQ(two.calls.size(), 2u);
-  EXPECT_EQ(two.calls[1].arguments, R"({"days": 2})");
-  auto cut = run_tools(ToolParserKind::Qwen3Coder, weather_tools(), {"<function=get_weather>\n<parameter=city>\nPar"});
-  ASSERT_EQ(cut.calls.size(), 1u);
-  EXPECT_EQ(cut.calls[0].arguments, R"({"city": "Par"})");
-  // A function name that is no tool is prose.
-  auto prose = run_tools(ToolParserKind::Qwen3Coder, weather_tools(), {"see <function=nope>\n</function>"});
-  EXPECT_TRUE(prose.calls.empty());
-  EXPECT_EQ(prose.content, "see <function=nope>\n</function>");
-  expect_tool_split_invariant(ToolParserKind::Qwen3Coder, weather_tools(), "see <function=get_w and <function=nope> x");
+  EXPECT_EQ(r.calls[0].arguments, R"({"days": 2})");
+  EXPECT_EQ(r.content, "Use <function=get_weather>.\n");
 }
 
 // --- hermes ---
