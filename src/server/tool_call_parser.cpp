@@ -127,6 +127,8 @@ json convert_tool_param(const json& tools, const std::string& function_name,
   }
   if (starts_with(type, "num") || starts_with(type, "float")) {
     std::string t = trim(raw);
+    // Decimal forms only, as Python's float() reads them (strtod alone also takes "0x10").
+    if (t.find_first_of("xXpP") != std::string::npos) return raw;
     char* end = nullptr;
     double d = std::strtod(t.c_str(), &end);
     if (t.empty() || *end != '\0' || !std::isfinite(d)) return raw;

@@ -223,6 +223,8 @@ TEST(Qwen3CoderParser, ValueConversions) {
   EXPECT_EQ(conv("ratio", "3"), "3");
   EXPECT_EQ(conv("ratio", "3.0"), "3.0");
   EXPECT_EQ(conv("ratio", "abc"), "\"abc\"");
+  EXPECT_EQ(conv("ratio", "0x10"), "\"0x10\"");  // Python's float() refuses hex: kept as text
+  EXPECT_EQ(conv("ratio", "1e3"), "1000.0");
   EXPECT_EQ(conv("flag", "True"), "true");
   EXPECT_EQ(conv("flag", "yes"), "false");
   EXPECT_EQ(conv("opts", "{\"a\": 1}"), "{\"a\": 1}");
