@@ -73,6 +73,35 @@ void ChoiceState::finish(ChoiceDelta& out, std::string reason, nlohmann::ordered
 }
 
 ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
+  const std::size_t n = event.tokens.size();
+  if (n <= 1 || (options_.stop.empty() && options_.stop_regex.empty())) return on_tokens(event, 0, n);
+  // Several tokens (speculative decoding) and stop strings: token by token, so that a stop string
+  // that ends at one of them ends the choice there; the tokens after it are not part of the output
+  // (not counted, returned or given logprobs), as when each event carries one token.
+  ChoiceDelta out;
+  for (std::size_t k = 0; k < n && !out.finished; ++k) {
+    ChoiceDelta d = on_tokens(event, k, k + 1);
+    out.text += d.text;
+    out.reasoning += d.reasoning;
+    out.tool_calls.insert(out.tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+    out.logprobs.insert(out.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+    out.token_ids.insert(out.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+    if (d.finished) {
+      out.finished = true;
+      out.finish_reason = std::move(d.finish_reason);
+      out.error = std::move(d.error);
+      out.matched_stop = std::move(d.matched_stop);
+    }
+  }
+  if (event.finish != FinishReason::None) {  // the engine's final event, its tail cut by a stop
+    if (event.n_prompt_tokens > 0) n_prompt_ = event.n_prompt_tokens;
+    n_cached_ = event.n_cached_tokens;
+    accept_length_ = event.accept_length;
+  }
+  return out;
+}
+
+ChoiceDelta ChoiceState::on_tokens(const TokenEvent& event, std::size_t begin, std::size_t end) {
   ChoiceDelta out;
   if (finished_) {
     // Only the bookkeeping of the final event after our own cancel (stop string) matters.
@@ -84,7 +113,7 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
   }
   // `early`: the text of the first min_tokens tokens, where no stop string may end.
   std::string early, text;
-  for (std::size_t k = 0; k < event.tokens.size(); ++k) {
+  for (std::size_t k = begin; k < end; ++k) {
     TokenId id = event.tokens[k];
     ++n_generated_;
     last_token_ = id;
@@ -99,7 +128,7 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
     if (options_.skip_special && tokenizer_.is_special(id) && !options_.keep_special.count(id)) continue;
     (n_generated_ <= options_.min_tokens ? early : text) += detok_.push(id);
   }
-  bool at_end = event.finish != FinishReason::None;
+  const bool at_end = end == event.tokens.size() && event.finish != FinishReason::None;
   if (at_end) {
     (n_generated_ <= options_.min_tokens ? early : text) += detok_.flush();
     if (event.n_prompt_tokens > 0) n_prompt_ = event.n_prompt_tokens;

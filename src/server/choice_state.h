@@ -92,6 +92,8 @@ class ChoiceState {
   const nlohmann::ordered_json& matched_stop() const { return matched_stop_; }
 
  private:
+  // on_event for the event's tokens [begin, end) (its final bookkeeping with the last of them).
+  ChoiceDelta on_tokens(const TokenEvent& event, std::size_t begin, std::size_t end);
   void route_text(std::string text, bool at_end, ChoiceDelta& out);
   void finish(ChoiceDelta& out, std::string reason, nlohmann::ordered_json matched = nullptr);
   void accumulate(const ChoiceDelta& d);

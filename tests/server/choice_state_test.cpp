@@ -66,6 +66,32 @@ TEST_F(ChoiceStateTest, MatchedStopIsTheStopString) {
   for (std::size_t k = 0; k + 1 < deltas.size(); ++k) EXPECT_TRUE(deltas[k].matched_stop.is_null());
 }
 
+// Several tokens in one event (speculative decoding): a stop string that ends at one of them ends
+// the choice there; the tokens after it are not counted or returned, as with one token an event.
+TEST_F(ChoiceStateTest, StopStringInsideAMultiTokenEventCutsTheTokensAfterIt) {
+  ChoiceOptions o;
+  o.chat = false;
+  o.stop = {"world"};
+  const std::vector<TokenId> tokens = ids("Hello world and more text");
+  ChoiceState one(*tokenizer_, o), many(*tokenizer_, o);
+  run(one, tokens, FinishReason::Length);
+  ASSERT_TRUE(one.finished());
+  ASSERT_LT(one.n_generated(), static_cast<int>(tokens.size()));
+  TokenEvent ev;
+  ev.tokens = tokens;
+  for (TokenId t : tokens) ev.logprobs.push_back(TokenLogprob{t, -1.0f, {}});
+  ev.finish = FinishReason::Length;
+  ev.n_prompt_tokens = 7;
+  ChoiceDelta d = many.on_event(ev);
+  EXPECT_TRUE(d.finished);
+  EXPECT_EQ(d.finish_reason, "stop");
+  EXPECT_EQ(d.text, "Hello ");
+  EXPECT_EQ(many.n_generated(), one.n_generated());
+  EXPECT_EQ(d.token_ids, std::vector<TokenId>(tokens.begin(), tokens.begin() + one.n_generated()));
+  EXPECT_EQ(d.logprobs.size(), static_cast<size_t>(one.n_generated()));
+  EXPECT_EQ(many.n_prompt(), 7);
+}
+
 TEST_F(ChoiceStateTest, MatchedStopIsTheEosTokenId) {
   ChoiceOptions o;
   o.chat = false;
