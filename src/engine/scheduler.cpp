@@ -267,7 +267,10 @@ const std::vector<ScheduledItem>& Scheduler::schedule() {
     resume_from_cache(s);
     if (first_admission) s.n_cached = std::min(s.n_computed, s.n_prompt);
     const int n = std::min({known - s.n_computed, config_.chunked_prefill_size, prefill_budget});
-    if (!reserve(s, s.n_computed + n)) {
+    // Admitted only with KV for its whole prompt, not just this chunk: one admitted on its first
+    // chunk was retracted when the running requests grew into its blocks, admitted again next step
+    // and recomputed, over and over (a 1,600-token decode took 8.5x as long beside such a prompt).
+    if (!reserve(s, known)) {
       release(s);
       s.n_computed = 0;
       break;

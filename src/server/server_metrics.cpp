@@ -175,6 +175,9 @@ std::string ServerMetrics::render(const EngineStats& s, const std::vector<Engine
   counter(out, "deltaserve_spec_verify_steps_total", "Speculative verification steps.",
           static_cast<double>(s.spec_verify_steps_total));
   counter(out, "deltaserve_engine_steps_total", "Engine steps (one forward each).", static_cast<double>(s.steps_total));
+  counter(out, "deltaserve_preemptions_total",
+          "Running requests retracted for lack of KV blocks (their computed tokens are recomputed).",
+          static_cast<double>(s.preemptions_total));
   counter(out, "deltaserve_engine_step_seconds_total", "Engine thread time in steps.", s.step_seconds);
   counter(out, "deltaserve_engine_forward_seconds_total", "Of which the forward (incl. logits to the host).",
           s.forward_seconds);

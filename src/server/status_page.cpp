@@ -407,6 +407,7 @@ json OpenAiServer::status_json() {
           ? 1.0 + static_cast<double>(st.spec_accepted_tokens_total) / static_cast<double>(st.spec_verify_steps_total)
           : 0.0;
   s["engine_steps_total"] = st.steps_total;
+  s["preemptions_total"] = st.preemptions_total;
   s["http_streams_open"] = metrics_.open_streams();
   if (!config_.launch_history) {
     s["launches"] = nullptr;

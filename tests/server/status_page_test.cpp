@@ -138,7 +138,7 @@ TEST_F(StatusPageTest, StatusJsonHasThePlanAndEqualsMetricsWhenIdle) {
   for (const char* k : {"requests_running", "requests_waiting", "kv_tokens_used", "kv_tokens_total", "state_slots_used",
                         "state_slots_total", "prompt_tokens_total", "prompt_tokens_cached_total",
                         "generation_tokens_total", "spec_draft_tokens_total", "spec_accepted_tokens_total",
-                        "spec_verify_steps_total", "engine_steps_total", "http_streams_open"}) {
+                        "spec_verify_steps_total", "engine_steps_total", "preemptions_total", "http_streams_open"}) {
     auto it = metrics.find(std::string("deltaserve_") + k);
     ASSERT_NE(it, metrics.end()) << k;
     ASSERT_TRUE(s.contains(k)) << k;

