@@ -37,6 +37,14 @@ class LaunchDbTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+// One measurement at concurrency 1 for the recorder's launch.
+void record_speed(LaunchRecorder& rec, double output_tokens_per_s) {
+  Measurement m;
+  m.concurrency = 1;
+  m.output_tokens_per_s = output_tokens_per_s;
+  rec.record_measurement(m);
+}
+
 ServeOptions options_of(const std::string& fixture) {
   auto src = load_config_source(kFixtures + fixture, "/nonexistent");
   EXPECT_TRUE(src) << src.status().message();
@@ -217,10 +225,7 @@ TEST_F(LaunchDbTest, RecorderRecordsTheEnvironmentThatChangesALaunch) {
     unsetenv("DELTASERVE_CUDA_GDN_STAGE");
     ASSERT_GT(rec.launch_id(), 0);
     staged_id = rec.launch_id();
-    Measurement m;
-    m.concurrency = 1;
-    m.output_tokens_per_s = 75;
-    rec.record_measurement(m);
+    record_speed(rec, 75);
     rec.stop("ok");
   }
   LaunchRecorder plain = LaunchRecorder::start(tuned, nullptr, {{"device", "cuda"}}, "0.1.0");
@@ -261,10 +266,7 @@ TEST_F(LaunchDbTest, RecorderAndFasterConfigWarning) {
     ASSERT_GT(rec.launch_id(), 0);
     EXPECT_FALSE(rec.faster_config_warning());  // nothing measured yet
     tuned_id = rec.launch_id();
-    Measurement m;
-    m.concurrency = 1;
-    m.output_tokens_per_s = 70;
-    rec.record_measurement(m);
+    record_speed(rec, 70);
     rec.stop("ok");
   }
   ServeOptions relaunch = options_of("relaunch.sh");
@@ -280,10 +282,7 @@ TEST_F(LaunchDbTest, RecorderAndFasterConfigWarning) {
   EXPECT_NE(w->find("max-running-requests"), std::string::npos) << *w;
 
   // Once this configuration is measured at 40 tok/s, the warning compares the two figures.
-  Measurement m;
-  m.concurrency = 1;
-  m.output_tokens_per_s = 40;
-  rec.record_measurement(m);
+  record_speed(rec, 40);
   rec.stop();
   LaunchRecorder again = LaunchRecorder::start(relaunch, nullptr, {}, "0.1.0");
   auto w2 = again.faster_config_warning();
