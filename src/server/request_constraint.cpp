@@ -1,6 +1,7 @@
 #include "server/request_constraint.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 namespace deltaserve {
@@ -52,7 +53,7 @@ void RequestConstraint::apply(float* logits, int64_t vocab, int n_generated) {
       if (id < vocab) logits[id] = -INFINITY;
   }
   if (!grammar_on) {
-    check_exhausted(logits, vocab, n_generated, false);
+    check_exhausted(logits, vocab, n_generated, nullptr, ban_end);
     return;
   }
   const TokenBitset& mask = matcher_->next_token_mask();
@@ -77,19 +78,28 @@ void RequestConstraint::apply(float* logits, int64_t vocab, int n_generated) {
   }
   for (int64_t i = covered; i < vocab; ++i) logits[i] = -INFINITY;
   for (const auto& [id, v] : saved_) logits[id] = v;
-  check_exhausted(logits, vocab, n_generated, true);
+  check_exhausted(logits, vocab, n_generated, &mask, ban_end);
 }
 
-void RequestConstraint::check_exhausted(float* logits, int64_t vocab, int n_generated, bool grammar_on) {
+void RequestConstraint::check_exhausted(float* logits, int64_t vocab, int n_generated, const TokenBitset* mask,
+                                        bool ban_end) {
   const ConstraintPlan& p = *plan_;
-  // Without allowed ids or a grammar, only a few ids are removed (bad words' last tokens, the end
-  // ids before min_tokens): something is always left.
-  if (!grammar_on && p.allowed_ids.empty()) return;
   bool any = false;
-  if (!grammar_on) {
+  if (!mask) {
+    // Without a grammar only allowed ids can empty the row (bad words and min_tokens remove a few).
+    if (p.allowed_ids.empty()) return;
     for (TokenId id : p.allowed_ids) any = any || (id < vocab && logits[id] > -INFINITY);
   } else {
-    for (int64_t i = 0; i < vocab && !any; ++i) any = logits[i] > -INFINITY;
+    // The grammar's mask always leaves a token or an end; only the other rules can take them all.
+    if (p.allowed_ids.empty() && p.bad_words.empty() && !ban_end) return;
+    const std::vector<uint64_t>& words = mask->words();
+    for (size_t w = 0; w < words.size() && !any; ++w) {
+      for (uint64_t bits = words[w]; bits && !any; bits &= bits - 1) {
+        const int64_t id = static_cast<int64_t>(w * 64) + std::countr_zero(bits);
+        any = id < vocab && logits[id] > -INFINITY;
+      }
+    }
+    for (TokenId id : p.end_ids) any = any || (id < vocab && logits[id] > -INFINITY);
   }
   if (any) {
     if (exhausted_row_ == n_generated) exhausted_row_ = -1;
@@ -160,7 +170,7 @@ void RequestConstraint::apply_from(const float* src, float* dst, int64_t vocab, 
     for (TokenId id : p.end_ids)
       if (id < vocab) dst[id] = -INFINITY;
   // 3. Bad words and min_tokens may have removed every token the grammar allows.
-  check_exhausted(dst, vocab, n_generated, true);
+  check_exhausted(dst, vocab, n_generated, &mask, ban_end);
 }
 
 bool RequestConstraint::accept(int32_t token) {

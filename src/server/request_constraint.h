@@ -58,8 +58,9 @@ class RequestConstraint final : public TokenConstraint {
   std::vector<uint8_t> fed_;      // per accepted token: the matcher took it
   int started_at_ = -1;           // history size when the grammar started (-1: not yet)
   void ban_bad_words(float* logits, int64_t vocab) const;
-  // After the rules: if no token is left, allow the first end id and note the position.
-  void check_exhausted(float* logits, int64_t vocab, int n_generated, bool grammar_on);
+  // After the rules (mask: the grammar's, or null): if no token is left, allow the first end id and
+  // note the position.
+  void check_exhausted(float* logits, int64_t vocab, int n_generated, const TokenBitset* mask, bool ban_end);
   int exhausted_row_ = -1;    // position of the last applied row that had no token left
   int exhausted_taken_ = -1;  // position of an accepted token drawn from such a row
   std::vector<std::pair<TokenId, float>> saved_;  // scratch
