@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -216,7 +217,9 @@ TEST(Bench, InterTokenGapsCountTokenIdsNotTextChunks) {
   EXPECT_EQ(r.output_tokens, 9);  // the usage agrees
   ASSERT_EQ(r.itl_ms.size(), 8u);  // every token after the first
   EXPECT_DOUBLE_EQ(r.itl_ms[6], r.itl_ms[7]);  // the last event's two tokens share its gap
-  EXPECT_GE(r.itl_ms[0], 1.0);  // the server sleeps 2 ms a step
+  // The server sleeps 2 ms a step; a loaded machine may read two events at once (a gap near 0), so
+  // the check is that the gaps are real, not which one is.
+  EXPECT_GE(*std::max_element(r.itl_ms.begin(), r.itl_ms.end()), 1.0);
   EXPECT_EQ(r.text, "toktoktoktoktoktok");  // steps 0, 2, 3, 5, 6 and 8 (7 came with 8) carry text
 }
 
