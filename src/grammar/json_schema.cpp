@@ -500,12 +500,38 @@ Result<Expr> JsonSchemaConverter::convert(const json& s, Ctx& ctx, const std::st
       return error("json_schema: $ref together with '", other, "' at ", path, " is not supported");
     return convert_ref(s["$ref"].get<std::string>(), ctx, path, depth);
   }
-  if (s.contains("const")) return const_value(s["const"]);
-  if (s.contains("enum")) {
-    const json& e = s["enum"];
-    if (!e.is_array() || e.empty()) return error("json_schema: 'enum' at ", path, " must be a non-empty list");
+  if (s.contains("const") || s.contains("enum")) {
+    // The listed values, those of them that are of the schema's `type`; other keywords beside them
+    // (maxLength, minimum, ...) are refused rather than ignored.
+    const char* key = s.contains("const") ? "const" : "enum";
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (it.key() != "const" && it.key() != "enum" && it.key() != "type" && structural_keywords().count(it.key()))
+        return error("json_schema: '", key, "' together with '", it.key(), "' at ", path, " is not supported");
+    const json values = s.contains("const") ? json::array({s["const"]}) : s["enum"];
+    if (!values.is_array() || values.empty()) return error("json_schema: 'enum' at ", path, " must be a non-empty list");
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const json& t = s["type"];
+      for (const auto& x : t.is_array() ? t : json::array({t})) {
+        if (!x.is_string()) return error("json_schema: 'type' at ", path, " must be a string or a list of strings");
+        types.push_back(x.get<std::string>());
+      }
+    }
+    auto of_type = [&](const json& v) {
+      if (types.empty()) return true;
+      for (const auto& t : types) {
+        if ((t == "string" && v.is_string()) || (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null()) ||
+            (t == "object" && v.is_object()) || (t == "array" && v.is_array()) || (t == "number" && v.is_number()) ||
+            (t == "integer" && (v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) ==
+                                                                                      v.get<double>()))))
+          return true;
+      }
+      return false;
+    };
     std::vector<Expr> alts;
-    for (const auto& v : e) alts.push_back(const_value(v));
+    for (const auto& v : values)
+      if (of_type(v)) alts.push_back(const_value(v));
+    if (alts.empty()) return error("json_schema: no value of '", key, "' at ", path, " is of its 'type'");
     return Expr::alt(std::move(alts));
   }
   for (const char* key : {"anyOf", "oneOf", "allOf"}) {
@@ -617,7 +643,11 @@ Result<Expr> JsonSchemaConverter::convert_object(const json& s, Ctx& ctx, const 
   }
 
   if (props.empty()) {
-    if (!extra) return Expr::seq({Expr::literal("{"), ws, Expr::literal("}")});
+    if (!extra) {
+      if (min_props.value_or(0) > 0)
+        return error("json_schema: 'minProperties' at ", path, " cannot hold: no property is allowed there");
+      return Expr::seq({Expr::literal("{"), ws, Expr::literal("}")});
+    }
     const int64_t lo = min_props.value_or(0);
     const int64_t hi = max_props ? *max_props : -1;
     if (hi >= 0 && hi < lo) return error("json_schema: maxProperties < minProperties at ", path);

@@ -85,6 +85,8 @@ b")"}},
       {"empty schema", R"({})", {"1", R"({"a":[1,2,{"b":null}]})", R"("s")"}, {"nul", "[1,]"}},
       {"true schema", "true", {"[]", "false"}, {"{"}},
       {"annotations ignored", R"({"title":"T","description":"d","type":"integer","default":3,"examples":[1],"x-custom":1})", {"3"}, {"\"3\""}},
+      {"enum with type", R"({"type":"string","enum":["a","b",null,1]})", {R"("a")", R"("b")"}, {"null", "1", R"("c")"}},
+      {"const with type list", R"({"type":["integer","null"],"const":4})", {"4"}, {"null", "5"}},
   };
   return k;
 }
@@ -164,6 +166,9 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
       {R"(false)", "no value is valid"},
       {R"({"type":"string","pattern":"(a)\\1"})", "backreference"},
       {R"([1,2])", "must be an object or a boolean"},
+      {R"({"type":"string","const":5})", "no value of 'const' at # is of its 'type'"},
+      {R"({"type":"string","enum":["abcdef","x"],"maxLength":2})", "'enum' together with 'maxLength'"},
+      {R"({"type":"object","additionalProperties":false,"minProperties":1})", "'minProperties' at # cannot hold"},
   };
   for (const auto& [schema, what] : bad) {
     auto g = grammar_from_json_schema_text(schema);
