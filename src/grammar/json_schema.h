@@ -3,7 +3,8 @@
 //
 // Supported: type (one or a list), properties / required / additionalProperties (bool or schema;
 // absent with `properties` given = false, as XGrammar's strict mode and OpenAI structured
-// outputs), min/maxProperties on maps, enum, const, items / prefixItems / minItems / maxItems,
+// outputs), min/maxProperties on maps, enum and const (their values of the schema's `type`; other
+// keywords beside them are refused), items / prefixItems / minItems / maxItems,
 // anyOf, oneOf (as anyOf: exclusivity is not enforced), allOf with one member, $ref to any JSON
 // pointer in the document ($defs, definitions; recursion allowed), nullable (OpenAPI),
 // string minLength / maxLength / pattern / format (date, time, date-time, email, uuid, ipv4,
