@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 
+#include "server/json_fields.h"
 #include "server/json_util.h"
 #include "server/request_fields.h"
 #include "util/json_parse.h"
@@ -16,83 +17,12 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-// Small typed getters. Each returns an ApiError naming `key` on a wrong type or range.
-struct Fields {
-  const json& body;
-  std::optional<ApiError> err;
-
-  bool has(const char* key) const { return body.contains(key) && !body[key].is_null(); }
-
-  std::optional<double> number(const char* key, double lo, double hi) {
-    if (err || !has(key)) return std::nullopt;
-    const json& v = body[key];
-    if (!v.is_number()) {
-      err = ApiError::bad_request(std::string("'") + key + "' must be a number", key);
-      return std::nullopt;
-    }
-    double d = v.get<double>();
-    if (!std::isfinite(d) || d < lo || d > hi) {
-      err = ApiError::bad_request(std::string("'") + key + "' must be a finite number in [" +
-                                      fmt(lo) + ", " + fmt(hi) + "], got " + v.dump(),
-                                  key);
-      return std::nullopt;
-    }
-    return d;
-  }
-  std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) {
-    if (err || !has(key)) return std::nullopt;
-    const json& v = body[key];
-    bool whole_float = v.is_number_float() && std::isfinite(v.get<double>()) &&
-                       std::floor(v.get<double>()) == v.get<double>() &&
-                       std::fabs(v.get<double>()) < 9e18;
-    if (!v.is_number_integer() && !whole_float) {
-      err = ApiError::bad_request(std::string("'") + key + "' must be an integer", key);
-      return std::nullopt;
-    }
-    // Above INT64_MAX is out of every range (a seed is not clamped into another value: vLLM's
-    // range is int64 too).
-    const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
-    int64_t i = too_big                   ? INT64_MAX
-                : v.is_number_integer() ? v.get<int64_t>()
-                                        : static_cast<int64_t>(v.get<double>());
-    if (too_big || i < lo || i > hi) {
-      err = ApiError::bad_request(std::string("'") + key + "' must be in [" + std::to_string(lo) +
-                                      ", " + std::to_string(hi) + "], got " + v.dump(),
-                                  key);
-      return std::nullopt;
-    }
-    return i;
-  }
-  std::optional<bool> boolean(const char* key) {
-    if (err || !has(key)) return std::nullopt;
-    if (!body[key].is_boolean()) {
-      err = ApiError::bad_request(std::string("'") + key + "' must be a boolean", key);
-      return std::nullopt;
-    }
-    return body[key].get<bool>();
-  }
-  std::optional<std::string> string(const char* key) {
-    if (err || !has(key)) return std::nullopt;
-    if (!body[key].is_string()) {
-      err = ApiError::bad_request(std::string("'") + key + "' must be a string", key);
-      return std::nullopt;
-    }
-    return body[key].get<std::string>();
-  }
-  static std::string fmt(double d) {
-    if (d == std::numeric_limits<double>::max()) return "inf";
-    if (d == -std::numeric_limits<double>::max()) return "-inf";
-    std::string s = json(d).dump();
-    return s;
-  }
-};
-
 constexpr double kInf = std::numeric_limits<double>::max();
 
 // Fields shared by chat and completions: sampling, n, stream, stop, max_tokens.
 std::optional<ApiError> parse_common(const json& body, const SamplingDefaults& defaults,
                                      OpenAiRequest& out) {
-  Fields f{body, std::nullopt};
+  JsonFields f{body, std::nullopt};
   if (auto m = f.string("model")) out.model = *m;
   SamplingParams& s = out.sampling;
   s.temperature = defaults.temperature.value_or(1.0f);
@@ -136,7 +66,7 @@ std::optional<ApiError> parse_common(const json& body, const SamplingDefaults& d
       return ApiError::bad_request("'stream_options' is only allowed when 'stream' is true",
                                    "stream_options");
     if (auto e = check_nested_fields(so, "stream_options", "stream_options")) return e;
-    Fields g{so, std::nullopt};
+    JsonFields g{so, std::nullopt};
     if (auto v = g.boolean("include_usage")) out.include_usage = *v;
     if (auto v = g.boolean("continuous_usage_stats")) out.continuous_usage_stats = *v;
     if (g.err) {
@@ -505,7 +435,7 @@ std::optional<ApiError> string_list(const json& v, const std::string& param, std
 
 std::optional<ApiError> parse_constraint_fields(const json& body, bool sglang_names, OpenAiRequest& out) {
   auto has = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
-  Fields f{body, std::nullopt};
+  JsonFields f{body, std::nullopt};
   if (auto v = f.integer(sglang_names ? "min_new_tokens" : "min_tokens", 0, INT32_MAX)) out.min_tokens = static_cast<int>(*v);
   if (auto v = f.boolean("no_stop_trim")) out.no_stop_trim = *v;
   if (!sglang_names) {
@@ -625,7 +555,7 @@ namespace {
 
 // Output and prompt-handling fields shared by chat and completions.
 std::optional<ApiError> parse_output_fields(const json& body, OpenAiRequest& out) {
-  Fields f{body, std::nullopt};
+  JsonFields f{body, std::nullopt};
   if (auto v = f.boolean("return_token_ids")) out.return_token_ids = *v;
   if (auto v = f.boolean("return_prompt_token_ids")) out.return_prompt_token_ids = *v;
   if (auto v = f.boolean("return_tokens_as_token_ids")) out.tokens_as_ids = *v;
@@ -653,7 +583,7 @@ std::optional<ApiError> parse_output_fields(const json& body, OpenAiRequest& out
 }  // namespace
 
 std::optional<ApiError> parse_cache_namespace(const json& body, OpenAiRequest& out) {
-  Fields f{body, std::nullopt};
+  JsonFields f{body, std::nullopt};
   std::string salt, key;
   if (auto v = f.string("cache_salt")) {
     if (v->empty()) return ApiError::bad_request("'cache_salt' must be a non-empty string", "cache_salt");
@@ -687,7 +617,7 @@ std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefau
   }
   if (auto e = parse_tools(body, out)) return e;
 
-  Fields f{body, std::nullopt};
+  JsonFields f{body, std::nullopt};
   if (auto v = f.boolean("logprobs")) out.logprobs = *v;
   if (auto v = f.integer("top_logprobs", 0, kMaxTopLogprobs)) {
     if (!out.logprobs && *v > 0)
@@ -788,7 +718,7 @@ std::optional<ApiError> parse_completion_request(const json& body,
                                      " allowed per request (prompts x n)",
                                  "n");
   }
-  Fields f{body, std::nullopt};
+  JsonFields f{body, std::nullopt};
   if (auto v = f.integer("logprobs", 0, kMaxTopLogprobs)) {
     out.logprobs = true;
     out.top_logprobs = static_cast<int>(*v);

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "server/generation_job.h"
+#include "server/json_fields.h"
 #include "server/json_util.h"
 #include "server/openai_server.h"
 #include "server/request_fields.h"
@@ -25,22 +26,6 @@ using json = nlohmann::ordered_json;
 namespace {
 
 ApiError method_not_allowed(const std::string& use) { return ApiError::method_not_allowed(use); }
-
-// A boolean field (absent or null: `dflt`); another type is a 400 naming it.
-std::optional<ApiError> bool_field(const json& body, const char* key, bool dflt, bool& out) {
-  out = dflt;
-  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
-  if (!body[key].is_boolean()) return ApiError::bad_request(std::string("'") + key + "' must be a boolean", key);
-  out = body[key].get<bool>();
-  return std::nullopt;
-}
-
-// A string field, if given; another type is a 400 naming it.
-std::optional<ApiError> check_string(const json& body, const char* key) {
-  if (body.contains(key) && !body[key].is_null() && !body[key].is_string())
-    return ApiError::bad_request(std::string("'") + key + "' must be a string", key);
-  return std::nullopt;
-}
 
 // /generate body -> OpenAiRequest (kind Generate).
 std::optional<ApiError> parse_generate_request(const json& body, const SamplingDefaults& defaults, OpenAiRequest& out) {
@@ -159,9 +144,10 @@ std::optional<ApiError> parse_generate_request(const json& body, const SamplingD
     else return ApiError::bad_request("'rid' must be a string", "rid");
   }
   if (auto e = parse_cache_namespace(body, out)) return e;
-  bool want_lp = false, text_in_lps = false;
-  if (auto e = bool_field(body, "return_logprob", false, want_lp)) return e;
-  if (auto e = bool_field(body, "return_text_in_logprobs", false, text_in_lps)) return e;
+  JsonFields f{body, std::nullopt};
+  const bool want_lp = f.boolean("return_logprob").value_or(false);
+  const bool text_in_lps = f.boolean("return_text_in_logprobs").value_or(false);
+  if (f.err) return f.err;
   int top = 0;
   if (body.contains("top_logprobs_num") && !body["top_logprobs_num"].is_null()) {
     const json& t = body["top_logprobs_num"];
@@ -386,9 +372,10 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
         return send_error(*exchange, path, ApiError::bad_request("unrecognized request field '" + it.key() + "'", it.key(),
                                                                  "unrecognized_field")), true;
     }
-    bool all = false;
-    if (auto e = bool_field(body, "abort_all", false, all)) return send_error(*exchange, path, *e), true;
-    if (auto e = check_string(body, "rid")) return send_error(*exchange, path, *e), true;
+    JsonFields f{body, std::nullopt};
+    const bool all = f.boolean("abort_all").value_or(false);
+    f.string("rid");
+    if (f.err) return send_error(*exchange, path, *f.err), true;
     const std::string rid = body.contains("rid") && body["rid"].is_string() ? body["rid"].get<std::string>() : "";
     if (!all && rid.empty())
       return send_error(*exchange, path, ApiError::bad_request("give 'rid' (or 'abort_all': true)", "rid")), true;
@@ -406,11 +393,12 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
         return send_error(*exchange, path, ApiError::bad_request("unrecognized request field '" + it.key() + "'", it.key(),
                                                                  "unrecognized_field")), true;
     }
-    bool strs = false, special = true, gen_prompt = true;
-    for (auto e : {check_string(body, "model"), bool_field(body, "return_token_strs", false, strs),
-                   bool_field(body, "add_special_tokens", true, special),
-                   bool_field(body, "add_generation_prompt", true, gen_prompt)})
-      if (e) return send_error(*exchange, path, *e), true;
+    JsonFields f{body, std::nullopt};
+    f.string("model");
+    const bool strs = f.boolean("return_token_strs").value_or(false);
+    const bool special = f.boolean("add_special_tokens").value_or(true);
+    const bool gen_prompt = f.boolean("add_generation_prompt").value_or(true);
+    if (f.err) return send_error(*exchange, path, *f.err), true;
     auto one = [&](const std::string& text) {
       std::vector<TokenId> ids = tokenizer_.encode(text, special);
       json r = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_.context_length()}};
@@ -463,9 +451,10 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
   }
   if (!body.contains("tokens") || !body["tokens"].is_array())
     return send_error(*exchange, path, ApiError::bad_request("'tokens' must be a list of token ids", "tokens")), true;
-  bool skip = false;
-  if (auto e = check_string(body, "model")) return send_error(*exchange, path, *e), true;
-  if (auto e = bool_field(body, "skip_special_tokens", false, skip)) return send_error(*exchange, path, *e), true;
+  JsonFields f{body, std::nullopt};
+  f.string("model");
+  const bool skip = f.boolean("skip_special_tokens").value_or(false);
+  if (f.err) return send_error(*exchange, path, *f.err), true;
   auto decode = [&](const json& list, std::string& out) -> std::optional<ApiError> {
     std::vector<TokenId> ids;
     for (const auto& x : list) {
