@@ -1,11 +1,10 @@
 // `deltaserve history`: recorded launches with their key settings and best measured throughput.
 //   deltaserve history [--model SUBSTRING] [--json] [--state-dir DIR] [--limit N]
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
+#include "app/cli_args.h"
 #include "app/commands.h"
 #include "options/serve_options.h"
 #include "deploy/cli_split.h"
@@ -38,14 +37,12 @@ int cmd_history(const Args& in_args) {
   }
   int n = 50;
   if (limit->has_value()) {
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll((*limit)->c_str(), &end, 10);
-    if ((*limit)->empty() || *end != '\0' || errno == ERANGE || v < 1 || v > 1000000) {
+    auto v = parse_int("limit", **limit);
+    if (!v || *v < 1 || *v > 1000000) {
       std::fprintf(stderr, "deltaserve history: --limit must be 1..1000000 (got '%s')\n", (*limit)->c_str());
       return 2;
     }
-    n = static_cast<int>(v);
+    n = static_cast<int>(*v);
   }
   auto db = LaunchDb::open(state_dir->has_value() ? std::filesystem::path(**state_dir) : default_state_dir());
   if (!db) {
