@@ -9,12 +9,12 @@ BUILD=${BUILD:-$ROOT/build-gpu}
 cd "$ROOT"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDELTASERVE_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90a-real -DDELTASERVE_WERROR=ON >/dev/null
-TARGETS=(deltaserve cuda_ops_test cuda_model_test spec_rollback_test overlap_schedule_test bench_cuda_decode bench_cuda_attention bench_cuda_comm
+TARGETS=(deltaserve cuda_ops_test cuda_model_test spec_rollback_test overlap_schedule_test step_memory_test bench_cuda_decode bench_cuda_attention bench_cuda_comm
          bench_cuda_matmul)
 ninja -C "$BUILD" -j"${JOBS:-2}" "${TARGETS[@]}"
 rm -rf .gpu/bin && mkdir -p .gpu/bin
 for f in src/app/deltaserve tests/ops/cuda_ops_test tests/model/cuda_model_test tests/engine/spec_rollback_test \
-         tests/engine/overlap_schedule_test \
+         tests/engine/overlap_schedule_test tests/engine/step_memory_test \
          bench/cuda/bench_cuda_decode bench/cuda/bench_cuda_attention bench/cuda/bench_cuda_comm bench/cuda/bench_cuda_matmul; do
   strip -o ".gpu/bin/$(basename "$f")" "$BUILD/$f"
 done

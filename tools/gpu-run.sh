@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/gpu-run.sh: on the device machine, with the binaries tools/gpu-pack.sh packed:
 #   STAGES="tests decode engine" OUT=$OUT bash tools/gpu-run.sh
-# tests:  cuda_ops_test, cuda_model_test (KV dtypes, graphs), spec_rollback_test on CUDA
+# tests:  cuda_ops_test, cuda_model_test (KV dtypes, graphs), spec_rollback_test and step_memory_test on CUDA
 #         (OPS_FILTER / MODEL_FILTER: gtest filters; TEST_TIMEOUT seconds each)
 # decode: bench_cuda_decode on the 27B shape (dummy weights): batch 1 decode, verify + commit +
 #         3 MTP steps, 8k TTFT, batch 16; once per KV dtype (KV_DTYPES, default "bf16 fp8_e4m3")
@@ -97,6 +97,10 @@ if has tests; then
   done
   timeout 120 "$B/spec_rollback_test" --gtest_filter='*cuda*' >"$OUT/spec_rollback.log" 2>&1
   echo "spec_rollback_test(cuda) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/spec_rollback.log" | tr '\n' ' ')" |
+    tee -a "$OUT/summary.txt"
+  # The step buffers the plan reserves against what the CUDA engine allocated (model/step_memory.h).
+  timeout 120 "$B/step_memory_test" --gtest_filter='*cuda*' >"$OUT/step_memory.log" 2>&1
+  echo "step_memory_test(cuda) rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/step_memory.log" | tr '\n' ' ')" |
     tee -a "$OUT/summary.txt"
 fi
 

@@ -305,6 +305,11 @@ int cmd_serve(const Args& args) {
                       {"kv_cache_bytes", cap.kv_cache_bytes},
                       {"state_cache_bytes", cap.state_cache_bytes},
                       {"plan_budget_bytes", plan.budget_bytes},
+                      // Step buffers: the plan's reserve, and what the engine allocated (the scratch
+                      // part as grown by the warm-up's steps; model/step_memory.h).
+                      {"plan_activation_reserve_bytes", plan.activation_reserve_bytes},
+                      {"step_buffer_bytes", cap.step_buffer_bytes},
+                      {"scratch_bytes", cap.scratch_bytes},
                       {"device_memory_used_before_load_bytes", setup->plan_input.device_memory_used_bytes}};
     info["version"] = DELTASERVE_VERSION;
     info["dp_replicas"] = engines.size();

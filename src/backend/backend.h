@@ -2,6 +2,7 @@
 // engine see only this interface, so model code is identical on the CPU and on CUDA.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -124,6 +125,27 @@ class Backend {
   // cuda/cuda_gemm.h). A step during which it grew ran longer than steps like it will.
   // Thread-safe.
   virtual uint64_t setup_count() const { return 0; }
+
+  // Bytes held now by buffers from allocate() (CUDA: device memory, as cudaMalloc rounded it; the
+  // CPU: allocate() and allocate_host(), the same memory). Neither counts what a backend takes
+  // elsewhere (CUDA: cuBLAS's workspace, graphs, NCCL; the CPU: the weights' packed matrices and the
+  // kernels' scratch vectors). Thread-safe.
+  int64_t allocated_bytes() const { return allocated_->load(std::memory_order_relaxed); }
+
+ protected:
+  // A buffer's free function that also takes its bytes off allocated_bytes(); every allocate()
+  // wraps its own with it.
+  std::function<void(void*)> counted(std::size_t bytes, std::function<void(void*)> free_fn) {
+    allocated_->fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+    return [counter = allocated_, bytes, f = std::move(free_fn)](void* p) {
+      f(p);
+      counter->fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+    };
+  }
+
+ private:
+  // Shared with the free functions: a buffer may outlive its backend.
+  std::shared_ptr<std::atomic<int64_t>> allocated_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);

@@ -94,6 +94,7 @@ struct Ctx {
   const ModelConfig& c;
   const MemoryPlanInput& in;
   MemoryPlan& p;
+  int64_t running_cap;  // requests the step buffers are sized for, when --max-running-requests is auto
   bool cuda() const { return in.device == PlanDevice::Cuda; }
   std::string per() const { return cuda() ? "per GPU" : "per process"; }
   void row(std::string item, std::string value, std::string detail, std::string bound = "",
@@ -103,38 +104,49 @@ struct Ctx {
   }
 };
 
-// Activation bytes per token in a forward step (on one rank).
-int64_t activation_bytes_per_token(const Ctx& x) {
-  const ModelConfig& c = x.c;
-  const int64_t tp = x.cuda() ? std::max(1, x.in.tp_size) : 1;
-  const int64_t act_elem = 4;  // activations are f32 on both backends
-  const int64_t q_out = int64_t(c.n_heads) * c.head_dim * (c.attn_output_gate ? 2 : 1);
-  const int64_t widest_proj = std::max(q_out, c.linear_conv_dim() + c.linear_value_dim());
-  // Residual, normed input, mixer output, MLP out (4H) + gate/up/act (3I) + widest projection.
-  // On CUDA, prefill's chunked delta rule also keeps a 36-float row per GDN value head (chunk_m).
-  const int64_t gdn_chunk = x.cuda() && c.n_linear_layers() > 0 ? ceil_div(c.linear_n_value_heads, tp) * 36 : 0;
-  return (4 * c.hidden_size + 3 * ceil_div(c.intermediate_size, tp) + 2 * ceil_div(widest_proj, tp) + gdn_chunk) *
-         act_elem;
+// The step the runner is sized for (model/step_memory.h), with the running requests the user
+// set or the cap the plan never exceeds.
+StepShape plan_step_shape(const Ctx& x) {
+  const MemoryPlanInput& in = x.in;
+  const int64_t running = in.max_running_requests > 0 ? in.max_running_requests : x.running_cap;
+  const int64_t ctx = in.context_length > 0 ? in.context_length : std::max<int64_t>(1, x.c.max_position_embeddings);
+  StepShape s = step_shape(std::max<int64_t>(1, in.max_prefill_tokens), running, in.spec_num_steps, ctx,
+                           std::max(1, in.kv_block_size));
+  s.draft_vocab = in.spec_num_steps > 0 ? in.draft_vocab_size : 0;
+  s.tp = std::max(1, in.tp_size);
+  s.cuda = x.cuda();
+  s.cpu_threads = std::max(1, in.cpu_threads);
+  return s;
 }
 
+// "a step of T tokens and R logit rows: activations A + runner B + scratch C" (one rank).
+std::string step_detail(const Ctx& x) {
+  const StepShape s = plan_step_shape(x);
+  const StepMemory m = step_memory(x.c, s);
+  return "a step of " + commas(s.tokens) + " tokens (--max-prefill-tokens + decodes of " + commas(s.seqs) +
+         " requests) and " + commas(s.logit_rows) + " logit rows: activations " + human_bytes(m.activations) +
+         " + logits and MTP rows " + human_bytes(m.runner) + " + kernel scratch " + human_bytes(m.scratch);
+}
+
+// Every rank's step buffers (on the CPU the ranks are threads of one process: all of them), and on
+// CUDA the graphs' pool and NCCL's buffers.
 int64_t activation_reserve(const Ctx& x) {
-  const ModelConfig& c = x.c;
-  const int64_t tp = x.cuda() ? std::max(1, x.in.tp_size) : 1;
-  const int64_t chunk = std::min(std::max<int64_t>(1, x.in.chunked_prefill_size),
-                                 std::max<int64_t>(1, x.in.max_prefill_tokens));
-  // f32 logits for a decode batch of 64 requests x (k+1) verified positions, vocab split over TP.
-  const int64_t logits = 64 * (x.in.spec_num_steps + 1) * (ceil_div(c.vocab_size, tp) + ceil_div(x.in.draft_vocab_size, tp)) * 4;
-  int64_t reserve = chunk * activation_bytes_per_token(x) + logits;
+  const StepShape s = plan_step_shape(x);
+  int64_t reserve = step_memory(x.c, s).total() * (x.cuda() ? 1 : s.tp);
   if (x.cuda() && x.in.cuda_graphs) reserve += kCudaGraphReserve;
-  if (tp > 1) reserve += kTpCollectiveReserve;
+  if (x.cuda() && s.tp > 1) reserve += kTpCollectiveReserve;
   return reserve;
 }
 
 }  // namespace
 
-MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
+namespace {
+
+// One plan whose step buffers are sized for running_cap requests (when --max-running-requests is
+// auto), which it then never exceeds.
+MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t running_cap) {
   MemoryPlan p;
-  Ctx x{c, in, p};
+  Ctx x{c, in, p, running_cap};
   // On the CPU the tensor-parallel ranks are threads of one process sharing its memory: the
   // process holds every shard, so the plan is the one of a single rank over the whole model.
   const int tp = x.cuda() ? std::max(1, in.tp_size) : 1;
@@ -152,12 +164,10 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
 
   // 1. Budget and activation reserve.
   p.activation_reserve_bytes = activation_reserve(x);
-  // The runner holds activations for a whole step's prefill tokens: a count whose activations alone
-  // exceed the device can only fail when the engine allocates them.
-  if (const double step = double(in.max_prefill_tokens) * double(activation_bytes_per_token(x));
-      step > double(in.device_memory_bytes)) {
-    p.errors.push_back("--max-prefill-tokens " + commas(in.max_prefill_tokens) + ": a step's prefill activations (" +
-                       human_bytes(static_cast<int64_t>(std::min(step, 9e18))) + ") exceed the " +
+  // A step's buffers larger than the device can only fail when the engine allocates them.
+  if (p.activation_reserve_bytes > in.device_memory_bytes) {
+    p.errors.push_back("--max-prefill-tokens " + commas(in.max_prefill_tokens) + ": a step's activations (" +
+                       human_bytes(p.activation_reserve_bytes) + ") exceed the " +
                        (x.cuda() ? "GPU's " : "RAM's ") + human_bytes(in.device_memory_bytes) + "; lower it");
     return p;
   }
@@ -181,11 +191,9 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
           "--mem-fraction-static", "raise --mem-fraction-static (the rest must hold activations)");
     const int64_t outside = in.device_memory_bytes - static_cast<int64_t>(in.device_memory_bytes * frac);
     x.row("activation reserve", human_bytes(p.activation_reserve_bytes),
-          "prefill chunk activations + logits" +
-              std::string(in.cuda_graphs ? " + CUDA graphs" : "") + std::string(tp > 1 ? " + collectives" : "") +
-              "; outside the budget (" +
-              human_bytes(outside) + " left)",
-          "", "lower --chunked-prefill-size");
+          step_detail(x) + std::string(in.cuda_graphs ? " + CUDA graphs" : "") +
+              std::string(tp > 1 ? " + collectives" : "") + "; outside the budget (" + human_bytes(outside) + " left)",
+          "", "lower --max-prefill-tokens / --chunked-prefill-size or --max-running-requests");
     if (outside < p.activation_reserve_bytes)
       p.warnings.push_back("--mem-fraction-static " + fixed(frac, 2) + " leaves " + human_bytes(outside) +
                            " per GPU outside the budget, but activations need about " +
@@ -193,7 +201,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
                            ": expect out-of-memory under load; set --mem-fraction-static " +
                            fixed(std::floor((1.0 - double(p.activation_reserve_bytes) /
                                                        in.device_memory_bytes) * 100) / 100, 2) +
-                           " or lower --chunked-prefill-size");
+                           " or lower --max-prefill-tokens");
   } else {
     const bool auto_budget = in.max_memory_bytes <= 0;
     p.budget_bytes = auto_budget ? static_cast<int64_t>(in.device_memory_bytes * MemoryPlanInput::kCpuAutoShare)
@@ -203,7 +211,8 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
           auto_budget ? "auto: 70% of RAM (--max-memory)" : "--max-memory",
           "--max-memory", "raise --max-memory");
     x.row("activation reserve", human_bytes(p.activation_reserve_bytes),
-          "prefill chunk activations + logits (f32), inside the budget", "", "lower --chunked-prefill-size");
+          step_detail(x) + (tp > 1 ? ", x" + std::to_string(tp) + " ranks" : std::string()) + "; inside the budget", "",
+          "lower --max-prefill-tokens / --chunked-prefill-size or --max-running-requests");
     if (in.max_memory_bytes > in.device_memory_bytes)
       p.warnings.push_back("--max-memory " + human_bytes(in.max_memory_bytes) + " exceeds the RAM (" +
                            human_bytes(in.device_memory_bytes) + "): the machine will swap");
@@ -288,7 +297,10 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
     int64_t t = kv_budget / std::max<int64_t>(1, p.kv_bytes_per_token_per_gpu);
     return t / block * block;
   };
-  const int64_t running_cap = x.cuda() ? kMaxRunningCuda : kMaxRunningCpu;
+  // (running_cap: the parameter)
+  const std::string cap_name = running_cap == (x.cuda() ? kMaxRunningCuda : kMaxRunningCpu)
+                                   ? "running-request cap " + std::to_string(running_cap)
+                                   : "requests whose step buffers fit beside their state (" + std::to_string(running_cap) + ")";
 
   // With the prefix cache, --max-mamba-cache-size counts request slots and checkpoints together
   // (SGLang's mamba cache); without it, request slots alone.
@@ -329,11 +341,18 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
     }
     int64_t slots = state_budget / per_req;
     std::string slots_bound = "state budget (--mamba-full-memory-ratio)";
+    // Running requests auto with the prefix cache on: each request slot comes with its checkpoint,
+    // so that the cache can keep a GDN state for every running conversation (filling the budget
+    // with request slots left none: a hybrid model's prompts were then always recomputed).
+    if (cache_on && in.max_running_requests <= 0 && in.max_state_slots <= 0) {
+      slots = state_budget / (per_req + std::max<int64_t>(1, p.state_bytes_per_slot_base));
+      slots_bound = "state budget, with a prefix-cache checkpoint per request";
+    }
     if (max_live_slots > 0 && max_live_slots <= slots) slots = max_live_slots, slots_bound = "--max-mamba-cache-size";
     const int64_t cap_running = in.max_running_requests > 0 ? in.max_running_requests : running_cap;
     if (slots > cap_running) {
       slots = cap_running;
-      slots_bound = in.max_running_requests > 0 ? "--max-running-requests" : "running-request cap " + std::to_string(running_cap);
+      slots_bound = in.max_running_requests > 0 ? "--max-running-requests" : cap_name;
     }
     p.state_slots = std::max<int64_t>(slots, 0);
     // Prefix-cache checkpoints (a GDN state each, no speculative rows): one per request slot
@@ -406,7 +425,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
   {
     const int64_t by_kv = p.kv_tokens / block;  // every running request holds at least one block
     int64_t running = hybrid ? p.state_slots : std::min(running_cap, by_kv);
-    std::string bound = hybrid ? "state slots" : (running == running_cap ? "running-request cap" : "KV tokens");
+    std::string bound = hybrid ? "state slots" : (running == running_cap ? cap_name : "KV tokens");
     if (in.max_running_requests > 0 && in.max_running_requests <= running) {
       running = in.max_running_requests;
       bound = "--max-running-requests";
@@ -463,6 +482,26 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
           bound, raise);
   }
   return p;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
+  const int64_t cap = in.device == PlanDevice::Cuda ? kMaxRunningCuda : kMaxRunningCpu;
+  if (in.max_running_requests > 0) return plan_for(c, in, in.max_running_requests);
+  // Auto: the most requests r (up to the cap) whose step buffers (the runner's logits and decode
+  // rows grow with r) leave room for r requests' state and KV. What fits shrinks as r grows, so
+  // the largest r that still fits is found by bisection.
+  MemoryPlan best = plan_for(c, in, cap);
+  if (!best.ok() || best.max_running_requests >= cap) return best;
+  int64_t lo = 0, hi = cap;  // plan_for(lo) fits lo requests (0 trivially); plan_for(hi) does not fit hi
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    MemoryPlan p = plan_for(c, in, mid);
+    if (p.ok() && p.max_running_requests >= mid) lo = mid;
+    else hi = mid;
+  }
+  return lo > 0 ? plan_for(c, in, lo) : best;
 }
 
 std::string render_memory_plan(const MemoryPlan& plan) {

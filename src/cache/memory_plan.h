@@ -23,6 +23,7 @@
 #include "model/config.h"
 #include "core/dtype.h"
 #include "model/memory_spec.h"
+#include "model/step_memory.h"
 #include "util/status.h"
 
 namespace deltaserve {
@@ -63,6 +64,7 @@ struct MemoryPlanInput {
   int64_t chunked_prefill_size = 512;  // prefill chunk tokens (resolved: deploy/plan_input.h)
   int64_t max_prefill_tokens = 1024;   // prefill tokens per step (resolved)
   bool cuda_graphs = true;
+  int cpu_threads = 1;              // Cpu: kernel threads (each keeps a row of attention scores)
 
   static constexpr double kCpuAutoShare = 0.7;
   // The CUDA context with cuBLAS on an H200 (CUDA 13): measured 0.57 GiB in use before any

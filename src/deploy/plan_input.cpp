@@ -1,5 +1,7 @@
 #include "deploy/plan_input.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "model/token_map.h"
@@ -29,7 +31,9 @@ Status check_device_flags(const ServeOptions& o, PlanDevice device) {
 PrefillBudget resolve_prefill_budget(const ServeOptions& o, PlanDevice device) {
   PrefillBudget b;
   b.chunked_prefill_size = o.chunked_prefill_size > 0 ? o.chunked_prefill_size : device == PlanDevice::Cuda ? 8192 : 512;
-  b.max_prefill_tokens = o.max_prefill_tokens > 0 ? o.max_prefill_tokens : 2 * b.chunked_prefill_size;
+  // Auto: one chunk a step, as SGLang budgets a step's prefill (its chunked-prefill size bounds the
+  // tokens of every request's chunk together); the runner's activations scale with it.
+  b.max_prefill_tokens = o.max_prefill_tokens > 0 ? o.max_prefill_tokens : b.chunked_prefill_size;
   return b;
 }
 
@@ -72,6 +76,7 @@ MemoryPlanInput memory_plan_input(const ServeOptions& o, PlanDevice device, int6
   in.chunked_prefill_size = pb.chunked_prefill_size;
   in.max_prefill_tokens = pb.max_prefill_tokens;
   in.cuda_graphs = cuda && !o.disable_cuda_graph;
+  in.cpu_threads = o.threads > 0 ? static_cast<int>(o.threads) : std::max(1, host.n_cpus);
   return in;
 }
 

@@ -17,7 +17,7 @@ namespace deltaserve {
 PlanDevice resolve_plan_device(const ServeOptions& opts, const HostInfo& host, bool cuda_built = true);
 
 // --chunked-prefill-size and --max-prefill-tokens with "auto" resolved (8192 on a GPU, 512 on the
-// CPU; the step budget twice the chunk). The one place these defaults are decided.
+// CPU; the step budget one chunk). The one place these defaults are decided.
 struct PrefillBudget {
   int64_t chunked_prefill_size = 0;
   int64_t max_prefill_tokens = 0;

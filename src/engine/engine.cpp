@@ -57,13 +57,14 @@ CacheConfig cache_config(const EngineConfig& c, const Model& model) {
 }
 
 RunnerLimits runner_limits(const EngineConfig& c, const CacheMemory& cache) {
-  const int per_decode = 1 + c.spec_num_steps;
-  const int bs = cache.config().block_size;
+  // model/step_memory.h: the same shape the memory plan reserves activations for.
+  const StepShape s = step_shape(c.max_prefill_tokens, c.max_running_requests, c.spec_num_steps, c.context_length,
+                                 cache.config().block_size);
   RunnerLimits lim;
-  lim.max_seqs = c.max_running_requests;
-  lim.max_tokens = c.max_prefill_tokens + c.max_running_requests * per_decode;
-  lim.max_blocks_per_seq = static_cast<int>((c.context_length + per_decode + bs - 1) / bs);
-  lim.max_logit_rows = c.max_running_requests * per_decode + c.max_running_requests;
+  lim.max_seqs = static_cast<int>(s.seqs);
+  lim.max_tokens = static_cast<int>(s.tokens);
+  lim.max_blocks_per_seq = static_cast<int>(s.blocks_per_seq);
+  lim.max_logit_rows = static_cast<int>(s.logit_rows);
   lim.mtp = c.spec_num_steps > 0;
   lim.checkpoints = c.prefix_cache && cache.has_state();
   if (c.device == Device::Cuda)
@@ -99,7 +100,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
     e->mirror_ = std::make_unique<NodeMirror>(*c.node_link);
     e->cache_->set_mirror(e->mirror_.get());
   }
+  const int64_t before_runner = e->ranks_->backend(0).allocated_bytes();
   e->runner_ = std::make_unique<ModelRunner>(*e->ranks_, *e->cache_, runner_limits(c, *e->cache_));
+  e->step_buffer_bytes_ = e->ranks_->backend(0).allocated_bytes() - before_runner;
   if (e->mirror_) e->runner_->set_mirror(e->mirror_.get());
   const CacheConfig& cc = e->cache_->config();
 
@@ -128,6 +131,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   for (Flight& f : e->flights_) f.items.reserve(static_cast<size_t>(c.max_running_requests));
   e->seed_rng_.seed(c.random_seed != 0 ? c.random_seed : std::random_device{}());
   e->update_stats();
+  e->allocated_at_start_ = e->ranks_->backend(0).allocated_bytes();
   return e;
 }
 
@@ -145,6 +149,8 @@ EngineCapacity Engine::capacity() const {
   cap.kv_cache_bytes = cache_->kv_bytes();
   cap.state_cache_bytes = cache_->state_bytes();
   cap.weight_bytes = static_cast<int64_t>(weight_bytes());
+  cap.step_buffer_bytes = step_buffer_bytes_;
+  cap.scratch_bytes = ranks_->backend(0).allocated_bytes() - allocated_at_start_;
   cap.tp_size = tp_size();
   cap.kv_cache_dtype = std::string(dtype_name(cache_->views().kv.empty() ? ranks_->backend().activation_dtype()
                                                                           : cache_->views().kv[0].k.dtype));

@@ -46,6 +46,11 @@ struct EngineCapacity {
   int64_t kv_cache_bytes = 0;        // device bytes of the KV cache
   int64_t state_cache_bytes = 0;     // device bytes of GDN state + speculative pending rows
   int64_t weight_bytes = 0;          // per tensor-parallel rank (per GPU)
+  // Rank 0's step buffers (model/step_memory.h has the formulas the plan reserves by): what the
+  // runner and the model's activations allocated, and what the backend's allocate() gave out since
+  // the engine was built (CUDA: the kernels' scratch, grown by the largest steps so far).
+  int64_t step_buffer_bytes = 0;
+  int64_t scratch_bytes = 0;
   int tp_size = 1;
   std::string kv_cache_dtype;        // "f32", "bf16", ...
   int spec_num_steps = 0;
@@ -155,6 +160,8 @@ class Engine final : public EngineService {
   std::unique_ptr<CacheMemory> cache_;
   std::unique_ptr<NodeMirror> mirror_;  // multi-node (node 0): tells the other nodes each step
   std::unique_ptr<ModelRunner> runner_;
+  int64_t step_buffer_bytes_ = 0;  // allocated by the runner's construction (rank 0; EngineCapacity)
+  int64_t allocated_at_start_ = 0;  // rank 0's Backend::allocated_bytes() once built
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<SamplingPool> sampling_;
   std::unique_ptr<SpeculativeDecoder> spec_;  // null without speculative decoding

@@ -74,7 +74,7 @@ class ModelRunner {
     std::span<const PenaltyEntry> penalties;  // at most penalty_capacity()
   };
   // Penalty entries one Fetch::Sample run can take (more: sample on the host).
-  static constexpr int64_t kPenaltyCapacity = int64_t(1) << 18;
+  static constexpr int64_t kPenaltyCapacity = kMaxPenaltyEntries;  // model/step_memory.h
 
   // Runs the model. After it returns, logits(i) (or with Fetch::Argmax / Sample, token(i)) is the
   // i-th output row (items in order; each item contributes its last token, or all its tokens with

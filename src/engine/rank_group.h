@@ -25,6 +25,7 @@
 #include "backend/communicator.h"
 #include "engine/node_link.h"
 #include "model/model.h"
+#include "model/step_memory.h"
 
 namespace deltaserve {
 
@@ -50,7 +51,7 @@ struct TpTransportChoice {
   TpTransport transport = TpTransport::Peer;
   std::string description;  // one line for the start-up log and /get_server_info
 };
-constexpr std::size_t kPeerMaxBytes = std::size_t(4) << 20;
+constexpr std::size_t kPeerMaxBytes = static_cast<std::size_t>(kPeerAllReduceMaxBytes);  // model/step_memory.h
 // distinct_devices: every rank on its own GPU; nccl_error: "" when NCCL is usable, else why not.
 Result<TpTransportChoice> choose_tp_transport(bool distinct_devices, const std::string& nccl_error,
                                               bool custom_all_reduce);

@@ -76,7 +76,7 @@ const std::vector<Row>& rows() {
     {{"mamba-scheduler-strategy", "", C, "auto", "auto,no_buffer,extra_buffer", "GDN checkpoints for the prefix cache: no_buffer at prompt and prefill-chunk ends; extra_buffer (auto) also each request's last block boundary, cached when it finishes", YES, PERF}, &ServeOptions::mamba_scheduler_strategy},
     {{"page-size", "", I, "16", "", "tokens per KV block", YES, PERF}, &ServeOptions::page_size},
     {{"chunked-prefill-size", "", I, "auto", "", "longest prefill chunk per request per step (auto: 8192 GPU, 512 CPU; SGLang's -1, no chunking, means auto here)", YES, PERF}, &ServeOptions::chunked_prefill_size},
-    {{"max-prefill-tokens", "", I, "auto", "", "prefill tokens per step over all requests (auto: 2 x chunked-prefill-size)", YES, PERF}, &ServeOptions::max_prefill_tokens},
+    {{"max-prefill-tokens", "", I, "auto", "", "prefill tokens per step over all requests (auto: chunked-prefill-size; the step buffers the plan reserves scale with it)", YES, PERF}, &ServeOptions::max_prefill_tokens},
     {{"mixed-prefill-tokens", "", I, "auto", "", "prefill tokens in a step that also decodes running requests, whose next tokens wait for that step (auto: what keeps such a step within ~2.5 decode steps, from the step times measured while serving; --max-prefill-tokens or more: no separate limit)", YES, PERF}, &ServeOptions::mixed_prefill_tokens},
     {{"schedule-policy", "", C, "fcfs", "fcfs,lpm", "waiting-queue order: first come first served, or longest cached prefix first", YES, PERF}, &ServeOptions::schedule_policy},
     {{"disable-radix-cache", "", BOOL, "false", "", "turn prefix caching off", YES, PERF}, &ServeOptions::disable_radix_cache},

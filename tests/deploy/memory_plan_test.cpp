@@ -108,7 +108,7 @@ MemoryPlanInput story_input() {
   in.context_length = 131072;
   in.max_running_requests = 16;
   in.chunked_prefill_size = 8192;
-  in.max_prefill_tokens = 16384;
+  in.max_prefill_tokens = 8192;  // the auto budget (deploy/plan_input.cpp): one chunk a step
   return in;
 }
 
@@ -136,6 +136,22 @@ TEST(MemoryPlan, StoryUnitFileOnTwoA6000s) {
   EXPECT_EQ(p.kv_tokens, 420896);
   EXPECT_GE(p.kv_tokens, 420000);
   EXPECT_EQ(p.context_length, 131072);
+  // The step buffers fit outside the budget: no out-of-memory warning. Reserve = a step of 8,256
+  // tokens and 80 logit rows (tests/engine/step_memory_test.cpp, TheSeedsDeploymentByHand) + 512 MiB
+  // of CUDA graphs + 384 MiB of NCCL buffers; 48 GiB x 0.12 = 5.76 GiB is left for it.
+  EXPECT_TRUE(p.warnings.empty()) << p.warnings.front();
+  StepShape s = step_shape(8192, 16, 3, 131072, 16);
+  s.tp = 2;
+  s.cuda = true;
+  EXPECT_EQ(p.activation_reserve_bytes, step_memory(c, s).total() + (int64_t(512) << 20) + (int64_t(384) << 20));
+  EXPECT_LT(p.activation_reserve_bytes, 48 * kGiB - static_cast<int64_t>(48 * kGiB * 0.88));
+  // SGLang's budget of 16,384 prefill tokens a step would not fit: the plan says so.
+  MemoryPlanInput big = story_input();
+  big.max_prefill_tokens = 16384;
+  MemoryPlan b = plan_memory(c, big);
+  ASSERT_TRUE(b.ok());
+  ASSERT_FALSE(b.warnings.empty());
+  EXPECT_NE(b.warnings[0].find("expect out-of-memory under load"), std::string::npos) << b.warnings[0];
 
   // fp8 KV: half the bytes per token, twice the tokens: 14,654,394,613 / 17,408 -> 841,808.
   MemoryPlanInput in = story_input();
@@ -194,7 +210,7 @@ TEST(MemoryPlan, MaxPrefillTokensWhoseActivationsExceedTheDeviceIsNamed) {
   in.max_prefill_tokens = 2'000'000'000;
   MemoryPlan p = plan_memory(c, in);
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("--max-prefill-tokens 2,000,000,000: a step's prefill activations"),
+  EXPECT_NE(p.status().message().find("--max-prefill-tokens 2,000,000,000: a step's activations"),
             std::string::npos) << p.status().message();
   in.max_prefill_tokens = 16384;  // the seeds' value plans as before
   EXPECT_TRUE(plan_memory(c, in).ok());
@@ -209,26 +225,32 @@ TEST(MemoryPlan, RelaunchWithDefaults) {
   in.tp_size = 2;
   in.spec_num_steps = 1;
   in.chunked_prefill_size = 8192;
-  in.max_prefill_tokens = 16384;
+  in.max_prefill_tokens = 8192;
   MemoryPlan p = plan_memory(c, in);
   ASSERT_TRUE(p.ok()) << p.status().message();
-  // activation reserve: 8192 tokens x (4*5120 + 3*8704 + 2*8192 + 24*36 (GDN chunk rows)) x 4 B
-  //   = 2,091,909,120 + logits 64 x 2 x 124,160 x 4 B = 63,569,920 + 512 MiB of CUDA graphs
-  //   + 384 MiB of collective buffers (NCCL, peer staging) = 3,095,003,136
-  EXPECT_EQ(p.activation_reserve_bytes, int64_t{3095003136});
-  // auto fraction: 1 - 3.09/51.54 - 0.02 = 0.920 -> capped at 0.90
-  EXPECT_DOUBLE_EQ(p.mem_fraction_static, 0.9);
-  // budget = 46,385,646,796 - 805,306,368 (context) = 45,580,340,428;
-  // cache = 45,580,340,428 - 27,321,358,336 = 18,258,982,092; state = x 0.9/1.9 = 8,648,991,517;
-  // per request 78,446,592 + 48 x 2 x 5,168 x 4 = 80,431,104 -> 107 slots
-  EXPECT_EQ(p.state_slots, 107);
-  EXPECT_EQ(p.max_running_requests, 107);
-  // KV = 18,258,982,092 - 107 x 80,431,104 = 9,652,853,964 / 34,816 = 277,253 -> 277,248
-  EXPECT_EQ(p.kv_tokens, 277248);
-  EXPECT_EQ(p.context_length, 262144);  // the model's max_position_embeddings
+  for (auto& w : p.warnings) ADD_FAILURE() << w;
+  // Running requests are auto: the most r whose step buffers (logits of 3r rows, a step of
+  // 8,192 + 2r tokens) leave room for r requests' state, each with its prefix-cache checkpoint.
+  // r = 51: reserve = step_memory(51) + 512 MiB of CUDA graphs + 384 MiB of collective buffers.
+  StepShape s = step_shape(8192, 51, 1, 262144, 16);
+  s.tp = 2;
+  s.cuda = true;
+  EXPECT_EQ(p.activation_reserve_bytes, step_memory(c, s).total() + (int64_t(512) << 20) + (int64_t(384) << 20));
+  EXPECT_EQ(p.activation_reserve_bytes, int64_t{4833001392});
+  // auto fraction: 1 - 4.83/51.54 - 0.02 = 0.886 -> 0.88
+  EXPECT_DOUBLE_EQ(p.mem_fraction_static, 0.88);
+  // budget = 51,539,607,552 x 0.88 - 805,306,368 = 44,549,548,277; cache = - 27,321,358,336
+  // = 17,228,189,941; state = x 0.9/1.9 = 8,160,721,551; per request 78,446,592 + 48 x 2 x 5,168 x 4
+  // = 80,431,104, + its checkpoint 78,446,592 = 158,877,696 -> 51 slots and 51 checkpoints
+  EXPECT_EQ(p.state_slots, 51);
+  EXPECT_EQ(p.checkpoint_slots, 51);
+  EXPECT_EQ(p.max_running_requests, 51);
+  // KV = 17,228,189,941 - 51 x 158,877,696 = 9,125,427,445 / 34,816 = 262,104 -> 262,096
+  EXPECT_EQ(p.kv_tokens, 262096);
+  EXPECT_EQ(p.context_length, 262096);
   std::string table = render_memory_plan(p);
   EXPECT_NE(table.find("KV tokens"), std::string::npos);
-  EXPECT_NE(table.find("model (max_position_embeddings)"), std::string::npos);
+  EXPECT_NE(table.find("a step of 8,294 tokens"), std::string::npos) << table;
 }
 
 TEST(MemoryPlan, ExplicitContextThatCannotFitNamesTheMax) {
@@ -243,7 +265,7 @@ TEST(MemoryPlan, ExplicitContextThatCannotFitNamesTheMax) {
   ASSERT_FALSE(p.ok());
   const std::string err = p.status().message();
   EXPECT_NE(err.find("--context-length 1,000,000 does not fit"), std::string::npos) << err;
-  EXPECT_NE(err.find("Set --context-length 277,248"), std::string::npos) << err;
+  EXPECT_NE(err.find("Set --context-length 278,016"), std::string::npos) << err;  // what the plan holds
   ASSERT_FALSE(p.warnings.empty());  // also beyond the model's 262,144
 }
 
@@ -269,17 +291,23 @@ TEST(MemoryPlan, CpuBudgetAndDenseModel) {
   EXPECT_EQ(p.kv_bytes_per_token_per_gpu, 1024);
   EXPECT_EQ(p.state_slots, 0);
   EXPECT_EQ(p.weights_bytes_per_gpu, 180928 * 2);
-  // cache = 64 MiB - 361,856 - reserve(512 x (4*64 + 3*128 + 2*64) x 4 + 64 x 512 x 4 = 1,703,936)
-  //       = 67,108,864 - 361,856 - 1,703,936 = 65,043,072 -> 63,518 tokens -> 63,504 (blocks of 16)
-  EXPECT_EQ(p.activation_reserve_bytes, 1703936);
-  EXPECT_EQ(p.kv_tokens, 63504);
+  // reserve: a step of 1,024 + 64 tokens with logits for 128 rows, contexts up to 4,096 (the
+  // model's), on one thread (model/step_memory.h; tests/engine/step_memory_test.cpp holds it to
+  // the engine's allocations)
+  StepShape s = step_shape(1024, 64, 0, 4096, 16);
+  EXPECT_EQ(p.activation_reserve_bytes, step_memory(c, s).total());
+  // cache = 67,108,864 - 361,856 - reserve -> tokens of 1,024 B in blocks of 16
+  EXPECT_EQ(p.kv_tokens, (67108864 - 361856 - p.activation_reserve_bytes) / 1024 / 16 * 16);
   EXPECT_EQ(p.max_running_requests, 64);  // CPU running-request cap
   EXPECT_EQ(p.context_length, 4096);
-  // CPU tensor-parallel ranks are threads of one process sharing its memory: the same plan.
+  // CPU tensor-parallel ranks are threads of one process sharing its memory: the weights are the
+  // same; each rank keeps its own step buffers (the residual rows are whole on every rank).
   in.tp_size = 2;
   const MemoryPlan tp2 = plan_memory(c, in);
   ASSERT_TRUE(tp2.ok());
-  EXPECT_EQ(tp2.kv_tokens, p.kv_tokens);
+  s.tp = 2;
+  EXPECT_EQ(tp2.activation_reserve_bytes, 2 * step_memory(c, s).total());
+  EXPECT_LT(tp2.kv_tokens, p.kv_tokens);
   EXPECT_EQ(tp2.weights_bytes_per_gpu, p.weights_bytes_per_gpu);
 }
 

@@ -47,13 +47,13 @@ DeviceBuffer CpuBackend::allocate(std::size_t bytes) {
     // lazily by the kernel, so a multi-GiB KV budget costs nothing until tokens fill it.
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     DS_CHECK(p != MAP_FAILED, "out of host memory mapping ", bytes, " bytes");
-    return DeviceBuffer(p, bytes, Device::Cpu, [bytes](void* q) { ::munmap(q, bytes); });
+    return DeviceBuffer(p, bytes, Device::Cpu, counted(bytes, [bytes](void* q) { ::munmap(q, bytes); }));
   }
   std::size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   DS_CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
   std::memset(p, 0, rounded);
-  return DeviceBuffer(p, bytes, Device::Cpu, [](void* q) { std::free(q); });
+  return DeviceBuffer(p, bytes, Device::Cpu, counted(rounded == 0 ? 64 : rounded, [](void* q) { std::free(q); }));
 }
 
 std::unique_ptr<LinearWeight> CpuBackend::make_linear(const void* host, DType dtype, int64_t n,

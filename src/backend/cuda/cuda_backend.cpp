@@ -220,7 +220,7 @@ class CudaBackend final : public Backend {
     cudaError_t e = cudaMalloc(&p, rounded);
     DS_CHECK(e == cudaSuccess, "cudaMalloc of ", bytes, " bytes failed: ", cudaGetErrorString(e));
     DS_CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, stream_));
-    return DeviceBuffer(p, bytes, Device::Cuda, [](void* q) { cudaFree(q); });
+    return DeviceBuffer(p, bytes, Device::Cuda, counted(rounded, [](void* q) { cudaFree(q); }));
   }
   DeviceBuffer allocate_host(std::size_t bytes) override {
     DeviceGuard guard(device_);
