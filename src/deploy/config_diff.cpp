@@ -237,13 +237,17 @@ bool find_server_args(const std::vector<std::string>& words, std::vector<std::st
 }
 
 Result<ConfigSource> config_source_from_unit(const std::string& text, const std::string& name) {
-  // Join continuation lines, then read [Service] Environment= and ExecStart=.
+  // Join continuation lines, then read [Service] Environment= and ExecStart=. As systemd reads
+  // it (systemd.syntax(7)), a comment line is dropped before continuations are joined: one
+  // inside a backslash-continued ExecStart= (a flag commented out) neither ends nor cuts the
+  // command, and a comment ending in a backslash continues nothing.
   std::vector<std::string> lines;
   {
     std::stringstream ss(text);
     std::string line, acc;
     while (std::getline(ss, line)) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (const std::string t = trim(line); !t.empty() && (t[0] == '#' || t[0] == ';')) continue;
       if (!line.empty() && line.back() == '\\') {
         acc += line.substr(0, line.size() - 1) + " ";
         continue;
@@ -259,7 +263,7 @@ Result<ConfigSource> config_source_from_unit(const std::string& text, const std:
   std::vector<std::string> notes;
   for (const auto& raw : lines) {
     std::string line = trim(raw);
-    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.empty()) continue;
     if (line.front() == '[') {
       section = line;
       continue;

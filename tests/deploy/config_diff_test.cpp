@@ -94,6 +94,26 @@ TEST(ConfigSources, StoryUnitFile) {
   EXPECT_TRUE(saw_cuda);
 }
 
+// systemd drops comment lines before it joins continuations (systemd.syntax(7)): a flag
+// commented out inside ExecStart= must not cut the flags after it.
+TEST(ConfigSources, UnitCommentInsideContinuationIsSkipped) {
+  auto unit = config_source_from_unit(
+      "[Service]\n"
+      "# an old launcher \\\n"
+      "ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m \\\n"
+      "    --tp-size 2 \\\n"
+      "#    --enable-hyperdrive \\\n"
+      "    ; also a comment\n"
+      "    --speculative-algorithm NEXTN --speculative-num-steps 3 \\\n"
+      "    --context-length 131072\n",
+      "commented.service");
+  ASSERT_TRUE(unit) << unit.status().message();
+  EXPECT_EQ(setting(*unit, "tp-size"), "2");
+  EXPECT_EQ(setting(*unit, "speculative-algorithm"), "NEXTN");
+  EXPECT_EQ(setting(*unit, "speculative-num-steps"), "3");
+  EXPECT_EQ(setting(*unit, "context-length"), "131072");
+}
+
 TEST(ConfigDiff, UnitFileVsRelaunchListsEverySpeedSetting) {
   auto a = load_config_source(kFixtures + "sglang-qwen36-27b.service", "/nonexistent");
   auto b = load_config_source(kFixtures + "relaunch.sh", "/nonexistent");
