@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -395,9 +396,12 @@ Result<ConfigSource> load_config_source_unredacted(const std::string& spec, cons
   const bool digits = !spec.empty() && std::all_of(spec.begin(), spec.end(), ::isdigit);
   std::error_code ec;
   if (digits && !fs::exists(spec, ec)) {
+    int64_t id = 0;
+    if (std::from_chars(spec.data(), spec.data() + spec.size(), id).ec != std::errc())
+      return error("'", spec, "' is not a launch id: too large (see `deltaserve history`)");
     auto db = LaunchDb::open(state_dir);
     if (!db) return db.status();
-    auto rec = (*db)->get(std::stoll(spec));
+    auto rec = (*db)->get(id);
     if (!rec) return rec.status();
     return config_source_from_settings(rec->config, rec->args, "launch #" + spec, recorded_environment(*rec));
   }

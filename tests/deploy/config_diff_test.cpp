@@ -178,6 +178,13 @@ TEST_F(TempDir, LaunchIdAsASource) {
   EXPECT_NE(missing.status().message().find("launch #999"), std::string::npos);
 }
 
+// A launch id past int64 was an uncaught std::out_of_range (abort) in `config show/diff`.
+TEST_F(TempDir, HugeLaunchIdIsAnError) {
+  auto huge = load_config_source("99999999999999999999999", dir_);
+  ASSERT_FALSE(huge);
+  EXPECT_NE(huge.status().message().find("not a launch id"), std::string::npos) << huge.status().message();
+}
+
 TEST_F(TempDir, BadInputsGiveClearErrors) {
   auto bad = load_config_source(kFixtures + "bad-flag.service", dir_);
   ASSERT_FALSE(bad);

@@ -225,6 +225,7 @@ TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
       {"config show 1 --json", "--json is for `config diff`"},
       {"config diff 1 2 --toml", "--toml is for `config show`"},
       {"config diff 1 2 --bogus", "unknown option --bogus"},
+      {"config show 99999999999999999999999 --state-dir /tmp/ds-cli-test-none", "is not a launch id"},
       {"plan --tp-size 3 --gpu-memory 48GiB", "--tp-size 3 does not divide"},
       {"plan --gpu-memory 48GiB --device cpu", "--gpu-memory sizes GPUs"},
       {"plan --gpu-memory 80GiB --max-memory 1GiB", "--max-memory is the CPU's memory budget"},
