@@ -248,10 +248,18 @@ Result<std::unique_ptr<LaunchDb>> LaunchDb::open(const fs::path& state_dir) {
     return error("cannot open launch database ", db->path_.string(), ": ",
                  db->db_ ? sqlite3_errmsg(db->db_) : "out of memory");
   sqlite3_busy_timeout(db->db_, 5000);
-  // A corrupt or foreign file fails here ("file is not a database").
+  // A corrupt or foreign file fails here ("file is not a database"). So does a database that
+  // another process holds locked past the busy timeout: that one is fine, and moving it aside
+  // would lose every record, so the message says to wait instead.
   Status s = db->exec(kSchema);
-  if (!s) return error("launch database ", db->path_.string(), " is unusable (", s.message(),
-                       "); move it aside to start a new one");
+  if (!s) {
+    const int rc = sqlite3_errcode(db->db_);
+    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
+      return error("launch database ", db->path_.string(), " is locked by another process (", s.message(),
+                   "); try again once it has finished writing");
+    return error("launch database ", db->path_.string(), " is unusable (", s.message(),
+                 "); move it aside to start a new one");
+  }
   // Columns added after the first release of schema 1 (additive: older binaries still read it).
   for (const char* column : {"pid INTEGER NOT NULL DEFAULT 0", "boot_id TEXT NOT NULL DEFAULT ''",
                              "pid_start_ticks INTEGER NOT NULL DEFAULT 0"}) {

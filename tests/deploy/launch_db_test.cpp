@@ -177,6 +177,27 @@ TEST_F(LaunchDbTest, CorruptDatabaseIsAClearError) {
   EXPECT_NE(rec.warning().find("launch not recorded"), std::string::npos);
 }
 
+// A database another process holds locked (past the 5 s busy timeout) is healthy: the error says
+// it is locked, never "unusable ... move it aside" (which would throw the launch records away).
+TEST_F(LaunchDbTest, LockedDatabaseIsNotCalledUnusable) {
+  {
+    auto db = LaunchDb::open(dir_);
+    ASSERT_TRUE(db) << db.status().message();
+  }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "launches.sqlite").c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "BEGIN EXCLUSIVE; INSERT INTO meta(key, value) VALUES('held', '1')", nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK);
+  auto locked = LaunchDb::open(dir_);
+  sqlite3_exec(raw, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(raw);
+  ASSERT_FALSE(locked);
+  EXPECT_NE(locked.status().message().find("locked"), std::string::npos) << locked.status().message();
+  EXPECT_EQ(locked.status().message().find("move it aside"), std::string::npos) << locked.status().message();
+  EXPECT_TRUE(LaunchDb::open(dir_));  // and once the lock is gone, it opens
+}
+
 // A row whose stored settings are not JSON is reported as damaged, never shown as an empty config.
 TEST_F(LaunchDbTest, DamagedRowIsReportedNotShownEmpty) {
   auto db = LaunchDb::open(dir_);
