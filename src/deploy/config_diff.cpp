@@ -403,7 +403,9 @@ Result<ConfigSource> load_config_source_unredacted(const std::string& spec, cons
     if (!db) return db.status();
     auto rec = (*db)->get(id);
     if (!rec) return rec.status();
-    return config_source_from_settings(rec->config, rec->args, "launch #" + spec, recorded_environment(*rec));
+    ConfigSource src = config_source_from_settings(rec->config, rec->args, "launch #" + spec, recorded_environment(*rec));
+    src.resolved = resolved_launch_values(*rec);
+    return src;
   }
   if (fs::exists(spec, ec)) {
     std::string text;
@@ -476,9 +478,34 @@ std::vector<DiffRow> diff_environment(const KeyValues& a, const KeyValues& b) {
   return rows;
 }
 
+std::vector<DiffRow> diff_resolved(const KeyValues& a, const KeyValues& b) {
+  static const std::map<std::string, std::string> kNotes = {
+      {"device", "where it ran (speed)"},
+      {"plan.context_length", "context length serve used (what auto became; memory)"},
+      {"plan.max_running_requests", "running-request cap serve used (what auto became; throughput under load)"},
+      {"plan.kv_tokens", "KV capacity serve used, in tokens (memory, concurrency)"},
+      {"plan.state_slots", "GDN state slots serve used (concurrency)"},
+      {"plan.mem_fraction_static", "GPU memory fraction serve used (what auto became; memory)"},
+      {"version", "deltaserve version (speed, behaviour)"},
+      {"host", "machine it ran on (speed, memory)"},
+      {"model.config_hash", "the model's config.json changed (another model under the same path?)"},
+      {"model.weight_index_hash", "the model's weight files changed (another checkpoint under the same path?)"},
+  };
+  std::vector<DiffRow> rows = diff_settings(a, b);
+  for (auto& r : rows) {
+    auto it = kNotes.find(r.key);
+    r.note = it != kNotes.end() ? it->second : "resolved at launch";
+    r.affects_performance = true;
+  }
+  return rows;
+}
+
 std::vector<DiffRow> diff_sources(const ConfigSource& a, const ConfigSource& b) {
   std::vector<DiffRow> rows = diff_settings(a.settings, b.settings);
   for (auto& r : diff_environment(a.environment, b.environment)) rows.push_back(std::move(r));
+  // Only launches have resolved values; a unit file or script is not compared with "(unset)".
+  if (!a.resolved.empty() && !b.resolved.empty())
+    for (auto& r : diff_resolved(a.resolved, b.resolved)) rows.push_back(std::move(r));
   return rows;
 }
 

@@ -449,6 +449,19 @@ KeyValues recorded_environment(const LaunchRecord& record) {
   return env;
 }
 
+KeyValues resolved_launch_values(const LaunchRecord& r) {
+  KeyValues out;
+  for (const char* k : {"device", "plan.context_length", "plan.max_running_requests", "plan.kv_tokens",
+                        "plan.state_slots", "plan.mem_fraction_static"})
+    for (const auto& [dk, dv] : r.derived)
+      if (dk == k) out.emplace_back(dk, dv);
+  out.emplace_back("version", r.version);
+  out.emplace_back("host", r.host_summary);
+  out.emplace_back("model.config_hash", r.model.config_hash);
+  out.emplace_back("model.weight_index_hash", r.model.weight_index_hash);
+  return out;
+}
+
 std::optional<std::string> faster_launch_warning(const LaunchRecord& current,
                                                  const std::vector<LaunchRecord>& launches) {
   const std::string fp = performance_fingerprint(current.config, recorded_environment(current));
@@ -480,6 +493,7 @@ std::optional<std::string> faster_launch_warning(const LaunchRecord& current,
                   static_cast<long long>(best->best_concurrency), best->started_at.c_str());
   auto rows = diff_settings(best->config, current.config);
   for (auto& r : diff_environment(recorded_environment(*best), recorded_environment(current))) rows.push_back(std::move(r));
+  for (auto& r : diff_resolved(resolved_launch_values(*best), resolved_launch_values(current))) rows.push_back(std::move(r));
   return std::string(head) + render_diff(rows, "launch #" + std::to_string(best->id), "this launch") +
          "(`deltaserve config diff " + std::to_string(best->id) + " <this config>` shows it again)";
 }

@@ -165,5 +165,12 @@ std::string performance_fingerprint(const KeyValues& config, const KeyValues& en
 KeyValues launch_environment();
 // Those entries of a record's derived values.
 KeyValues recorded_environment(const LaunchRecord& record);
+// What a launch resolved and where it ran, beside its settings: the plan's capacities (what
+// "auto" became: plan.context_length, plan.max_running_requests, plan.kv_tokens,
+// plan.state_slots, plan.mem_fraction_static), the device, the deltaserve version, the host and
+// the model's identity (config and weight-index hashes). `config diff` of two launches compares
+// them, so a relaunch whose flags are the same but whose "auto" resolved differently (other GPUs,
+// other model files, other version) is explained.
+KeyValues resolved_launch_values(const LaunchRecord& record);
 
 }  // namespace deltaserve

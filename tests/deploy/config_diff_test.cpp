@@ -178,6 +178,48 @@ TEST_F(TempDir, LaunchIdAsASource) {
   EXPECT_NE(missing.status().message().find("launch #999"), std::string::npos);
 }
 
+// Two launches with the same flags whose "auto" resolved differently (other GPUs, another version):
+// `config diff` of the launch ids shows what serve actually used, not "no differences".
+TEST_F(TempDir, LaunchDiffShowsWhatAutoResolvedTo) {
+  auto db = LaunchDb::open(dir_);
+  ASSERT_TRUE(db) << db.status().message();
+  auto unit = load_config_source(kFixtures + "relaunch.sh", dir_);
+  ASSERT_TRUE(unit) << unit.status().message();
+  LaunchRecord r;
+  r.model = {"Qwen/Qwen3.6-27B", "cfg1", "idx1"};
+  r.config = unit->settings;
+  r.args = explicit_args(unit->options);
+  r.version = "0.1.0";
+  r.host_summary = "2x NVIDIA RTX A6000 (48.0 GiB)";
+  r.derived = {{"device", "cuda"}, {"plan.context_length", "131072"}, {"plan.max_running_requests", "16"},
+               {"plan.kv_tokens", "600000"}};
+  auto first = (*db)->insert_launch(r);
+  r.version = "0.2.0";
+  r.host_summary = "2x NVIDIA RTX A4000 (16.0 GiB)";
+  r.derived = {{"device", "cuda"}, {"plan.context_length", "32768"}, {"plan.max_running_requests", "4"},
+               {"plan.kv_tokens", "90000"}};
+  auto second = (*db)->insert_launch(r);
+  ASSERT_TRUE(first && second);
+  auto a = load_config_source(std::to_string(*first), dir_);
+  auto b = load_config_source(std::to_string(*second), dir_);
+  ASSERT_TRUE(a && b);
+  auto rows = by_key(diff_sources(*a, *b));
+  ASSERT_TRUE(rows.count("plan.context_length")) << render_diff(diff_sources(*a, *b), "A", "B");
+  EXPECT_EQ(rows["plan.context_length"].a, "131072");
+  EXPECT_EQ(rows["plan.context_length"].b, "32768");
+  EXPECT_TRUE(rows["plan.context_length"].affects_performance);
+  EXPECT_TRUE(rows.count("plan.max_running_requests"));
+  EXPECT_TRUE(rows.count("plan.kv_tokens"));
+  EXPECT_TRUE(rows.count("version"));
+  EXPECT_TRUE(rows.count("host"));
+  EXPECT_FALSE(rows.count("device"));  // the same on both
+  EXPECT_FALSE(rows.count("context-length"));  // auto on both: the flags did not change
+  // A file on one side has no resolved values: nothing is compared with "(unset)".
+  auto file_vs_launch = by_key(diff_sources(*unit, *a));
+  EXPECT_FALSE(file_vs_launch.count("plan.context_length"));
+  EXPECT_FALSE(file_vs_launch.count("version"));
+}
+
 // A launch id past int64 was an uncaught std::out_of_range (abort) in `config show/diff`.
 TEST_F(TempDir, HugeLaunchIdIsAnError) {
   auto huge = load_config_source("99999999999999999999999", dir_);
