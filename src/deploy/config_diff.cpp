@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deploy/launch_db.h"
+#include "deploy/unit_file.h"
 
 namespace deltaserve {
 namespace fs = std::filesystem;
@@ -238,66 +239,15 @@ bool find_server_args(const std::vector<std::string>& words, std::vector<std::st
 }
 
 Result<ConfigSource> config_source_from_unit(const std::string& text, const std::string& name) {
-  // Join continuation lines, then read [Service] Environment= and ExecStart=. As systemd reads
-  // it (systemd.syntax(7)), a comment line is dropped before continuations are joined: one
-  // inside a backslash-continued ExecStart= (a flag commented out) neither ends nor cuts the
-  // command, and a comment ending in a backslash continues nothing.
-  std::vector<std::string> lines;
-  {
-    std::stringstream ss(text);
-    std::string line, acc;
-    while (std::getline(ss, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (const std::string t = trim(line); !t.empty() && (t[0] == '#' || t[0] == ';')) continue;
-      if (!line.empty() && line.back() == '\\') {
-        acc += line.substr(0, line.size() - 1) + " ";
-        continue;
-      }
-      lines.push_back(acc + line);
-      acc.clear();
-    }
-    if (!acc.empty()) lines.push_back(acc);
-  }
-  std::string section, exec;
-  std::vector<std::pair<std::string, std::string>> vars;
+  DS_ASSIGN_OR_RETURN(UnitExec unit, read_unit_exec(text, name));
   KeyValues env;
-  std::vector<std::string> notes;
-  for (const auto& raw : lines) {
-    std::string line = trim(raw);
-    if (line.empty()) continue;
-    if (line.front() == '[') {
-      section = line;
-      continue;
-    }
-    if (section != "[Service]") continue;
-    auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
-    if (key == "Environment") {
-      auto words = split_command_words(value);
-      if (!words) return error(name, ": Environment=: ", words.status().message());
-      for (const auto& w : *words) {
-        auto e = w.find('=');
-        if (e == std::string::npos) continue;
-        vars.emplace_back(w.substr(0, e), w.substr(e + 1));
-        env.emplace_back("env:" + w.substr(0, e), w.substr(e + 1));
-      }
-    } else if (key == "EnvironmentFile") {
-      notes.push_back("EnvironmentFile=" + value + " was not read");
-    } else if (key == "ExecStart" && !value.empty()) {
-      exec = value;
-    }
-  }
-  if (exec.empty()) return error(name, ": no ExecStart= line in a [Service] section");
-  while (!exec.empty() && std::string("-@+!:").find(exec.front()) != std::string::npos) exec.erase(0, 1);
-  auto words = split_command_words(exec, vars);
-  if (!words) return error(name, ": ExecStart=: ", words.status().message());
+  for (const auto& [k, v] : unit.environment) env.emplace_back("env:" + k, v);
   std::vector<std::string> args;
-  if (!find_server_args(*words, &args, &env))
+  if (!find_server_args(unit.words, &args, &env))
     return error(name, ": ExecStart= does not run sglang.launch_server, `sglang serve` or `deltaserve serve`");
   auto src = from_args(args, name, "systemd-unit", env);
   if (!src) return error(src.status().message() + " (in ExecStart=)");
-  for (auto& n : notes) src->notes.push_back(n);
+  for (auto& n : unit.notes) src->notes.push_back(n);
   return src;
 }
 

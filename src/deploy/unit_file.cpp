@@ -1,0 +1,78 @@
+#include "deploy/unit_file.h"
+
+#include <cctype>
+#include <sstream>
+
+#include "deploy/config_diff.h"
+
+namespace deltaserve {
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t a = 0, b = s.size();
+  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
+  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
+  return s.substr(a, b - a);
+}
+
+// Physical lines joined into logical ones. As systemd reads a unit (systemd.syntax(7)), a comment
+// line is dropped before continuations are joined: one inside a backslash-continued ExecStart=
+// (a flag commented out) neither ends nor cuts the command, and a comment ending in a backslash
+// continues nothing.
+std::vector<std::string> logical_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::stringstream ss(text);
+  std::string line, acc;
+  while (std::getline(ss, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (const std::string t = trim(line); !t.empty() && (t[0] == '#' || t[0] == ';')) continue;
+    if (!line.empty() && line.back() == '\\') {
+      acc += line.substr(0, line.size() - 1) + " ";
+      continue;
+    }
+    lines.push_back(acc + line);
+    acc.clear();
+  }
+  if (!acc.empty()) lines.push_back(acc);
+  return lines;
+}
+
+}  // namespace
+
+Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name) {
+  UnitExec unit;
+  std::string section, exec;
+  for (const auto& raw : logical_lines(text)) {
+    std::string line = trim(raw);
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      section = line;
+      continue;
+    }
+    if (section != "[Service]") continue;
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
+    if (key == "Environment") {
+      auto words = split_command_words(value);
+      if (!words) return error(name, ": Environment=: ", words.status().message());
+      for (const auto& w : *words) {
+        auto e = w.find('=');
+        if (e == std::string::npos) continue;
+        unit.environment.emplace_back(w.substr(0, e), w.substr(e + 1));
+      }
+    } else if (key == "EnvironmentFile") {
+      unit.notes.push_back("EnvironmentFile=" + value + " was not read");
+    } else if (key == "ExecStart" && !value.empty()) {
+      exec = value;
+    }
+  }
+  if (exec.empty()) return error(name, ": no ExecStart= line in a [Service] section");
+  while (!exec.empty() && std::string("-@+!:").find(exec.front()) != std::string::npos) exec.erase(0, 1);
+  auto words = split_command_words(exec, unit.environment);
+  if (!words) return error(name, ": ExecStart=: ", words.status().message());
+  unit.words = std::move(*words);
+  return unit;
+}
+
+}  // namespace deltaserve
