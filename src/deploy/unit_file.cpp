@@ -37,6 +37,25 @@ std::vector<std::string> logical_lines(const std::string& text) {
   return lines;
 }
 
+// systemd resolves specifiers (systemd.unit(5)) in Environment= and ExecStart= before anything
+// else: "%%" is a literal "%" (as `deltaserve systemd-unit` writes one). The others name this
+// unit's instance, host, user, ...: they are left as written, with a note.
+std::string resolve_specifiers(const std::string& value, std::vector<std::string>* notes) {
+  std::string out;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] != '%' || i + 1 >= value.size()) {
+      out += value[i];
+    } else if (value[i + 1] == '%') {
+      out += '%';
+      ++i;
+    } else {
+      notes->push_back(std::string("systemd specifier %") + value[i + 1] + " is left as written (it is resolved per unit)");
+      out += value[i];
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name) {
@@ -53,6 +72,7 @@ Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name
     auto eq = line.find('=');
     if (eq == std::string::npos) continue;
     std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
+    if (key == "Environment" || key == "ExecStart") value = resolve_specifiers(value, &unit.notes);
     if (key == "Environment") {
       auto words = split_command_words(value);
       if (!words) return error(name, ": Environment=: ", words.status().message());

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "deploy/launch_db.h"
+#include "deploy/systemd_unit.h"
 
 namespace deltaserve {
 namespace {
@@ -112,6 +113,29 @@ TEST(ConfigSources, UnitCommentInsideContinuationIsSkipped) {
   EXPECT_EQ(setting(*unit, "speculative-algorithm"), "NEXTN");
   EXPECT_EQ(setting(*unit, "speculative-num-steps"), "3");
   EXPECT_EQ(setting(*unit, "context-length"), "131072");
+}
+
+// systemd reads "%%" as "%" in Environment= and ExecStart= (specifiers), and `deltaserve
+// systemd-unit` writes a "%" that way: the unit reads back to what it was written from.
+TEST(ConfigSources, UnitPercentSpecifierIsUnescaped) {
+  ServeOptions o;
+  ASSERT_TRUE(set_serve_option(o, "model-path", "/models/50%-pruned"));
+  ASSERT_TRUE(set_serve_option(o, "served-model-name", "q%1"));
+  UnitFileOptions u;
+  u.executable = "/usr/local/bin/deltaserve";
+  u.environment = {"TAG=100%"};
+  auto unit = config_source_from_unit(make_systemd_unit(o, u), "written.service");
+  ASSERT_TRUE(unit) << unit.status().message();
+  EXPECT_EQ(unit->options.model_path, "/models/50%-pruned");
+  EXPECT_EQ(setting(*unit, "served-model-name"), "q%1");
+  ASSERT_FALSE(unit->environment.empty());
+  EXPECT_EQ(unit->environment[0].second, "100%");
+  auto instance = config_source_from_unit(
+      "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m/%i\n", "x@.service");
+  ASSERT_TRUE(instance) << instance.status().message();
+  EXPECT_EQ(instance->options.model_path, "/m/%i");
+  ASSERT_FALSE(instance->notes.empty());
+  EXPECT_NE(instance->notes[0].find("%i"), std::string::npos);
 }
 
 TEST(ConfigDiff, UnitFileVsRelaunchListsEverySpeedSetting) {
