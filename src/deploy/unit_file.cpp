@@ -56,6 +56,55 @@ std::string resolve_specifiers(const std::string& value, std::vector<std::string
   return out;
 }
 
+const std::string* lookup(const std::vector<std::pair<std::string, std::string>>& env, const std::string& name) {
+  for (auto it = env.rbegin(); it != env.rend(); ++it)
+    if (it->first == name) return &it->second;
+  return nullptr;
+}
+
+// ExecStart='s variables as systemd expands them (systemd.service(5), "Command lines"), on the
+// words after unquoting: a word that is "$NAME" alone becomes the value split at whitespace (zero
+// or more words); "${NAME}" anywhere in a word is the value as one piece; "$$" is a "$". Anything
+// else with a "$" stays as written. A variable no Environment= sets is empty, as for systemd.
+Result<std::vector<std::string>> expand_exec_words(const std::vector<std::string>& words,
+                                                   const std::vector<std::pair<std::string, std::string>>& env,
+                                                   std::vector<std::string>* notes) {
+  std::vector<std::string> out;
+  auto unset = [&](const std::string& name) {
+    notes->push_back("ExecStart= uses $" + name + ", which no Environment= sets: systemd passes it as empty");
+  };
+  for (const auto& w : words) {
+    if (w.size() > 1 && w[0] == '$' && w[1] != '{' && w[1] != '$') {
+      const std::string name = w.substr(1);
+      if (const std::string* v = lookup(env, name)) {
+        auto split = split_command_words(*v);
+        if (!split) return error("$", name, ": ", split.status().message());
+        for (auto& x : *split) out.push_back(std::move(x));
+      } else {
+        unset(name);
+      }
+      continue;
+    }
+    std::string cur;
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (w[i] == '$' && i + 1 < w.size() && w[i + 1] == '$') {
+        cur += '$';
+        ++i;
+      } else if (w[i] == '$' && i + 1 < w.size() && w[i + 1] == '{' && w.find('}', i) != std::string::npos) {
+        const size_t close = w.find('}', i);
+        const std::string name = w.substr(i + 2, close - i - 2);
+        if (const std::string* v = lookup(env, name)) cur += *v;
+        else unset(name);
+        i = close;
+      } else {
+        cur += w[i];
+      }
+    }
+    out.push_back(std::move(cur));
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name) {
@@ -89,9 +138,11 @@ Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name
   }
   if (exec.empty()) return error(name, ": no ExecStart= line in a [Service] section");
   while (!exec.empty() && std::string("-@+!:").find(exec.front()) != std::string::npos) exec.erase(0, 1);
-  auto words = split_command_words(exec, unit.environment);
+  auto words = split_command_words(exec);  // quotes only: systemd's variables are expanded below
   if (!words) return error(name, ": ExecStart=: ", words.status().message());
-  unit.words = std::move(*words);
+  auto expanded = expand_exec_words(*words, unit.environment, &unit.notes);
+  if (!expanded) return error(name, ": ExecStart=: ", expanded.status().message());
+  unit.words = std::move(*expanded);
   return unit;
 }
 

@@ -138,6 +138,37 @@ TEST(ConfigSources, UnitPercentSpecifierIsUnescaped) {
   EXPECT_NE(instance->notes[0].find("%i"), std::string::npos);
 }
 
+// ExecStart= variables follow systemd, not the shell: "$VAR" alone is split into words,
+// "${VAR}" is one word, "$$" is "$" (as `deltaserve systemd-unit` writes a "$").
+TEST(ConfigSources, UnitVariablesExpandAsSystemdDoes) {
+  auto split = config_source_from_unit(
+      "[Service]\n"
+      "Environment=\"SGLANG_ARGS=--tp-size 2 --context-length 65536\" MODEL=/models/q\n"
+      "ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path ${MODEL} $SGLANG_ARGS\n",
+      "args.service");
+  ASSERT_TRUE(split) << split.status().message();
+  EXPECT_EQ(split->options.model_path, "/models/q");
+  EXPECT_EQ(setting(*split, "tp-size"), "2");
+  EXPECT_EQ(setting(*split, "context-length"), "65536");
+
+  ServeOptions o;
+  ASSERT_TRUE(set_serve_option(o, "model-path", "/models/$weird"));
+  ASSERT_TRUE(set_serve_option(o, "served-model-name", "a$$b"));
+  UnitFileOptions u;
+  u.executable = "/usr/local/bin/deltaserve";
+  auto written = config_source_from_unit(make_systemd_unit(o, u), "written.service");
+  ASSERT_TRUE(written) << written.status().message();
+  EXPECT_EQ(written->options.model_path, "/models/$weird");
+  EXPECT_EQ(setting(*written, "served-model-name"), "a$$b");
+
+  // Unset: systemd passes nothing for "$X" alone and "" for "${X}"; a note says so.
+  auto unset = config_source_from_unit(
+      "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m $EXTRA\n", "unset.service");
+  ASSERT_TRUE(unset) << unset.status().message();
+  ASSERT_FALSE(unset->notes.empty());
+  EXPECT_NE(unset->notes[0].find("$EXTRA"), std::string::npos) << unset->notes[0];
+}
+
 TEST(ConfigDiff, UnitFileVsRelaunchListsEverySpeedSetting) {
   auto a = load_config_source(kFixtures + "sglang-qwen36-27b.service", "/nonexistent");
   auto b = load_config_source(kFixtures + "relaunch.sh", "/nonexistent");
