@@ -169,6 +169,24 @@ TEST(ConfigSources, UnitVariablesExpandAsSystemdDoes) {
   EXPECT_NE(unset->notes[0].find("$EXTRA"), std::string::npos) << unset->notes[0];
 }
 
+// `systemd-unit --env 'NAME=a$b'`: systemd expands no variables in Environment=, so the "$" is
+// written as it is (a "$$" there would reach the server as "$$").
+TEST(ConfigSources, WrittenEnvironmentKeepsDollar) {
+  ServeOptions o;
+  ASSERT_TRUE(set_serve_option(o, "model-path", "/m"));
+  UnitFileOptions u;
+  u.executable = "/usr/local/bin/deltaserve";
+  u.environment = {"HF_TOKEN_FILE=/run/$ecret", "LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/opt/x"};
+  const std::string text = make_systemd_unit(o, u);
+  EXPECT_NE(text.find("Environment=\"HF_TOKEN_FILE=/run/$ecret\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("Environment=\"LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/opt/x\"\n"), std::string::npos) << text;
+  auto back = config_source_from_unit(text, "written.service");
+  ASSERT_TRUE(back) << back.status().message();
+  ASSERT_EQ(back->environment.size(), 2u);
+  EXPECT_EQ(back->environment[0].second, "/run/$ecret");
+  EXPECT_EQ(back->environment[1].second, "$LD_LIBRARY_PATH:/opt/x");
+}
+
 TEST(ConfigDiff, UnitFileVsRelaunchListsEverySpeedSetting) {
   auto a = load_config_source(kFixtures + "sglang-qwen36-27b.service", "/nonexistent");
   auto b = load_config_source(kFixtures + "relaunch.sh", "/nonexistent");
