@@ -1,6 +1,8 @@
 #include "deploy/unit_file.h"
 
+#include <algorithm>
 #include <cctype>
+#include <fstream>
 #include <sstream>
 
 #include "deploy/config_diff.h"
@@ -66,11 +68,20 @@ const std::string* lookup(const std::vector<std::pair<std::string, std::string>>
 // words after unquoting: a word that is "$NAME" alone becomes the value split at whitespace (zero
 // or more words); "${NAME}" anywhere in a word is the value as one piece; "$$" is a "$". Anything
 // else with a "$" stays as written. A variable no Environment= sets is empty, as for systemd.
+// A variable that is unset while an EnvironmentFile= could not be read is an error naming both:
+// that file may well set it.
 Result<std::vector<std::string>> expand_exec_words(const std::vector<std::string>& words,
                                                    const std::vector<std::pair<std::string, std::string>>& env,
+                                                   const std::vector<std::string>& unread_files,
                                                    std::vector<std::string>* notes) {
   std::vector<std::string> out;
+  Status missing = Status::ok();
   auto unset = [&](const std::string& name) {
+    if (!unread_files.empty()) {
+      if (missing) missing = error("it uses $", name, ", which no Environment= sets; EnvironmentFile=", unread_files[0],
+                                   " may, but it cannot be read here");
+      return;
+    }
     notes->push_back("ExecStart= uses $" + name + ", which no Environment= sets: systemd passes it as empty");
   };
   for (const auto& w : words) {
@@ -102,7 +113,28 @@ Result<std::vector<std::string>> expand_exec_words(const std::vector<std::string
     }
     out.push_back(std::move(cur));
   }
+  if (!missing) return missing;
   return out;
+}
+
+// An EnvironmentFile= (systemd.exec(5)): NAME=value lines, "#" / ";" comments, quotes. A leading
+// "-" means a missing file is fine. Returns false when the file cannot be read.
+bool read_environment_file(const std::string& path, std::vector<std::pair<std::string, std::string>>* env) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string t = trim(line);
+    if (t.empty() || t[0] == '#' || t[0] == ';') continue;
+    const auto eq = t.find('=');
+    if (eq == std::string::npos) continue;
+    auto value = split_command_words(t.substr(eq + 1));
+    std::string v;
+    if (value)
+      for (const auto& w : *value) v += (v.empty() ? "" : " ") + w;
+    env->emplace_back(trim(t.substr(0, eq)), value ? v : trim(t.substr(eq + 1)));
+  }
+  return true;
 }
 
 }  // namespace
@@ -110,6 +142,7 @@ Result<std::vector<std::string>> expand_exec_words(const std::vector<std::string
 Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name) {
   UnitExec unit;
   std::string section, exec;
+  std::vector<std::pair<std::string, bool>> env_files;  // path, optional ("-")
   for (const auto& raw : logical_lines(text)) {
     std::string line = trim(raw);
     if (line.empty()) continue;
@@ -131,18 +164,38 @@ Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name
         unit.environment.emplace_back(w.substr(0, e), w.substr(e + 1));
       }
     } else if (key == "EnvironmentFile") {
-      unit.notes.push_back("EnvironmentFile=" + value + " was not read");
+      const bool optional = !value.empty() && value[0] == '-';
+      env_files.emplace_back(optional ? value.substr(1) : value, optional);
     } else if (key == "ExecStart" && !value.empty()) {
       exec = value;
     }
   }
   if (exec.empty()) return error(name, ": no ExecStart= line in a [Service] section");
+  // Files' settings override Environment='s, wherever the lines are (systemd.exec(5)). They are
+  // read on this machine, which is the unit's own when it is diffed where it runs.
+  std::vector<std::string> unread_files;
+  for (const auto& [path, optional] : env_files) {
+    if (read_environment_file(path, &unit.environment)) {
+      unit.notes.push_back("EnvironmentFile=" + path + " was read on this machine");
+    } else if (!optional) {
+      unread_files.push_back(path);
+      unit.notes.push_back("EnvironmentFile=" + path + " cannot be read here: its settings are not included");
+    }
+  }
   while (!exec.empty() && std::string("-@+!:").find(exec.front()) != std::string::npos) exec.erase(0, 1);
   auto words = split_command_words(exec);  // quotes only: systemd's variables are expanded below
   if (!words) return error(name, ": ExecStart=: ", words.status().message());
-  auto expanded = expand_exec_words(*words, unit.environment, &unit.notes);
+  auto expanded = expand_exec_words(*words, unit.environment, unread_files, &unit.notes);
   if (!expanded) return error(name, ": ExecStart=: ", expanded.status().message());
   unit.words = std::move(*expanded);
+  // One entry per name, its last value (what the process gets), at its first place.
+  std::vector<std::pair<std::string, std::string>> unique;
+  for (const auto& [k, v] : unit.environment) {
+    auto it = std::find_if(unique.begin(), unique.end(), [&](const auto& e) { return e.first == k; });
+    if (it == unique.end()) unique.emplace_back(k, v);
+    else it->second = v;
+  }
+  unit.environment = std::move(unique);
   return unit;
 }
 

@@ -293,6 +293,38 @@ TEST_F(TempDir, LaunchDiffShowsWhatAutoResolvedTo) {
   EXPECT_FALSE(file_vs_launch.count("version"));
 }
 
+// EnvironmentFile= is read (its settings override Environment='s); one that cannot be read and
+// might set a variable ExecStart= uses is an error naming both, not "'' is not an integer".
+TEST_F(TempDir, UnitEnvironmentFileIsRead) {
+  const auto file = dir_ / "sglang.env";
+  std::ofstream(file) << "# tuned\nCTX=131072\nSTEPS=\"3\"\nMODEL=/models/file\n";
+  const std::string unit_text =
+      "[Service]\nEnvironment=MODEL=/models/env STEPS=1\nEnvironmentFile=" + file.string() +
+      "\nEnvironmentFile=-/nonexistent/optional.env\n"
+      "ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path ${MODEL} --context-length ${CTX} "
+      "--speculative-algorithm NEXTN --speculative-num-steps ${STEPS}\n";
+  auto unit = config_source_from_unit(unit_text, "envfile.service");
+  ASSERT_TRUE(unit) << unit.status().message();
+  EXPECT_EQ(unit->options.model_path, "/models/file");
+  EXPECT_EQ(setting(*unit, "context-length"), "131072");
+  EXPECT_EQ(setting(*unit, "speculative-num-steps"), "3");
+  int n_model = 0;
+  for (const auto& [k, v] : unit->environment)
+    if (k == "env:MODEL") {
+      ++n_model;
+      EXPECT_EQ(v, "/models/file");
+    }
+  EXPECT_EQ(n_model, 1);
+
+  auto unread = config_source_from_unit(
+      "[Service]\nEnvironmentFile=/nonexistent/sglang.env\n"
+      "ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m --context-length ${CTX}\n",
+      "unread.service");
+  ASSERT_FALSE(unread);
+  EXPECT_NE(unread.status().message().find("$CTX"), std::string::npos) << unread.status().message();
+  EXPECT_NE(unread.status().message().find("/nonexistent/sglang.env"), std::string::npos) << unread.status().message();
+}
+
 // A launch id past int64 was an uncaught std::out_of_range (abort) in `config show/diff`.
 TEST_F(TempDir, HugeLaunchIdIsAnError) {
   auto huge = load_config_source("99999999999999999999999", dir_);
