@@ -349,8 +349,9 @@ Result<ConfigSource> load_config_source_unredacted(const std::string& spec, cons
     int64_t id = 0;
     if (std::from_chars(spec.data(), spec.data() + spec.size(), id).ec != std::errc())
       return error("'", spec, "' is not a launch id: too large (see `deltaserve history`)");
-    auto db = LaunchDb::open(state_dir);
+    auto db = LaunchDb::open_for_reading(state_dir);
     if (!db) return db.status();
+    if (!*db) return error("launch #", id, " is not in ", state_dir.string(), ": no launch database there");
     auto rec = (*db)->get(id);
     if (!rec) return rec.status();
     ConfigSource src = config_source_from_settings(rec->config, rec->args, "launch #" + spec, recorded_environment(*rec));

@@ -236,7 +236,7 @@ Result<std::unique_ptr<LaunchDb>> LaunchDb::open(const fs::path& state_dir) {
   fs::create_directories(state_dir, ec);
   if (ec) return error("cannot create state folder ", state_dir.string(), ": ", ec.message());
   std::unique_ptr<LaunchDb> db(new LaunchDb());
-  db->path_ = state_dir / "launches.sqlite";
+  db->path_ = file_in(state_dir);
   // Owner-only (0600): the records hold command lines and paths. Created that way before SQLite
   // opens it (its journals copy the mode), and tightened if an older file is wider.
   {
@@ -282,6 +282,12 @@ Result<std::unique_ptr<LaunchDb>> LaunchDb::open(const fs::path& state_dir) {
     }
   }
   return db;
+}
+
+Result<std::unique_ptr<LaunchDb>> LaunchDb::open_for_reading(const fs::path& state_dir) {
+  std::error_code ec;
+  if (!fs::exists(file_in(state_dir), ec)) return std::unique_ptr<LaunchDb>();
+  return open(state_dir);
 }
 
 LaunchDb::~LaunchDb() {

@@ -83,6 +83,12 @@ class LaunchDb {
   // Opens (creating the folder and schema) <state_dir>/launches.sqlite. A file that is not a
   // SQLite database, or one with a foreign schema, is a clear error.
   static Result<std::unique_ptr<LaunchDb>> open(const std::filesystem::path& state_dir);
+  // For commands that only read (history, config show/diff): the same, except that a state folder
+  // without a launch database is left as it is (no folder or file is created) and gives nullptr,
+  // so that a mistyped --state-dir does not leave an empty database behind.
+  static Result<std::unique_ptr<LaunchDb>> open_for_reading(const std::filesystem::path& state_dir);
+  // Where the database of a state folder is.
+  static std::filesystem::path file_in(const std::filesystem::path& state_dir) { return state_dir / "launches.sqlite"; }
   ~LaunchDb();
   LaunchDb(const LaunchDb&) = delete;
   LaunchDb& operator=(const LaunchDb&) = delete;

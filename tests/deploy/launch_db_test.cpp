@@ -198,6 +198,23 @@ TEST_F(LaunchDbTest, LockedDatabaseIsNotCalledUnusable) {
   EXPECT_TRUE(LaunchDb::open(dir_));  // and once the lock is gone, it opens
 }
 
+// Reading (history, config show/diff of a launch id) never creates a state folder or database: a
+// mistyped --state-dir used to leave an empty launches.sqlite behind.
+TEST_F(LaunchDbTest, ReadingCreatesNothing) {
+  auto none = LaunchDb::open_for_reading(dir_ / "typo");
+  ASSERT_TRUE(none) << none.status().message();
+  EXPECT_EQ(*none, nullptr);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "typo"));
+  auto by_id = load_config_source("3", dir_ / "typo");
+  ASSERT_FALSE(by_id);
+  EXPECT_NE(by_id.status().message().find("launch #3 is not in"), std::string::npos) << by_id.status().message();
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "typo"));
+  ASSERT_TRUE(LaunchDb::open(dir_));
+  auto some = LaunchDb::open_for_reading(dir_);
+  ASSERT_TRUE(some) << some.status().message();
+  EXPECT_NE(*some, nullptr);
+}
+
 // A row whose stored settings are not JSON is reported as damaged, never shown as an empty config.
 TEST_F(LaunchDbTest, DamagedRowIsReportedNotShownEmpty) {
   auto db = LaunchDb::open(dir_);
