@@ -86,6 +86,7 @@ int cmd_config(const Args& in_args) {
     }
     for (const auto& [k, v] : a->settings) std::printf("%-30s %s\n", k.c_str(), v.c_str());
     for (const auto& [k, v] : a->environment) std::printf("%-30s %s\n", k.c_str(), v.c_str());
+    for (const auto& [k, v] : a->resolved) std::printf("%-30s %s\n", k.c_str(), v.c_str());
     for (const auto& n : a->notes) std::printf("note: %s\n", n.c_str());
     return 0;
   }

@@ -44,10 +44,16 @@ int cmd_history(const Args& in_args) {
     }
     n = static_cast<int>(*v);
   }
-  auto db = LaunchDb::open(state_dir->has_value() ? std::filesystem::path(**state_dir) : default_state_dir());
+  const std::filesystem::path dir = state_dir->has_value() ? std::filesystem::path(**state_dir) : default_state_dir();
+  auto db = LaunchDb::open_for_reading(dir);
   if (!db) {
     std::fprintf(stderr, "deltaserve history: %s\n", db.status().message().c_str());
     return 1;
+  }
+  if (!*db) {  // nothing recorded there (and nothing created)
+    if (json->has_value()) std::printf("[]\n");
+    else std::printf("no launches recorded in %s (no launch database there)\n", LaunchDb::file_in(dir).c_str());
+    return 0;
   }
   auto launches = (*db)->list(model->value_or(""), n);
   if (!launches) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deploy/launch_db.h"
+#include "deploy/unit_file.h"
 
 namespace deltaserve {
 namespace fs = std::filesystem;
@@ -237,62 +239,15 @@ bool find_server_args(const std::vector<std::string>& words, std::vector<std::st
 }
 
 Result<ConfigSource> config_source_from_unit(const std::string& text, const std::string& name) {
-  // Join continuation lines, then read [Service] Environment= and ExecStart=.
-  std::vector<std::string> lines;
-  {
-    std::stringstream ss(text);
-    std::string line, acc;
-    while (std::getline(ss, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (!line.empty() && line.back() == '\\') {
-        acc += line.substr(0, line.size() - 1) + " ";
-        continue;
-      }
-      lines.push_back(acc + line);
-      acc.clear();
-    }
-    if (!acc.empty()) lines.push_back(acc);
-  }
-  std::string section, exec;
-  std::vector<std::pair<std::string, std::string>> vars;
+  DS_ASSIGN_OR_RETURN(UnitExec unit, read_unit_exec(text, name));
   KeyValues env;
-  std::vector<std::string> notes;
-  for (const auto& raw : lines) {
-    std::string line = trim(raw);
-    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
-    if (line.front() == '[') {
-      section = line;
-      continue;
-    }
-    if (section != "[Service]") continue;
-    auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
-    if (key == "Environment") {
-      auto words = split_command_words(value);
-      if (!words) return error(name, ": Environment=: ", words.status().message());
-      for (const auto& w : *words) {
-        auto e = w.find('=');
-        if (e == std::string::npos) continue;
-        vars.emplace_back(w.substr(0, e), w.substr(e + 1));
-        env.emplace_back("env:" + w.substr(0, e), w.substr(e + 1));
-      }
-    } else if (key == "EnvironmentFile") {
-      notes.push_back("EnvironmentFile=" + value + " was not read");
-    } else if (key == "ExecStart" && !value.empty()) {
-      exec = value;
-    }
-  }
-  if (exec.empty()) return error(name, ": no ExecStart= line in a [Service] section");
-  while (!exec.empty() && std::string("-@+!:").find(exec.front()) != std::string::npos) exec.erase(0, 1);
-  auto words = split_command_words(exec, vars);
-  if (!words) return error(name, ": ExecStart=: ", words.status().message());
+  for (const auto& [k, v] : unit.environment) env.emplace_back("env:" + k, v);
   std::vector<std::string> args;
-  if (!find_server_args(*words, &args, &env))
+  if (!find_server_args(unit.words, &args, &env))
     return error(name, ": ExecStart= does not run sglang.launch_server, `sglang serve` or `deltaserve serve`");
   auto src = from_args(args, name, "systemd-unit", env);
   if (!src) return error(src.status().message() + " (in ExecStart=)");
-  for (auto& n : notes) src->notes.push_back(n);
+  for (auto& n : unit.notes) src->notes.push_back(n);
   return src;
 }
 
@@ -391,11 +346,17 @@ Result<ConfigSource> load_config_source_unredacted(const std::string& spec, cons
   const bool digits = !spec.empty() && std::all_of(spec.begin(), spec.end(), ::isdigit);
   std::error_code ec;
   if (digits && !fs::exists(spec, ec)) {
-    auto db = LaunchDb::open(state_dir);
+    int64_t id = 0;
+    if (std::from_chars(spec.data(), spec.data() + spec.size(), id).ec != std::errc())
+      return error("'", spec, "' is not a launch id: too large (see `deltaserve history`)");
+    auto db = LaunchDb::open_for_reading(state_dir);
     if (!db) return db.status();
-    auto rec = (*db)->get(std::stoll(spec));
+    if (!*db) return error("launch #", id, " is not in ", state_dir.string(), ": no launch database there");
+    auto rec = (*db)->get(id);
     if (!rec) return rec.status();
-    return config_source_from_settings(rec->config, rec->args, "launch #" + spec, recorded_environment(*rec));
+    ConfigSource src = config_source_from_settings(rec->config, rec->args, "launch #" + spec, recorded_environment(*rec));
+    src.resolved = resolved_launch_values(*rec);
+    return src;
   }
   if (fs::exists(spec, ec)) {
     std::string text;
@@ -468,9 +429,34 @@ std::vector<DiffRow> diff_environment(const KeyValues& a, const KeyValues& b) {
   return rows;
 }
 
+std::vector<DiffRow> diff_resolved(const KeyValues& a, const KeyValues& b) {
+  static const std::map<std::string, std::string> kNotes = {
+      {"device", "where it ran (speed)"},
+      {"plan.context_length", "context length serve used (what auto became; memory)"},
+      {"plan.max_running_requests", "running-request cap serve used (what auto became; throughput under load)"},
+      {"plan.kv_tokens", "KV capacity serve used, in tokens (memory, concurrency)"},
+      {"plan.state_slots", "GDN state slots serve used (concurrency)"},
+      {"plan.mem_fraction_static", "GPU memory fraction serve used (what auto became; memory)"},
+      {"version", "deltaserve version (speed, behaviour)"},
+      {"host", "machine it ran on (speed, memory)"},
+      {"model.config_hash", "the model's config.json changed (another model under the same path?)"},
+      {"model.weight_index_hash", "the model's weight files changed (another checkpoint under the same path?)"},
+  };
+  std::vector<DiffRow> rows = diff_settings(a, b);
+  for (auto& r : rows) {
+    auto it = kNotes.find(r.key);
+    r.note = it != kNotes.end() ? it->second : "resolved at launch";
+    r.affects_performance = true;
+  }
+  return rows;
+}
+
 std::vector<DiffRow> diff_sources(const ConfigSource& a, const ConfigSource& b) {
   std::vector<DiffRow> rows = diff_settings(a.settings, b.settings);
   for (auto& r : diff_environment(a.environment, b.environment)) rows.push_back(std::move(r));
+  // Only launches have resolved values; a unit file or script is not compared with "(unset)".
+  if (!a.resolved.empty() && !b.resolved.empty())
+    for (auto& r : diff_resolved(a.resolved, b.resolved)) rows.push_back(std::move(r));
   return rows;
 }
 

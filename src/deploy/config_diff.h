@@ -22,6 +22,7 @@ struct ConfigSource {
   ServeOptions options;            // defaults resolved (resolve_serve_defaults)
   KeyValues settings;              // effective settings, table order
   KeyValues environment;           // Environment= / VAR=value assignments, "env:NAME"
+  KeyValues resolved;              // a launch's resolved_launch_values (launch_db.h); empty otherwise
   std::vector<std::string> notes;  // e.g. a validation problem of that configuration
 };
 
@@ -58,6 +59,9 @@ struct DiffRow {
 std::vector<DiffRow> diff_settings(const KeyValues& a, const KeyValues& b);
 // Environment entries ("env:NAME") that differ, with why they matter.
 std::vector<DiffRow> diff_environment(const KeyValues& a, const KeyValues& b);
+// A launch's resolved values (plan capacities, device, version, host, model hashes) that differ.
+std::vector<DiffRow> diff_resolved(const KeyValues& a, const KeyValues& b);
+// Settings, then environment, then (when both sides are launches) resolved values.
 std::vector<DiffRow> diff_sources(const ConfigSource& a, const ConfigSource& b);
 std::string render_diff(const std::vector<DiffRow>& rows, const std::string& label_a, const std::string& label_b);
 std::string diff_json(const std::vector<DiffRow>& rows, const ConfigSource& a, const ConfigSource& b);

@@ -236,7 +236,7 @@ Result<std::unique_ptr<LaunchDb>> LaunchDb::open(const fs::path& state_dir) {
   fs::create_directories(state_dir, ec);
   if (ec) return error("cannot create state folder ", state_dir.string(), ": ", ec.message());
   std::unique_ptr<LaunchDb> db(new LaunchDb());
-  db->path_ = state_dir / "launches.sqlite";
+  db->path_ = file_in(state_dir);
   // Owner-only (0600): the records hold command lines and paths. Created that way before SQLite
   // opens it (its journals copy the mode), and tightened if an older file is wider.
   {
@@ -248,10 +248,18 @@ Result<std::unique_ptr<LaunchDb>> LaunchDb::open(const fs::path& state_dir) {
     return error("cannot open launch database ", db->path_.string(), ": ",
                  db->db_ ? sqlite3_errmsg(db->db_) : "out of memory");
   sqlite3_busy_timeout(db->db_, 5000);
-  // A corrupt or foreign file fails here ("file is not a database").
+  // A corrupt or foreign file fails here ("file is not a database"). So does a database that
+  // another process holds locked past the busy timeout: that one is fine, and moving it aside
+  // would lose every record, so the message says to wait instead.
   Status s = db->exec(kSchema);
-  if (!s) return error("launch database ", db->path_.string(), " is unusable (", s.message(),
-                       "); move it aside to start a new one");
+  if (!s) {
+    const int rc = sqlite3_errcode(db->db_);
+    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
+      return error("launch database ", db->path_.string(), " is locked by another process (", s.message(),
+                   "); try again once it has finished writing");
+    return error("launch database ", db->path_.string(), " is unusable (", s.message(),
+                 "); move it aside to start a new one");
+  }
   // Columns added after the first release of schema 1 (additive: older binaries still read it).
   for (const char* column : {"pid INTEGER NOT NULL DEFAULT 0", "boot_id TEXT NOT NULL DEFAULT ''",
                              "pid_start_ticks INTEGER NOT NULL DEFAULT 0"}) {
@@ -274,6 +282,12 @@ Result<std::unique_ptr<LaunchDb>> LaunchDb::open(const fs::path& state_dir) {
     }
   }
   return db;
+}
+
+Result<std::unique_ptr<LaunchDb>> LaunchDb::open_for_reading(const fs::path& state_dir) {
+  std::error_code ec;
+  if (!fs::exists(file_in(state_dir), ec)) return std::unique_ptr<LaunchDb>();
+  return open(state_dir);
 }
 
 LaunchDb::~LaunchDb() {
@@ -441,6 +455,19 @@ KeyValues recorded_environment(const LaunchRecord& record) {
   return env;
 }
 
+KeyValues resolved_launch_values(const LaunchRecord& r) {
+  KeyValues out;
+  for (const char* k : {"device", "plan.context_length", "plan.max_running_requests", "plan.kv_tokens",
+                        "plan.state_slots", "plan.mem_fraction_static"})
+    for (const auto& [dk, dv] : r.derived)
+      if (dk == k) out.emplace_back(dk, dv);
+  out.emplace_back("version", r.version);
+  out.emplace_back("host", r.host_summary);
+  out.emplace_back("model.config_hash", r.model.config_hash);
+  out.emplace_back("model.weight_index_hash", r.model.weight_index_hash);
+  return out;
+}
+
 std::optional<std::string> faster_launch_warning(const LaunchRecord& current,
                                                  const std::vector<LaunchRecord>& launches) {
   const std::string fp = performance_fingerprint(current.config, recorded_environment(current));
@@ -472,6 +499,7 @@ std::optional<std::string> faster_launch_warning(const LaunchRecord& current,
                   static_cast<long long>(best->best_concurrency), best->started_at.c_str());
   auto rows = diff_settings(best->config, current.config);
   for (auto& r : diff_environment(recorded_environment(*best), recorded_environment(current))) rows.push_back(std::move(r));
+  for (auto& r : diff_resolved(resolved_launch_values(*best), resolved_launch_values(current))) rows.push_back(std::move(r));
   return std::string(head) + render_diff(rows, "launch #" + std::to_string(best->id), "this launch") +
          "(`deltaserve config diff " + std::to_string(best->id) + " <this config>` shows it again)";
 }

@@ -83,6 +83,12 @@ class LaunchDb {
   // Opens (creating the folder and schema) <state_dir>/launches.sqlite. A file that is not a
   // SQLite database, or one with a foreign schema, is a clear error.
   static Result<std::unique_ptr<LaunchDb>> open(const std::filesystem::path& state_dir);
+  // For commands that only read (history, config show/diff): the same, except that a state folder
+  // without a launch database is left as it is (no folder or file is created) and gives nullptr,
+  // so that a mistyped --state-dir does not leave an empty database behind.
+  static Result<std::unique_ptr<LaunchDb>> open_for_reading(const std::filesystem::path& state_dir);
+  // Where the database of a state folder is.
+  static std::filesystem::path file_in(const std::filesystem::path& state_dir) { return state_dir / "launches.sqlite"; }
   ~LaunchDb();
   LaunchDb(const LaunchDb&) = delete;
   LaunchDb& operator=(const LaunchDb&) = delete;
@@ -165,5 +171,12 @@ std::string performance_fingerprint(const KeyValues& config, const KeyValues& en
 KeyValues launch_environment();
 // Those entries of a record's derived values.
 KeyValues recorded_environment(const LaunchRecord& record);
+// What a launch resolved and where it ran, beside its settings: the plan's capacities (what
+// "auto" became: plan.context_length, plan.max_running_requests, plan.kv_tokens,
+// plan.state_slots, plan.mem_fraction_static), the device, the deltaserve version, the host and
+// the model's identity (config and weight-index hashes). `config diff` of two launches compares
+// them, so a relaunch whose flags are the same but whose "auto" resolved differently (other GPUs,
+// other model files, other version) is explained.
+KeyValues resolved_launch_values(const LaunchRecord& record);
 
 }  // namespace deltaserve

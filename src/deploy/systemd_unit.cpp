@@ -7,7 +7,7 @@
 
 namespace deltaserve {
 
-std::string systemd_quote(const std::string& word) {
+std::string systemd_quote(const std::string& word, bool exec) {
   bool plain = !word.empty();
   for (char c : word)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || std::string("-_./:=,+@").find(c) != std::string::npos))
@@ -15,7 +15,7 @@ std::string systemd_quote(const std::string& word) {
   std::string out;
   for (char c : word) {
     if (c == '%') out += "%%";
-    else if (c == '$') out += "$$";
+    else if (c == '$' && exec) out += "$$";
     else if (!plain && (c == '"' || c == '\\')) out += std::string("\\") + c;
     else out += c;
   }
@@ -42,7 +42,7 @@ std::string make_systemd_unit(const ServeOptions& opts, const UnitFileOptions& u
   }
   if (!unit.user.empty()) out += "User=" + unit.user + "\n";
   if (!unit.working_directory.empty()) out += "WorkingDirectory=" + unit.working_directory + "\n";
-  for (const auto& e : unit.environment) out += "Environment=" + systemd_quote(e) + "\n";
+  for (const auto& e : unit.environment) out += "Environment=" + systemd_quote(e, /*exec=*/false) + "\n";
   out += "ExecStart=" + systemd_quote(unit.executable) + " serve";
   std::vector<std::string> args = explicit_args(o);
   for (size_t i = 0; i < args.size(); ++i) {

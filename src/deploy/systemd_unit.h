@@ -28,7 +28,8 @@ struct UnitFileOptions {
 std::string make_systemd_unit(const ServeOptions& opts, const UnitFileOptions& unit);
 
 // Quotes one word for ExecStart= (systemd's own quoting rules: "…" with \" and \\; $ as $$,
-// % as %%).
-std::string systemd_quote(const std::string& word);
+// % as %%). For Environment= (`exec` false) a $ stays as it is: systemd expands no variables
+// there, so $$ would reach the process as $$.
+std::string systemd_quote(const std::string& word, bool exec = true);
 
 }  // namespace deltaserve

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "deploy/launch_db.h"
+#include "deploy/systemd_unit.h"
 
 namespace deltaserve {
 namespace {
@@ -94,6 +95,98 @@ TEST(ConfigSources, StoryUnitFile) {
   EXPECT_TRUE(saw_cuda);
 }
 
+// systemd drops comment lines before it joins continuations (systemd.syntax(7)): a flag
+// commented out inside ExecStart= must not cut the flags after it.
+TEST(ConfigSources, UnitCommentInsideContinuationIsSkipped) {
+  auto unit = config_source_from_unit(
+      "[Service]\n"
+      "# an old launcher \\\n"
+      "ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m \\\n"
+      "    --tp-size 2 \\\n"
+      "#    --enable-hyperdrive \\\n"
+      "    ; also a comment\n"
+      "    --speculative-algorithm NEXTN --speculative-num-steps 3 \\\n"
+      "    --context-length 131072\n",
+      "commented.service");
+  ASSERT_TRUE(unit) << unit.status().message();
+  EXPECT_EQ(setting(*unit, "tp-size"), "2");
+  EXPECT_EQ(setting(*unit, "speculative-algorithm"), "NEXTN");
+  EXPECT_EQ(setting(*unit, "speculative-num-steps"), "3");
+  EXPECT_EQ(setting(*unit, "context-length"), "131072");
+}
+
+// systemd reads "%%" as "%" in Environment= and ExecStart= (specifiers), and `deltaserve
+// systemd-unit` writes a "%" that way: the unit reads back to what it was written from.
+TEST(ConfigSources, UnitPercentSpecifierIsUnescaped) {
+  ServeOptions o;
+  ASSERT_TRUE(set_serve_option(o, "model-path", "/models/50%-pruned"));
+  ASSERT_TRUE(set_serve_option(o, "served-model-name", "q%1"));
+  UnitFileOptions u;
+  u.executable = "/usr/local/bin/deltaserve";
+  u.environment = {"TAG=100%"};
+  auto unit = config_source_from_unit(make_systemd_unit(o, u), "written.service");
+  ASSERT_TRUE(unit) << unit.status().message();
+  EXPECT_EQ(unit->options.model_path, "/models/50%-pruned");
+  EXPECT_EQ(setting(*unit, "served-model-name"), "q%1");
+  ASSERT_FALSE(unit->environment.empty());
+  EXPECT_EQ(unit->environment[0].second, "100%");
+  auto instance = config_source_from_unit(
+      "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m/%i\n", "x@.service");
+  ASSERT_TRUE(instance) << instance.status().message();
+  EXPECT_EQ(instance->options.model_path, "/m/%i");
+  ASSERT_FALSE(instance->notes.empty());
+  EXPECT_NE(instance->notes[0].find("%i"), std::string::npos);
+}
+
+// ExecStart= variables follow systemd, not the shell: "$VAR" alone is split into words,
+// "${VAR}" is one word, "$$" is "$" (as `deltaserve systemd-unit` writes a "$").
+TEST(ConfigSources, UnitVariablesExpandAsSystemdDoes) {
+  auto split = config_source_from_unit(
+      "[Service]\n"
+      "Environment=\"SGLANG_ARGS=--tp-size 2 --context-length 65536\" MODEL=/models/q\n"
+      "ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path ${MODEL} $SGLANG_ARGS\n",
+      "args.service");
+  ASSERT_TRUE(split) << split.status().message();
+  EXPECT_EQ(split->options.model_path, "/models/q");
+  EXPECT_EQ(setting(*split, "tp-size"), "2");
+  EXPECT_EQ(setting(*split, "context-length"), "65536");
+
+  ServeOptions o;
+  ASSERT_TRUE(set_serve_option(o, "model-path", "/models/$weird"));
+  ASSERT_TRUE(set_serve_option(o, "served-model-name", "a$$b"));
+  UnitFileOptions u;
+  u.executable = "/usr/local/bin/deltaserve";
+  auto written = config_source_from_unit(make_systemd_unit(o, u), "written.service");
+  ASSERT_TRUE(written) << written.status().message();
+  EXPECT_EQ(written->options.model_path, "/models/$weird");
+  EXPECT_EQ(setting(*written, "served-model-name"), "a$$b");
+
+  // Unset: systemd passes nothing for "$X" alone and "" for "${X}"; a note says so.
+  auto unset = config_source_from_unit(
+      "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m $EXTRA\n", "unset.service");
+  ASSERT_TRUE(unset) << unset.status().message();
+  ASSERT_FALSE(unset->notes.empty());
+  EXPECT_NE(unset->notes[0].find("$EXTRA"), std::string::npos) << unset->notes[0];
+}
+
+// `systemd-unit --env 'NAME=a$b'`: systemd expands no variables in Environment=, so the "$" is
+// written as it is (a "$$" there would reach the server as "$$").
+TEST(ConfigSources, WrittenEnvironmentKeepsDollar) {
+  ServeOptions o;
+  ASSERT_TRUE(set_serve_option(o, "model-path", "/m"));
+  UnitFileOptions u;
+  u.executable = "/usr/local/bin/deltaserve";
+  u.environment = {"HF_TOKEN_FILE=/run/$ecret", "LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/opt/x"};
+  const std::string text = make_systemd_unit(o, u);
+  EXPECT_NE(text.find("Environment=\"HF_TOKEN_FILE=/run/$ecret\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("Environment=\"LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/opt/x\"\n"), std::string::npos) << text;
+  auto back = config_source_from_unit(text, "written.service");
+  ASSERT_TRUE(back) << back.status().message();
+  ASSERT_EQ(back->environment.size(), 2u);
+  EXPECT_EQ(back->environment[0].second, "/run/$ecret");
+  EXPECT_EQ(back->environment[1].second, "$LD_LIBRARY_PATH:/opt/x");
+}
+
 TEST(ConfigDiff, UnitFileVsRelaunchListsEverySpeedSetting) {
   auto a = load_config_source(kFixtures + "sglang-qwen36-27b.service", "/nonexistent");
   auto b = load_config_source(kFixtures + "relaunch.sh", "/nonexistent");
@@ -156,6 +249,87 @@ TEST_F(TempDir, LaunchIdAsASource) {
   auto missing = load_config_source("999", dir_);
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.status().message().find("launch #999"), std::string::npos);
+}
+
+// Two launches with the same flags whose "auto" resolved differently (other GPUs, another version):
+// `config diff` of the launch ids shows what serve actually used, not "no differences".
+TEST_F(TempDir, LaunchDiffShowsWhatAutoResolvedTo) {
+  auto db = LaunchDb::open(dir_);
+  ASSERT_TRUE(db) << db.status().message();
+  auto unit = load_config_source(kFixtures + "relaunch.sh", dir_);
+  ASSERT_TRUE(unit) << unit.status().message();
+  LaunchRecord r;
+  r.model = {"Qwen/Qwen3.6-27B", "cfg1", "idx1"};
+  r.config = unit->settings;
+  r.args = explicit_args(unit->options);
+  r.version = "0.1.0";
+  r.host_summary = "2x NVIDIA RTX A6000 (48.0 GiB)";
+  r.derived = {{"device", "cuda"}, {"plan.context_length", "131072"}, {"plan.max_running_requests", "16"},
+               {"plan.kv_tokens", "600000"}};
+  auto first = (*db)->insert_launch(r);
+  r.version = "0.2.0";
+  r.host_summary = "2x NVIDIA RTX A4000 (16.0 GiB)";
+  r.derived = {{"device", "cuda"}, {"plan.context_length", "32768"}, {"plan.max_running_requests", "4"},
+               {"plan.kv_tokens", "90000"}};
+  auto second = (*db)->insert_launch(r);
+  ASSERT_TRUE(first && second);
+  auto a = load_config_source(std::to_string(*first), dir_);
+  auto b = load_config_source(std::to_string(*second), dir_);
+  ASSERT_TRUE(a && b);
+  auto rows = by_key(diff_sources(*a, *b));
+  ASSERT_TRUE(rows.count("plan.context_length")) << render_diff(diff_sources(*a, *b), "A", "B");
+  EXPECT_EQ(rows["plan.context_length"].a, "131072");
+  EXPECT_EQ(rows["plan.context_length"].b, "32768");
+  EXPECT_TRUE(rows["plan.context_length"].affects_performance);
+  EXPECT_TRUE(rows.count("plan.max_running_requests"));
+  EXPECT_TRUE(rows.count("plan.kv_tokens"));
+  EXPECT_TRUE(rows.count("version"));
+  EXPECT_TRUE(rows.count("host"));
+  EXPECT_FALSE(rows.count("device"));  // the same on both
+  EXPECT_FALSE(rows.count("context-length"));  // auto on both: the flags did not change
+  // A file on one side has no resolved values: nothing is compared with "(unset)".
+  auto file_vs_launch = by_key(diff_sources(*unit, *a));
+  EXPECT_FALSE(file_vs_launch.count("plan.context_length"));
+  EXPECT_FALSE(file_vs_launch.count("version"));
+}
+
+// EnvironmentFile= is read (its settings override Environment='s); one that cannot be read and
+// might set a variable ExecStart= uses is an error naming both, not "'' is not an integer".
+TEST_F(TempDir, UnitEnvironmentFileIsRead) {
+  const auto file = dir_ / "sglang.env";
+  std::ofstream(file) << "# tuned\nCTX=131072\nSTEPS=\"3\"\nMODEL=/models/file\n";
+  const std::string unit_text =
+      "[Service]\nEnvironment=MODEL=/models/env STEPS=1\nEnvironmentFile=" + file.string() +
+      "\nEnvironmentFile=-/nonexistent/optional.env\n"
+      "ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path ${MODEL} --context-length ${CTX} "
+      "--speculative-algorithm NEXTN --speculative-num-steps ${STEPS}\n";
+  auto unit = config_source_from_unit(unit_text, "envfile.service");
+  ASSERT_TRUE(unit) << unit.status().message();
+  EXPECT_EQ(unit->options.model_path, "/models/file");
+  EXPECT_EQ(setting(*unit, "context-length"), "131072");
+  EXPECT_EQ(setting(*unit, "speculative-num-steps"), "3");
+  int n_model = 0;
+  for (const auto& [k, v] : unit->environment)
+    if (k == "env:MODEL") {
+      ++n_model;
+      EXPECT_EQ(v, "/models/file");
+    }
+  EXPECT_EQ(n_model, 1);
+
+  auto unread = config_source_from_unit(
+      "[Service]\nEnvironmentFile=/nonexistent/sglang.env\n"
+      "ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m --context-length ${CTX}\n",
+      "unread.service");
+  ASSERT_FALSE(unread);
+  EXPECT_NE(unread.status().message().find("$CTX"), std::string::npos) << unread.status().message();
+  EXPECT_NE(unread.status().message().find("/nonexistent/sglang.env"), std::string::npos) << unread.status().message();
+}
+
+// A launch id past int64 was an uncaught std::out_of_range (abort) in `config show/diff`.
+TEST_F(TempDir, HugeLaunchIdIsAnError) {
+  auto huge = load_config_source("99999999999999999999999", dir_);
+  ASSERT_FALSE(huge);
+  EXPECT_NE(huge.status().message().find("not a launch id"), std::string::npos) << huge.status().message();
 }
 
 TEST_F(TempDir, BadInputsGiveClearErrors) {

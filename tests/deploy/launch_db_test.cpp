@@ -177,6 +177,44 @@ TEST_F(LaunchDbTest, CorruptDatabaseIsAClearError) {
   EXPECT_NE(rec.warning().find("launch not recorded"), std::string::npos);
 }
 
+// A database another process holds locked (past the 5 s busy timeout) is healthy: the error says
+// it is locked, never "unusable ... move it aside" (which would throw the launch records away).
+TEST_F(LaunchDbTest, LockedDatabaseIsNotCalledUnusable) {
+  {
+    auto db = LaunchDb::open(dir_);
+    ASSERT_TRUE(db) << db.status().message();
+  }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "launches.sqlite").c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "BEGIN EXCLUSIVE; INSERT INTO meta(key, value) VALUES('held', '1')", nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK);
+  auto locked = LaunchDb::open(dir_);
+  sqlite3_exec(raw, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(raw);
+  ASSERT_FALSE(locked);
+  EXPECT_NE(locked.status().message().find("locked"), std::string::npos) << locked.status().message();
+  EXPECT_EQ(locked.status().message().find("move it aside"), std::string::npos) << locked.status().message();
+  EXPECT_TRUE(LaunchDb::open(dir_));  // and once the lock is gone, it opens
+}
+
+// Reading (history, config show/diff of a launch id) never creates a state folder or database: a
+// mistyped --state-dir used to leave an empty launches.sqlite behind.
+TEST_F(LaunchDbTest, ReadingCreatesNothing) {
+  auto none = LaunchDb::open_for_reading(dir_ / "typo");
+  ASSERT_TRUE(none) << none.status().message();
+  EXPECT_EQ(*none, nullptr);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "typo"));
+  auto by_id = load_config_source("3", dir_ / "typo");
+  ASSERT_FALSE(by_id);
+  EXPECT_NE(by_id.status().message().find("launch #3 is not in"), std::string::npos) << by_id.status().message();
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "typo"));
+  ASSERT_TRUE(LaunchDb::open(dir_));
+  auto some = LaunchDb::open_for_reading(dir_);
+  ASSERT_TRUE(some) << some.status().message();
+  EXPECT_NE(*some, nullptr);
+}
+
 // A row whose stored settings are not JSON is reported as damaged, never shown as an empty config.
 TEST_F(LaunchDbTest, DamagedRowIsReportedNotShownEmpty) {
   auto db = LaunchDb::open(dir_);

@@ -2,6 +2,8 @@
 // fixtures' reference logits and MTP logits, `deltaserve generate --json` against the reference
 // greedy continuation, `deltaserve bench-offline --workload --json`, and clear errors with
 // non-zero exits for bad input.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -225,6 +227,7 @@ TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
       {"config show 1 --json", "--json is for `config diff`"},
       {"config diff 1 2 --toml", "--toml is for `config show`"},
       {"config diff 1 2 --bogus", "unknown option --bogus"},
+      {"config show 99999999999999999999999 --state-dir /tmp/ds-cli-test-none", "is not a launch id"},
       {"plan --tp-size 3 --gpu-memory 48GiB", "--tp-size 3 does not divide"},
       {"plan --gpu-memory 48GiB --device cpu", "--gpu-memory sizes GPUs"},
       {"plan --gpu-memory 80GiB --max-memory 1GiB", "--max-memory is the CPU's memory budget"},
@@ -242,6 +245,21 @@ TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
     EXPECT_NE(r.exit_code, -1) << c.args << " crashed";
     EXPECT_NE(r.out.find(c.needle), std::string::npos) << c.args << " -> " << r.out;
   }
+}
+
+// `history` with a state folder that holds no launch database (a typo, another user's HOME) says
+// so and creates nothing there.
+TEST(CliHistory, MissingStateDirIsReportedNotCreated) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ds-cli-history-typo-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  RunResult r = run("history --state-dir " + dir.string());
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("no launches recorded in " + (dir / "launches.sqlite").string()), std::string::npos) << r.out;
+  RunResult j = run("history --json --state-dir " + dir.string());
+  EXPECT_EQ(j.exit_code, 0) << j.out;
+  EXPECT_EQ(j.out, "[]\n");
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  std::filesystem::remove_all(dir);
 }
 
 // SGLang's CPU command lines pass --disable-cuda-graph and --disable-overlap-schedule: what they
