@@ -1,6 +1,7 @@
 // `deltaserve history`: recorded launches with their key settings and best measured throughput.
 //   deltaserve history [--model SUBSTRING] [--json] [--state-dir DIR] [--limit N]
 #include <cstdio>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
@@ -85,12 +86,29 @@ int cmd_history(const Args& in_args) {
       std::printf("no launches recorded in %s\n", (*db)->path().c_str());
     return 0;
   }
-  std::printf("%4s  %-20s  %-9s  %-28s  %2s  %4s  %7s  %7s  %5s  %5s  %s\n", "id", "started (UTC)", "status", "model",
+  std::printf("%4s  %-20s  %-9s  %-28s  %2s  %4s  %8s  %8s  %5s  %5s  %s\n", "id", "started (UTC)", "status", "model",
               "tp", "mtp", "context", "running", "mem", "ratio", "best tok/s");
+  bool any_resolved = false;
   for (const auto& l : *launches) {
     auto get = [&](const char* k) {
       std::string v = l.config_value(k);
       return v.empty() ? std::string("-") : v;
+    };
+    // A setting left to auto shows what the launch's plan made of it, marked "*".
+    auto resolved = [&](const char* k, const char* plan_key, bool fraction) {
+      std::string v = get(k);
+      if (v != "-" && v != "auto" && v != "0") return v;
+      for (const auto& [dk, dv] : l.derived)
+        if (dk == plan_key && !dv.empty()) {
+          if (!fraction) return any_resolved = true, dv + "*";
+          const double f = std::strtod(dv.c_str(), nullptr);
+          if (f <= 0) break;  // the CPU's plan has no fraction
+          char buf[32];
+          std::snprintf(buf, sizeof buf, "%.2f*", f);
+          any_resolved = true;
+          return std::string(buf);
+        }
+      return v;
     };
     std::string model_name = l.model.path;
     if (model_name.size() > 28) model_name = "..." + model_name.substr(model_name.size() - 25);
@@ -100,11 +118,14 @@ int cmd_history(const Args& in_args) {
     std::string best = l.n_measurements ? std::to_string(static_cast<long long>(l.best_output_tokens_per_s + 0.5)) +
                                               " @" + std::to_string(l.best_concurrency)
                                         : "-";
-    std::printf("%4lld  %-20s  %-9s  %-28s  %2s  %4s  %7s  %7s  %5s  %5s  %s\n", static_cast<long long>(l.id),
+    std::printf("%4lld  %-20s  %-9s  %-28s  %2s  %4s  %8s  %8s  %5s  %5s  %s\n", static_cast<long long>(l.id),
                 l.started_at.c_str(), status.c_str(), model_name.c_str(), get("tp-size").c_str(), spec.c_str(),
-                get("context-length").c_str(), get("max-running-requests").c_str(), get("mem-fraction-static").c_str(),
+                resolved("context-length", "plan.context_length", false).c_str(),
+                resolved("max-running-requests", "plan.max_running_requests", false).c_str(),
+                resolved("mem-fraction-static", "plan.mem_fraction_static", true).c_str(),
                 get("mamba-full-memory-ratio").c_str(), best.c_str());
   }
+  if (any_resolved) std::printf("(* auto: the value the launch's memory plan chose)\n");
   std::printf("(%s; `deltaserve config diff ID1 ID2` compares two launches)\n", (*db)->path().c_str());
   return 0;
 }

@@ -33,6 +33,14 @@ std::string self_exe() {
 }  // namespace
 
 int cmd_systemd_unit(const Args& in_args) {
+  // A line break would end the unit's line and start another (a stray directive): refused.
+  for (std::size_t i = 0; i < in_args.size(); ++i)
+    if (in_args[i].find_first_of("\r\n") != std::string::npos) {
+      const std::string& flag = i > 0 && in_args[i].rfind("--", 0) != 0 ? in_args[i - 1] : in_args[i].substr(0, in_args[i].find('='));
+      std::fprintf(stderr, "deltaserve systemd-unit: %s: a value with a line break cannot go into a unit file\n",
+                   flag.c_str());
+      return 2;
+    }
   std::vector<std::string> args = in_args;
   UnitFileOptions unit;
   auto output = take_last(args, "output", true);

@@ -162,13 +162,23 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
     return p;
   }
 
+  // Weights (their row comes in step 2).
+  const ParamCount pc = count_params(c);
+  // A token map copies its tokens' lm_head rows for the drafts (split over TP like the vocabulary).
+  const int64_t draft_params = spec ? in.draft_vocab_size * c.hidden_size : 0;
+  p.n_params = pc.total() + draft_params;
+  const int64_t replicated = pc.norms;  // norms are copied to every GPU; the rest is split
+  p.weights_bytes_per_gpu = ((p.n_params - replicated + tp - 1) / tp + replicated) * in.weight_bytes_per_param;
+
   // 1. Budget and activation reserve.
   p.activation_reserve_bytes = activation_reserve(x);
-  // A step's buffers larger than the device can only fail when the engine allocates them.
-  if (p.activation_reserve_bytes > in.device_memory_bytes) {
-    p.errors.push_back("--max-prefill-tokens " + commas(in.max_prefill_tokens) + ": a step's activations (" +
-                       human_bytes(p.activation_reserve_bytes) + ") exceed the " +
-                       (x.cuda() ? "GPU's " : "RAM's ") + human_bytes(in.device_memory_bytes) + "; lower it");
+  // A step's buffers larger than the device can only fail when the engine allocates them. (When the
+  // weights alone do not fit either, step 3 says so instead: they are what to fix first.)
+  if (p.activation_reserve_bytes > in.device_memory_bytes && p.weights_bytes_per_gpu < in.device_memory_bytes) {
+    p.errors.push_back("a step's buffers (" + human_bytes(p.activation_reserve_bytes) + ": " + step_detail(x) +
+                       ") exceed the " + (x.cuda() ? "GPU's " : "RAM's ") + human_bytes(in.device_memory_bytes) +
+                       ": lower --max-prefill-tokens (" + commas(in.max_prefill_tokens) +
+                       "; auto: --chunked-prefill-size) or --max-running-requests");
     return p;
   }
   if (x.cuda()) {
@@ -219,12 +229,6 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
   }
 
   // 2. Weights.
-  const ParamCount pc = count_params(c);
-  // A token map copies its tokens' lm_head rows for the drafts (split over TP like the vocabulary).
-  const int64_t draft_params = spec ? in.draft_vocab_size * c.hidden_size : 0;
-  p.n_params = pc.total() + draft_params;
-  const int64_t replicated = pc.norms;  // norms are copied to every GPU; the rest is split
-  p.weights_bytes_per_gpu = ((p.n_params - replicated + tp - 1) / tp + replicated) * in.weight_bytes_per_param;
   x.row("weights", human_bytes(p.weights_bytes_per_gpu),
         fixed(double(p.n_params) / 1e9, 2) + "B params (MTP head " + fixed(double(pc.mtp) / 1e9, 2) + "B" +
             (draft_params > 0 ? ", --speculative-token-map's lm_head rows " +

@@ -210,10 +210,17 @@ TEST(MemoryPlan, MaxPrefillTokensWhoseActivationsExceedTheDeviceIsNamed) {
   in.max_prefill_tokens = 2'000'000'000;
   MemoryPlan p = plan_memory(c, in);
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("--max-prefill-tokens 2,000,000,000: a step's activations"),
+  EXPECT_NE(p.status().message().find("lower --max-prefill-tokens (2,000,000,000"),
             std::string::npos) << p.status().message();
   in.max_prefill_tokens = 16384;  // the seeds' value plans as before
   EXPECT_TRUE(plan_memory(c, in).ok());
+  // A GPU too small for the weights: that is the error, not the (auto) prefill budget.
+  in.max_prefill_tokens = 8192;
+  in.device_memory_bytes = 4 * kGiB;
+  p = plan_memory(c, in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("the weights"), std::string::npos) << p.status().message();
+  EXPECT_EQ(p.status().message().find("--max-prefill-tokens"), std::string::npos) << p.status().message();
 }
 
 TEST(MemoryPlan, RelaunchWithDefaults) {

@@ -265,12 +265,25 @@ TEST_F(ServeProcessTest, KilledServerShowsDiedAndFailedLoadShowsFailed) {
   }
   std::vector<std::string> args = serve_args(free_port());
   args[2] = broken.string();
+  auto ctx = std::find(args.begin(), args.end(), "--context-length");  // this one left to auto
+  args.erase(ctx, ctx + 2);
   auto f = spawn(args, "broken.log");
   EXPECT_NE(f->wait(60), 0) << f->output();
   h = history();
   ASSERT_EQ(h.size(), 2u);
   EXPECT_EQ(h[0]["state"].get<std::string>().rfind("failed", 0), 0u) << h[0].dump();
   EXPECT_EQ(h[1]["state"], "died");
+
+  // The table: a setting given shows as given; one left to auto shows what the plan made of it,
+  // marked "*" (the failed launch's plan was recorded before its load failed).
+  const std::string resolved = h[0]["derived"].value("plan.context_length", std::string());
+  ASSERT_FALSE(resolved.empty()) << h[0].dump();
+  auto t = spawn({"history", "--state-dir", (dir_ / "state").string()}, "history-table.log");
+  EXPECT_EQ(t->wait(30), 0) << t->output();
+  const std::string table = t->output();
+  EXPECT_NE(table.find(" " + resolved + "* "), std::string::npos) << table;
+  EXPECT_NE(table.find("     4096 "), std::string::npos) << table;
+  EXPECT_NE(table.find("(* auto: the value the launch's memory plan chose)"), std::string::npos) << table;
 }
 
 TEST_F(ServeProcessTest, NotifiesSystemdReadyWatchdogStopping) {

@@ -236,6 +236,10 @@ TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
       {"systemd-unit --model-path /m --tool-call-parser bogus2", "bogus2"},
       {"systemd-unit --model-path /m --reasoning-parser bogus", "qwen3,qwen3-thinking,deepseek-r1"},
       {"systemd-unit --model-path /m --disable-radix-cache false", "(use --disable-radix-cache=false)"},
+      // A line break would start another unit line (ExecStartPre=...): refused, naming the flag.
+      {"systemd-unit --model-path /m --description \"$(printf 'x\\nExecStartPre=/bin/true')\"",
+       "--description: a value with a line break cannot go into a unit file"},
+      {"systemd-unit --model-path /m \"--env=A=$(printf 'x\\ny')\"", "--env: a value with a line break"},
       {"bench --timeout 0", "--timeout must be > 0"},
       {"bench --timeout -5", "--timeout must be > 0"},
   };
