@@ -31,6 +31,9 @@ constexpr FlagType S = FlagType::String, C = FlagType::Choice, I = FlagType::Int
 constexpr FlagSupport YES = FlagSupport::Yes, NOT_YET = FlagSupport::NotYet,
                       IGNORED = FlagSupport::Ignored;
 constexpr bool PERF = true, NO_PERF = false;
+// FlagSpec::scope (else Any). --disable-cuda-graph and --disable-overlap-schedule are Any: what they
+// ask for holds on the CPU, which has neither, and SGLang's CPU command lines pass them.
+constexpr FlagScope SERVE = FlagScope::Serve, GPU = FlagScope::Gpu;
 
 // clang-format off
 const std::vector<Row>& rows() {
@@ -38,10 +41,10 @@ const std::vector<Row>& rows() {
     // Model and API.
     {{"model-path", "model", S, "", "", "model directory (HF layout: config.json, *.safetensors)", YES, NO_PERF}, &ServeOptions::model_path},
     {{"tokenizer-path", "", S, "", "", "tokenizer directory (default: the model directory)", YES, NO_PERF}, &ServeOptions::tokenizer_path},
-    {{"served-model-name", "", S, "", "", "model name reported by /v1/models (default: the model path)", YES, NO_PERF}, &ServeOptions::served_model_name},
-    {{"chat-template", "", S, "", "", "Jinja chat template file (default: the model's own)", YES, NO_PERF}, &ServeOptions::chat_template},
-    {{"reasoning-parser", "", C, "", "qwen3,qwen3-thinking,deepseek-r1", "split <think> reasoning into reasoning_content", YES, NO_PERF}, &ServeOptions::reasoning_parser},
-    {{"tool-call-parser", "", S, "", "", "parse tool calls from the output (qwen3_coder, qwen25)", YES, NO_PERF}, &ServeOptions::tool_call_parser},
+    {{"served-model-name", "", S, "", "", "model name reported by /v1/models (default: the model path)", YES, NO_PERF, SERVE}, &ServeOptions::served_model_name},
+    {{"chat-template", "", S, "", "", "Jinja chat template file (default: the model's own)", YES, NO_PERF, SERVE}, &ServeOptions::chat_template},
+    {{"reasoning-parser", "", C, "", "qwen3,qwen3-thinking,deepseek-r1", "split <think> reasoning into reasoning_content", YES, NO_PERF, SERVE}, &ServeOptions::reasoning_parser},
+    {{"tool-call-parser", "", S, "", "", "parse tool calls from the output (qwen3_coder, qwen25)", YES, NO_PERF, SERVE}, &ServeOptions::tool_call_parser},
     {{"load-format", "", C, "auto", "auto,dummy", "auto: read the safetensors; dummy: random weights shaped by config.json", YES, NO_PERF}, &ServeOptions::load_format},
     {{"dtype", "", C, "auto", "auto,bfloat16,float16,float32", "weight/activation dtype (auto: bfloat16 on GPU, float32 on CPU)", NOT_YET, PERF}, &ServeOptions::dtype},
     {{"kv-cache-dtype", "", C, "auto", "auto,bf16,bfloat16,fp8_e4m3,fp8_e5m2", "KV cache dtype; fp8 uses the checkpoint's k_scale/v_scale (1 without) (auto: bf16 on GPU, f32 on CPU)", YES, PERF}, &ServeOptions::kv_cache_dtype},
@@ -49,13 +52,13 @@ const std::vector<Row>& rows() {
     {{"quantization", "", S, "", "", "weight quantization method", NOT_YET, PERF}, &ServeOptions::quantization},
     {{"trust-remote-code", "", BOOL, "false", "", "accepted for SGLang compatibility; no remote code is ever run", IGNORED, NO_PERF}, &ServeOptions::trust_remote_code},
     // HTTP.
-    {{"host", "", S, "127.0.0.1", "", "address to listen on", YES, NO_PERF}, &ServeOptions::host},
-    {{"port", "", I, "30000", "", "port to listen on (0: any free port, printed in the 'listening on' line)", YES, NO_PERF}, &ServeOptions::port},
-    {{"api-key", "", S, "", "", "require `Authorization: Bearer KEY` (default: no auth)", YES, NO_PERF}, &ServeOptions::api_key},
-    {{"max-request-bytes", "", B, "32MiB", "", "largest accepted request body", YES, NO_PERF}, &ServeOptions::max_request_bytes},
-    {{"http-threads", "", I, "auto", "", "HTTP io threads (auto: 1 on CPU, where compute threads take every core; 4 on GPU)", YES, PERF}, &ServeOptions::http_threads},
-    {{"enable-cors", "", BOOL, "false", "", "answer browsers: CORS headers and OPTIONS preflight for the origins in --allowed-origins", YES, NO_PERF}, &ServeOptions::enable_cors},
-    {{"allowed-origins", "", S, "*", "", "comma-separated origins CORS allows (* = any); setting it turns --enable-cors on", YES, NO_PERF}, &ServeOptions::allowed_origins},
+    {{"host", "", S, "127.0.0.1", "", "address to listen on", YES, NO_PERF, SERVE}, &ServeOptions::host},
+    {{"port", "", I, "30000", "", "port to listen on (0: any free port, printed in the 'listening on' line)", YES, NO_PERF, SERVE}, &ServeOptions::port},
+    {{"api-key", "", S, "", "", "require `Authorization: Bearer KEY` (default: no auth)", YES, NO_PERF, SERVE}, &ServeOptions::api_key},
+    {{"max-request-bytes", "", B, "32MiB", "", "largest accepted request body", YES, NO_PERF, SERVE}, &ServeOptions::max_request_bytes},
+    {{"http-threads", "", I, "auto", "", "HTTP io threads (auto: 1 on CPU, where compute threads take every core; 4 on GPU)", YES, PERF, SERVE}, &ServeOptions::http_threads},
+    {{"enable-cors", "", BOOL, "false", "", "answer browsers: CORS headers and OPTIONS preflight for the origins in --allowed-origins", YES, NO_PERF, SERVE}, &ServeOptions::enable_cors},
+    {{"allowed-origins", "", S, "*", "", "comma-separated origins CORS allows (* = any); setting it turns --enable-cors on", YES, NO_PERF, SERVE}, &ServeOptions::allowed_origins},
     // Hardware.
     {{"device", "", C, "auto", "auto,cpu,cuda", "where to run (auto: cuda when built with CUDA and a GPU is present)", YES, PERF}, &ServeOptions::device},
     {{"tp-size", "tensor-parallel-size,tp", I, "1", "", "tensor parallel: GPUs per model replica (--device cpu: threads of one process; CUDA: one GPU per rank, one-shot peer all-reduce for small messages and NCCL above)", YES, PERF}, &ServeOptions::tp_size},
@@ -66,7 +69,7 @@ const std::vector<Row>& rows() {
     {{"dist-timeout", "", I, "300", "", "seconds a node waits for the others at --dist-init-addr before failing", YES, NO_PERF}, &ServeOptions::dist_timeout},
     {{"threads", "", I, "0", "", "CPU kernel threads, 0..1024 (0: all usable CPUs)", YES, PERF}, &ServeOptions::threads},
     {{"max-memory", "", B, "auto", "", "CPU: bytes for weights + KV + state (auto: 70% of available RAM)", YES, PERF}, &ServeOptions::max_memory},
-    {{"mem-fraction-static", "", F, "auto", "", "GPU: fraction of GPU memory for weights + KV + state (auto: by GPU size)", YES, PERF}, &ServeOptions::mem_fraction_static},
+    {{"mem-fraction-static", "", F, "auto", "", "GPU: fraction of GPU memory for weights + KV + state (auto: by GPU size)", YES, PERF, GPU}, &ServeOptions::mem_fraction_static},
     // Capacity.
     {{"context-length", "", I, "auto", "", "max prompt + output tokens per request (auto: the model's, capped to what fits)", YES, PERF}, &ServeOptions::context_length},
     {{"max-running-requests", "", I, "auto", "", "requests decoding at once (auto: what the memory plan fits)", YES, PERF}, &ServeOptions::max_running_requests},
@@ -90,20 +93,20 @@ const std::vector<Row>& rows() {
     {{"disable-cuda-graph", "", BOOL, "false", "", "run decode without CUDA graphs", YES, PERF}, &ServeOptions::disable_cuda_graph},
     {{"disable-overlap-schedule", "", BOOL, "false", "", "launch every step only after the last one's tokens are read (default on GPUs: a greedy decode step is launched while the one before it computes, hiding the host's work; one GPU per replica, without speculative decoding; the CPU never overlaps)", YES, PERF}, &ServeOptions::disable_overlap_schedule},
     {{"sampling-backend", "", C, "auto", "auto,device,host,flashinfer,pytorch", "where non-greedy tokens are drawn: device (a GPU kernel per row; logits stay on the GPU) or host (the CPU sampler over fetched logits); rows with logprobs, grammars or speculative verification always use the host (auto: device on GPU, host on CPU; SGLang's flashinfer and pytorch mean auto)", YES, PERF}, &ServeOptions::sampling_backend},
-    {{"disable-custom-all-reduce", "", BOOL, "false", "", "GPU tensor parallelism: NCCL for every collective, no one-shot peer all-reduce (needs libnccl.so.2)", YES, PERF}, &ServeOptions::disable_custom_all_reduce},
-    {{"cuda-graph-max-bs", "", I, "auto", "", "largest decode batch replayed as a CUDA graph (auto: max running requests, at most 64)", YES, PERF}, &ServeOptions::cuda_graph_max_bs},
+    {{"disable-custom-all-reduce", "", BOOL, "false", "", "GPU tensor parallelism: NCCL for every collective, no one-shot peer all-reduce (needs libnccl.so.2)", YES, PERF, GPU}, &ServeOptions::disable_custom_all_reduce},
+    {{"cuda-graph-max-bs", "", I, "auto", "", "largest decode batch replayed as a CUDA graph (auto: max running requests, at most 64)", YES, PERF, GPU}, &ServeOptions::cuda_graph_max_bs},
     {{"attention-backend", "", S, "", "", "accepted for SGLang compatibility; no effect (one attention implementation is built in)", IGNORED, NO_PERF}, &ServeOptions::attention_backend},
     {{"enable-torch-compile", "", BOOL, "false", "", "accepted for SGLang compatibility; no effect", IGNORED, NO_PERF}, &ServeOptions::enable_torch_compile},
     // Operations.
-    {{"state-dir", "", S, "", "", "launch records database folder (default: $XDG_STATE_HOME/deltaserve or ~/.local/state/deltaserve)", YES, NO_PERF}, &ServeOptions::state_dir},
+    {{"state-dir", "", S, "", "", "launch records database folder (default: $XDG_STATE_HOME/deltaserve or ~/.local/state/deltaserve)", YES, NO_PERF, SERVE}, &ServeOptions::state_dir},
     {{"config", "", S, "", "", "read settings from a TOML file (keys are these flag names); flags given on the command line win", YES, NO_PERF}, &ServeOptions::config},
-    {{"shutdown-timeout", "", F, "30", "", "on SIGTERM/SIGINT: seconds running requests may take to finish before they are aborted", YES, NO_PERF}, &ServeOptions::shutdown_timeout},
+    {{"shutdown-timeout", "", F, "30", "", "on SIGTERM/SIGINT: seconds running requests may take to finish before they are aborted", YES, NO_PERF, SERVE}, &ServeOptions::shutdown_timeout},
     {{"log-level", "", C, "info", "debug,info,warning,error", "log verbosity", YES, NO_PERF}, &ServeOptions::log_level},
-    {{"log-requests", "", BOOL, "false", "", "log every request and response", NOT_YET, NO_PERF}, &ServeOptions::log_requests},
-    {{"enable-metrics", "", BOOL, "false", "", "Prometheus /metrics (served with or without this flag)", YES, NO_PERF}, &ServeOptions::enable_metrics},
+    {{"log-requests", "", BOOL, "false", "", "log every request and response", NOT_YET, NO_PERF, SERVE}, &ServeOptions::log_requests},
+    {{"enable-metrics", "", BOOL, "false", "", "Prometheus /metrics (served with or without this flag)", YES, NO_PERF, SERVE}, &ServeOptions::enable_metrics},
     {{"random-seed", "", I, "0", "", "seed for sampling without a per-request seed (0: random)", YES, NO_PERF}, &ServeOptions::random_seed},
-    {{"skip-server-warmup", "", BOOL, "false", "", "skip the warm-up at start-up (CUDA: batches of 1-64 requests that capture graphs and time GEMM algorithms)", YES, NO_PERF}, &ServeOptions::skip_server_warmup},
-    {{"watchdog-timeout", "", F, "300", "", "seconds the engine may make no progress with requests pending before the server exits (1); under systemd it pings WatchdogSec only while the engine progresses (0: off)", YES, NO_PERF}, &ServeOptions::watchdog_timeout},
+    {{"skip-server-warmup", "", BOOL, "false", "", "skip the warm-up at start-up (CUDA: batches of 1-64 requests that capture graphs and time GEMM algorithms)", YES, NO_PERF, SERVE}, &ServeOptions::skip_server_warmup},
+    {{"watchdog-timeout", "", F, "300", "", "seconds the engine may make no progress with requests pending before the server exits (1); under systemd it pings WatchdogSec only while the engine progresses (0: off)", YES, NO_PERF, SERVE}, &ServeOptions::watchdog_timeout},
     {{"help", "h", BOOL, "false", "", "print this help", YES, NO_PERF}, &ServeOptions::help},
   };
   return kRows;
@@ -542,30 +545,19 @@ Status refuse_separate_bool_value(const FlagSpec& flag, std::string_view next) {
 }
 
 namespace {
-// Names (canonical) of the settings only the HTTP server reads, and of the GPU-only ones.
-constexpr const char* kServeOnly[] = {
-    "served-model-name", "chat-template", "reasoning-parser", "tool-call-parser", "host", "port", "api-key",
-    "max-request-bytes", "http-threads", "enable-cors", "allowed-origins", "state-dir", "shutdown-timeout",
-    "log-requests", "enable-metrics", "skip-server-warmup", "watchdog-timeout"};
-// (--disable-cuda-graph and --disable-overlap-schedule are not here: what they ask for holds on the
-// CPU, which has neither, and SGLang's CPU command lines pass them.)
-constexpr const char* kGpuOnly[] = {"mem-fraction-static", "disable-custom-all-reduce", "cuda-graph-max-bs"};
-
-std::vector<std::string> explicit_of(const ServeOptions& opts, std::span<const char* const> names) {
+// The flags of one scope the user set, as "--name", in table order.
+std::vector<std::string> explicit_of(const ServeOptions& opts, FlagScope scope) {
   std::vector<std::string> out;
   for (const Row& r : rows())
-    if (opts.is_explicit(r.spec.name) &&
-        std::find_if(names.begin(), names.end(), [&](const char* n) { return std::string_view(n) == r.spec.name; }) !=
-            names.end())
-      out.push_back(str_cat("--", r.spec.name));
+    if (r.spec.scope == scope && opts.is_explicit(r.spec.name)) out.push_back(str_cat("--", r.spec.name));
   return out;
 }
 }  // namespace
 
-std::vector<std::string> explicit_serve_only_flags(const ServeOptions& opts) { return explicit_of(opts, kServeOnly); }
+std::vector<std::string> explicit_serve_only_flags(const ServeOptions& opts) { return explicit_of(opts, FlagScope::Serve); }
 
 std::vector<std::string> explicit_gpu_only_flags(const ServeOptions& opts) {
-  std::vector<std::string> out = explicit_of(opts, kGpuOnly);
+  std::vector<std::string> out = explicit_of(opts, FlagScope::Gpu);
   // --sampling-backend device: a GPU kernel draws the tokens.
   if (opts.sampling_backend == "device") out.push_back("--sampling-backend device");
   return out;

@@ -44,6 +44,10 @@ enum class FlagSupport : uint8_t {
   Ignored,  // accepted for SGLang compatibility; has no meaning here (e.g. --trust-remote-code)
 };
 
+// Where a setting means something: everywhere, only to the HTTP server (`serve`: refused by
+// generate and bench-offline), or only on GPUs (refused on the CPU).
+enum class FlagScope : uint8_t { Any, Serve, Gpu };
+
 struct FlagSpec {
   const char* name;           // canonical, dashed: "mem-fraction-static"
   const char* aliases;        // comma-separated, dashed, may be ""
@@ -53,6 +57,7 @@ struct FlagSpec {
   const char* help;
   FlagSupport support;
   bool affects_performance;   // changes speed or memory: highlighted by `config diff`
+  FlagScope scope = FlagScope::Any;
 };
 
 // The table, in help order.
