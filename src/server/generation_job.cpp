@@ -31,13 +31,16 @@ json token_bytes(const std::string& raw) {
   return b;
 }
 
-thread_local bool g_tokens_as_ids = false;  // return_tokens_as_token_ids of the request being formatted
-
-std::string token_string(const Tokenizer& tok, TokenId id) {
-  if (g_tokens_as_ids) return "token_id:" + std::to_string(id);
-  TokenId ids[1] = {id};
-  return tok.decode(ids, false);
-}
+// How logprobs name a token: its text, or "token_id:N" (return_tokens_as_token_ids, vLLM).
+struct TokenNames {
+  const Tokenizer& tok;
+  bool as_ids = false;
+  std::string operator()(TokenId id) const {
+    if (as_ids) return "token_id:" + std::to_string(id);
+    TokenId ids[1] = {id};
+    return tok.decode(ids, false);
+  }
+};
 
 bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
@@ -46,16 +49,17 @@ double clamp_logprob(float lp) {
   return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0;
 }
 
-json chat_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& lps) {
+json chat_logprobs(const TokenNames& name, const std::vector<TokenLogprob>& lps) {
+  const Tokenizer& tok = name.tok;
   json content = json::array();
   for (const auto& lp : lps) {
     json top = json::array();
     for (const auto& [id, v] : lp.top) {
-      top.push_back({{"token", token_string(tok, id)},
+      top.push_back({{"token", name(id)},
                      {"logprob", clamp_logprob(v)},
                      {"bytes", token_bytes(tok.token_text(id))}});
     }
-    content.push_back({{"token", token_string(tok, lp.token)},
+    content.push_back({{"token", name(lp.token)},
                        {"logprob", clamp_logprob(lp.logprob)},
                        {"bytes", token_bytes(tok.token_text(lp.token))},
                        {"top_logprobs", top}});
@@ -63,12 +67,13 @@ json chat_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& lps) {
   return json{{"content", content}};
 }
 
-json completion_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& lps,
+json completion_logprobs(const TokenNames& name, const std::vector<TokenLogprob>& lps,
                          int64_t& text_offset, bool with_top) {
+  const Tokenizer& tok = name.tok;
   json tokens = json::array(), token_lps = json::array(), tops = json::array(),
        offsets = json::array();
   for (const auto& lp : lps) {
-    tokens.push_back(token_string(tok, lp.token));
+    tokens.push_back(name(lp.token));
     token_lps.push_back(clamp_logprob(lp.logprob));
     offsets.push_back(text_offset);
     // The offset counts the token's text, also when it is written as "token_id:N".
@@ -76,7 +81,7 @@ json completion_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& 
     text_offset += static_cast<int64_t>(tok.decode(one, false).size());
     if (with_top) {
       json top = json::object();
-      for (const auto& [id, v] : lp.top) top[token_string(tok, id)] = clamp_logprob(v);
+      for (const auto& [id, v] : lp.top) top[name(id)] = clamp_logprob(v);
       // vLLM: the sampled token is always among the alternatives (up to logprobs + 1 of them).
       if (!top.contains(tokens.back().get<std::string>()))
         top[tokens.back().get<std::string>()] = clamp_logprob(lp.logprob);
@@ -291,7 +296,6 @@ void GenerationJob::process(std::size_t i, const TokenEvent& event, std::string&
 void GenerationJob::handle_delta(std::size_t i, const ChoiceDelta& d, std::string& out) {
   if (d.finished) env_.metrics->count_finish(d.finish_reason);
   if (!request_.stream || responded_) return;
-  g_tokens_as_ids = request_.tokens_as_ids;
   if (!head_sent_) {
     head_sent_ = true;
     exchange_->begin_stream(200, "text/event-stream");
@@ -343,7 +347,7 @@ void GenerationJob::append_chat_chunk(std::size_t i, const ChoiceDelta& d, std::
   if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
   if (!d.text.empty()) delta["content"] = d.text;
   if (!d.tool_calls.empty()) delta["tool_calls"] = tool_call_deltas_json(d.tool_calls);
-  json lp = request_.logprobs && !d.logprobs.empty() ? chat_logprobs(*env_.tokenizer, d.logprobs)
+  json lp = request_.logprobs && !d.logprobs.empty() ? chat_logprobs(TokenNames{*env_.tokenizer, request_.tokens_as_ids}, d.logprobs)
                                                      : json(nullptr);
   if (!delta.empty() || !lp.is_null() || (request_.return_token_ids && !d.token_ids.empty())) chunk(delta, nullptr, lp);
   if (d.finished) {
@@ -365,7 +369,7 @@ void GenerationJob::append_completion_chunk(std::size_t i, const ChoiceDelta& d,
   // text_offset runs over the whole choice: it starts where the text sent so far ends.
   int64_t offset = choices_[i].text_sent;
   json lp = request_.logprobs && !d.logprobs.empty()
-                ? completion_logprobs(*env_.tokenizer, d.logprobs, offset, request_.top_logprobs > 0)
+                ? completion_logprobs(TokenNames{*env_.tokenizer, request_.tokens_as_ids}, d.logprobs, offset, request_.top_logprobs > 0)
                 : json(nullptr);
   choices_[i].text_sent += static_cast<int64_t>(d.text.size());
   json choice = {{"index", static_cast<int>(i)},
@@ -420,7 +424,6 @@ void GenerationJob::append_usage_chunk(std::string& out) {
 }
 
 std::string GenerationJob::full_response() const {
-  g_tokens_as_ids = request_.tokens_as_ids;
   if (request_.kind == ApiKind::Generate) return generate_response();
   if (request_.kind == ApiKind::Responses) return safe_dump(responses_object(""));
   json choices = json::array();
@@ -438,7 +441,7 @@ std::string GenerationJob::full_response() const {
       if (!calls.empty()) message["tool_calls"] = tool_calls_json(calls);
       // Only blanks before the calls: empty content (vLLM and SGLang strip it; "" as with no text).
       if (!calls.empty() && is_blank(s.text())) message["content"] = "";
-      json lp = request_.logprobs ? chat_logprobs(*env_.tokenizer, s.logprobs()) : json(nullptr);
+      json lp = request_.logprobs ? chat_logprobs(TokenNames{*env_.tokenizer, request_.tokens_as_ids}, s.logprobs()) : json(nullptr);
       choices.push_back({{"index", static_cast<int>(i)},
                          {"message", message},
                          {"logprobs", lp},
@@ -448,7 +451,7 @@ std::string GenerationJob::full_response() const {
     } else {
       const std::string& echo = prompts_[choices_[i].prompt].echo_text;
       int64_t offset = request_.echo ? static_cast<int64_t>(echo.size()) : 0;
-      json lp = request_.logprobs ? completion_logprobs(*env_.tokenizer, s.logprobs(), offset,
+      json lp = request_.logprobs ? completion_logprobs(TokenNames{*env_.tokenizer, request_.tokens_as_ids}, s.logprobs(), offset,
                                                         request_.top_logprobs > 0)
                                   : json(nullptr);
       choices.push_back({{"index", static_cast<int>(i)},
