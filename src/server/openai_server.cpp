@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <thread>
 
 #include "grammar/regex.h"
 #include "server/generation_job.h"
@@ -92,8 +94,22 @@ Status OpenAiServer::start() {
 int OpenAiServer::port() const { return http_ ? http_->port() : 0; }
 
 void OpenAiServer::stop() {
-  if (http_) http_->stop();
-  if (workers_) workers_->stop();
+  if (stopped_.exchange(true)) return;
+  if (http_) http_->stop_accepting();
+  if (workers_) workers_->stop();  // requests being prepared become jobs (or answers) first
+  // A job can outlive its response for a moment (the engine thread drops the last reference after
+  // the final event), and its destructor reaches into this server (the job count, the registry,
+  // its HTTP connection). Abort what still runs, while the io threads can carry the cancels, and
+  // wait until every job is gone.
+  if (http_) {
+    abort_all();
+    const auto deadline = std::chrono::steady_clock::now() + kStopJobWait;
+    while (active_jobs_.load() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (const int left = active_jobs_.load(); left > 0)
+      log_warn("http: ", left, " request(s) still held by the engine at shutdown (it stopped before the server)");
+    http_->stop();
+  }
 }
 
 void OpenAiServer::stop_accepting() {

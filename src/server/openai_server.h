@@ -139,6 +139,8 @@ class OpenAiServer {
   static std::shared_ptr<ResponsesStore> make_responses_store(size_t capacity);
   std::shared_ptr<ResponsesStore> responses_;
   std::atomic<int> active_jobs_{0};
+  std::atomic<bool> stopped_{false};
+  static constexpr std::chrono::seconds kStopJobWait{2};  // stop(): the most it waits for jobs to end
   std::atomic<int> preparing_{0};
   std::atomic<ServeState> state_{ServeState::Ready};
   int64_t created_ = 0;

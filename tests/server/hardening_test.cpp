@@ -508,3 +508,32 @@ TEST_F(HardeningTest, AbortAllEndsStreamsWithAbortAndDone) {
 
 }  // namespace
 }  // namespace deltaserve
+
+namespace deltaserve {
+namespace {
+
+// stop() with a request still generating: a job's destructor reaches into the server (its job
+// count, the registry, its HTTP connection), so stop() aborts what runs and returns only once every
+// job is gone. Before, the engine thread later dropped the job after the server was destroyed (a
+// use after free; under ASan and load it showed in ThinkingDefaultTest one run in ~30).
+TEST_F(HardeningTest, StopEndsLiveRequestsBeforeReturning) {
+  start();
+  engine_.tick = std::chrono::milliseconds(5);
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += " x";
+  engine_.script = tokenizer_->encode(words, false);
+  std::string streamed;
+  std::thread running([&] {
+    streamed = post("/v1/completions", R"({"prompt":"a","max_tokens":200,"stream":true})").body;
+  });
+  ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+  server_->stop();
+  EXPECT_EQ(server_->active_jobs(), 0);
+  running.join();
+  EXPECT_NE(streamed.find(R"("finish_reason":"abort")"), std::string::npos) << streamed;
+  EXPECT_TRUE(wait_until([&] { return engine_.n_live() == 0; }));
+  server_.reset();  // and the engine lives on (as the fixture's does): nothing refers back
+}
+
+}  // namespace
+}  // namespace deltaserve
