@@ -5,10 +5,11 @@
 //
 // KV cache dtypes (kernels.h, KvLayerView): f32, bf16, fp8 e4m3 / e5m2. k and v are computed in
 // f32, stored as convert(x * (1/scale)) and read back as stored * scale; the scales are folded
-// out of the inner loops (into the softmax scale and the output weights). bf16 rows are read by
-// vectorised dot / axpy; fp8 rows are first widened into a per-thread f32 row (table lookup).
+// out of the inner loops (into the softmax scale and the output weights). The attention itself is
+// blocked (Phase B below): a key block is widened to f32 once for a tile of query rows.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -63,36 +64,23 @@ void store_row(DType dt, void* dst, const float* x, int n, float inv_scale) {
   }
 }
 
-// Reading a stored row (unscaled values): dot(q, row) and o += w * row. fp8 rows are widened into
-// `tmp` (head_dim floats) first.
+// A stored row (unscaled values) as f32: f32 rows as they are, bf16 and fp8 rows widened into
+// `dst` (n floats).
 template <DType DT>
-float dot_row(const float* q, const void* row, int n, float* tmp) {
+const float* widen_row(float* dst, const void* row, int n) {
   if constexpr (DT == DType::F32) {
-    (void)tmp;
-    return vec::dot(q, static_cast<const float*>(row), n);
+    (void)dst;
+    (void)n;
+    return static_cast<const float*>(row);
   } else if constexpr (DT == DType::BF16) {
-    (void)tmp;
-    return vec::dot_bf16(q, static_cast<const uint16_t*>(row), n);
+    const uint16_t* r = static_cast<const uint16_t*>(row);
+    for (int i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(r[i]) << 16);
+    return dst;
   } else {
     const auto& table = DT == DType::F8E4M3 ? kF8E4M3ToF32 : kF8E5M2ToF32;
     const uint8_t* r = static_cast<const uint8_t*>(row);
-    for (int i = 0; i < n; ++i) tmp[i] = table[r[i]];
-    return vec::dot(q, tmp, n);
-  }
-}
-template <DType DT>
-void axpy_row(float* o, float w, const void* row, int n, float* tmp) {
-  if constexpr (DT == DType::F32) {
-    (void)tmp;
-    vec::axpy(o, w, static_cast<const float*>(row), n);
-  } else if constexpr (DT == DType::BF16) {
-    (void)tmp;
-    vec::axpy_bf16(o, w, static_cast<const uint16_t*>(row), n);
-  } else {
-    const auto& table = DT == DType::F8E4M3 ? kF8E4M3ToF32 : kF8E5M2ToF32;
-    const uint8_t* r = static_cast<const uint8_t*>(row);
-    for (int i = 0; i < n; ++i) tmp[i] = table[r[i]];
-    vec::axpy(o, w, tmp, n);
+    for (int i = 0; i < n; ++i) dst[i] = table[r[i]];
+    return dst;
   }
 }
 
@@ -167,39 +155,91 @@ void CpuKernels::attention_impl(const AttentionParams& p, const Tensor& qkv, con
     }
   });
 
-  // Phase B: causal attention per (token, head). Scores use the stored keys (times k_scale, folded
-  // into the softmax scale); the output sums stored values (times v_scale, folded into weights).
+  // Phase B: causal attention, blocked. A work item is a tile of up to kTileTokens tokens of one
+  // sequence and one KV head: its rows are the tile's tokens x the `group` query heads that share
+  // the KV head. Keys go in blocks of vec::kKeyBlock: the block is widened once (transposed for
+  // the scores, row-major for the values) and serves every row of the tile; each row keeps an
+  // online softmax (running max, sum and output). A row's result depends only on its query and its
+  // keys, so it is the same whatever the batch or chunking around it. Scores use the stored keys
+  // (times k_scale, folded into the softmax scale); the output sums stored values (times v_scale,
+  // folded into the final scale).
+  constexpr int kTileTokens = 64;
+  constexpr int NK = vec::kKeyBlock;
   const int group = nh / nkv;
-  const int max_ctx = meta.max_context;
-  const int64_t per_thread = max_ctx + 16 + hd;  // scores | a widened fp8 row
-  float* scores_all = scratch_f32(1, int64_t(n_threads) * per_thread);
+  const int R = kTileTokens * group;  // rows of a tile at most
+  const int64_t per_thread = int64_t(R) * hd * 2 + int64_t(hd) * NK * 2 + int64_t(R) * NK + 2 * R + hd;
+  float* tile_all = scratch_f32(1, int64_t(n_threads) * per_thread);
   const float score_scale = p.scale * kv.k_scale;
-  pool_.parallel_for(int64_t(T) * nh, 1, [&](int tid, int64_t i0, int64_t i1) {
-    float* scores = scores_all + int64_t(tid) * per_thread;
-    float* tmp = scores + max_ctx + 16;
+  // Work items: (sequence, tile) x KV head.
+  std::vector<int32_t>& tiles = scratch_i32(1, 0);
+  tiles.clear();
+  for (int s = 0; s < meta.n_seqs; ++s)
+    for (int t = meta.seq_start[s]; t < meta.seq_start[s + 1]; t += kTileTokens) tiles.push_back(t);
+  pool_.parallel_for(int64_t(tiles.size()) * nkv, 1, [&](int tid, int64_t i0, int64_t i1) {
+    float* qb = tile_all + int64_t(tid) * per_thread;  // [R, hd] the tile's queries
+    float* ob = qb + int64_t(R) * hd;                   // [R, hd] their outputs (unnormalised)
+    float* kt = ob + int64_t(R) * hd;                   // [hd, NK] a key block, transposed
+    float* vb = kt + int64_t(hd) * NK;                  // [NK, hd] its values
+    float* sb = vb + int64_t(NK) * hd;                  // [R, NK] scores, then weights
+    float* mx = sb + int64_t(R) * NK;                   // [R] running max
+    float* sum = mx + R;                                // [R] running sum
+    float* krow = sum + R;                              // [hd] a key widened
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / nh;
-      const int h = static_cast<int>(i % nh), kvh = h / group, s = tok_seq[t];
-      const int32_t n_ctx = meta.positions[t] + 1;
-      const float* q = q_all + (t * nh + h) * hd;
-      float mx = -INFINITY;
-      for (int32_t j = 0; j < n_ctx; ++j) {
-        scores[j] = dot_row<DT>(q, cache_row(kv.k, s, j, kvh), hd, tmp) * score_scale;
-        mx = std::max(mx, scores[j]);
+      const int t0 = tiles[static_cast<std::size_t>(i / nkv)], kvh = static_cast<int>(i % nkv);
+      const int s = tok_seq[t0];
+      const int t1 = std::min(t0 + kTileTokens, meta.seq_start[s + 1]);
+      const int rows = (t1 - t0) * group;
+      for (int t = t0; t < t1; ++t)
+        for (int g = 0; g < group; ++g)
+          std::copy_n(q_all + (int64_t(t) * nh + kvh * group + g) * hd, hd, qb + int64_t((t - t0) * group + g) * hd);
+      std::fill_n(ob, int64_t(rows) * hd, 0.f);
+      std::fill_n(mx, rows, -INFINITY);
+      std::fill_n(sum, rows, 0.f);
+      const int32_t n_ctx = meta.positions[t1 - 1] + 1;  // the tile's last token sees the most keys
+      for (int32_t k0 = 0; k0 < n_ctx; k0 += NK) {
+        const int nk = std::min<int32_t>(NK, n_ctx - k0);
+        for (int j = 0; j < nk; ++j) {
+          const float* vr = widen_row<DT>(vb + int64_t(j) * hd, cache_row(kv.v, s, k0 + j, kvh), hd);
+          if (vr != vb + int64_t(j) * hd) std::copy_n(vr, hd, vb + int64_t(j) * hd);
+          const float* kr = widen_row<DT>(krow, cache_row(kv.k, s, k0 + j, kvh), hd);
+          for (int d = 0; d < hd; ++d) kt[int64_t(d) * NK + j] = kr[d];
+        }
+        for (int j = nk; j < NK; ++j)
+          for (int d = 0; d < hd; ++d) kt[int64_t(d) * NK + j] = 0.f;
+        vec::scores_block(qb, rows, kt, hd, score_scale, sb);
+        for (int r = 0; r < rows; ++r) {
+          // Keys this row sees in the block (causal): up to its own position.
+          const int valid = std::min(nk, meta.positions[t0 + r / group] + 1 - k0);
+          if (valid <= 0) continue;
+          float* sr = sb + int64_t(r) * NK;
+          float m = mx[r];
+          for (int j = 0; j < valid; ++j) m = std::max(m, sr[j]);
+          if (m > mx[r]) {
+            const float alpha = std::exp(mx[r] - m);  // 0 on the first block (-inf)
+            sum[r] *= alpha;
+            for (int d = 0; d < hd; ++d) ob[int64_t(r) * hd + d] *= alpha;
+            mx[r] = m;
+          }
+          vec::exp_block(sr, m);  // (the lanes past `valid` are computed and not used)
+          float add = 0.f;
+          for (int j = 0; j < valid; ++j) add += sr[j];
+          sum[r] += add;
+          vec::weighted_rows(ob + int64_t(r) * hd, sr, vb, valid, hd);
+        }
       }
-      float sum = 0.f;
-      for (int32_t j = 0; j < n_ctx; ++j) {
-        scores[j] = std::exp(scores[j] - mx);
-        sum += scores[j];
-      }
-      float* o = out.f32() + t * (int64_t(nh) * hd) + int64_t(h) * hd;
-      std::fill_n(o, hd, 0.f);
-      const float inv = 1.0f / sum * kv.v_scale;
-      for (int32_t j = 0; j < n_ctx; ++j) axpy_row<DT>(o, scores[j] * inv, cache_row(kv.v, s, j, kvh), hd, tmp);
-      if (p.output_gate) {
-        const float* gate = qkv.f32() + t * row + int64_t(h) * q_width + hd;
-        for (int d = 0; d < hd; ++d) o[d] *= vec::sigmoid(gate[d]);
-      }
+      for (int t = t0; t < t1; ++t)
+        for (int g = 0; g < group; ++g) {
+          const int r = (t - t0) * group + g, h = kvh * group + g;
+          float* o = out.f32() + int64_t(t) * (int64_t(nh) * hd) + int64_t(h) * hd;
+          const float inv = kv.v_scale / sum[r];
+          const float* src = ob + int64_t(r) * hd;
+          if (p.output_gate) {
+            const float* gate = qkv.f32() + int64_t(t) * row + int64_t(h) * q_width + hd;
+            for (int d = 0; d < hd; ++d) o[d] = src[d] * inv * vec::sigmoid(gate[d]);
+          } else {
+            for (int d = 0; d < hd; ++d) o[d] = src[d] * inv;
+          }
+        }
     }
   });
 }

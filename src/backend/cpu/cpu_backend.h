@@ -47,7 +47,7 @@ class CpuKernels final : public Kernels {
   }
   ThreadPool& pool_;
   std::vector<float> scratch_f32_[3];
-  std::vector<int32_t> scratch_i32_[1];
+  std::vector<int32_t> scratch_i32_[2];
 };
 
 class CpuBackend final : public Backend {

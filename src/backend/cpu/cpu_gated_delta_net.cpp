@@ -47,11 +47,18 @@ void conv_channel(const GdnRun& r, int64_t c, int K, const float* w, const float
     window[Km1] = r.qkv(j)[c];
     float acc = 0.f;
     for (int q = 0; q < K; ++q) acc += w[q] * window[q];
-    conv_out[int64_t(j) * conv_dim + c] = vec::silu(acc);
+    conv_out[int64_t(j) * conv_dim + c] = acc;  // (SiLU after, over whole rows: silu_rows)
     std::copy(window + 1, window + K, window);  // shift: drop the oldest input
     if (j == ckpt_j) std::copy_n(window, Km1, ckpt_out);
   }
   if (st_out) std::copy_n(window, Km1, st_out);
+}
+
+// x = silu(x) over [rows, cols] (the conv outputs), rows split over the pool.
+void silu_rows(ThreadPool& pool, float* x, int64_t rows, int64_t cols) {
+  pool.parallel_for(rows, 8, [&](int, int64_t r0, int64_t r1) {
+    vec::silu_mul(x + r0 * cols, x + r0 * cols, nullptr, (r1 - r0) * cols);
+  });
 }
 
 // One head's recurrent state [Dv, Dk] in the cache: f32 or bf16 elements.
@@ -177,6 +184,7 @@ void CpuKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const S
                    conv_out + int64_t(meta.seq_start[s]) * conv_dim, conv_dim, ck.j, ck.conv ? ck.conv + c * Km1 : nullptr);
     }
   });
+  silu_rows(pool_, conv_out, T, conv_dim);
 
   // Phase 2: the delta rule per (sequence, value head), tokens in order, then the gated RMSNorm.
   const int64_t head_state = int64_t(Dv) * Dk;
@@ -240,6 +248,7 @@ void CpuKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta
                      conv_dim, ck.j, ck.conv ? ck.conv + c * Km1 : nullptr);
       }
     });
+    silu_rows(pool_, conv_out, commit.n_tokens, conv_dim);
     const int64_t per_thread = 2 * Dk + head_state;
     float* tmp_all = scratch_f32(1, int64_t(pool_.n_threads()) * per_thread);
     pool_.parallel_for(int64_t(commit.n_seqs) * Hv, 1, [&](int tid, int64_t i0, int64_t i1) {

@@ -80,7 +80,7 @@ void CpuKernels::silu_mul(const Tensor& gate_up, Tensor out) {
       const float* g = gate_up.f32() + r * 2 * inter;
       const float* u = g + inter;
       float* o = out.f32() + r * inter;
-      for (int64_t i = 0; i < inter; ++i) o[i] = vec::silu(g[i]) * u[i];
+      vec::silu_mul(o, g, u, inter);
     }
   };
   if (rows * inter < 65536) body(0, rows);

@@ -1,6 +1,7 @@
 #include "backend/cpu/vec.h"
 
 #include <bit>
+#include <cstring>
 
 namespace deltaserve::vec {
 
@@ -86,6 +87,106 @@ DS_VEC_CLONES float axpy_dot(float* y, float alpha, const float* x, const float*
     r += y[i] * q[i];
   }
   return r;
+}
+
+DS_VEC_CLONES void scores_block(const float* q, int rows, const float* kt, int hd, float scale, float* s) {
+  int r = 0;
+  for (; r + 2 <= rows; r += 2) {  // two rows: 2 x kKeyBlock / lanes independent FMA chains
+    const float* q0 = q + int64_t(r) * hd;
+    const float* q1 = q0 + hd;
+    float a0[kKeyBlock] = {}, a1[kKeyBlock] = {};
+    for (int d = 0; d < hd; ++d) {
+      const float* k = kt + int64_t(d) * kKeyBlock;
+      const float x0 = q0[d], x1 = q1[d];
+      for (int j = 0; j < kKeyBlock; ++j) {
+        a0[j] += x0 * k[j];
+        a1[j] += x1 * k[j];
+      }
+    }
+    for (int j = 0; j < kKeyBlock; ++j) {
+      s[int64_t(r) * kKeyBlock + j] = a0[j] * scale;
+      s[int64_t(r + 1) * kKeyBlock + j] = a1[j] * scale;
+    }
+  }
+  for (; r < rows; ++r) {
+    const float* q0 = q + int64_t(r) * hd;
+    float a0[kKeyBlock] = {};
+    for (int d = 0; d < hd; ++d) {
+      const float* k = kt + int64_t(d) * kKeyBlock;
+      const float x0 = q0[d];
+      for (int j = 0; j < kKeyBlock; ++j) a0[j] += x0 * k[j];
+    }
+    for (int j = 0; j < kKeyBlock; ++j) s[int64_t(r) * kKeyBlock + j] = a0[j] * scale;
+  }
+}
+
+namespace {
+// out[j] = exp(y[j]) for kLanes lanes, y clamped to [-87, 88]: y = k ln 2 + f, k = round(y / ln 2)
+// (by the 1.5 x 2^23 trick: adding it leaves k in the low mantissa bits), f in [-ln2/2, ln2/2];
+// exp(f) by its degree-6 Taylor polynomial (relative error < 2e-7), 2^k by the exponent bits.
+// Branch-free with a fixed trip count, so that it vectorises.
+inline void exp_lanes(const float* y_in, float* out) {
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;
+  constexpr int32_t kRoundBits = 0x4B400000;  // the bits of kRound
+  float f[kLanes], kr[kLanes];
+  for (int j = 0; j < kLanes; ++j) {
+    float y = y_in[j] < -87.0f ? -87.0f : y_in[j];
+    y = y > 88.0f ? 88.0f : y;
+    kr[j] = y * kLog2e + kRound;
+    const float k = kr[j] - kRound;
+    f[j] = (y - k * kLn2Hi) - k * kLn2Lo;
+  }
+  int32_t bits[kLanes];
+  std::memcpy(bits, kr, sizeof bits);
+  for (int j = 0; j < kLanes; ++j) bits[j] = (bits[j] - kRoundBits + 127) << 23;
+  float scale[kLanes];
+  std::memcpy(scale, bits, sizeof scale);
+  for (int j = 0; j < kLanes; ++j) {
+    float v = 1.0f / 720;
+    v = v * f[j] + 1.0f / 120;
+    v = v * f[j] + 1.0f / 24;
+    v = v * f[j] + 1.0f / 6;
+    v = v * f[j] + 0.5f;
+    v = v * f[j] + 1.0f;
+    out[j] = (v * f[j] + 1.0f) * scale[j];
+  }
+}
+}  // namespace
+
+DS_VEC_CLONES void exp_block(float* p, float m) {
+  static_assert(kKeyBlock % kLanes == 0);
+  for (int i = 0; i < kKeyBlock; i += kLanes) {
+    float y[kLanes];
+    for (int j = 0; j < kLanes; ++j) y[j] = p[i + j] - m > 0.0f ? 0.0f : p[i + j] - m;
+    exp_lanes(y, p + i);
+  }
+}
+
+DS_VEC_CLONES void silu_mul(float* o, const float* g, const float* u, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    float y[kLanes], e[kLanes];
+    for (int j = 0; j < kLanes; ++j) y[j] = -g[i + j];
+    exp_lanes(y, e);
+    for (int j = 0; j < kLanes; ++j) o[i + j] = g[i + j] / (1.0f + e[j]) * (u ? u[i + j] : 1.0f);
+  }
+  for (; i < n; ++i) o[i] = silu(g[i]) * (u ? u[i] : 1.0f);
+}
+
+DS_VEC_CLONES void weighted_rows(float* __restrict o, const float* __restrict p, const float* __restrict v, int n, int hd) {
+  int j = 0;
+  for (; j + 2 <= n; j += 2) {
+    const float w0 = p[j], w1 = p[j + 1];
+    const float* v0 = v + int64_t(j) * hd;
+    const float* v1 = v0 + hd;
+    for (int d = 0; d < hd; ++d) o[d] += w0 * v0[d] + w1 * v1[d];
+  }
+  for (; j < n; ++j) {
+    const float w0 = p[j];
+    const float* v0 = v + int64_t(j) * hd;
+    for (int d = 0; d < hd; ++d) o[d] += w0 * v0[d];
+  }
 }
 
 }  // namespace deltaserve::vec

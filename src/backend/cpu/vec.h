@@ -28,6 +28,18 @@ float axpy_dot(float* y, float alpha, const float* x, const float* q, int64_t n)
 float dot_bf16(const float* a, const uint16_t* x, int64_t n);
 void axpy_bf16(float* y, float alpha, const uint16_t* x, int64_t n);
 
+// Attention over a block of kKeyBlock keys (cpu_attention.cpp):
+inline constexpr int kKeyBlock = 32;
+// s[r * kKeyBlock + j] = scale * sum_d q[r * hd + d] * kt[d * kKeyBlock + j] for r < rows
+// (q: rows of head_dim hd; kt: the key block transposed, [hd, kKeyBlock]).
+void scores_block(const float* q, int rows, const float* kt, int hd, float scale, float* s);
+// p[j] = exp(p[j] - m) for j < kKeyBlock, p[j] - m clamped to [-87, 0] (relative error < 3e-7).
+void exp_block(float* p, float m);
+// o[i] = silu(g[i]) * u[i] for i < n (u == nullptr: silu(g[i]); o may be g).
+void silu_mul(float* o, const float* g, const float* u, int64_t n);
+// o[d] += sum_j p[j] * v[j * hd + d] for j < n, d < hd.
+void weighted_rows(float* o, const float* p, const float* v, int n, int hd);
+
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
