@@ -163,11 +163,11 @@ void CpuKernels::attention_impl(const AttentionParams& p, const Tensor& qkv, con
   // keys, so it is the same whatever the batch or chunking around it. Scores use the stored keys
   // (times k_scale, folded into the softmax scale); the output sums stored values (times v_scale,
   // folded into the final scale).
-  constexpr int kTileTokens = 64;
+  constexpr int kTileTokens = vec::kQueryTile;
   constexpr int NK = vec::kKeyBlock;
   const int group = nh / nkv;
   const int R = kTileTokens * group;  // rows of a tile at most
-  const int64_t per_thread = int64_t(R) * hd * 2 + int64_t(hd) * NK * 2 + int64_t(R) * NK + 2 * R + hd;
+  const int64_t per_thread = vec::attention_tile_floats(group, hd);
   float* tile_all = scratch_f32(1, int64_t(n_threads) * per_thread);
   const float score_scale = p.scale * kv.k_scale;
   // Work items: (sequence, tile) x KV head.

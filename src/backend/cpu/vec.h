@@ -28,8 +28,17 @@ float axpy_dot(float* y, float alpha, const float* x, const float* q, int64_t n)
 float dot_bf16(const float* a, const uint16_t* x, int64_t n);
 void axpy_bf16(float* y, float alpha, const uint16_t* x, int64_t n);
 
-// Attention over a block of kKeyBlock keys (cpu_attention.cpp):
+// Attention over a block of kKeyBlock keys, for a tile of up to kQueryTile tokens x the query
+// heads of one KV head (cpu_attention.cpp; model/step_memory.cpp sizes its scratch):
 inline constexpr int kKeyBlock = 32;
+inline constexpr int kQueryTile = 64;
+// Per-thread floats of the tile's buffers: queries and outputs [R, hd] each, a key block
+// transposed and its values [hd, kKeyBlock] each, scores [R, kKeyBlock], running max and sum [R],
+// one widened key [hd]; R = kQueryTile x query heads per KV head.
+inline constexpr int64_t attention_tile_floats(int64_t group, int64_t hd) {
+  const int64_t R = int64_t(kQueryTile) * group;
+  return 2 * R * hd + 2 * hd * kKeyBlock + R * kKeyBlock + 2 * R + hd;
+}
 // s[r * kKeyBlock + j] = scale * sum_d q[r * hd + d] * kt[d * kKeyBlock + j] for r < rows
 // (q: rows of head_dim hd; kt: the key block transposed, [hd, kKeyBlock]).
 void scores_block(const float* q, int rows, const float* kt, int hd, float scale, float* s);
