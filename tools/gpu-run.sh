@@ -14,6 +14,8 @@
 #         kernel it replaced (DELTASERVE_CUDA_DECODE_ATTN=0); VARIANTS adds runs with other knobs
 # sampling: bench-offline with Qwen's sampling settings (T 0.6, top-k 20, top-p 0.95) at a
 #         128-token context, batch 1/16/64: --sampling-backend device, host, and greedy
+# memfit: serve with only the plan's activation reserve (+1 GiB) outside the static budget, then
+#         16k-token prompts: the reserve holds the largest step (model/step_memory.h)
 # http:   serve + deltaserve bench, 16 streams of 1k-token prompts (greedy and temperature 0.6;
 #         HTTP_TEMPS, HTTP_FLAGS: serve flags)
 # http-variants: the same greedy run, a server per environment of VARIANTS ("name:VAR=val,..."), HTTP_ROUNDS
@@ -547,6 +549,28 @@ if has http-variants; then
       )
     done
   done
+fi
+
+# memfit: the plan's activation reserve against the GPU (model/step_memory.h): serve with
+# --mem-fraction-static leaving only the reserve + MEMFIT_MARGIN_MIB (1024) outside the static
+# budget, then prompts of 16k tokens (steps of the whole prefill budget beside decodes); no
+# allocation may fail. Prints /get_server_info's memory and the GPU's memory in use.
+if has memfit; then
+  total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)  # MiB
+  reserve=$("$B/deltaserve" plan --model-path $M --gpu-memory "${total}MiB" --context-length 32768 \
+    --max-running-requests 16 --json 2>/dev/null | grep -o '"activation_reserve_bytes": *[0-9]*' | grep -o '[0-9]*$')
+  frac=$(awk -v r="$reserve" -v t="$total" -v m="${MEMFIT_MARGIN_MIB:-1024}" 'BEGIN { printf "%.3f", 1 - (r / 1048576 + m) / t }')
+  echo "memfit: GPU ${total} MiB, plan reserve $reserve B, --mem-fraction-static $frac" | tee -a "$OUT/summary.txt"
+  serve_27b memfit 30559 --context-length 32768 --max-running-requests 16 --mem-fraction-static "$frac"
+  timeout 300 "$B/deltaserve" bench --url http://127.0.0.1:30559 --concurrency 4 --input-len 16000 --output-len 32 \
+    --num-prompts 8 --temperature 0 --no-record >"$OUT/memfit_bench.txt" 2>&1
+  echo "memfit bench rc=$?: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ ' "$OUT/memfit_bench.txt")" | tee -a "$OUT/summary.txt"
+  exec 3<>/dev/tcp/127.0.0.1/30559 && printf 'GET /get_server_info HTTP/1.0\r\n\r\n' >&3 &&
+    tr ',' '\n' <&3 | grep -E 'bytes' | tee -a "$OUT/summary.txt"
+  exec 3<&-
+  nvidia-smi --query-gpu=memory.used,memory.total --format=csv | tee -a "$OUT/summary.txt"
+  grep -iE 'out of memory|cudaMalloc|failed|error' "$OUT/serve_memfit.log" | head -5 | tee -a "$OUT/summary.txt"
+  kill $SERVER_PID; wait $SERVER_PID 2>/dev/null
 fi
 
 # http: serve + `deltaserve bench` over HTTP, 1k-token prompts, 128 output tokens, 16 streams
