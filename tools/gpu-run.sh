@@ -553,15 +553,16 @@ fi
 
 # memfit: the plan's activation reserve against the GPU (model/step_memory.h): serve with
 # --mem-fraction-static leaving only the reserve + MEMFIT_MARGIN_MIB (1024) outside the static
-# budget, then prompts of 16k tokens (steps of the whole prefill budget beside decodes); no
+# budget (a context of 131,072 x 16 requests: the KV fills the budget), then prompts of 16k tokens
+# (steps of the whole prefill budget beside decodes; MEMFIT_FLAGS: more plan and serve flags); no
 # allocation may fail. Prints /get_server_info's memory and the GPU's memory in use.
 if has memfit; then
   total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)  # MiB
-  reserve=$("$B/deltaserve" plan --model-path $M --gpu-memory "${total}MiB" --context-length 32768 \
-    --max-running-requests 16 --json 2>/dev/null | grep -o '"activation_reserve_bytes": *[0-9]*' | grep -o '[0-9]*$')
+  reserve=$("$B/deltaserve" plan --model-path $M --gpu-memory "${total}MiB" --context-length 131072 \
+    --max-running-requests 16 ${MEMFIT_FLAGS:-} --json 2>/dev/null | grep -o '"activation_reserve_bytes": *[0-9]*' | grep -o '[0-9]*$')
   frac=$(awk -v r="$reserve" -v t="$total" -v m="${MEMFIT_MARGIN_MIB:-1024}" 'BEGIN { printf "%.3f", 1 - (r / 1048576 + m) / t }')
   echo "memfit: GPU ${total} MiB, plan reserve $reserve B, --mem-fraction-static $frac" | tee -a "$OUT/summary.txt"
-  serve_27b memfit 30559 --context-length 32768 --max-running-requests 16 --mem-fraction-static "$frac"
+  serve_27b memfit 30559 --context-length 131072 --max-running-requests 16 --mem-fraction-static "$frac" ${MEMFIT_FLAGS:-}
   timeout 300 "$B/deltaserve" bench --url http://127.0.0.1:30559 --concurrency 4 --input-len 16000 --output-len 32 \
     --num-prompts 8 --temperature 0 --no-record >"$OUT/memfit_bench.txt" 2>&1
   echo "memfit bench rc=$?: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ ' "$OUT/memfit_bench.txt")" | tee -a "$OUT/summary.txt"
