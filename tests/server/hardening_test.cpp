@@ -46,6 +46,23 @@ double seconds_since(Clock::time_point t0) {
 class HardeningTest : public testing::ServerFixture {
  protected:
   void start(ServerConfig cfg = {}) { start_server(cfg, chatml); }
+  // The engine emits a script of 300 tokens, one per `tick`.
+  void long_script(std::chrono::milliseconds tick) {
+    engine_.tick = tick;
+    std::string words;
+    for (int i = 0; i < 300; ++i) words += " x";
+    engine_.script = tokenizer_->encode(words, false);
+  }
+  // A streamed completion of up to 200 tokens on its own thread, its body into *out; returns once
+  // the engine runs it.
+  std::thread stream_long_completion(std::string* out) {
+    long_script(std::chrono::milliseconds(5));
+    std::thread running([this, out] {
+      *out = post("/v1/completions", R"({"prompt":"a","max_tokens":200,"stream":true})").body;
+    });
+    EXPECT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+    return running;
+  }
 };
 
 // --- H1: JSON objects with many keys parse in linear time ---
@@ -193,10 +210,7 @@ TEST_F(HardeningTest, HugePromptDoesNotBlockHealth) {
 
 TEST_F(HardeningTest, HangUpAfterStrayBytesCancels) {
   start();
-  engine_.tick = std::chrono::milliseconds(10);
-  std::string words;
-  for (int i = 0; i < 300; ++i) words += " x";
-  engine_.script = tokenizer_->encode(words, false);
+  long_script(std::chrono::milliseconds(10));
   ASSERT_GE(engine_.script.size(), 200u);
   for (const std::string& extra : {std::string("\r\n"), std::string("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")}) {
     const auto cancelled_before = engine_.cancelled().size();
@@ -490,15 +504,8 @@ TEST_F(HardeningTest, LoadingAndDrainingAnswer503) {
 
 TEST_F(HardeningTest, AbortAllEndsStreamsWithAbortAndDone) {
   start();
-  engine_.tick = std::chrono::milliseconds(5);
-  std::string words;
-  for (int i = 0; i < 300; ++i) words += " x";
-  engine_.script = tokenizer_->encode(words, false);
   std::string streamed;
-  std::thread running([&] {
-    streamed = post("/v1/completions", R"({"prompt":"a","max_tokens":200,"stream":true})").body;
-  });
-  ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+  std::thread running = stream_long_completion(&streamed);
   EXPECT_TRUE(wait_until([&] { return server_->abort_all() == 1; }));
   running.join();
   EXPECT_NE(streamed.find(R"("finish_reason":"abort")"), std::string::npos) << streamed;
@@ -506,27 +513,14 @@ TEST_F(HardeningTest, AbortAllEndsStreamsWithAbortAndDone) {
   expect_idle();
 }
 
-}  // namespace
-}  // namespace deltaserve
-
-namespace deltaserve {
-namespace {
-
 // stop() with a request still generating: a job's destructor reaches into the server (its job
 // count, the registry, its HTTP connection), so stop() aborts what runs and returns only once every
 // job is gone. Before, the engine thread later dropped the job after the server was destroyed (a
 // use after free; under ASan and load it showed in ThinkingDefaultTest one run in ~30).
 TEST_F(HardeningTest, StopEndsLiveRequestsBeforeReturning) {
   start();
-  engine_.tick = std::chrono::milliseconds(5);
-  std::string words;
-  for (int i = 0; i < 300; ++i) words += " x";
-  engine_.script = tokenizer_->encode(words, false);
   std::string streamed;
-  std::thread running([&] {
-    streamed = post("/v1/completions", R"({"prompt":"a","max_tokens":200,"stream":true})").body;
-  });
-  ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+  std::thread running = stream_long_completion(&streamed);
   server_->stop();
   EXPECT_EQ(server_->active_jobs(), 0);
   running.join();
