@@ -77,6 +77,7 @@ constexpr Knob kKnobs[] = {
      in_range<&CudaOptions::cublas_workspace_mb, -1, 4096>},
     {"DELTASERVE_CUDA_DECODE_ATTN", "0 or 1", on_off<&CudaOptions::decode_attention>},
     {"DELTASERVE_CUDA_DECODE_BLOCKS_PER_SM", "1-64", in_range<&CudaOptions::decode_blocks_per_sm, 1, 64>},
+    {"DELTASERVE_CUDA_DECODE_FUSED_PREP", "0 or 1", on_off<&CudaOptions::decode_fused_prep>},
     {"DELTASERVE_CUDA_DECODE_KEYS", "4 or 8", one_of<&CudaOptions::decode_keys_per_step, 4, 8>},
     {"DELTASERVE_CUDA_DECODE_MAX_SPLITS", "1-1024", in_range<&CudaOptions::decode_max_splits, 1, 1024>},
     {"DELTASERVE_CUDA_DECODE_MIN_BLOCKS", "0-3", in_range<&CudaOptions::decode_min_blocks, 0, 3>},

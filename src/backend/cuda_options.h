@@ -62,6 +62,8 @@ struct CudaOptions {
   int decode_mma_blocks_per_sm = 0; // its split count: resident blocks per SM (0: as shared memory allows)
   int decode_mma_keys = 0;          // its key tile: 32 or 64 (0: 64, or 32 where shared memory is short)
   int decode_mma_stages = 0;        // its pipeline depth: 2..3 (64 keys) or 2..4 (32 keys); 0: 3
+  bool decode_fused_prep = true;    // ... and q/k's norms, RoPE and the new keys' cache writes in it
+                                    // (else in a kernel before it, qk_prep_kernel; the same bits)
   int cublas_workspace_mb = -1;     // cuBLAS workspace (MiB): -1 by the GPU (32 on sm_90+, 4 before),
                                     // 0 cuBLAS's own default, else this many
   int gemm_algo = -1;               // GEMMs of 2+ rows (cuda_gemm.h): -1 timed per shape up to

@@ -205,9 +205,13 @@ class CudaOpsTest : public ::testing::Test {
     gpu_->kernels().gated_delta_net(g.params(true), g.proj.tg, g.state(true), gpu, g.out.tg);
   }
 
+  // The GPU's output and K / V caches after an attention_case, byte for byte.
+  struct AttnBytes {
+    std::vector<uint8_t> out, k, v;
+  };
   void attention_case(const AttnShape& sh, const std::vector<std::pair<int, int>>& seqs, int n_blocks,
                       int max_blocks, double tol, DType kv_dtype = DType::F32, float k_scale = 1.f,
-                      float v_scale = 1.f);
+                      float v_scale = 1.f, AttnBytes* gpu_bytes = nullptr);
 
   static Backend* cpu_;
   static Backend* gpu_;
@@ -1038,7 +1042,8 @@ float next_up(DType dt, float c) {
 // One attention call on both backends: sequences (n_past, n_new) over shuffled KV blocks whose
 // past context is random; checks out and the cache contents. kv_dtype / scales: the cache's.
 void CudaOpsTest::attention_case(const AttnShape& sh, const std::vector<std::pair<int, int>>& seqs, int n_blocks,
-                                 int max_blocks, double tol, DType kv_dtype, float k_scale, float v_scale) {
+                                 int max_blocks, double tol, DType kv_dtype, float k_scale, float v_scale,
+                                 AttnBytes* gpu_bytes) {
   const int bs = 16;
   std::vector<int32_t> perm(n_blocks);
   std::iota(perm.begin(), perm.end(), 0);
@@ -1099,6 +1104,14 @@ void CudaOpsTest::attention_case(const AttnShape& sh, const std::vector<std::pai
   const double tol_here = flips > 0 ? std::max(tol, kv_unit_roundoff(kv_dtype)) : tol;
   const double e = rel_err(out);
   EXPECT_LE(e, tol_here) << what << " (" << flips << " key flips)";
+  if (gpu_bytes) {
+    auto bytes = [&](const Tensor& t) {
+      std::vector<uint8_t> b(t.nbytes());
+      gpu_->copy_to_host(b.data(), t);
+      return b;
+    };
+    *gpu_bytes = AttnBytes{bytes(out.tg), bytes(kc.tg), bytes(vc.tg)};
+  }
   if (tol > 1e-4 || flips > 0)
     std::printf("[ attention ] %s: rel err %.3g (tolerance %.0e, %lld key flips)\n", what.c_str(), e, tol_here,
                 static_cast<long long>(flips));
@@ -1187,6 +1200,73 @@ TEST_F(CudaOpsTest, AttentionDecodeKernelVariants) {
       for (const auto& seqs : batches)
         attention_case(AttnShape{24, 4, 256, 64, true}, seqs, 700, 330, 1e-4, DType::F8E4M3, 0.05f, 0.02f);
     gpu_ = saved;
+  }
+}
+
+// The tensor-core decode kernel cut into a hundred splits and more (head_dim 64: small blocks,
+// several per SM; 32-64 keys a split), most of them empty for a short sequence beside a long one:
+// decode rows (132 splits, 65 of them with keys for the long sequence, 1 for the short) and a
+// verification of 4 tokens x 8 heads (32 rows, 528 splits, 132 with keys); this step's keys land in
+// one split of each sequence, which writes them when the kernel does qk_prep's work (the default).
+TEST_F(CudaOpsTest, AttentionDecodeInHundredsOfSplits) {
+  if (cpu_only()) GTEST_SKIP() << "GPU options";
+  CudaOptions o;
+  o.exact_gemm = true;
+  o.decode_mma_blocks_per_sm = 64;
+  o.decode_max_splits = 1024;
+  o.decode_min_keys = 1;
+  std::unique_ptr<Backend> variant = make_cuda_backend(0, o);
+  Backend* saved = gpu_;
+  gpu_ = variant.get();
+  for (DType dt : {DType::BF16, DType::F8E4M3}) {
+    attention_case(AttnShape{4, 2, 64, 16, true}, {{4100, 1}, {37, 1}}, 700, 330, 1e-4, dt);
+    attention_case(AttnShape{16, 2, 64, 16, true}, {{4200, 4}}, 700, 330, 1e-4, dt);
+  }
+  gpu_ = saved;
+}
+
+// The tensor-core decode kernel doing qk_prep's work itself (the default) gives the bits of
+// qk_prep_kernel before it: output and caches, decode rows and verifications, bf16 and fp8 caches,
+// head dims 64-256, rotary halves of 8-32 dims, one split and many (whose combine is the same).
+TEST_F(CudaOpsTest, AttentionDecodeWithItsPrepFoldedInGivesTheSameBits) {
+  if (cpu_only()) GTEST_SKIP() << "GPU options";
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{4100, 1}, {37, 1}, {0, 1}}, {{4200, 4}, {45, 4}}, {{3000, 5}, {10, 2}, {700, 1}}};
+  for (int max_splits : {64, 1}) {
+    AttnBytes got[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      CudaOptions o;
+      o.exact_gemm = true;
+      o.decode_fused_prep = fused == 1;
+      o.decode_max_splits = max_splits;
+      std::unique_ptr<Backend> variant = make_cuda_backend(0, o);
+      Backend* saved = gpu_;
+      gpu_ = variant.get();
+      std::vector<AttnBytes> all;
+      rng_.seed(7);
+      for (AttnShape sh : {AttnShape{24, 4, 256, 64, true}, AttnShape{16, 8, 128, 128, false},
+                           AttnShape{4, 2, 64, 16, true}}) {
+        for (const auto& seqs : batches) {
+          for (DType dt : {DType::BF16, DType::F8E4M3}) {
+            AttnBytes b;
+            attention_case(sh, seqs, 700, 330, 1e-4, dt, dt == DType::BF16 ? 1.f : 0.05f,
+                           dt == DType::BF16 ? 1.f : 0.02f, &b);
+            all.push_back(std::move(b));
+          }
+        }
+      }
+      gpu_ = saved;
+      for (const AttnBytes& b : all) {
+        got[fused].out.insert(got[fused].out.end(), b.out.begin(), b.out.end());
+        got[fused].k.insert(got[fused].k.end(), b.k.begin(), b.k.end());
+        got[fused].v.insert(got[fused].v.end(), b.v.begin(), b.v.end());
+      }
+    }
+    SCOPED_TRACE("max splits " + std::to_string(max_splits));
+    ASSERT_FALSE(got[0].out.empty());
+    EXPECT_TRUE(got[0].out == got[1].out) << "attention output";
+    EXPECT_TRUE(got[0].k == got[1].k) << "key cache";
+    EXPECT_TRUE(got[0].v == got[1].v) << "value cache";
   }
 }
 

@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_launch.h"
+#include "backend/cuda/cuda_qk_prep.cuh"
 
 namespace deltaserve::cuda {
 
@@ -83,26 +84,7 @@ __global__ void qk_prep_kernel(AttnArgs a) {
     __half* dst16 = is_q ? (a.q16 ? reinterpret_cast<__half*>(a.q16) + (int64_t(t) * nh + hh) * hd : nullptr)
                          : (a.k16 ? reinterpret_cast<__half*>(a.k16) + (int64_t(t) * nkv + kvh) * hd : nullptr);
     const float* w = is_q ? a.q_norm : a.k_norm;
-    float ss = 0.f;
-    for (int d = lane; d < hd; d += 32) {
-      const float v = src[d];
-      buf[d] = v;
-      ss += v * v;
-    }
-    ss = warp_sum(ss);
-    const float inv = 1.0f / sqrtf(ss / float(hd) + a.eps);
-    __syncwarp();
-    for (int d = lane; d < hd; d += 32) buf[d] = buf[d] * inv * w[d];
-    __syncwarp();
-    for (int d = lane; d < hd; d += 32) {
-      float o = buf[d];
-      if (d < half) {
-        const float ang = float(pos) * a.inv_freq[d];
-        o = buf[d] * cosf(ang) - buf[d + half] * sinf(ang);
-      } else if (d < 2 * half) {
-        const float ang = float(pos) * a.inv_freq[d - half];
-        o = buf[d] * cosf(ang) + buf[d - half] * sinf(ang);
-      }
+    norm_rope_row(src, w, hd, half, a.inv_freq, pos, a.eps, buf, lane, [&](int d, float o) {
       if (is_q) {
         if (dst) dst[d] = o;
         if (dst16) dst16[d] = __float2half_rn(o);
@@ -111,8 +93,7 @@ __global__ void qk_prep_kernel(AttnArgs a) {
         kdst[d] = st;
         if (dst16) dst16[d] = __float2half_rn(kv_decode<KV>(st) * a.k_scale);
       }
-    }
-    __syncwarp();
+    });
     if (!is_q) {
       const float* vs = r + q_cols + kv_cols + int64_t(kvh) * hd;
       St* vd = static_cast<St*>(a.v_cache) + (cache_base + kvh) * hd;
@@ -329,8 +310,9 @@ void run_attention(const AttnArgs& a, cudaStream_t s) {
   // heads do not queue behind 4 warps; many tokens: a block per token.
   const int warps = 4;
   const int head_blocks = a.n_tokens < 64 ? (a.n_heads + a.n_kv_heads + warps - 1) / warps : 1;
-  launch_pdl(a.pdl, qk_prep_kernel<KV>, dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(head_blocks)),
-             dim3(32 * warps), warps * a.head_dim * sizeof(float), s, a);
+  if (!(a.dec_mma_mt > 0 && a.dec_fused_prep))  // (else the tensor-core decode kernel does its work)
+    launch_pdl(a.pdl, qk_prep_kernel<KV>, dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(head_blocks)),
+               dim3(32 * warps), warps * a.head_dim * sizeof(float), s, a);
   // The flash (prefill) and split-KV decode kernels; with the context split (a decode batch, or a
   // short prefill chunk on a long context), the combine kernel merges their partials.
   const bool launched = a.flash_tiles > 0 ? (launch_flash_attention(a, s), true)

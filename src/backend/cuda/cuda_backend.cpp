@@ -720,6 +720,7 @@ void CudaKernels::attention_part(const AttentionParams& p, const Tensor& qkv, co
       a.dec_mma_kg = mma.key_groups;
       a.dec_mma_bn = mma.keys_per_tile;
       a.dec_mma_stages = mma.stages;
+      a.dec_fused_prep = o.decode_fused_prep;
       a.n_split = cuda::decode_attention_mma_splits(S, nkv, hd, mma, o);
       a.dec_min_keys = std::max(1, o.decode_min_keys);
     } else if (a.decode_kernel) {

@@ -1,7 +1,7 @@
 // Split-KV decode / verification attention on tensor cores (flash-decoding with mma.sync), for
 // bf16 and fp8 KV caches. Reference: backend/cpu/cpu_attention.cpp; qk_prep_kernel
 // (cuda_attention.cu) has normalised and rotated q into q_scratch [T, nh, HD] (f32) and written
-// this step's k, v into the paged cache.
+// this step's k, v into the paged cache, or (AttnArgs::dec_fused_prep) the kernel does both itself.
 //
 // Grid (sequence, kv head, split). A block serves every query row that reads this KV head: the
 // G heads of the GQA group for each of the sequence's tokens in the batch (1 for decode, k + 1
@@ -38,6 +38,7 @@
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_qk_prep.cuh"
 
 namespace deltaserve::cuda {
 
@@ -163,17 +164,50 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) decode_mma_kernel(AttnArgs 
   }
   pdl_wait();  // cuda_pdl.cuh: a small kernel waits, then lets the next one launch
   pdl_trigger();  // (a GEMV: it starts streaming its weights)
+  // qk_prep's work (AttnArgs::dec_fused_prep) in a part of shared memory the pipeline does not use
+  // before its loop (the last stage's tile; for fp8 the widened tile): first the keys and values of
+  // this step's positions in this split's range (a warp per token; no other block reads them),
+  // before the tiles that hold them are copied; then every query row of the block, [rows][HD] f32.
+  float* prep = reinterpret_cast<float*>(kRaw ? smem : smem + std::size_t(STAGES - 1) * mma_tile_bytes(HD, BN));
+  const int q_width = a.output_gate ? 2 * HD : HD;
+  const int64_t q_cols = int64_t(nh) * q_width, kv_cols = int64_t(nkv) * HD;
+  if (a.dec_fused_prep) {
+    for (int i = warp; i < n_s; i += nthreads / 32) {
+      const int32_t pos = a.positions[t0 + i];
+      const int32_t block = pos >= j_begin && pos < j_end ? bt[pos / bs] : -1;
+      if (block < 0) continue;
+      const int64_t cache_row = ((int64_t(block) * bs + pos % bs) * nkv + kvh) * HD;
+      const float* r = a.qkv + int64_t(t0 + i) * (q_cols + 2 * kv_cols) + q_cols + int64_t(kvh) * HD;
+      St* kd = const_cast<St*>(kc) + cache_row;
+      norm_rope_row(r, a.k_norm, HD, a.rotary_dim / 2, a.inv_freq, pos, a.eps, prep + warp * HD, lane,
+                    [&](int d, float o) { kd[d] = kv_encode<KV>(o * a.k_inv_scale); });
+      St* vd = const_cast<St*>(vc) + cache_row;
+      for (int d = lane; d < HD; d += 32) vd[d] = kv_encode<KV>(r[kv_cols + d] * a.v_inv_scale);
+    }
+    __syncthreads();  // the new cache rows stored before their tiles' copies; prep free again
+  }
 #pragma unroll
   for (int p = 0; p < STAGES - 1; ++p) {
     if (p < issued) continue;
     if (p < n_tiles) load_tile(p);
     cp_async_commit();
   }
+  if (a.dec_fused_prep) {
+    for (int r = warp; r < n_s * G; r += nthreads / 32) {
+      const float* src = a.qkv + int64_t(t0 + r / G) * (q_cols + 2 * kv_cols) + int64_t(kvh * G + r % G) * q_width;
+      float* row = prep + std::size_t(r) * HD;
+      norm_rope_row(src, a.q_norm, HD, a.rotary_dim / 2, a.inv_freq, a.positions[t0 + r / G], a.eps, row, lane,
+                    [&](int d, float o) { row[d] = o; });
+    }
+    __syncthreads();  // (the first tile copied into prep's space comes after the loop's first barrier)
+  }
   // Q fragments: hi in rows 0-7 (a0, a2), lo in rows 8-15 (a1, a3), pre-scaled into the exp2 domain.
   uint32_t qf[KT][4];
   {
     const float qs = a.scale * a.k_scale * kLog2e;
-    const float* qp = a.q_scratch + (int64_t(t0 + (row_ok ? tok : 0)) * nh + kvh * G + g) * HD + 2 * (lane & 3);
+    const float* qp = a.dec_fused_prep
+                          ? prep + std::size_t(row_ok ? qrow : 0) * HD + 2 * (lane & 3)
+                          : a.q_scratch + (int64_t(t0 + (row_ok ? tok : 0)) * nh + kvh * G + g) * HD + 2 * (lane & 3);
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
 #pragma unroll
@@ -352,7 +386,10 @@ void launch(const AttnArgs& a, cudaStream_t s) {
   }
   const dim3 grid(static_cast<unsigned>(a.n_seqs), static_cast<unsigned>(a.n_kv_heads),
                   static_cast<unsigned>(a.n_split));
-  launch_pdl(a.pdl || a.pdl_chain, decode_mma_kernel<HD, KV, BN, STAGES>, grid, dim3(32 * a.dec_mma_mt * a.dec_mma_kg), smem, s, a);
+  // By PDL after one of ours: a one-row step's GEMV, or in a chain qk_prep (with the prep folded
+  // in, a chain's kernel before this one is cuBLAS's, which PDL does not help: cuda_backend.cpp).
+  launch_pdl(a.pdl || (a.pdl_chain && !a.dec_fused_prep), decode_mma_kernel<HD, KV, BN, STAGES>, grid,
+             dim3(32 * a.dec_mma_mt * a.dec_mma_kg), smem, s, a);
   DS_CUDA_LAUNCH_CHECK();
 }
 

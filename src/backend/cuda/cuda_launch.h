@@ -156,6 +156,10 @@ struct AttnArgs {
   // (sequence, KV head, split), dec_mma_mt m-tiles of 8 query rows x dec_mma_kg key groups of
   // warps, tiles of dec_mma_bn keys in a dec_mma_stages-deep pipeline (DecodeMmaPlan).
   int dec_mma_mt = 0, dec_mma_kg = 0, dec_mma_bn = 64, dec_mma_stages = 3;
+  // ... which also does qk_prep's work (no qk_prep launch): each split block writes the keys and
+  // values of this step's positions in its range into the cache, and normalises and rotates its
+  // query rows itself (the same arithmetic: cuda_qk_prep.cuh). q_scratch is then not written.
+  bool dec_fused_prep = false;
   // Tensor-core prefill path (cuda_flash_attention.cu), when flash_tiles > 0: one block per
   // (token tile of 16 * flash_mt tokens of one sequence, KV head, flash_hb query heads of its
   // group); flash_tiles = sum over sequences of ceil(tokens / (16 * flash_mt)).
