@@ -243,6 +243,10 @@ int cmd_bench_offline(const Args& args) {
     std::fprintf(stderr, "deltaserve bench-offline: %s\n", range_error.c_str());
     return 2;
   }
+  if (Status s = single_replica_only(opts, "bench-offline"); !s) {
+    std::fprintf(stderr, "deltaserve bench-offline: %s\n", s.message().c_str());
+    return 2;
+  }
   SamplingParams sampling;  // greedy unless --temperature
   sampling.temperature = static_cast<float>(*temperature);
   sampling.top_p = static_cast<float>(*top_p);
@@ -257,10 +261,6 @@ int cmd_bench_offline(const Args& args) {
   std::printf("%-8s %-6s %8s %14s %14s %17s %14s %12s%s\n", "threads", "batch", "context", "prefill tok/s", "decode tok/s",
               "decode-only tok/s", "weights GB/s", "accept len",
               workload ? "  workload tok/s  TTFT p50 / p99 ms" : "");
-  if (Status s = single_replica_only(opts, "bench-offline"); !s) {
-    std::fprintf(stderr, "deltaserve bench-offline: %s\n", s.message().c_str());
-    return 2;
-  }
   for (int t : *threads) {
     // The workload's size, unless the flags say otherwise.
     ServeOptions o = opts;

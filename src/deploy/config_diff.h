@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "deploy/unit_file.h"
 #include "options/serve_options.h"
 #include "util/status.h"
 
@@ -29,8 +30,9 @@ struct ConfigSource {
 // `spec`: digits = launch id (read from <state_dir>/launches.sqlite); an existing file = unit,
 // TOML or script (by content); anything else = a command line given as text.
 Result<ConfigSource> load_config_source(const std::string& spec, const std::filesystem::path& state_dir);
-// The same from text already read (`name` labels errors).
-Result<ConfigSource> config_source_from_unit(const std::string& text, const std::string& name);
+// The same from text already read (`name` labels errors); a unit with its drop-ins' text.
+Result<ConfigSource> config_source_from_unit(const std::string& text, const std::string& name,
+                                             const std::vector<UnitDropIn>& drop_ins = {});
 Result<ConfigSource> config_source_from_script(const std::string& text, const std::string& name);
 Result<ConfigSource> config_source_from_toml(const std::string& text, const std::string& name);
 // A recorded launch: its effective settings, explicit args and environment ("env:NAME").

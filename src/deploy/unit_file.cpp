@@ -139,11 +139,19 @@ bool read_environment_file(const std::string& path, std::vector<std::pair<std::s
 
 }  // namespace
 
-Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name) {
+Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name,
+                                const std::vector<UnitDropIn>& drop_ins) {
   UnitExec unit;
   std::string section, exec;
   std::vector<std::pair<std::string, bool>> env_files;  // path, optional ("-")
-  for (const auto& raw : logical_lines(text)) {
+  // The unit's logical lines, then each drop-in's (a file starts outside any section).
+  std::vector<std::string> lines = logical_lines(text);
+  for (const auto& d : drop_ins) {
+    lines.push_back("[]");
+    for (auto& l : logical_lines(d.text)) lines.push_back(std::move(l));
+    unit.notes.push_back("drop-in " + d.name + " was read after " + name);
+  }
+  for (const auto& raw : lines) {
     std::string line = trim(raw);
     if (line.empty()) continue;
     if (line.front() == '[') {
@@ -166,8 +174,8 @@ Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name
     } else if (key == "EnvironmentFile") {
       const bool optional = !value.empty() && value[0] == '-';
       env_files.emplace_back(optional ? value.substr(1) : value, optional);
-    } else if (key == "ExecStart" && !value.empty()) {
-      exec = value;
+    } else if (key == "ExecStart") {
+      exec = value;  // an empty one clears the command (a drop-in's way to replace it)
     }
   }
   if (exec.empty()) return error(name, ": no ExecStart= line in a [Service] section");

@@ -10,13 +10,22 @@
 
 namespace deltaserve {
 
+// A drop-in of the unit (NAME.service.d/*.conf): read after the unit itself, in file-name order.
+struct UnitDropIn {
+  std::string name;  // labels errors and notes
+  std::string text;
+};
+
 struct UnitExec {
   std::vector<std::string> words;                            // ExecStart=, split and expanded
   std::vector<std::pair<std::string, std::string>> environment;  // NAME, value (in order; later wins)
   std::vector<std::string> notes;                            // what was not read, and why
 };
 
-// `name` labels errors. Fails without a [Service] ExecStart= or on a quote left open.
-Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name);
+// `name` labels errors. Fails without a [Service] ExecStart= or on a quote left open. The drop-ins'
+// lines come after the unit's, as systemd reads them (systemd.unit(5)): Environment= adds, a later
+// ExecStart= replaces (systemd wants an empty "ExecStart=" first, which clears it).
+Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name,
+                                const std::vector<UnitDropIn>& drop_ins = {});
 
 }  // namespace deltaserve

@@ -325,6 +325,48 @@ TEST_F(TempDir, UnitEnvironmentFileIsRead) {
   EXPECT_NE(unread.status().message().find("/nonexistent/sglang.env"), std::string::npos) << unread.status().message();
 }
 
+// The overrides `systemctl edit` writes (NAME.service.d/*.conf beside the unit) are read after it,
+// in file-name order: an empty ExecStart= clears the command and the next line replaces it,
+// Environment= adds to the unit's, a later file wins, and files not named *.conf are not read.
+TEST_F(TempDir, UnitDropInsOverrideTheUnit) {
+  const auto unit_path = dir_ / "sglang.service";
+  std::ofstream(unit_path) << "[Service]\nEnvironment=CTX=32768\n"
+                              "ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m "
+                              "--context-length ${CTX} --speculative-num-steps 1\n";
+  auto plain = load_config_source(unit_path.string(), dir_);
+  ASSERT_TRUE(plain) << plain.status().message();
+  EXPECT_EQ(setting(*plain, "context-length"), "32768");
+  EXPECT_EQ(setting(*plain, "speculative-num-steps"), "1");
+
+  std::filesystem::create_directories(dir_ / "sglang.service.d");
+  std::ofstream(dir_ / "sglang.service.d" / "20-speed.conf")
+      << "[Service]\nExecStart=\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m "
+         "--context-length ${CTX} --speculative-algorithm NEXTN --speculative-num-steps 3 \\\n"
+         "  --max-running-requests 16\n";
+  std::ofstream(dir_ / "sglang.service.d" / "10-ctx.conf") << "[Service]\nEnvironment=CTX=131072\n";
+  std::ofstream(dir_ / "sglang.service.d" / "30-ignored.conf.bak") << "[Service]\nEnvironment=CTX=1\n";
+  auto edited = load_config_source(unit_path.string(), dir_);
+  ASSERT_TRUE(edited) << edited.status().message();
+  EXPECT_EQ(setting(*edited, "context-length"), "131072");
+  EXPECT_EQ(setting(*edited, "speculative-num-steps"), "3");
+  EXPECT_EQ(setting(*edited, "max-running-requests"), "16");
+  std::string notes;
+  for (const auto& n : edited->notes) notes += n + "\n";
+  EXPECT_NE(notes.find("sglang.service.d/10-ctx.conf"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("sglang.service.d/20-speed.conf"), std::string::npos) << notes;
+  EXPECT_EQ(notes.find("30-ignored"), std::string::npos) << notes;
+  // The diff against the unit alone names what the overrides changed.
+  auto rows = by_key(diff_sources(*plain, *edited));
+  ASSERT_TRUE(rows.count("context-length"));
+  EXPECT_EQ(rows["context-length"].b, "131072");
+
+  // A drop-in that clears ExecStart= and sets none leaves the unit without a command.
+  std::ofstream(dir_ / "sglang.service.d" / "40-clear.conf") << "[Service]\nExecStart=\n";
+  auto cleared = load_config_source(unit_path.string(), dir_);
+  ASSERT_FALSE(cleared);
+  EXPECT_NE(cleared.status().message().find("no ExecStart="), std::string::npos) << cleared.status().message();
+}
+
 // A launch id past int64 was an uncaught std::out_of_range (abort) in `config show/diff`.
 TEST_F(TempDir, HugeLaunchIdIsAnError) {
   auto huge = load_config_source("99999999999999999999999", dir_);

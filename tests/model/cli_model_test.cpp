@@ -251,6 +251,19 @@ TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
   }
 }
 
+// bench-offline refuses serve's flags and data parallelism before it prints its table: a refused
+// run leaves no header that reads like the start of results.
+TEST(CliErrors, BenchOfflineRefusesBeforeItsTable) {
+  for (const char* args : {"bench-offline --batch 1 --prompt-len 8 --gen-len 2 --state-dir /tmp/ds-cli-test-none",
+                           "bench-offline --batch 1 --prompt-len 8 --gen-len 2 --dp-size 2"}) {
+    RunResult r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << args << " -> " << r.out;
+    EXPECT_NE(r.out.find("deltaserve bench-offline: --"), std::string::npos) << args << " -> " << r.out;
+    EXPECT_EQ(r.out.find("prefill context"), std::string::npos) << args << " -> " << r.out;
+    EXPECT_EQ(r.out.find("threads  batch"), std::string::npos) << args << " -> " << r.out;
+  }
+}
+
 // `history` with a state folder that holds no launch database (a typo, another user's HOME) says
 // so and creates nothing there.
 TEST(CliHistory, MissingStateDirIsReportedNotCreated) {
