@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "app/batch_rates.h"
 #include "app/cli_args.h"
 #include "app/engine_setup.h"
 #include "app/speculation_choice.h"
@@ -52,22 +53,15 @@ GenerateRequest random_request(Engine& e, std::mt19937_64& rng, const SamplingPa
 }
 
 // B requests submitted at once, each drained by its own reader thread (event times are when the
-// engine emitted them, not when a single reader got round to a stream).
-// decode_tok_s: tokens after each sequence's first, from the first token of any sequence to the
-// last; it includes steps shared with other sequences' prefill chunks. decode_only_tok_s: tokens
-// emitted once every sequence had its first token (pure decode steps), over that span.
+// engine emitted them, not when a single reader got round to a stream); figures: app/batch_rates.h.
 RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int prompt_len, int gen_len, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<std::shared_ptr<RequestStream>> streams;
   const double t0 = now_seconds();
   for (int b = 0; b < batch; ++b)
     streams.push_back(e.submit(random_request(e, rng, sampling, prompt_len, gen_len, seed * 1000 + uint64_t(b))));
-  struct Emitted {
-    double time;
-    int tokens;
-  };
-  std::vector<std::vector<Emitted>> emitted(batch);  // [batch][events]
-  std::vector<double> first(batch, 0), last(batch, 0), accept(batch, 0);
+  std::vector<std::vector<EmittedTokens>> emitted(batch);  // [batch][events]
+  std::vector<double> accept(batch, 0);
   std::vector<std::string> errors(batch);
   std::vector<std::thread> readers;
   for (int b = 0; b < batch; ++b) {
@@ -76,11 +70,9 @@ RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int pr
       while (auto ev = streams[b]->events.pop()) {
         const double now = now_seconds();
         if (!ev->tokens.empty()) {
-          if (first[b] == 0) first[b] = now;
-          emitted[b].push_back({now, static_cast<int>(ev->tokens.size())});
+          emitted[b].push_back(EmittedTokens{now, static_cast<int>(ev->tokens.size())});
         }
         if (ev->finish != FinishReason::None) {
-          last[b] = now;
           accept[b] = ev->accept_length;
           if (ev->finish == FinishReason::Error) errors[b] = ev->error.empty() ? "request failed" : ev->error;
           break;
@@ -95,18 +87,11 @@ RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int pr
       res.error = err;  // the figures of a failed run mean nothing
       return res;
     }
-  const double end = *std::max_element(last.begin(), last.end());
-  const double first_any = *std::min_element(first.begin(), first.end());
-  const double first_all = *std::max_element(first.begin(), first.end());
-  int after_all = 0;
-  for (int b = 0; b < batch; ++b)
-    for (const Emitted& x : emitted[b]) {
-      res.generated += x.tokens;
-      if (x.time > first_all) after_all += x.tokens;
-    }
-  res.prefill_tok_s = double(batch) * prompt_len / (first_any - t0);
-  res.decode_tok_s = end > first_any ? double(res.generated - batch) / (end - first_any) : 0;
-  res.decode_only_tok_s = end > first_all ? double(after_all) / (end - first_all) : 0;
+  const BatchRates rates = batch_rates(t0, prompt_len, emitted);
+  res.generated = rates.generated;
+  res.prefill_tok_s = rates.prefill_tok_s;
+  res.decode_tok_s = rates.decode_tok_s;
+  res.decode_only_tok_s = rates.decode_only_tok_s;
   for (double a : accept) res.accept_length += a / batch;
   return res;
 }
@@ -336,6 +321,9 @@ int cmd_bench_offline(const Args& args) {
                   pre.prefill_tok_s, r.decode_tok_s, r.decode_only_tok_s, gbps, r.accept_length);
       if (workload) std::printf(" %16.1f %8.1f / %.1f", wl.output_tok_s, wl.ttft_p50_ms, wl.ttft_p99_ms);
       std::printf("\n");
+      if (b > 1 && r.decode_only_tok_s == 0)
+        std::fprintf(stderr, "  batch %d: no step decoded all %d sequences (their prompts' prefill staggered them by more "
+                     "than --gen-len): decode-only tok/s is 0\n", b, b);
       std::fprintf(stderr, "  batch %d: %.0f steps, per step %.3f ms = forward %.3f + sampling %.3f + drafts %.3f + other %.3f\n",
                    b, n_steps, step_ms, fwd_ms, smp_ms, drf_ms, step_ms - fwd_ms - smp_ms - drf_ms);
       // Decode steps only (no prefill chunk in the batch): the step time of decoding itself.
