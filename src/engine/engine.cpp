@@ -407,13 +407,13 @@ void Engine::loop() {
     }
     if (flush_ticket) {
       const bool ok = scheduler_->flush_prefix_cache();
+      update_stats();  // published before flush_cache() returns: /metrics after /flush_cache shows it
       {
         std::lock_guard<std::mutex> lock(mutex_);
         flush_ok_ = ok;
         flush_done_ = flush_ticket;
       }
       flush_cv_.notify_all();
-      update_stats();
     }
     // A step in flight holds its sequences: arrivals and cancels wait until it is collected
     // (overlap_step chains nothing while any are pending).

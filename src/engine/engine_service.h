@@ -63,7 +63,8 @@ class EngineService {
   virtual std::vector<EngineStats> replica_stats() const { return {}; }
   virtual int64_t context_length() const = 0;  // prompt + generated tokens at most
   // Empties the prefix cache (SGLang's /flush_cache). False when requests are running or waiting
-  // (nothing is dropped then), or when the engine does not answer within a few seconds.
+  // (nothing is dropped then), or when the engine does not answer within a few seconds. On return
+  // stats() already shows the emptied cache.
   virtual bool flush_cache() { return false; }
 };
 

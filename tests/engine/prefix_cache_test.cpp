@@ -141,8 +141,9 @@ TEST_P(PrefixCacheEquivalence, GreedyOutputsEqualThoseWithoutTheCache) {
   const EngineStats st = cached->stats();
   EXPECT_GT(st.cached_blocks, 0);
   EXPECT_GT(st.prompt_tokens_cached_total, 0u);
+  // flush_cache() returns once the engine's published stats show the emptied cache (/metrics read
+  // right after /flush_cache once showed the old count: the stats were published after the answer).
   EXPECT_TRUE(cached->flush_cache());
-  for (int i = 0; i < 100 && cached->stats().cached_blocks != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(cached->stats().cached_blocks, 0);
   EXPECT_EQ(cached->stats().cached_checkpoints, 0);
 }
