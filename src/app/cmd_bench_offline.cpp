@@ -31,9 +31,8 @@ namespace deltaserve {
 
 namespace {
 
-struct RunResult {
-  double prefill_tok_s = 0, decode_tok_s = 0, decode_only_tok_s = 0, accept_length = 0;
-  int generated = 0;
+struct RunResult : BatchRates {
+  double accept_length = 0;
   std::string error;  // the first failed request's error ("" = every request finished)
 };
 
@@ -87,11 +86,7 @@ RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int pr
       res.error = err;  // the figures of a failed run mean nothing
       return res;
     }
-  const BatchRates rates = batch_rates(t0, prompt_len, emitted);
-  res.generated = rates.generated;
-  res.prefill_tok_s = rates.prefill_tok_s;
-  res.decode_tok_s = rates.decode_tok_s;
-  res.decode_only_tok_s = rates.decode_only_tok_s;
+  static_cast<BatchRates&>(res) = batch_rates(t0, prompt_len, emitted);
   for (double a : accept) res.accept_length += a / batch;
   return res;
 }

@@ -366,24 +366,7 @@ Result<ConfigSource> load_config_source_unredacted(const std::string& spec, cons
     const std::string ext = fs::path(spec).extension().string();
     if (ext == ".toml") return config_source_from_toml(text, label);
     if (ext == ".service" || text.find("[Service]") != std::string::npos) {
-      // `systemctl edit` writes its overrides to NAME.service.d/*.conf beside the unit; systemd
-      // reads them after it, in file-name order. (Drop-ins in systemd's other directories, such
-      // as /run/systemd/system, are not looked for.)
-      std::vector<UnitDropIn> drop_ins;
-      const fs::path dir = spec + ".d";
-      if (fs::is_directory(dir, ec)) {
-        std::vector<fs::path> confs;
-        for (const auto& e : fs::directory_iterator(dir, ec))
-          if (e.path().extension() == ".conf") confs.push_back(e.path());
-        std::sort(confs.begin(), confs.end(), [](const fs::path& a, const fs::path& b) {
-          return a.filename().string() < b.filename().string();
-        });
-        for (const auto& c : confs) {
-          std::string t;
-          if (!read_file(c.string(), &t)) return error("cannot read ", c.string(), " (a drop-in of ", label, ")");
-          drop_ins.push_back({label + ".d/" + c.filename().string(), std::move(t)});
-        }
-      }
+      DS_ASSIGN_OR_RETURN(std::vector<UnitDropIn> drop_ins, read_unit_drop_ins(spec, label));
       return config_source_from_unit(text, label, drop_ins);
     }
     return config_source_from_script(text, label);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -138,6 +139,27 @@ bool read_environment_file(const std::string& path, std::vector<std::pair<std::s
 }
 
 }  // namespace
+
+Result<std::vector<UnitDropIn>> read_unit_drop_ins(const std::string& unit_path, const std::string& label) {
+  namespace fs = std::filesystem;
+  std::vector<UnitDropIn> drop_ins;
+  std::error_code ec;
+  const fs::path dir = unit_path + ".d";
+  if (!fs::is_directory(dir, ec)) return drop_ins;
+  std::vector<fs::path> confs;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".conf") confs.push_back(e.path());
+  std::sort(confs.begin(), confs.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
+  for (const auto& c : confs) {
+    std::ifstream in(c);
+    if (!in) return error("cannot read ", c.string(), " (a drop-in of ", label, ")");
+    std::stringstream text;
+    text << in.rdbuf();
+    drop_ins.push_back({label + ".d/" + c.filename().string(), text.str()});
+  }
+  return drop_ins;
+}
 
 Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name,
                                 const std::vector<UnitDropIn>& drop_ins) {

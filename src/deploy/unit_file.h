@@ -22,6 +22,12 @@ struct UnitExec {
   std::vector<std::string> notes;                            // what was not read, and why
 };
 
+// The drop-ins systemd reads after the unit file at `unit_path` (`systemctl edit` writes overrides
+// there): NAME.service.d/*.conf beside it, in file-name order, each named "<label>.d/<file>".
+// Drop-ins in systemd's other directories (/run/systemd/system, ...) are not looked for. Fails on
+// one that cannot be read.
+Result<std::vector<UnitDropIn>> read_unit_drop_ins(const std::string& unit_path, const std::string& label);
+
 // `name` labels errors. Fails without a [Service] ExecStart= or on a quote left open. The drop-ins'
 // lines come after the unit's, as systemd reads them (systemd.unit(5)): Environment= adds, a later
 // ExecStart= replaces (systemd wants an empty "ExecStart=" first, which clears it).
