@@ -201,10 +201,10 @@ TEST_P(OverlapSchedule, SampledStepsChainAndDrawTheTokensOfSteppingOneAtATime) {
   with_penalty[5].sampling.presence_penalty = 0.5f;
   with_penalty[5].max_tokens = 9;
   // Each round on a fresh engine, every request submitted before its first step, so that every run
-  // has the same batches. (A CPU matmul's rounding depends on its row count, kSmallM / kMr tiles in
-  // cpu_matmul_kernels.h: a request that joined a step later put its decode rows beside another's
-  // prefill, and a draw at temperature 1 flipped to the neighbouring token id; 1 run in ~60 under
-  // load, seen in CI.)
+  // has the same batches. (The GPU's GEMMs round by row count: a request that joins a step later
+  // puts its decode rows beside another's prefill, and a draw at temperature 1 can flip to the
+  // neighbouring token id. The CPU matmul used to as well, 1 run in ~60 under load in CI; it is
+  // batch invariant now, tests/model/batch_invariance_test.cpp.)
   auto run_round = [&](bool overlap, const std::vector<Ask>& round, EngineStats* stats) {
     std::vector<Answer> out;
     auto e = make(overlap, true, true, /*start=*/false);

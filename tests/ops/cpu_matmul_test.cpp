@@ -8,6 +8,7 @@
 // while catching any wrong, missing or doubled term (each term is >= 0.01 of the sum's scale / k).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -273,6 +274,80 @@ INSTANTIATE_TEST_SUITE_P(All, CpuMatmulMultiTest,
                          testing::Values(CpuIsa::Portable, CpuIsa::Avx2, CpuIsa::Avx512),
                          [](const testing::TestParamInfo<CpuIsa>& info) {
                            return std::string(cpu_isa_name(info.param));
+                         });
+
+// Batch invariance (cpu_matmul_kernels.h): a row's result is the same bits whatever rows are
+// computed beside it, for every tile shape (1, 2, 3 rows; the GEMM tile and its tails; the L2 row
+// blocks), k over several k blocks and odd, n with a partial panel, accumulate or not, one thread
+// or the work split between two (rows or panels). The reference is each row computed alone.
+enum class InvariancePath { Portable, Avx2, Avx512, Portable16 };
+
+class CpuMatmulBatchInvarianceTest : public testing::TestWithParam<InvariancePath> {};
+
+TEST_P(CpuMatmulBatchInvarianceTest, EveryRowIsTheSameBitsAtEveryRowCount) {
+  const InvariancePath path = GetParam();
+  const CpuIsa isa = path == InvariancePath::Avx2     ? CpuIsa::Avx2
+                     : path == InvariancePath::Avx512 ? CpuIsa::Avx512
+                                                      : CpuIsa::Portable;
+  if (!cpu_isa_supported(isa)) GTEST_SKIP() << cpu_isa_name(isa) << " not supported by this CPU";
+  ThreadPool pool1(1), pool2(2);
+  std::mt19937 rng(11);
+  const int64_t kRows = 200;
+  for (DType dtype : {DType::BF16, DType::F32})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{50, 777}, {96, 256}, {33, 1030}, {200, 64}}) {
+      TestWeight tw = make_weight(dtype, n, k, rng);
+      const cpu::PackedWeight pw = cpu::packed_view(tw.w);
+      const int64_t ldx = k + 1, ldo = n + 2;
+      const std::vector<float> x = make_x(kRows, k, ldx, rng);
+      std::vector<float> init(static_cast<size_t>(kRows * ldo));
+      for (float& v : init) v = nonzero(rng);
+      // Rows [m0, m1) of x into out (threads: 1, or 2 with the work split as cpu_matmul splits it).
+      auto run = [&](std::vector<float>& out, int64_t m0, int64_t m1, bool acc, int threads, int split) {
+        const float* xr = x.data() + m0 * ldx;
+        float* o = out.data() + m0 * ldo;
+        if (path != InvariancePath::Portable16) {
+          cpu_matmul(threads == 1 ? pool1 : pool2, xr, m1 - m0, ldx, tw.w, o, ldo, acc, isa);
+          return;
+        }
+        const cpu::MatmulArgs a{xr, ldx, o, ldo, acc};
+        const int64_t m = m1 - m0, mh = split == 1 ? m / 2 : m, ph = split == 2 ? pw.n_panels / 2 : pw.n_panels;
+        for (auto [r0, r1] : {std::pair{int64_t{0}, mh}, std::pair{mh, m}})
+          for (auto [p0, p1] : {std::pair{int64_t{0}, ph}, std::pair{ph, pw.n_panels}})
+            cpu::matmul_block_portable16(pw, a, r0, r1, p0, p1);
+      };
+      for (int acc = 0; acc < 2; ++acc) {
+        std::vector<float> alone = init;
+        for (int64_t i = 0; i < kRows; ++i) run(alone, i, i + 1, acc != 0, 1, 0);
+        for (int64_t m : {2, 3, 4, 5, 7, 8, 9, 12, 13, 17, 24, 25, 63, 64, 65, 97, 200})
+          for (int variant = 0; variant < 3; ++variant) {  // 1 thread; 2 threads (row / panel split)
+            std::vector<float> batch = init;
+            const int64_t m0 = (m * 7) % 5;  // the rows need not start at row 0
+            const int64_t m1 = std::min(kRows, m0 + m);
+            run(batch, m0, m1, acc != 0, variant == 0 ? 1 : 2, variant);
+            for (int64_t i = m0; i < m1; ++i)
+              if (std::memcmp(&batch[i * ldo], &alone[i * ldo], n * sizeof(float)) != 0) {
+                int64_t j = 0;
+                while (batch[i * ldo + j] == alone[i * ldo + j]) ++j;
+                FAIL() << dtype_name(dtype) << " n " << n << " k " << k << " acc " << acc << ": rows ["
+                       << m0 << ", " << m1 << ") variant " << variant << ": row " << i << " col " << j << " is "
+                       << batch[i * ldo + j] << " in the batch, " << alone[i * ldo + j] << " alone";
+              }
+          }
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CpuMatmulBatchInvarianceTest,
+                         testing::Values(InvariancePath::Portable, InvariancePath::Avx2, InvariancePath::Avx512,
+                                         InvariancePath::Portable16),
+                         [](const testing::TestParamInfo<InvariancePath>& info) {
+                           switch (info.param) {
+                             case InvariancePath::Portable: return std::string("portable");
+                             case InvariancePath::Avx2: return std::string("avx2");
+                             case InvariancePath::Avx512: return std::string("avx512");
+                             case InvariancePath::Portable16: return std::string("portable16");
+                           }
+                           return std::string("?");
                          });
 
 TEST(CpuMatmulIsa, BestIsSupportedAndNamed) {
