@@ -89,58 +89,29 @@ DS_VEC_CLONES float axpy_dot(float* y, float alpha, const float* x, const float*
   return r;
 }
 
+namespace {
+// R query rows against one key block: the rows share each key row's loads, R x kKeyBlock / lanes
+// independent FMA chains; each row's sums as for one row.
+template <int R>
+[[gnu::always_inline]] inline void scores_rows(const float* q, const float* kt, int hd, float scale, float* s) {
+  float a[R][kKeyBlock] = {};
+  for (int d = 0; d < hd; ++d) {
+    const float* k = kt + int64_t(d) * kKeyBlock;
+    float x[R];
+    for (int r = 0; r < R; ++r) x[r] = q[int64_t(r) * hd + d];
+    for (int j = 0; j < kKeyBlock; ++j)
+      for (int r = 0; r < R; ++r) a[r][j] += x[r] * k[j];
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < kKeyBlock; ++j) s[int64_t(r) * kKeyBlock + j] = a[r][j] * scale;
+}
+}  // namespace
+
 DS_VEC_CLONES void scores_block(const float* q, int rows, const float* kt, int hd, float scale, float* s) {
   int r = 0;
-  for (; r + 4 <= rows; r += 4) {  // four rows share each key row's loads (the sums as for one row)
-    const float* q0 = q + int64_t(r) * hd;
-    const float* q1 = q0 + hd;
-    const float* q2 = q1 + hd;
-    const float* q3 = q2 + hd;
-    float a0[kKeyBlock] = {}, a1[kKeyBlock] = {}, a2[kKeyBlock] = {}, a3[kKeyBlock] = {};
-    for (int d = 0; d < hd; ++d) {
-      const float* k = kt + int64_t(d) * kKeyBlock;
-      const float x0 = q0[d], x1 = q1[d], x2 = q2[d], x3 = q3[d];
-      for (int j = 0; j < kKeyBlock; ++j) {
-        a0[j] += x0 * k[j];
-        a1[j] += x1 * k[j];
-        a2[j] += x2 * k[j];
-        a3[j] += x3 * k[j];
-      }
-    }
-    for (int j = 0; j < kKeyBlock; ++j) {
-      s[int64_t(r) * kKeyBlock + j] = a0[j] * scale;
-      s[int64_t(r + 1) * kKeyBlock + j] = a1[j] * scale;
-      s[int64_t(r + 2) * kKeyBlock + j] = a2[j] * scale;
-      s[int64_t(r + 3) * kKeyBlock + j] = a3[j] * scale;
-    }
-  }
-  for (; r + 2 <= rows; r += 2) {  // two rows: 2 x kKeyBlock / lanes independent FMA chains
-    const float* q0 = q + int64_t(r) * hd;
-    const float* q1 = q0 + hd;
-    float a0[kKeyBlock] = {}, a1[kKeyBlock] = {};
-    for (int d = 0; d < hd; ++d) {
-      const float* k = kt + int64_t(d) * kKeyBlock;
-      const float x0 = q0[d], x1 = q1[d];
-      for (int j = 0; j < kKeyBlock; ++j) {
-        a0[j] += x0 * k[j];
-        a1[j] += x1 * k[j];
-      }
-    }
-    for (int j = 0; j < kKeyBlock; ++j) {
-      s[int64_t(r) * kKeyBlock + j] = a0[j] * scale;
-      s[int64_t(r + 1) * kKeyBlock + j] = a1[j] * scale;
-    }
-  }
-  for (; r < rows; ++r) {
-    const float* q0 = q + int64_t(r) * hd;
-    float a0[kKeyBlock] = {};
-    for (int d = 0; d < hd; ++d) {
-      const float* k = kt + int64_t(d) * kKeyBlock;
-      const float x0 = q0[d];
-      for (int j = 0; j < kKeyBlock; ++j) a0[j] += x0 * k[j];
-    }
-    for (int j = 0; j < kKeyBlock; ++j) s[int64_t(r) * kKeyBlock + j] = a0[j] * scale;
-  }
+  for (; r + 4 <= rows; r += 4) scores_rows<4>(q + int64_t(r) * hd, kt, hd, scale, s + int64_t(r) * kKeyBlock);
+  for (; r + 2 <= rows; r += 2) scores_rows<2>(q + int64_t(r) * hd, kt, hd, scale, s + int64_t(r) * kKeyBlock);
+  for (; r < rows; ++r) scores_rows<1>(q + int64_t(r) * hd, kt, hd, scale, s + int64_t(r) * kKeyBlock);
 }
 
 namespace {
