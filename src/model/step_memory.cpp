@@ -108,12 +108,15 @@ StepMemory step_memory(const ModelConfig& c, const StepShape& s) {
     if (tp > 1) m.scratch += 2 * std::min(collective, kPeerAllReduceMaxBytes);
   } else {
     // CpuKernels: attention's q [T, nh, hd] or the GDN conv output [T, conv] (slot 0); per thread
-    // an attention tile's buffers (backend/cpu/vec.h) or a head's state (slot 1).
+    // an attention tile's buffers, the GDN conv's tile (backend/cpu/vec.h) or a head's state
+    // (slot 1). Each slot starts on a cache line (+64 bytes).
     const int64_t threads = std::max(1, s.cpu_threads);
     const int64_t group = std::max<int64_t>(1, r.n_heads / r.n_kv_heads);
     m.scratch = std::max(T * n_q + threads * r.head_dim, T * r.conv_dim) * f;
-    m.scratch += threads * std::max(vec::attention_tile_floats(group, r.head_dim),
-                                    2 * r.k_head_dim + r.v_head_dim * r.k_head_dim) * f;
+    m.scratch += threads * std::max({vec::attention_tile_floats(group, r.head_dim),
+                                     vec::conv_tile_floats(c.linear_conv_kernel),
+                                     2 * r.k_head_dim + r.v_head_dim * r.k_head_dim}) * f;
+    m.scratch += 2 * 64;
     if (tp > 1) m.scratch += collective;  // this rank's slot of the CPU communicator
   }
   return m;

@@ -1,6 +1,7 @@
 // The CPU backend: host memory, a thread pool, and the reference kernels.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -34,11 +35,15 @@ class CpuKernels final : public Kernels {
   void attention_impl(const AttentionParams& p, const Tensor& qkv, const KvLayerView& kv,
                       const BatchMeta& meta, Tensor out);
   // Scratch buffers reused across calls: they grow to the largest batch once, then never
-  // allocate again (the decode loop must not allocate).
+  // allocate again (the decode loop must not allocate). The floats start on a cache line, so that
+  // a kernel's rows keep the alignment it laid them out with whatever malloc returned (an
+  // attention tile's rows straddling lines cost a fifth of a long prefill).
   float* scratch_f32(int idx, int64_t n) {
+    constexpr int64_t kLine = 64 / sizeof(float);
     auto& v = scratch_f32_[idx];
-    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-    return v.data();
+    if (static_cast<int64_t>(v.size()) < n + kLine) v.resize(n + kLine);
+    const auto p = reinterpret_cast<uintptr_t>(v.data());
+    return reinterpret_cast<float*>((p + 63) & ~uintptr_t{63});
   }
   std::vector<int32_t>& scratch_i32(int idx, int64_t n) {
     auto& v = scratch_i32_[idx];

@@ -34,30 +34,82 @@ struct GdnRun {
   const float* ba(int j) const { return base + int64_t(j) * row + ba_offset; }
 };
 
-// Phase 1 for one (run, channel c): SiLU(causal conv) of each token into conv_out[j * conv_dim + c],
-// starting from the window `st` (K-1 inputs); the window after the run is written back to
-// `st_out` (nullptr: leave it), the window after token ckpt_j to ckpt_out.
-void conv_channel(const GdnRun& r, int64_t c, int K, const float* w, const float* st, float* st_out,
-                  float* conv_out, int64_t conv_dim, int ckpt_j = -1, float* ckpt_out = nullptr) {
-  const int Km1 = K - 1;
-  float window[16];
-  DS_CHECK(K <= 16, "conv kernel too wide");
-  std::copy_n(st, Km1, window);
-  for (int j = 0; j < r.n; ++j) {
-    window[Km1] = r.qkv(j)[c];
-    float acc = 0.f;
-    for (int q = 0; q < K; ++q) acc += w[q] * window[q];
-    conv_out[int64_t(j) * conv_dim + c] = acc;  // (SiLU after, over whole rows: silu_rows)
-    std::copy(window + 1, window + K, window);  // shift: drop the oldest input
-    if (j == ckpt_j) std::copy_n(window, Km1, ckpt_out);
-  }
-  if (st_out) std::copy_n(window, Km1, st_out);
+// Phase 1's work for one run: its inputs, window, outputs and checkpoint.
+struct ConvJob {
+  GdnRun run;
+  float* window = nullptr;       // [conv_dim, K-1]: the run's K-1 inputs before token 0, oldest first
+  bool keep_window = false;      // a deferred run leaves the window as it was
+  float* out = nullptr;          // [run.n, conv_dim]: SiLU(conv) of each token
+  int ckpt_j = -1;               // the window after this token ..
+  float* ckpt_window = nullptr;  // .. into this [conv_dim, K-1]
+};
+
+// Phase 1's parallel work items: up to kConvRows tokens of one run x up to kConvCols channels.
+constexpr int kConvRows = 32;
+using vec::kConvCols;
+
+// Floats of phase 1's scratch: per thread, vec::conv_tile_floats.
+int64_t conv_scratch_floats(const GdnParams& p, int n_threads) {
+  return int64_t(n_threads) * vec::conv_tile_floats(p.conv_kernel);
 }
 
-// x = silu(x) over [rows, cols] (the conv outputs), rows split over the pool.
-void silu_rows(ThreadPool& pool, float* x, int64_t rows, int64_t cols) {
-  pool.parallel_for(rows, 8, [&](int, int64_t r0, int64_t r1) {
-    vec::silu_mul(x + r0 * cols, x + r0 * cols, nullptr, (r1 - r0) * cols);
+// Phase 1 for n_jobs runs (job_of(s): ConvJob): SiLU(causal conv) of every token, a row of a
+// channel block at a time (vec::conv_row): token j's inputs are tokens j-K+1 .. j of its run,
+// those before the run from its window. The item holding a run's first tokens reads the window;
+// it then writes the window after the run (and a checkpoint's), which depend only on the old
+// window and the run's inputs. tmp: conv_scratch_floats; units: scratch for the items.
+template <class JobOf>
+void conv_phase(ThreadPool& pool, const GdnParams& p, int n_jobs, const JobOf& job_of, float* tmp,
+                std::vector<int32_t>& units) {
+  const int K = p.conv_kernel, Km1 = K - 1;
+  const int64_t cd = p.conv_dim();
+  DS_CHECK(K >= 1 && K <= 16, "conv kernel of ", K, " taps");
+  const int64_t n_col_blocks = (cd + kConvCols - 1) / kConvCols;
+  int64_t n_units = 0;
+  for (int s = 0; s < n_jobs; ++s) n_units += (job_of(s).run.n + kConvRows - 1) / kConvRows * n_col_blocks;
+  if (units.size() < static_cast<size_t>(3 * n_units)) units.resize(static_cast<size_t>(3 * n_units));
+  for (int s = 0, u = 0; s < n_jobs; ++s)
+    for (int j0 = 0; j0 < job_of(s).run.n; j0 += kConvRows)
+      for (int64_t b = 0; b < n_col_blocks; ++b, ++u) {
+        units[3 * u] = s;
+        units[3 * u + 1] = j0;
+        units[3 * u + 2] = static_cast<int32_t>(b * kConvCols);
+      }
+  const float* cw = p.conv_weight.f32();  // [cd, K]
+  pool.parallel_for(n_units, 1, [&](int tid, int64_t u0, int64_t u1) {
+    float* wt = tmp + int64_t(tid) * vec::conv_tile_floats(K);  // [K, nc]: the taps, transposed
+    float* pre = wt + K * kConvCols;                            // [Km1, nc]: the window, transposed
+    for (int64_t u = u0; u < u1; ++u) {
+      const ConvJob job = job_of(units[3 * u]);
+      const int j0 = units[3 * u + 1], j1 = std::min(job.run.n, j0 + kConvRows);
+      const int64_t c0 = units[3 * u + 2], nc = std::min(kConvCols, cd - c0);
+      for (int64_t c = 0; c < nc; ++c)
+        for (int q = 0; q < K; ++q) wt[q * nc + c] = cw[(c0 + c) * K + q];
+      if (j0 == 0)
+        for (int64_t c = 0; c < nc; ++c)
+          for (int i = 0; i < Km1; ++i) pre[i * nc + c] = job.window[(c0 + c) * Km1 + i];
+      const float* x[16];
+      for (int j = j0; j < j1; ++j) {
+        for (int q = 0; q < K; ++q) {
+          const int t = j - Km1 + q;
+          x[q] = t >= 0 ? job.run.qkv(t) + c0 : pre + int64_t(t + Km1) * nc;
+        }
+        float* o = job.out + int64_t(j) * cd + c0;
+        vec::conv_row(o, x, wt, nc, K, nc);
+        vec::silu_mul(o, o, nullptr, nc);
+      }
+      if (j0 != 0) continue;
+      // The window after token e: inputs e-K+2 .. e (before the run: the old window, in pre).
+      auto window_after = [&](int e, float* dst) {  // dst: [cd, Km1]
+        for (int w = 0; w < Km1; ++w) {
+          const int t = e - Km1 + 1 + w;
+          const float* src = t >= 0 ? job.run.qkv(t) + c0 : pre + int64_t(t + Km1) * nc;
+          for (int64_t c = 0; c < nc; ++c) dst[(c0 + c) * Km1 + w] = src[c];
+        }
+      };
+      if (job.ckpt_window) window_after(job.ckpt_j, job.ckpt_window);
+      if (!job.keep_window) window_after(job.run.n - 1, job.window);
+    }
   });
 }
 
@@ -171,20 +223,16 @@ void CpuKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const S
     }
   }
 
-  // Phase 1: causal conv + SiLU for every (sequence, channel); updates the conv state.
+  // Phase 1: causal conv + SiLU of every token; updates the conv state (unless deferred).
   float* conv_out = scratch_f32(0, int64_t(T) * conv_dim);  // [T, conv_dim]
-  const float* cw = p.conv_weight.f32();                    // [conv_dim, K]
-  pool_.parallel_for(int64_t(meta.n_seqs) * conv_dim, 64, [&](int, int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int s = static_cast<int>(i / conv_dim);
-      const int64_t c = i % conv_dim;
-      float* st = state.conv.f32() + (int64_t(meta.state_slot[s]) * conv_dim + c) * Km1;
-      const StateCheckpoint ck = deferred(s) ? StateCheckpoint{} : checkpoint_of(meta, state, s);
-      conv_channel(run_of(s), c, K, cw + c * K, st, deferred(s) ? nullptr : st,
-                   conv_out + int64_t(meta.seq_start[s]) * conv_dim, conv_dim, ck.j, ck.conv ? ck.conv + c * Km1 : nullptr);
-    }
-  });
-  silu_rows(pool_, conv_out, T, conv_dim);
+  conv_phase(
+      pool_, p, meta.n_seqs,
+      [&](int s) {
+        const StateCheckpoint ck = deferred(s) ? StateCheckpoint{} : checkpoint_of(meta, state, s);
+        return ConvJob{run_of(s), state.conv.f32() + int64_t(meta.state_slot[s]) * conv_dim * Km1, deferred(s),
+                       conv_out + int64_t(meta.seq_start[s]) * conv_dim, ck.j, ck.conv};
+      },
+      scratch_f32(1, conv_scratch_floats(p, pool_.n_threads())), scratch_i32(0, 0));
 
   // Phase 2: the delta rule per (sequence, value head), tokens in order, then the gated RMSNorm.
   const int64_t head_state = int64_t(Dv) * Dk;
@@ -237,18 +285,14 @@ void CpuKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta
     // Phase 1 reads each window before replacing it; conv outputs of a sequence's tokens at
     // rows seq_start[s] + j.
     float* conv_out = scratch_f32(0, int64_t(std::max(commit.n_tokens, 1)) * conv_dim);
-    const float* cw = p.conv_weight.f32();
-    pool_.parallel_for(int64_t(commit.n_seqs) * conv_dim, 64, [&](int, int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        const int s = static_cast<int>(i / conv_dim);
-        const int64_t c = i % conv_dim;
-        float* st = state.conv.f32() + (int64_t(commit.state_slot[s]) * conv_dim + c) * Km1;
-        const StateCheckpoint ck = checkpoint_of(commit, state, s);
-        conv_channel(run_of(s), c, K, cw + c * K, st, st, conv_out + int64_t(commit.seq_start[s]) * conv_dim,
-                     conv_dim, ck.j, ck.conv ? ck.conv + c * Km1 : nullptr);
-      }
-    });
-    silu_rows(pool_, conv_out, commit.n_tokens, conv_dim);
+    conv_phase(
+        pool_, p, commit.n_seqs,
+        [&](int s) {
+          const StateCheckpoint ck = checkpoint_of(commit, state, s);
+          return ConvJob{run_of(s), state.conv.f32() + int64_t(commit.state_slot[s]) * conv_dim * Km1, false,
+                         conv_out + int64_t(commit.seq_start[s]) * conv_dim, ck.j, ck.conv};
+        },
+        scratch_f32(1, conv_scratch_floats(p, pool_.n_threads())), scratch_i32(0, 0));
     const int64_t per_thread = 2 * Dk + head_state;
     float* tmp_all = scratch_f32(1, int64_t(pool_.n_threads()) * per_thread);
     pool_.parallel_for(int64_t(commit.n_seqs) * Hv, 1, [&](int tid, int64_t i0, int64_t i1) {

@@ -44,6 +44,13 @@ inline constexpr int64_t attention_tile_floats(int64_t group, int64_t hd) {
 void scores_block(const float* q, int rows, const float* kt, int hd, float scale, float* s);
 // p[j] = exp(p[j] - m) for j < kKeyBlock, p[j] - m clamped to [-87, 0] (relative error < 3e-7).
 void exp_block(float* p, float m);
+// The GDN causal conv (cpu_gated_delta_net.cpp) works on blocks of kConvCols channels; per thread
+// it keeps a block of the taps and one of the window transposed, [K, kConvCols] and [K-1, kConvCols].
+inline constexpr int64_t kConvCols = 256;
+inline constexpr int64_t conv_tile_floats(int64_t K) { return (2 * K - 1) * kConvCols; }
+// A causal depthwise conv row: o[c] = sum over q < K, in order, of w[q * ldw + c] * x[q][c], for c < n
+// (x: the K input rows, oldest first; w: the taps transposed, [K, ldw]).
+void conv_row(float* o, const float* const* x, const float* w, int64_t ldw, int K, int64_t n);
 // o[i] = silu(g[i]) * u[i] for i < n (u == nullptr: silu(g[i]); o may be g).
 void silu_mul(float* o, const float* g, const float* u, int64_t n);
 // o[d] += sum_j p[j] * v[j * hd + d] for j < n, d < hd.
