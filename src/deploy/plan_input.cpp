@@ -18,6 +18,10 @@ Status check_device_flags(const ServeOptions& o, PlanDevice device) {
   if (device == PlanDevice::Cuda) {
     if (o.is_explicit("max-memory"))
       return error("--max-memory is the CPU's memory budget; on GPUs use --mem-fraction-static (this run is on CUDA)");
+    if (o.enable_deterministic_inference)
+      return error("--enable-deterministic-inference: the CUDA kernels are not batch invariant (cuBLAS picks its GEMM "
+                   "algorithms by row count), so a request's tokens can depend on what it is batched with; the CPU's "
+                   "kernels are (--device cpu), or remove the flag");
     return Status::ok();
   }
   const std::vector<std::string> gpu = explicit_gpu_only_flags(o);

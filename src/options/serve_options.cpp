@@ -97,6 +97,7 @@ const std::vector<Row>& rows() {
     {{"cuda-graph-max-bs", "", I, "auto", "", "largest decode batch replayed as a CUDA graph (auto: max running requests, at most 64)", YES, PERF, GPU}, &ServeOptions::cuda_graph_max_bs},
     {{"attention-backend", "", S, "", "", "accepted for SGLang compatibility; no effect (one attention implementation is built in)", IGNORED, NO_PERF}, &ServeOptions::attention_backend},
     {{"enable-torch-compile", "", BOOL, "false", "", "accepted for SGLang compatibility; no effect", IGNORED, NO_PERF}, &ServeOptions::enable_torch_compile},
+    {{"enable-deterministic-inference", "", BOOL, "false", "", "results that do not depend on what a request is batched with (SGLang): the CPU's kernels are batch invariant, so it holds there as is; the CUDA backend refuses it (cuBLAS picks its GEMM algorithms by row count)", YES, NO_PERF}, &ServeOptions::enable_deterministic_inference},
     // Operations.
     {{"state-dir", "", S, "", "", "launch records database folder (default: $XDG_STATE_HOME/deltaserve or ~/.local/state/deltaserve)", YES, NO_PERF, SERVE}, &ServeOptions::state_dir},
     {{"config", "", S, "", "", "read settings from a TOML file (keys are these flag names); flags given on the command line win", YES, NO_PERF}, &ServeOptions::config},

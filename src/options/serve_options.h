@@ -132,6 +132,7 @@ struct ServeOptions {
   int64_t cuda_graph_max_bs = 0;     // 0 = auto
   std::string attention_backend;     // "" = auto
   bool enable_torch_compile = false;
+  bool enable_deterministic_inference = false;  // batch-invariant results: the CPU's kernels; CUDA refuses it
 
   // Operations.
   std::string state_dir;             // launch records; "" = $XDG_STATE_HOME/deltaserve

@@ -291,6 +291,16 @@ TEST(ServeOptions, ServeOnlyAndDeviceOnlyFlagsAreNamed) {
   EXPECT_TRUE(check_device_flags(*m, PlanDevice::Cpu));
   EXPECT_FALSE(check_device_flags(*m, PlanDevice::Cuda));
   EXPECT_TRUE(check_device_flags(ServeOptions(), PlanDevice::Cpu));
+  // SGLang's batch-invariant mode: what the CPU's kernels are (tests/model/batch_invariance_test.cpp);
+  // the GPU's are not, so CUDA refuses it rather than ignore it.
+  auto d = parse_serve_options({"--enable-deterministic-inference"});
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(d->enable_deterministic_inference);
+  EXPECT_TRUE(check_device_flags(*d, PlanDevice::Cpu));
+  Status cuda = check_device_flags(*d, PlanDevice::Cuda);
+  ASSERT_FALSE(cuda);
+  EXPECT_EQ(cuda.message().rfind("--enable-deterministic-inference: the CUDA kernels are not batch invariant", 0), 0u)
+      << cuda.message();
 }
 
 // --log-level: every name the table allows sets the process's level (serve, generate and
