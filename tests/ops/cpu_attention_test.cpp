@@ -325,6 +325,51 @@ TEST_F(CpuAttentionTest, EveryDtypeMatchesDoubleReferenceOnItsStoredValues) {
   }
 }
 
+// A token's output is the same bits whether its rows sit in a prefill tile (the key blocks
+// transposed, vec::scores_block) or in a run of a few tokens (decode, verification: the keys read
+// in place, vec::scores_strided), for every dtype and head shape (groups of 2, 8 and 3 query heads
+// per KV head: runs of 1-3 tokens have 2-24 rows, on either side of kInPlaceRows).
+TEST_F(CpuAttentionTest, ATokensOutputIsTheSameBitsInAPrefillTileAndInAShortRun) {
+  for (const Shape& sh : kShapes) {
+    const int past = 300, n = 40;
+    Inputs in = make_inputs(sh, {{past, n}});
+    const int64_t row = int64_t(sh.nh) * sh.hd * (sh.gate ? 2 : 1) + 2LL * sh.nkv * sh.hd;
+    const int64_t width = int64_t(sh.nh) * sh.hd;
+    for (DType dt : kDtypes) {
+      const float ks = 0.37f, vs = 2.5f;
+      const std::vector<uint8_t> k0 = make_cache(dt, in.past_k, ks), v0 = make_cache(dt, in.past_v, vs);
+      std::vector<uint8_t> k = k0, v = v0;
+      const std::vector<float> whole = run(in, dt, k, v, ks, vs);
+      k = k0;
+      v = v0;
+      for (int t0 = 0, len = 1; t0 < n; t0 += len, len = len % 3 + 1) {
+        const int m = std::min(len, n - t0);
+        Inputs part = in;  // the same sequence and blocks, tokens [t0, t0 + m)
+        Batch& b = part.batch;
+        b.positions.assign(m, 0);
+        for (int j = 0; j < m; ++j) b.positions[j] = past + t0 + j;
+        b.seq_start = {0, m};
+        b.context_len = {past + t0 + m};
+        b.tok_seq.assign(m, 0);
+        BatchMeta& mt = b.meta;
+        mt.n_tokens = m;
+        mt.max_seq_tokens = m;
+        mt.max_context = past + t0 + m;
+        mt.positions = b.positions.data();
+        mt.seq_start = b.seq_start.data();
+        mt.context_len = b.context_len.data();
+        mt.block_table = b.block_table.data();
+        mt.state_slot = b.slots.data();
+        part.qkv.assign(in.qkv.begin() + t0 * row, in.qkv.begin() + (t0 + m) * row);
+        const std::vector<float> out = run(part, dt, k, v, ks, vs);
+        ASSERT_EQ(std::memcmp(out.data(), whole.data() + t0 * width, out.size() * sizeof(float)), 0)
+            << dtype_name(dt) << " hd=" << sh.hd << " group " << sh.nh / sh.nkv << ": tokens [" << t0 << ", "
+            << t0 + m << ") differ from the same tokens in one prefill tile";
+      }
+    }
+  }
+}
+
 TEST_F(CpuAttentionTest, QuantizedCachesStayWithinTheirRoundoffOfTheF32Cache) {
   for (const Shape& sh : kShapes) {
     for (const auto& seqs : kBatches) {

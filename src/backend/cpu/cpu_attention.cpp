@@ -158,13 +158,18 @@ void CpuKernels::attention_impl(const AttentionParams& p, const Tensor& qkv, con
   // Phase B: causal attention, blocked. A work item is a tile of up to kTileTokens tokens of one
   // sequence and one KV head: its rows are the tile's tokens x the `group` query heads that share
   // the KV head. Keys go in blocks of vec::kKeyBlock: the block is widened once (transposed for
-  // the scores, row-major for the values) and serves every row of the tile; each row keeps an
-  // online softmax (running max, sum and output). A row's result depends only on its query and its
-  // keys, so it is the same whatever the batch or chunking around it. Scores use the stored keys
+  // the scores, row-major for the values; an f32 cache's values and, for a tile of few rows, its
+  // keys are read in place) and serves every row of the tile; each row keeps an online softmax
+  // (running max, sum and output). A row's result depends only on its query and its keys (each
+  // score summed in one order on either path), so it is the same whatever the batch or chunking
+  // around it. Scores use the stored keys
   // (times k_scale, folded into the softmax scale); the output sums stored values (times v_scale,
   // folded into the final scale).
   constexpr int kTileTokens = vec::kQueryTile;
   constexpr int NK = vec::kKeyBlock;
+  // A tile of at most this many rows (decode, short verifications) reads its keys in place
+  // (vec::scores_strided: the same sums): transposing a key block costs more than few rows' scores.
+  constexpr int kInPlaceRows = 8;
   const int group = nh / nkv;
   const int R = kTileTokens * group;  // rows of a tile at most
   const int64_t per_thread = vec::attention_tile_floats(group, hd);
@@ -196,17 +201,31 @@ void CpuKernels::attention_impl(const AttentionParams& p, const Tensor& qkv, con
       std::fill_n(mx, rows, -INFINITY);
       std::fill_n(sum, rows, 0.f);
       const int32_t n_ctx = meta.positions[t1 - 1] + 1;  // the tile's last token sees the most keys
+      const bool in_place = rows <= kInPlaceRows;
       for (int32_t k0 = 0; k0 < n_ctx; k0 += NK) {
         const int nk = std::min<int32_t>(NK, n_ctx - k0);
-        for (int j = 0; j < nk; ++j) {
-          const float* vr = widen_row<DT>(vb + int64_t(j) * hd, cache_row(kv.v, s, k0 + j, kvh), hd);
-          if (vr != vb + int64_t(j) * hd) std::copy_n(vr, hd, vb + int64_t(j) * hd);
-          const float* kr = widen_row<DT>(krow, cache_row(kv.k, s, k0 + j, kvh), hd);
-          for (int d = 0; d < hd; ++d) kt[int64_t(d) * NK + j] = kr[d];
+        const float* vrows[NK];  // the block's values: the cache rows (f32), else widened into vb
+        for (int j = 0; j < nk; ++j) vrows[j] = widen_row<DT>(vb + int64_t(j) * hd, cache_row(kv.v, s, k0 + j, kvh), hd);
+        if (in_place && DT == DType::F32) {
+          // Keys read where they are: runs of positions within a cache block are evenly spaced.
+          for (int j = 0; j < nk;) {
+            const int run = std::min(nk - j, bs - (k0 + j) % bs);
+            const float* k = static_cast<const float*>(static_cast<const void*>(cache_row(kv.k, s, k0 + j, kvh)));
+            vec::scores_strided(qb, rows, k, int64_t(nkv) * hd, run, hd, score_scale, sb + j);
+            j += run;
+          }
+        } else if (in_place) {
+          for (int j = 0; j < nk; ++j) widen_row<DT>(kt + int64_t(j) * hd, cache_row(kv.k, s, k0 + j, kvh), hd);
+          vec::scores_strided(qb, rows, kt, hd, nk, hd, score_scale, sb);
+        } else {
+          for (int j = 0; j < nk; ++j) {
+            const float* kr = widen_row<DT>(krow, cache_row(kv.k, s, k0 + j, kvh), hd);
+            for (int d = 0; d < hd; ++d) kt[int64_t(d) * NK + j] = kr[d];
+          }
+          for (int j = nk; j < NK; ++j)
+            for (int d = 0; d < hd; ++d) kt[int64_t(d) * NK + j] = 0.f;
+          vec::scores_block(qb, rows, kt, hd, score_scale, sb);
         }
-        for (int j = nk; j < NK; ++j)
-          for (int d = 0; d < hd; ++d) kt[int64_t(d) * NK + j] = 0.f;
-        vec::scores_block(qb, rows, kt, hd, score_scale, sb);
         for (int r = 0; r < rows; ++r) {
           // Keys this row sees in the block (causal): up to its own position.
           const int valid = std::min(nk, meta.positions[t0 + r / group] + 1 - k0);
@@ -224,7 +243,7 @@ void CpuKernels::attention_impl(const AttentionParams& p, const Tensor& qkv, con
           float add = 0.f;
           for (int j = 0; j < valid; ++j) add += sr[j];
           sum[r] += add;
-          vec::weighted_rows(ob + int64_t(r) * hd, sr, vb, valid, hd);
+          vec::weighted_rows(ob + int64_t(r) * hd, sr, vrows, valid, hd);
         }
       }
       for (int t = t0; t < t1; ++t)

@@ -115,6 +115,33 @@ DS_VEC_CLONES void scores_block(const float* q, int rows, const float* kt, int h
 }
 
 namespace {
+// scores_rows with the keys in place: R rows against n keys of stride ldk.
+template <int R>
+[[gnu::always_inline]] inline void scores_strided_rows(const float* q, const float* k, int64_t ldk, int n, int hd,
+                                                       float scale, float* s) {
+  float a[R][kKeyBlock] = {};
+  for (int d = 0; d < hd; ++d) {
+    float x[R];
+    for (int r = 0; r < R; ++r) x[r] = q[int64_t(r) * hd + d];
+    for (int j = 0; j < n; ++j) {
+      const float kj = k[j * ldk + d];
+      for (int r = 0; r < R; ++r) a[r][j] += x[r] * kj;
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < n; ++j) s[int64_t(r) * kKeyBlock + j] = a[r][j] * scale;
+}
+}  // namespace
+
+DS_VEC_CLONES void scores_strided(const float* q, int rows, const float* k, int64_t ldk, int n, int hd, float scale,
+                                  float* s) {
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) scores_strided_rows<4>(q + int64_t(r) * hd, k, ldk, n, hd, scale, s + int64_t(r) * kKeyBlock);
+  for (; r + 2 <= rows; r += 2) scores_strided_rows<2>(q + int64_t(r) * hd, k, ldk, n, hd, scale, s + int64_t(r) * kKeyBlock);
+  for (; r < rows; ++r) scores_strided_rows<1>(q + int64_t(r) * hd, k, ldk, n, hd, scale, s + int64_t(r) * kKeyBlock);
+}
+
+namespace {
 // out[j] = exp(y[j]) for kLanes lanes, y clamped to [-87, 88]: y = k ln 2 + f, k = round(y / ln 2)
 // (by the 1.5 x 2^23 trick: adding it leaves k in the low mantissa bits), f in [-ln2/2, ln2/2];
 // exp(f) by its degree-6 Taylor polynomial (relative error < 2e-7), 2^k by the exponent bits.
@@ -168,17 +195,17 @@ DS_VEC_CLONES void silu_mul(float* o, const float* g, const float* u, int64_t n)
   for (; i < n; ++i) o[i] = silu(g[i]) * (u ? u[i] : 1.0f);
 }
 
-DS_VEC_CLONES void weighted_rows(float* __restrict o, const float* __restrict p, const float* __restrict v, int n, int hd) {
+DS_VEC_CLONES void weighted_rows(float* __restrict o, const float* __restrict p, const float* const* v, int n, int hd) {
   int j = 0;
   for (; j + 2 <= n; j += 2) {
     const float w0 = p[j], w1 = p[j + 1];
-    const float* v0 = v + int64_t(j) * hd;
-    const float* v1 = v0 + hd;
+    const float* __restrict v0 = v[j];
+    const float* __restrict v1 = v[j + 1];
     for (int d = 0; d < hd; ++d) o[d] += w0 * v0[d] + w1 * v1[d];
   }
   for (; j < n; ++j) {
     const float w0 = p[j];
-    const float* v0 = v + int64_t(j) * hd;
+    const float* __restrict v0 = v[j];
     for (int d = 0; d < hd; ++d) o[d] += w0 * v0[d];
   }
 }

@@ -42,6 +42,11 @@ inline constexpr int64_t attention_tile_floats(int64_t group, int64_t hd) {
 // s[r * kKeyBlock + j] = scale * sum_d q[r * hd + d] * kt[d * kKeyBlock + j] for r < rows
 // (q: rows of head_dim hd; kt: the key block transposed, [hd, kKeyBlock]).
 void scores_block(const float* q, int rows, const float* kt, int hd, float scale, float* s);
+// The same sums with the keys read in place, n <= kKeyBlock rows of stride ldk (k: key 0):
+// s[r * kKeyBlock + j] = scale * sum_d q[r * hd + d] * k[j * ldk + d], for r < rows, j < n; each
+// sum in the order scores_block takes it, so the bits are the same. For a few query rows (decode),
+// where transposing a key block would cost more than its scores.
+void scores_strided(const float* q, int rows, const float* k, int64_t ldk, int n, int hd, float scale, float* s);
 // p[j] = exp(p[j] - m) for j < kKeyBlock, p[j] - m clamped to [-87, 0] (relative error < 3e-7).
 void exp_block(float* p, float m);
 // The GDN causal conv (cpu_gated_delta_net.cpp) works on blocks of kConvCols channels; per thread
@@ -53,8 +58,8 @@ inline constexpr int64_t conv_tile_floats(int64_t K) { return (2 * K - 1) * kCon
 void conv_row(float* o, const float* const* x, const float* w, int64_t ldw, int K, int64_t n);
 // o[i] = silu(g[i]) * u[i] for i < n (u == nullptr: silu(g[i]); o may be g).
 void silu_mul(float* o, const float* g, const float* u, int64_t n);
-// o[d] += sum_j p[j] * v[j * hd + d] for j < n, d < hd.
-void weighted_rows(float* o, const float* p, const float* v, int n, int hd);
+// o[d] += sum_j p[j] * v[j][d] for j < n, d < hd (v: the value rows, in place or widened).
+void weighted_rows(float* o, const float* p, const float* const* v, int n, int hd);
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
