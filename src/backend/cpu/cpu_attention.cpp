@@ -13,6 +13,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/cpu_attention_kernels.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec.h"
 #include "core/dtype.h"
@@ -82,6 +83,21 @@ const float* widen_row(float* dst, const void* row, int n) {
     for (int i = 0; i < n; ++i) dst[i] = table[r[i]];
     return dst;
   }
+}
+
+// vec::scores_strided, by the AVX-512 kernel where the CPU runs vec.cpp's x86-64-v4 clones (whose
+// scores_block it matches bit for bit) and hd is a multiple of 16.
+void scores_in_place(const float* q, int rows, const float* k, int64_t ldk, int n, int hd, float scale, float* s) {
+#if defined(DELTASERVE_X86_KERNELS)
+  static const bool v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                         __builtin_cpu_supports("avx512cd");
+  if (v4 && hd % 16 == 0) {
+    cpu::scores_in_place_avx512(q, rows, k, ldk, n, hd, scale, s, vec::kKeyBlock);
+    return;
+  }
+#endif
+  vec::scores_strided(q, rows, k, ldk, n, hd, scale, s);
 }
 
 }  // namespace
@@ -211,12 +227,12 @@ void CpuKernels::attention_impl(const AttentionParams& p, const Tensor& qkv, con
           for (int j = 0; j < nk;) {
             const int run = std::min(nk - j, bs - (k0 + j) % bs);
             const float* k = static_cast<const float*>(static_cast<const void*>(cache_row(kv.k, s, k0 + j, kvh)));
-            vec::scores_strided(qb, rows, k, int64_t(nkv) * hd, run, hd, score_scale, sb + j);
+            scores_in_place(qb, rows, k, int64_t(nkv) * hd, run, hd, score_scale, sb + j);
             j += run;
           }
         } else if (in_place) {
           for (int j = 0; j < nk; ++j) widen_row<DT>(kt + int64_t(j) * hd, cache_row(kv.k, s, k0 + j, kvh), hd);
-          vec::scores_strided(qb, rows, kt, hd, nk, hd, score_scale, sb);
+          scores_in_place(qb, rows, kt, hd, nk, hd, score_scale, sb);
         } else {
           for (int j = 0; j < nk; ++j) {
             const float* kr = widen_row<DT>(krow, cache_row(kv.k, s, k0 + j, kvh), hd);
