@@ -284,9 +284,10 @@ TEST(Engine, DeviceSamplingDrawsWhatTheHostSamplerDraws) {
     c.device_sampling = device;
     auto e = Engine::create(c);
     EXPECT_TRUE(e.is_ok()) << e.status().message();
-    // Every request is queued before the engine starts, so both runs batch alike: a batch of other
-    // rows changes the logits' summation order, enough to move a draw that sits near a CDF step
-    // (seen under load when the first request ran alone for a step).
+    // Every request is queued before the engine starts, so both runs batch alike. (The CPU's
+    // kernels are batch invariant now, so the logits no longer depend on it; once a request running
+    // alone for a step under load moved a draw that sat near a CDF step. The two samplers still sum
+    // their CDFs differently: a change of the logits' rounding can move a draw at such a step.)
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int i = 0; i < (with_logprobs ? 5 : 4); ++i) {
       GenerateRequest r;
