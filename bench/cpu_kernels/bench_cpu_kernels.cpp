@@ -290,15 +290,19 @@ void BM_PoolForkJoin(benchmark::State& state) {
 }
 BENCHMARK(BM_PoolForkJoin)->ArgName("thr")->Arg(1)->Arg(2)->UseRealTime();
 
-// 4 sequences, one decode token each, 4096 cached tokens; heads as tiny-coder (4 / 2 KV,
-// head_dim 64) or the 27B (24 / 4 KV, head_dim 256). args: dtype (0 f32, 1 bf16, 2 fp8_e4m3,
-// 3 fp8_e5m2), head_dim, threads.
+// S sequences, one decode token each, ctx cached tokens; heads as tiny-coder (4 / 2 KV, head_dim
+// 64), the 27B (24 / 4 KV, head_dim 256) or one KV head of tiny-coder (2 / 1, head_dim 64: fewer
+// work items than threads, so the key parts spread over them). args: dtype (0 f32, 1 bf16,
+// 2 fp8_e4m3, 3 fp8_e5m2), head_dim (65: the one-KV-head shape), threads, sequences, context.
 void BM_AttentionDecode(benchmark::State& state) {
   const DType dts[] = {DType::F32, DType::BF16, DType::F8E4M3, DType::F8E5M2};
   const DType dt = dts[state.range(0)];
-  const int hd = static_cast<int>(state.range(1)), nh = hd == 64 ? 4 : 24, nkv = hd == 64 ? 2 : 4;
+  const bool one_head = state.range(1) == 65;
+  const int hd = one_head ? 64 : static_cast<int>(state.range(1));
+  const int nh = one_head ? 2 : hd == 64 ? 4 : 24, nkv = one_head ? 1 : hd == 64 ? 2 : 4;
   auto backend = make_cpu_backend(static_cast<int>(state.range(2)));
-  const int S = 4, ctx = 4096, bs = 16, blocks_per = ctx / bs + 1;
+  const int S = static_cast<int>(state.range(3)), ctx = static_cast<int>(state.range(4)), bs = 16,
+            blocks_per = ctx / bs + 1;
   const int64_t n_blocks = int64_t(S) * blocks_per, cache_elems = n_blocks * bs * nkv * hd;
   std::vector<uint8_t> k(static_cast<size_t>(cache_elems) * dtype_size(dt)), v(k.size());
   std::mt19937 rng(3);
@@ -344,8 +348,9 @@ void BM_AttentionDecode(benchmark::State& state) {
   state.SetLabel(std::string(dtype_name(dt)));
 }
 BENCHMARK(BM_AttentionDecode)
-    ->ArgNames({"kv", "hd", "thr"})
-    ->ArgsProduct({{0, 1, 2, 3}, {64, 256}, {1, 2}})
+    ->ArgNames({"kv", "hd", "thr", "seqs", "ctx"})
+    ->ArgsProduct({{0, 1, 2, 3}, {64, 256}, {1, 2}, {4}, {4096}})
+    ->ArgsProduct({{0}, {65}, {1, 2}, {1}, {16384}})
     ->UseRealTime()
     ->MinTime(0.2);
 

@@ -116,7 +116,9 @@ StepMemory step_memory(const ModelConfig& c, const StepShape& s) {
     m.scratch += threads * std::max({vec::attention_tile_floats(group, r.head_dim),
                                      vec::conv_tile_floats(c.linear_conv_kernel),
                                      2 * r.k_head_dim + r.v_head_dim * r.k_head_dim}) * f;
-    m.scratch += 2 * 64;
+    // The attention's parts run apart (slot 2), and each slot starts on a cache line.
+    if (c.n_attention_layers() > 0) m.scratch += vec::attention_parts_floats(threads, s.context, r.head_dim) * f;
+    m.scratch += 3 * 64;
     if (tp > 1) m.scratch += collective;  // this rank's slot of the CPU communicator
   }
   return m;

@@ -275,6 +275,7 @@ const DType kDtypes[] = {DType::F32, DType::BF16, DType::F8E4M3, DType::F8E5M2};
 const std::vector<std::vector<std::pair<int, int>>> kBatches = {
     {{0, 37}, {0, 5}, {20, 11}},    // prefill: fresh prompts + a chunk continuing a cached prefix
     {{0, 1}, {700, 1}, {1500, 1}},  // decode (long contexts)
+    {{3000, 1}, {2047, 2}},         // decode past one part of keys (vec::kKeyPart): parts merged
     {{45, 4}, {300, 4}},            // verification runs of k + 1 = 4 tokens
 };
 // (hd 24: not a multiple of 16, so the portable in-place scores run on AVX-512 CPUs too.)
@@ -329,10 +330,13 @@ TEST_F(CpuAttentionTest, EveryDtypeMatchesDoubleReferenceOnItsStoredValues) {
 // A token's output is the same bits whether its rows sit in a prefill tile (the key blocks
 // transposed, vec::scores_block) or in a run of a few tokens (decode, verification: the keys read
 // in place, vec::scores_strided), for every dtype and head shape (groups of 2, 8 and 3 query heads
-// per KV head: runs of 1-3 tokens have 2-24 rows, on either side of kInPlaceRows).
+// per KV head: runs of 1-3 tokens have 2-24 rows, on either side of kInPlaceRows). After 2,500
+// cached tokens the keys are two parts (vec::kKeyPart), merged in one thread for the prefill tile
+// and, with one KV head (one work item, two threads), computed on two threads for a short run.
 TEST_F(CpuAttentionTest, ATokensOutputIsTheSameBitsInAPrefillTileAndInAShortRun) {
-  for (const Shape& sh : kShapes) {
-    const int past = 300, n = 40;
+  for (const Shape& sh : kShapes)
+  for (const int past : {300, 2500}) {
+    const int n = 40;
     Inputs in = make_inputs(sh, {{past, n}});
     const int64_t row = int64_t(sh.nh) * sh.hd * (sh.gate ? 2 : 1) + 2LL * sh.nkv * sh.hd;
     const int64_t width = int64_t(sh.nh) * sh.hd;
@@ -364,7 +368,7 @@ TEST_F(CpuAttentionTest, ATokensOutputIsTheSameBitsInAPrefillTileAndInAShortRun)
         part.qkv.assign(in.qkv.begin() + t0 * row, in.qkv.begin() + (t0 + m) * row);
         const std::vector<float> out = run(part, dt, k, v, ks, vs);
         ASSERT_EQ(std::memcmp(out.data(), whole.data() + t0 * width, out.size() * sizeof(float)), 0)
-            << dtype_name(dt) << " hd=" << sh.hd << " group " << sh.nh / sh.nkv << ": tokens [" << t0 << ", "
+            << dtype_name(dt) << " hd=" << sh.hd << " group " << sh.nh / sh.nkv << " past " << past << ": tokens [" << t0 << ", "
             << t0 + m << ") differ from the same tokens in one prefill tile";
       }
     }

@@ -176,105 +176,221 @@ void CpuKernels::attention_impl(const AttentionParams& p, const Tensor& qkv, con
   // the KV head. Keys go in blocks of vec::kKeyBlock: the block is widened once (transposed for
   // the scores, row-major for the values; an f32 cache's values and, for a tile of few rows, its
   // keys are read in place) and serves every row of the tile; each row keeps an online softmax
-  // (running max, sum and output). A row's result depends only on its query and its keys (each
-  // score summed in one order on either path), so it is the same whatever the batch or chunking
-  // around it. Scores use the stored keys
+  // (running max, sum and output). The keys are split in parts of vec::kKeyPart positions: each
+  // part is its own online softmax and the parts are merged in order, so a tile of few rows
+  // (decode) whose sequence is long can spread its parts over threads when the tiles are fewer
+  // than the threads, with the same bits. A row's result depends only on its query and its keys
+  // (each score summed in one order on either path, the parts at fixed positions), so it is the
+  // same whatever the batch, the chunking or the threads around it. Scores use the stored keys
   // (times k_scale, folded into the softmax scale); the output sums stored values (times v_scale,
   // folded into the final scale).
   constexpr int kTileTokens = vec::kQueryTile;
   constexpr int NK = vec::kKeyBlock;
+  constexpr int32_t kPart = vec::kKeyPart;
   // A tile of at most this many rows (decode, short verifications) reads its keys in place
   // (vec::scores_strided: the same sums): transposing a key block costs more than few rows' scores.
-  constexpr int kInPlaceRows = 8;
+  constexpr int kInPlaceRows = vec::kInPlaceRows;
   const int group = nh / nkv;
   const int R = kTileTokens * group;  // rows of a tile at most
   const int64_t per_thread = vec::attention_tile_floats(group, hd);
   float* tile_all = scratch_f32(1, int64_t(n_threads) * per_thread);
   const float score_scale = p.scale * kv.k_scale;
-  // Work items: (sequence, tile) x KV head.
+  // Tiles: (sequence, first token); work items: tile x KV head.
   std::vector<int32_t>& tiles = scratch_i32(1, 0);
   tiles.clear();
   for (int s = 0; s < meta.n_seqs; ++s)
     for (int t = meta.seq_start[s]; t < meta.seq_start[s + 1]; t += kTileTokens) tiles.push_back(t);
-  pool_.parallel_for(int64_t(tiles.size()) * nkv, 1, [&](int tid, int64_t i0, int64_t i1) {
-    float* qb = tile_all + int64_t(tid) * per_thread;  // [R, hd] the tile's queries
-    float* ob = qb + int64_t(R) * hd;                   // [R, hd] their outputs (unnormalised)
-    float* kt = ob + int64_t(R) * hd;                   // [hd, NK] a key block, transposed
-    float* vb = kt + int64_t(hd) * NK;                  // [NK, hd] its values
-    float* sb = vb + int64_t(NK) * hd;                  // [R, NK] scores, then weights
-    float* mx = sb + int64_t(R) * NK;                   // [R] running max
-    float* sum = mx + R;                                // [R] running sum
-    float* krow = sum + R;                              // [hd] a key widened
-    for (int64_t i = i0; i < i1; ++i) {
-      const int t0 = tiles[static_cast<std::size_t>(i / nkv)], kvh = static_cast<int>(i % nkv);
-      const int s = tok_seq[t0];
-      const int t1 = std::min(t0 + kTileTokens, meta.seq_start[s + 1]);
-      const int rows = (t1 - t0) * group;
-      for (int t = t0; t < t1; ++t)
-        for (int g = 0; g < group; ++g)
-          std::copy_n(q_all + (int64_t(t) * nh + kvh * group + g) * hd, hd, qb + int64_t((t - t0) * group + g) * hd);
-      std::fill_n(ob, int64_t(rows) * hd, 0.f);
-      std::fill_n(mx, rows, -INFINITY);
-      std::fill_n(sum, rows, 0.f);
-      const int32_t n_ctx = meta.positions[t1 - 1] + 1;  // the tile's last token sees the most keys
-      const bool in_place = rows <= kInPlaceRows;
-      for (int32_t k0 = 0; k0 < n_ctx; k0 += NK) {
-        const int nk = std::min<int32_t>(NK, n_ctx - k0);
-        const float* vrows[NK];  // the block's values: the cache rows (f32), else widened into vb
-        for (int j = 0; j < nk; ++j) vrows[j] = widen_row<DT>(vb + int64_t(j) * hd, cache_row(kv.v, s, k0 + j, kvh), hd);
-        if (in_place && DT == DType::F32) {
-          // Keys read where they are: runs of positions within a cache block are evenly spaced.
-          for (int j = 0; j < nk;) {
-            const int run = std::min(nk - j, bs - (k0 + j) % bs);
-            const float* k = static_cast<const float*>(static_cast<const void*>(cache_row(kv.k, s, k0 + j, kvh)));
-            scores_in_place(qb, rows, k, int64_t(nkv) * hd, run, hd, score_scale, sb + j);
-            j += run;
-          }
-        } else if (in_place) {
-          for (int j = 0; j < nk; ++j) widen_row<DT>(kt + int64_t(j) * hd, cache_row(kv.k, s, k0 + j, kvh), hd);
-          scores_in_place(qb, rows, kt, hd, nk, hd, score_scale, sb);
-        } else {
-          for (int j = 0; j < nk; ++j) {
-            const float* kr = widen_row<DT>(krow, cache_row(kv.k, s, k0 + j, kvh), hd);
-            for (int d = 0; d < hd; ++d) kt[int64_t(d) * NK + j] = kr[d];
-          }
-          for (int j = nk; j < NK; ++j)
-            for (int d = 0; d < hd; ++d) kt[int64_t(d) * NK + j] = 0.f;
-          vec::scores_block(qb, rows, kt, hd, score_scale, sb);
+  const int64_t n_items = int64_t(tiles.size()) * nkv;
+
+  struct Bufs {
+    float *qb, *ob, *kt, *vb, *sb, *mx, *sum, *krow, *tob, *tmx, *tsum;
+  };
+  auto bufs_of = [&](int tid) {
+    Bufs b;
+    b.qb = tile_all + int64_t(tid) * per_thread;  // [R, hd] the tile's queries
+    b.ob = b.qb + int64_t(R) * hd;                 // [R, hd] a part's outputs (unnormalised)
+    b.kt = b.ob + int64_t(R) * hd;                 // [hd, NK] a key block, transposed
+    b.vb = b.kt + int64_t(hd) * NK;                // [NK, hd] its values
+    b.sb = b.vb + int64_t(NK) * hd;                // [R, NK] scores, then weights
+    b.mx = b.sb + int64_t(R) * NK;                 // [R] running max
+    b.sum = b.mx + R;                              // [R] running sum
+    b.krow = b.sum + R;                            // [hd] a key widened
+    b.tob = b.krow + hd;                           // [R, hd] the parts merged so far
+    b.tmx = b.tob + int64_t(R) * hd;               // [R] their max
+    b.tsum = b.tmx + R;                            // [R] their sum
+    return b;
+  };
+  struct TileRef {
+    int t0, t1, s, kvh, rows;
+    int32_t n_ctx;  // keys the tile's last token sees (the most)
+    int n_parts;
+  };
+  auto tile_of = [&](int64_t i) {
+    TileRef tl;
+    tl.t0 = tiles[static_cast<std::size_t>(i / nkv)];
+    tl.kvh = static_cast<int>(i % nkv);
+    tl.s = tok_seq[tl.t0];
+    tl.t1 = std::min(tl.t0 + kTileTokens, meta.seq_start[tl.s + 1]);
+    tl.rows = (tl.t1 - tl.t0) * group;
+    tl.n_ctx = meta.positions[tl.t1 - 1] + 1;
+    tl.n_parts = (tl.n_ctx + kPart - 1) / kPart;
+    return tl;
+  };
+  auto load_queries = [&](const TileRef& tl, const Bufs& b) {
+    for (int t = tl.t0; t < tl.t1; ++t)
+      for (int g = 0; g < group; ++g)
+        std::copy_n(q_all + (int64_t(t) * nh + tl.kvh * group + g) * hd, hd, b.qb + int64_t((t - tl.t0) * group + g) * hd);
+  };
+  // Keys [k_begin, k_end) into a fresh online softmax of the tile's rows (b.mx, b.sum, b.ob).
+  auto attend_part = [&](const TileRef& tl, const Bufs& b, int32_t k_begin, int32_t k_end) {
+    const int rows = tl.rows, s = tl.s, kvh = tl.kvh;
+    std::fill_n(b.ob, int64_t(rows) * hd, 0.f);
+    std::fill_n(b.mx, rows, -INFINITY);
+    std::fill_n(b.sum, rows, 0.f);
+    const bool in_place = rows <= kInPlaceRows;
+    for (int32_t k0 = k_begin; k0 < k_end; k0 += NK) {
+      const int nk = std::min<int32_t>(NK, k_end - k0);
+      const float* vrows[NK];  // the block's values: the cache rows (f32), else widened into vb
+      for (int j = 0; j < nk; ++j) vrows[j] = widen_row<DT>(b.vb + int64_t(j) * hd, cache_row(kv.v, s, k0 + j, kvh), hd);
+      if (in_place && DT == DType::F32) {
+        // Keys read where they are: runs of positions within a cache block are evenly spaced.
+        for (int j = 0; j < nk;) {
+          const int run = std::min(nk - j, bs - (k0 + j) % bs);
+          const float* k = static_cast<const float*>(static_cast<const void*>(cache_row(kv.k, s, k0 + j, kvh)));
+          scores_in_place(b.qb, rows, k, int64_t(nkv) * hd, run, hd, score_scale, b.sb + j);
+          j += run;
         }
-        for (int r = 0; r < rows; ++r) {
-          // Keys this row sees in the block (causal): up to its own position.
-          const int valid = std::min(nk, meta.positions[t0 + r / group] + 1 - k0);
-          if (valid <= 0) continue;
-          float* sr = sb + int64_t(r) * NK;
-          float m = mx[r];
-          for (int j = 0; j < valid; ++j) m = std::max(m, sr[j]);
-          if (m > mx[r]) {
-            const float alpha = std::exp(mx[r] - m);  // 0 on the first block (-inf)
-            sum[r] *= alpha;
-            for (int d = 0; d < hd; ++d) ob[int64_t(r) * hd + d] *= alpha;
-            mx[r] = m;
-          }
-          vec::exp_block(sr, m);  // (the lanes past `valid` are computed and not used)
-          float add = 0.f;
-          for (int j = 0; j < valid; ++j) add += sr[j];
-          sum[r] += add;
-          vec::weighted_rows(ob + int64_t(r) * hd, sr, vrows, valid, hd);
+      } else if (in_place) {
+        for (int j = 0; j < nk; ++j) widen_row<DT>(b.kt + int64_t(j) * hd, cache_row(kv.k, s, k0 + j, kvh), hd);
+        scores_in_place(b.qb, rows, b.kt, hd, nk, hd, score_scale, b.sb);
+      } else {
+        for (int j = 0; j < nk; ++j) {
+          const float* kr = widen_row<DT>(b.krow, cache_row(kv.k, s, k0 + j, kvh), hd);
+          for (int d = 0; d < hd; ++d) b.kt[int64_t(d) * NK + j] = kr[d];
+        }
+        for (int j = nk; j < NK; ++j)
+          for (int d = 0; d < hd; ++d) b.kt[int64_t(d) * NK + j] = 0.f;
+        vec::scores_block(b.qb, rows, b.kt, hd, score_scale, b.sb);
+      }
+      for (int r = 0; r < rows; ++r) {
+        // Keys this row sees in the block (causal): up to its own position.
+        const int valid = std::min(nk, meta.positions[tl.t0 + r / group] + 1 - k0);
+        if (valid <= 0) continue;
+        float* sr = b.sb + int64_t(r) * NK;
+        float m = b.mx[r];
+        for (int j = 0; j < valid; ++j) m = std::max(m, sr[j]);
+        if (m > b.mx[r]) {
+          const float alpha = std::exp(b.mx[r] - m);  // 0 on the first block (-inf)
+          b.sum[r] *= alpha;
+          for (int d = 0; d < hd; ++d) b.ob[int64_t(r) * hd + d] *= alpha;
+          b.mx[r] = m;
+        }
+        vec::exp_block(sr, m);  // (the lanes past `valid` are computed and not used)
+        float add = 0.f;
+        for (int j = 0; j < valid; ++j) add += sr[j];
+        b.sum[r] += add;
+        vec::weighted_rows(b.ob + int64_t(r) * hd, sr, vrows, valid, hd);
+      }
+    }
+  };
+  // A part's softmax (pm, ps, po) into the parts before it (tm, ts, to); the first is copied. A row
+  // that saw no key of the part (-inf, 0, 0) leaves the total as it was.
+  auto merge = [&](int rows, float* tm, float* ts, float* to, const float* pm, const float* ps, const float* po,
+                   bool first) {
+    if (first) {
+      std::copy_n(pm, rows, tm);
+      std::copy_n(ps, rows, ts);
+      std::copy_n(po, int64_t(rows) * hd, to);
+      return;
+    }
+    for (int r = 0; r < rows; ++r) {
+      const float m = std::max(tm[r], pm[r]);
+      const float a = std::exp(tm[r] - m), c = std::exp(pm[r] - m);
+      ts[r] = ts[r] * a + ps[r] * c;
+      float* o = to + int64_t(r) * hd;
+      const float* q = po + int64_t(r) * hd;
+      for (int d = 0; d < hd; ++d) o[d] = o[d] * a + q[d] * c;
+      tm[r] = m;
+    }
+  };
+  auto write_out = [&](const TileRef& tl, const float* ob, const float* sum) {
+    for (int t = tl.t0; t < tl.t1; ++t)
+      for (int g = 0; g < group; ++g) {
+        const int r = (t - tl.t0) * group + g, h = tl.kvh * group + g;
+        float* o = out.f32() + int64_t(t) * (int64_t(nh) * hd) + int64_t(h) * hd;
+        const float inv = kv.v_scale / sum[r];
+        const float* src = ob + int64_t(r) * hd;
+        if (p.output_gate) {
+          const float* gate = qkv.f32() + int64_t(t) * row + int64_t(h) * q_width + hd;
+          for (int d = 0; d < hd; ++d) o[d] = src[d] * inv * vec::sigmoid(gate[d]);
+        } else {
+          for (int d = 0; d < hd; ++d) o[d] = src[d] * inv;
         }
       }
-      for (int t = t0; t < t1; ++t)
-        for (int g = 0; g < group; ++g) {
-          const int r = (t - t0) * group + g, h = kvh * group + g;
-          float* o = out.f32() + int64_t(t) * (int64_t(nh) * hd) + int64_t(h) * hd;
-          const float inv = kv.v_scale / sum[r];
-          const float* src = ob + int64_t(r) * hd;
-          if (p.output_gate) {
-            const float* gate = qkv.f32() + int64_t(t) * row + int64_t(h) * q_width + hd;
-            for (int d = 0; d < hd; ++d) o[d] = src[d] * inv * vec::sigmoid(gate[d]);
-          } else {
-            for (int d = 0; d < hd; ++d) o[d] = src[d] * inv;
-          }
+  };
+
+  // Fewer items than threads, every tile few rows and some sequence long: one work item per
+  // (item, part), then the parts merged per item.
+  bool split = n_items < n_threads;
+  int64_t n_units = 0;
+  for (int64_t i = 0; split && i < n_items; ++i) {
+    const TileRef tl = tile_of(i);
+    split = tl.rows <= kInPlaceRows;
+    n_units += tl.n_parts;
+  }
+  split = split && n_units > n_items;
+  if (!split) {
+    pool_.parallel_for(n_items, 1, [&](int tid, int64_t i0, int64_t i1) {
+      const Bufs b = bufs_of(tid);
+      for (int64_t i = i0; i < i1; ++i) {
+        const TileRef tl = tile_of(i);
+        load_queries(tl, b);
+        for (int part = 0; part < tl.n_parts; ++part) {
+          attend_part(tl, b, part * kPart, std::min(tl.n_ctx, (part + 1) * kPart));
+          if (tl.n_parts > 1) merge(tl.rows, b.tmx, b.tsum, b.tob, b.mx, b.sum, b.ob, part == 0);
         }
+        if (tl.n_parts > 1) write_out(tl, b.tob, b.tsum);
+        else write_out(tl, b.ob, b.sum);
+      }
+    });
+    return;
+  }
+  // units: (item, part), item-major; first: each item's first unit. A unit's softmax goes to
+  // part_all [unit][kInPlaceRows][hd + 2] (max, sum, output).
+  std::vector<int32_t>& units = scratch_i32(2, 2 * n_units + n_items + 1);
+  int32_t* first = units.data() + 2 * n_units;
+  for (int64_t i = 0, u = 0; i < n_items; ++i) {
+    first[i] = static_cast<int32_t>(u);
+    for (int part = 0; part < tile_of(i).n_parts; ++part, ++u) {
+      units[2 * u] = static_cast<int32_t>(i);
+      units[2 * u + 1] = part;
+    }
+  }
+  first[n_items] = static_cast<int32_t>(n_units);
+  const int64_t unit_floats = int64_t(kInPlaceRows) * (hd + 2);
+  float* part_all = scratch_f32(2, n_units * unit_floats);
+  pool_.parallel_for(n_units, 1, [&](int tid, int64_t u0, int64_t u1) {
+    const Bufs b = bufs_of(tid);
+    for (int64_t u = u0; u < u1; ++u) {
+      const TileRef tl = tile_of(units[2 * u]);
+      const int part = units[2 * u + 1];
+      load_queries(tl, b);
+      attend_part(tl, b, part * kPart, std::min(tl.n_ctx, (part + 1) * kPart));
+      float* dst = part_all + u * unit_floats;
+      std::copy_n(b.mx, tl.rows, dst);
+      std::copy_n(b.sum, tl.rows, dst + kInPlaceRows);
+      std::copy_n(b.ob, int64_t(tl.rows) * hd, dst + 2 * kInPlaceRows);
+    }
+  });
+  pool_.parallel_for(n_items, 1, [&](int tid, int64_t i0, int64_t i1) {
+    const Bufs b = bufs_of(tid);
+    for (int64_t i = i0; i < i1; ++i) {
+      const TileRef tl = tile_of(i);
+      for (int32_t u = first[i]; u < first[i + 1]; ++u) {
+        const float* src = part_all + u * unit_floats;
+        merge(tl.rows, b.tmx, b.tsum, b.tob, src, src + kInPlaceRows, src + 2 * kInPlaceRows, u == first[i]);
+      }
+      write_out(tl, b.tob, b.tsum);
     }
   });
 }

@@ -52,7 +52,7 @@ class CpuKernels final : public Kernels {
   }
   ThreadPool& pool_;
   std::vector<float> scratch_f32_[3];
-  std::vector<int32_t> scratch_i32_[2];
+  std::vector<int32_t> scratch_i32_[3];
 };
 
 class CpuBackend final : public Backend {

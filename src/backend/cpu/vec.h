@@ -32,12 +32,22 @@ void axpy_bf16(float* y, float alpha, const uint16_t* x, int64_t n);
 // heads of one KV head (cpu_attention.cpp; model/step_memory.cpp sizes its scratch):
 inline constexpr int kKeyBlock = 32;
 inline constexpr int kQueryTile = 64;
-// Per-thread floats of the tile's buffers: queries and outputs [R, hd] each, a key block
-// transposed and its values [hd, kKeyBlock] each, scores [R, kKeyBlock], running max and sum [R],
-// one widened key [hd]; R = kQueryTile x query heads per KV head.
+// Keys go in parts of kKeyPart positions, each its own online softmax, merged in order; a tile of
+// at most kInPlaceRows rows reads its keys in place, and with fewer tiles than threads its parts
+// run on different threads (their max, sum and output [kInPlaceRows, hd + 2] in a shared slot).
+inline constexpr int kKeyPart = 2048;
+inline constexpr int kInPlaceRows = 8;
+// Per-thread floats of the tile's buffers: queries, a part's outputs and the merged outputs
+// [R, hd] each, a key block transposed and its values [hd, kKeyBlock] each, scores
+// [R, kKeyBlock], a part's and the merged max and sum [R] each, one widened key [hd];
+// R = kQueryTile x query heads per KV head.
 inline constexpr int64_t attention_tile_floats(int64_t group, int64_t hd) {
   const int64_t R = int64_t(kQueryTile) * group;
-  return 2 * R * hd + 2 * hd * kKeyBlock + R * kKeyBlock + 2 * R + hd;
+  return 3 * R * hd + 2 * hd * kKeyBlock + R * kKeyBlock + 4 * R + hd;
+}
+// Floats of the parts' slot: fewer tiles than threads, each with up to ceil(context / kKeyPart) parts.
+inline constexpr int64_t attention_parts_floats(int64_t threads, int64_t max_context, int64_t hd) {
+  return threads * ((max_context + kKeyPart - 1) / kKeyPart) * kInPlaceRows * (hd + 2);
 }
 // s[r * kKeyBlock + j] = scale * sum_d q[r * hd + d] * kt[d * kKeyBlock + j] for r < rows
 // (q: rows of head_dim hd; kt: the key block transposed, [hd, kKeyBlock]).
