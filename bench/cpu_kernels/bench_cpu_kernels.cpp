@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_attention_kernels.h"
 #include "backend/cpu/cpu_matmul.h"
+#include "backend/cpu/vec.h"
 #include "core/dtype.h"
 #include "util/thread_pool.h"
 
@@ -353,6 +355,40 @@ BENCHMARK(BM_AttentionDecode)
     ->ArgsProduct({{0}, {65}, {1, 2}, {1}, {16384}})
     ->UseRealTime()
     ->MinTime(0.2);
+
+// The decode attention's in-place scores alone: 2 query rows (tiny-coder's group) against 4,096
+// keys of head_dim 64 read from a cache laid out [position][2 KV heads][64], in runs of 16 (a
+// cache block). args: kernel (0 vec::scores_strided as compiled for this CPU, 1 AVX2, 2 AVX-512).
+void BM_ScoresInPlace(benchmark::State& state) {
+  const int kernel = static_cast<int>(state.range(0));
+#if defined(__x86_64__)
+  if ((kernel == 1 && !__builtin_cpu_supports("x86-64-v3")) || (kernel == 2 && !__builtin_cpu_supports("x86-64-v4"))) {
+    state.SkipWithError("not this CPU's");
+    return;
+  }
+#else
+  if (kernel != 0) {
+    state.SkipWithError("x86 only");
+    return;
+  }
+#endif
+  const int hd = 64, rows = 2, n_keys = 4096, run = 16;
+  const int64_t ldk = 2 * hd;
+  std::vector<float> q = random_x(rows, hd), k = random_x(n_keys, ldk), s(static_cast<size_t>(rows) * vec::kKeyBlock);
+  for (auto _ : state) {
+    for (int j0 = 0; j0 < n_keys; j0 += run) {
+      const float* kj = k.data() + int64_t(j0) * ldk;
+      if (kernel == 0) vec::scores_strided(q.data(), rows, kj, ldk, run, hd, 0.125f, s.data());
+#if defined(__x86_64__)
+      else if (kernel == 1) cpu::scores_in_place_avx2(q.data(), rows, kj, ldk, run, hd, 0.125f, s.data(), vec::kKeyBlock);
+      else cpu::scores_in_place_avx512(q.data(), rows, kj, ldk, run, hd, 0.125f, s.data(), vec::kKeyBlock);
+#endif
+      benchmark::DoNotOptimize(s.data());
+    }
+  }
+  state.counters["keys/s"] = benchmark::Counter(n_keys, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_ScoresInPlace)->ArgName("kernel")->Arg(0)->Arg(1)->Arg(2)->UseRealTime()->MinTime(0.2);
 
 }  // namespace
 }  // namespace deltaserve

@@ -28,6 +28,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_attention_kernels.h"
+#include "backend/cpu/vec.h"
 #include "core/dtype.h"
 
 namespace deltaserve {
@@ -278,8 +280,9 @@ const std::vector<std::vector<std::pair<int, int>>> kBatches = {
     {{3000, 1}, {2047, 2}},         // decode past one part of keys (vec::kKeyPart): parts merged
     {{45, 4}, {300, 4}},            // verification runs of k + 1 = 4 tokens
 };
-// (hd 24: not a multiple of 16, so the portable in-place scores run on AVX-512 CPUs too.)
-const Shape kShapes[] = {{4, 2, 64, 16, true}, {8, 1, 128, 32, false}, {6, 2, 32, 8, true}, {4, 2, 24, 8, false}};
+// (hd 24 and 20: the in-place scores of AVX2 and of plain C++ run on AVX-512 CPUs too.)
+const Shape kShapes[] = {{4, 2, 64, 16, true}, {8, 1, 128, 32, false}, {6, 2, 32, 8, true}, {4, 2, 24, 8, false},
+                         {4, 2, 20, 4, true}};
 
 TEST_F(CpuAttentionTest, EveryDtypeMatchesDoubleReferenceOnItsStoredValues) {
   for (const Shape& sh : kShapes) {
@@ -373,6 +376,58 @@ TEST_F(CpuAttentionTest, ATokensOutputIsTheSameBitsInAPrefillTileAndInAShortRun)
       }
     }
   }
+}
+
+// The in-place score kernels (vec::scores_strided and the AVX2 / AVX-512 ones, where the CPU runs
+// the matching clones) against vec::scores_block on the same keys transposed, bit for bit: 1-8
+// query rows, 1-32 keys with a row stride past hd, head dims the kernels take.
+TEST(CpuAttentionScores, InPlaceKernelsGiveTheBlockedSums) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> d(-2.f, 2.f);
+  struct Kernel {
+    const char* name;
+    bool usable;
+    int hd_multiple;
+    void (*fn)(const float*, int, const float*, int64_t, int, int, float, float*, int64_t);
+  };
+  const Kernel kernels[] = {
+      {"portable", true, 1,
+       [](const float* q, int rows, const float* k, int64_t ldk, int n, int hd, float scale, float* s, int64_t) {
+         vec::scores_strided(q, rows, k, ldk, n, hd, scale, s);
+       }},
+#if defined(__x86_64__)
+      {"avx2", __builtin_cpu_supports("x86-64-v3") != 0, 8, cpu::scores_in_place_avx2},
+      {"avx512", __builtin_cpu_supports("x86-64-v4") != 0, 16, cpu::scores_in_place_avx512},
+#endif
+  };
+  constexpr int NK = vec::kKeyBlock;
+  int checked = 0;
+  for (const Kernel& kn : kernels) {
+    if (!kn.usable) {
+      std::printf("[  SKIPPED ] %s: not this CPU's\n", kn.name);
+      continue;
+    }
+    for (int hd : {8, 16, 24, 64, 128, 256}) {
+      if (hd % kn.hd_multiple != 0) continue;
+      for (int rows = 1; rows <= 8; ++rows)
+        for (int n : {1, 5, 8, 15, 16, 17, 31, 32}) {
+          const int64_t ldk = hd + 5;
+          std::vector<float> q(static_cast<size_t>(rows) * hd), k(static_cast<size_t>(n) * ldk), kt(static_cast<size_t>(hd) * NK, 0.f);
+          for (auto& x : q) x = d(rng);
+          for (auto& x : k) x = d(rng);
+          for (int j = 0; j < n; ++j)
+            for (int e = 0; e < hd; ++e) kt[static_cast<size_t>(e) * NK + j] = k[static_cast<size_t>(j) * ldk + e];
+          std::vector<float> want(static_cast<size_t>(rows) * NK), got(want.size(), NAN);
+          vec::scores_block(q.data(), rows, kt.data(), hd, 0.125f, want.data());
+          kn.fn(q.data(), rows, k.data(), ldk, n, hd, 0.125f, got.data(), NK);
+          for (int r = 0; r < rows; ++r)
+            ASSERT_EQ(std::memcmp(&got[static_cast<size_t>(r) * NK], &want[static_cast<size_t>(r) * NK], n * sizeof(float)), 0)
+                << kn.name << ": hd " << hd << ", " << rows << " rows, " << n << " keys: row " << r << " differs";
+          ++checked;
+        }
+    }
+  }
+  EXPECT_GT(checked, 0);
 }
 
 TEST_F(CpuAttentionTest, QuantizedCachesStayWithinTheirRoundoffOfTheF32Cache) {

@@ -85,15 +85,18 @@ const float* widen_row(float* dst, const void* row, int n) {
   }
 }
 
-// vec::scores_strided, by the AVX-512 kernel where the CPU runs vec.cpp's x86-64-v4 clones (whose
-// scores_block it matches bit for bit) and hd is a multiple of 16.
+// vec::scores_strided, by the AVX-512 kernel where the CPU runs vec.cpp's x86-64-v4 clones and hd
+// is a multiple of 16, else by the AVX2 one on x86-64-v3 (or v4) CPUs and hd a multiple of 8: each
+// matches those clones' scores_block bit for bit (the same FMA per element, dims in order).
 void scores_in_place(const float* q, int rows, const float* k, int64_t ldk, int n, int hd, float scale, float* s) {
 #if defined(DELTASERVE_X86_KERNELS)
-  static const bool v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                         __builtin_cpu_supports("avx512cd");
+  static const bool v4 = __builtin_cpu_supports("x86-64-v4"), v3 = __builtin_cpu_supports("x86-64-v3");
   if (v4 && hd % 16 == 0) {
     cpu::scores_in_place_avx512(q, rows, k, ldk, n, hd, scale, s, vec::kKeyBlock);
+    return;
+  }
+  if (v3 && hd % 8 == 0) {
+    cpu::scores_in_place_avx2(q, rows, k, ldk, n, hd, scale, s, vec::kKeyBlock);
     return;
   }
 #endif
