@@ -34,6 +34,31 @@ struct VecAvx512 {
   static F bcast(const float* p) { return _mm512_set1_ps(*p); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }  // a*b + c
   static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  // In place: r[i] (row i of a kLanes x kLanes block) becomes column i. Unpack, shuffle within
+  // 128-bit lanes, then across them.
+  static void transpose(F r[16]) {
+    F t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {  // per 128-bit lane L: rows i, i+1 interleaved, columns 4L..4L+3
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {  // u[i + c], lane L: column 4L + c of rows i .. i+3
+      u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+      u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+      u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; ++c) {  // column 4L + c: lane L of u[c], u[4 + c], u[8 + c], u[12 + c]
+      const F x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+      const F y0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+      const F y1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+      r[c] = _mm512_shuffle_f32x4(x0, y0, 0x88);
+      r[4 + c] = _mm512_shuffle_f32x4(x0, y0, 0xDD);
+      r[8 + c] = _mm512_shuffle_f32x4(x1, y1, 0x88);
+      r[12 + c] = _mm512_shuffle_f32x4(x1, y1, 0xDD);
+    }
+  }
   static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
   // p: kLanes uint32 lanes, each holding two bf16 (lo, hi).
   static F bf16_lo(const uint16_t* p) {
@@ -56,6 +81,26 @@ struct VecAvx2 {
   static F bcast(const float* p) { return _mm256_broadcast_ss(p); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  // In place: r[i] (row i of a kLanes x kLanes block) becomes column i. Unpack, shuffle within
+  // 128-bit halves, then swap the halves.
+  static void transpose(F r[8]) {
+    F t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {  // per half H: rows i, i+1 interleaved, columns 4H..4H+3
+      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {  // u[i + c], half H: column 4H + c of rows i .. i+3
+      u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+      u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+      u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; ++c) {  // column c: the low halves of u[c], u[4 + c]; column 4 + c: the high ones
+      r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+      r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+  }
   static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
   static F bf16_lo(const uint16_t* p) {
     __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
