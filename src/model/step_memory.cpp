@@ -109,14 +109,14 @@ StepMemory step_memory(const ModelConfig& c, const StepShape& s) {
   } else {
     // CpuKernels: attention's q [T, nh, hd] or the GDN conv output [T, conv] (slot 0); per thread
     // an attention tile's buffers, the GDN conv's tile (backend/cpu/vec.h) or a head's state
-    // (slot 1). Each slot starts on a cache line (+64 bytes).
+    // (slot 1).
     const int64_t threads = std::max(1, s.cpu_threads);
     const int64_t group = std::max<int64_t>(1, r.n_heads / r.n_kv_heads);
     m.scratch = std::max(T * n_q + threads * r.head_dim, T * r.conv_dim) * f;
     m.scratch += threads * std::max({vec::attention_tile_floats(group, r.head_dim),
                                      vec::conv_tile_floats(c.linear_conv_kernel),
                                      2 * r.k_head_dim + r.v_head_dim * r.k_head_dim}) * f;
-    // The attention's parts run apart (slot 2), and each slot starts on a cache line.
+    // The attention's parts run apart (slot 2), and each slot starts on a cache line (+64 bytes).
     if (c.n_attention_layers() > 0) m.scratch += vec::attention_parts_floats(threads, s.context, r.head_dim) * f;
     m.scratch += 3 * 64;
     if (tp > 1) m.scratch += collective;  // this rank's slot of the CPU communicator
