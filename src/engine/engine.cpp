@@ -604,16 +604,6 @@ void Engine::collect(Flight& f, bool release_finished) {
 
 double Engine::next_uniform(Sequence& s) { return std::uniform_real_distribution<double>(0.0, 1.0)(s.rng); }
 
-SampleRow Engine::sample_row(const SamplingParams& p, double u) {
-  SampleRow r;
-  r.inv_temperature = 1.0f / p.temperature;
-  r.top_k = p.top_k;
-  r.top_p = p.top_p;
-  r.min_p = p.min_p;
-  r.u = static_cast<float>(u);
-  return r;
-}
-
 bool Engine::samples_raw_argmax(const Sequence& s) {
   const SamplingParams& p = s.params;
   return p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&

@@ -139,9 +139,8 @@ class Engine final : public EngineService {
   // A sequence whose next token (or, verifying drafts, each token) is the argmax of its raw
   // logits row (greedy; no penalties, constraint or logprobs).
   static bool samples_raw_argmax(const Sequence& s);
-  // A non-greedy row's settings for Kernels::sample_rows with the uniform u; the next uniform of a
-  // sequence's RNG (one per drawn token, the host sampler's order).
-  static SampleRow sample_row(const SamplingParams& p, double u);
+  // The next uniform of a sequence's RNG (one per drawn token, the host sampler's order), for
+  // sample_row (engine/sampler.h).
   static double next_uniform(Sequence& s);
   // Where this step's tokens are picked: Argmax (every row samples_raw_argmax), Sample (every
   // row a plain draw: no logprobs, constraint or verification; config device_sampling; fills

@@ -7,6 +7,16 @@
 
 namespace deltaserve {
 
+SampleRow sample_row(const SamplingParams& p, double u) {
+  SampleRow r;
+  r.inv_temperature = 1.0f / p.temperature;
+  r.top_k = p.top_k;
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  r.u = static_cast<float>(u);
+  return r;
+}
+
 void Sampler::penalty_entries(const SamplingParams& p, std::span<const int32_t> prompt,
                               std::span<const int32_t> generated, int32_t row, std::vector<PenaltyEntry>& out) {
   const bool rep = p.repetition_penalty != 1.0f;
@@ -35,120 +45,7 @@ void Sampler::apply_penalties(const SamplingParams& p, std::span<const int32_t> 
                               std::span<const int32_t> generated) {
   pen_.clear();
   penalty_entries(p, prompt, generated, 0, pen_);
-  for (const PenaltyEntry& e : pen_) {
-    float& l = work_[e.token];
-    if (e.rep != 1.0f) l = l > 0 ? l / e.rep : l * e.rep;
-    l -= e.sub;
-  }
-}
-
-// The window of candidates: every token whose scaled logit is within delta of the max, widened
-// until it provably holds the top-k / top-p / min-p answer (see candidates()).
-void Sampler::window(const float* logits, const SamplingParams& p, int64_t k, float inv_t, float mx, double z_all) {
-  float delta = 16.0f;
-  if (p.min_p > 0.0f) delta = std::max(delta, -std::log(p.min_p) + 1.0f);
-  for (;;) {
-    const float thr = mx - delta;
-    const bool all = !(thr > -INFINITY) || delta > 1e30f;
-    cand_.clear();
-    for (int64_t i = 0; i < vocab_; ++i) {
-      const float l = logits[i] * inv_t;
-      if (all || l >= thr) cand_.emplace_back(l, static_cast<int32_t>(i));
-    }
-    bool enough = all || static_cast<int64_t>(cand_.size()) == vocab_;
-    if (!enough && k < vocab_) enough = static_cast<int64_t>(cand_.size()) >= k;
-    if (!enough && k == vocab_) {
-      if (p.min_p > 0.0f) {
-        enough = true;  // delta reaches past the min-p floor
-      } else if (p.top_p < 1.0f) {
-        double mass = 0;
-        for (const auto& c : cand_) mass += std::exp(c.first - mx);
-        enough = mass / z_all >= double(p.top_p) + 1e-6;
-      }
-    }
-    if (enough) return;
-    delta *= 4.0f;
-    if (delta > 1e4f) delta = INFINITY;
-  }
-}
-
-void Sampler::candidates(const float* logits, const SamplingParams& p) {
-  // The result is the sorted prefix of the vocabulary (by scaled logit, ties by id) that survives
-  // top-k, top-p and min-p, normalised. Sorting all V tokens (248k for Qwen3.6) costs milliseconds
-  // per row, so only a window of the highest logits (scaled logit >= max - delta) is collected and
-  // sorted, and it is widened until it provably holds the answer:
-  //   top-k: the window has at least k tokens (the window is a prefix of the sorted order);
-  //   min-p: the window reaches down to the min-p floor (every kept token is inside it);
-  //   top-p: the window's mass (under the same normaliser) reaches top_p.
-  const float inv_t = 1.0f / p.temperature;
-  const int64_t k = (p.top_k > 0 && p.top_k < vocab_) ? p.top_k : vocab_;
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  constexpr int64_t kHeapTopK = 256;
-  float mx = -INFINITY;
-  double z_all = 0;  // normaliser over the whole vocabulary: needed when top-k keeps everything
-  auto normalise_all = [&] {
-    if (k == vocab_)
-      for (int64_t i = 0; i < vocab_; ++i) z_all += std::exp(logits[i] * inv_t - mx);
-  };
-  if (k <= kHeapTopK) {
-    // Small top-k (Qwen's default is 20): one pass with a k-element heap whose front is the
-    // worst kept token; almost every logit is rejected by one comparison.
-    cand_.clear();
-    for (int64_t i = 0; i < vocab_; ++i) {
-      const std::pair<float, int32_t> c{logits[i] * inv_t, static_cast<int32_t>(i)};
-      if (static_cast<int64_t>(cand_.size()) < k) {
-        cand_.push_back(c);
-        std::push_heap(cand_.begin(), cand_.end(), by_logit);
-      } else if (by_logit(c, cand_.front())) {
-        std::pop_heap(cand_.begin(), cand_.end(), by_logit);
-        cand_.back() = c;
-        std::push_heap(cand_.begin(), cand_.end(), by_logit);
-      }
-    }
-    for (const auto& c : cand_) mx = std::max(mx, c.first);
-    normalise_all();
-  } else {
-    for (int64_t i = 0; i < vocab_; ++i) mx = std::max(mx, logits[i] * inv_t);
-    normalise_all();
-    window(logits, p, k, inv_t, mx, z_all);
-  }
-  if (k < static_cast<int64_t>(cand_.size())) {
-    std::nth_element(cand_.begin(), cand_.begin() + k, cand_.end(), by_logit);
-    cand_.resize(k);
-  }
-  std::sort(cand_.begin(), cand_.end(), by_logit);
-  double sum = 0;
-  if (k == vocab_) {
-    sum = z_all;
-    for (auto& c : cand_) c.first = std::exp(c.first - mx);
-  } else {
-    for (auto& c : cand_) {
-      c.first = std::exp(c.first - mx);
-      sum += c.first;
-    }
-  }
-  for (auto& c : cand_) c.first = static_cast<float>(c.first / sum);
-  size_t keep = cand_.size();
-  if (p.top_p < 1.0f) {
-    double cum = 0;
-    for (size_t i = 0; i < cand_.size(); ++i) {
-      cum += cand_[i].first;
-      if (cum >= p.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  if (p.min_p > 0.0f) {
-    const float floor = p.min_p * cand_.front().first;
-    size_t i = 1;
-    while (i < keep && cand_[i].first >= floor) ++i;
-    keep = i;
-  }
-  cand_.resize(keep);
-  double s = 0;
-  for (auto& c : cand_) s += c.first;
-  for (auto& c : cand_) c.first = static_cast<float>(c.first / s);
+  for (const PenaltyEntry& e : pen_) apply_penalty(work_[e.token], e);
 }
 
 void Sampler::fill_logprobs(const float* logits, int32_t token, int top_n, TokenLogprob* lp) {
@@ -165,7 +62,7 @@ void Sampler::fill_logprobs(const float* logits, int32_t token, int top_n, Token
     const auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
       return a.first > b.first || (a.first == b.first && a.second < b.second);
     };
-    std::vector<std::pair<float, int32_t>>& heap = cand_;
+    std::vector<std::pair<float, int32_t>>& heap = heap_;
     heap.clear();
     const size_t n = static_cast<size_t>(std::min<int64_t>(top_n, vocab_));
     for (int64_t i = 0; i < vocab_; ++i) {
@@ -200,22 +97,9 @@ int32_t Sampler::sample_u(const float* logits, const SamplingParams& p, std::spa
     apply_penalties(p, prompt, generated);
     src = work_.data();
   }
-  if (p.greedy()) {
-    token = static_cast<int32_t>(std::max_element(src, src + vocab_) - src);
-  } else {
-    // Inverse CDF in token-id order over the kept set (Kernels::sample_rows draws the same way).
-    candidates(src, p);
-    std::sort(cand_.begin(), cand_.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
-    double cum = 0;
-    token = cand_.back().second;
-    for (const auto& c : cand_) {
-      cum += c.first;
-      if (u < cum) {
-        token = c.second;
-        break;
-      }
-    }
-  }
+  // Kernels::sample_rows draws the same way (RowSampler), given the uniform as the same float.
+  token = p.greedy() ? static_cast<int32_t>(std::max_element(src, src + vocab_) - src)
+                     : row_.draw(src, vocab_, sample_row(p, u));
   if (lp) fill_logprobs(logits, token, p.top_logprobs, lp);
   return token;
 }
@@ -278,8 +162,7 @@ void Sampler::distribution(const float* logits, const SamplingParams& p, std::sp
     probs[std::max_element(src, src + vocab_) - src] = 1.0f;
     return;
   }
-  candidates(src, p);
-  for (const auto& c : cand_) probs[c.second] = c.first;
+  for (const auto& c : row_.kept(src, vocab_, sample_row(p, 0.0))) probs[c.second] = c.first;
 }
 
 }  // namespace deltaserve

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/kernels.h"
+#include "backend/row_sampler.h"
 #include "engine/events.h"
 #include "engine/sampling_params.h"
 #include "engine/token_constraint.h"
@@ -25,6 +26,10 @@ struct SpecDecision {
 SpecDecision speculative_accept(std::vector<float>& p, const std::vector<float>& q, int32_t d,
                                 std::mt19937_64& rng);
 
+// A non-greedy row's settings for Kernels::sample_rows / RowSampler, with the uniform u (rounded
+// to the float SampleRow carries, in both places).
+SampleRow sample_row(const SamplingParams& p, double u);
+
 class Sampler {
  public:
   explicit Sampler(int64_t vocab) : vocab_(vocab) {}
@@ -34,7 +39,7 @@ class Sampler {
                  std::span<const int32_t> generated, std::mt19937_64& rng, TokenLogprob* lp);
 
   // sample() with the uniform draw given (u in [0, 1); ignored when greedy): the token
-  // Kernels::sample_rows picks for the same row, settings and u, up to rounding at the edges.
+  // Kernels::sample_rows picks on the CPU for the same row, settings and u (the same RowSampler).
   int32_t sample_u(const float* logits, const SamplingParams& p, std::span<const int32_t> prompt,
                    std::span<const int32_t> generated, double u, TokenLogprob* lp);
   // The penalties of p over prompt/generated as Kernels::sample_rows entries of `row`, appended to out.
@@ -59,18 +64,13 @@ class Sampler {
  private:
   void apply_penalties(const SamplingParams& p, std::span<const int32_t> prompt,
                        std::span<const int32_t> generated);
-  // Fills cand_ with (prob, token) after temperature/top-k/top-p/min-p, normalised. logits:
-  // the row after penalties.
-  void candidates(const float* logits, const SamplingParams& p);
-  // Fills cand_ with the tokens whose scaled logit is within a delta of mx that provably holds
-  // the top-k / top-p / min-p result (unsorted, unnormalised).
-  void window(const float* logits, const SamplingParams& p, int64_t k, float inv_t, float mx, double z_all);
   void fill_logprobs(const float* logits, int32_t token, int top_n, TokenLogprob* lp);
 
   int64_t vocab_;
   std::vector<float> work_;                     // [vocab] processed logits
   std::vector<float> constrained_;              // [vocab] a constrained row
-  std::vector<std::pair<float, int32_t>> cand_; // (prob, token)
+  RowSampler row_;                              // temperature, top-k/p, min-p and the draw
+  std::vector<std::pair<float, int32_t>> heap_; // fill_logprobs' top alternatives
   std::vector<int32_t> sorted_, gen_sorted_;
   std::vector<PenaltyEntry> pen_;
 };

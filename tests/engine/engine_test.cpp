@@ -285,9 +285,9 @@ TEST(Engine, DeviceSamplingDrawsWhatTheHostSamplerDraws) {
     auto e = Engine::create(c);
     EXPECT_TRUE(e.is_ok()) << e.status().message();
     // Every request is queued before the engine starts, so both runs batch alike. (The CPU's
-    // kernels are batch invariant now, so the logits no longer depend on it; once a request running
-    // alone for a step under load moved a draw that sat near a CDF step. The two samplers still sum
-    // their CDFs differently: a change of the logits' rounding can move a draw at such a step.)
+    // kernels are batch invariant, so the logits do not depend on it either. Both samplers run
+    // RowSampler, so a draw that lands on a CDF step agrees too: when they summed their CDFs
+    // differently, a change of the logits' rounding could part them there.)
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int i = 0; i < (with_logprobs ? 5 : 4); ++i) {
       GenerateRequest r;

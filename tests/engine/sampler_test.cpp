@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
@@ -209,9 +210,10 @@ TEST(Sampler, PenaltyEntriesFollowTheHfAndOpenAiRules) {
   EXPECT_TRUE(e.empty());
 }
 
-// The host sampler, given the uniform, draws the token Kernels::sample_rows draws (CPU kernel,
-// the device kernel's reference) for the same row, settings and penalties: one semantics for both
-// places. Draws within 2e-6 of a boundary of the reference CDF are not compared (rounding).
+// The host sampler, given the uniform, draws the token the CPU's Kernels::sample_rows draws for the
+// same row, settings and penalties, on every row (both run RowSampler, so even a draw at a CDF
+// boundary agrees); both draw the textbook pipeline's token (sample_reference.h, the CUDA kernel's
+// reference too) except within 2e-6 of a boundary of its CDF (rounding).
 TEST(Sampler, SampleWithUniformMatchesTheSampleRowsKernel) {
   const int64_t V = 3000, R = 4;
   ThreadPool pool(1);
@@ -266,6 +268,7 @@ TEST(Sampler, SampleWithUniformMatchesTheSampleRowsKernel) {
                         Tensor(pen.data(), DType::I32, {int64_t(pen.size()) * 4}), Tensor(out.data(), DType::I32, {R}));
     for (int r = 0; r < R; ++r) {
       const int32_t host = sampler.sample_u(x.data() + r * V, params[r], prompts[r], gens[r], us[r], nullptr);
+      EXPECT_EQ(host, out[r]) << "trial " << trial << " row " << r;
       bool fragile = false;
       const auto dist = deltaserve::test::reference_distribution(penalised.data() + r * V, V, rows[r], &fragile);
       const auto want = deltaserve::test::reference_draw(dist, rows[r].inv_temperature == 0.f ? 0.0 : double(rows[r].u));
@@ -279,6 +282,55 @@ TEST(Sampler, SampleWithUniformMatchesTheSampleRowsKernel) {
     }
   }
   EXPECT_GT(compared, 150) << skipped << " skipped";
+}
+
+// A uniform placed on a boundary of the cumulative distribution (and one float either side of it):
+// the host sampler and the CPU's Kernels::sample_rows still draw the same token. Two samplers that
+// sum their CDFs differently part exactly there, and a draw of a long seeded run that lands at such a
+// step then diverges for the rest of the run (engine_test's DeviceSamplingDrawsWhatTheHostSamplerDraws).
+TEST(Sampler, DrawsOnACdfBoundaryAgreeWithTheSampleRowsKernel) {
+  const int64_t V = 4000;
+  ThreadPool pool(1);
+  CpuKernels kernels(pool);
+  Sampler sampler(V);
+  std::mt19937_64 rng(3);
+  int compared = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const auto x = random_logits(rng, V, trial % 2 ? 0.5f : 3.0f);
+    SamplingParams p;
+    p.temperature = trial % 3 == 0 ? 1.0f : 0.8f;
+    p.top_p = trial % 4 == 1 ? 0.9f : 1.0f;
+    // The boundaries of the reference CDF in token-id order, at spread-out places.
+    const auto dist = reference(x, p);
+    double cum = 0;
+    std::vector<double> bounds;
+    int n_kept = 0;
+    for (double q : dist) n_kept += q > 0;
+    int seen = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      if (dist[i] <= 0) continue;
+      cum += dist[i];
+      if (++seen % std::max(1, n_kept / 40) == 0 && seen < n_kept) bounds.push_back(cum);
+    }
+    for (double b : bounds) {
+      const float fb = static_cast<float>(b);
+      for (float u : {std::nextafter(fb, 0.f), fb, std::nextafter(fb, 1.f)}) {
+        SampleRow row;
+        row.inv_temperature = 1.0f / p.temperature;
+        row.top_p = p.top_p;
+        row.u = u;
+        std::vector<float> in = x;
+        int32_t out = -1;
+        kernels.sample_rows(Tensor(in.data(), DType::F32, {1, V}), Tensor(&row, DType::I32, {6}),
+                            Tensor(nullptr, DType::I32, {0}), Tensor(&out, DType::I32, {1}));
+        EXPECT_EQ(sampler.sample_u(x.data(), p, {}, {}, double(u), nullptr), out)
+            << "trial " << trial << " u " << u;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 600) << compared;
+  std::printf("%d draws compared\n", compared);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/row_sampler.h"
 #include "util/thread_pool.h"
 
 namespace deltaserve {
@@ -53,6 +54,7 @@ class CpuKernels final : public Kernels {
   ThreadPool& pool_;
   std::vector<float> scratch_f32_[3];
   std::vector<int32_t> scratch_i32_[3];
+  RowSampler row_sampler_;  // sample_rows' buffers
 };
 
 class CpuBackend final : public Backend {
