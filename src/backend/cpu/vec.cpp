@@ -197,6 +197,15 @@ DS_VEC_CLONES void silu_mul(float* o, const float* g, const float* u, int64_t n)
 
 DS_VEC_CLONES void weighted_rows(float* __restrict o, const float* __restrict p, const float* const* v, int n, int hd) {
   int j = 0;
+  // Four value rows per pass over o (fewer loads and stores of it), then two, then one.
+  for (; j + 4 <= n; j += 4) {
+    const float w0 = p[j], w1 = p[j + 1], w2 = p[j + 2], w3 = p[j + 3];
+    const float* __restrict v0 = v[j];
+    const float* __restrict v1 = v[j + 1];
+    const float* __restrict v2 = v[j + 2];
+    const float* __restrict v3 = v[j + 3];
+    for (int d = 0; d < hd; ++d) o[d] += (w0 * v0[d] + w1 * v1[d]) + (w2 * v2[d] + w3 * v3[d]);
+  }
   for (; j + 2 <= n; j += 2) {
     const float w0 = p[j], w1 = p[j + 1];
     const float* __restrict v0 = v[j];
