@@ -93,6 +93,48 @@ TEST_P(BatchInvarianceTest, ASequencesLogitsAreTheSameBitsAloneOrInABatch) {
   }
 }
 
+// And the same bits however a sequence's tokens are cut into runs: every position in one prefill,
+// against the first quarter in one and the rest one token per forward (decode), and against runs
+// of 3. Attention sums each row's keys in the same order in a prefill tile and in a short run
+// (cpu_attention_test); the GDN delta rule goes token by token through the same state arithmetic
+// whatever the run (a state stored between runs is f32, exactly what a longer run carries on).
+TEST_P(BatchInvarianceTest, ASequencesLogitsAreTheSameBitsHoweverItsTokensAreCutIntoRuns) {
+  const InvarianceCase& c = GetParam();
+  const auto dir = source_dir() / c.dir;
+  Fixture fixture(dir);
+  ASSERT_FALSE(fixture.cases().empty());
+  const std::vector<int32_t>& a = fixture.cases().front().tokens;
+  const int T = static_cast<int>(a.size());
+  SetupOptions o;
+  o.model_dir = dir.string();
+  o.n_threads = 2;
+  o.tp_size = c.tp;
+  auto created = ModelSetup::create(o, T + 16, 2, T + 16, T + 16);
+  ASSERT_TRUE(created.is_ok()) << created.status().message();
+  ModelSetup& s = **created;
+  const int64_t V = s.model->config().vocab_size;
+  const std::vector<float> whole = prefill_then_decode_logits(s, a, T);
+  const std::vector<float> stepped = prefill_then_decode_logits(s, a, T / 4);
+  std::vector<float> threes;
+  {
+    KvRunSeq seq(s, T);
+    for (int p = 0; p < T; p += 3) {
+      const int n = std::min(3, T - p);
+      RunItem item{std::span(a).subspan(p, n), p, seq.blocks, seq.slot, true, false};
+      s.runner->run(std::span<const RunItem>(&item, 1));
+      threes.insert(threes.end(), s.runner->logits(0), s.runner->logits(0) + int64_t(n) * V);
+    }
+  }
+  const std::vector<float>* const runs[] = {&stepped, &threes};
+  for (const std::vector<float>* got : runs) {
+    ASSERT_EQ(got->size(), whole.size());
+    for (int64_t i = 0; i < int64_t(whole.size()); ++i)
+      if (std::memcmp(&(*got)[i], &whole[i], sizeof(float)) != 0)
+        FAIL() << (got == &stepped ? "prefill + decode" : "runs of 3") << ": position " << i / V << " logit "
+               << i % V << " is " << (*got)[i] << ", " << whole[i] << " prefilled whole";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchInvarianceTest,
                          ::testing::Values(InvarianceCase{"qwen35_tiny", "tests/fixtures/qwen35-tiny", 1},
                                            InvarianceCase{"qwen35_tiny", "tests/fixtures/qwen35-tiny", 2},
