@@ -9,6 +9,8 @@
 //   AttentionDecode/<kv dtype>/hd/threads : Kernels::attention for 4 decode tokens on 4096-token
 //                                         contexts per KV cache dtype; counter kvGB/s (cache bytes
 //                                         read per second)
+//   GdnLayer/shape/threads/seqs/tokens  : Kernels::gated_delta_net (conv + delta rule + norm) for
+//                                         seqs runs of `tokens` tokens each; counter tok/s
 // Run: build-kern/bench/cpu_kernels/bench_cpu_kernels [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
@@ -349,6 +351,59 @@ void BM_AttentionDecode(benchmark::State& state) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(dtype_name(dt)));
 }
+// One GDN layer (Kernels::gated_delta_net: conv, delta rule, gated norm) over S runs of n tokens
+// each (n = 1: decode rows), f32 state. args: shape (0 tiny-coder: 2 / 4 heads of 64; 1 the 27B:
+// 16 / 48 heads of 128), threads, sequences, tokens per sequence.
+void BM_GdnLayer(benchmark::State& state) {
+  const bool big = state.range(0) == 1;
+  const int S = static_cast<int>(state.range(2)), n = static_cast<int>(state.range(3)), T = S * n;
+  GdnParams p;
+  p.n_k_heads = big ? 16 : 2;
+  p.n_v_heads = big ? 48 : 4;
+  p.k_head_dim = big ? 128 : 64;
+  p.v_head_dim = big ? 128 : 64;
+  p.conv_kernel = 4;
+  const int64_t cd = p.conv_dim(), rec = int64_t(p.n_v_heads) * p.v_head_dim * p.k_head_dim;
+  std::vector<float> cw = random_x(cd, 4), na(p.n_v_heads, -0.5f), dtb(p.n_v_heads, 0.1f), nw(p.v_head_dim, 1.f);
+  for (auto& v : cw) v *= 0.5f;
+  p.conv_weight = Tensor(cw.data(), DType::F32, {cd, 4});
+  p.neg_exp_a = Tensor(na.data(), DType::F32, {p.n_v_heads});
+  p.dt_bias = Tensor(dtb.data(), DType::F32, {p.n_v_heads});
+  p.norm = Tensor(nw.data(), DType::F32, {p.v_head_dim});
+  std::vector<float> proj = random_x(T, p.proj_dim()), conv(size_t(S) * cd * 3, 0.f), recs(size_t(S) * rec, 0.f),
+                     out(size_t(T) * p.value_dim());
+  StateLayerView sv;
+  sv.conv = Tensor(conv.data(), DType::F32, {S, cd, 3});
+  sv.recurrent = Tensor(recs.data(), DType::F32, {S, p.n_v_heads, p.v_head_dim, p.k_head_dim});
+  std::vector<int32_t> pos(T), start(S + 1), len(S, n), slot(S);
+  for (int s = 0; s <= S; ++s) start[s] = s * n;
+  for (int s = 0; s < S; ++s) slot[s] = s;
+  for (int t = 0; t < T; ++t) pos[t] = t % n;
+  BatchMeta m;
+  m.n_tokens = T;
+  m.n_seqs = S;
+  m.positions = pos.data();
+  m.seq_start = start.data();
+  m.context_len = len.data();
+  m.state_slot = slot.data();
+  m.max_seq_tokens = n;
+  m.max_context = n;
+  auto backend = make_cpu_backend(static_cast<int>(state.range(1)));
+  for (auto _ : state) {
+    backend->kernels().gated_delta_net(p, Tensor(proj.data(), DType::F32, {T, p.proj_dim()}), sv, m,
+                                       Tensor(out.data(), DType::F32, {T, p.value_dim()}));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["tok/s"] = benchmark::Counter(double(T), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_GdnLayer)
+    ->ArgNames({"shape", "thr", "seqs", "tokens"})
+    ->ArgsProduct({{0}, {2}, {1, 16}, {1}})
+    ->ArgsProduct({{0}, {2}, {1}, {4, 2048}})
+    ->ArgsProduct({{1}, {2}, {1}, {1, 512}})
+    ->UseRealTime()
+    ->MinTime(0.2);
+
 BENCHMARK(BM_AttentionDecode)
     ->ArgNames({"kv", "hd", "thr", "seqs", "ctx"})
     ->ArgsProduct({{0, 1, 2, 3}, {64, 256}, {1, 2}, {4}, {4096}})

@@ -87,7 +87,8 @@ struct KvLayerView {
 // GDN state of one linear-attention layer.
 struct StateLayerView {
   Tensor conv;           // [n_slots, conv_dim, K-1]       f32: last K-1 pre-conv inputs, oldest first
-  Tensor recurrent;      // [n_slots, Hv, Dv, Dk]          f32: Sᵀ, row j = value dim j
+  Tensor recurrent;      // [n_slots, Hv, Dv, Dk]          f32 (or bf16); per head the backend's layout:
+                         //   CUDA Sᵀ [Dv, Dk] (row j = value dim j), CPU S [Dk, Dv] (row d = key dim d)
   // Speculative verification (BatchMeta::state_defer): raw inputs of a deferred run's tokens,
   // row (slot * pending_depth + j) = token j's [pre-conv q|k|v (conv_dim) | b (Hv) | a (Hv)].
   Tensor pending;        // [n_slots * pending_depth, conv_dim + 2*Hv] f32 (empty without speculation)

@@ -115,7 +115,7 @@ StepMemory step_memory(const ModelConfig& c, const StepShape& s) {
     m.scratch = std::max(T * n_q + threads * r.head_dim, T * r.conv_dim) * f;
     m.scratch += threads * std::max({vec::attention_tile_floats(group, r.head_dim),
                                      vec::conv_tile_floats(c.linear_conv_kernel),
-                                     2 * r.k_head_dim + r.v_head_dim * r.k_head_dim}) * f;
+                                     vec::delta_rule_floats(r.k_head_dim, r.v_head_dim)}) * f;
     // The attention's parts run apart (slot 2), and each slot starts on a cache line (+64 bytes).
     if (c.n_attention_layers() > 0) m.scratch += vec::attention_parts_floats(threads, s.context, r.head_dim) * f;
     m.scratch += 3 * 64;

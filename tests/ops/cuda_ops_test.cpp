@@ -144,7 +144,9 @@ class CudaOpsTest : public ::testing::Test {
   // max |gpu - cpu| / max |cpu|; NaN anywhere -> infinity.
   double rel_err(const Pair& p) {
     gpu_->synchronize();
-    auto c = host_of(p.tc, *cpu_), g = host_of(p.tg, *gpu_);
+    return rel_err(host_of(p.tc, *cpu_), host_of(p.tg, *gpu_));
+  }
+  static double rel_err(const std::vector<float>& c, const std::vector<float>& g) {
     double md = 0, mr = 1e-30;
     for (std::size_t i = 0; i < c.size(); ++i) {
       if (std::isnan(g[i]) || std::isnan(c[i])) return INFINITY;
@@ -173,6 +175,21 @@ class CudaOpsTest : public ::testing::Test {
       return gpu ? StateLayerView{conv.tg, recs.tg, pend.tg, depth} : StateLayerView{conv.tc, recs.tc, pend.tc, depth};
     }
   };
+  // Every head of v [.., rows, cols] as [.., cols, rows]: the recurrent state between CUDA's
+  // layout, Sᵀ [Dv, Dk], and the CPU's, S [Dk, Dv] (kernels.h, StateLayerView).
+  static std::vector<float> swap_heads(const std::vector<float>& v, int64_t rows, int64_t cols) {
+    std::vector<float> out(v.size());
+    const int64_t head = rows * cols;
+    for (int64_t h = 0; h < int64_t(v.size()) / head; ++h)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) out[h * head + c * rows + r] = v[h * head + r * cols + c];
+    return out;
+  }
+  // rel_err of the recurrent states, the CPU's read in CUDA's layout.
+  double state_err(const GdnInputs& g) {
+    gpu_->synchronize();
+    return rel_err(swap_heads(host_of(g.recs.tc, *cpu_), g.p.k_head_dim, g.p.v_head_dim), host_of(g.recs.tg, *gpu_));
+  }
   // rec_dtype: the recurrent state's (F32, or BF16 as --mamba-ssm-dtype bfloat16 stores it).
   GdnInputs gdn_inputs(const GdnShape& sh, int T, int n_slots, int depth, DType rec_dtype = DType::F32) {
     GdnInputs g;
@@ -192,9 +209,14 @@ class CudaOpsTest : public ::testing::Test {
     g.nw = make_f32({sh.dv}, rnd(sh.dv, 0.5f, 1.5f));
     g.proj = make_f32({T, row}, rnd(T * row, -2.f, 2.f));
     g.conv = make_f32({n_slots, cd, sh.k - 1}, rnd(n_slots * cd * (sh.k - 1)));
-    const std::vector<float> rec0 = rnd(n_slots * g.rec, -0.3f, 0.3f);
-    if (rec_dtype == DType::BF16) g.recs = make(DType::BF16, {n_slots, sh.hv, sh.dv, sh.dk}, to_bf16(rec0).data());
-    else g.recs = make_f32({n_slots, sh.hv, sh.dv, sh.dk}, rec0);
+    const std::vector<float> rec0 = rnd(n_slots * g.rec, -0.3f, 0.3f), rec0_cpu = swap_heads(rec0, sh.dv, sh.dk);
+    if (rec_dtype == DType::BF16) {
+      g.recs = make(DType::BF16, {n_slots, sh.hv, sh.dv, sh.dk}, to_bf16(rec0).data());
+      cpu_->copy_to_device(g.recs.tc, to_bf16(rec0_cpu).data());
+    } else {
+      g.recs = make_f32({n_slots, sh.hv, sh.dv, sh.dk}, rec0);
+      cpu_->copy_to_device(g.recs.tc, rec0_cpu.data());
+    }
     g.pend = make_f32({n_slots * depth, cd + 2 * sh.hv}, std::vector<float>(n_slots * depth * (cd + 2 * sh.hv), 0.f));
     g.out = poisoned({T, g.p.value_dim()});
     return g;
@@ -1435,7 +1457,7 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
         m->checkpoint(*gpu_, 0, 77, 1);  // the first sequence, after token 77 (mid-chunk), into slot 1
         GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, n_slots, depth, rec_dtype);
         run_gdn(g, m->cpu, m->gpu);
-        Pair &conv = g.conv, &recs = g.recs, &out = g.out;
+        Pair &conv = g.conv, &out = g.out;
         const std::string key = "Dk=" + std::to_string(sh.dk) + " batch " + std::to_string(bi);
         const std::string what = std::string(variant == saved                 ? "tensor cores"
                                              : variant == no_prefetch.get() ? "tensor cores, single buffers"
@@ -1445,7 +1467,7 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
         const double tol = tf32 ? 5e-3 : 1e-4;
         EXPECT_LE(rel_err(out), tol) << what;
         EXPECT_LE(rel_err(conv), 1e-6) << what;
-        EXPECT_LE(rel_err(recs), bf16_state ? 1e-2 : tol) << what;  // every slot: the runs' states and the checkpoint
+        EXPECT_LE(state_err(g), bf16_state ? 1e-2 : tol) << what;  // every slot: the runs' states and the checkpoint
         if (variant == saved && !bf16_state) exact_err[key] = rel_err(out);
         if (tf32 && sh.dk >= 64) {
           EXPECT_GT(rel_err(out), exact_err[key]) << what << ": as exact as 3xTF32?";
@@ -1548,7 +1570,7 @@ TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
                                    std::to_string(step);
           EXPECT_LE(rel_err(g.out), step == 0 ? 1e-4 : out_tol) << what;
           EXPECT_LE(rel_err(g.conv), 1e-6) << what;
-          EXPECT_LE(rel_err(g.recs), rec_tol) << what;
+          EXPECT_LE(state_err(g), rec_tol) << what;
         }
       }
     }
@@ -1649,7 +1671,7 @@ TEST_F(CudaOpsTest, GatedDeltaNet) {
                                std::string(dtype_name(rec_dtype));
       EXPECT_LE(rel_err(out), 1e-4) << what;
       EXPECT_LE(rel_err(conv), 1e-6) << what;
-      EXPECT_LE(rel_err(recs), rec_tol) << what;
+      EXPECT_LE(state_err(g), rec_tol) << what;
       if (defer_upto == 0) continue;
       EXPECT_LE(rel_err(pend), 0.0) << what;  // raw inputs, copied
       // Deferred sequences kept their state; then commit a prefix of each deferred run on both
@@ -1689,7 +1711,7 @@ TEST_F(CudaOpsTest, GatedDeltaNet) {
       const GdnLayerRef rc[] = {{&pc, &sc}}, rg[] = {{&pg, &sg}};
       cpu_->kernels().gdn_commit(rc, cm);
       gpu_->kernels().gdn_commit(rg, gm);
-      EXPECT_LE(rel_err(recs), rec_tol) << what << " after commit";
+      EXPECT_LE(state_err(g), rec_tol) << what << " after commit";
       EXPECT_LE(rel_err(conv), 1e-6) << what << " after commit";
     }
   }

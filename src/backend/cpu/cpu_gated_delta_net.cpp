@@ -5,9 +5,11 @@
 // With a bf16 recurrent state (--mamba-ssm-dtype bfloat16) a run works on an f32 copy of the
 // head's state and stores it rounded at its end (and at a checkpoint); within a run it stays f32.
 //
-// State layout: recurrent [slot, Hv, Dv, Dk] holds Sᵀ (row j is value dim j) so that both the
-// read (Sᵀk) and the write (S += k ⊗ δ) walk contiguous rows. conv [slot, conv_dim, K-1] holds the
-// last K-1 pre-conv inputs, oldest first.
+// State layout: recurrent [slot, Hv, ...] holds each head's S as [Dk, Dv] (row d is key dim d; the
+// CUDA kernels keep Sᵀ, kernels.h): each product of the rule is then a sum of rows with the value
+// dims in vector lanes (cpu_delta_rule.h), and one pass per token writes the previous token's
+// update and reads the next token's products. conv [slot, conv_dim, K-1] holds the last K-1
+// pre-conv inputs, oldest first.
 //
 // Speculative verification defers the state (BatchMeta::state_defer): the run reads the slot's
 // state, works on copies, and keeps its raw inputs in the slot's pending rows; gdn_commit replays
@@ -17,6 +19,8 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_delta_rule.h"
+#include "backend/cpu/cpu_gdn_kernels.h"
 #include "backend/cpu/vec.h"
 
 namespace deltaserve {
@@ -113,7 +117,8 @@ void conv_phase(ThreadPool& pool, const GdnParams& p, int n_jobs, const JobOf& j
   });
 }
 
-// One head's recurrent state [Dv, Dk] in the cache: f32 or bf16 elements.
+// One head's recurrent state in the cache, S [Dk, Dv] (kernels.h: the CPU's layout): f32 or bf16
+// elements.
 struct HeadState {
   void* p = nullptr;
   bool bf16 = false;
@@ -142,39 +147,84 @@ HeadState head_state_of(const Tensor& rec, int64_t slot, int hv) {
   return {static_cast<char*>(rec.data) + off, rec.dtype == DType::BF16};
 }
 
-// Phase 2 for one (run, value head hv): the delta rule over the run's tokens on S [Dv, Dk] (f32)
-// in place; o_out(j) (nullptr: no output) receives token j's pre-norm output [Dv]; the state after
-// token ckpt_j is stored to ckpt_out.
+}  // namespace
+
+void cpu::delta_pass_portable(float* S, int Dk, int Dv, const float* kp, float g, const float* delta, const float* ka,
+                              float ga, float* a, const float* qo, float* o) {
+  cpu::delta_pass<simd::VecScalarN<1>>(S, Dk, Dv, kp, g, delta, ka, ga, a, qo, o);
+}
+
+namespace {
+
+// delta_pass (cpu_delta_rule.h) by the widest kernel this CPU and Dv allow.
+void delta_pass_any(float* S, int Dk, int Dv, const float* kp, float g, const float* delta, const float* ka, float ga,
+                    float* a, const float* qo, float* o) {
+#if defined(DELTASERVE_X86_KERNELS)
+  static const bool v4 = __builtin_cpu_supports("x86-64-v4"), v3 = __builtin_cpu_supports("x86-64-v3");
+  if (v4 && Dv % 16 == 0) return cpu::delta_pass_avx512(S, Dk, Dv, kp, g, delta, ka, ga, a, qo, o);
+  if (v3 && Dv % 8 == 0) return cpu::delta_pass_avx2(S, Dk, Dv, kp, g, delta, ka, ga, a, qo, o);
+#endif
+  cpu::delta_pass_portable(S, Dk, Dv, kp, g, delta, ka, ga, a, qo, o);
+}
+
+// A thread's buffers for delta_head: a copy of the state and one token's vectors.
+struct DeltaBufs {
+  float* S;              // [Dk, Dv]
+  float *q[2], *k[2];    // [Dk] each: token j's in [j % 2]
+  float *delta[2];       // [Dv] each
+  float* a;              // [Dv]
+  static DeltaBufs at(float* p, int Dk, int Dv) {
+    DeltaBufs b;
+    b.S = p;
+    p += int64_t(Dk) * Dv;
+    for (int i = 0; i < 2; ++i) b.q[i] = p, b.k[i] = p + Dk, b.delta[i] = p + 2 * Dk, p += 2 * Dk + Dv;
+    b.a = p;
+    return b;
+  }
+};
+
+// Phase 2 for one (run, value head hv): the delta rule over the run's tokens on the state S
+// [Dk, Dv] (f32) in place:
+//   S_j = g_j S_{j-1} + k_j ⊗ δ_j,  δ_j = β_j (v_j - g_j S_{j-1} k_j),  o_j = S_j q_j.
+// Pass j (j = 0 .. n) writes token j-1's update into S, then reads from it both S_{j-1} k_j (token
+// j's δ) and o_{j-1}; so each token costs one load and one store of the state. o_out(j) (nullptr:
+// no output) receives token j's pre-norm output [Dv]; the state after token ckpt_j is stored to
+// ckpt_out. The products sum over d in order, the same for a token whatever run it is in.
 template <typename OutFn>
-void delta_head(const GdnParams& p, const GdnRun& r, int hv, const float* conv_out, float* S, float* q,
-                float* k, OutFn&& o_out, int ckpt_j = -1, HeadState ckpt_out = {}) {
+void delta_head(const GdnParams& p, const GdnRun& r, int hv, const float* conv_out, float* S, const DeltaBufs& b,
+                OutFn&& o_out, int ckpt_j = -1, HeadState ckpt_out = {}) {
   const int Hk = p.n_k_heads, Dk = p.k_head_dim, Dv = p.v_head_dim;
   const int64_t key_dim = int64_t(Hk) * Dk, conv_dim = p.conv_dim();
   const int hk = hv / (p.n_v_heads / Hk);
   const float q_scale = 1.0f / std::sqrt(float(Dk));
   const float neg_a = p.neg_exp_a.f32()[hv], dt_bias = p.dt_bias.f32()[hv];
-  for (int j = 0; j < r.n; ++j) {
-    const float* c = conv_out + int64_t(j) * conv_dim;
-    const float* v = c + 2 * key_dim + int64_t(hv) * Dv;
-    std::copy_n(c + int64_t(hk) * Dk, Dk, q);
-    std::copy_n(c + key_dim + int64_t(hk) * Dk, Dk, k);
-    const float qn = q_scale / std::sqrt(vec::sum_squares(q, Dk) + 1e-6f);
-    const float kn = 1.0f / std::sqrt(vec::sum_squares(k, Dk) + 1e-6f);
-    for (int d = 0; d < Dk; ++d) {
-      q[d] *= qn;
-      k[d] *= kn;
+  float g_prev = 0.f;
+  for (int j = 0; j <= r.n; ++j) {
+    const int cur = j % 2, prev = 1 - cur;
+    float *q = b.q[cur], *k = b.k[cur];
+    float beta = 0.f, g = 0.f;
+    if (j < r.n) {
+      const float* c = conv_out + int64_t(j) * conv_dim;
+      std::copy_n(c + int64_t(hk) * Dk, Dk, q);
+      std::copy_n(c + key_dim + int64_t(hk) * Dk, Dk, k);
+      const float qn = q_scale / std::sqrt(vec::sum_squares(q, Dk) + 1e-6f);
+      const float kn = 1.0f / std::sqrt(vec::sum_squares(k, Dk) + 1e-6f);
+      for (int d = 0; d < Dk; ++d) {
+        q[d] *= qn;
+        k[d] *= kn;
+      }
+      beta = vec::sigmoid(r.ba(j)[hv]);
+      g = std::exp(neg_a * vec::softplus(r.ba(j)[p.n_v_heads + hv] + dt_bias));
     }
-    const float beta = vec::sigmoid(r.ba(j)[hv]);
-    const float decay = std::exp(neg_a * vec::softplus(r.ba(j)[p.n_v_heads + hv] + dt_bias));
-    float* o = o_out(j);
-    for (int jv = 0; jv < Dv; ++jv) {
-      float* Sj = S + int64_t(jv) * Dk;
-      const float kv_mem = vec::scale_dot(Sj, decay, k, Dk);
-      const float delta = (v[jv] - kv_mem) * beta;
-      const float y = vec::axpy_dot(Sj, delta, k, q, Dk);
-      if (o) o[jv] = y;
+    float* o = j > 0 ? o_out(j - 1) : nullptr;
+    delta_pass_any(S, Dk, Dv, j > 0 ? b.k[prev] : nullptr, g_prev, b.delta[prev], j < r.n ? k : nullptr, g, b.a,
+                   o ? b.q[prev] : nullptr, o);
+    if (j > 0 && j - 1 == ckpt_j) ckpt_out.store(S, int64_t(Dk) * Dv);
+    if (j < r.n) {
+      const float* v = conv_out + int64_t(j) * conv_dim + 2 * key_dim + int64_t(hv) * Dv;
+      for (int jv = 0; jv < Dv; ++jv) b.delta[cur][jv] = (v[jv] - b.a[jv]) * beta;
+      g_prev = g;
     }
-    if (j == ckpt_j) ckpt_out.store(S, int64_t(Dv) * Dk);
   }
 }
 
@@ -235,26 +285,24 @@ void CpuKernels::gated_delta_net(const GdnParams& p, const Tensor& proj, const S
       scratch_f32(1, conv_scratch_floats(p, pool_.n_threads())), scratch_i32(0, 0));
 
   // Phase 2: the delta rule per (sequence, value head), tokens in order, then the gated RMSNorm.
-  const int64_t head_state = int64_t(Dv) * Dk;
-  const int64_t per_thread = 2 * Dk + head_state;
+  const int64_t head_state = int64_t(Dk) * Dv, per_thread = vec::delta_rule_floats(Dk, Dv);
   float* tmp_all = scratch_f32(1, int64_t(pool_.n_threads()) * per_thread);
   pool_.parallel_for(int64_t(meta.n_seqs) * Hv, 1, [&](int tid, int64_t i0, int64_t i1) {
-    float* q = tmp_all + int64_t(tid) * per_thread;
-    float* k = q + Dk;
-    float* S_copy = k + Dk;
+    const DeltaBufs b = DeltaBufs::at(tmp_all + int64_t(tid) * per_thread, Dk, Dv);
     for (int64_t i = i0; i < i1; ++i) {
       const int s = static_cast<int>(i / Hv), hv = static_cast<int>(i % Hv);
-      // [Dv, Dk]: the state in place (f32), or a copy (a deferred run leaves it; bf16 is stored after)
+      const GdnRun r = run_of(s);
+      if (r.n == 0) continue;
+      // The state in place (f32), or a copy (a deferred run leaves it; bf16 is stored after).
       const HeadState live = head_state_of(state.recurrent, meta.state_slot[s], hv);
       float* S = static_cast<float*>(live.p);
       if (deferred(s) || live.bf16) {
-        live.load(S_copy, head_state);
-        S = S_copy;
+        live.load(b.S, head_state);
+        S = b.S;
       }
-      const GdnRun r = run_of(s);
       const int t0 = meta.seq_start[s];
       const StateCheckpoint ck = deferred(s) ? StateCheckpoint{} : checkpoint_of(meta, state, s);
-      delta_head(p, r, hv, conv_out + int64_t(t0) * conv_dim, S, q, k,
+      delta_head(p, r, hv, conv_out + int64_t(t0) * conv_dim, S, b,
                  [&](int j) { return out.f32() + int64_t(t0 + j) * value_dim + int64_t(hv) * Dv; }, ck.j,
                  ck.head(state, hv));
       if (live.bf16 && !deferred(s)) live.store(S, head_state);
@@ -275,7 +323,7 @@ void CpuKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta
     const GdnParams& p = *ref.params;
     const StateLayerView& state = *ref.state;
     const int Hv = p.n_v_heads, Dk = p.k_head_dim, Dv = p.v_head_dim, K = p.conv_kernel, Km1 = K - 1;
-    const int64_t conv_dim = p.conv_dim(), prow = conv_dim + 2LL * Hv, head_state = int64_t(Dv) * Dk;
+    const int64_t conv_dim = p.conv_dim(), prow = conv_dim + 2LL * Hv, head_state = int64_t(Dk) * Dv;
     auto run_of = [&](int s) {
       const int n = commit.seq_start[s + 1] - commit.seq_start[s];
       DS_CHECK(n >= 0 && n <= state.pending_depth, "commit of ", n, " tokens; pending rows hold ", state.pending_depth);
@@ -293,22 +341,22 @@ void CpuKernels::gdn_commit(std::span<const GdnLayerRef> layers, const BatchMeta
                          conv_out + int64_t(commit.seq_start[s]) * conv_dim, ck.j, ck.conv};
         },
         scratch_f32(1, conv_scratch_floats(p, pool_.n_threads())), scratch_i32(0, 0));
-    const int64_t per_thread = 2 * Dk + head_state;
+    const int64_t per_thread = vec::delta_rule_floats(Dk, Dv);
     float* tmp_all = scratch_f32(1, int64_t(pool_.n_threads()) * per_thread);
     pool_.parallel_for(int64_t(commit.n_seqs) * Hv, 1, [&](int tid, int64_t i0, int64_t i1) {
-      float* q = tmp_all + int64_t(tid) * per_thread;
-      float* k = q + Dk;
-      float* S_copy = k + Dk;
+      const DeltaBufs b = DeltaBufs::at(tmp_all + int64_t(tid) * per_thread, Dk, Dv);
       for (int64_t i = i0; i < i1; ++i) {
         const int s = static_cast<int>(i / Hv), hv = static_cast<int>(i % Hv);
+        const GdnRun r = run_of(s);
+        if (r.n == 0) continue;
         const HeadState live = head_state_of(state.recurrent, commit.state_slot[s], hv);
         float* S = static_cast<float*>(live.p);
         if (live.bf16) {
-          live.load(S_copy, head_state);
-          S = S_copy;
+          live.load(b.S, head_state);
+          S = b.S;
         }
         const StateCheckpoint ck = checkpoint_of(commit, state, s);
-        delta_head(p, run_of(s), hv, conv_out + int64_t(commit.seq_start[s]) * conv_dim, S, q, k,
+        delta_head(p, r, hv, conv_out + int64_t(commit.seq_start[s]) * conv_dim, S, b,
                    [](int) -> float* { return nullptr; }, ck.j, ck.head(state, hv));
         if (live.bf16) live.store(S, head_state);
       }

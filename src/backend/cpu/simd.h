@@ -143,6 +143,10 @@ struct VecScalarN {
     for (int i = 0; i < N; ++i) a.v[i] += b.v[i];
     return a;
   }
+  static F mul(F a, F b) {
+    for (int i = 0; i < N; ++i) a.v[i] *= b.v[i];
+    return a;
+  }
   static void prefetch(const void* p) { __builtin_prefetch(p); }
   static F bf16_lo(const uint16_t* p) {
     F r;

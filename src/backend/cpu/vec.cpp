@@ -57,38 +57,6 @@ DS_VEC_CLONES void scale(float* y, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= s;
 }
 
-DS_VEC_CLONES float scale_dot(float* y, float s, const float* k, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      y[i + j] *= s;
-      acc[j] += y[i + j] * k[i + j];
-    }
-  float r = reduce(acc);
-  for (; i < n; ++i) {
-    y[i] *= s;
-    r += y[i] * k[i];
-  }
-  return r;
-}
-
-DS_VEC_CLONES float axpy_dot(float* y, float alpha, const float* x, const float* q, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      y[i + j] += alpha * x[i + j];
-      acc[j] += y[i + j] * q[i + j];
-    }
-  float r = reduce(acc);
-  for (; i < n; ++i) {
-    y[i] += alpha * x[i];
-    r += y[i] * q[i];
-  }
-  return r;
-}
-
 namespace {
 // R query rows against one key block: the rows share each key row's loads, R x kKeyBlock / lanes
 // independent FMA chains; each row's sums as for one row.

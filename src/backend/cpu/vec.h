@@ -20,10 +20,6 @@ float sum_squares(const float* a, int64_t n);
 void axpy(float* y, float alpha, const float* x, int64_t n);
 // y = y * s
 void scale(float* y, float s, int64_t n);
-// y = y * s; returns dot(y_after, k)  (one pass over a state row: decay then read)
-float scale_dot(float* y, float s, const float* k, int64_t n);
-// y += alpha * x; returns dot(y_after, q)
-float axpy_dot(float* y, float alpha, const float* x, const float* q, int64_t n);
 // The same with x stored as bf16 (the upper halves of f32s): dot(a, x) and y += alpha * x.
 float dot_bf16(const float* a, const uint16_t* x, int64_t n);
 void axpy_bf16(float* y, float alpha, const uint16_t* x, int64_t n);
@@ -63,6 +59,11 @@ void exp_block(float* p, float m);
 // it keeps a block of the taps and one of the window transposed, [K, kConvCols] and [K-1, kConvCols].
 inline constexpr int64_t kConvCols = 256;
 inline constexpr int64_t conv_tile_floats(int64_t K) { return (2 * K - 1) * kConvCols; }
+// The GDN delta rule (cpu_gated_delta_net.cpp) per thread: a copy of a head's state [Dk, Dv], two
+// tokens' q, k [Dk] and delta [Dv], and one product [Dv]; a whole number of cache lines.
+inline constexpr int64_t delta_rule_floats(int64_t Dk, int64_t Dv) {
+  return (Dk * Dv + 4 * Dk + 3 * Dv + 15) / 16 * 16;
+}
 // A causal depthwise conv row: o[c] = sum over q < K, in order, of w[q * ldw + c] * x[q][c], for c < n
 // (x: the K input rows, oldest first; w: the taps transposed, [K, ldw]).
 void conv_row(float* o, const float* const* x, const float* w, int64_t ldw, int K, int64_t n);
