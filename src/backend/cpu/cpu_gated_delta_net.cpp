@@ -185,9 +185,9 @@ struct DeltaBufs {
 
 // Phase 2 for one (run, value head hv): the delta rule over the run's tokens on the state S
 // [Dk, Dv] (f32) in place:
-//   S_j = g_j S_{j-1} + k_j ⊗ δ_j,  δ_j = β_j (v_j - g_j S_{j-1} k_j),  o_j = S_j q_j.
-// Pass j (j = 0 .. n) writes token j-1's update into S, then reads from it both S_{j-1} k_j (token
-// j's δ) and o_{j-1}; so each token costs one load and one store of the state. o_out(j) (nullptr:
+//   S_j = g_j S_{j-1} + k_j ⊗ δ_j,  δ_j = β_j (v_j - (g_j S_{j-1}) k_j),  o_j = S_j q_j.
+// Pass j (j = 0 .. n) writes token j-1's update into S, then reads from it both (g_j S_{j-1}) k_j
+// (token j's δ) and o_{j-1}; so each token costs one load and one store of the state. o_out(j) (nullptr:
 // no output) receives token j's pre-norm output [Dv]; the state after token ckpt_j is stored to
 // ckpt_out. The products sum over d in order, the same for a token whatever run it is in.
 template <typename OutFn>
