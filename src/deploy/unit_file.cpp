@@ -140,23 +140,69 @@ bool read_environment_file(const std::string& path, std::vector<std::pair<std::s
 
 }  // namespace
 
-Result<std::vector<UnitDropIn>> read_unit_drop_ins(const std::string& unit_path, const std::string& label) {
+Result<std::vector<UnitDropIn>> read_unit_drop_ins(const std::string& unit_path, const std::string& label,
+                                                   const std::vector<std::string>& unit_dirs) {
   namespace fs = std::filesystem;
-  std::vector<UnitDropIn> drop_ins;
   std::error_code ec;
-  const fs::path dir = unit_path + ".d";
-  if (!fs::is_directory(dir, ec)) return drop_ins;
+  const fs::path unit(unit_path);
+  const std::string name = unit.filename().string();
+  // Where to look, in priority order: beside the unit, or systemd's directories when it is in one.
+  const fs::path home = fs::weakly_canonical(fs::absolute(unit, ec).parent_path(), ec);  // (a linked unit: the link's)
+  std::vector<fs::path> dirs;
+  for (const auto& d : unit_dirs) {
+    std::error_code e2;
+    const fs::path c = fs::weakly_canonical(d, e2);
+    if (!e2 && c == home) {
+      for (const auto& x : unit_dirs) {
+        const fs::path cx = fs::weakly_canonical(x, e2);
+        if (std::find(dirs.begin(), dirs.end(), cx) == dirs.end()) dirs.push_back(cx);
+      }
+      break;
+    }
+  }
+  const bool systemd_dir = !dirs.empty();
+  if (!systemd_dir) dirs.push_back(home);
+  // The drop-in directory names, most specific first: NAME.d; with systemd's, an instance's
+  // template (a@x.service: a@.service.d), the dash prefixes of the name before its type
+  // ("a-b-c.service": a-b-.service.d, a-.service.d) and the type's own (service.d).
+  std::vector<std::string> subdirs = {name + ".d"};
+  const auto dot = name.rfind('.');
+  if (systemd_dir && dot != std::string::npos) {
+    std::string stem = name.substr(0, dot);
+    const std::string type = name.substr(dot + 1);
+    if (const auto at = stem.find('@'); at != std::string::npos && at + 1 < stem.size()) {
+      stem = stem.substr(0, at + 1);
+      subdirs.push_back(stem + "." + type + ".d");
+    }
+    for (auto dash = stem.rfind('-', stem.size() >= 2 ? stem.size() - 2 : 0); dash != std::string::npos && dash > 0;
+         dash = stem.rfind('-', dash - 1))
+      subdirs.push_back(stem.substr(0, dash + 1) + "." + type + ".d");
+    subdirs.push_back(type + ".d");
+  }
   std::vector<fs::path> confs;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().extension() == ".conf") confs.push_back(e.path());
+  std::vector<std::string> seen;  // file names already taken
+  for (const auto& d : dirs)
+    for (const auto& sub : subdirs) {
+      if (!fs::is_directory(d / sub, ec)) continue;
+      std::vector<fs::path> here;
+      for (const auto& e : fs::directory_iterator(d / sub, ec))
+        if (e.path().extension() == ".conf") here.push_back(e.path());
+      for (const auto& c : here) {
+        const std::string f = c.filename().string();
+        if (std::find(seen.begin(), seen.end(), f) != seen.end()) continue;
+        seen.push_back(f);
+        confs.push_back(c);
+      }
+    }
   std::sort(confs.begin(), confs.end(),
             [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
+  std::vector<UnitDropIn> drop_ins;
   for (const auto& c : confs) {
     std::ifstream in(c);
     if (!in) return error("cannot read ", c.string(), " (a drop-in of ", label, ")");
     std::stringstream text;
     text << in.rdbuf();
-    drop_ins.push_back({label + ".d/" + c.filename().string(), text.str()});
+    drop_ins.push_back({c.string(), text.str()});
   }
   return drop_ins;
 }

@@ -22,11 +22,19 @@ struct UnitExec {
   std::vector<std::string> notes;                            // what was not read, and why
 };
 
+// systemd's system unit directories, highest priority first (systemd.unit(5)).
+inline const std::vector<std::string> kSystemdUnitDirs = {"/etc/systemd/system", "/run/systemd/system",
+                                                          "/usr/local/lib/systemd/system", "/usr/lib/systemd/system",
+                                                          "/lib/systemd/system"};
+
 // The drop-ins systemd reads after the unit file at `unit_path` (`systemctl edit` writes overrides
-// there): NAME.service.d/*.conf beside it, in file-name order, each named "<label>.d/<file>".
-// Drop-ins in systemd's other directories (/run/systemd/system, ...) are not looked for. Fails on
-// one that cannot be read.
-Result<std::vector<UnitDropIn>> read_unit_drop_ins(const std::string& unit_path, const std::string& label);
+// there), in file-name order, each named by its path. *.conf files in NAME.service.d beside the
+// unit; and when the unit lives in one of `unit_dirs` (systemd's own), in each of them: NAME.d,
+// then the unit name's dash prefixes (a-b-.service.d, a-.service.d) and the type's (service.d).
+// A file name met again later (a lower-priority directory, a less specific name) is masked, as
+// systemd masks it. Fails on one that cannot be read.
+Result<std::vector<UnitDropIn>> read_unit_drop_ins(const std::string& unit_path, const std::string& label,
+                                                   const std::vector<std::string>& unit_dirs = kSystemdUnitDirs);
 
 // `name` labels errors. Fails without a [Service] ExecStart= or on a quote left open. The drop-ins'
 // lines come after the unit's, as systemd reads them (systemd.unit(5)): Environment= adds, a later

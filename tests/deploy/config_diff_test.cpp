@@ -13,6 +13,7 @@
 
 #include "deploy/launch_db.h"
 #include "deploy/systemd_unit.h"
+#include "deploy/unit_file.h"
 
 namespace deltaserve {
 namespace {
@@ -365,6 +366,57 @@ TEST_F(TempDir, UnitDropInsOverrideTheUnit) {
   auto cleared = load_config_source(unit_path.string(), dir_);
   ASSERT_FALSE(cleared);
   EXPECT_NE(cleared.status().message().find("no ExecStart="), std::string::npos) << cleared.status().message();
+}
+
+// A unit in one of systemd's directories has its drop-ins read from all of them, as systemd does:
+// a same-named file in a higher-priority directory (/etc over /run over /usr/lib) masks the lower
+// one, a more specific directory masks a less specific one (NAME.d over a-.service.d over
+// service.d), and the rest apply in file-name order across directories. A unit outside them reads
+// only the drop-ins beside it.
+TEST_F(TempDir, UnitDropInsAcrossSystemdsDirectories) {
+  namespace fs = std::filesystem;
+  const fs::path etc = dir_ / "etc", run = dir_ / "run", lib = dir_ / "lib";
+  const std::vector<std::string> unit_dirs = {etc.string(), run.string(), lib.string()};
+  for (const auto& d : {etc / "sg-lang.service.d", run / "sg-lang.service.d", lib / "sg-.service.d", etc / "service.d",
+                        lib / "sg-lang.service.d"})
+    fs::create_directories(d);
+  std::ofstream(lib / "sg-lang.service") << "[Service]\nEnvironment=CTX=1 A=unit\n"
+                                            "ExecStart=/usr/bin/serve --context-length ${CTX}\n";
+  std::ofstream(run / "sg-lang.service.d" / "50-override.conf") << "[Service]\nEnvironment=CTX=2\n";
+  std::ofstream(etc / "sg-lang.service.d" / "50-override.conf") << "[Service]\nEnvironment=CTX=3\n";  // masks /run's
+  std::ofstream(run / "sg-lang.service.d" / "60-runtime.conf") << "[Service]\nEnvironment=B=run\n";
+  std::ofstream(lib / "sg-.service.d" / "60-runtime.conf") << "[Service]\nEnvironment=B=prefix\n";  // masked
+  std::ofstream(lib / "sg-.service.d" / "70-prefix.conf") << "[Service]\nEnvironment=C=prefix\n";
+  std::ofstream(etc / "service.d" / "10-all.conf") << "[Service]\nEnvironment=A=all CTX=0\n";
+  std::ofstream(lib / "sg-lang.service.d" / "80-vendor.conf") << "[Service]\nEnvironment=D=vendor\n";
+
+  auto drop_ins = read_unit_drop_ins((lib / "sg-lang.service").string(), "sg-lang.service", unit_dirs);
+  ASSERT_TRUE(drop_ins) << drop_ins.status().message();
+  std::vector<std::string> names;
+  for (const auto& d : *drop_ins) names.push_back(d.name);
+  const std::vector<std::string> want = {(etc / "service.d" / "10-all.conf").string(),
+                                         (etc / "sg-lang.service.d" / "50-override.conf").string(),
+                                         (run / "sg-lang.service.d" / "60-runtime.conf").string(),
+                                         (lib / "sg-.service.d" / "70-prefix.conf").string(),
+                                         (lib / "sg-lang.service.d" / "80-vendor.conf").string()};
+  EXPECT_EQ(names, want);
+  std::ifstream in(lib / "sg-lang.service");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto unit = read_unit_exec(text, "sg-lang.service", *drop_ins);
+  ASSERT_TRUE(unit) << unit.status().message();
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"CTX", "3"}, {"A", "all"}, {"B", "run"}, {"C", "prefix"}, {"D", "vendor"}};
+  EXPECT_EQ(unit->environment, env);
+  EXPECT_EQ(unit->words, (std::vector<std::string>{"/usr/bin/serve", "--context-length", "3"}));
+
+  // The same unit copied elsewhere: only the drop-ins beside it.
+  fs::create_directories(dir_ / "copy" / "sg-lang.service.d");
+  fs::copy_file(lib / "sg-lang.service", dir_ / "copy" / "sg-lang.service");
+  std::ofstream(dir_ / "copy" / "sg-lang.service.d" / "x.conf") << "[Service]\nEnvironment=CTX=9\n";
+  auto beside = read_unit_drop_ins((dir_ / "copy" / "sg-lang.service").string(), "sg-lang.service", unit_dirs);
+  ASSERT_TRUE(beside) << beside.status().message();
+  ASSERT_EQ(beside->size(), 1u);
+  EXPECT_EQ((*beside)[0].name, (dir_ / "copy" / "sg-lang.service.d" / "x.conf").string());
 }
 
 // A launch id past int64 was an uncaught std::out_of_range (abort) in `config show/diff`.
