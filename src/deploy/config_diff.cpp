@@ -98,7 +98,9 @@ Result<ConfigSource> from_args(const std::vector<std::string>& args, const std::
 }  // namespace
 
 Result<std::vector<std::string>> split_command_words(const std::string& text,
-                                                     const std::vector<std::pair<std::string, std::string>>& vars) {
+                                                     const std::vector<std::pair<std::string, std::string>>& vars,
+                                                     WordSyntax syntax) {
+  const bool shell = syntax == WordSyntax::Shell;
   std::vector<std::string> words;
   std::string cur;
   bool in_word = false;
@@ -176,6 +178,21 @@ Result<std::vector<std::string>> split_command_words(const std::string& text,
       if (!expand(i)) { cur += '$'; in_word = true; }
       continue;
     }
+    if (!shell) {
+      if (std::isspace(static_cast<unsigned char>(c))) {
+        if (in_word && cur == ";") {  // a lone ";": the next command
+          cur.clear();
+          in_word = false;
+          if (!words.empty()) break;
+          continue;
+        }
+        finish();
+        continue;
+      }
+      cur += c;
+      in_word = true;
+      continue;
+    }
     if (c == '#' && !in_word) {  // comment to end of line
       while (i < text.size() && text[i] != '\n') ++i;
       finish();
@@ -211,6 +228,7 @@ Result<std::vector<std::string>> split_command_words(const std::string& text,
     cur += c;
     in_word = true;
   }
+  if (!shell && in_word && cur == ";") return words;
   finish();
   return words;
 }
@@ -244,8 +262,27 @@ Result<ConfigSource> config_source_from_unit(const std::string& text, const std:
   KeyValues env;
   for (const auto& [k, v] : unit.environment) env.emplace_back("env:" + k, v);
   std::vector<std::string> args;
-  if (!find_server_args(unit.words, &args, &env))
+  std::vector<std::string> words = unit.words;
+  // ExecStart=/bin/sh -c 'SCRIPT' (for a pipe or a redirection): the script as that shell reads it,
+  // its $VARs from the unit's environment.
+  for (size_t i = 0; i + 2 < words.size(); ++i) {
+    const std::string base = basename_of(words[i]);
+    if ((base == "sh" || base == "bash" || base == "dash" || base == "zsh") && words[i + 1] == "-c") {
+      auto inner = split_command_words(words[i + 2], unit.environment);
+      if (!inner) return error(name, ": ExecStart= ", base, " -c: ", inner.status().message());
+      words = std::move(*inner);
+      break;
+    }
+  }
+  if (!find_server_args(words, &args, &env))
     return error(name, ": ExecStart= does not run sglang.launch_server, `sglang serve` or `deltaserve serve`");
+  // systemd runs no shell: a pipe or a redirection in ExecStart= reaches the server as arguments.
+  for (const auto& a : args)
+    if (a == "|" || a == "||" || a == "&&" || a == "&" || a == "2>&1" || a.rfind(">", 0) == 0 ||
+        a.rfind("2>", 0) == 0 || a.rfind("<", 0) == 0 || a.rfind("|", 0) == 0)
+      return error(name, ": ExecStart= passes '", a,
+                   "' to the server as an argument (systemd runs no shell: a pipe or a redirection needs "
+                   "/bin/sh -c '...')");
   auto src = from_args(args, name, "systemd-unit", env);
   if (!src) return error(src.status().message() + " (in ExecStart=)");
   for (auto& n : unit.notes) src->notes.push_back(n);

@@ -39,11 +39,15 @@ Result<ConfigSource> config_source_from_toml(const std::string& text, const std:
 ConfigSource config_source_from_settings(const KeyValues& settings, const std::vector<std::string>& args,
                                          const std::string& label, KeyValues environment = {});
 
-// Shell-style word splitting: quotes, backslash escapes, backslash-newline continuation, comments.
-// Stops at the first unquoted control operator (|, ;, &&, ||, &) and drops redirections.
-// $VAR and ${VAR} are replaced from `vars` (unknown ones stay literal).
+// Word splitting: quotes, backslash escapes, backslash-newline continuation. Shell: also comments,
+// it stops at the first unquoted control operator (|, ;, &&, ||, &) and drops redirections; $VAR
+// and ${VAR} are replaced from `vars` (unknown ones stay literal). Systemd (a unit's ExecStart=,
+// Environment=; systemd.syntax(7)): no shell runs, so |, &, <, > and # are plain characters of a
+// word, and a word that is a lone ";" ends the command.
+enum class WordSyntax { Shell, Systemd };
 Result<std::vector<std::string>> split_command_words(
-    const std::string& text, const std::vector<std::pair<std::string, std::string>>& vars = {});
+    const std::string& text, const std::vector<std::pair<std::string, std::string>>& vars = {},
+    WordSyntax syntax = WordSyntax::Shell);
 // Finds the server launcher in a command's words and returns the arguments after it:
 // [env VAR=x ...] python[3] -m sglang.launch_server ARGS | sglang serve ARGS | deltaserve serve ARGS.
 // Leading VAR=value words are returned in `env`.

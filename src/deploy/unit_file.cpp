@@ -89,7 +89,7 @@ Result<std::vector<std::string>> expand_exec_words(const std::vector<std::string
     if (w.size() > 1 && w[0] == '$' && w[1] != '{' && w[1] != '$') {
       const std::string name = w.substr(1);
       if (const std::string* v = lookup(env, name)) {
-        auto split = split_command_words(*v);
+        auto split = split_command_words(*v, {}, WordSyntax::Systemd);
         if (!split) return error("$", name, ": ", split.status().message());
         for (auto& x : *split) out.push_back(std::move(x));
       } else {
@@ -129,7 +129,7 @@ bool read_environment_file(const std::string& path, std::vector<std::pair<std::s
     if (t.empty() || t[0] == '#' || t[0] == ';') continue;
     const auto eq = t.find('=');
     if (eq == std::string::npos) continue;
-    auto value = split_command_words(t.substr(eq + 1));
+    auto value = split_command_words(t.substr(eq + 1), {}, WordSyntax::Systemd);
     std::string v;
     if (value)
       for (const auto& w : *value) v += (v.empty() ? "" : " ") + w;
@@ -232,7 +232,7 @@ Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name
     std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
     if (key == "Environment" || key == "ExecStart") value = resolve_specifiers(value, &unit.notes);
     if (key == "Environment") {
-      auto words = split_command_words(value);
+      auto words = split_command_words(value, {}, WordSyntax::Systemd);
       if (!words) return error(name, ": Environment=: ", words.status().message());
       for (const auto& w : *words) {
         auto e = w.find('=');
@@ -259,7 +259,7 @@ Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name
     }
   }
   while (!exec.empty() && std::string("-@+!:").find(exec.front()) != std::string::npos) exec.erase(0, 1);
-  auto words = split_command_words(exec);  // quotes only: systemd's variables are expanded below
+  auto words = split_command_words(exec, {}, WordSyntax::Systemd);  // systemd's variables are expanded below
   if (!words) return error(name, ": ExecStart=: ", words.status().message());
   auto expanded = expand_exec_words(*words, unit.environment, unread_files, &unit.notes);
   if (!expanded) return error(name, ": ExecStart=: ", expanded.status().message());

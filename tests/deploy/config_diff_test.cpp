@@ -419,6 +419,42 @@ TEST_F(TempDir, UnitDropInsAcrossSystemdsDirectories) {
   EXPECT_EQ((*beside)[0].name, (dir_ / "copy" / "sg-lang.service.d" / "x.conf").string());
 }
 
+// systemd runs ExecStart= without a shell (systemd.syntax(7)): "|", "#" and "<" are characters of
+// a word. A pipe or redirection written there reaches the server as arguments, which is an error
+// naming it; the same command under /bin/sh -c '...' is read as that shell reads it, its $VARs from
+// the unit's Environment=.
+TEST_F(TempDir, UnitExecStartIsReadWithoutAShell) {
+  auto load = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return load_config_source((dir_ / name).string(), dir_);
+  };
+  auto piped = load("piped.service", "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m "
+                                     "--tp 2 | tee /var/log/sglang.log\n");
+  ASSERT_FALSE(piped);
+  EXPECT_NE(piped.status().message().find("passes '|'"), std::string::npos) << piped.status().message();
+  auto redirected = load("redirected.service", "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server "
+                                               "--model-path /m >/var/log/sglang.log\n");
+  ASSERT_FALSE(redirected);
+  EXPECT_NE(redirected.status().message().find("passes '>/var/log/sglang.log'"), std::string::npos)
+      << redirected.status().message();
+
+  auto literal = load("literal.service", "[Service]\nEnvironment=A=x|y B=1#2\n"
+                                         "ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m#1 --tp 2\n");
+  ASSERT_TRUE(literal) << literal.status().message();
+  EXPECT_EQ(setting(*literal, "model-path"), "/m#1");
+  EXPECT_EQ(setting(*literal, "tp-size"), "2");
+  const KeyValues want_env = {{"env:A", "x|y"}, {"env:B", "1#2"}};
+  EXPECT_EQ(literal->environment, want_env);
+
+  auto wrapped = load("wrapped.service",
+                      "[Service]\nEnvironment=CTX=4096\n"
+                      "ExecStart=/bin/sh -c 'exec python3 -m sglang.launch_server --model-path /m --tp 2 "
+                      "--context-length $CTX 2>&1 | tee /var/log/sglang.log'\n");
+  ASSERT_TRUE(wrapped) << wrapped.status().message();
+  EXPECT_EQ(setting(*wrapped, "context-length"), "4096");
+  EXPECT_EQ(setting(*wrapped, "tp-size"), "2");
+}
+
 // A launch id past int64 was an uncaught std::out_of_range (abort) in `config show/diff`.
 TEST_F(TempDir, HugeLaunchIdIsAnError) {
   auto huge = load_config_source("99999999999999999999999", dir_);
