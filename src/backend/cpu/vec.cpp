@@ -153,12 +153,23 @@ DS_VEC_CLONES void exp_block(float* p, float m) {
 }
 
 DS_VEC_CLONES void silu_mul(float* o, const float* g, const float* u, int64_t n) {
+  // Each block's inputs are read into locals before its outputs are stored, and the u == nullptr
+  // case is a loop of its own: with o == g (in place) or a select per lane, GCC kept this scalar.
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    float y[kLanes], e[kLanes];
-    for (int j = 0; j < kLanes; ++j) y[j] = -g[i + j];
-    exp_lanes(y, e);
-    for (int j = 0; j < kLanes; ++j) o[i + j] = g[i + j] / (1.0f + e[j]) * (u ? u[i + j] : 1.0f);
+  if (u) {
+    for (; i + kLanes <= n; i += kLanes) {
+      float x[kLanes], w[kLanes], y[kLanes], e[kLanes];
+      for (int j = 0; j < kLanes; ++j) x[j] = g[i + j], w[j] = u[i + j], y[j] = -x[j];
+      exp_lanes(y, e);
+      for (int j = 0; j < kLanes; ++j) o[i + j] = x[j] / (1.0f + e[j]) * w[j];
+    }
+  } else {
+    for (; i + kLanes <= n; i += kLanes) {
+      float x[kLanes], y[kLanes], e[kLanes];
+      for (int j = 0; j < kLanes; ++j) x[j] = g[i + j], y[j] = -x[j];
+      exp_lanes(y, e);
+      for (int j = 0; j < kLanes; ++j) o[i + j] = x[j] / (1.0f + e[j]) * 1.0f;
+    }
   }
   for (; i < n; ++i) o[i] = silu(g[i]) * (u ? u[i] : 1.0f);
 }
