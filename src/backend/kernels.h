@@ -86,7 +86,8 @@ struct KvLayerView {
 
 // GDN state of one linear-attention layer.
 struct StateLayerView {
-  Tensor conv;           // [n_slots, conv_dim, K-1]       f32: last K-1 pre-conv inputs, oldest first
+  Tensor conv;           // [n_slots, conv_dim, K-1]       f32: last K-1 pre-conv inputs, oldest first;
+                         //   per slot the backend's layout: CUDA [conv_dim, K-1], CPU [K-1, conv_dim]
   Tensor recurrent;      // [n_slots, Hv, Dv, Dk]          f32 (or bf16); per head the backend's layout:
                          //   CUDA Sᵀ [Dv, Dk] (row j = value dim j), CPU S [Dk, Dv] (row d = key dim d)
   // Speculative verification (BatchMeta::state_defer): raw inputs of a deferred run's tokens,

@@ -175,8 +175,9 @@ class CudaOpsTest : public ::testing::Test {
       return gpu ? StateLayerView{conv.tg, recs.tg, pend.tg, depth} : StateLayerView{conv.tc, recs.tc, pend.tc, depth};
     }
   };
-  // Every head of v [.., rows, cols] as [.., cols, rows]: the recurrent state between CUDA's
-  // layout, Sᵀ [Dv, Dk], and the CPU's, S [Dk, Dv] (kernels.h, StateLayerView).
+  // Every head of v [.., rows, cols] as [.., cols, rows]: the GDN state between CUDA's layouts and
+  // the CPU's (kernels.h, StateLayerView): recurrent Sᵀ [Dv, Dk] and S [Dk, Dv], conv windows
+  // [conv_dim, K-1] and [K-1, conv_dim].
   static std::vector<float> swap_heads(const std::vector<float>& v, int64_t rows, int64_t cols) {
     std::vector<float> out(v.size());
     const int64_t head = rows * cols;
@@ -185,10 +186,14 @@ class CudaOpsTest : public ::testing::Test {
         for (int64_t c = 0; c < cols; ++c) out[h * head + c * rows + r] = v[h * head + r * cols + c];
     return out;
   }
-  // rel_err of the recurrent states, the CPU's read in CUDA's layout.
+  // rel_err of the recurrent states and of the conv windows, the CPU's read in CUDA's layout.
   double state_err(const GdnInputs& g) {
     gpu_->synchronize();
     return rel_err(swap_heads(host_of(g.recs.tc, *cpu_), g.p.k_head_dim, g.p.v_head_dim), host_of(g.recs.tg, *gpu_));
+  }
+  double conv_err(const GdnInputs& g) {
+    gpu_->synchronize();
+    return rel_err(swap_heads(host_of(g.conv.tc, *cpu_), g.p.conv_kernel - 1, g.cd), host_of(g.conv.tg, *gpu_));
   }
   // rec_dtype: the recurrent state's (F32, or BF16 as --mamba-ssm-dtype bfloat16 stores it).
   GdnInputs gdn_inputs(const GdnShape& sh, int T, int n_slots, int depth, DType rec_dtype = DType::F32) {
@@ -208,7 +213,9 @@ class CudaOpsTest : public ::testing::Test {
     g.dtb = make_f32({sh.hv}, rnd(sh.hv));
     g.nw = make_f32({sh.dv}, rnd(sh.dv, 0.5f, 1.5f));
     g.proj = make_f32({T, row}, rnd(T * row, -2.f, 2.f));
-    g.conv = make_f32({n_slots, cd, sh.k - 1}, rnd(n_slots * cd * (sh.k - 1)));
+    const std::vector<float> conv0 = rnd(n_slots * cd * (sh.k - 1));
+    g.conv = make_f32({n_slots, cd, sh.k - 1}, conv0);
+    cpu_->copy_to_device(g.conv.tc, swap_heads(conv0, cd, sh.k - 1).data());
     const std::vector<float> rec0 = rnd(n_slots * g.rec, -0.3f, 0.3f), rec0_cpu = swap_heads(rec0, sh.dv, sh.dk);
     if (rec_dtype == DType::BF16) {
       g.recs = make(DType::BF16, {n_slots, sh.hv, sh.dv, sh.dk}, to_bf16(rec0).data());
@@ -1457,7 +1464,7 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
         m->checkpoint(*gpu_, 0, 77, 1);  // the first sequence, after token 77 (mid-chunk), into slot 1
         GdnInputs g = gdn_inputs(sh, m->cpu.n_tokens, n_slots, depth, rec_dtype);
         run_gdn(g, m->cpu, m->gpu);
-        Pair &conv = g.conv, &out = g.out;
+        Pair &out = g.out;
         const std::string key = "Dk=" + std::to_string(sh.dk) + " batch " + std::to_string(bi);
         const std::string what = std::string(variant == saved                 ? "tensor cores"
                                              : variant == no_prefetch.get() ? "tensor cores, single buffers"
@@ -1466,7 +1473,7 @@ TEST_F(CudaOpsTest, GatedDeltaNetLongRuns) {
                                  (bf16_state ? ", bf16 state " : " ") + key;
         const double tol = tf32 ? 5e-3 : 1e-4;
         EXPECT_LE(rel_err(out), tol) << what;
-        EXPECT_LE(rel_err(conv), 1e-6) << what;
+        EXPECT_LE(conv_err(g), 1e-6) << what;
         EXPECT_LE(state_err(g), bf16_state ? 1e-2 : tol) << what;  // every slot: the runs' states and the checkpoint
         if (variant == saved && !bf16_state) exact_err[key] = rel_err(out);
         if (tf32 && sh.dk >= 64) {
@@ -1569,7 +1576,7 @@ TEST_F(CudaOpsTest, GatedDeltaNetFusedDecode) {
                                    " Dv=" + std::to_string(sh.dv) + " batch " + std::to_string(bi) + " step " +
                                    std::to_string(step);
           EXPECT_LE(rel_err(g.out), step == 0 ? 1e-4 : out_tol) << what;
-          EXPECT_LE(rel_err(g.conv), 1e-6) << what;
+          EXPECT_LE(conv_err(g), 1e-6) << what;
           EXPECT_LE(state_err(g), rec_tol) << what;
         }
       }
@@ -1670,7 +1677,7 @@ TEST_F(CudaOpsTest, GatedDeltaNet) {
       const std::string what = "Hv=" + std::to_string(sh.hv) + " batch " + std::to_string(bi) + " state " +
                                std::string(dtype_name(rec_dtype));
       EXPECT_LE(rel_err(out), 1e-4) << what;
-      EXPECT_LE(rel_err(conv), 1e-6) << what;
+      EXPECT_LE(conv_err(g), 1e-6) << what;
       EXPECT_LE(state_err(g), rec_tol) << what;
       if (defer_upto == 0) continue;
       EXPECT_LE(rel_err(pend), 0.0) << what;  // raw inputs, copied
@@ -1712,7 +1719,7 @@ TEST_F(CudaOpsTest, GatedDeltaNet) {
       cpu_->kernels().gdn_commit(rc, cm);
       gpu_->kernels().gdn_commit(rg, gm);
       EXPECT_LE(state_err(g), rec_tol) << what << " after commit";
-      EXPECT_LE(rel_err(conv), 1e-6) << what << " after commit";
+      EXPECT_LE(conv_err(g), 1e-6) << what << " after commit";
     }
   }
   }

@@ -5,11 +5,11 @@
 // With a bf16 recurrent state (--mamba-ssm-dtype bfloat16) a run works on an f32 copy of the
 // head's state and stores it rounded at its end (and at a checkpoint); within a run it stays f32.
 //
-// State layout: recurrent [slot, Hv, ...] holds each head's S as [Dk, Dv] (row d is key dim d; the
-// CUDA kernels keep Sᵀ, kernels.h): each product of the rule is then a sum of rows with the value
-// dims in vector lanes (cpu_delta_rule.h), and one pass per token writes the previous token's
-// update and reads the next token's products. conv [slot, conv_dim, K-1] holds the last K-1
-// pre-conv inputs, oldest first.
+// State layout (each backend's own, kernels.h): recurrent [slot, Hv, ...] holds each head's S as
+// [Dk, Dv] (row d is key dim d; the CUDA kernels keep Sᵀ): each product of the rule is then a sum
+// of rows with the value dims in vector lanes (cpu_delta_rule.h), and one pass per token writes the
+// previous token's update and reads the next token's products. conv [slot, K-1, conv_dim] holds
+// the last K-1 pre-conv inputs, oldest first, as rows a token's conv reads in place.
 //
 // Speculative verification defers the state (BatchMeta::state_defer): the run reads the slot's
 // state, works on copies, and keeps its raw inputs in the slot's pending rows; gdn_commit replays
@@ -41,11 +41,11 @@ struct GdnRun {
 // Phase 1's work for one run: its inputs, window, outputs and checkpoint.
 struct ConvJob {
   GdnRun run;
-  float* window = nullptr;       // [conv_dim, K-1]: the run's K-1 inputs before token 0, oldest first
+  float* window = nullptr;       // [K-1, conv_dim]: the run's K-1 inputs before token 0, oldest first
   bool keep_window = false;      // a deferred run leaves the window as it was
   float* out = nullptr;          // [run.n, conv_dim]: SiLU(conv) of each token
   int ckpt_j = -1;               // the window after this token ..
-  float* ckpt_window = nullptr;  // .. into this [conv_dim, K-1]
+  float* ckpt_window = nullptr;  // .. into this [K-1, conv_dim]
 };
 
 // Phase 1's parallel work items: up to kConvRows tokens of one run x up to kConvCols channels.
@@ -72,44 +72,47 @@ void conv_phase(ThreadPool& pool, const GdnParams& p, int n_jobs, const JobOf& j
   int64_t n_units = 0;
   for (int s = 0; s < n_jobs; ++s) n_units += (job_of(s).run.n + kConvRows - 1) / kConvRows * n_col_blocks;
   if (units.size() < static_cast<size_t>(3 * n_units)) units.resize(static_cast<size_t>(3 * n_units));
-  for (int s = 0, u = 0; s < n_jobs; ++s)
-    for (int j0 = 0; j0 < job_of(s).run.n; j0 += kConvRows)
-      for (int64_t b = 0; b < n_col_blocks; ++b, ++u) {
+  // Rows of tokens outermost, then channel blocks, then runs: a decode step's items (one token per
+  // run) come block by block, so a thread transposes a block's taps once for all of its runs; a
+  // long run's items go row chunk by row chunk, each thread reading whole token rows.
+  int max_n = 0;
+  for (int s = 0; s < n_jobs; ++s) max_n = std::max(max_n, job_of(s).run.n);
+  for (int j0 = 0, u = 0; j0 < max_n; j0 += kConvRows)
+    for (int64_t b = 0; b < n_col_blocks; ++b)
+      for (int s = 0; s < n_jobs; ++s) {
+        if (j0 >= job_of(s).run.n) continue;
         units[3 * u] = s;
         units[3 * u + 1] = j0;
         units[3 * u + 2] = static_cast<int32_t>(b * kConvCols);
+        ++u;
       }
   const float* cw = p.conv_weight.f32();  // [cd, K]
   pool.parallel_for(n_units, 1, [&](int tid, int64_t u0, int64_t u1) {
     float* wt = tmp + int64_t(tid) * vec::conv_tile_floats(K);  // [K, nc]: the taps, transposed
-    float* pre = wt + K * kConvCols;                            // [Km1, nc]: the window, transposed
+    int64_t wt_c0 = -1;                                         // the block wt holds
     for (int64_t u = u0; u < u1; ++u) {
       const ConvJob job = job_of(units[3 * u]);
       const int j0 = units[3 * u + 1], j1 = std::min(job.run.n, j0 + kConvRows);
       const int64_t c0 = units[3 * u + 2], nc = std::min(kConvCols, cd - c0);
-      for (int64_t c = 0; c < nc; ++c)
-        for (int q = 0; q < K; ++q) wt[q * nc + c] = cw[(c0 + c) * K + q];
-      if (j0 == 0)
+      if (c0 != wt_c0)
         for (int64_t c = 0; c < nc; ++c)
-          for (int i = 0; i < Km1; ++i) pre[i * nc + c] = job.window[(c0 + c) * Km1 + i];
+          for (int q = 0; q < K; ++q) wt[q * nc + c] = cw[(c0 + c) * K + q];
+      wt_c0 = c0;
+      // Token t's inputs: its row of the run, or before the run (t < 0) the window's row t + K-1.
+      auto input = [&](int t) { return t >= 0 ? job.run.qkv(t) + c0 : job.window + int64_t(t + Km1) * cd + c0; };
       const float* x[16];
       for (int j = j0; j < j1; ++j) {
-        for (int q = 0; q < K; ++q) {
-          const int t = j - Km1 + q;
-          x[q] = t >= 0 ? job.run.qkv(t) + c0 : pre + int64_t(t + Km1) * nc;
-        }
+        for (int q = 0; q < K; ++q) x[q] = input(j - Km1 + q);
         float* o = job.out + int64_t(j) * cd + c0;
         vec::conv_row(o, x, wt, nc, K, nc);
         vec::silu_mul(o, o, nullptr, nc);
       }
       if (j0 != 0) continue;
-      // The window after token e: inputs e-K+2 .. e (before the run: the old window, in pre).
-      auto window_after = [&](int e, float* dst) {  // dst: [cd, Km1]
-        for (int w = 0; w < Km1; ++w) {
-          const int t = e - Km1 + 1 + w;
-          const float* src = t >= 0 ? job.run.qkv(t) + c0 : pre + int64_t(t + Km1) * nc;
-          for (int64_t c = 0; c < nc; ++c) dst[(c0 + c) * Km1 + w] = src[c];
-        }
+      // The window after token e: inputs e-K+2 .. e. Row w comes from the old window's row w + e + 1
+      // or from the run, so the live window can be rewritten in place, rows in order (the
+      // checkpoint's first, while the old rows are all there).
+      auto window_after = [&](int e, float* dst) {  // dst: [Km1, cd]
+        for (int w = 0; w < Km1; ++w) std::memmove(dst + int64_t(w) * cd + c0, input(e - Km1 + 1 + w), nc * sizeof(float));
       };
       if (job.ckpt_window) window_after(job.ckpt_j, job.ckpt_window);
       if (!job.keep_window) window_after(job.run.n - 1, job.window);
@@ -231,7 +234,7 @@ void delta_head(const GdnParams& p, const GdnRun& r, int hv, const float* conv_o
 // Where sequence s of a batch saves its checkpoint: (token index, conv window, slot).
 struct StateCheckpoint {
   int j = -1;
-  float* conv = nullptr;  // [conv_dim, K-1] of the slot
+  float* conv = nullptr;  // [K-1, conv_dim] of the slot
   int64_t slot = -1;
   HeadState head(const StateLayerView& state, int hv) const {
     return slot < 0 ? HeadState{} : head_state_of(state.recurrent, slot, hv);

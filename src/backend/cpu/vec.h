@@ -56,9 +56,9 @@ void scores_strided(const float* q, int rows, const float* k, int64_t ldk, int n
 // p[j] = exp(p[j] - m) for j < kKeyBlock, p[j] - m clamped to [-87, 0] (relative error < 3e-7).
 void exp_block(float* p, float m);
 // The GDN causal conv (cpu_gated_delta_net.cpp) works on blocks of kConvCols channels; per thread
-// it keeps a block of the taps and one of the window transposed, [K, kConvCols] and [K-1, kConvCols].
+// it keeps a block of the taps transposed, [K, kConvCols].
 inline constexpr int64_t kConvCols = 256;
-inline constexpr int64_t conv_tile_floats(int64_t K) { return (2 * K - 1) * kConvCols; }
+inline constexpr int64_t conv_tile_floats(int64_t K) { return K * kConvCols; }
 // The GDN delta rule (cpu_gated_delta_net.cpp) per thread: a copy of a head's state [Dk, Dv], two
 // tokens' q, k [Dk] and delta [Dv], and one product [Dv]; a whole number of cache lines.
 inline constexpr int64_t delta_rule_floats(int64_t Dk, int64_t Dv) {
