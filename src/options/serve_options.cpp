@@ -59,6 +59,7 @@ const std::vector<Row>& rows() {
     {{"http-threads", "", I, "auto", "", "HTTP io threads (auto: 1 on CPU, where compute threads take every core; 4 on GPU)", YES, PERF, SERVE}, &ServeOptions::http_threads},
     {{"enable-cors", "", BOOL, "false", "", "answer browsers: CORS headers and OPTIONS preflight for the origins in --allowed-origins", YES, NO_PERF, SERVE}, &ServeOptions::enable_cors},
     {{"allowed-origins", "", S, "*", "", "comma-separated origins CORS allows (* = any); setting it turns --enable-cors on", YES, NO_PERF, SERVE}, &ServeOptions::allowed_origins},
+    {{"stream-interval", "", I, "1", "", "a streamed response is written to its connection every N generated tokens (and at its first and last): fewer writes and wake-ups per token, each token still its own SSE event (SGLang's flag), 1..1024", YES, PERF, SERVE}, &ServeOptions::stream_interval},
     // Hardware.
     {{"device", "", C, "auto", "auto,cpu,cuda", "where to run (auto: cuda when built with CUDA and a GPU is present)", YES, PERF}, &ServeOptions::device},
     {{"tp-size", "tensor-parallel-size,tp", I, "1", "", "tensor parallel: GPUs per model replica (--device cpu: threads of one process; CUDA: one GPU per rank, one-shot peer all-reduce for small messages and NCCL above)", YES, PERF}, &ServeOptions::tp_size},
@@ -486,6 +487,8 @@ Status validate_serve_options(ServeOptions& o) {
   if (o.max_total_tokens < 0) return error("--max-total-tokens must be positive");
   if (o.max_mamba_cache_size < 0) return error("--max-mamba-cache-size must be positive");
   if (o.max_memory < 0) return error("--max-memory must be positive");
+  if (o.stream_interval < 1 || o.stream_interval > 1024)
+    return error("--stream-interval must be 1..1024 (got ", o.stream_interval, ")");
   if (o.page_size < 1 || o.page_size > 4096)
     return error("--page-size must be 1..4096 (got ", o.page_size, ")");
   if (o.chunked_prefill_size < 0 && o.chunked_prefill_size != -1)

@@ -89,6 +89,7 @@ struct ServeOptions {
   int64_t max_request_bytes = 0;     // request body limit, 32 MiB
   int64_t http_threads = 0;          // HTTP io threads; 0 = auto (1 on CPU, 4 on GPU)
   bool enable_cors = false;          // CORS headers + OPTIONS preflight
+  int64_t stream_interval = 0;       // a stream is written every N generated tokens (SGLang's flag), 1
   std::string allowed_origins;       // comma-separated; "*" = any (setting it enables CORS)
 
   // Hardware.

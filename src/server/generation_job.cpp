@@ -246,8 +246,7 @@ void GenerationJob::drain() {
       if (!event) {
         if (c.stream->events.closed()) {
           c.engine_done = true;
-          ChoiceDelta d = c.state->on_closed("abort");
-          handle_delta(i, d, out);
+          stream_delta(i, c.state->on_closed("abort"), 0, out);
         }
         break;
       }
@@ -290,7 +289,35 @@ void GenerationJob::process(std::size_t i, const TokenEvent& event, std::string&
   bool was_finished = c.state->finished();
   ChoiceDelta d = c.state->on_event(event);
   if (!was_finished && c.state->stop_matched()) cancel_choice(c);
-  handle_delta(i, d, out);
+  stream_delta(i, std::move(d), static_cast<int>(event.tokens.size()), out);
+}
+
+void GenerationJob::stream_delta(std::size_t i, ChoiceDelta d, int n_tokens, std::string& out) {
+  Choice& c = choices_[i];
+  const int interval = request_.stream_interval > 0 ? request_.stream_interval : env_.stream_interval;
+  if (interval <= 1 || !request_.stream) {
+    handle_delta(i, d, out);
+    return;
+  }
+  ChoiceDelta& h = c.held;
+  h.text += d.text;
+  h.reasoning += d.reasoning;
+  h.tool_calls.insert(h.tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+  h.logprobs.insert(h.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+  h.token_ids.insert(h.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+  if (d.finished) {
+    h.finished = true;
+    h.finish_reason = std::move(d.finish_reason);
+    h.error = std::move(d.error);
+    h.matched_stop = std::move(d.matched_stop);
+  }
+  c.held_tokens += n_tokens;
+  if (!h.finished && c.streamed && c.held_tokens < interval) return;
+  if (c.held_tokens > 0) c.streamed = true;
+  ChoiceDelta send = std::move(h);
+  h = ChoiceDelta{};
+  c.held_tokens = 0;
+  handle_delta(i, send, out);
 }
 
 void GenerationJob::handle_delta(std::size_t i, const ChoiceDelta& d, std::string& out) {

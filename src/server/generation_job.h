@@ -33,6 +33,7 @@ struct JobEnv {
   std::atomic<int>* active_jobs = nullptr;  // incremented while a job lives
   std::string model_name;
   RequestRegistry* registry = nullptr;      // for /abort_request (may be null)
+  int stream_interval = 1;                  // a stream is written every N generated tokens (--stream-interval)
   // Responses API: the finished response object (for GET /v1/responses/{id}).
   std::function<void(const nlohmann::ordered_json&)> on_response;
 };
@@ -72,12 +73,19 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     int64_t text_sent = 0;  // completions streaming: bytes of text sent (echo included), the next text_offset
     Clock::time_point last_token_time;
     bool got_token = false;
+    // --stream-interval N > 1: what the choice's events gave since its last chunk, and their tokens.
+    ChoiceDelta held;
+    int held_tokens = 0;
+    bool streamed = false;  // a chunk with tokens went out (the first is never held)
   };
 
   void schedule_drain();
   void drain();
   void process(std::size_t i, const TokenEvent& event, std::string& out);
   void handle_delta(std::size_t i, const ChoiceDelta& delta, std::string& out);
+  // handle_delta every --stream-interval tokens: d is held (merged into the choice's) until n_tokens
+  // reach the interval, the choice finishes, or it is the choice's first output.
+  void stream_delta(std::size_t i, ChoiceDelta d, int n_tokens, std::string& out);
   void on_disconnect();
   void cancel_choice(Choice& c);
   void finish();

@@ -80,6 +80,7 @@ struct OpenAiRequest {
   int min_tokens = 0;
   // Stopping and output.
   bool no_stop_trim = false;             // keep the matched stop string
+  int stream_interval = 0;               // /generate's sampling_params.stream_interval (0: the server's)
   std::vector<std::string> stop_regex;   // stop when the output contains a match
   bool return_token_ids = false;         // prompt_token_ids + choices[i].token_ids
   bool return_prompt_token_ids = false;  // prompt_token_ids

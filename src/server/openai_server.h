@@ -45,6 +45,7 @@ struct ServerConfig {
   int64_t launch_id = 0;                        // this launch's record (0 = not recorded)
   int speculative_num_steps = 0;                // reported at /v1/server_info
   bool enable_cors = false;                     // CORS headers and OPTIONS preflight answers
+  int stream_interval = 1;                      // streams are written every N generated tokens
   std::vector<std::string> allowed_origins = {"*"};  // with enable_cors
   std::string model_path;                       // reported by /get_model_info
   size_t responses_store_size = 1000;           // /v1/responses kept for retrieval (oldest dropped)

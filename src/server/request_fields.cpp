@@ -139,7 +139,7 @@ const std::vector<RequestField> kFields = {
   {"vllm_xargs", C | P, ONLY, "[null]", "{}", "no extension arguments"},
   {"logits_processors", C | P, ONLY, "[null]", "[]", "custom logits processors are not supported"},
   {"extra_key", C | P | G, YES, nullptr, R"("k")", "SGLang: cached prefixes are shared only between requests with the same key (and cache_salt)"},
-  {"stream_interval", S, ONLY, "[null, 1]", "4", "every token is streamed"},
+  {"stream_interval", S, YES, nullptr, "4", "SGLang: this request's stream is sent every N tokens (1..1024; default the server's --stream-interval)"},
   {"log_metrics", G, ONLY, "[null, true]", "false", "requests are always counted in /metrics"},
   {"truncation", R, ONLY, R"([null, "disabled"])", R"("auto")", "Responses API: prompts that do not fit are refused"},
   {"include", R, ONLY, "[null, []]", R"(["reasoning.encrypted_content"])", "Responses API: no extra output items"},

@@ -124,6 +124,11 @@ std::optional<ApiError> parse_generate_request(const json& body, const SamplingD
   with_prompt.erase("stream_interval");
   with_prompt.erase("spaces_between_special_tokens");
   if (auto e = prefix(parse_completion_request(with_prompt, defaults, tmp))) return e;
+  {
+    JsonFields f{sp, std::nullopt};
+    if (auto v = f.integer("stream_interval", 1, 1024)) out.stream_interval = static_cast<int>(*v);
+    if (auto e = prefix(f.err)) return e;
+  }
   out.sampling = tmp.sampling;
   out.n = tmp.n;
   out.stop = tmp.stop;

@@ -133,6 +133,12 @@ TEST(ServeOptions, OtherValidation) {
   auto aut = parse_serve_options({"--http-threads", "auto"});
   ASSERT_TRUE(aut);
   EXPECT_EQ(aut->http_threads, 0);
+  // SGLang's --stream-interval: 1 by default, 1..1024.
+  EXPECT_EQ(parse_serve_options({})->stream_interval, 1);
+  EXPECT_EQ(parse_serve_options({"--stream-interval", "8"})->stream_interval, 8);
+  auto zero = parse_serve_options({"--stream-interval", "0"});
+  ASSERT_FALSE(zero);
+  EXPECT_NE(zero.status().message().find("--stream-interval"), std::string::npos);
 }
 
 // SGLang's multi-node flags: --nnodes N needs --dist-init-addr, a --node-rank in 0..N-1 and a

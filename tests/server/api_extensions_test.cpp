@@ -674,5 +674,96 @@ TEST_F(ApiTest, ResponsesWithForcedToolCall) {
   expect_idle();
 }
 
+// --stream-interval N (SGLang's flag): a streamed choice is sent every N tokens, its first token at
+// once and its end whenever it comes; the N tokens' text (content, reasoning) is one chunk, and
+// what the client puts together is what interval 1 gives: the same reasoning, content, finish
+// reason, usage and, for completions, logprob text offsets that run over the text.
+TEST_F(ApiTest, StreamIntervalSendsEveryNTokensAsOneChunk) {
+  ServerConfig cfg;
+  cfg.reasoning_parser = "qwen3";
+  cfg.stream_interval = 4;
+  start(cfg);
+  const std::string thoughts = "free thoughts about the question", answer = "the answer is forty two";
+  engine_.script = tokenizer_->encode(thoughts, true);
+  engine_.script.push_back(*tokenizer_->token_id("</think>"));
+  for (TokenId id : tokenizer_->encode(answer, true)) engine_.script.push_back(id);
+  engine_.script.push_back(kImEnd);
+  const int n_tokens = static_cast<int>(engine_.script.size());
+  json body = chat({{"stream", true}, {"max_tokens", 100}, {"stream_options", {{"include_usage", true}}}});
+  body.erase("chat_template_kwargs");
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string reasoning, content, finish;
+  int token_chunks = 0, first_len = -1, completion_tokens = -1;
+  for (const auto& ev : sse_data(r.body)) {
+    if (ev == "[DONE]") continue;
+    json j = json::parse(ev);
+    if (j.contains("usage") && !j["usage"].is_null()) completion_tokens = j["usage"]["completion_tokens"];
+    if (j["choices"].empty()) continue;
+    const json& ch = j["choices"][0];
+    const json& d = ch["delta"];
+    std::string piece = d.value("reasoning_content", std::string()) + d.value("content", std::string());
+    if (!piece.empty()) {
+      if (first_len < 0) first_len = static_cast<int>(piece.size());
+      ++token_chunks;
+    }
+    reasoning += d.value("reasoning_content", std::string());
+    content += d.value("content", std::string());
+    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+  }
+  EXPECT_EQ(reasoning, thoughts);
+  EXPECT_EQ(content, answer);
+  EXPECT_EQ(finish, "stop");
+  EXPECT_EQ(completion_tokens, n_tokens);
+  // The first token alone, then at most one chunk per 4 tokens (+1: the </think> split).
+  const std::vector<TokenId> first{engine_.script[0]};
+  EXPECT_EQ(first_len, static_cast<int>(tokenizer_->decode(first, false).size()));
+  EXPECT_LE(token_chunks, 1 + (n_tokens - 1 + 3) / 4 + 1) << r.body;
+  EXPECT_GE(token_chunks, 3) << r.body;
+
+  // Completions with logprobs: each chunk's text_offset continues from the text sent before it.
+  script("alpha beta gamma delta epsilon zeta eta theta");
+  auto c = post("/v1/completions", json{{"prompt", "x"}, {"max_tokens", 100}, {"stream", true}, {"logprobs", 1}});
+  ASSERT_EQ(c.status, 200) << c.body;
+  std::string text;
+  int chunks = 0;
+  for (const auto& ev : sse_data(c.body)) {
+    if (ev == "[DONE]") continue;
+    json j = json::parse(ev);
+    const json& ch = j["choices"][0];
+    if (ch["logprobs"].is_null()) continue;
+    ++chunks;
+    const json& lp = ch["logprobs"];
+    int64_t at = static_cast<int64_t>(text.size());
+    for (std::size_t k = 0; k < lp["tokens"].size(); ++k) {
+      EXPECT_EQ(lp["text_offset"][k], at) << ev;
+      at += static_cast<int64_t>(lp["tokens"][k].get<std::string>().size());
+    }
+    text += ch["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "alpha beta gamma delta epsilon zeta eta theta");
+  EXPECT_LT(chunks, static_cast<int>(engine_.script.size()));
+
+  // SGLang's per-request sampling_params.stream_interval on /generate overrides the server's: 1
+  // streams every token (each event carries the text so far); out of 1..1024 it is refused by name.
+  auto count_events = [&](int interval) {
+    auto g = post("/generate", {{"text", "x"}, {"stream", true},
+                                {"sampling_params", {{"max_new_tokens", 100}, {"stream_interval", interval}}}});
+    EXPECT_EQ(g.status, 200) << g.body;
+    std::string last;
+    int n = 0;
+    for (const auto& ev : sse_data(g.body))
+      if (ev != "[DONE]") ++n, last = json::parse(ev)["text"];
+    EXPECT_EQ(last, "alpha beta gamma delta epsilon zeta eta theta") << g.body;
+    return n;
+  };
+  const int every = count_events(1), by_eight = count_events(8);
+  EXPECT_GE(every, static_cast<int>(engine_.script.size()) - 1);
+  EXPECT_LE(by_eight, 1 + (static_cast<int>(engine_.script.size()) + 7) / 8 + 1);
+  EXPECT_EQ(error_of(post("/generate", {{"text", "x"}, {"sampling_params", {{"stream_interval", 0}}}}))["param"],
+            "sampling_params.stream_interval");
+  expect_idle();
+}
+
 }  // namespace
 }  // namespace deltaserve
