@@ -331,6 +331,8 @@ int cmd_serve(const Args& args) {
   // Stuck for --watchdog-timeout seconds: the launch is recorded failed and the process exits 1
   // (a supervisor restarts it). Under systemd with WatchdogSec, pings go out only while healthy.
   std::atomic<bool> watchdog_stop{false};
+  std::mutex watchdog_mutex;  // with watchdog_cv: the stop wakes the watchdog out of its period
+  std::condition_variable watchdog_cv;
   std::thread watchdog;
   const auto systemd_interval = watchdog_interval();
   if (opts.watchdog_timeout > 0 || systemd_interval) {
@@ -342,7 +344,7 @@ int cmd_serve(const Args& args) {
     const std::string state_dir = opts.state_dir.empty() ? default_state_dir().string() : opts.state_dir;
     const int64_t launch_id = launch.launch_id();
     EngineService* svc = service;
-    watchdog = std::thread([&watchdog_stop, svc, timeout, period, state_dir, launch_id] {
+    watchdog = std::thread([&watchdog_stop, &watchdog_mutex, &watchdog_cv, svc, timeout, period, state_dir, launch_id] {
       uint64_t last_steps = svc->stats().steps_total;
       auto last_progress = std::chrono::steady_clock::now();
       while (!watchdog_stop.load()) {
@@ -362,7 +364,8 @@ int cmd_serve(const Args& args) {
           std::_Exit(1);
         }
         notify_watchdog();
-        std::this_thread::sleep_for(period);
+        std::unique_lock<std::mutex> lock(watchdog_mutex);
+        watchdog_cv.wait_for(lock, period, [&] { return watchdog_stop.load(); });
       }
     });
   }
@@ -398,7 +401,11 @@ int cmd_serve(const Args& args) {
   const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (server.pending_writes() > 0 && std::chrono::steady_clock::now() < flush_deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  watchdog_stop.store(true);
+  {
+    std::lock_guard<std::mutex> lock(watchdog_mutex);
+    watchdog_stop.store(true);
+  }
+  watchdog_cv.notify_all();
   if (watchdog.joinable()) watchdog.join();
   server.stop();
   engines.stop();

@@ -57,6 +57,7 @@ struct HttpServer::Impl {
   std::mutex mutex;
   std::condition_variable cv;
   bool stopped = false;
+  bool accept_closed = false;  // stop_accepting() ran (guarded by mutex)
   HttpServerConfig config;
   HttpHandler handler;
   // Accept back-off when the process is out of descriptors (EMFILE/ENFILE): instead of
@@ -535,6 +536,14 @@ Status HttpServer::start() {
 
 void HttpServer::stop_accepting() {
   if (!impl_) return;
+  {
+    // Once is enough. A second call (OpenAiServer::stop after cmd_serve's graceful shutdown) found
+    // the io threads gone (without the acceptor or a connection, run() had nothing left to do):
+    // its post never ran, and it waited the full 5 s below before every stop.
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->accept_closed) return;
+    impl_->accept_closed = true;
+  }
   auto done = std::make_shared<std::promise<void>>();
   auto closed = done->get_future();
   net::post(impl_->ioc, [this, done] {
