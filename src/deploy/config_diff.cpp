@@ -97,6 +97,35 @@ Result<ConfigSource> from_args(const std::vector<std::string>& args, const std::
 
 }  // namespace
 
+std::vector<std::string> split_shell_commands(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  auto flush = [&] {
+    if (cur.find_first_not_of(" \t\r\n") != std::string::npos) out.push_back(cur);
+    cur.clear();
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\\' && i + 1 < text.size()) {
+      cur += c;
+      cur += text[++i];
+    } else if (c == '\'' || c == '"') {
+      size_t close = i + 1;  // (an unterminated quote runs to the end: split_command_words says so)
+      while (close < text.size() && text[close] != c) close += c == '"' && text[close] == '\\' ? 2 : 1;
+      const size_t end = std::min(text.size(), close + 1);
+      cur += text.substr(i, end - i);
+      i = end - 1;
+    } else if (c == '\n' || c == ';' || c == '|' || (c == '&' && !(!cur.empty() && cur.back() == '>') &&
+                                                      !(i + 1 < text.size() && text[i + 1] == '>'))) {
+      flush();
+    } else {
+      cur += c;
+    }
+  }
+  flush();
+  return out;
+}
+
 Result<std::vector<std::string>> split_command_words(const std::string& text,
                                                      const std::vector<std::pair<std::string, std::string>>& vars,
                                                      WordSyntax syntax) {
@@ -268,9 +297,19 @@ Result<ConfigSource> config_source_from_unit(const std::string& text, const std:
   for (size_t i = 0; i + 2 < words.size(); ++i) {
     const std::string base = basename_of(words[i]);
     if ((base == "sh" || base == "bash" || base == "dash" || base == "zsh") && words[i + 1] == "-c") {
-      auto inner = split_command_words(words[i + 2], unit.environment);
-      if (!inner) return error(name, ": ExecStart= ", base, " -c: ", inner.status().message());
-      words = std::move(*inner);
+      // The script's commands in turn ("source venv/bin/activate && exec python3 -m ..."): the
+      // first that runs the server.
+      const std::string script = words[i + 2];
+      words.clear();
+      for (const auto& command : split_shell_commands(script)) {
+        auto inner = split_command_words(command, unit.environment);
+        if (!inner) return error(name, ": ExecStart= ", base, " -c: ", inner.status().message());
+        std::vector<std::string> probe;
+        if (find_server_args(*inner, &probe)) {
+          words = std::move(*inner);
+          break;
+        }
+      }
       break;
     }
   }
@@ -308,8 +347,14 @@ Result<ConfigSource> config_source_from_script(const std::string& text, const st
     }
     if (!acc.empty()) logical.push_back(acc);
     std::vector<std::string> exported;
+    std::vector<std::string> commands;  // each line's commands ("source venv/bin/activate && exec python3 -m ...")
     for (const auto& l : logical) {
-      std::string t = trim(l);
+      const std::string t = trim(l);
+      if (t.empty() || t[0] == '#') continue;
+      for (auto& c : split_shell_commands(t)) commands.push_back(std::move(c));
+    }
+    for (const auto& command : commands) {
+      std::string t = trim(command);
       if (t.empty() || t[0] == '#') continue;
       bool is_export = t.rfind("export ", 0) == 0;
       if (is_export) t = trim(t.substr(7));

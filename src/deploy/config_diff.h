@@ -45,6 +45,9 @@ ConfigSource config_source_from_settings(const KeyValues& settings, const std::v
 // Environment=; systemd.syntax(7)): no shell runs, so |, &, <, > and # are plain characters of a
 // word, and a word that is a lone ";" ends the command.
 enum class WordSyntax { Shell, Systemd };
+// A shell text's commands, split at unquoted newlines, ;, |, || and && (and a lone &; not the & of
+// a redirection such as 2>&1), each as written.
+std::vector<std::string> split_shell_commands(const std::string& text);
 Result<std::vector<std::string>> split_command_words(
     const std::string& text, const std::vector<std::pair<std::string, std::string>>& vars = {},
     WordSyntax syntax = WordSyntax::Shell);

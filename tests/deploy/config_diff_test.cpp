@@ -453,6 +453,24 @@ TEST_F(TempDir, UnitExecStartIsReadWithoutAShell) {
   ASSERT_TRUE(wrapped) << wrapped.status().message();
   EXPECT_EQ(setting(*wrapped, "context-length"), "4096");
   EXPECT_EQ(setting(*wrapped, "tp-size"), "2");
+
+  // The usual virtualenv wrapper: the script's commands are read in turn, up to the server's.
+  auto venv = load("venv.service",
+                   "[Service]\nEnvironment=CTX=8192\n"
+                   "ExecStart=/bin/bash -c \"source /opt/venv/bin/activate && cd /srv; exec python3 -m "
+                   "sglang.launch_server --model-path /m --tp 4 --context-length $CTX 2>&1 | tee /tmp/log\"\n");
+  ASSERT_TRUE(venv) << venv.status().message();
+  EXPECT_EQ(setting(*venv, "context-length"), "8192");
+  EXPECT_EQ(setting(*venv, "tp-size"), "4");
+  // And a launch script's line of commands, with the environment of the server's own.
+  std::ofstream(dir_ / "launch.sh")
+      << "#!/bin/sh\ncd /opt && . venv/bin/activate && CUDA_VISIBLE_DEVICES=0,1 python3 -m sglang.launch_server "
+         "--model-path /m --tp 2 > log 2>&1 &\n";
+  auto script = load_config_source((dir_ / "launch.sh").string(), dir_);
+  ASSERT_TRUE(script) << script.status().message();
+  EXPECT_EQ(setting(*script, "tp-size"), "2");
+  const KeyValues script_env = {{"env:CUDA_VISIBLE_DEVICES", "0,1"}};
+  EXPECT_EQ(script->environment, script_env);
 }
 
 // A launch id past int64 was an uncaught std::out_of_range (abort) in `config show/diff`.
