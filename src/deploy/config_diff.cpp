@@ -133,6 +133,7 @@ Result<std::vector<std::string>> split_command_words(const std::string& text,
   std::vector<std::string> words;
   std::string cur;
   bool in_word = false;
+  bool quoted = false;  // the word has a quoted or escaped part (a quoted ";" is not a separator)
   auto lookup = [&](const std::string& name, std::string* out) {
     for (auto it = vars.rbegin(); it != vars.rend(); ++it)
       if (it->first == name) {
@@ -169,13 +170,14 @@ Result<std::vector<std::string>> split_command_words(const std::string& text,
     }
     cur.clear();
     in_word = false;
+    quoted = false;
   };
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
     if (c == '\\') {
       if (i + 1 < text.size() && text[i + 1] == '\n') { ++i; continue; }
       if (i + 2 < text.size() && text[i + 1] == '\r' && text[i + 2] == '\n') { i += 2; continue; }
-      if (i + 1 < text.size()) { cur += text[++i]; in_word = true; }
+      if (i + 1 < text.size()) { cur += text[++i]; in_word = true; quoted = true; }
       continue;
     }
     if (c == '\'') {
@@ -183,11 +185,13 @@ Result<std::vector<std::string>> split_command_words(const std::string& text,
       if (close == std::string::npos) return error("unterminated ' quote");
       cur += text.substr(i + 1, close - i - 1);
       in_word = true;
+      quoted = true;
       i = close;
       continue;
     }
     if (c == '"') {
       in_word = true;
+      quoted = true;
       size_t j = i + 1;
       for (; j < text.size() && text[j] != '"'; ++j) {
         if (text[j] == '\\' && j + 1 < text.size() && std::string("\"\\$`\n").find(text[j + 1]) != std::string::npos) {
@@ -209,7 +213,7 @@ Result<std::vector<std::string>> split_command_words(const std::string& text,
     }
     if (!shell) {
       if (std::isspace(static_cast<unsigned char>(c))) {
-        if (in_word && cur == ";") {  // a lone ";": the next command
+        if (in_word && cur == ";" && !quoted) {  // a lone ";": the next command
           cur.clear();
           in_word = false;
           if (!words.empty()) break;
@@ -257,7 +261,7 @@ Result<std::vector<std::string>> split_command_words(const std::string& text,
     cur += c;
     in_word = true;
   }
-  if (!shell && in_word && cur == ";") return words;
+  if (!shell && in_word && cur == ";" && !quoted) return words;
   finish();
   return words;
 }

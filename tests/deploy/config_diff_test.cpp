@@ -445,6 +445,16 @@ TEST_F(TempDir, UnitExecStartIsReadWithoutAShell) {
   EXPECT_EQ(setting(*literal, "tp-size"), "2");
   const KeyValues want_env = {{"env:A", "x|y"}, {"env:B", "1#2"}};
   EXPECT_EQ(literal->environment, want_env);
+  // A lone ";" ends the command (systemd's separator of several); a quoted one is an argument.
+  auto two = load("two.service", "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m ; "
+                                 "/bin/true --tp 2\n");
+  ASSERT_TRUE(two) << two.status().message();
+  EXPECT_EQ(setting(*two, "tp-size"), "1");
+  auto quoted = load("quoted.service", "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m "
+                                       "--served-model-name \";\" --tp 2\n");
+  ASSERT_TRUE(quoted) << quoted.status().message();
+  EXPECT_EQ(setting(*quoted, "served-model-name"), ";");
+  EXPECT_EQ(setting(*quoted, "tp-size"), "2");
 
   auto wrapped = load("wrapped.service",
                       "[Service]\nEnvironment=CTX=4096\n"
