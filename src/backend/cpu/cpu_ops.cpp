@@ -92,15 +92,7 @@ void CpuKernels::argmax_rows(const Tensor& x, Tensor out) {
   DS_CHECK(out.numel() >= rows && out.dtype == DType::I32, "argmax_rows shapes");
   for (int64_t r = 0; r < rows; ++r) {
     // The first index of the largest number (NaNs are skipped; 0 when the row has none), as on CUDA.
-    const float* row = x.f32() + r * v;
-    float best = -std::numeric_limits<float>::infinity();
-    int64_t idx = -1;
-    for (int64_t i = 0; i < v; ++i)
-      if (row[i] > best || (idx < 0 && row[i] == best)) {
-        best = row[i];
-        idx = i;
-      }
-    out.i32()[r] = static_cast<int32_t>(idx < 0 ? 0 : idx);
+    out.i32()[r] = static_cast<int32_t>(vec::argmax(x.f32() + r * v, v));
   }
 }
 

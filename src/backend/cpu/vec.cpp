@@ -152,6 +152,20 @@ DS_VEC_CLONES void exp_block(float* p, float m) {
   }
 }
 
+DS_VEC_CLONES int64_t argmax(const float* x, int64_t n) {
+  float m[kLanes];
+  for (int j = 0; j < kLanes; ++j) m[j] = -INFINITY;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];  // (a NaN never wins)
+  float best = -INFINITY;
+  for (int j = 0; j < kLanes; ++j) best = m[j] > best ? m[j] : best;
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  for (int64_t k = 0; k < n; ++k)
+    if (x[k] == best) return k;
+  return 0;  // every element NaN
+}
+
 DS_VEC_CLONES void silu_mul(float* o, const float* g, const float* u, int64_t n) {
   // Each block's inputs are read into locals before its outputs are stored, and the u == nullptr
   // case is a loop of its own: with o == g (in place) or a select per lane, GCC kept this scalar.

@@ -67,6 +67,9 @@ inline constexpr int64_t delta_rule_floats(int64_t Dk, int64_t Dv) {
 // A causal depthwise conv row: o[c] = sum over q < K, in order, of w[q * ldw + c] * x[q][c], for c < n
 // (x: the K input rows, oldest first; w: the taps transposed, [K, ldw]).
 void conv_row(float* o, const float* const* x, const float* w, int64_t ldw, int K, int64_t n);
+// The first index of the largest of x[0..n) (NaNs skipped; 0 when every one is NaN), as
+// Kernels::argmax_rows promises: the largest by lanes, then the first element equal to it.
+int64_t argmax(const float* x, int64_t n);
 // o[i] = silu(g[i]) * u[i] for i < n (u == nullptr: silu(g[i]); o may be g).
 void silu_mul(float* o, const float* g, const float* u, int64_t n);
 // o[d] += sum_j p[j] * v[j][d] for j < n, d < hd (v: the value rows, in place or widened).
