@@ -79,20 +79,7 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
   // that ends at one of them ends the choice there; the tokens after it are not part of the output
   // (not counted, returned or given logprobs), as when each event carries one token.
   ChoiceDelta out;
-  for (std::size_t k = 0; k < n && !out.finished; ++k) {
-    ChoiceDelta d = on_tokens(event, k, k + 1);
-    out.text += d.text;
-    out.reasoning += d.reasoning;
-    out.tool_calls.insert(out.tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
-    out.logprobs.insert(out.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-    out.token_ids.insert(out.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
-    if (d.finished) {
-      out.finished = true;
-      out.finish_reason = std::move(d.finish_reason);
-      out.error = std::move(d.error);
-      out.matched_stop = std::move(d.matched_stop);
-    }
-  }
+  for (std::size_t k = 0; k < n && !out.finished; ++k) out.append(on_tokens(event, k, k + 1));
   if (event.finish != FinishReason::None) {  // the engine's final event, its tail cut by a stop
     if (event.n_prompt_tokens > 0) n_prompt_ = event.n_prompt_tokens;
     n_cached_ = event.n_cached_tokens;

@@ -61,6 +61,20 @@ struct ChoiceDelta {
   bool empty() const {
     return text.empty() && reasoning.empty() && tool_calls.empty() && logprobs.empty() && !finished;
   }
+  // The delta of this one's tokens followed by `later`'s (its end, if it finishes).
+  void append(ChoiceDelta&& later) {
+    text += later.text;
+    reasoning += later.reasoning;
+    tool_calls.insert(tool_calls.end(), later.tool_calls.begin(), later.tool_calls.end());
+    logprobs.insert(logprobs.end(), later.logprobs.begin(), later.logprobs.end());
+    token_ids.insert(token_ids.end(), later.token_ids.begin(), later.token_ids.end());
+    if (later.finished) {
+      finished = true;
+      finish_reason = std::move(later.finish_reason);
+      error = std::move(later.error);
+      matched_stop = std::move(later.matched_stop);
+    }
+  }
 };
 
 class ChoiceState {

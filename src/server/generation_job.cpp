@@ -300,17 +300,7 @@ void GenerationJob::stream_delta(std::size_t i, ChoiceDelta d, int n_tokens, std
     return;
   }
   ChoiceDelta& h = c.held;
-  h.text += d.text;
-  h.reasoning += d.reasoning;
-  h.tool_calls.insert(h.tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
-  h.logprobs.insert(h.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-  h.token_ids.insert(h.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
-  if (d.finished) {
-    h.finished = true;
-    h.finish_reason = std::move(d.finish_reason);
-    h.error = std::move(d.error);
-    h.matched_stop = std::move(d.matched_stop);
-  }
+  h.append(std::move(d));
   c.held_tokens += n_tokens;
   if (!h.finished && c.streamed && c.held_tokens < interval) return;
   if (c.held_tokens > 0) c.streamed = true;
