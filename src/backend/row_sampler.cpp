@@ -5,6 +5,21 @@
 
 namespace deltaserve {
 
+void keep_top_k(const float* logits, int64_t vocab, int64_t k, float scale, std::vector<std::pair<float, int32_t>>& heap) {
+  heap.clear();
+  for (int64_t i = 0; i < vocab; ++i) {
+    const std::pair<float, int32_t> c{logits[i] * scale, static_cast<int32_t>(i)};
+    if (static_cast<int64_t>(heap.size()) < k) {
+      heap.push_back(c);
+      std::push_heap(heap.begin(), heap.end(), by_logit);
+    } else if (by_logit(c, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), by_logit);
+      heap.back() = c;
+      std::push_heap(heap.begin(), heap.end(), by_logit);
+    }
+  }
+}
+
 // The window of candidates: every token whose scaled logit is within delta of the max, widened
 // until it provably holds the top-k / top-p / min-p answer (see kept()).
 void RowSampler::window(const float* logits, int64_t vocab, const SampleRow& r, int64_t k, float mx, double z_all) {
@@ -46,7 +61,6 @@ const std::vector<std::pair<float, int32_t>>& RowSampler::kept(const float* logi
   //   top-p: the window's mass (under the same normaliser) reaches top_p.
   const float inv_t = r.inv_temperature;
   const int64_t k = (r.top_k > 0 && r.top_k < vocab) ? r.top_k : vocab;
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   constexpr int64_t kHeapTopK = 256;
   float mx = -INFINITY;
   double z_all = 0;  // normaliser over the whole vocabulary: needed when top-k keeps everything
@@ -57,18 +71,7 @@ const std::vector<std::pair<float, int32_t>>& RowSampler::kept(const float* logi
   if (k <= kHeapTopK) {
     // Small top-k (Qwen's default is 20): one pass with a k-element heap whose front is the
     // worst kept token; almost every logit is rejected by one comparison.
-    cand_.clear();
-    for (int64_t i = 0; i < vocab; ++i) {
-      const std::pair<float, int32_t> c{logits[i] * inv_t, static_cast<int32_t>(i)};
-      if (static_cast<int64_t>(cand_.size()) < k) {
-        cand_.push_back(c);
-        std::push_heap(cand_.begin(), cand_.end(), by_logit);
-      } else if (by_logit(c, cand_.front())) {
-        std::pop_heap(cand_.begin(), cand_.end(), by_logit);
-        cand_.back() = c;
-        std::push_heap(cand_.begin(), cand_.end(), by_logit);
-      }
-    }
+    keep_top_k(logits, vocab, k, inv_t, cand_);
     for (const auto& c : cand_) mx = std::max(mx, c.first);
     normalise_all();
   } else {

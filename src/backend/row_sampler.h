@@ -18,6 +18,14 @@ inline void apply_penalty(float& logit, const PenaltyEntry& e) {
   logit -= e.sub;
 }
 
+// The k best of (logits[i] * scale, i) over i < vocab (larger first, ties by the lower id) into
+// `heap`, a heap whose front is the worst kept: almost every logit is rejected by one comparison.
+// std::sort_heap(heap, by_logit) sorts it best first.
+inline bool by_logit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+void keep_top_k(const float* logits, int64_t vocab, int64_t k, float scale, std::vector<std::pair<float, int32_t>>& heap);
+
 class RowSampler {
  public:
   // The kept set of a non-greedy row (r.inv_temperature > 0): (probability, token) sorted by

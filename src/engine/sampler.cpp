@@ -58,26 +58,10 @@ void Sampler::fill_logprobs(const float* logits, int32_t token, int top_n, Token
   lp->logprob = logits[token] - lse;
   lp->top.clear();
   if (top_n > 0) {
-    // The top_n logits without sorting the vocabulary: a heap whose front is the worst kept.
-    const auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-    std::vector<std::pair<float, int32_t>>& heap = heap_;
-    heap.clear();
-    const size_t n = static_cast<size_t>(std::min<int64_t>(top_n, vocab_));
-    for (int64_t i = 0; i < vocab_; ++i) {
-      const std::pair<float, int32_t> c{logits[i], static_cast<int32_t>(i)};
-      if (heap.size() < n) {
-        heap.push_back(c);
-        std::push_heap(heap.begin(), heap.end(), better);
-      } else if (better(c, heap.front())) {
-        std::pop_heap(heap.begin(), heap.end(), better);
-        heap.back() = c;
-        std::push_heap(heap.begin(), heap.end(), better);
-      }
-    }
-    std::sort_heap(heap.begin(), heap.end(), better);
-    for (const auto& c : heap) lp->top.emplace_back(c.second, c.first - lse);
+    // The top_n logits without sorting the vocabulary (x * 1.0f is x: the raw logits).
+    keep_top_k(logits, vocab_, std::min<int64_t>(top_n, vocab_), 1.0f, heap_);
+    std::sort_heap(heap_.begin(), heap_.end(), by_logit);
+    for (const auto& c : heap_) lp->top.emplace_back(c.second, c.first - lse);
   }
 }
 

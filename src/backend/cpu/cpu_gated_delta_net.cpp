@@ -69,21 +69,29 @@ void conv_phase(ThreadPool& pool, const GdnParams& p, int n_jobs, const JobOf& j
   const int64_t cd = p.conv_dim();
   DS_CHECK(K >= 1 && K <= 16, "conv kernel of ", K, " taps");
   const int64_t n_col_blocks = (cd + kConvCols - 1) / kConvCols;
+  // units: each run's length (job_of is asked once per run), then the items, 3 ints each.
+  if (units.size() < static_cast<size_t>(n_jobs)) units.resize(static_cast<size_t>(n_jobs));
   int64_t n_units = 0;
-  for (int s = 0; s < n_jobs; ++s) n_units += (job_of(s).run.n + kConvRows - 1) / kConvRows * n_col_blocks;
-  if (units.size() < static_cast<size_t>(3 * n_units)) units.resize(static_cast<size_t>(3 * n_units));
+  int max_n = 0;
+  for (int s = 0; s < n_jobs; ++s) {
+    const int n = job_of(s).run.n;
+    units[s] = n;
+    n_units += (n + kConvRows - 1) / kConvRows * n_col_blocks;
+    max_n = std::max(max_n, n);
+  }
+  if (units.size() < static_cast<size_t>(n_jobs + 3 * n_units)) units.resize(static_cast<size_t>(n_jobs + 3 * n_units));
+  const int32_t* run_n = units.data();
+  int32_t* item = units.data() + n_jobs;
   // Rows of tokens outermost, then channel blocks, then runs: a decode step's items (one token per
   // run) come block by block, so a thread transposes a block's taps once for all of its runs; a
   // long run's items go row chunk by row chunk, each thread reading whole token rows.
-  int max_n = 0;
-  for (int s = 0; s < n_jobs; ++s) max_n = std::max(max_n, job_of(s).run.n);
   for (int j0 = 0, u = 0; j0 < max_n; j0 += kConvRows)
     for (int64_t b = 0; b < n_col_blocks; ++b)
       for (int s = 0; s < n_jobs; ++s) {
-        if (j0 >= job_of(s).run.n) continue;
-        units[3 * u] = s;
-        units[3 * u + 1] = j0;
-        units[3 * u + 2] = static_cast<int32_t>(b * kConvCols);
+        if (j0 >= run_n[s]) continue;
+        item[3 * u] = s;
+        item[3 * u + 1] = j0;
+        item[3 * u + 2] = static_cast<int32_t>(b * kConvCols);
         ++u;
       }
   const float* cw = p.conv_weight.f32();  // [cd, K]
@@ -91,9 +99,9 @@ void conv_phase(ThreadPool& pool, const GdnParams& p, int n_jobs, const JobOf& j
     float* wt = tmp + int64_t(tid) * vec::conv_tile_floats(K);  // [K, nc]: the taps, transposed
     int64_t wt_c0 = -1;                                         // the block wt holds
     for (int64_t u = u0; u < u1; ++u) {
-      const ConvJob job = job_of(units[3 * u]);
-      const int j0 = units[3 * u + 1], j1 = std::min(job.run.n, j0 + kConvRows);
-      const int64_t c0 = units[3 * u + 2], nc = std::min(kConvCols, cd - c0);
+      const ConvJob job = job_of(item[3 * u]);
+      const int j0 = item[3 * u + 1], j1 = std::min(job.run.n, j0 + kConvRows);
+      const int64_t c0 = item[3 * u + 2], nc = std::min(kConvCols, cd - c0);
       if (c0 != wt_c0)
         for (int64_t c = 0; c < nc; ++c)
           for (int q = 0; q < K; ++q) wt[q * nc + c] = cw[(c0 + c) * K + q];
