@@ -52,6 +52,7 @@ ServerConfig server_config_from(const ServeOptions& opts) {
   sc.model_path = opts.model_path;
   sc.enable_cors = opts.enable_cors || opts.is_explicit("allowed-origins");
   sc.stream_interval = static_cast<int>(opts.stream_interval);
+  sc.request_log.level = opts.log_requests ? static_cast<int>(opts.log_requests_level) : RequestLog::kOff;
   sc.allowed_origins.clear();
   for (size_t pos = 0; pos <= opts.allowed_origins.size();) {
     size_t comma = opts.allowed_origins.find(',', pos);

@@ -87,6 +87,7 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   EngineConfig& ec = s.config;
   ec.model_dir = opts.model_path;
   ec.dummy_weights = opts.load_format == "dummy";
+  ec.weight_dtype = opts.dtype == "bfloat16" ? WeightDType::BF16 : opts.dtype == "float32" ? WeightDType::F32 : WeightDType::Auto;
   ec.device = s.device == PlanDevice::Cuda ? Device::Cuda : Device::Cpu;
   ec.n_threads = static_cast<int>(opts.threads);
   ec.tp_size = static_cast<int>(opts.tp_size);

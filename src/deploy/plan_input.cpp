@@ -18,6 +18,9 @@ Status check_device_flags(const ServeOptions& o, PlanDevice device) {
   if (device == PlanDevice::Cuda) {
     if (o.is_explicit("max-memory"))
       return error("--max-memory is the CPU's memory budget; on GPUs use --mem-fraction-static (this run is on CUDA)");
+    if (o.dtype == "float32")
+      return error("--dtype float32: the CUDA matmuls read bfloat16 weights; use --dtype bfloat16 or auto (float32 "
+                   "weights are built on the CPU, --device cpu)");
     if (o.enable_deterministic_inference)
       return error("--enable-deterministic-inference: the CUDA kernels are not batch invariant (cuBLAS picks its GEMM "
                    "algorithms by row count), so a request's tokens can depend on what it is batched with; the CPU's "
@@ -60,9 +63,9 @@ MemoryPlanInput memory_plan_input(const ServeOptions& o, PlanDevice device, int6
   in.mem_fraction_static = o.mem_fraction_static;
   in.max_memory_bytes = o.max_memory;
   const bool cuda = device == PlanDevice::Cuda;
-  // bf16 matmul weights, as the engine loads them: --dtype is accepted but not built (a start-up
-  // warning says so), so the plan does not read it either.
-  in.weight_bytes_per_param = 2;
+  // The matmul weights as the engine loads them (--dtype; auto: bf16, the checkpoints'). An f32
+  // checkpoint under auto on the CPU loads in f32: the plan then counts half its weights' bytes.
+  in.weight_bytes_per_param = o.dtype == "float32" ? 4 : 2;
   in.kv_cache_dtype = resolve_kv_cache_dtype(o, device);
   in.kv_bytes_per_elem = static_cast<int64_t>(dtype_size(in.kv_cache_dtype));
   if (o.mamba_ssm_dtype == "float32") in.state_dtype = DType::F32;

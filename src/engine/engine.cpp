@@ -34,6 +34,7 @@ RankGroupOptions rank_group_options(const EngineConfig& c) {
   ro.tp_size = c.tp_size;
   ro.custom_all_reduce = c.custom_all_reduce;
   ro.load.dummy_weights = c.dummy_weights;
+  ro.load.weight_dtype = c.weight_dtype;
   ro.load.load_mtp = c.spec_num_steps > 0;
   if (c.spec_num_steps > 0) ro.load.draft_vocab = c.spec_token_map;
   ro.link = c.node_link;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/weight_loader.h"
 
 namespace deltaserve {
 
@@ -18,6 +19,7 @@ class NodeLink;
 struct EngineConfig {
   std::filesystem::path model_dir;
   bool dummy_weights = false;        // --load-format dummy: random weights shaped by config.json
+  WeightDType weight_dtype = WeightDType::Auto;  // --dtype: the matmul weights' dtype (model/weight_loader.h)
   Device device = Device::Cpu;
   int n_threads = 0;                 // CPU threads for kernels; 0 = all usable CPUs
   bool custom_all_reduce = true;     // CUDA tensor parallelism: the one-shot peer all-reduce for small messages

@@ -13,6 +13,7 @@ Result<std::unique_ptr<ModelSetup>> ModelSetup::create(const SetupOptions& o, in
   ro.n_threads = o.n_threads;
   ro.tp_size = o.tp_size;
   ro.load.dummy_weights = o.dummy_weights;
+  ro.load.weight_dtype = o.weight_dtype;
   ro.load.draft_vocab = o.draft_vocab;
   DS_ASSIGN_OR_RETURN(s->ranks, RankGroup::create(ro));
   s->backend = &s->ranks->backend();

@@ -21,6 +21,7 @@ struct SetupOptions {
   std::string device = "cpu";
   int tp_size = 1;        // tensor-parallel ranks (CPU: threads of this process)
   bool dummy_weights = false;
+  WeightDType weight_dtype = WeightDType::Auto;  // the matmul weights' (--dtype)
   int pending_depth = 0;  // > 0: speculative rows for runs of this many tokens (and MTP hidden states)
   // KV cache element type (F32, BF16, F8E4M3, F8E5M2); unset = the backend's activation dtype.
   // fp8 caches take the checkpoint's per-layer k / v scales (Model::kv_scales()).

@@ -10,6 +10,7 @@
 #include "backend/communicator.h"
 #include "model/config.h"
 #include "model/memory_spec.h"
+#include "model/weight_loader.h"
 
 namespace deltaserve {
 
@@ -78,6 +79,7 @@ class Model {
 struct ModelLoadOptions {
   bool dummy_weights = false;  // random weights from config.json alone
   bool load_mtp = true;
+  WeightDType weight_dtype = WeightDType::Auto;  // --dtype: the matmul weights' dtype
   // The MTP drafts' vocabulary (model/token_map.h), sorted token ids; empty: the whole vocabulary.
   std::vector<int32_t> draft_vocab;
   // Tensor parallelism: this rank's communicator (nullptr: one rank). The model loads rank

@@ -20,8 +20,8 @@ int64_t numel(const std::vector<int64_t>& s) {
 }  // namespace
 
 WeightLoader::WeightLoader(const Checkpoint* checkpoint, Backend& backend, std::string source,
-                           uint64_t seed)
-    : checkpoint_(checkpoint), backend_(backend), source_(std::move(source)), rng_(seed) {}
+                           WeightDType weight_dtype, uint64_t seed)
+    : checkpoint_(checkpoint), backend_(backend), source_(std::move(source)), weight_dtype_(weight_dtype), rng_(seed) {}
 
 bool WeightLoader::has(const std::string& name) const {
   return checkpoint_ == nullptr || checkpoint_->find(name) != nullptr;
@@ -203,7 +203,10 @@ Result<std::unique_ptr<LinearWeight>> WeightLoader::linear(const std::vector<Lin
     }
     auto host = random_bf16(n * kc, 1.0f / std::sqrt(float(k)));
     bytes_loaded_ += host.size() * 2;
-    return backend_.make_linear(host.data(), DType::BF16, n, kc);
+    if (weight_dtype_ != WeightDType::F32) return backend_.make_linear(host.data(), DType::BF16, n, kc);
+    std::vector<float> wide(host.size());
+    for (std::size_t i = 0; i < host.size(); ++i) wide[i] = bf16_to_f32(host[i]);
+    return backend_.make_linear(wide.data(), DType::F32, n, kc);
   }
   std::vector<const TensorEntry*> entries;
   for (const auto& p : parts) {
@@ -213,11 +216,15 @@ Result<std::unique_ptr<LinearWeight>> WeightLoader::linear(const std::vector<Lin
   }
   bool same_dtype = true;
   for (auto* e : entries) same_dtype &= e->dtype == entries[0]->dtype;
-  const DType dtype = same_dtype ? entries[0]->dtype : DType::F32;
+  // The dtype handed to the backend: --dtype's, or the checkpoint's (parts of mixed dtypes: f32).
+  const DType dtype = weight_dtype_ == WeightDType::BF16 ? DType::BF16
+                      : weight_dtype_ == WeightDType::F32 ? DType::F32
+                      : same_dtype                        ? entries[0]->dtype
+                                                          : DType::F32;
   const std::size_t es = dtype_size(dtype);
   bytes_loaded_ += static_cast<std::size_t>(n * kc) * es;
-  // One whole source tensor in its own dtype: hand it over directly (no extra host copy).
-  if (entries.size() == 1 && whole) return backend_.make_linear(entries[0]->data, dtype, n, k);
+  // One whole source tensor in that dtype: hand it over directly (no extra host copy).
+  if (entries.size() == 1 && whole && entries[0]->dtype == dtype) return backend_.make_linear(entries[0]->data, dtype, n, k);
   std::vector<uint8_t> host(static_cast<std::size_t>(n * kc) * es);
   uint8_t* o = host.data();
   for (std::size_t i = 0; i < parts.size(); ++i) {
@@ -229,6 +236,9 @@ Result<std::unique_ptr<LinearWeight>> WeightLoader::linear(const std::vector<Lin
         if (e.dtype == dtype) {
           std::memcpy(o, static_cast<const uint8_t*>(e.data) + static_cast<std::size_t>(first) * es,
                       static_cast<std::size_t>(kc) * es);
+        } else if (dtype == DType::BF16) {  // rounded to nearest even
+          uint16_t* b = reinterpret_cast<uint16_t*>(o);
+          for (int64_t j = 0; j < kc; ++j) b[j] = f32_to_bf16(element_f32(e, first + j));
         } else {
           float* f = reinterpret_cast<float*>(o);
           for (int64_t j = 0; j < kc; ++j) f[j] = element_f32(e, first + j);

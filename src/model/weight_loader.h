@@ -17,6 +17,12 @@
 
 namespace deltaserve {
 
+// The matmul weights' dtype on the backend (--dtype). Auto: the checkpoint's where the backend
+// keeps it (CPU: bf16 stays bf16, f16 and f32 become f32; CUDA: always bf16). BF16: every
+// checkpoint rounded to bf16 (nearest even). F32: widened to f32 (CPU only; engine_setup refuses it
+// on CUDA, whose matmuls read bf16). Embeddings, norms and other vectors are not matmul weights.
+enum class WeightDType { Auto, BF16, F32 };
+
 // An owned device tensor (buffer + view).
 struct DeviceTensor {
   DeviceBuffer buffer;
@@ -35,7 +41,8 @@ class WeightLoader {
  public:
   // checkpoint == nullptr: dummy mode (random weights shaped by the config, as vLLM/SGLang's
   // --load-format dummy).
-  WeightLoader(const Checkpoint* checkpoint, Backend& backend, std::string source, uint64_t seed = 1234);
+  WeightLoader(const Checkpoint* checkpoint, Backend& backend, std::string source,
+               WeightDType weight_dtype = WeightDType::Auto, uint64_t seed = 1234);
 
   // A matmul weight made of one or more [n_i, k] tensors stacked along n (fused projections).
   Result<std::unique_ptr<LinearWeight>> linear(const std::vector<std::string>& names,
@@ -72,6 +79,7 @@ class WeightLoader {
   const Checkpoint* checkpoint_;
   Backend& backend_;
   std::string source_;
+  WeightDType weight_dtype_;
   std::set<std::string> used_;
   std::mt19937_64 rng_;
   std::size_t bytes_loaded_ = 0;

@@ -28,8 +28,7 @@ struct Row {
 
 constexpr FlagType S = FlagType::String, C = FlagType::Choice, I = FlagType::Int,
                    F = FlagType::Float, B = FlagType::Bytes, BOOL = FlagType::Bool;
-constexpr FlagSupport YES = FlagSupport::Yes, NOT_YET = FlagSupport::NotYet,
-                      IGNORED = FlagSupport::Ignored;
+constexpr FlagSupport YES = FlagSupport::Yes, IGNORED = FlagSupport::Ignored;
 constexpr bool PERF = true, NO_PERF = false;
 // FlagSpec::scope (else Any). --disable-cuda-graph and --disable-overlap-schedule are Any: what they
 // ask for holds on the CPU, which has neither, and SGLang's CPU command lines pass them.
@@ -46,10 +45,10 @@ const std::vector<Row>& rows() {
     {{"reasoning-parser", "", C, "", "qwen3,qwen3-thinking,deepseek-r1", "split <think> reasoning into reasoning_content", YES, NO_PERF, SERVE}, &ServeOptions::reasoning_parser},
     {{"tool-call-parser", "", S, "", "", "parse tool calls from the output (qwen3_coder, qwen25)", YES, NO_PERF, SERVE}, &ServeOptions::tool_call_parser},
     {{"load-format", "", C, "auto", "auto,dummy", "auto: read the safetensors; dummy: random weights shaped by config.json", YES, NO_PERF}, &ServeOptions::load_format},
-    {{"dtype", "", C, "auto", "auto,bfloat16,float16,float32", "weight/activation dtype (auto: bfloat16 on GPU, float32 on CPU)", NOT_YET, PERF}, &ServeOptions::dtype},
+    {{"dtype", "", C, "auto", "auto,bfloat16,float16,float32", "the matmul weights' dtype (hidden states are float32 between kernels): auto keeps the checkpoint's (CPU: bfloat16 stays bfloat16, float16 and float32 load as float32; CUDA: bfloat16); bfloat16 rounds any checkpoint to it; float32 widens (CPU only); float16 is not built", YES, PERF}, &ServeOptions::dtype},
     {{"kv-cache-dtype", "", C, "auto", "auto,bf16,bfloat16,fp8_e4m3,fp8_e5m2", "KV cache dtype; fp8 uses the checkpoint's k_scale/v_scale (1 without) (auto: bf16 on GPU, f32 on CPU)", YES, PERF}, &ServeOptions::kv_cache_dtype},
     {{"mamba-ssm-dtype", "", C, "auto", "auto,float32,bfloat16", "GDN recurrent state dtype (auto: the config's mamba_ssm_dtype, float32 for Qwen3.5/3.6); bfloat16 halves the state's memory and what a decode step reads and writes of it", YES, PERF}, &ServeOptions::mamba_ssm_dtype},
-    {{"quantization", "", S, "", "", "weight quantization method", NOT_YET, PERF}, &ServeOptions::quantization},
+    {{"quantization", "", S, "", "", "weight quantization method: none is built (checkpoints load in bf16 or f32); any value is refused", YES, PERF}, &ServeOptions::quantization},
     {{"trust-remote-code", "", BOOL, "false", "", "accepted for SGLang compatibility; no remote code is ever run", IGNORED, NO_PERF}, &ServeOptions::trust_remote_code},
     // HTTP.
     {{"host", "", S, "127.0.0.1", "", "address to listen on", YES, NO_PERF, SERVE}, &ServeOptions::host},
@@ -104,7 +103,8 @@ const std::vector<Row>& rows() {
     {{"config", "", S, "", "", "read settings from a TOML file (keys are these flag names); flags given on the command line win", YES, NO_PERF}, &ServeOptions::config},
     {{"shutdown-timeout", "", F, "30", "", "on SIGTERM/SIGINT: seconds running requests may take to finish before they are aborted", YES, NO_PERF, SERVE}, &ServeOptions::shutdown_timeout},
     {{"log-level", "", C, "info", "debug,info,warning,error", "log verbosity", YES, NO_PERF}, &ServeOptions::log_level},
-    {{"log-requests", "", BOOL, "false", "", "log every request and response", NOT_YET, NO_PERF, SERVE}, &ServeOptions::log_requests},
+    {{"log-requests", "", BOOL, "false", "", "log a line when each generation request starts and one when its response ends (INFO); what they hold: --log-requests-level", YES, NO_PERF, SERVE}, &ServeOptions::log_requests},
+    {{"log-requests-level", "", I, "2", "", "with --log-requests (SGLang's levels): 0 metadata (id, route, token counts, status, finish reasons, times); 1 and the sampling parameters; 2 and the prompt and output text, 2,048 characters of each; 3 and the whole texts", YES, NO_PERF, SERVE}, &ServeOptions::log_requests_level},
     {{"enable-metrics", "", BOOL, "false", "", "Prometheus /metrics (served with or without this flag)", YES, NO_PERF, SERVE}, &ServeOptions::enable_metrics},
     {{"random-seed", "", I, "0", "", "seed for sampling without a per-request seed (0: random)", YES, NO_PERF}, &ServeOptions::random_seed},
     {{"skip-server-warmup", "", BOOL, "false", "", "skip the warm-up at start-up (CUDA: batches of 1-64 requests that capture graphs and time GEMM algorithms)", YES, NO_PERF, SERVE}, &ServeOptions::skip_server_warmup},
@@ -250,11 +250,6 @@ std::string render(const Row& row, const ServeOptions& opts) {
         }
       },
       row.field);
-}
-
-bool is_default(const Row& row, const ServeOptions& opts) {
-  static const ServeOptions kDefaults;
-  return render(row, opts) == render(row, kDefaults);
 }
 
 Status apply_args(const std::vector<std::string>& args, ServeOptions& opts) {
@@ -487,6 +482,17 @@ Status validate_serve_options(ServeOptions& o) {
   if (o.max_total_tokens < 0) return error("--max-total-tokens must be positive");
   if (o.max_mamba_cache_size < 0) return error("--max-mamba-cache-size must be positive");
   if (o.max_memory < 0) return error("--max-memory must be positive");
+  if (o.dtype == "float16")
+    return error("--dtype float16 is not built: the matmul weights load in bfloat16 (--dtype bfloat16 or auto) or, on the "
+                 "CPU, float32");
+  if (!o.quantization.empty())
+    return error("--quantization ", o.quantization, " is not built: deltaserve loads unquantized checkpoints (bf16, f16 "
+                 "or f32 weights); remove the flag, and point --model-path at an unquantized checkpoint");
+  if (o.log_requests_level < 0 || o.log_requests_level > 3)
+    return error("--log-requests-level must be 0..3 (got ", o.log_requests_level, ")");
+  // (The default level alone is accepted: a full config dump writes every key.)
+  if (o.is_explicit("log-requests-level") && !o.log_requests && o.log_requests_level != 2)
+    return error("--log-requests-level sets what --log-requests logs: add --log-requests (or drop the level)");
   if (o.stream_interval < 1 || o.stream_interval > 1024)
     return error("--stream-interval must be 1..1024 (got ", o.stream_interval, ")");
   if (o.page_size < 1 || o.page_size > 4096)
@@ -521,13 +527,6 @@ Status validate_serve_options(ServeOptions& o) {
 std::vector<std::string> unsupported_option_warnings(const ServeOptions& opts) {
   std::vector<std::string> out;
   std::string names;
-  for (const Row& r : rows()) {
-    if (r.spec.support != FlagSupport::NotYet || is_default(r, opts)) continue;
-    if (!names.empty()) names += ", ";
-    names += str_cat("--", r.spec.name, "=", render(r, opts));
-  }
-  if (!names.empty()) out.push_back("accepted but not supported yet (no effect): " + names);
-  names.clear();
   for (const Row& r : rows()) {
     if (r.spec.support != FlagSupport::Ignored || !opts.is_explicit(r.spec.name)) continue;
     if (!names.empty()) names += ", ";
@@ -662,8 +661,8 @@ std::string serve_options_help() {
   std::string out =
       "usage: deltaserve serve --model-path DIR [flags]\n"
       "Flags use SGLang's names; `--name value`, `--name=value`; `--config FILE.toml` holds the\n"
-      "same keys. (*) changes speed or memory; [not yet] is accepted with a warning; [no effect] is\n"
-      "accepted for SGLang command lines and does nothing here (a start-up note names it).\n\n";
+      "same keys. (*) changes speed or memory; [no effect] is accepted for SGLang command lines and\n"
+      "does nothing here (a start-up note names it). A value that is not built is refused.\n\n";
   for (const Row& r : rows()) {
     const FlagSpec& s = r.spec;
     std::string left = str_cat("  --", s.name);
@@ -679,7 +678,6 @@ std::string serve_options_help() {
     out += s.help;
     if (*s.default_value) out += str_cat(" [default ", s.default_value, "]");
     if (s.affects_performance) out += " (*)";
-    if (s.support == FlagSupport::NotYet) out += " [not yet]";
     if (s.support == FlagSupport::Ignored) out += " [no effect]";
     if (*s.aliases) {
       out += " (also";

@@ -40,7 +40,6 @@ enum class FlagType : uint8_t {
 
 enum class FlagSupport : uint8_t {
   Yes,      // implemented
-  NotYet,   // accepted; a start-up warning names it when set to a non-default value
   Ignored,  // accepted for SGLang compatibility; has no meaning here (e.g. --trust-remote-code)
 };
 
@@ -141,6 +140,7 @@ struct ServeOptions {
   std::string log_level;             // debug | info | warning | error
   double shutdown_timeout = 30;      // seconds running requests get to finish after SIGTERM/SIGINT
   bool log_requests = false;
+  int64_t log_requests_level = 2;    // what --log-requests logs: 0..3 (SGLang's levels)
   bool enable_metrics = false;
   int64_t random_seed = 0;           // 0 = random
   bool skip_server_warmup = false;
@@ -179,8 +179,8 @@ Status validate_serve_options(ServeOptions& opts);
 // Fills derived values without rejecting anything (used by validate and by `config diff`).
 void resolve_serve_defaults(ServeOptions& opts);
 
-// Warnings for flags set to a non-default value that are not supported yet, for IGNORED flags
-// that were given (they have no effect here), and for values that mean something else here.
+// Warnings for IGNORED flags that were given (they have no effect here) and for values that mean
+// something else here.
 std::vector<std::string> unsupported_option_warnings(const ServeOptions& opts);
 
 // Upper bound of --threads (and `logits --threads`): more kernel threads than this only fail to

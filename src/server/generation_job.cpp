@@ -222,6 +222,7 @@ void GenerationJob::start() {
                                             if (auto job = weak.lock()) job->abort();
                                           });
   }
+  if (logging()) log_received();
   // Hooks after all submits: the first drain sees every choice's stream.
   for (auto& c : choices_) {
     c.stream->events.set_notify([weak] {
@@ -264,7 +265,9 @@ void GenerationJob::process(std::size_t i, const TokenEvent& event, std::string&
   auto now = Clock::now();
   if (!event.tokens.empty() && !c.state->finished()) {
     if (!c.got_token) {
-      env_.metrics->observe_ttft(std::chrono::duration<double>(now - arrival_).count());
+      const double ttft = std::chrono::duration<double>(now - arrival_).count();
+      env_.metrics->observe_ttft(ttft);
+      if (ttft_s_ < 0) ttft_s_ = ttft;
       for (std::size_t k = 1; k < event.tokens.size(); ++k) env_.metrics->observe_itl(0.0);
     } else {
       double dt = std::chrono::duration<double>(now - c.last_token_time).count() /
@@ -501,6 +504,7 @@ void GenerationJob::send_error_response(EngineErrorKind kind, const std::string&
   const ApiError e = api_error_for(kind, message);
   const int status = e.status;
   env_.metrics->count_request(route(), status);
+  status_ = status;
   HttpHeaders headers;
   if (status == 503) headers.emplace_back("Retry-After", "1");  // queue full: a retry soon may be admitted
   exchange_->respond(status, "application/json", e.to_json(), std::move(headers));
@@ -554,19 +558,60 @@ void GenerationJob::finish() {
       if (all_error) {
         exchange_->respond(500, "application/json",
                            ApiError::internal("generation failed").to_json());
+        status_ = 500;
       } else {
         exchange_->respond(200, "application/json", full_response());
       }
     }
-    env_.metrics->count_request(route(), 200);
+    if (status_ == 0) status_ = 200;
+    env_.metrics->count_request(route(), status_);
     responded_ = true;
   }
+  if (logging()) log_finished();
   env_.metrics->observe_e2e(std::chrono::duration<double>(Clock::now() - arrival_).count());
   if (request_.stream) env_.metrics->stream_closed();
   if (request_.kind == ApiKind::Responses && env_.on_response && !disconnected_) env_.on_response(responses_object(""));
   released_ = true;
   for (auto& c : choices_) c.stream->events.set_notify(nullptr);
   exchange_->post([job = std::move(self_)] {});  // drop the self-reference outside our frame
+}
+
+void GenerationJob::log_received() const {
+  const RequestLog& log = *env_.request_log;
+  std::string max_tokens, texts;
+  for (std::size_t p = 0; p < prompts_.size(); ++p) {
+    max_tokens += str_cat(p ? "," : "", prompts_[p].max_tokens);
+    if (log.level >= 2) texts += str_cat(p ? ", " : "", log.text(env_.tokenizer->decode(prompts_[p].ids)));
+  }
+  log.write(str_cat("request ", response_id_, " ", route(), request_.rid.empty() ? "" : " rid " + request_.rid, ": ",
+                    prompts_.size(), prompts_.size() == 1 ? " prompt, " : " prompts, ", n_prompt_tokens_,
+                    " prompt tokens, n ", request_.n, ", max_tokens ", max_tokens,
+                    request_.stream ? ", stream" : "", log.sampling(request_.sampling, request_.stop),
+                    texts.empty() ? "" : " prompt [" + texts + "]"));
+}
+
+void GenerationJob::log_finished() const {
+  const RequestLog& log = *env_.request_log;
+  int completion_tokens = 0;
+  std::string reasons, texts;
+  for (std::size_t i = 0; i < choices_.size(); ++i) {
+    const ChoiceState& st = *choices_[i].state;
+    completion_tokens += st.n_generated();
+    reasons += str_cat(i ? "," : "", st.finish_reason().empty() ? "none" : st.finish_reason());
+    if (log.level >= 2) {
+      std::string t = st.reasoning().empty() ? log.text(st.text())
+                                             : str_cat("{reasoning ", log.text(st.reasoning()), ", text ",
+                                                       log.text(st.text()), "}");
+      texts += str_cat(i ? ", " : "", t);
+    }
+  }
+  const double e2e = std::chrono::duration<double>(Clock::now() - arrival_).count();
+  log.write(str_cat("response ", response_id_, " ", route(), ": ",
+                    disconnected_ ? std::string("client disconnected") : str_cat("status ", status_), ", ",
+                    completion_tokens, " completion tokens, finish ", reasons,
+                    ttft_s_ >= 0 ? str_cat(", ttft ", static_cast<int64_t>(ttft_s_ * 1000 + 0.5), " ms") : "",
+                    ", e2e ", static_cast<int64_t>(e2e * 1000 + 0.5), " ms",
+                    texts.empty() ? "" : " output [" + texts + "]"));
 }
 
 }  // namespace deltaserve

@@ -21,6 +21,7 @@
 #include "server/choice_state.h"
 #include "server/http_server.h"
 #include "server/openai_request.h"
+#include "server/request_log.h"
 #include "server/request_registry.h"
 #include "server/server_metrics.h"
 
@@ -34,6 +35,7 @@ struct JobEnv {
   std::string model_name;
   RequestRegistry* registry = nullptr;      // for /abort_request (may be null)
   int stream_interval = 1;                  // a stream is written every N generated tokens (--stream-interval)
+  const RequestLog* request_log = nullptr;  // --log-requests (may be null: off)
   // Responses API: the finished response object (for GET /v1/responses/{id}).
   std::function<void(const nlohmann::ordered_json&)> on_response;
 };
@@ -91,6 +93,9 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void finish();
   bool all_finished() const;
   void send_error_response(EngineErrorKind kind, const std::string& message);
+  bool logging() const { return env_.request_log && env_.request_log->on(); }
+  void log_received() const;  // --log-requests: the request's line, at start()
+  void log_finished() const;  // and its response's, at finish()
 
   void append_chat_chunk(std::size_t i, const ChoiceDelta& d, std::string& out);
   void append_completion_chunk(std::size_t i, const ChoiceDelta& d, std::string& out);
@@ -126,6 +131,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   bool head_sent_ = false;
   bool responded_ = false;     // the HTTP response is complete (or abandoned)
   bool disconnected_ = false;
+  int status_ = 0;             // the HTTP status sent (0: none yet)
+  double ttft_s_ = -1;         // arrival to the first token of any choice (-1: none)
   bool released_ = false;
   uint64_t registry_handle_ = 0;
   // Responses API streaming: the output items opened so far.

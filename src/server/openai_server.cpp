@@ -636,7 +636,7 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
     for (TokenId id : request.sampling.stop_token_ids) options.hidden_ids.insert(id);
 
   JobEnv env{&engine_, &tokenizer_, &metrics_, &active_jobs_, config_.served_model_name, &registry_,
-             config_.stream_interval, std::move(on_response)};
+             config_.stream_interval, &config_.request_log, std::move(on_response)};
   auto strand = exchange;
   auto job = std::make_shared<GenerationJob>(std::move(env), std::move(request), std::move(prompts),
                                              std::move(options), std::move(exchange), arrival);

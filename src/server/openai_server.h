@@ -23,6 +23,7 @@
 #include "server/grammar_service.h"
 #include "server/http_server.h"
 #include "server/openai_request.h"
+#include "server/request_log.h"
 #include "server/request_registry.h"
 #include "server/server_metrics.h"
 #include "server/tool_call_parser.h"
@@ -46,6 +47,7 @@ struct ServerConfig {
   int speculative_num_steps = 0;                // reported at /v1/server_info
   bool enable_cors = false;                     // CORS headers and OPTIONS preflight answers
   int stream_interval = 1;                      // streams are written every N generated tokens
+  RequestLog request_log;                       // --log-requests: a line per generation request and response
   std::vector<std::string> allowed_origins = {"*"};  // with enable_cors
   std::string model_path;                       // reported by /get_model_info
   size_t responses_store_size = 1000;           // /v1/responses kept for retrieval (oldest dropped)

@@ -370,22 +370,26 @@ TEST(MemoryPlan, MambaSsmDtypeSizesTheState) {
   EXPECT_FALSE(parse_serve_options({"--model-path", "x", "--mamba-ssm-dtype", "float16"}));
 }
 
-// --dtype is accepted but not built: the plan sizes the weights as the engine loads them (bf16),
-// whatever it says.
-TEST(MemoryPlan, DtypeThatIsNotBuiltDoesNotChangeThePlan) {
-  auto plan_with = [](std::vector<std::string> flags) {
+// --dtype: the plan sizes the matmul weights as the engine loads them, bf16 (auto, bfloat16) or,
+// on the CPU with float32, f32.
+TEST(MemoryPlan, DtypeSizesTheWeightsAsTheEngineLoadsThem) {
+  auto plan_with = [](PlanDevice device, std::vector<std::string> flags) {
     std::vector<std::string> args = {"--model-path", "x"};
     args.insert(args.end(), flags.begin(), flags.end());
     auto opts = parse_serve_options(args);
     EXPECT_TRUE(opts) << opts.status().message();
-    MemoryPlanInput in = memory_plan_input(*opts, PlanDevice::Cuda, 80 * kGiB, HostInfo{});
-    in.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
+    MemoryPlanInput in = memory_plan_input(*opts, device, 256 * kGiB, HostInfo{});
+    if (device == PlanDevice::Cuda) in.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
     return plan_memory(qwen36_27b(), in);
   };
-  const MemoryPlan plain = plan_with({}), f32 = plan_with({"--dtype", "float32"});
-  ASSERT_TRUE(plain.ok() && f32.ok());
-  EXPECT_EQ(f32.weights_bytes_per_gpu, plain.weights_bytes_per_gpu);
-  EXPECT_EQ(f32.kv_tokens, plain.kv_tokens);
+  const MemoryPlan cuda = plan_with(PlanDevice::Cuda, {}), cuda_bf16 = plan_with(PlanDevice::Cuda, {"--dtype", "bfloat16"});
+  ASSERT_TRUE(cuda.ok() && cuda_bf16.ok());
+  EXPECT_EQ(cuda_bf16.weights_bytes_per_gpu, cuda.weights_bytes_per_gpu);
+  EXPECT_EQ(cuda_bf16.kv_tokens, cuda.kv_tokens);
+  const MemoryPlan cpu = plan_with(PlanDevice::Cpu, {}), cpu_f32 = plan_with(PlanDevice::Cpu, {"--dtype", "float32"});
+  ASSERT_TRUE(cpu.ok() && cpu_f32.ok()) << cpu.status().message() << " / " << cpu_f32.status().message();
+  EXPECT_EQ(cpu_f32.weights_bytes_per_gpu, 2 * cpu.weights_bytes_per_gpu);
+  EXPECT_LT(cpu_f32.kv_tokens, cpu.kv_tokens);
 }
 
 TEST(MemoryPlan, FromServeFlagsAndJson) {

@@ -187,19 +187,29 @@ TEST(ServeOptions, MixedPrefillTokensIsAutoOrPositive) {
   EXPECT_NE(bad.status().message().find("--mixed-prefill-tokens"), std::string::npos) << bad.status().message();
 }
 
-TEST(ServeOptions, UnsupportedFlagsWarnByName) {
+// Every flag either works or is refused: no value is accepted and then ignored. What is not built
+// is refused by name (--dtype float16, --quantization, a request-log level without the log).
+TEST(ServeOptions, ValuesThatAreNotBuiltAreRefusedByName) {
   std::vector<std::string> warnings;
-  auto r = parse_serve_options({"--enable-metrics", "--log-requests", "--dp-size", "2", "--tp-size", "2",
-                                "--trust-remote-code"},
+  auto r = parse_serve_options({"--enable-metrics", "--log-requests", "--log-requests-level", "3", "--dtype",
+                                "bfloat16", "--dp-size", "2", "--tp-size", "2", "--trust-remote-code"},
                                &warnings);
   ASSERT_TRUE(r) << r.status().message();
-  ASSERT_EQ(warnings.size(), 2u);
-  EXPECT_EQ(warnings[0].find("--enable-metrics"), std::string::npos);  // /metrics is always served
-  EXPECT_NE(warnings[0].find("--log-requests"), std::string::npos);
-  EXPECT_EQ(warnings[0].find("--tp-size"), std::string::npos);  // built: not "not yet"
-  EXPECT_EQ(warnings[0].find("--dp-size"), std::string::npos);
-  EXPECT_EQ(warnings[0].find("trust-remote-code"), std::string::npos);  // ignored, not "not yet"
-  EXPECT_EQ(warnings[1], "accepted for SGLang compatibility, no effect here: --trust-remote-code");
+  EXPECT_TRUE(r->log_requests);
+  EXPECT_EQ(r->log_requests_level, 3);
+  EXPECT_EQ(r->dtype, "bfloat16");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "accepted for SGLang compatibility, no effect here: --trust-remote-code");
+  auto refused = [](std::vector<std::string> args) {
+    auto o = parse_serve_options(args);
+    return o ? std::string("accepted") : o.status().message();
+  };
+  EXPECT_EQ(refused({"--dtype", "float16"}).rfind("--dtype float16 is not built", 0), 0u);
+  EXPECT_EQ(refused({"--quantization", "fp8"}).rfind("--quantization fp8 is not built", 0), 0u);
+  EXPECT_EQ(refused({"--log-requests-level", "1"}).rfind("--log-requests-level sets what --log-requests logs", 0), 0u);
+  EXPECT_EQ(refused({"--log-requests", "--log-requests-level", "4"}), "--log-requests-level must be 0..3 (got 4)");
+  EXPECT_EQ(refused({"--dtype", "float32"}), "accepted");  // the CPU widens; CUDA refuses it (below)
+  EXPECT_EQ(serve_options_help().find("[not yet]"), std::string::npos);
   warnings.clear();
   ASSERT_TRUE(parse_serve_options({"--port", "1234"}, &warnings));
   EXPECT_TRUE(warnings.empty());
@@ -307,6 +317,13 @@ TEST(ServeOptions, ServeOnlyAndDeviceOnlyFlagsAreNamed) {
   ASSERT_FALSE(cuda);
   EXPECT_EQ(cuda.message().rfind("--enable-deterministic-inference: the CUDA kernels are not batch invariant", 0), 0u)
       << cuda.message();
+  // --dtype float32: the CPU's matmuls take f32 weights, the CUDA ones bf16.
+  auto f = parse_serve_options({"--dtype", "float32"});
+  ASSERT_TRUE(f);
+  EXPECT_TRUE(check_device_flags(*f, PlanDevice::Cpu));
+  Status f32_cuda = check_device_flags(*f, PlanDevice::Cuda);
+  ASSERT_FALSE(f32_cuda);
+  EXPECT_EQ(f32_cuda.message().rfind("--dtype float32: the CUDA matmuls read bfloat16 weights", 0), 0u);
 }
 
 // --log-level: every name the table allows sets the process's level (serve, generate and
@@ -350,7 +367,7 @@ TEST(ServeOptions, TableIsWellFormed) {
     EXPECT_NE(find_serve_flag(n), nullptr) << n;
   std::string help = serve_options_help();
   EXPECT_NE(help.find("--mem-fraction-static"), std::string::npos);
-  EXPECT_NE(help.find("[not yet]"), std::string::npos);
+  EXPECT_NE(help.find("[no effect]"), std::string::npos);
 }
 
 class TempDir : public ::testing::Test {

@@ -4,13 +4,16 @@
 // tokenizer.
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "grammar/grammar_matcher.h"
 #include "grammar/json_schema.h"
+#include "server/json_util.h"
 #include "server/openai_server.h"
+#include "server/request_log.h"
 #include "test_support.h"
 
 namespace deltaserve {
@@ -762,6 +765,116 @@ TEST_F(ApiTest, StreamIntervalSendsEveryNTokensAsOneChunk) {
   EXPECT_LE(by_eight, 1 + (static_cast<int>(engine_.script.size()) + 7) / 8 + 1);
   EXPECT_EQ(error_of(post("/generate", {{"text", "x"}, {"sampling_params", {{"stream_interval", 0}}}}))["param"],
             "sampling_params.stream_interval");
+  expect_idle();
+}
+
+// --log-requests: what a RequestLog sink receives.
+class CollectedLines : public RequestLogSink {
+ public:
+  void line(const std::string& text) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lines_.push_back(text);
+  }
+  std::size_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lines_.size();
+  }
+  std::vector<std::string> take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::move(lines_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> lines_;
+};
+
+bool has(const std::string& line, const std::string& part) { return line.find(part) != std::string::npos; }
+
+TEST(RequestLogText, QuotedCutAtLevelTwoWholeAtThreeNoneBelow) {
+  RequestLog log;
+  log.level = 2;
+  EXPECT_EQ(log.text("a \"b\"\nc"), "\"a \\\"b\\\"\\nc\"");  // one line, JSON-quoted
+  // 2,047 bytes, then a 2-byte character across the 2,048 boundary: cut before it.
+  const std::string long_text = std::string(2047, 'a') + "\xc3\xa9" + std::string(100, 'b');
+  EXPECT_EQ(log.text(long_text), "\"" + std::string(2047, 'a') + "\" (+102 bytes)");
+  EXPECT_EQ(log.text(std::string(2048, 'a')), "\"" + std::string(2048, 'a') + "\"");
+  log.level = 3;
+  EXPECT_EQ(log.text(long_text), safe_dump(long_text));
+  log.level = 1;
+  EXPECT_EQ(log.text("x"), "");
+  SamplingParams p;
+  p.temperature = 0.5f;
+  p.seed = 7;
+  EXPECT_EQ(log.sampling(p, {"zeta"}),
+            " sampling {\"temperature\":0.5,\"top_p\":1.0,\"top_k\":-1,\"min_p\":0.0,\"presence_penalty\":0.0,"
+            "\"frequency_penalty\":0.0,\"repetition_penalty\":1.0,\"seed\":7,\"stop\":[\"zeta\"]}");
+  log.level = 0;
+  EXPECT_EQ(log.sampling(p, {}), "");
+}
+
+TEST_F(ApiTest, LogRequestsWritesALineWhenARequestStartsAndOneWhenItsResponseEnds) {
+  CollectedLines log;
+  ServerConfig cfg;
+  cfg.request_log.level = 2;
+  cfg.request_log.sink = &log;
+  start(cfg);
+  script("alpha beta gamma");
+  json j = ok_json(post("/v1/completions", json{{"prompt", "hello world"}, {"max_tokens", 50}, {"temperature", 0.5},
+                                                  {"stop", {"zeta"}}}));
+  ASSERT_TRUE(wait_until([&] { return log.size() == 2; })) << log.size();
+  std::vector<std::string> lines = log.take();
+  const std::string id = j["id"];
+  const int prompt_tokens = j["usage"]["prompt_tokens"], completion_tokens = j["usage"]["completion_tokens"];
+  EXPECT_EQ(lines[0].rfind(str_cat("request ", id, " /v1/completions: 1 prompt, ", prompt_tokens,
+                                   " prompt tokens, n 1, max_tokens 50 sampling {\"temperature\":0.5,"), 0),
+            0u)
+      << lines[0];
+  EXPECT_TRUE(has(lines[0], "\"stop\":[\"zeta\"]}")) << lines[0];
+  EXPECT_TRUE(has(lines[0], " prompt [\"hello world\"]")) << lines[0];
+  EXPECT_EQ(lines[1].rfind(str_cat("response ", id, " /v1/completions: status 200, ", completion_tokens,
+                                   " completion tokens, finish stop, ttft "), 0),
+            0u)
+      << lines[1];
+  EXPECT_TRUE(has(lines[1], " output [" + safe_dump(j["choices"][0]["text"].get<std::string>()) + "]")) << lines[1];
+
+  // A chat stream: its text and reasoning in the output; an engine refusal: its status.
+  server_->stop();
+  cfg.reasoning_parser = "qwen3";
+  start(cfg);
+  engine_.script = tokenizer_->encode("some thought", true);
+  engine_.script.push_back(*tokenizer_->token_id("</think>"));
+  for (TokenId id : tokenizer_->encode("the answer", true)) engine_.script.push_back(id);
+  engine_.script.push_back(kImEnd);
+  json body = chat({{"stream", true}});
+  body.erase("chat_template_kwargs");
+  ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
+  ASSERT_TRUE(wait_until([&] { return log.size() == 2; })) << log.size();
+  lines = log.take();
+  EXPECT_TRUE(has(lines[0], " /v1/chat/completions: 1 prompt, ") && has(lines[0], ", stream sampling {")) << lines[0];
+  EXPECT_TRUE(has(lines[1], "status 200, ") &&
+              has(lines[1], " output [{reasoning \"some thought\", text \"the answer\"}]"))
+      << lines[1];
+  engine_.reject_kind = EngineErrorKind::Overloaded;
+  EXPECT_EQ(post("/v1/chat/completions", chat()).status, 503);
+  ASSERT_TRUE(wait_until([&] { return log.size() == 2; })) << log.size();
+  lines = log.take();
+  EXPECT_TRUE(has(lines[1], ": status 503, 0 completion tokens, finish error, e2e ")) << lines[1];
+  EXPECT_FALSE(has(lines[1], "ttft")) << lines[1];
+  engine_.reject_kind = EngineErrorKind::None;
+
+  // Level 0: metadata only.
+  server_->stop();
+  cfg.request_log.level = 0;
+  start(cfg);
+  script("alpha beta gamma");
+  ok_json(post("/v1/completions", json{{"prompt", "hello world"}, {"max_tokens", 50}}));
+  ASSERT_TRUE(wait_until([&] { return log.size() == 2; })) << log.size();
+  lines = log.take();
+  for (const std::string& line : lines) {
+    EXPECT_FALSE(has(line, "sampling") || has(line, "hello") || has(line, "alpha")) << line;
+  }
+  EXPECT_TRUE(has(lines[1], "status 200, ")) << lines[1];
   expect_idle();
 }
 

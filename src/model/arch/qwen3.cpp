@@ -18,9 +18,9 @@ class Qwen3Model final : public Model {
   Qwen3Model(Backend& backend, ModelConfig config, Communicator* comm)
       : backend_(backend), config_(std::move(config)), comm_(comm), tp_(TpShard::of(comm)) {}
 
-  Status load(const Checkpoint* ck, const std::string& source) {
+  Status load(const Checkpoint* ck, WeightDType weight_dtype, const std::string& source) {
     DS_RETURN_IF_ERROR(check_tp_split(config_, tp_.size, source));
-    WeightLoader w(ck, backend_, source);
+    WeightLoader w(ck, backend_, source, weight_dtype);
     DS_ASSIGN_OR_RETURN(head_, LmHead::load(w, {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"},
                                             config_, /*zero_centred_norm=*/false, ck != nullptr, source, tp_));
     for (int i = 0; i < config_.n_layers; ++i) {
@@ -83,7 +83,7 @@ class Qwen3Model final : public Model {
 Result<std::unique_ptr<Model>> load_qwen3(const ModelConfig& c, const Checkpoint* ck, Backend& b,
                                           const ModelLoadOptions& o, const std::string& source) {
   auto m = std::make_unique<Qwen3Model>(b, c, o.comm);
-  if (Status s = m->load(ck, source); !s) return s;
+  if (Status s = m->load(ck, o.weight_dtype, source); !s) return s;
   return std::unique_ptr<Model>(std::move(m));
 }
 

@@ -26,7 +26,7 @@ class Qwen3_5Model final : public Model {
 
   Status load(const Checkpoint* ck, const ModelLoadOptions& o, const std::string& source) {
     DS_RETURN_IF_ERROR(check_tp_split(config_, tp_.size, source));
-    WeightLoader w(ck, backend_, source);
+    WeightLoader w(ck, backend_, source, o.weight_dtype);
     const std::string base = config_.nested_layout ? "model.language_model" : "model";
     DS_ASSIGN_OR_RETURN(head_, LmHead::load(w, {base + ".embed_tokens.weight", base + ".norm.weight", "lm_head.weight"},
                                             config_, /*zero_centred_norm=*/true, ck != nullptr, source, tp_));
