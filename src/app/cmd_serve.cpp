@@ -264,7 +264,7 @@ int cmd_serve(const Args& args) {
     std::fprintf(stderr, "deltaserve: tensor parallel over %d ranks: %s\n", primary.tp_size(), primary.tp_transport().c_str());
   const SpeculationChoice spec_choice = choose_speculation(primary, opts);
   if (spec_choice.measured) log_info(spec_choice.summary());
-  for (int i = 1; i < engines.size(); ++i) engines.replica(i).set_speculation(primary.speculative_steps() > 0);
+  for (int i = 1; i < engines.size(); ++i) engines.replica(i).set_speculative_steps(primary.speculative_steps());
   engines.start();
   std::fprintf(stderr, "%s\n", primary.plan_summary().c_str());
   // CUDA: graphs and GEMM algorithms made before the first request (app/server_warmup.h). The CPU

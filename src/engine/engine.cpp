@@ -126,7 +126,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   // backend its compute pool already owns them.
   const int n_sample = c.device == Device::Cpu ? 1 : std::clamp(hardware_threads() - 1, 1, 8);
   e->sampling_ = std::make_unique<SamplingPool>(n_sample, mc.vocab_size);
-  if (c.spec_num_steps > 0) e->set_speculation(true);
+  e->set_speculative_steps(c.spec_num_steps);
   e->run_items_.reserve(static_cast<size_t>(c.max_running_requests));
   e->outputs_.reserve(static_cast<size_t>(c.max_running_requests));
   for (Flight& f : e->flights_) f.items.reserve(static_cast<size_t>(c.max_running_requests));
@@ -159,17 +159,18 @@ EngineCapacity Engine::capacity() const {
   return cap;
 }
 
-void Engine::set_speculation(bool on) {
+void Engine::set_speculative_steps(int k) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    DS_CHECK(!thread_.joinable(), "set_speculation while the engine runs");
+    DS_CHECK(!thread_.joinable(), "set_speculative_steps while the engine runs");
   }
-  if (!on) {
-    spec_.reset();
-  } else if (!spec_ && config_.spec_num_steps > 0) {
-    spec_ = std::make_unique<SpeculativeDecoder>(*runner_, *sampling_, config_.spec_num_steps,
-                                                 config_.max_running_requests, config_.context_length);
-  }
+  DS_CHECK(k >= 0 && k <= config_.spec_num_steps, "speculative steps ", k, " not in 0..", config_.spec_num_steps,
+           " (the steps the engine was created for)");
+  if (k == speculative_steps()) return;
+  spec_.reset();
+  if (k > 0)
+    spec_ = std::make_unique<SpeculativeDecoder>(*runner_, *sampling_, k, config_.max_running_requests,
+                                                 config_.context_length);
 }
 
 void Engine::reset_after_probe() {

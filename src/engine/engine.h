@@ -95,9 +95,9 @@ class Engine final : public EngineService {
   // Human-readable capacity summary (printed once at start-up).
   std::string plan_summary() const;
 
-  // Speculative decoding on (the config's k draft steps) or off (plain decoding; the MTP head
-  // stays loaded), for an engine created with k > 0. Only while stopped.
-  void set_speculation(bool on);
+  // Speculative decoding with k draft steps, 1 up to the config's (whose buffers and plan hold
+  // them), or off (k = 0: plain decoding; the MTP head stays loaded). Only while stopped.
+  void set_speculative_steps(int k);
   int speculative_steps() const { return spec_ ? spec_->k() : 0; }
   // After probe requests (app/speculation_choice.h): counters back to zero and the prefix cache
   // emptied, as a fresh engine. Only while stopped.
