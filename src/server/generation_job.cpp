@@ -1,6 +1,8 @@
 #include "server/generation_job.h"
 
+#include <algorithm>
 #include <random>
+#include <span>
 
 #include "server/json_util.h"
 #include "server/request_constraint.h"
@@ -581,7 +583,13 @@ void GenerationJob::log_received() const {
   std::string max_tokens, texts;
   for (std::size_t p = 0; p < prompts_.size(); ++p) {
     max_tokens += str_cat(p ? "," : "", prompts_[p].max_tokens);
-    if (log.level >= 2) texts += str_cat(p ? ", " : "", log.text(env_.tokenizer->decode(prompts_[p].ids)));
+    if (log.level < 2) continue;
+    // Level 2 shows 2,048 characters: the first 2,048 tokens hold them (a 131k-token prompt is not
+    // decoded whole for its log line).
+    const std::span<const TokenId> ids(prompts_[p].ids);
+    const std::size_t shown = log.level >= 3 ? ids.size() : std::min(ids.size(), RequestLog::kPartialTextChars);
+    texts += str_cat(p ? ", " : "", log.text(env_.tokenizer->decode(ids.first(shown))),
+                     shown < ids.size() ? str_cat(" (+", ids.size() - shown, " tokens)") : "");
   }
   log.write(str_cat("request ", response_id_, " ", route(), request_.rid.empty() ? "" : " rid " + request_.rid, ": ",
                     prompts_.size(), prompts_.size() == 1 ? " prompt, " : " prompts, ", n_prompt_tokens_,
@@ -598,10 +606,14 @@ void GenerationJob::log_finished() const {
     const ChoiceState& st = *choices_[i].state;
     completion_tokens += st.n_generated();
     reasons += str_cat(i ? "," : "", st.finish_reason().empty() ? "none" : st.finish_reason());
-    if (log.level >= 2) {
-      std::string t = st.reasoning().empty() ? log.text(st.text())
-                                             : str_cat("{reasoning ", log.text(st.reasoning()), ", text ",
-                                                       log.text(st.text()), "}");
+    if (log.level >= 2) {  // the text alone, or {reasoning .., text .., tool_call name(arguments) ..}
+      const std::vector<ToolCall> calls = merge_tool_call_deltas(st.tool_call_deltas());
+      std::string t = log.text(st.text());
+      if (!st.reasoning().empty() || !calls.empty()) {
+        t = str_cat(st.reasoning().empty() ? "{" : "{reasoning " + log.text(st.reasoning()) + ", ", "text ", t);
+        for (const ToolCall& call : calls) t += str_cat(", tool_call ", log.text(call.name + "(" + call.arguments + ")"));
+        t += "}";
+      }
       texts += str_cat(i ? ", " : "", t);
     }
   }

@@ -863,6 +863,30 @@ TEST_F(ApiTest, LogRequestsWritesALineWhenARequestStartsAndOneWhenItsResponseEnd
   EXPECT_FALSE(has(lines[1], "ttft")) << lines[1];
   engine_.reject_kind = EngineErrorKind::None;
 
+  // A tool call: its name and arguments; a prompt past 2,048 tokens: only its first 2,048 decoded.
+  server_->stop();
+  cfg.tool_call_parser = "qwen3_coder";
+  start(cfg);
+  script("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>");
+  json tc = ok_json(post("/v1/chat/completions", chat({{"tools", weather_tools()}, {"max_tokens", 80}})));
+  ASSERT_EQ(tc["choices"][0]["message"]["tool_calls"].size(), 1u) << tc.dump();
+  ASSERT_TRUE(wait_until([&] { return log.size() == 2; })) << log.size();
+  lines = log.take();
+  EXPECT_TRUE(has(lines[1], "finish tool_calls") &&
+              has(lines[1], "tool_call \"get_weather({\\\"city\\\": \\\"Paris\\\"})\"}]"))
+      << lines[1];
+  engine_.context = 100000;
+  std::string words;
+  for (int i = 0; i < 1100; ++i) words += " w" + std::to_string(i % 10);
+  script("ok");
+  json lp = ok_json(post("/v1/completions", json{{"prompt", words}, {"max_tokens", 4}}));
+  ASSERT_TRUE(wait_until([&] { return log.size() == 2; })) << log.size();
+  lines = log.take();
+  const int n_prompt = lp["usage"]["prompt_tokens"];
+  ASSERT_GT(n_prompt, 2048);
+  EXPECT_TRUE(has(lines[0], str_cat(" bytes) (+", n_prompt - 2048, " tokens)]"))) << lines[0].substr(lines[0].size() - 80);
+  EXPECT_TRUE(has(lines[0], " prompt [\" w0 w1 w2")) << lines[0].substr(0, 200);
+
   // Level 0: metadata only.
   server_->stop();
   cfg.request_log.level = 0;
