@@ -196,14 +196,17 @@ TEST_F(ServeProcessTest, BusyPortFailsFastWithoutLoadingTheModel) {
 TEST_F(ServeProcessTest, SigtermDrainsAbortsAndRecordsStopped) {
   const int port = free_port();
   std::vector<std::string> args = serve_args(port);
+  // Room for a stream that runs far longer than the shutdown timeout: 60,000 tokens take ~10 s
+  // at tiny-coder's ~6,000 tok/s here (3,900, before, took less than the 1 s timeout).
+  for (std::size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--context-length" || args[i] == "--max-total-tokens") args[i + 1] = "65536";
   args.insert(args.end(), {"--shutdown-timeout", "1"});
   auto p = spawn(args);
   ASSERT_TRUE(wait_listening(*p)) << p->output();
-  // A stream that would run far longer than the shutdown timeout.
   int fd = connect_to(port);
   ASSERT_GE(fd, 0);
   send_all(fd, post_request("/v1/completions",
-                            R"({"prompt":"def f(x):","max_tokens":3900,"ignore_eos":true,"stream":true})"));
+                            R"({"prompt":"def f(x):","max_tokens":60000,"ignore_eos":true,"stream":true})"));
   std::string raw;
   char buf[65536];
   while (raw.find("data: ") == std::string::npos) {
