@@ -14,6 +14,7 @@
 
 #include "engine/model_setup.h"
 #include "fixture.h"
+#include "fixture_seq.h"
 
 namespace deltaserve::test {
 namespace {
@@ -58,36 +59,13 @@ class FixtureModelTest : public ::testing::TestWithParam<ModelCase> {
     setup_ = std::move(*s);
   }
 
-  // A fresh sequence: blocks for max_t_ + 16 tokens and a zeroed state slot.
-  struct Seq {
-    std::vector<int32_t> blocks;
-    int slot = -1;
-  };
-  Seq new_seq() {
-    Seq s;
-    s.slot = setup_->cache->acquire_slot();
-    EXPECT_GE(s.slot, 0);
-    EXPECT_TRUE(setup_->cache->blocks().allocate(setup_->blocks_for(max_t_ + 16), s.blocks));
-    return s;
-  }
-  void free_seq(Seq& s) {
-    for (auto b : s.blocks) setup_->cache->blocks().release(b);
-    setup_->cache->release_slot(s.slot);
-    s.blocks.clear();
-  }
-  // Case c's prompt through the model (no logits), then its MTP head teacher-forced: row p takes
-  // (t_{p+1}, h_p), T - 1 rows, fetched as `fetch` says. The second call reruns only the MTP step.
-  void prefill(const FixtureCase& c, const Seq& s) {
-    RunItem it{c.tokens, 0, s.blocks, s.slot, false, false};
-    setup_->runner->run(std::span<const RunItem>(&it, 1));
-  }
+  // Sequences and runs by hand (fixture_seq.h): blocks for max_t_ + 16 tokens.
+  using Seq = FixtureSeq;
+  Seq new_seq() { return FixtureSeq::acquire(*setup_, max_t_ + 16); }
+  void free_seq(Seq& s) { s.release(*setup_); }
+  void prefill(const FixtureCase& c, const Seq& s) { run_prompt(*setup_, c.tokens, s, /*logits=*/false); }
   void mtp_teacher_forced(const FixtureCase& c, const Seq& s, ModelRunner::Fetch fetch = ModelRunner::Fetch::Logits) {
-    const int T = static_cast<int>(c.tokens.size());
-    std::vector<int32_t> next(c.tokens.begin() + 1, c.tokens.end());
-    RunItem mi{next, 0, s.blocks, s.slot, true, false};
-    std::vector<int32_t> rows(T - 1);
-    for (int p = 0; p < T - 1; ++p) rows[p] = p;
-    setup_->runner->run_mtp(std::span<const RunItem>(&mi, 1), ModelRunner::HiddenFrom::Main, rows, fetch);
+    test::mtp_teacher_forced(*setup_, c, s, fetch);
   }
   // Logits of all positions of `tokens`, fed in chunks of the given sizes (0 = all at once);
   // between_runs(slot) after each chunk.

@@ -13,6 +13,7 @@
 #include "engine/model_setup.h"
 #include "model/weight_loader.h"
 #include "fixture.h"
+#include "fixture_seq.h"
 
 namespace deltaserve::test {
 namespace {
@@ -71,15 +72,11 @@ class WeightDTypeTest : public ::testing::Test {
     r.weight_bytes = m.model->weight_bytes();
     const int64_t V = m.model->config().vocab_size;
     for (const auto& c : fixture_->cases()) {
-      std::vector<int32_t> blocks;
-      const int slot = m.cache->acquire_slot();
-      EXPECT_TRUE(m.cache->blocks().allocate(m.blocks_for(max_t + 16), blocks));
-      RunItem it{c.tokens, 0, blocks, slot, true, false};
-      m.runner->run(std::span<const RunItem>(&it, 1));
+      FixtureSeq seq = FixtureSeq::acquire(m, max_t + 16);
+      run_prompt(m, c.tokens, seq, /*logits=*/true);
       const float* lg = m.runner->logits(0);
       r.logits.emplace_back(lg, lg + int64_t(c.tokens.size()) * V);
-      for (int32_t b : blocks) m.cache->blocks().release(b);
-      m.cache->release_slot(slot);
+      seq.release(m);
     }
     return r;
   }
