@@ -114,6 +114,7 @@ namespace {
 template <typename Fn>
 void for_each_shared_field(EngineConfig& c, Fn&& fn) {
   fn(c.dummy_weights);
+  fn(c.weight_dtype);  // --dtype: every rank's matmuls in the same dtype
   fn(c.custom_all_reduce);
   fn(c.tp_size);
   fn(c.max_running_requests);

@@ -268,6 +268,7 @@ TEST(NodeCommand, TheEngineConfigAndEveryCommandSurviveTheWire) {
   c.checkpoint_slots = 5;
   c.cuda_graph_max_bs = 0;
   c.spec_token_map = {3, 17, 4000};  // --speculative-token-map: every node loads the same draft rows
+  c.weight_dtype = WeightDType::F32;  // --dtype: every node's matmuls alike
   EngineConfig d;
   ASSERT_TRUE(apply_engine_config(encode_engine_config(c), d).is_ok());
   EXPECT_EQ(d.spec_token_map, c.spec_token_map);
@@ -277,6 +278,7 @@ TEST(NodeCommand, TheEngineConfigAndEveryCommandSurviveTheWire) {
   EXPECT_EQ(d.checkpoint_slots, 5);
   EXPECT_EQ(d.cuda_graph_max_bs, 0);
   EXPECT_EQ(d.prefix_cache, true);
+  EXPECT_EQ(d.weight_dtype, WeightDType::F32);
   std::vector<uint8_t> cut = encode_engine_config(c);
   cut.pop_back();
   EXPECT_FALSE(apply_engine_config(cut, d).is_ok());
