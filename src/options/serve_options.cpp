@@ -85,7 +85,7 @@ const std::vector<Row>& rows() {
     {{"disable-radix-cache", "", BOOL, "false", "", "turn prefix caching off", YES, PERF}, &ServeOptions::disable_radix_cache},
     // Speculative decoding.
     {{"speculative-algorithm", "", C, "", "NEXTN,MTP,EAGLE", "speculative decoding with the model's MTP head (NEXTN; MTP and EAGLE are aliases)", YES, PERF}, &ServeOptions::speculative_algorithm},
-    {{"speculative-num-steps", "", I, "auto", "", "draft steps per verification, 1..8 (auto: 3, kept if a start-up probe decodes faster with them than without, else 0)", YES, PERF}, &ServeOptions::speculative_num_steps},
+    {{"speculative-num-steps", "", I, "auto", "", "draft steps per verification, 1..8 (auto: a start-up probe times plain decoding and 3, 2 and 1 steps and keeps the fastest, 0 unless some k beats plain decoding by 3%; the log gives every figure)", YES, PERF}, &ServeOptions::speculative_num_steps},
     {{"speculative-eagle-topk", "", I, "auto", "", "drafts per step; only 1 is supported (auto: 1)", YES, PERF}, &ServeOptions::speculative_eagle_topk},
     {{"speculative-token-map", "", S, "", "", "file of token ids (JSON array or whitespace-separated) the MTP drafts choose among; each draft step then scores these rows of the lm_head only, not the whole vocabulary (verification still scores all tokens: the output is unchanged)", YES, PERF}, &ServeOptions::speculative_token_map},
     {{"speculative-num-draft-tokens", "", I, "auto", "", "tokens verified per step: num-steps + 1 when topk is 1 (auto: derived)", YES, PERF}, &ServeOptions::speculative_num_draft_tokens},
