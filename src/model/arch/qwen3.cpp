@@ -51,18 +51,7 @@ class Qwen3Model final : public Model {
   std::size_t decode_weight_bytes() const override { return weight_bytes_ - head_.embed_bytes; }
 
   void forward(const ForwardArgs& a) override {
-    const int T = a.meta->n_tokens;
-    DS_CHECK(T <= act_.max_tokens, "batch of ", T, " tokens exceeds reserve(", act_.max_tokens, ")");
-    Kernels& k = backend_.kernels();
-    Tensor x = act_.x.view(DType::F32, {T, config_.hidden_size});
-    head_.embed_tokens(k, a.ids, x, comm_);
-    if (a.observer) (*a.observer)(-1, x);
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      layers_[i].forward(k, config_, T, *a.meta, *a.memory, act_, x, comm_);
-      if (a.observer) (*a.observer)(static_cast<int>(i), x);
-    }
-    head_.logits(k, config_.rms_norm_eps, x, head_.final_norm, a.output_rows, a.n_output_rows, a.logits, a.hidden,
-                 act_, comm_);
+    forward_decoder(backend_.kernels(), config_, head_, layers_, act_, comm_, a);
   }
   void forward_mtp(const MtpArgs&) override { DS_CHECK(false, "Qwen3 has no MTP head"); }
   void commit_state(const BatchMeta&, const MemoryViews&) override {}  // no recurrent state

@@ -1,5 +1,7 @@
 #include "model/layers/decoder_layer.h"
 
+#include "model/layers/lm_head.h"
+
 #include <algorithm>
 
 namespace deltaserve {
@@ -47,6 +49,20 @@ void size_activations(const ModelConfig& c, std::span<const DecoderLayer> layers
   };
   for (const auto& l : layers) consider(l);
   if (extra) consider(*extra);
+}
+
+void forward_decoder(Kernels& k, const ModelConfig& c, const LmHead& head, std::span<const DecoderLayer> layers,
+                     Activations& act, Communicator* comm, const ForwardArgs& a) {
+  const int T = a.meta->n_tokens;
+  DS_CHECK(T <= act.max_tokens, "batch of ", T, " tokens exceeds reserve(", act.max_tokens, ")");
+  Tensor x = act.x.view(DType::F32, {T, c.hidden_size});  // [T, H], the residual stream
+  head.embed_tokens(k, a.ids, x, comm);
+  if (a.observer) (*a.observer)(-1, x);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    layers[i].forward(k, c, T, *a.meta, *a.memory, act, x, comm);
+    if (a.observer) (*a.observer)(static_cast<int>(i), x);
+  }
+  head.logits(k, c.rms_norm_eps, x, head.final_norm, a.output_rows, a.n_output_rows, a.logits, a.hidden, act, comm);
 }
 
 }  // namespace deltaserve

@@ -35,6 +35,13 @@ struct DecoderLayer {
                Activations& a, Tensor x, Communicator* comm) const;
 };
 
+struct LmHead;
+
+// The decoder-only forward every architecture runs: embed a.ids, each layer in order (a.observer
+// sees the embeddings as layer -1, then each layer's output), the final norm and the logits.
+void forward_decoder(Kernels& k, const ModelConfig& c, const LmHead& head, std::span<const DecoderLayer> layers,
+                     Activations& act, Communicator* comm, const ForwardArgs& a);
+
 // Sizes a.{hidden, max_proj, max_mix, intermediate} for these layers (before a.reserve).
 void size_activations(const ModelConfig& c, std::span<const DecoderLayer> layers, const DecoderLayer* extra,
                       Activations& a);
