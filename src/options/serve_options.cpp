@@ -491,7 +491,7 @@ Status validate_serve_options(ServeOptions& o) {
   if (o.log_requests_level < 0 || o.log_requests_level > 3)
     return error("--log-requests-level must be 0..3 (got ", o.log_requests_level, ")");
   // (The default level alone is accepted: a full config dump writes every key.)
-  if (o.is_explicit("log-requests-level") && !o.log_requests && o.log_requests_level != 2)
+  if (o.is_explicit("log-requests-level") && !o.log_requests && o.log_requests_level != ServeOptions().log_requests_level)
     return error("--log-requests-level sets what --log-requests logs: add --log-requests (or drop the level)");
   if (o.stream_interval < 1 || o.stream_interval > 1024)
     return error("--stream-interval must be 1..1024 (got ", o.stream_interval, ")");
