@@ -16,7 +16,7 @@ mode=time; amount=8
 if [ "${1:-}" = "--runs" ]; then mode=runs; amount="${2:?--runs needs a count}"; shift 2
 elif [ -n "${1:-}" ] && [[ "$1" =~ ^[0-9]+$ ]]; then amount="$1"; shift; fi
 ALL=(fuzz_http_request fuzz_openai_request fuzz_jinja fuzz_tokenizer fuzz_safetensors fuzz_model_config
-     fuzz_reasoning_parser fuzz_tool_call_parser)
+     fuzz_reasoning_parser fuzz_tool_call_parser fuzz_grammar)
 targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=("${ALL[@]}")
 
 CLANG_CC="${CLANG_CC:-clang-16}"; CLANG_CXX="${CLANG_CXX:-clang++-16}"

@@ -204,17 +204,26 @@ Expr number_plain() {
                     Expr::opt(Expr::seq({Expr::byte_set(e), Expr::opt(Expr::byte_set(sign)), Expr::repeat(digit, 1, 2)}))});
 }
 
-// One character of a JSON string: raw (not '"', '\\' or a control character) or any escape.
+// A JSON escape that stands for a Unicode scalar value: \ and one of "\/bfnrt, or \u and four hex
+// digits that are not a surrogate, or a high surrogate \uD800-\uDBFF followed by a low one
+// \uDC00-\uDFFF. A lone surrogate fits RFC 8259's grammar but is no character: parsers refuse it
+// (ours does, so a tool call's arguments would not parse) or keep a broken one. Never produced.
+Expr json_escape() {
+  auto set = [](std::string_view chars) {
+    std::bitset<256> b;
+    for (char c : chars) b.set(static_cast<unsigned char>(c));
+    return Expr::byte_set(b);
+  };
+  const Expr h = set("0123456789abcdefABCDEF"), d = set("dD");
+  Expr scalar = Expr::alt({Expr::seq({set("0123456789abcefABCEF"), h, h, h}),  // \u0000-\uCFFF, \uE000-\uFFFF
+                           Expr::seq({d, set("01234567"), h, h}),                 // \uD000-\uD7FF
+                           Expr::seq({d, set("89abAB"), h, h, Expr::literal("\\u"), d, set("cdefCDEF"), h, h})});
+  return Expr::seq({Expr::literal("\\"), Expr::alt({set("\"\\/bfnrt"), Expr::seq({Expr::literal("u"), scalar})})});
+}
+
+// One character of a JSON string: raw (not '"', '\\' or a control character) or an escape.
 Expr json_char() {
-  std::bitset<256> simple;
-  for (char c : std::string("\"\\/bfnrt")) simple.set(static_cast<unsigned char>(c));
-  std::bitset<256> hex;
-  for (int c = '0'; c <= '9'; ++c) hex.set(static_cast<size_t>(c));
-  for (int c = 'a'; c <= 'f'; ++c) hex.set(static_cast<size_t>(c));
-  for (int c = 'A'; c <= 'F'; ++c) hex.set(static_cast<size_t>(c));
-  return Expr::alt({Expr::codepoints({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, /*negate=*/true),
-                    Expr::seq({Expr::literal("\\"), Expr::alt({Expr::byte_set(simple),
-                                                               Expr::seq({Expr::literal("u"), Expr::repeat(Expr::byte_set(hex), 4, 4)})})})});
+  return Expr::alt({Expr::codepoints({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, /*negate=*/true), json_escape()});
 }
 
 // A JSON number given as a bound: a whole number that fits int64, or an error.
@@ -300,15 +309,7 @@ Expr key_node(const std::string& prefix, const std::vector<std::string>& names, 
   taken.push_back({0, 0x1F});
   taken.push_back({'"', '"'});
   taken.push_back({'\\', '\\'});
-  std::bitset<256> hex;
-  for (int c = '0'; c <= '9'; ++c) hex.set(static_cast<size_t>(c));
-  for (int c = 'a'; c <= 'f'; ++c) hex.set(static_cast<size_t>(c));
-  for (int c = 'A'; c <= 'F'; ++c) hex.set(static_cast<size_t>(c));
-  std::bitset<256> simple;
-  for (char c : std::string("\"\\/bfnrt")) simple.set(static_cast<unsigned char>(c));
-  Expr first = Expr::alt({Expr::codepoints(taken, /*negate=*/true),
-                          Expr::seq({Expr::literal("\\"), Expr::alt({Expr::byte_set(simple),
-                                                                     Expr::seq({Expr::literal("u"), Expr::repeat(Expr::byte_set(hex), 4, 4)})})})});
+  Expr first = Expr::alt({Expr::codepoints(taken, /*negate=*/true), json_escape()});
   alts.push_back(Expr::seq({std::move(first), rest}));
   return Expr::alt(std::move(alts));
 }

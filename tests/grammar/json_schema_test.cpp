@@ -208,6 +208,30 @@ TEST(JsonSchema, JsonObjectGrammar) {
     EXPECT_FALSE(matches(g, s)) << s;
 }
 
+// \u escapes name Unicode scalar values: a surrogate pair is one character, a lone surrogate is
+// none (nlohmann::json refuses it, so a tool call's arguments would fail to parse). Values and the
+// keys of additional properties (key_except) alike, every hex case.
+TEST(JsonSchema, EscapesAreScalarValuesNotLoneSurrogates) {
+  auto vocab = byte_vocab();
+  auto str = compile_or_die(grammar_from_json_schema_text(R"({"type":"string"})"), vocab);
+  auto obj = compile_or_die(
+      grammar_from_json_schema_text(R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":true})"),
+      vocab);
+  ASSERT_TRUE(str && obj);
+  for (const char* s : {R"("\u0041\u00e9\uCFFF\uD7FF\ue000\uFFFF")", R"("\uD83D\uDE00")", R"("x\udbff\udfffy")",
+                        R"("\uD800\uDC00")"}) {
+    EXPECT_TRUE(matches(str, s)) << s;
+    EXPECT_FALSE(json::parse(s, nullptr, false).is_discarded()) << s;  // the reference agrees
+    EXPECT_TRUE(matches(obj, std::string("{") + s + ":1}")) << s;
+  }
+  for (const char* s : {R"("\uD800")", R"("\uDC00")", R"("\udfff")", R"("\uD83Dx")", R"("\uD83D\u0041")",
+                        R"("\uDE00\uD83D")", R"("\uD800\uD800")", R"("\u12")", R"("\uDBFF\")"}) {
+    EXPECT_FALSE(matches(str, s)) << s;
+    EXPECT_TRUE(json::parse(s, nullptr, false).is_discarded()) << s;
+    EXPECT_FALSE(matches(obj, std::string("{") + s + ":1}")) << s;
+  }
+}
+
 TEST(JsonSchema, WhitespaceIsBounded) {
   JsonSchemaOptions o;
   o.max_whitespace = 3;
