@@ -733,4 +733,145 @@ std::optional<ApiError> parse_completion_request(const json& body,
   return std::nullopt;
 }
 
+std::optional<ApiError> parse_generate_request(const json& body, const SamplingDefaults& defaults, OpenAiRequest& out) {
+  out = OpenAiRequest{};
+  out.kind = ApiKind::Generate;
+  if (!body.is_object()) return ApiError::bad_request("the request body must be a JSON object");
+  if (auto e = check_request_fields(body, FieldApi::Generate)) return e;
+  const bool has_text = body.contains("text") && !body["text"].is_null();
+  const bool has_ids = body.contains("input_ids") && !body["input_ids"].is_null();
+  if (has_text == has_ids) return ApiError::bad_request("give exactly one of 'text' and 'input_ids'", has_text ? "input_ids" : "text");
+  // Prompts: one or a batch.
+  if (has_text) {
+    const json& t = body["text"];
+    if (t.is_string()) {
+      out.prompts.push_back(CompletionPrompt{t.get<std::string>(), {}, false});
+    } else if (t.is_array() && !t.empty()) {
+      for (const auto& x : t) {
+        if (!x.is_string()) return ApiError::bad_request("'text' must be a string or a list of strings", "text");
+        out.prompts.push_back(CompletionPrompt{x.get<std::string>(), {}, false});
+      }
+      out.batched_prompt = true;
+    } else {
+      return ApiError::bad_request("'text' must be a string or a non-empty list of strings", "text");
+    }
+  } else {
+    const json& ids = body["input_ids"];
+    auto one = [&](const json& list, CompletionPrompt& cp) -> std::optional<ApiError> {
+      if (!list.is_array()) return ApiError::bad_request("'input_ids' must be a list of token ids or a list of such lists", "input_ids");
+      cp.is_ids = true;
+      for (const auto& x : list) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+          return ApiError::bad_request("'input_ids' must hold non-negative token ids", "input_ids");
+        cp.ids.push_back(x.get<TokenId>());
+      }
+      return std::nullopt;
+    };
+    if (ids.is_array() && !ids.empty() && ids[0].is_array()) {
+      for (const auto& list : ids) {
+        CompletionPrompt cp;
+        if (auto e = one(list, cp)) return e;
+        out.prompts.push_back(std::move(cp));
+      }
+      out.batched_prompt = true;
+    } else {
+      CompletionPrompt cp;
+      if (auto e = one(ids, cp)) return e;
+      out.prompts.push_back(std::move(cp));
+    }
+  }
+  if (out.prompts.size() > static_cast<size_t>(kMaxSequencesPerRequest))
+    return ApiError::bad_request("too many prompts in one request", has_text ? "text" : "input_ids");
+  // sampling_params: one object (a list must repeat the same one).
+  json sp = json::object();
+  if (body.contains("sampling_params") && !body["sampling_params"].is_null()) {
+    const json& v = body["sampling_params"];
+    if (v.is_array()) {
+      if (v.empty()) return ApiError::bad_request("'sampling_params' must not be an empty list", "sampling_params");
+      for (const auto& x : v)
+        if (x != v[0])
+          return ApiError::bad_request("per-prompt sampling_params are not supported: give one object", "sampling_params");
+      sp = v[0];
+    } else {
+      sp = v;
+    }
+    if (!sp.is_object()) return ApiError::bad_request("'sampling_params' must be an object", "sampling_params");
+  }
+  if (auto e = check_request_fields(sp, FieldApi::GenerateSampling, "sampling_params.")) return e;
+  // The shared sampling parser reads OpenAI names; SGLang's extra names are mapped here.
+  json common = sp;
+  if (common.contains("max_new_tokens")) {
+    common["max_tokens"] = common["max_new_tokens"];
+    common.erase("max_new_tokens");
+  }
+  auto prefix = [](std::optional<ApiError> e) {
+    if (e && !e->param.empty()) {
+      if (e->param == "max_tokens") e->param = "max_new_tokens";
+      e->param = "sampling_params." + e->param;
+      e->message = "sampling_params: " + e->message;
+    }
+    return e;
+  };
+  // parse_completion_request would want a prompt: run the pieces it shares with /generate.
+  OpenAiRequest tmp;
+  json with_prompt = common;
+  with_prompt["prompt"] = "x";
+  // Fields of sampling_params unknown to /v1/completions were refused above by the table.
+  with_prompt.erase("min_new_tokens");
+  with_prompt.erase("no_stop_trim");
+  with_prompt.erase("stop_regex");
+  with_prompt.erase("json_schema");
+  with_prompt.erase("regex");
+  with_prompt.erase("ebnf");
+  with_prompt.erase("structural_tag");
+  with_prompt.erase("logit_bias");
+  with_prompt.erase("custom_params");
+  with_prompt.erase("stream_interval");
+  with_prompt.erase("spaces_between_special_tokens");
+  if (auto e = prefix(parse_completion_request(with_prompt, defaults, tmp))) return e;
+  {
+    JsonFields f{sp, std::nullopt};
+    if (auto v = f.integer("stream_interval", 1, 1024)) out.stream_interval = static_cast<int>(*v);
+    if (auto e = prefix(f.err)) return e;
+  }
+  out.sampling = tmp.sampling;
+  out.n = tmp.n;
+  out.stop = tmp.stop;
+  out.max_tokens = tmp.max_tokens;
+  out.skip_special_tokens = tmp.skip_special_tokens;
+  if (auto e = prefix(parse_constraint_fields(sp, /*sglang_names=*/true, out))) return e;
+  if (static_cast<int64_t>(out.prompts.size()) * out.n > kMaxSequencesPerRequest)
+    return ApiError::bad_request("too many sequences (prompts x n) in one request", "sampling_params.n");
+  // Top level.
+  if (body.contains("stream") && !body["stream"].is_null()) {
+    if (!body["stream"].is_boolean()) return ApiError::bad_request("'stream' must be a boolean", "stream");
+    out.stream = body["stream"].get<bool>();
+  }
+  if (body.contains("rid") && !body["rid"].is_null()) {
+    const json& rid = body["rid"];
+    if (rid.is_string()) out.rid = rid.get<std::string>();
+    else if (rid.is_array() && rid.size() == 1 && rid[0].is_string()) out.rid = rid[0].get<std::string>();
+    else return ApiError::bad_request("'rid' must be a string", "rid");
+  }
+  if (auto e = parse_cache_namespace(body, out)) return e;
+  JsonFields f{body, std::nullopt};
+  const bool want_lp = f.boolean("return_logprob").value_or(false);
+  const bool text_in_lps = f.boolean("return_text_in_logprobs").value_or(false);
+  if (f.err) return f.err;
+  int top = 0;
+  if (body.contains("top_logprobs_num") && !body["top_logprobs_num"].is_null()) {
+    const json& t = body["top_logprobs_num"];
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > kMaxTopLogprobs)
+      return ApiError::bad_request("'top_logprobs_num' must be an integer in [0, 20]", "top_logprobs_num");
+    top = t.get<int>();
+  }
+  if (want_lp) {
+    out.logprobs = true;
+    out.top_logprobs = top;
+    out.sampling.top_logprobs = top;
+  }
+  out.extra = {{"return_text_in_logprobs", text_in_lps}};
+  return std::nullopt;
+}
+
 }  // namespace deltaserve

@@ -102,6 +102,10 @@ std::optional<ApiError> parse_completion_request(const nlohmann::ordered_json& b
                                                  const SamplingDefaults& defaults,
                                                  OpenAiRequest& out);
 
+// SGLang's /generate body ({"text" | "input_ids", "sampling_params", ...}) -> OpenAiRequest (kind Generate).
+std::optional<ApiError> parse_generate_request(const nlohmann::ordered_json& body,
+                                               const SamplingDefaults& defaults, OpenAiRequest& out);
+
 // The logits-processing and structured-output fields shared by chat, completions and /generate
 // sampling_params (min_tokens, logit_bias, regex, ...). `api` picks the field names.
 std::optional<ApiError> parse_constraint_fields(const nlohmann::ordered_json& body, bool sglang_names,

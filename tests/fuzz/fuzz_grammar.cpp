@@ -11,11 +11,14 @@
 // - at every step the token mask is exactly the set of tokens accept_token takes (each tried and
 //   rolled back), EOS included iff can_end();
 // - rollback restores the state: the mask after undoing a token equals the mask before it;
-// - a walk that ends (EOS) produced what the front-end promises: JSON Schema text is JSON, and
+// - a walk that ends (EOS) produced what the front-end promises: JSON Schema text is JSON;
 //   tool-call text parses, with the server's parser, into calls of the named tools whose
-//   arguments are JSON objects, with nothing but blank space around them.
+//   arguments are JSON objects, with nothing but blank space around them; regex text matches the
+//   pattern under std::regex (ECMAScript), where both are short ASCII without \r (Python's `.`,
+//   which we follow, takes \r; ECMAScript's does not).
 #include <cstdint>
 #include <memory>
+#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -78,9 +81,28 @@ Result<Grammar> build(int front_end, bool parallel, std::string_view text, nlohm
                            spec, parallel);
 }
 
+// Printable and blank ASCII but \r (see the file's comment).
+bool plain_ascii(std::string_view s) {
+  for (unsigned char c : s)
+    if (c >= 0x80 || c == '\r' || c == 0) return false;
+  return true;
+}
+
 // What an ended walk's text must be.
-void check_output(int front_end, const nlohmann::ordered_json& spec, const std::string& text) {
-  if (front_end == kSchema) {
+void check_output(int front_end, std::string_view constraint, const nlohmann::ordered_json& spec,
+                  const std::string& text) {
+  if (front_end == kRegex && plain_ascii(constraint) && plain_ascii(text) && constraint.size() <= 64 &&
+      text.size() <= 128) {
+    std::regex re;
+    try {
+      re = std::regex(std::string(constraint), std::regex::ECMAScript);
+    } catch (const std::regex_error&) {
+      return;  // syntax std::regex lacks (Python's (?P<n>...), \u{...}); no reference
+    }
+    if (!std::regex_match(text, re))
+      std::fprintf(stderr, "pattern %s produced %s\n", std::string(constraint).c_str(), text.c_str());
+    FUZZ_CHECK(std::regex_match(text, re));
+  } else if (front_end == kSchema) {
     nlohmann::ordered_json value;
     FUZZ_CHECK(parse_ordered_json(text, value));
   } else if (front_end == kQwen3CoderTools || front_end == kHermesTools) {
@@ -162,7 +184,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string text_out;
     for (int32_t id : taken)
       if (!vocab->is_eos(id)) text_out += vocab->bytes(id);
-    check_output(front_end, spec, text_out);
+    check_output(front_end, text, spec, text_out);
   }
   return 0;
 }
