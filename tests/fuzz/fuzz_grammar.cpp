@@ -9,7 +9,7 @@
 // - a constraint compiles or is refused with a message (never a crash, a hang or an unbounded
 //   automaton: the compiler's limits hold);
 // - at every step the token mask is exactly the set of tokens accept_token takes (each tried and
-//   rolled back), EOS included iff can_end();
+//   rolled back), EOS included iff can_end(), and never empty (no dead ends);
 // - rollback restores the state: the mask after undoing a token equals the mask before it;
 // - a walk that ends (EOS) produced what the front-end promises: JSON Schema text is JSON;
 //   tool-call text parses, with the server's parser, into calls of the named tools whose
@@ -167,7 +167,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (accepted) allowed.push_back(id);
     }
     FUZZ_CHECK(mask_words(m.next_token_mask(), n) == before);
-    if (allowed.empty()) break;  // a dead end: only possible when the text can not go on
+    // Every prefix the matcher took can be completed: something (text or EOS) is always allowed.
+    FUZZ_CHECK(!allowed.empty());
     const uint8_t choice = static_cast<uint8_t>(walk[step]);
     // Ending when the grammar allows it, for one choice in four, so that walks reach their end.
     const int32_t eos = vocab->eos_ids()[0];
