@@ -5,12 +5,13 @@
 //   GET    /v1/responses/{id}  a stored response
 //   DELETE /v1/responses/{id}
 //
-// A request becomes a chat request (instructions -> system message, input items -> messages,
-// flat function tools -> chat tools, text.format -> response_format) and runs through the chat
-// path (template, reasoning and tool-call parsers, constraints). Output items: reasoning (when the
-// reasoning parser split some), message (output_text), function_call (one per call). Streaming
-// sends response.created / in_progress, per item output_item.added, content deltas and .done
-// events, then response.completed (or .incomplete / .failed), each with a sequence_number.
+// A request becomes a chat request (responses_request.h: instructions -> system message, input
+// items -> messages, flat function tools -> chat tools, text.format -> response_format) and runs
+// through the chat path (template, reasoning and tool-call parsers, constraints). Output items:
+// reasoning (when the reasoning parser split some), message (output_text), function_call (one per
+// call). Streaming sends response.created / in_progress, per item output_item.added, content
+// deltas and .done events, then response.completed (or .incomplete / .failed), each with a
+// sequence_number.
 // Responses are kept (store, default true) in a bounded in-memory store, oldest dropped first;
 // previous_response_id replays that conversation before the new input.
 #include <deque>
@@ -20,7 +21,7 @@
 #include "server/generation_job.h"
 #include "server/json_util.h"
 #include "server/openai_server.h"
-#include "server/request_fields.h"
+#include "server/responses_request.h"
 
 namespace deltaserve {
 
@@ -72,92 +73,6 @@ std::shared_ptr<OpenAiServer::ResponsesStore> OpenAiServer::make_responses_store
 }
 
 namespace {
-
-std::string text_of_parts(const json& content, const std::string& param, std::optional<ApiError>& err) {
-  if (content.is_string()) return content.get<std::string>();
-  std::string out;
-  if (!content.is_array()) {
-    err = ApiError::bad_request("'" + param + "' must be a string or a list of content parts", param);
-    return out;
-  }
-  for (size_t k = 0; k < content.size(); ++k) {
-    const json& part = content[k];
-    const std::string type = part.is_object() ? part.value("type", "") : "";
-    if ((type == "input_text" || type == "output_text" || type == "text") && part.contains("text") && part["text"].is_string()) {
-      out += part["text"].get<std::string>();
-    } else {
-      err = ApiError::bad_request("content part type '" + type + "' is not supported (text only)",
-                                  param + "[" + std::to_string(k) + "].type");
-      return out;
-    }
-  }
-  return out;
-}
-
-// Responses input items -> chat messages.
-std::optional<ApiError> input_to_messages(const json& input, json& messages) {
-  if (input.is_string()) {
-    messages.push_back({{"role", "user"}, {"content", input}});
-    return std::nullopt;
-  }
-  if (!input.is_array()) return ApiError::bad_request("'input' must be a string or a list of items", "input");
-  if (input.empty()) return ApiError::bad_request("'input' must not be an empty list", "input");
-  std::string reasoning;  // a reasoning item, for the next assistant message
-  for (size_t i = 0; i < input.size(); ++i) {
-    const std::string p = "input[" + std::to_string(i) + "]";
-    const json& it = input[i];
-    if (!it.is_object()) return ApiError::bad_request(p + " must be an object", p);
-    const std::string type = it.value("type", "message");
-    if (type == "message") {
-      if (!it.contains("role") || !it["role"].is_string()) return ApiError::bad_request(p + ".role is required", p + ".role");
-      const std::string role = it["role"].get<std::string>();
-      if (role != "user" && role != "assistant" && role != "system" && role != "developer")
-        return ApiError::bad_request("unknown role '" + role + "' in " + p + " (expected user, assistant, system or developer)",
-                                     p + ".role");
-      std::optional<ApiError> err;
-      std::string text = text_of_parts(it.value("content", json("")), p + ".content", err);
-      if (err) return err;
-      json m = {{"role", it["role"]}, {"content", text}};
-      if (it["role"] == "assistant" && !reasoning.empty()) {
-        m["reasoning_content"] = reasoning;
-        reasoning.clear();
-      }
-      messages.push_back(std::move(m));
-    } else if (type == "function_call") {
-      for (const char* k : {"call_id", "name", "arguments"})
-        if (!it.contains(k) || !it[k].is_string())
-          return ApiError::bad_request(p + "." + k + " must be a string", p + "." + k);
-      json call = {{"id", it["call_id"]}, {"type", "function"},
-                   {"function", {{"name", it["name"]}, {"arguments", it["arguments"]}}}};
-      // Consecutive calls belong to one assistant turn.
-      if (!messages.empty() && messages.back().value("role", "") == "assistant" && messages.back().contains("tool_calls")) {
-        messages.back()["tool_calls"].push_back(call);
-      } else {
-        json m = {{"role", "assistant"}, {"content", ""}, {"tool_calls", json::array({call})}};
-        if (!reasoning.empty()) {
-          m["reasoning_content"] = reasoning;
-          reasoning.clear();
-        }
-        messages.push_back(std::move(m));
-      }
-    } else if (type == "function_call_output") {
-      if (!it.contains("call_id") || !it["call_id"].is_string())
-        return ApiError::bad_request(p + ".call_id must be a string", p + ".call_id");
-      if (!it.contains("output")) return ApiError::bad_request(p + ".output is required", p + ".output");
-      const json& out = it["output"];
-      messages.push_back({{"role", "tool"}, {"tool_call_id", it["call_id"]}, {"content", out.is_string() ? out.get<std::string>() : out.dump()}});
-    } else if (type == "reasoning") {
-      for (const char* k : {"content", "summary"}) {
-        if (!it.contains(k) || !it[k].is_array()) continue;
-        for (const auto& part : it[k])
-          if (part.is_object() && part.contains("text") && part["text"].is_string()) reasoning += part["text"].get<std::string>();
-      }
-    } else {
-      return ApiError::bad_request("input item type '" + type + "' is not supported", p + ".type");
-    }
-  }
-  return std::nullopt;
-}
 
 // The output items of a finished choice.
 json output_items(const std::string& rid, const ChoiceState& s, bool include_reasoning) {
@@ -353,99 +268,15 @@ bool OpenAiServer::handle_responses(const HttpRequest& req, std::shared_ptr<Http
   const auto arrival = GenerationJob::Clock::now();
   json body;
   if (auto e = parse_body(req, body)) return send_error(*exchange, route, *e), true;
-  if (!body.is_object()) return send_error(*exchange, route, ApiError::bad_request("the request body must be a JSON object")), true;
-  if (auto e = check_request_fields(body, FieldApi::Responses)) return send_error(*exchange, route, *e), true;
-  if (!body.contains("input") || body["input"].is_null())
-    return send_error(*exchange, route, ApiError::bad_request("'input' is required", "input", "missing_required_field")), true;
-
-  // The conversation: a stored response's, then instructions, then the new input.
-  json messages = json::array();
-  if (body.contains("previous_response_id") && !body["previous_response_id"].is_null()) {
-    if (!body["previous_response_id"].is_string())
-      return send_error(*exchange, route, ApiError::bad_request("'previous_response_id' must be a string", "previous_response_id")), true;
-    auto prev = responses_->get(body["previous_response_id"].get<std::string>());
-    if (!prev)
-      return send_error(*exchange, route, ApiError::bad_request("previous response '" + body["previous_response_id"].get<std::string>() +
-                                                                    "' is not stored",
-                                                                "previous_response_id")), true;
-    for (const auto& m : prev->conversation)
-      if (m.value("role", "") != "system") messages.push_back(m);
-  }
-  if (body.contains("instructions") && !body["instructions"].is_null()) {
-    if (!body["instructions"].is_string())
-      return send_error(*exchange, route, ApiError::bad_request("'instructions' must be a string", "instructions")), true;
-    messages.insert(messages.begin(), json{{"role", "system"}, {"content", body["instructions"]}});
-  }
-  if (auto e = input_to_messages(body["input"], messages)) return send_error(*exchange, route, *e), true;
-
-  // The equivalent chat request.
-  json chat = {{"messages", messages}};
-  for (const char* k : {"temperature", "top_p", "stream", "user", "metadata", "safety_identifier", "prompt_cache_key",
-                        "parallel_tool_calls", "service_tier"}) {
-    if (body.contains(k)) chat[k] = body[k];
-  }
-  if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) chat["max_tokens"] = body["max_output_tokens"];
-  if (body.contains("reasoning") && !body["reasoning"].is_null()) chat["reasoning"] = body["reasoning"];
-  if (body.contains("tools") && !body["tools"].is_null()) {
-    if (!body["tools"].is_array()) return send_error(*exchange, route, ApiError::bad_request("'tools' must be a list", "tools")), true;
-    json tools = json::array();
-    for (size_t i = 0; i < body["tools"].size(); ++i) {
-      const json& t = body["tools"][i];
-      const std::string p = "tools[" + std::to_string(i) + "]";
-      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("name") || !t["name"].is_string())
-        return send_error(*exchange, route, ApiError::bad_request(p + " must be {\"type\": \"function\", \"name\": ...} (only function tools are supported)", p)), true;
-      if (auto e = check_nested_fields(t, "responses tools[]", p)) return send_error(*exchange, route, *e), true;
-      json fn = {{"name", t["name"]}};
-      for (const char* k : {"description", "parameters", "strict"})
-        if (t.contains(k)) fn[k] = t[k];
-      tools.push_back({{"type", "function"}, {"function", fn}});
-    }
-    chat["tools"] = tools;
-  }
-  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
-    const json& tc = body["tool_choice"];
-    if (auto e = check_nested_fields(tc, "responses tool_choice", "tool_choice")) return send_error(*exchange, route, *e), true;
-    if (tc.is_object() && tc.value("type", "") == "function" && tc.contains("name"))
-      chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", tc["name"]}}}};
-    else
-      chat["tool_choice"] = tc;
-  }
-  if (body.contains("text") && !body["text"].is_null()) {
-    const json& t = body["text"];
-    if (!t.is_object()) return send_error(*exchange, route, ApiError::bad_request("'text' must be an object", "text")), true;
-    for (auto it = t.begin(); it != t.end(); ++it)
-      if (it.key() != "format" && it.key() != "verbosity")
-        return send_error(*exchange, route, ApiError::bad_request("unrecognized field 'text." + it.key() + "'", "text." + it.key(),
-                                                                  "unrecognized_field")), true;
-    if (t.contains("verbosity") && !t["verbosity"].is_null())
-      return send_error(*exchange, route, ApiError::bad_request("'text.verbosity' is not supported", "text.verbosity",
-                                                                "unsupported_field")), true;
-    if (t.contains("format") && !t["format"].is_null()) chat["response_format"] = t["format"];
-  }
-  if (body.contains("store") && !body["store"].is_null() && !body["store"].is_boolean())
-    return send_error(*exchange, route, ApiError::bad_request("'store' must be a boolean", "store")), true;
+  json messages;
   OpenAiRequest request;
-  if (auto e = parse_chat_request(chat, defaults_, request)) {
-    // Errors name the Responses fields, not the chat ones they were mapped to.
-    ApiError err = *e;
-    auto rename = [&](const std::string& from, const std::string& to) {
-      if (err.param != from && err.param.rfind(from + ".", 0) != 0 && err.param.rfind(from + "[", 0) != 0) return;
-      err.param = to + err.param.substr(from.size());
-      for (size_t at = err.message.find(from); at != std::string::npos; at = err.message.find(from, at + to.size()))
-        err.message.replace(at, from.size(), to);
-    };
-    rename("response_format", "text.format");
-    rename("max_tokens", "max_output_tokens");
-    if (err.param.rfind("messages", 0) == 0) {
-      // A message's index differs from its input item's (instructions, previous_response_id).
-      err.param = "input";
-      err.message = "input: " + err.message;
-    }
-    return send_error(*exchange, route, err), true;
-  }
-  request.kind = ApiKind::Responses;
-  request.n = 1;
-  request.extra = body;
+  auto previous = [this](const std::string& id) -> std::optional<json> {
+    auto e = responses_->get(id);
+    if (!e) return std::nullopt;
+    return e->conversation;
+  };
+  if (auto e = parse_responses_request(body, defaults_, previous, request, messages))
+    return send_error(*exchange, route, *e), true;
   const bool store = body.value("store", true) == true;
   std::function<void(const json&)> on_response;
   if (store) {

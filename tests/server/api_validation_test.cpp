@@ -235,6 +235,11 @@ TEST_F(ApiValidationTest, SmallerFieldChecks) {
   // /v1/responses names its own fields.
   refused("/v1/responses", {{"input", json::array()}}, "input");
   refused("/v1/responses", {{"input", json::array({{{"role", "wizard"}, {"content", "x"}}})}}, "input[0].role");
+  // A "type" that is not a string: refused naming the field (it threw json's type_error before).
+  refused("/v1/responses", {{"input", json::array({{{"type", json::array()}, {"role", "user"}}})}}, "input[0].type");
+  refused("/v1/responses", {{"input", json::array({{{"role", "user"}, {"content", json::array({{{"type", 7}}})}}})}},
+          "input[0].content[0].type");
+  refused("/v1/responses", {{"input", "x"}, {"tools", json::array({{{"type", 1}, {"name", "f"}}})}}, "tools[0]");
   json e = refused("/v1/responses", {{"input", "x"}, {"max_output_tokens", 0}}, "max_output_tokens");
   EXPECT_EQ(e["message"].get<std::string>().find("'max_tokens'"), std::string::npos) << e.dump();
   e = refused("/v1/responses", {{"input", "x"}, {"text", {{"format", {{"type", "json_schema"}, {"name", "n"}}}}}}, "text.format.schema");
