@@ -90,7 +90,14 @@ Result<Expr> hermes_call(const json& fn, JsonSchemaConverter& conv) {
   Expr ws = conv.whitespace();
   Expr args = conv.any_object();
   if (fn.contains("parameters") && fn["parameters"].is_object()) {
-    auto a = conv.value(fn["parameters"], fn["parameters"], "#");
+    // Arguments are a JSON object (what the parser and every client read). A schema that says
+    // nothing of its type ({}, or properties without "type") would admit any value: make it an
+    // object's. Combinators and references keep their own types.
+    json params = fn["parameters"];
+    bool typed = false;
+    for (const char* k : {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const"}) typed = typed || params.contains(k);
+    if (!typed) params["type"] = "object";
+    auto a = conv.value(params, params, "#");
     if (!a) return error("tool '", name, "' parameters: ", a.status().message());
     args = std::move(*a);
   }

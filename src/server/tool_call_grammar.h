@@ -6,7 +6,8 @@
 //   parser types it, qwen-chat-protocol.md §4.3) is raw text: its enum values, its pattern or
 //   format, or any text without "</parameter>" (within min/maxLength: any characters but '<');
 //   every other parameter is JSON valid under its schema.
-// * hermes: <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>, ARGS valid JSON.
+// * hermes: <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>, ARGS a JSON object valid
+//   under the tool's schema (a schema that names no type, such as {}, is taken as an object's).
 //
 // `tools` is the OpenAI tools array to choose from; `parallel` allows several calls (separated
 // by a newline), otherwise exactly one. Leading and trailing blank space is allowed.
