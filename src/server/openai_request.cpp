@@ -246,6 +246,13 @@ std::optional<ApiError> parse_tools(const json& body, OpenAiRequest& out) {
     if (fn.contains("parameters") && !fn["parameters"].is_null() && !fn["parameters"].is_object())
       return ApiError::bad_request(p + ".function.parameters must be an object",
                                    p + ".function.parameters");
+    // The arguments are a JSON object (OpenAI refuses any other schema type): a forced call's
+    // grammar and the parsers both expect one. A schema that names no type is taken as an object's.
+    if (fn.contains("parameters") && fn["parameters"].is_object() && fn["parameters"].contains("type") &&
+        fn["parameters"]["type"] != "object")
+      return ApiError::bad_request(p + ".function.parameters must be a JSON Schema of type \"object\", got type " +
+                                       fn["parameters"]["type"].dump(),
+                                   p + ".function.parameters.type");
   }
   json selected = tools;
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {

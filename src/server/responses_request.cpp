@@ -189,6 +189,14 @@ std::optional<ApiError> parse_responses_request(const json& body, const Sampling
     };
     rename("response_format", "text.format");
     rename("max_tokens", "max_output_tokens");
+    // tools[i].function.X of the chat request is tools[i].X here.
+    if (err.param.rfind("tools[", 0) == 0) {
+      const std::size_t at = err.param.find("].function");
+      if (at != std::string::npos) {
+        const std::string from = err.param.substr(0, at + 10), to = err.param.substr(0, at + 1);
+        rename(from, to);
+      }
+    }
     if (err.param.rfind("messages", 0) == 0) {
       // A message's index differs from its input item's (instructions, previous_response_id).
       err.param = "input";

@@ -247,6 +247,32 @@ TEST_F(ApiValidationTest, SmallerFieldChecks) {
   expect_idle();
 }
 
+// A function's arguments are a JSON object: a parameters schema of another type is refused, as
+// OpenAI refuses it (a forced call would otherwise write a bare string or number as arguments).
+TEST_F(ApiValidationTest, ToolParametersMustBeAnObjectSchema) {
+  start();
+  script("ok");
+  const std::string C = "/v1/chat/completions";
+  auto tool = [](json params) {
+    return json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", std::move(params)}}}}});
+  };
+  for (const json& type : {json("string"), json("array"), json(7), json::array({"object", "null"})}) {
+    json e = refused(C, chat({{"tools", tool({{"type", type}})}}), "tools[0].function.parameters.type");
+    EXPECT_NE(e["message"].get<std::string>().find(type.dump()), std::string::npos) << e.dump();
+    refused(C, chat({{"tools", tool({{"type", type}})}, {"tool_choice", "required"}}),
+            "tools[0].function.parameters.type");
+  }
+  json e = refused("/v1/responses",
+                   {{"input", "x"},
+                    {"tools", json::array({{{"type", "function"}, {"name", "f"}, {"parameters", {{"type", "string"}}}}})}},
+                   "tools[0].parameters.type");
+  EXPECT_EQ(e["message"].get<std::string>().find("function"), std::string::npos) << e.dump();
+  // An object schema, and one that names no type (taken as an object's), are served.
+  ok(post_json(C, chat({{"tools", tool({{"type", "object"}, {"properties", {{"a", {{"type", "string"}}}}}})}})));
+  ok(post_json(C, chat({{"tools", tool(json::object())}})));
+  expect_idle();
+}
+
 TEST_F(ApiValidationTest, ResponsesIncompleteMessageStatus) {
   start();
   script("one two three four five");
