@@ -9,6 +9,10 @@
 #         1/16/64 at a 1k context, 8k prefill, and MTP k=3 at batch 1, per KV dtype
 # tp:     tensor parallelism (tp model tests, bench_cuda_comm, bench-offline --tp-size 1 vs 2;
 #         one GPU: both ranks on it)
+# issue14: every figure of issue #14's table in one call (~3-4 minutes on an H200): batch 1 at 1k / 8k /
+#         32k / 128k, 16 x 8k, 16 and 64 x 1k (after an 8k prefill: the 8k TTFT), Qwen's sampling at 128
+#         (batch 16 / 64, f32 and bf16 GDN state), the MTP k=3 step, and 16 HTTP streams of 1k prompts;
+#         then tools/issue14_table.py prints them beside the targets (logs in $OUT/i14)
 # longctx: bench-offline decode at long contexts (issue #14): batch 1 at 1k / 8k / 32k, batch 16
 #         at 8k, batch 1 at 128k, with the split-KV decode kernel and (OLD_ATTN=1) with the tiled
 #         kernel it replaced (DELTASERVE_CUDA_DECODE_ATTN=0); VARIANTS adds runs with other knobs
@@ -104,6 +108,33 @@ if has tests; then
   timeout 120 "$B/step_memory_test" --gtest_filter='*cuda*' >"$OUT/step_memory.log" 2>&1
   echo "step_memory_test(cuda) rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/step_memory.log" | tr '\n' ' ')" |
     tee -a "$OUT/summary.txt"
+fi
+
+if has issue14; then
+  d=$OUT/i14
+  mkdir -p "$d"
+  i14() {  # name, bench-offline flags
+    local name=$1
+    shift
+    timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --threads 1 "$@" \
+      >"$d/$name.log" 2>&1
+    echo "issue14 $name rc=$?" | tee -a "$OUT/summary.txt"
+  }
+  sampling=(--temperature 0.6 --top-k 20 --top-p 0.95 --sampling-backend device --batch 16,64 --prompt-len 128
+    --gen-len 128 --prefill-len 1024)
+  i14 ctx --batch 1 --prompt-len 1024,8192,32768,131072 --gen-len 64 --prefill-len 1024
+  i14 b16_8k --batch 16 --prompt-len 8192 --gen-len 64 --prefill-len 1024
+  i14 b16_64_1k --batch 16,64 --prompt-len 1024 --gen-len 96 --prefill-len 8192
+  i14 sampled_f32 "${sampling[@]}"
+  i14 sampled_bf16 "${sampling[@]}" --mamba-ssm-dtype bfloat16
+  i14 mtp --speculative-algorithm NEXTN --speculative-num-steps 3 --batch 1 --prompt-len 1024 --gen-len 128 \
+    --prefill-len 1024
+  serve_27b i14 30560 --context-length 8192 --max-running-requests 16
+  timeout 300 "$B/deltaserve" bench --url http://127.0.0.1:30560 --concurrency 16 --input-len 1024 --output-len 128 \
+    --num-prompts 64 --temperature 0 --no-record --output "$d/http.json" >"$d/http.txt" 2>&1
+  echo "issue14 http rc=$?" | tee -a "$OUT/summary.txt"
+  kill $SERVER_PID; wait $SERVER_PID 2>/dev/null
+  python3 tools/issue14_table.py "$d" | tee -a "$OUT/summary.txt"
 fi
 
 if has overlap; then
