@@ -12,7 +12,8 @@
 # issue14: every figure of issue #14's table in one call (~3-4 minutes on an H200): batch 1 at 1k / 8k /
 #         32k / 128k, 16 x 8k, 16 and 64 x 1k (after an 8k prefill: the 8k TTFT), Qwen's sampling at 128
 #         (batch 16 / 64, f32 and bf16 GDN state), the MTP k=3 step, and 16 HTTP streams of 1k prompts;
-#         then tools/issue14_table.py prints them beside the targets (logs in $OUT/i14)
+#         then tools/issue14_table.py prints them beside the targets (logs in $OUT/i14); llama.cpp beside
+#         them in a second call: tools/gpu-llama-pack.sh (its header has the command)
 # longctx: bench-offline decode at long contexts (issue #14): batch 1 at 1k / 8k / 32k, batch 16
 #         at 8k, batch 1 at 128k, with the split-KV decode kernel and (OLD_ATTN=1) with the tiled
 #         kernel it replaced (DELTASERVE_CUDA_DECODE_ATTN=0); VARIANTS adds runs with other knobs
