@@ -249,10 +249,12 @@ std::optional<ApiError> parse_tools(const json& body, OpenAiRequest& out) {
     // The arguments are a JSON object (OpenAI refuses any other schema type): a forced call's
     // grammar and the parsers both expect one. A schema that names no type is taken as an object's.
     if (fn.contains("parameters") && fn["parameters"].is_object() && fn["parameters"].contains("type") &&
-        fn["parameters"]["type"] != "object")
-      return ApiError::bad_request(p + ".function.parameters must be a JSON Schema of type \"object\", got type " +
-                                       fn["parameters"]["type"].dump(),
+        fn["parameters"]["type"] != "object") {
+      std::string got = fn["parameters"]["type"].dump(-1, ' ', false, json::error_handler_t::replace);
+      if (got.size() > 64) got = got.substr(0, 61) + "...";
+      return ApiError::bad_request(p + ".function.parameters must be a JSON Schema of type \"object\", got type " + got,
                                    p + ".function.parameters.type");
+    }
   }
   json selected = tools;
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
