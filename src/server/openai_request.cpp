@@ -677,10 +677,7 @@ std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefau
     effort_param = "reasoning.effort";
     const json& r = body["reasoning"];
     if (!r.is_object()) return ApiError::bad_request("'reasoning' must be an object", "reasoning");
-    for (auto it = r.begin(); it != r.end(); ++it)
-      if (it.key() != "effort" && it.key() != "summary")
-        return ApiError::bad_request("unrecognized field 'reasoning." + it.key() + "'", "reasoning." + it.key(),
-                                     "unrecognized_field");
+    if (auto e = check_nested_fields(r, "reasoning", "reasoning")) return e;
     if (r.contains("summary") && !r["summary"].is_null())
       return ApiError::bad_request("'reasoning.summary' is not supported (reasoning is returned as it is)",
                                    "reasoning.summary", "unsupported_field");

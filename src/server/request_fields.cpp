@@ -176,6 +176,8 @@ const std::vector<NestedObject> kNested = {
   {"tool_choice.function", {"name"}, {}},
   {"responses tools[]", {"type", "name", "description", "parameters", "strict"}, {}},
   {"responses tool_choice", {"type", "name"}, {}},
+  {"responses text", {"format", "verbosity"}, {}},
+  {"reasoning", {"effort", "summary"}, {}},
 };
 // clang-format on
 

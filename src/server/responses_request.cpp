@@ -168,10 +168,7 @@ std::optional<ApiError> parse_responses_request(const json& body, const Sampling
   if (body.contains("text") && !body["text"].is_null()) {
     const json& t = body["text"];
     if (!t.is_object()) return ApiError::bad_request("'text' must be an object", "text");
-    for (auto it = t.begin(); it != t.end(); ++it)
-      if (it.key() != "format" && it.key() != "verbosity")
-        return ApiError::bad_request("unrecognized field 'text." + it.key() + "'", "text." + it.key(),
-                                     "unrecognized_field");
+    if (auto e = check_nested_fields(t, "responses text", "text")) return *e;
     if (t.contains("verbosity") && !t["verbosity"].is_null())
       return ApiError::bad_request("'text.verbosity' is not supported", "text.verbosity", "unsupported_field");
     if (t.contains("format") && !t["format"].is_null()) chat["response_format"] = t["format"];

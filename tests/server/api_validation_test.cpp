@@ -90,6 +90,9 @@ TEST_F(ApiValidationTest, UnknownNestedKeysAreRefusedByPath) {
           "messages[0].refusal");
   // Responses tools and tool_choice.
   refused("/v1/responses", {{"input", "x"}, {"tools", json::array({{{"type", "function"}, {"name", "f"}, {"foo", 1}}})}}, "tools[0].foo");
+  refused(C, chat({{"reasoning", {{"effort", "low"}, {"foo", 1}}}}), "reasoning.foo");
+  refused("/v1/responses", {{"input", "x"}, {"reasoning", {{"foo", 1}}}}, "reasoning.foo");
+  refused("/v1/responses", {{"input", "x"}, {"text", {{"format", {{"type", "text"}}}, {"foo", 1}}}}, "text.foo");
   refused("/v1/responses",
           {{"input", "x"}, {"tools", json::array({{{"type", "function"}, {"name", "f"}}})}, {"tool_choice", {{"type", "function"}, {"name", "f"}, {"foo", 1}}}},
           "tool_choice.foo");
