@@ -343,6 +343,7 @@ Expr integer_range_expr(std::optional<int64_t> lo, std::optional<int64_t> hi) {
 
 struct JsonSchemaConverter::Ctx {
   const json* document = nullptr;
+  int index = -1;  // of the document in documents_
 };
 
 JsonSchemaConverter::JsonSchemaConverter(Grammar& grammar, const JsonSchemaOptions& options)
@@ -425,14 +426,23 @@ Expr JsonSchemaConverter::const_value(const json& v) {
 }
 
 Result<Expr> JsonSchemaConverter::value(const json& schema, const json& document, const std::string& path) {
-  Ctx ctx{&document};
+  Ctx ctx{&document, document_index(document)};
   return convert(schema, ctx, path, 0);
+}
+
+// Callers pass a document by reference, often a copy made for the call: the address finds the
+// document given last there, the value decides whether this is it (a local copy of another tool's
+// schema may sit at the same address). A new one is kept, to compare the next call's against.
+int JsonSchemaConverter::document_index(const json& document) {
+  Document& d = documents_[&document];
+  if (d.index < 0 || d.value != document) d = {document, documents_given_++};
+  return d.index;
 }
 
 Result<Expr> JsonSchemaConverter::convert_ref(const std::string& ref, Ctx& ctx, const std::string& path, int depth) {
   if (ref.empty() || ref[0] != '#')
     return error("json_schema: $ref ", quote(ref), " at ", path, " points outside the schema (only local '#...' references are supported)");
-  const auto key = std::make_pair(static_cast<const void*>(ctx.document), ref);
+  const auto key = std::make_pair(ctx.index, ref);
   auto it = ref_rules_.find(key);
   if (it != ref_rules_.end()) return Expr::ref(it->second);
   // Resolve the pointer.
@@ -776,16 +786,24 @@ Result<Expr> JsonSchemaConverter::convert_array(const json& s, Ctx& ctx, const s
   return Expr::seq({Expr::literal("["), ws, std::move(content), ws, Expr::literal("]")});
 }
 
-Result<Expr> JsonSchemaConverter::convert_string(const json& s, const std::string& path) {
-  std::optional<int64_t> min_len, max_len;
+Result<StringLengthBounds> string_length_bounds(const json& s, const std::string& path) {
+  StringLengthBounds b;
   for (const char* key : {"minLength", "maxLength"}) {
     if (!s.contains(key)) continue;
-    if (!s[key].is_number_integer() || s[key].get<int64_t>() < 0)
+    const json& v = s[key];
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
       return error("json_schema: '", key, "' at ", path, " must be a non-negative integer");
-    if (s[key].get<int64_t>() > 10000) return error("json_schema: '", key, "' above 10000 at ", path, " is not supported");
-    (std::string(key) == "minLength" ? min_len : max_len) = s[key].get<int64_t>();
+    if (v.is_number_unsigned() ? v.get<uint64_t>() > 10000 : v.get<int64_t>() > 10000)
+      return error("json_schema: '", key, "' above 10000 at ", path, " is not supported");
+    (std::string(key) == "minLength" ? b.min : b.max) = v.get<int64_t>();
   }
-  if (min_len && max_len && *max_len < *min_len) return error("json_schema: maxLength < minLength at ", path);
+  if (b.min && b.max && *b.max < *b.min) return error("json_schema: maxLength < minLength at ", path);
+  return b;
+}
+
+Result<Expr> JsonSchemaConverter::convert_string(const json& s, const std::string& path) {
+  DS_ASSIGN_OR_RETURN(StringLengthBounds bounds, string_length_bounds(s, path));
+  const std::optional<int64_t> min_len = bounds.min, max_len = bounds.max;
   const bool has_pattern = s.contains("pattern"), has_format = s.contains("format");
   if (has_pattern && has_format) return error("json_schema: 'pattern' together with 'format' at ", path, " is not supported");
   if ((has_pattern || has_format) && (min_len || max_len))

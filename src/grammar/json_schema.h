@@ -44,7 +44,9 @@ Grammar json_object_grammar(const JsonSchemaOptions& options = {});
 class JsonSchemaConverter {
  public:
   JsonSchemaConverter(Grammar& grammar, const JsonSchemaOptions& options);
-  // JSON text valid under `schema`; `$ref`s resolve against `document` (the schema's root).
+  // JSON text valid under `schema`; `$ref`s resolve against `document` (the schema's root). A
+  // reference's rule is shared by the calls given one document at one address; a different document,
+  // even at an address used before (a local copy per call), gets its own rules.
   Result<Expr> value(const nlohmann::ordered_json& schema, const nlohmann::ordered_json& document,
                      const std::string& path = "#");
   Expr whitespace() const;
@@ -63,12 +65,27 @@ class JsonSchemaConverter {
   Result<Expr> convert_number(const nlohmann::ordered_json& s, bool integer, const std::string& path);
   Result<Expr> convert_ref(const std::string& ref, Ctx& ctx, const std::string& path, int depth);
   Expr const_value(const nlohmann::ordered_json& v);
+  int document_index(const nlohmann::ordered_json& document);
 
   Grammar& g_;
   JsonSchemaOptions opts_;
   int any_value_ = -1, any_object_ = -1, any_array_ = -1, string_rest_ = -1;
-  std::map<std::pair<const void*, std::string>, int> ref_rules_;  // (document, pointer) -> rule
+  struct Document {
+    nlohmann::ordered_json value;
+    int index = -1;  // the documents given, numbered in order
+  };
+
+  std::map<const void*, Document> documents_;  // address -> the document given last there
+  int documents_given_ = 0;
+  std::map<std::pair<int, std::string>, int> ref_rules_;  // (document index, pointer) -> rule
 };
+
+// A string schema's minLength / maxLength (each absent, or a whole number in [0, 10000]); an
+// error naming the key and `path` otherwise.
+struct StringLengthBounds {
+  std::optional<int64_t> min, max;
+};
+Result<StringLengthBounds> string_length_bounds(const nlohmann::ordered_json& schema, const std::string& path);
 
 // The regex (ECMAScript syntax, unanchored text) a supported string `format` must match; nullptr
 // for formats not supported (date, time, date-time, email, uuid, ipv4, hostname, uri are).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "grammar/regex.h"
+#include "server/tool_call_parser.h"
 
 namespace deltaserve {
 
@@ -10,31 +11,8 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
-// The type convert_tool_param (tool_call_parser.cpp) reads a parameter's value as.
-std::string parser_type(const json& schema) {
-  if (schema.contains("type") && schema["type"].is_string()) return lower(schema["type"].get<std::string>());
-  for (const char* key : {"anyOf", "oneOf"}) {
-    if (schema.contains(key) && schema[key].is_array())
-      for (const auto& m : schema[key])
-        if (m.is_object() && m.contains("type") && m["type"].is_string() && m["type"] != "null")
-          return lower(m["type"].get<std::string>());
-  }
-  if (schema.contains("enum")) return "enum";
-  return "";
-}
-
-bool string_like(const std::string& t) {
-  return t == "string" || t == "str" || t == "text" || t == "varchar" || t == "char" || t == "enum";
-}
-
 Result<Expr> coder_value(const json& schema, const json& document, const std::string& path, JsonSchemaConverter& conv) {
-  const std::string type = parser_type(schema);
-  if (!string_like(type)) return conv.value(schema, document, path);
+  if (!tool_param_is_text(tool_param_type(schema))) return conv.value(schema, document, path);
   // Raw text, as the parser keeps it.
   if (schema.contains("enum") && schema["enum"].is_array()) {
     std::vector<Expr> alts;
@@ -52,13 +30,10 @@ Result<Expr> coder_value(const json& schema, const json& document, const std::st
       return error("tool parameter ", path, ": unsupported string format '", schema["format"].get<std::string>(), "'");
     return regex_to_expr(re);
   }
-  const bool bounded = schema.contains("minLength") || schema.contains("maxLength");
-  if (bounded) {
-    const int lo = schema.value("minLength", 0);
-    const int hi = schema.contains("maxLength") && schema["maxLength"].is_number_integer() ? schema["maxLength"].get<int>() : -1;
-    if (lo < 0 || lo > 10000 || hi > 10000 || (hi >= 0 && hi < lo))
-      return error("tool parameter ", path, ": bad or too large minLength/maxLength");
-    return Expr::repeat(Expr::codepoints({{'<', '<'}}, /*negate=*/true), lo, hi);
+  DS_ASSIGN_OR_RETURN(StringLengthBounds bounds, string_length_bounds(schema, path));
+  if (bounds.min || bounds.max) {
+    return Expr::repeat(Expr::codepoints({{'<', '<'}}, /*negate=*/true), static_cast<int>(bounds.min.value_or(0)),
+                        bounds.max ? static_cast<int>(*bounds.max) : -1);
   }
   return Expr::exclude({"</parameter>"});
 }

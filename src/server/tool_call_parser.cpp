@@ -86,7 +86,9 @@ const json* find_param_schema(const json& tools, const std::string& function_nam
   return nullptr;
 }
 
-std::string schema_type(const json& schema) {
+}  // namespace
+
+std::string tool_param_type(const json& schema) {
   if (schema.contains("type") && schema["type"].is_string()) {
     return lower(schema["type"].get<std::string>());
   }
@@ -101,21 +103,26 @@ std::string schema_type(const json& schema) {
     }
   }
   if (schema.contains("enum")) return "enum";
-  return "";
+  for (const char* key : {"$ref", "anyOf", "oneOf", "allOf", "type"}) {
+    if (schema.contains(key)) return "";
+  }
+  return "string";
 }
 
-}  // namespace
+bool tool_param_is_text(const std::string& type) {
+  for (const char* t : {"string", "str", "text", "varchar", "char", "enum"}) {
+    if (type == t) return true;
+  }
+  return false;
+}
 
 json convert_tool_param(const json& tools, const std::string& function_name,
                         const std::string& param_name, const std::string& raw) {
   if (lower(raw) == "null") return nullptr;
   const json* schema = find_param_schema(tools, function_name, param_name);
   if (!schema) return raw;
-  std::string type = schema_type(*schema);
-  static const char* kStringTypes[] = {"string", "str", "text", "varchar", "char", "enum"};
-  for (const char* t : kStringTypes) {
-    if (type == t) return raw;
-  }
+  const std::string type = tool_param_type(*schema);
+  if (tool_param_is_text(type)) return raw;
   if (starts_with(type, "int") || starts_with(type, "uint") || starts_with(type, "long") ||
       starts_with(type, "short") || starts_with(type, "unsigned")) {
     std::string t = trim(raw);

@@ -70,6 +70,14 @@ std::vector<ToolCall> merge_tool_call_deltas(const std::vector<ToolCallDelta>& d
 // "call_" + 24 random hex digits.
 std::string make_tool_call_id();
 
+// The type a qwen3_coder parameter's value is read as (lower case): the schema's "type", else the
+// first non-null typed member of anyOf/oneOf, else "enum" for an enum; "" for a schema made of
+// references or combinators alone ("$ref", allOf, untyped anyOf: read as a literal); and "string"
+// for one that names no type at all, as SGLang and vLLM read it ("123" stays "123").
+std::string tool_param_type(const nlohmann::ordered_json& schema);
+// Whether a value of that type is kept as its raw text (string, str, text, varchar, char, enum).
+bool tool_param_is_text(const std::string& type);
+
 // Converts one qwen3_coder parameter value by the schema of `function_name`'s `param_name`.
 nlohmann::ordered_json convert_tool_param(const nlohmann::ordered_json& tools, const std::string& function_name,
                                   const std::string& param_name, const std::string& raw);

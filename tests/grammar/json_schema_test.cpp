@@ -273,5 +273,47 @@ TEST(StructuralTag, FreeTextThenStructures) {
   EXPECT_FALSE(grammar_from_structural_tag(json::parse(R"({"type":"structural_tag","format":{}})")).is_ok());
 }
 
+// Two structures whose schemas define the same "$ref" differently: each resolves it in its own
+// schema (the converter once kept a reference's rule by the document's address, and the loop's local
+// copy of each schema sat at one address).
+TEST(StructuralTag, RefsResolveInTheirOwnStructuresSchema) {
+  json spec = json::parse(R"({"type":"structural_tag","triggers":["<f="],"structures":[
+    {"begin":"<f=ints>","end":"</f>","schema":{"$defs":{"V":{"type":"integer"}},"type":"object","properties":{"v":{"$ref":"#/$defs/V"}},"required":["v"]}},
+    {"begin":"<f=strs>","end":"</f>","schema":{"$defs":{"V":{"type":"string"}},"type":"object","properties":{"v":{"$ref":"#/$defs/V"}},"required":["v"]}}]})");
+  auto g = compile_or_die(grammar_from_structural_tag(spec), byte_vocab());
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(matches(g, R"(<f=ints>{"v":7}</f>)"));
+  EXPECT_FALSE(matches(g, R"(<f=ints>{"v":"a"}</f>)"));
+  EXPECT_TRUE(matches(g, R"(<f=strs>{"v":"a"}</f>)"));
+  EXPECT_FALSE(matches(g, R"(<f=strs>{"v":7}</f>)"));
+}
+
+// The converter directly: documents given at one address one after another (a caller's local copy
+// per call) keep their own references; one document given twice shares its reference's rule.
+TEST(JsonSchema, ConverterTellsDocumentsAtOneAddressApart) {
+  Grammar g;
+  const int root = g.add_rule("root");
+  JsonSchemaConverter conv(g, {});
+  std::vector<Expr> alts;
+  json doc;  // one address, three documents
+  for (const char* type : {"integer", "string", "string"}) {
+    doc = {{"$defs", {{"V", {{"type", type}}}}}, {"$ref", "#/$defs/V"}};
+    auto v = conv.value(doc, doc);
+    ASSERT_TRUE(v.is_ok()) << v.status().message();
+    alts.push_back(Expr::seq({Expr::literal(std::string(type) + ":"), std::move(*v)}));
+  }
+  const int rules = g.n_rules();
+  ASSERT_TRUE(conv.value(doc, doc).is_ok());
+  EXPECT_EQ(g.n_rules(), rules);  // the last document again: its "$ref" rule is reused
+  g.set_body(root, Expr::alt(std::move(alts)));
+  g.root = root;
+  auto c = compile_or_die(std::move(g), byte_vocab());
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(matches(c, "integer:7"));
+  EXPECT_FALSE(matches(c, "integer:\"a\""));
+  EXPECT_TRUE(matches(c, "string:\"a\""));
+  EXPECT_FALSE(matches(c, "string:7"));
+}
+
 }  // namespace
 }  // namespace deltaserve

@@ -142,7 +142,8 @@ json weather_tools() {
   return json::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{
     "type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"},
     "ratio":{"type":"number"},"flag":{"type":"boolean"},"opts":{"type":"object"},
-    "tags":{"type":"array"},"any":{}}}}}])");
+    "tags":{"type":"array"},"any":{},"id":{"description":"record id"},"ref":{"$ref":"#/$defs/L"}},
+    "$defs":{"L":{"type":"array"}}}}}])");
 }
 
 struct ToolResult {
@@ -230,7 +231,12 @@ TEST(Qwen3CoderParser, ValueConversions) {
   EXPECT_EQ(conv("opts", "{\"a\": 1}"), "{\"a\": 1}");
   EXPECT_EQ(conv("opts", "{'a': 1, 'b': [True, None]}"), "{\"a\": 1, \"b\": [true, null]}");
   EXPECT_EQ(conv("tags", "[1,2"), "\"[1,2\"");
-  EXPECT_EQ(conv("any", "[1, 2]"), "[1, 2]");
+  // A schema that names no type is read as a string, as SGLang and vLLM read it; one made of a
+  // reference is read as a literal.
+  EXPECT_EQ(conv("any", "[1, 2]"), "\"[1, 2]\"");
+  EXPECT_EQ(conv("id", "123"), "\"123\"");
+  EXPECT_EQ(conv("id", "True"), "\"True\"");
+  EXPECT_EQ(conv("ref", "[1, 2]"), "[1, 2]");
   EXPECT_EQ(conv("unknown", "7"), "\"7\"");
   EXPECT_EQ(python_json_dumps(convert_tool_param(tools, "nope", "x", "7")), "\"7\"");
 }

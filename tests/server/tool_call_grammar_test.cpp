@@ -65,5 +65,76 @@ TEST(ToolCallGrammar, HermesTypedSchemasKeepTheirType) {
   EXPECT_FALSE(matches(g, hermes("typed", "3")));
 }
 
+// Two tools whose schemas name the same "$ref" with different definitions: each call resolves it
+// in its own schema (the converter keys its reference rules by the schema document's address), in
+// both formats.
+TEST(ToolCallGrammar, RefsResolveInTheirOwnToolsSchema) {
+  auto with_ref = [](const char* type, bool typed) {
+    json p = {{"$defs", {{"V", {{"type", type}}}}}, {"properties", {{"v", {{"$ref", "#/$defs/V"}}}}}, {"required", {"v"}}};
+    if (typed) p["type"] = "object";
+    return p;
+  };
+  for (bool typed : {false, true}) {
+    const json tools = json::array({tool("ints", with_ref("integer", typed)), tool("strs", with_ref("string", typed))});
+    auto g = compile_or_die(tool_call_grammar(ToolParserKind::Hermes, tools, /*parallel=*/false), byte_vocab());
+    ASSERT_TRUE(g);
+    EXPECT_TRUE(matches(g, hermes("ints", R"({"v": 7})"))) << typed;
+    EXPECT_FALSE(matches(g, hermes("ints", R"({"v": "a"})"))) << typed;
+    EXPECT_TRUE(matches(g, hermes("strs", R"({"v": "a"})"))) << typed;
+    EXPECT_FALSE(matches(g, hermes("strs", R"({"v": 7})"))) << typed;
+    auto c = compile_or_die(tool_call_grammar(ToolParserKind::Qwen3Coder, tools, /*parallel=*/false), byte_vocab());
+    ASSERT_TRUE(c);
+    auto coder = [](const std::string& name, const std::string& v) {
+      return "<tool_call>\n<function=" + name + ">\n<parameter=v>\n" + v + "\n</parameter>\n</function>\n</tool_call>";
+    };
+    EXPECT_TRUE(matches(c, coder("ints", "7"))) << typed;
+    EXPECT_FALSE(matches(c, coder("ints", "abc"))) << typed;
+    // A "$ref" has no type the parser reads as text: its value is written as JSON.
+    EXPECT_TRUE(matches(c, coder("strs", "\"abc\""))) << typed;
+    EXPECT_FALSE(matches(c, coder("strs", "7"))) << typed;
+  }
+}
+
+// A qwen3_coder string parameter's minLength / maxLength: read as JSON Schema reads them (the
+// raw text between the tags is bounded), and a wrong one is refused naming the key, not thrown
+// out of the JSON library or cut to 32 bits.
+TEST(ToolCallGrammar, CoderStringLengthsAreCheckedAsJsonSchemaChecksThem) {
+  auto with = [](json bounds) {
+    json p = {{"type", "string"}};
+    p.update(bounds);
+    return json::array({tool("f", {{"type", "object"}, {"properties", {{"s", p}}}, {"required", {"s"}}})});
+  };
+  auto g = compile_or_die(tool_call_grammar(ToolParserKind::Qwen3Coder, with({{"minLength", 2}, {"maxLength", 3}}), false),
+                          byte_vocab());
+  ASSERT_TRUE(g);
+  auto call = [](const std::string& v) {
+    return "<tool_call>\n<function=f>\n<parameter=s>\n" + v + "\n</parameter>\n</function>\n</tool_call>";
+  };
+  EXPECT_FALSE(matches(g, call("a")));
+  EXPECT_TRUE(matches(g, call("ab")));
+  EXPECT_TRUE(matches(g, call("abc")));
+  EXPECT_FALSE(matches(g, call("abcd")));
+  for (const json& bad : {json{{"minLength", "3"}}, json{{"minLength", nullptr}}, json{{"maxLength", 2.5}},
+                          json{{"maxLength", -1}}, json{{"maxLength", 4294967301ll}}, json{{"minLength", 3}, {"maxLength", 2}}}) {
+    auto r = tool_call_grammar(ToolParserKind::Qwen3Coder, with(bad), false);
+    ASSERT_FALSE(r.is_ok()) << bad.dump();
+    const std::string m = r.status().message();
+    EXPECT_TRUE(m.find("minLength") != std::string::npos || m.find("maxLength") != std::string::npos) << m;
+  }
+}
+
+// A qwen3_coder parameter whose schema names no type is raw text, as the parser reads it (and
+// SGLang and vLLM): the grammar admits what the parser keeps as a string.
+TEST(ToolCallGrammar, CoderUntypedParameterIsText) {
+  const json tools = json::array({tool("f", {{"type", "object"}, {"properties", {{"id", {{"description", "record id"}}}}},
+                                              {"required", {"id"}}})});
+  auto g = compile_or_die(tool_call_grammar(ToolParserKind::Qwen3Coder, tools, false), byte_vocab());
+  ASSERT_TRUE(g);
+  for (const char* v : {"abc def", "123", "\"quoted\""})
+    EXPECT_TRUE(matches(g, std::string("<tool_call>\n<function=f>\n<parameter=id>\n") + v +
+                               "\n</parameter>\n</function>\n</tool_call>"))
+        << v;
+}
+
 }  // namespace
 }  // namespace deltaserve
