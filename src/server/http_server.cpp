@@ -330,6 +330,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     if (!keep_alive_) return close();
     beast::error_code ec;
     stream_.socket().cancel(ec);  // stops the peer watch
+    // No response is complete until the next request has one: an interim "100 Continue" written
+    // for it must not end its exchange (that cancelled the body's read and dropped the request).
+    response_complete_ = false;
     do_read_header();
   }
 

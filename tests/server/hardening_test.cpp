@@ -253,6 +253,43 @@ TEST_F(HardeningTest, PipelinedRequestStillServedAfterWatch) {
   EXPECT_NE(raw.find("\r\n\r\n{}"), std::string::npos) << raw;
 }
 
+// "Expect: 100-continue" on a connection that already carried a response (curl sends it for large
+// bodies and reuses connections): the interim 100 is written, then the body is read and answered.
+// The finished exchange's state once made that interim write end the exchange, which cancelled the
+// body read and dropped the request.
+TEST_F(HardeningTest, ExpectContinueOnAReusedConnection) {
+  start();
+  engine_.script = tokenizer_->encode(" a b", false);
+  int fd = connect_local(port_);
+  ASSERT_GE(fd, 0);
+  std::string get = testing::build_request("GET", "/health", "");
+  get.replace(get.find("Connection: close"), 17, "Connection: keep-alive");
+  send_all(fd, get);
+  std::string raw;
+  char buf[4096];
+  auto read_until = [&](const std::string& what) {
+    while (raw.find(what) == std::string::npos) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return false;
+      raw.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  };
+  ASSERT_TRUE(read_until("\r\n\r\n{}")) << raw;
+  raw.clear();
+  const std::string body = R"({"prompt":"go","max_tokens":2})";
+  std::string post = testing::build_request("POST", "/v1/completions", "", {"Expect: 100-continue"});
+  post = post.substr(0, post.find("Content-Length: ")) + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  send_all(fd, post);
+  ASSERT_TRUE(read_until("HTTP/1.1 100 Continue\r\n\r\n")) << raw;
+  send_all(fd, body);
+  raw += read_all(fd);
+  ::close(fd);
+  const std::string answer = raw.substr(raw.find("\r\n\r\n") + 4);
+  EXPECT_EQ(testing::parse_response(answer).status, 200) << raw;
+  EXPECT_NE(answer.find("\"text_completion\""), std::string::npos) << raw;
+}
+
 // --- S2 / S5: authentication ---
 
 TEST_F(HardeningTest, UnauthenticatedBodyIsNeverRead) {
