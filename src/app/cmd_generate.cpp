@@ -114,6 +114,8 @@ int cmd_generate(const Args& args) {
     if (!ids) return fail(ids.status().message(), 2);
     prompt.assign(ids->begin(), ids->end());
   }
+  setup->config.extra_eos_token_ids =
+      end_token_ids(model_config->eos_token_ids, *gen, tokenizer ? tokenizer->eos_token_id() : std::nullopt);
   auto engine = Engine::create(ec, std::move(setup->backend));
   if (!engine) return fail(engine.status().message(), 1);
   Engine& e = **engine;

@@ -26,6 +26,7 @@
 #include "cache/memory_plan.h"
 #include "engine/model_setup.h"
 #include "model/config.h"
+#include "model/generation_config.h"
 #include "server/openai_server.h"
 #include "tokenizer/tokenizer.h"
 #include "util/log.h"
@@ -149,11 +150,11 @@ int cmd_serve(const Args& args) {
   if (!model_config) return fail(model_config.status().message(), 1);
   auto generation_defaults = load_generation_defaults(opts.model_path);
   if (!generation_defaults) return fail(generation_defaults.status().message(), 1);
-  const SamplingDefaults defaults = *generation_defaults;
-
   auto tokenizer = Tokenizer::load(opts.tokenizer_path.empty() ? opts.model_path : opts.tokenizer_path);
   if (!tokenizer)
     return fail(str_cat(opts.tokenizer_path.empty() ? "" : "--tokenizer-path: ", tokenizer.status().message()), 1);
+  SamplingDefaults defaults = *generation_defaults;
+  defaults.eos_token_ids = end_token_ids(model_config->eos_token_ids, *generation_defaults, tokenizer->eos_token_id());
   std::optional<std::filesystem::path> template_override;
   if (!opts.chat_template.empty()) template_override = opts.chat_template;
   auto chat_template = ChatTemplate::load(opts.model_path, template_override);
@@ -222,6 +223,7 @@ int cmd_serve(const Args& args) {
   // Device (its CUDA context up), measured memory, memory plan -> engine capacities.
   auto setup = setup_engine(opts, *model_config);
   if (!setup) return fail(setup.status().message(), 1);
+  setup->config.extra_eos_token_ids = defaults.eos_token_ids;  // the engine stops where the server ends a reply
   const MemoryPlan& plan = setup->plan;
   const PlanDevice device = setup->device;
   std::fprintf(stderr, "%s", render_memory_plan(plan).c_str());

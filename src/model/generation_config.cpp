@@ -1,5 +1,7 @@
 #include "model/generation_config.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "util/mmap_file.h"
@@ -38,6 +40,18 @@ Result<GenerationDefaults> load_generation_defaults(const std::filesystem::path&
         if (x.is_number_integer()) d.eos_token_ids.push_back(x.get<int32_t>());
   }
   return d;
+}
+
+std::vector<int32_t> end_token_ids(const std::vector<int32_t>& config_eos, const GenerationDefaults& generation,
+                                   std::optional<int32_t> tokenizer_eos) {
+  std::vector<int32_t> ids;
+  auto add = [&](int32_t id) {
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  };
+  for (int32_t id : config_eos) add(id);
+  for (int32_t id : generation.eos_token_ids) add(id);
+  if (tokenizer_eos) add(*tokenizer_eos);
+  return ids;
 }
 
 }  // namespace deltaserve

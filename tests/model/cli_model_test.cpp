@@ -94,6 +94,45 @@ TEST(CliGenerate, JsonGreedyContinuationMatchesReference) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
 }
 
+// The tokenizer's EOS ends a reply even when neither config.json nor generation_config.json names it
+// (a fine-tune that only sets tokenizer_config.json's eos_token): the engine stops on the ids the
+// server hides. A copy of tiny-coder whose eos_token is the third token of the reference greedy
+// continuation stops there; the model's own EOS ids still stop it as before.
+TEST(CliGenerate, StopsOnTheTokenizersEos) {
+  const auto src = source_dir() / "models/tiny-coder";
+  const auto dir = std::filesystem::temp_directory_path() / ("ds_cli_eos_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const auto& e : std::filesystem::directory_iterator(src)) {
+    if (e.path().filename() == "tokenizer_config.json") continue;
+    std::filesystem::create_symlink(e.path(), dir / e.path().filename());
+  }
+  Fixture fx(src);
+  const auto& c = fx.cases()[0];
+  std::vector<int32_t> prompt(c.tokens.begin(), c.tokens.begin() + c.prompt_len);
+  std::vector<int32_t> expect(c.tokens.begin() + c.prompt_len, c.tokens.end());
+  ASSERT_GE(expect.size(), 4u);
+  const int32_t end = expect[2];
+  ASSERT_EQ(std::find(expect.begin(), expect.begin() + 2, end), expect.begin() + 2);  // first seen third
+  std::ifstream tj(src / "tokenizer.json");
+  const auto vocab = nlohmann::json::parse(tj)["model"]["vocab"];
+  std::string end_text;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    if (it.value().get<int32_t>() == end) end_text = it.key();
+  ASSERT_FALSE(end_text.empty());
+  std::ifstream tc(src / "tokenizer_config.json");
+  auto config = nlohmann::json::parse(tc);
+  config["eos_token"] = end_text;
+  std::ofstream(dir / "tokenizer_config.json") << config.dump(2);
+  RunResult r = run("generate --model-path " + dir.string() + " --prompt-ids " + join(prompt) + " --max-tokens " +
+                    std::to_string(expect.size()) + " --temperature 0 --json");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["token_ids"].get<std::vector<int32_t>>(), std::vector<int32_t>(expect.begin(), expect.begin() + 3));
+  EXPECT_EQ(j["finish_reason"], "stop");
+}
+
 // `deltaserve token-map` counts a corpus's tokens with the model's tokenizer and keeps the most
 // frequent (each count checked against `deltaserve tokenize` of the same text); `generate` with the
 // map as --speculative-token-map gives the reference continuation, drafts accepted.
