@@ -310,24 +310,40 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
   // (SGLang's mamba cache); without it, request slots alone.
   const bool cache_on = hybrid && in.prefix_cache;
   const int64_t max_live_slots = cache_on ? 0 : in.max_state_slots;
+  // Prefix-cache checkpoints (a GDN state each, no speculative rows) wanted beside `slots` request
+  // slots: one per request slot (SGLang's extra_buffer), or what --max-mamba-cache-size leaves.
+  const int64_t per_ckpt = std::max<int64_t>(1, p.state_bytes_per_slot_base);
+  auto checkpoints_for = [&](int64_t slots) -> int64_t {
+    if (!cache_on) return 0;
+    return in.max_state_slots > 0 ? std::max<int64_t>(0, in.max_state_slots - slots) : slots;
+  };
   if (hybrid) {
     const int64_t fit_slots = state_budget / per_req;
     int64_t want = 0;  // slots the user asked for, if any
     std::string want_flag;
     if (in.max_running_requests > 0) want = in.max_running_requests, want_flag = "--max-running-requests";
     if (max_live_slots > 0 && max_live_slots > want) want = max_live_slots, want_flag = "--max-mamba-cache-size";
-    if (want > fit_slots) {
-      const int64_t need_state = want * per_req;
+    // The request slots asked for and their checkpoints, where KV is left for both; else the slots
+    // alone (the checkpoints then get what the budget holds, below, with a warning).
+    const int64_t min_kv_tokens = std::max<int64_t>(in.context_length > 0 ? in.context_length : 0, want * block);
+    auto kv_fits = [&](int64_t state) {
+      const int64_t kv_left = p.cache_bytes - state;
+      return kv_left > 0 && kv_tokens_for(kv_left) >= std::max<int64_t>(min_kv_tokens, block);
+    };
+    int64_t need_state = want * per_req + checkpoints_for(want) * per_ckpt;
+    if (!kv_fits(need_state) || in.mamba_full_memory_ratio_explicit) need_state = want * per_req;
+    if (need_state > state_budget) {
       const int64_t kv_left = p.cache_bytes - need_state;
-      const int64_t min_kv_tokens = std::max<int64_t>(in.context_length > 0 ? in.context_length : 0, want * block);
-      const bool kv_ok = kv_left > 0 && kv_tokens_for(kv_left) >= std::max<int64_t>(min_kv_tokens, block);
+      const bool kv_ok = kv_fits(need_state);
       const double r_need = kv_left > 0 ? double(need_state) / double(kv_left) : 0;
       if (kv_ok && !in.mamba_full_memory_ratio_explicit) {
         state_budget = need_state;
         split_note = "raised to fit " + want_flag + " " + std::to_string(want) +
                      " (as --mamba-full-memory-ratio " + fixed(r_need, 2) + "; the default " + fixed(r, 2) +
                      " fits " + std::to_string(fit_slots) + ")";
-        p.warnings.push_back(want_flag + " " + std::to_string(want) + " needs more state memory than the default split (" +
+        p.warnings.push_back(want_flag + " " + std::to_string(want) +
+                             (need_state > want * per_req ? " with their prefix-cache checkpoints" : "") +
+                             " needs more state memory than the default split (" +
                              std::to_string(fit_slots) + " fit at --mamba-full-memory-ratio " + fixed(r, 2) +
                              "): the plan uses --mamba-full-memory-ratio " + fixed(r_need, 2) + ", leaving KV for " +
                              commas(kv_tokens_for(kv_left)) + " tokens");
@@ -348,9 +364,18 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
     // Running requests auto with the prefix cache on: each request slot comes with its checkpoint,
     // so that the cache can keep a GDN state for every running conversation (filling the budget
     // with request slots left none: a hybrid model's prompts were then always recomputed).
-    if (cache_on && in.max_running_requests <= 0 && in.max_state_slots <= 0) {
-      slots = state_budget / (per_req + std::max<int64_t>(1, p.state_bytes_per_slot_base));
+    if (cache_on && in.max_running_requests <= 0) {
+      slots = state_budget / (per_req + per_ckpt);
       slots_bound = "state budget, with a prefix-cache checkpoint per request";
+    }
+    // --max-mamba-cache-size N with the prefix cache: request slots and checkpoints in all; left
+    // to the plan, half of N for each.
+    if (cache_on && in.max_state_slots > 0) {
+      const int64_t share = in.max_running_requests > 0 ? std::min(in.max_state_slots, in.max_running_requests)
+                                                        : std::max<int64_t>(1, in.max_state_slots / 2);
+      if (share < slots)
+        slots = share, slots_bound = "--max-mamba-cache-size " + std::to_string(in.max_state_slots) +
+                                     (in.max_running_requests > 0 ? "" : " / 2 (a checkpoint per request slot)");
     }
     if (max_live_slots > 0 && max_live_slots <= slots) slots = max_live_slots, slots_bound = "--max-mamba-cache-size";
     const int64_t cap_running = in.max_running_requests > 0 ? in.max_running_requests : running_cap;
@@ -359,13 +384,9 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
       slots_bound = in.max_running_requests > 0 ? "--max-running-requests" : cap_name;
     }
     p.state_slots = std::max<int64_t>(slots, 0);
-    // Prefix-cache checkpoints (a GDN state each, no speculative rows): one per request slot
-    // (SGLang's extra_buffer) unless --max-mamba-cache-size says how many slots in all.
-    const int64_t per_ckpt = std::max<int64_t>(1, p.state_bytes_per_slot_base);
     std::string ckpt_note = "prefix cache off (--disable-radix-cache): none";
     if (cache_on) {
-      const int64_t want_ckpt =
-          in.max_state_slots > 0 ? std::max<int64_t>(0, in.max_state_slots - p.state_slots) : p.state_slots;
+      const int64_t want_ckpt = checkpoints_for(p.state_slots);
       const int64_t room = std::max<int64_t>(0, state_budget - p.state_slots * per_req) / per_ckpt;
       p.checkpoint_slots = std::min(want_ckpt, room);
       ckpt_note = (in.max_state_slots > 0 ? "--max-mamba-cache-size " + std::to_string(in.max_state_slots) +
@@ -373,10 +394,21 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
                                           : std::string("one per request slot")) +
                   ", " + human_bytes(per_ckpt) + " each" +
                   (p.checkpoint_slots < want_ckpt ? "; the state budget holds " + std::to_string(room) : "");
-      if (in.max_state_slots > 0 && p.checkpoint_slots < want_ckpt)
-        p.warnings.push_back("--max-mamba-cache-size " + std::to_string(in.max_state_slots) + " asks for " +
-                             std::to_string(want_ckpt) + " prefix-cache checkpoints; the state budget holds " +
-                             std::to_string(room) + " (raise --mamba-full-memory-ratio)");
+      // Fewer checkpoints than request slots: conversations beyond them lose their cached state
+      // and their next prompt is recomputed; none at all, and no prompt is ever reused.
+      const std::string mamba_flag = "--max-mamba-cache-size " + std::to_string(in.max_state_slots);
+      if (p.checkpoint_slots < want_ckpt)
+        p.warnings.push_back((in.max_state_slots > 0 ? mamba_flag + " asks for " + std::to_string(want_ckpt) +
+                                                           " prefix-cache checkpoints"
+                                                     : "the prefix cache asks for " + std::to_string(want_ckpt) +
+                                                           " checkpoints (one per request slot)") +
+                             "; the state budget holds " +
+                             std::to_string(room) + ": conversations beyond them have their prompts recomputed" +
+                             " (raise --mamba-full-memory-ratio" +
+                             (in.max_running_requests > 0 ? " or lower --max-running-requests)" : ")"));
+      else if (p.checkpoint_slots == 0)
+        p.warnings.push_back(mamba_flag + " leaves no prefix-cache checkpoint beside " + std::to_string(p.state_slots) +
+                             " request slots: prompts are always recomputed (raise --max-mamba-cache-size)");
     }
     const int64_t used = p.state_slots * per_req + p.checkpoint_slots * per_ckpt;
     const int64_t unused = state_budget - used;

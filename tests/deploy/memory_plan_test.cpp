@@ -260,6 +260,82 @@ TEST(MemoryPlan, RelaunchWithDefaults) {
   EXPECT_NE(table.find("a step of 8,294 tokens"), std::string::npos) << table;
 }
 
+// The prefix cache needs a checkpoint (a GDN state) per conversation it keeps: the plan's own
+// choices and the flags' give request slots their checkpoints, and say so when they cannot.
+MemoryPlanInput relaunch_input() {
+  MemoryPlanInput in;
+  in.device_memory_bytes = 48 * kGiB;
+  in.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
+  in.tp_size = 2;
+  in.spec_num_steps = 1;
+  in.chunked_prefill_size = 8192;
+  in.max_prefill_tokens = 8192;
+  return in;
+}
+
+TEST(MemoryPlan, MambaCacheSizeCountsRequestSlotsAndCheckpoints) {
+  // --max-mamba-cache-size 20 alone: 10 request slots and 10 checkpoints (it once gave the whole
+  // budget to 98 request slots and left no checkpoint: every prompt recomputed).
+  MemoryPlanInput in = relaunch_input();
+  in.max_state_slots = 20;
+  MemoryPlan p = plan_memory(qwen36_27b(), in);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p.state_slots, 10);
+  EXPECT_EQ(p.checkpoint_slots, 10);
+  for (auto& w : p.warnings) ADD_FAILURE() << w;
+  // With --max-running-requests 16: 16 request slots, the 4 left are checkpoints.
+  in.max_running_requests = 16;
+  p = plan_memory(qwen36_27b(), in);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p.state_slots, 16);
+  EXPECT_EQ(p.checkpoint_slots, 4);
+  // No room left for any: the plan says prompts are recomputed.
+  in.max_running_requests = 20;
+  p = plan_memory(qwen36_27b(), in);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p.state_slots, 20);
+  EXPECT_EQ(p.checkpoint_slots, 0);
+  ASSERT_EQ(p.warnings.size(), 1u);
+  EXPECT_NE(p.warnings[0].find("leaves no prefix-cache checkpoint"), std::string::npos) << p.warnings[0];
+}
+
+TEST(MemoryPlan, RaisedStateSplitKeepsACheckpointPerRequest) {
+  // --max-running-requests 60 with the default ratio (51 fit with checkpoints): the plan raises the
+  // state split for the request slots and their checkpoints (it once raised it for the slots
+  // alone: 0 checkpoints, silently).
+  MemoryPlanInput in = relaunch_input();
+  in.max_running_requests = 60;
+  MemoryPlan p = plan_memory(qwen36_27b(), in);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p.state_slots, 60);
+  EXPECT_EQ(p.checkpoint_slots, 60);
+  ASSERT_FALSE(p.warnings.empty());
+  EXPECT_NE(p.warnings[0].find("--max-running-requests 60 with their prefix-cache checkpoints"), std::string::npos)
+      << p.warnings[0];
+  // 120 with their checkpoints would leave no KV: the slots alone, and the plan says the
+  // checkpoints are missing.
+  in.max_running_requests = 120;
+  p = plan_memory(qwen36_27b(), in);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p.state_slots, 120);
+  EXPECT_EQ(p.checkpoint_slots, 0);
+  bool said = false;
+  for (auto& w : p.warnings) said = said || w.find("the prefix cache asks for 120 checkpoints (one per request slot); the state budget holds 0") != std::string::npos;
+  EXPECT_TRUE(said);
+  // An explicit ratio is kept: the slots fit, the checkpoints get what is left, with a warning.
+  in.max_running_requests = 60;
+  in.mamba_full_memory_ratio = 0.9;
+  in.mamba_full_memory_ratio_explicit = true;
+  p = plan_memory(qwen36_27b(), in);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p.state_slots, 60);
+  EXPECT_LT(p.checkpoint_slots, 60);
+  EXPECT_GT(p.checkpoint_slots, 0);
+  bool warned = false;
+  for (auto& w : p.warnings) warned = warned || w.find("the prefix cache asks for 60 checkpoints") != std::string::npos;
+  EXPECT_TRUE(warned);
+}
+
 TEST(MemoryPlan, ExplicitContextThatCannotFitNamesTheMax) {
   ModelConfig c = qwen36_27b();
   MemoryPlanInput in;
