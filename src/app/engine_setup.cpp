@@ -29,6 +29,13 @@ Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& c
     const int64_t blocks = config.kv_tokens / config.kv_block_size / dp;
     if (blocks < 1) return error("--dp-size ", dp, ": ", config.kv_tokens, " KV tokens cannot be shared out");
     c.kv_tokens = blocks * config.kv_block_size;
+    // A request holds its whole context in its replica's KV: the context length the plan capped at
+    // the process's KV is capped again at a replica's (the server reports replica 0's).
+    if (c.context_length > c.kv_tokens) {
+      log_warn("--dp-size ", dp, ": each replica holds ", c.kv_tokens, " KV tokens, so the context length is ",
+               c.kv_tokens, " (not ", config.context_length, ")");
+      c.context_length = c.kv_tokens;
+    }
     c.max_running_requests = std::max(1, config.max_running_requests / dp);
     c.max_waiting_requests = std::max(1, config.max_waiting_requests / dp);
     c.checkpoint_slots = config.checkpoint_slots / dp;
@@ -37,6 +44,9 @@ Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& c
   // gets the whole per-GPU plan.
   for (int i = 0; i < dp; ++i) {
     c.dp_rank = i;
+    // --random-seed N: each replica draws the seeds of unseeded requests from its own stream (one
+    // stream in all would give the choices of an n > 1 request, spread over replicas, one seed).
+    if (config.random_seed != 0) c.random_seed = config.random_seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(i);
     DS_ASSIGN_OR_RETURN(auto e, Engine::create(c, i == 0 ? std::move(backend) : nullptr));
     out.push_back(std::move(e));
   }

@@ -125,5 +125,42 @@ TEST(ReplicaSet, MakeReplicasSharesTheProcessCapacityAndRefusesGpus) {
   EXPECT_NE(g.status().message().find("--dp-size 2"), std::string::npos) << g.status().message();
 }
 
+// CPU replicas: a request's whole context must fit its replica's share of the KV, so the context
+// length is capped at it; with --random-seed, each replica draws unseeded requests' seeds from a
+// stream of its own (one stream gave the same sample on every replica: an n = 2 request spread
+// over two replicas got two identical choices).
+TEST(ReplicaSet, MakeReplicasCapsTheContextAndSeedsEachReplicaApart) {
+  EngineConfig c = config();
+  c.context_length = 2048;
+  c.random_seed = 7;
+  auto r = make_replicas(c, nullptr, 2);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ(r->size(), 2u);
+  std::vector<std::vector<int32_t>> sampled;
+  for (const auto& e : *r) {
+    EXPECT_EQ(e->config().kv_tokens, 1024);
+    EXPECT_EQ(e->config().context_length, 1024);
+    e->start();
+    GenerateRequest req;
+    req.id = e->next_request_id();
+    req.prompt = prompts(1)[0];
+    req.sampling.temperature = 1.0f;
+    req.sampling.max_tokens = 24;
+    req.sampling.ignore_eos = true;
+    auto stream = e->submit(std::move(req));
+    std::vector<int32_t> toks;
+    while (auto ev = stream->events.pop()) {
+      toks.insert(toks.end(), ev->tokens.begin(), ev->tokens.end());
+      if (ev->finish != FinishReason::None) break;
+    }
+    e->stop();
+    ASSERT_EQ(toks.size(), 24u);
+    sampled.push_back(toks);
+  }
+  EXPECT_NE(sampled[0], sampled[1]);
+  // Replica 0 keeps the seed as given (one replica samples as before).
+  EXPECT_EQ((*r)[0]->config().random_seed, 7u);
+}
+
 }  // namespace
 }  // namespace deltaserve::test
