@@ -142,6 +142,10 @@ bool PrefixCache::evict_blocks(int n_blocks) {
     Node* n = leaves.top().second;
     leaves.pop();
     if (n->checkpoint >= 0 && n->checkpoint == pinned_slot_) continue;
+    // A block a running sequence also holds would not come free: dropping it from the tree would
+    // only lose the prefix (and its checkpoint) that sequence will leave cached. Its ancestors are
+    // that sequence's too, so they never become leaves here.
+    if (alloc_.blocks().ref_count(n->block) > 1) continue;
     Node* parent = n->parent;
     remove_leaf(n);
     if (parent != root_.get() && parent->children.empty()) leaves.push({parent->last_use, parent});

@@ -483,6 +483,31 @@ TEST(PrefixCache, MatchesEndAtCheckpointsAndEvictLeastRecentlyUsedFirst) {
   cache.check_integrity();
 }
 
+// Eviction passes over cached blocks a running sequence still holds: removing them frees nothing
+// and only loses the prefix (once, such leaves were dropped with their checkpoints).
+TEST(PrefixCache, EvictionLeavesBlocksInUseCached) {
+  FakeCache cache(8, 2, 4);
+  PrefixCache pc(4, cache);
+  std::vector<int32_t> held, done;
+  ASSERT_TRUE(cache.blocks().allocate(2, held));
+  ASSERT_TRUE(cache.blocks().allocate(2, done));
+  const auto a = toks(8, 100), b = toks(8, 300);
+  pc.insert(a, held, 2, cache.acquire_checkpoint());  // a running sequence's prompt, still held
+  pc.insert(b, done, 2, cache.acquire_checkpoint());  // a finished one's, the tree's alone
+  for (int32_t x : done) cache.blocks().release(x);
+  // b was used after a, so LRU order would take a's leaf first; nothing of a can come free.
+  pc.match(b, 8);
+  EXPECT_FALSE(pc.evict_blocks(cache.blocks().n_total()));
+  EXPECT_EQ(cache.blocks().n_free(), 6);  // b's two blocks freed, a's kept
+  EXPECT_EQ(pc.n_cached_blocks(), 2);
+  EXPECT_EQ(pc.n_checkpoints(), 1);
+  EXPECT_EQ(pc.match(a, 8).n_tokens, 8);
+  for (int32_t x : held) cache.blocks().release(x);
+  pc.check_integrity();
+  pc.clear();
+  cache.check_integrity();
+}
+
 // A checkpoint on a straight path gives way to a deeper one; a branch point (a shared system
 // prompt) or a pinned one stays.
 TEST(PrefixCache, DropsASupersededCheckpointButNotABranchPoint) {
