@@ -145,7 +145,20 @@ ChoiceDelta ChoiceState::on_tokens(const TokenEvent& event, std::size_t begin, s
     finish(out, "stop", options_.stop_regex[static_cast<std::size_t>(matched_regex_)].first);
   } else {
     std::string safe = std::move(s.text);
-    if (at_end) safe += stop_.flush();
+    if (at_end) {
+      // The stop matcher's held tail (what could have begun a stop string) is output too, so a
+      // stop regex may end in it.
+      std::string tail = stop_.flush();
+      if (std::size_t cut = stop_regex_end(tail, 0); cut != std::string::npos) {
+        stop_matched_ = true;
+        safe += tail.substr(0, cut);
+        route_text(std::move(safe), true, out);
+        finish(out, "stop", options_.stop_regex[static_cast<std::size_t>(matched_regex_)].first);
+        accumulate(out);
+        return out;
+      }
+      safe += tail;
+    }
     route_text(std::move(safe), at_end, out);
     if (at_end) {
       if (event.finish == FinishReason::Error) out.error = event.error;

@@ -266,6 +266,9 @@ std::optional<ApiError> parse_tools(const json& body, OpenAiRequest& out) {
                                      "tool_choice");
       out.tool_choice = c;
       if (c == "none") return std::nullopt;  // tools not rendered, no parsing
+      if (c == "required" && tools.empty())
+        return ApiError::bad_request("'tool_choice' 'required' needs at least one tool in 'tools' (got an empty list)",
+                                     "tool_choice");
     } else if (tc.is_object() && tc.contains("function") && tc["function"].is_object() &&
                tc["function"].contains("name") && tc["function"]["name"].is_string()) {
       if (auto e = check_nested_fields(tc, "tool_choice", "tool_choice")) return e;

@@ -128,12 +128,12 @@ json GenerationJob::responses_object(const std::string& status_in) const {
                {"parallel_tool_calls", request_.parallel_tool_calls},
                {"previous_response_id", req.value("previous_response_id", json(nullptr))},
                {"reasoning", req.value("reasoning", json{{"effort", nullptr}, {"summary", nullptr}})},
-               {"store", req.value("store", true)},
-               {"temperature", req.value("temperature", json(json_float(request_.sampling.temperature)))},
+               {"store", responses_store(req)},
+               {"temperature", json_float(request_.sampling.temperature)},
                {"text", req.value("text", json{{"format", {{"type", "text"}}}})},
                {"tool_choice", req.value("tool_choice", json("auto"))},
                {"tools", req.value("tools", json::array())},
-               {"top_p", req.value("top_p", json(json_float(request_.sampling.top_p)))},
+               {"top_p", json_float(request_.sampling.top_p)},
                {"truncation", "disabled"},
                {"usage", status_in.empty() ? json{{"input_tokens", n_prompt_tokens_},
                                                   {"input_tokens_details", {{"cached_tokens", cached_tokens()}}},
@@ -277,7 +277,7 @@ bool OpenAiServer::handle_responses(const HttpRequest& req, std::shared_ptr<Http
   };
   if (auto e = parse_responses_request(body, defaults_, previous, request, messages))
     return send_error(*exchange, route, *e), true;
-  const bool store = body.value("store", true) == true;
+  const bool store = responses_store(body);
   std::function<void(const json&)> on_response;
   if (store) {
     std::weak_ptr<ResponsesStore> weak = responses_;

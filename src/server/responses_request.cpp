@@ -207,4 +207,9 @@ std::optional<ApiError> parse_responses_request(const json& body, const Sampling
   return std::nullopt;
 }
 
+bool responses_store(const json& body) {
+  auto it = body.find("store");
+  return it == body.end() || !it->is_boolean() || it->get<bool>();
+}
+
 }  // namespace deltaserve

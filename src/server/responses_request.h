@@ -25,4 +25,7 @@ std::optional<ApiError> parse_responses_request(const nlohmann::ordered_json& bo
                                                 const PreviousConversation& previous, OpenAiRequest& out,
                                                 nlohmann::ordered_json& messages);
 
+// "store" of a parsed request: true unless false (absent or null: the default).
+bool responses_store(const nlohmann::ordered_json& body);
+
 }  // namespace deltaserve

@@ -326,6 +326,34 @@ TEST_F(ApiTest, StopTrimStopRegexSkipSpecialTokenIds) {
   EXPECT_EQ(j["choices"][0]["text"], "abc 12");
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(j["choices"][0]["matched_stop"], "[0-9]{2}");
+  // The output ends while the stop matcher holds its tail back ("2" could begin "2 end"): the
+  // regex still sees it, streamed or not.
+  script("abc 12", false);
+  for (bool stream : {false, true}) {
+    auto r = post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stop", "2 end"}, {"stop_regex", "[0-9]{2}"},
+                                      {"stream", stream}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    json last;
+    std::string text;
+    if (stream) {
+      for (const auto& d : sse_data(r.body)) {
+        if (d == "[DONE]") continue;
+        last = json::parse(d);
+        text += last["choices"][0]["text"].get<std::string>();
+      }
+    } else {
+      last = json::parse(r.body);
+      text = last["choices"][0]["text"];
+    }
+    EXPECT_EQ(text, "abc 12") << stream;
+    EXPECT_EQ(last["choices"][0]["finish_reason"], "stop") << stream;
+    EXPECT_EQ(last["choices"][0]["matched_stop"], "[0-9]{2}") << stream;
+  }
+  // ... and cuts it where it ends: "ab" is held ("abc" could follow), "a" matched.
+  script("xab", false);
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stop", "abc"}, {"stop_regex", "a"}}));
+  EXPECT_EQ(j["choices"][0]["text"], "xa");
+  EXPECT_EQ(j["choices"][0]["matched_stop"], "a");
   EXPECT_EQ(error_of(post("/v1/completions", {{"prompt", "p"}, {"stop_regex", "a(?=b)"}}))["param"], "stop_regex");
   // A special token in the middle of the output: hidden by default, visible with false.
   engine_.script = tokenizer_->encode("ab", true);
@@ -624,6 +652,13 @@ TEST_F(ApiTest, ResponsesCreateRetrieveDelete) {
   // store false: not kept.
   j = ok_json(post("/v1/responses", {{"input", "x"}, {"store", false}}));
   EXPECT_EQ(http(port_, "GET", "/v1/responses/" + j["id"].get<std::string>()).status, 404);
+  EXPECT_EQ(j["store"], false);
+  // store null is the default (kept); temperature and top_p null, the defaults, echoed as used.
+  j = ok_json(post("/v1/responses", {{"input", "x"}, {"store", nullptr}, {"temperature", nullptr}, {"top_p", nullptr}}));
+  EXPECT_EQ(j["store"], true);
+  EXPECT_TRUE(j["temperature"].is_number()) << j.dump();
+  EXPECT_TRUE(j["top_p"].is_number()) << j.dump();
+  EXPECT_EQ(http(port_, "GET", "/v1/responses/" + j["id"].get<std::string>()).status, 200);
   EXPECT_EQ(error_of(post("/v1/responses", {{"input", "x"}, {"text", {{"format", {{"type", "bogus"}}}}}}))["param"], "text.format.type");
   EXPECT_EQ(error_of(post("/v1/responses", {{"input", "x"}, {"background", true}}))["param"], "background");
   expect_idle();

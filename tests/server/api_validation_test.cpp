@@ -280,6 +280,18 @@ TEST_F(ApiValidationTest, ToolParametersMustBeAnObjectSchema) {
   expect_idle();
 }
 
+// tool_choice "required" with an empty tools list has no tool to call: refused (it once ran
+// unconstrained and answered in text), on chat completions and /v1/responses alike.
+TEST_F(ApiValidationTest, RequiredToolChoiceNeedsATool) {
+  start();
+  script("ok");
+  json e = refused("/v1/chat/completions", chat({{"tools", json::array()}, {"tool_choice", "required"}}), "tool_choice");
+  EXPECT_NE(e["message"].get<std::string>().find("empty list"), std::string::npos) << e.dump();
+  refused("/v1/responses", {{"input", "x"}, {"tools", json::array()}, {"tool_choice", "required"}}, "tool_choice");
+  ok(post_json("/v1/chat/completions", chat({{"tools", json::array()}, {"tool_choice", "auto"}})));
+  expect_idle();
+}
+
 TEST_F(ApiValidationTest, ResponsesIncompleteMessageStatus) {
   start();
   script("one two three four five");
