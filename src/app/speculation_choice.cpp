@@ -76,7 +76,10 @@ std::string SpeculationChoice::summary() const {
 SpeculationChoice choose_speculation(Engine& engine, const ServeOptions& opts, int probe_tokens) {
   SpeculationChoice c;
   c.steps = engine.speculative_steps();
-  if (!opts.speculative_enabled() || opts.is_explicit("speculative-num-steps") || c.steps == 0) return c;
+  // Either flag names the number of steps (draft tokens = steps + 1): the user's choice stands.
+  if (!opts.speculative_enabled() || opts.is_explicit("speculative-num-steps") ||
+      opts.is_explicit("speculative-num-draft-tokens") || c.steps == 0)
+    return c;
   c.measured = true;
   const int max_k = c.steps;
   // Warm-up of every path (buffers, CUDA graphs), then the measured runs.

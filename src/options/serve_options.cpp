@@ -425,6 +425,9 @@ void resolve_serve_defaults(ServeOptions& o) {
   if (o.speculative_algorithm == "MTP" || o.speculative_algorithm == "EAGLE")
     o.speculative_algorithm = "NEXTN";
   if (o.speculative_enabled()) {
+    // Only the verified tokens given (SGLang reads them as steps + 1 with one draft per step).
+    if (o.speculative_num_steps == 0 && o.speculative_num_draft_tokens > 1 && o.speculative_eagle_topk <= 1)
+      o.speculative_num_steps = o.speculative_num_draft_tokens - 1;
     if (o.speculative_num_steps == 0) o.speculative_num_steps = 3;
     if (o.speculative_eagle_topk == 0) o.speculative_eagle_topk = 1;
     if (o.speculative_num_draft_tokens == 0 && o.speculative_eagle_topk == 1)

@@ -112,6 +112,12 @@ TEST(ServeOptions, SpeculativeValidationSaysWhatToSet) {
   ASSERT_TRUE(only) << only.status().message();
   EXPECT_EQ(only->speculative_algorithm, "NEXTN");
   EXPECT_EQ(only->speculative_num_draft_tokens, 2);
+
+  // Only the verified tokens: SGLang's steps + 1, so 3 of them is 2 steps (once refused, "set 4").
+  auto draft = parse_serve_options({"--speculative-algorithm", "EAGLE", "--speculative-num-draft-tokens", "3"});
+  ASSERT_TRUE(draft) << draft.status().message();
+  EXPECT_EQ(draft->speculative_num_steps, 2);
+  EXPECT_EQ(draft->speculative_num_draft_tokens, 3);
 }
 
 TEST(ServeOptions, OtherValidation) {

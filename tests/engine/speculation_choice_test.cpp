@@ -120,6 +120,11 @@ TEST(SpeculationChoice, ExplicitStepsAndNoSpeculationAreLeftAlone) {
   EXPECT_FALSE(c.measured);
   EXPECT_EQ(c.steps, 3);
   EXPECT_EQ(e->speculative_steps(), 3);
+  // --speculative-num-draft-tokens 4 says 3 steps as well: no probe either.
+  const SpeculationChoice d =
+      choose_speculation(*e, flags({"--speculative-algorithm", "EAGLE", "--speculative-num-draft-tokens", "4"}), 32);
+  EXPECT_FALSE(d.measured);
+  EXPECT_EQ(d.steps, 3);
   auto plain = make_engine(0);
   const SpeculationChoice p = choose_speculation(*plain, flags({}), 32);
   EXPECT_FALSE(p.measured);
