@@ -29,8 +29,9 @@ Status normalize_tool_call_arguments(ojson& messages) {
       }
       if (!args->is_string()) continue;
       ojson parsed;
-      if (!parse_ordered_json(args->get<std::string>(), parsed))
-        return error("messages[", m, "].tool_calls[", c, "].function.arguments is not valid JSON");
+      std::string why;
+      if (!parse_ordered_json(args->get<std::string>(), parsed, &why))
+        return error("messages[", m, "].tool_calls[", c, "].function.arguments is not valid JSON: ", why);
       *args = std::move(parsed);
     }
   }

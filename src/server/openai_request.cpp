@@ -190,8 +190,9 @@ std::optional<ApiError> normalize_message(const json& m, std::size_t i, json& ou
         json args = json::object();
         if (fn.contains("arguments")) {
           if (fn["arguments"].is_string()) {
-            if (!parse_ordered_json(fn["arguments"].get<std::string>(), args))
-              return ApiError::bad_request(cp + ".function.arguments must be valid JSON",
+            std::string why;
+            if (!parse_ordered_json(fn["arguments"].get<std::string>(), args, &why))
+              return ApiError::bad_request(cp + ".function.arguments must be valid JSON: " + why,
                                            cp + ".function.arguments");
           } else {
             args = fn["arguments"];
@@ -359,7 +360,9 @@ std::optional<ApiError> parse_prompts(const json& p, OpenAiRequest& out) {
 // structural_tag as strings).
 std::optional<ApiError> json_or_text(const json& v, const std::string& param, json& out) {
   if (v.is_string()) {
-    if (!parse_ordered_json(v.get<std::string>(), out)) return ApiError::bad_request("'" + param + "' is not valid JSON", param);
+    std::string why;
+    if (!parse_ordered_json(v.get<std::string>(), out, &why))
+      return ApiError::bad_request("'" + param + "' is not valid JSON: " + why, param);
     return std::nullopt;
   }
   if (!v.is_object() && !v.is_boolean())

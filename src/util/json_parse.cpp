@@ -17,7 +17,7 @@ constexpr std::size_t kLinearKeys = 16;
 
 class OrderedSax {
  public:
-  explicit OrderedSax(ojson& root) : root_(root) {}
+  OrderedSax(ojson& root, int max_depth) : root_(root), max_depth_(max_depth) {}
 
   bool null() { return put(nullptr) != nullptr; }
   bool boolean(bool v) { return put(v) != nullptr; }
@@ -28,6 +28,7 @@ class OrderedSax {
   bool binary(ojson::binary_t& v) { return put(ojson::binary(std::move(v))) != nullptr; }
 
   bool start_object(std::size_t) {
+    if (too_deep()) return false;
     ojson* v = put(ojson::object());
     levels_.push_back(Level{v, nullptr});
     return true;
@@ -66,6 +67,7 @@ class OrderedSax {
     return true;
   }
   bool start_array(std::size_t) {
+    if (too_deep()) return false;
     ojson* v = put(ojson::array());
     levels_.push_back(Level{v, nullptr});
     return true;
@@ -82,6 +84,12 @@ class OrderedSax {
   const std::string& error() const { return error_; }
 
  private:
+  bool too_deep() {
+    if (static_cast<int>(levels_.size()) < max_depth_) return false;
+    error_ = "arrays and objects nested deeper than " + std::to_string(max_depth_) + " levels";
+    return true;
+  }
+
   struct Level {
     ojson* value;
     std::unique_ptr<std::unordered_map<std::string, std::size_t>> index;
@@ -106,6 +114,7 @@ class OrderedSax {
   }
 
   ojson& root_;
+  int max_depth_;
   std::vector<Level> levels_;
   ojson* element_ = nullptr;
   std::string error_;
@@ -113,9 +122,9 @@ class OrderedSax {
 
 }  // namespace
 
-bool parse_ordered_json(std::string_view text, ojson& out, std::string* error) {
+bool parse_ordered_json(std::string_view text, ojson& out, std::string* error, int max_depth) {
   out = nullptr;
-  OrderedSax sax(out);
+  OrderedSax sax(out, max_depth);
   bool ok = false;
   try {
     ok = ojson::sax_parse(text, &sax);

@@ -15,8 +15,15 @@
 
 namespace deltaserve {
 
-// Parses `text` into `out`. On malformed JSON returns false and, if `error` is set, stores
-// nlohmann's parse_error message there (out is then unspecified).
-bool parse_ordered_json(std::string_view text, nlohmann::ordered_json& out, std::string* error = nullptr);
+// Arrays and objects nested deeper than this are refused: every JSON text a request carries (its
+// body, and tool-call arguments or schemas given as strings inside it) is walked recursively later
+// (chat template values, schema conversion), and 100,000 levels overflow the stack.
+inline constexpr int kMaxJsonParseDepth = 64;
+
+// Parses `text` into `out`. On malformed JSON, or nesting deeper than max_depth, returns false and,
+// if `error` is set, stores the reason there (nlohmann's parse_error message; out is then
+// unspecified).
+bool parse_ordered_json(std::string_view text, nlohmann::ordered_json& out, std::string* error = nullptr,
+                        int max_depth = kMaxJsonParseDepth);
 
 }  // namespace deltaserve

@@ -69,6 +69,22 @@ TEST(ChatTemplateQwen3, StringArgumentsStillRenderThroughTojson) {
             "{\"name\": \"f\", \"arguments\": {\"b\": 1, \"a\": \"x\"}}\n</tool_call><|im_end|>\n");
 }
 
+// Tool-call arguments given as a string are parsed before rendering; one nested 100,000 deep
+// (200 KB) once overflowed the stack in the recursive value conversion. It is an error now.
+TEST(ChatTemplateQwen3, DeeplyNestedStringArgumentsAreAnErrorNotACrash) {
+  auto ct = ChatTemplate::load(kSource / "tests/fixtures/tokenizer-qwen3");
+  ASSERT_TRUE(ct.is_ok());
+  ChatTemplate::Input in;
+  in.messages = ojson::parse(R"([{"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f"}}]}])");
+  in.messages[1]["tool_calls"][0]["function"]["arguments"] =
+      "{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  in.add_generation_prompt = false;
+  auto r = ct->render(in);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("nested deeper than"), std::string::npos) << r.status().message();
+}
+
 TEST(ChatTemplate, TinyCoderTemplateRenders) {
   const fs::path dir = kSource / "models/tiny-coder";
   auto ct = ChatTemplate::load(dir);

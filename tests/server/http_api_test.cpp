@@ -84,6 +84,27 @@ TEST_F(HttpApiTest, MalformedAndHostileBodies) {
   EXPECT_EQ(http(port_, "GET", "/health").status, 200);  // still alive
 }
 
+// JSON inside strings (tool-call arguments, json_schema, structural_tag as text) is held to the
+// same nesting limit as the body: 100,000 levels in 200 KB once crashed the server in rendering.
+TEST_F(HttpApiTest, DeepJsonInsideStringsIs400) {
+  start();
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  json body = {{"messages", json::array({{{"role", "user"}, {"content", "hi"}},
+                                         {{"role", "assistant"}, {"content", ""},
+                                          {"tool_calls", json::array({{{"type", "function"},
+                                                                       {"function", {{"name", "f"}, {"arguments", "{\"a\":" + deep + "}"}}}}})}},
+                                         {{"role", "user"}, {"content", "again"}}})}};
+  auto r = post("/v1/chat/completions", body.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(error_of(r)["param"], "messages[1].tool_calls[0].function.arguments") << r.body;
+  EXPECT_NE(error_of(r)["message"].get<std::string>().find("nested deeper than"), std::string::npos) << r.body;
+  json schema = {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
+                 {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", deep}}}}}};
+  r = post("/v1/chat/completions", schema.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(http(port_, "GET", "/health").status, 200);  // still alive
+}
+
 TEST_F(HttpApiTest, FieldValidationNamesTheField) {
   start();
   auto check = [&](const std::string& body, const std::string& param) {
