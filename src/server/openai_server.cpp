@@ -338,7 +338,7 @@ std::optional<ApiError> OpenAiServer::parse_body(const HttpRequest& req, json& b
   }
   // Linear-time parse into ordered_json (key order kept for schemas and tool arguments).
   std::string why;
-  if (!parse_ordered_json(req.body, body, &why)) {
+  if (!parse_ordered_json(req.body, body, &why, config_.max_json_depth)) {
     return ApiError::bad_request("malformed JSON: " + why, "", "invalid_json");
   }
   return std::nullopt;
@@ -451,16 +451,22 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
                                               "messages"));
     }
     if (request.continue_final_message) {
-      // vLLM's way: render the conversation closed, then cut after the final message's text.
+      // vLLM's (transformers') way: render the conversation closed, then cut after the final
+      // message's text. Templates often trim it (Qwen's `|trim`), so it is found without its outer
+      // whitespace, and the cut keeps its trailing whitespace only where the template kept it.
       const std::string final_text = request.messages.back().value("content", "");
-      const size_t at = final_text.empty() ? std::string::npos : text->rfind(final_text);
+      const char* kSpace = " \t\n\r\v\f";
+      const size_t first = final_text.find_first_not_of(kSpace);
+      const std::string lstripped = first == std::string::npos ? std::string() : final_text.substr(first);
+      const std::string stripped = lstripped.substr(0, lstripped.find_last_not_of(kSpace) + 1);
+      const size_t at = stripped.empty() ? std::string::npos : text->rfind(stripped);
       if (at == std::string::npos) {
         return send_error(*exchange, route,
                           ApiError::bad_request("continue_final_message: the final assistant message must have text "
                                                 "that the chat template renders",
                                                 "continue_final_message"));
       }
-      text->resize(at + final_text.size());
+      text->resize(at + (text->compare(at, lstripped.size(), lstripped) == 0 ? lstripped.size() : stripped.size()));
     }
     // Thinking on: the prompt opened <think> (the grammar then starts after </think>).
     const size_t open = text->rfind("<think>"), close = text->rfind("</think>");

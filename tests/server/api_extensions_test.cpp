@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/chat_template.h"
 #include "grammar/grammar_matcher.h"
 #include "grammar/json_schema.h"
 #include "server/json_util.h"
@@ -44,7 +45,7 @@ Result<std::string> chatml(const nlohmann::ordered_json& messages, const nlohman
 
 class ApiTest : public ::testing::Test {
  protected:
-  void start(ServerConfig cfg = {}) {
+  void start(ServerConfig cfg = {}, ChatRenderFn render = chatml) {
     auto tok = Tokenizer::load(kModelDir);
     ASSERT_TRUE(tok.is_ok()) << tok.status().message();
     tokenizer_ = std::make_unique<Tokenizer>(*tok);
@@ -53,7 +54,7 @@ class ApiTest : public ::testing::Test {
     if (cfg.served_model_name == "default") cfg.served_model_name = "tiny";
     engine_.vocab = tokenizer_->vocab_size();
     engine_.eos = {8183, kImEnd};
-    server_ = std::make_unique<OpenAiServer>(cfg, engine_, *tokenizer_, chatml, *load_generation_defaults(kModelDir));
+    server_ = std::make_unique<OpenAiServer>(cfg, engine_, *tokenizer_, std::move(render), *load_generation_defaults(kModelDir));
     auto st = server_->start();
     ASSERT_TRUE(st.is_ok()) << st.message();
     port_ = server_->port();
@@ -374,6 +375,36 @@ TEST_F(ApiTest, StopTrimStopRegexSkipSpecialTokenIds) {
   j = ok_json(post("/v1/completions", {{"prompt", "p q"}, {"max_tokens", 20}, {"return_prompt_token_ids", true}}));
   EXPECT_EQ(j["prompt_token_ids"], tokenizer_->encode("p q", true));
   EXPECT_FALSE(j["choices"][0].contains("token_ids"));
+  expect_idle();
+}
+
+// continue_final_message with a template that trims the message (Qwen3.6's `|trim`): the text is
+// found without its outer whitespace, as transformers (vLLM) finds it; it was a 400 before.
+TEST_F(ApiTest, ContinueFinalMessageThroughATrimmingTemplate) {
+  auto tmpl = ChatTemplate::load(kModelDir, std::filesystem::path(DELTASERVE_SOURCE_DIR) /
+                                                "tests/fixtures/qwen3.6-chat_template.jinja");
+  ASSERT_TRUE(tmpl.is_ok()) << tmpl.status().message();
+  const ChatTemplate& t = *tmpl;
+  start({}, [&t](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                 const nlohmann::ordered_json& kwargs) {
+    ChatTemplate::Input in;
+    in.messages = messages;
+    in.tools = tools;
+    in.kwargs = kwargs;
+    return t.render(in);
+  });
+  script("lo");
+  for (const char* content : {"Hel ", "```python\n", "  Indented", "Hel"}) {
+    ok_json(post("/v1/chat/completions",
+                 {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", content}}})},
+                  {"continue_final_message", true}, {"add_generation_prompt", false}, {"max_tokens", 4}}));
+    const std::string prompt = tokenizer_->decode(engine_.submitted().back().prompt, false);
+    std::string want = content;
+    want = want.substr(want.find_first_not_of(" \n"));
+    want = want.substr(0, want.find_last_not_of(" \n") + 1);
+    ASSERT_GE(prompt.size(), want.size());
+    EXPECT_EQ(prompt.substr(prompt.size() - want.size()), want) << prompt;
+  }
   expect_idle();
 }
 
