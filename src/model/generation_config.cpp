@@ -48,8 +48,8 @@ std::vector<int32_t> end_token_ids(const std::vector<int32_t>& config_eos, const
   auto add = [&](int32_t id) {
     if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   };
-  for (int32_t id : config_eos) add(id);
   for (int32_t id : generation.eos_token_ids) add(id);
+  for (int32_t id : config_eos) add(id);
   if (tokenizer_eos) add(*tokenizer_eos);
   return ids;
 }

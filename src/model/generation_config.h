@@ -20,10 +20,11 @@ struct GenerationDefaults {
 // A missing file gives empty defaults; a malformed one is an error naming it.
 Result<GenerationDefaults> load_generation_defaults(const std::filesystem::path& model_dir);
 
-// The ids that end a reply, without repeats: config.json's eos_token_id (`config_eos`), then
-// generation_config.json's, then the tokenizer's EOS (SGLang stops on all three). The engine stops
-// on these, and the server bans them under min_tokens and keeps them out of the text: one set for
-// both, or a reply could run past an end the text hides.
+// The ids that end a reply, without repeats: generation_config.json's eos_token_id, then
+// config.json's (`config_eos`), then the tokenizer's EOS (SGLang stops on all three). The engine
+// stops on these, and the server bans them under min_tokens and keeps them out of the text: one set
+// for both, or a reply could run past an end the text hides. The first is the end a constrained
+// reply is given when its grammar is done (Qwen3.6: <|im_end|>, generation_config's first).
 std::vector<int32_t> end_token_ids(const std::vector<int32_t>& config_eos, const GenerationDefaults& generation,
                                    std::optional<int32_t> tokenizer_eos);
 

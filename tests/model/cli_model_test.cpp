@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fixture.h"
+#include "model/generation_config.h"
 
 namespace deltaserve::test {
 namespace {
@@ -92,6 +93,16 @@ TEST(CliGenerate, JsonGreedyContinuationMatchesReference) {
   // --prompt goes through the tokenizer.
   RunResult r = run("generate --prompt 'def fibonacci(n):\n' --max-tokens 4 --temperature 0 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
+}
+
+// The end ids' order: generation_config.json's first (its first is what a finished grammar ends
+// with: Qwen3.6's <|im_end|>), then config.json's, then the tokenizer's; no repeats.
+TEST(EndTokenIds, GenerationConfigFirstThenConfigThenTokenizer) {
+  GenerationDefaults gen;
+  gen.eos_token_ids = {248046, 248044};
+  EXPECT_EQ(end_token_ids({248044}, gen, 248046), (std::vector<int32_t>{248046, 248044}));
+  EXPECT_EQ(end_token_ids({2}, {}, 7), (std::vector<int32_t>{2, 7}));
+  EXPECT_EQ(end_token_ids({}, {}, std::nullopt), std::vector<int32_t>{});
 }
 
 // The tokenizer's EOS ends a reply even when neither config.json nor generation_config.json names it
