@@ -51,7 +51,7 @@ ServerConfig server_config_from(const ServeOptions& opts) {
   sc.reasoning_parser = opts.reasoning_parser;
   sc.tool_call_parser = opts.tool_call_parser;
   sc.model_path = opts.model_path;
-  sc.enable_cors = opts.enable_cors || opts.is_explicit("allowed-origins");
+  sc.enable_cors = opts.enable_cors;  // (--allowed-origins turns it on: resolve_serve_defaults)
   sc.stream_interval = static_cast<int>(opts.stream_interval);
   sc.request_log.level = opts.log_requests ? static_cast<int>(opts.log_requests_level) : RequestLog::kOff;
   sc.allowed_origins.clear();
@@ -266,6 +266,7 @@ int cmd_serve(const Args& args) {
     std::fprintf(stderr, "deltaserve: tensor parallel over %d ranks: %s\n", primary.tp_size(), primary.tp_transport().c_str());
   const SpeculationChoice spec_choice = choose_speculation(primary, opts);
   if (spec_choice.measured) log_info(spec_choice.summary());
+  if (opts.speculative_enabled()) launch.record_derived("spec.num_steps", std::to_string(primary.speculative_steps()));
   for (int i = 1; i < engines.size(); ++i) engines.replica(i).set_speculative_steps(primary.speculative_steps());
   engines.start();
   std::fprintf(stderr, "%s\n", primary.plan_summary().c_str());
@@ -316,6 +317,9 @@ int cmd_serve(const Args& args) {
                       {"scratch_bytes", cap.scratch_bytes},
                       {"device_memory_used_before_load_bytes", setup->plan_input.device_memory_used_bytes}};
     info["version"] = DELTASERVE_VERSION;
+    // What `deltaserve bench` checks before it attaches results to launch_id in its own database.
+    info["launch_started_at"] = launch.started_at();
+    info["launch_db"] = launch.db_path();
     info["dp_replicas"] = engines.size();
     info["tp_size"] = primary.tp_size();
     if (!primary.tp_transport().empty()) info["tp_transport"] = primary.tp_transport();

@@ -403,13 +403,20 @@ ConfigSource config_source_from_settings(const KeyValues& settings, const std::v
   src.kind = "launch";
   src.environment = std::move(environment);
   // Explicit settings first (so is_explicit holds), then the recorded effective values win.
+  // (explicit_args' forms: "--name value", and "--name" / "--name=false" for a boolean.)
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].rfind("--", 0) != 0) continue;
-    const FlagSpec* f = find_serve_flag(args[i]);
-    if (f && f->type != FlagType::Bool && i + 1 < args.size()) {
-      Status ignored = set_serve_option(src.options, f->name, args[++i]);
-      (void)ignored;
-    }
+    const size_t eq = args[i].find('=');
+    const FlagSpec* f = find_serve_flag(args[i].substr(0, eq));
+    if (!f) continue;
+    Status ignored;
+    if (f->type == FlagType::Bool)
+      ignored = set_serve_option(src.options, f->name, eq == std::string::npos ? "true" : args[i].substr(eq + 1));
+    else if (eq != std::string::npos)
+      ignored = set_serve_option(src.options, f->name, args[i].substr(eq + 1));
+    else if (i + 1 < args.size())
+      ignored = set_serve_option(src.options, f->name, args[++i]);
+    (void)ignored;
   }
   for (const auto& [k, v] : settings) {
     const FlagSpec* f = find_serve_flag(k);
@@ -527,6 +534,7 @@ std::vector<DiffRow> diff_resolved(const KeyValues& a, const KeyValues& b) {
       {"plan.kv_tokens", "KV capacity serve used, in tokens (memory, concurrency)"},
       {"plan.state_slots", "GDN state slots serve used (concurrency)"},
       {"plan.mem_fraction_static", "GPU memory fraction serve used (what auto became; memory)"},
+      {"spec.num_steps", "MTP draft steps serve used (what the start-up probe chose; decode speed)"},
       {"version", "deltaserve version (speed, behaviour)"},
       {"host", "machine it ran on (speed, memory)"},
       {"model.config_hash", "the model's config.json changed (another model under the same path?)"},
@@ -543,6 +551,23 @@ std::vector<DiffRow> diff_resolved(const KeyValues& a, const KeyValues& b) {
 
 std::vector<DiffRow> diff_sources(const ConfigSource& a, const ConfigSource& b) {
   std::vector<DiffRow> rows = diff_settings(a.settings, b.settings);
+  // A setting whose value is the same but given on one side only, where serve treats a given value
+  // differently: the memory plan keeps a given --mamba-full-memory-ratio, and raises the default
+  // one to fit --max-running-requests.
+  for (const char* key : {"mamba-full-memory-ratio"}) {
+    if (a.options.is_explicit(key) == b.options.is_explicit(key)) continue;
+    bool listed = false;
+    for (const auto& r : rows) listed = listed || r.key == key;
+    if (listed) continue;
+    auto shown = [&](const ConfigSource& s) {
+      for (const auto& [k, v] : s.settings)
+        if (k == key) return v + (s.options.is_explicit(key) ? " (given)" : " (default)");
+      return std::string("(unset)");
+    };
+    rows.push_back({key, shown(a), shown(b), true,
+                    "given, the memory plan keeps it; left to its default, the plan raises it to fit "
+                    "--max-running-requests"});
+  }
   for (auto& r : diff_environment(a.environment, b.environment)) rows.push_back(std::move(r));
   // Only launches have resolved values; a unit file or script is not compared with "(unset)".
   if (!a.resolved.empty() && !b.resolved.empty())

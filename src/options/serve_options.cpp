@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <variant>
 
@@ -384,6 +385,16 @@ Status parse_serve_config_toml_text(const std::string& text, const std::string& 
       items.emplace_back(key, &value);
     }
   }
+  // One key per setting: aliases (tp, tensor_parallel_size, tp-size) or the top level and [serve]
+  // naming one setting twice would leave the winner to the table's order.
+  std::map<std::string, std::string> key_of_setting;
+  for (const auto& [key, vp] : items) {
+    const Row* row = find_row(key);
+    if (!row) continue;  // refused below
+    auto [it, fresh] = key_of_setting.emplace(row->spec.name, key);
+    if (!fresh)
+      return error(source, ": '", it->second, "' and '", key, "' both set --", row->spec.name, ": keep one");
+  }
   for (const auto& [key, vp] : items) {
     const toml::value& v = *vp;
     const Row* row = find_row(key);
@@ -417,6 +428,9 @@ Status load_serve_config_toml(const std::filesystem::path& file, ServeOptions& o
 }
 
 void resolve_serve_defaults(ServeOptions& o) {
+  // Giving --allowed-origins turns CORS on (so the effective config says so, and diffs see it),
+  // unless --enable-cors itself is given (a full TOML dump names both).
+  if (o.is_explicit("allowed-origins") && !o.is_explicit("enable-cors")) o.enable_cors = true;
   if (o.speculative_algorithm.empty() &&
       (o.speculative_num_steps > 0 || o.speculative_num_draft_tokens > 0)) {
     // SGLang requires the algorithm; we infer it, since the MTP head is the only drafter.

@@ -231,6 +231,27 @@ TEST(ConfigDiff, TomlEqualsTheUnitFile) {
       << render_diff(diff_settings(a->settings, t->settings), "unit", "toml");
 }
 
+// Settings whose presence, not only value, changes what serve does: --allowed-origins turns CORS
+// on (the effective config says so), and a given --mamba-full-memory-ratio is kept by the plan
+// while the default is raised to fit --max-running-requests. Both once diffed as "no differences".
+TEST(ConfigDiff, GivenOrDefaultIsADifferenceWhereServeTellsThemApart) {
+  auto plain = config_source_from_script("deltaserve serve --model-path m", "a");
+  auto cors = config_source_from_script("deltaserve serve --model-path m --allowed-origins '*'", "b");
+  ASSERT_TRUE(plain && cors);
+  auto rows = diff_sources(*plain, *cors);
+  ASSERT_EQ(rows.size(), 1u) << render_diff(rows, "a", "b");
+  EXPECT_EQ(rows[0].key, "enable-cors");
+  auto auto_ratio = config_source_from_script("deltaserve serve --model-path m --max-running-requests 64", "a");
+  auto pinned = config_source_from_script(
+      "deltaserve serve --model-path m --max-running-requests 64 --mamba-full-memory-ratio 0.9", "b");
+  ASSERT_TRUE(auto_ratio && pinned);
+  rows = diff_sources(*auto_ratio, *pinned);
+  ASSERT_EQ(rows.size(), 1u) << render_diff(rows, "a", "b");
+  EXPECT_EQ(rows[0].key, "mamba-full-memory-ratio");
+  EXPECT_EQ(rows[0].a, "0.9 (default)");
+  EXPECT_EQ(rows[0].b, "0.9 (given)");
+}
+
 TEST_F(TempDir, LaunchIdAsASource) {
   auto db = LaunchDb::open(dir_);
   ASSERT_TRUE(db) << db.status().message();

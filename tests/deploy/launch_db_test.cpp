@@ -435,6 +435,33 @@ TEST_F(LaunchDbTest, ApiKeyIsNeverStoredOrPrintedAndTheDbIsPrivate) {
   EXPECT_EQ(back->args, (std::vector<std::string>{"--api-key", kRedactedValue}));
 }
 
+// `config show ID --toml` of a launch writes what it ran with, booleans included (they once
+// came back as not given: serving the file again turned the radix cache and CUDA graphs back on).
+TEST_F(LaunchDbTest, ConfigOfALaunchKeepsItsBooleanFlags) {
+  auto opts = parse_serve_args_raw({"--model-path", "/srv/m", "--disable-radix-cache", "--disable-cuda-graph",
+                                    "--enable-metrics=false", "--tp-size", "2", "--state-dir", dir_.string()});
+  ASSERT_TRUE(opts) << opts.status().message();
+  {
+    LaunchRecorder rec = LaunchRecorder::start(*opts, nullptr, {}, "0.1.0");
+    ASSERT_GT(rec.launch_id(), 0) << rec.warning();
+    rec.stop();
+  }
+  auto db = LaunchDb::open(dir_);
+  ASSERT_TRUE(db);
+  auto all = (*db)->list();
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), 1u);
+  auto src = load_config_source(std::to_string((*all)[0].id), dir_);
+  ASSERT_TRUE(src) << src.status().message();
+  for (const char* name : {"disable-radix-cache", "disable-cuda-graph", "enable-metrics", "tp-size"})
+    EXPECT_TRUE(src->options.is_explicit(name)) << name;
+  const std::string toml = serve_options_to_toml(src->options);
+  EXPECT_NE(toml.find("disable_radix_cache = true"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("disable_cuda_graph = true"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("enable_metrics = false"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("tp_size = 2"), std::string::npos) << toml;
+}
+
 TEST_F(LaunchDbTest, LaunchStateFromPidBootIdAndStartTime) {
   auto db = LaunchDb::open(dir_);
   ASSERT_TRUE(db);

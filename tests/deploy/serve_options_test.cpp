@@ -455,6 +455,16 @@ TEST_F(ServeOptionsToml, BadFilesGiveClearErrors) {
   auto t = parse_serve_options({"--config", typed.string()});
   ASSERT_FALSE(t);
   EXPECT_NE(t.status().message().find("--port"), std::string::npos);
+
+  // Two keys for one setting (aliases, or the top level and [serve]) are refused, naming both; the
+  // winner would otherwise be the table's hash order.
+  for (const char* text : {"tp = 2\ntp_size = 4\n", "context_length = 4096\ncontext-length = 8192\n",
+                           "tp_size = 2\n[serve]\ntensor_parallel_size = 4\n"}) {
+    auto twice = write("twice.toml", text);
+    auto d = parse_serve_options({"--config", twice.string()});
+    ASSERT_FALSE(d) << text;
+    EXPECT_NE(d.status().message().find("keep one"), std::string::npos) << d.status().message();
+  }
 }
 
 // --config is matched as every other flag is (dashes, case, '_'); `help` is refused in a file.
