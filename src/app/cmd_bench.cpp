@@ -200,6 +200,16 @@ int cmd_bench(const Args& args) {
     std::fprintf(stderr, "deltaserve bench: results not attached: %s\n", db.status().message().c_str());
     return rc;
   }
+  auto record = (*db)->get(report->launch_id);
+  if (!record) {
+    std::fprintf(stderr, "deltaserve bench: results not attached: %s (is the server using another --state-dir?)\n",
+                 record.status().message().c_str());
+    return rc;
+  }
+  if (Status s = check_bench_launch(*report, *record, (*db)->path().string()); !s) {
+    std::fprintf(stderr, "deltaserve bench: results not attached: %s\n", s.message().c_str());
+    return rc;
+  }
   for (const auto& m : bench_measurements(*report)) {
     if (Status s = (*db)->add_measurement(m); !s) {
       std::fprintf(stderr, "deltaserve bench: results not attached: %s (is the server using another --state-dir?)\n",

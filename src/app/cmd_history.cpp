@@ -114,7 +114,10 @@ int cmd_history(const Args& in_args) {
     if (model_name.size() > 28) model_name = "..." + model_name.substr(model_name.size() - 25);
     std::string status = launch_state(l);
     if (status.size() > 9 && status.rfind("failed", 0) == 0) status = "failed";  // the column; --json has all
+    // MTP draft steps: what the start-up probe chose ("*" where it differs from the setting).
     std::string spec = get("speculative-algorithm") == "-" ? "off" : get("speculative-num-steps");
+    for (const auto& [dk, dv] : l.derived)
+      if (dk == "spec.num_steps" && spec != "off" && dv != spec) spec = dv + "*", any_resolved = true;
     std::string best = l.n_measurements ? std::to_string(static_cast<long long>(l.best_output_tokens_per_s + 0.5)) +
                                               " @" + std::to_string(l.best_concurrency)
                                         : "-";
@@ -125,7 +128,7 @@ int cmd_history(const Args& in_args) {
                 resolved("mem-fraction-static", "plan.mem_fraction_static", true).c_str(),
                 get("mamba-full-memory-ratio").c_str(), best.c_str());
   }
-  if (any_resolved) std::printf("(* auto: the value the launch's memory plan chose)\n");
+  if (any_resolved) std::printf("(* auto: the value the launch chose: its memory plan, or its MTP probe)\n");
   std::printf("(%s; `deltaserve config diff ID1 ID2` compares two launches)\n", (*db)->path().c_str());
   return 0;
 }

@@ -253,6 +253,12 @@ Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose) {
   if (info_before && info_before->status == 200) {
     double ignored = 0;
     parse_server_info(info_before->body, &report.launch_id, &ignored);
+    auto j = nlohmann::json::parse(info_before->body, nullptr, false);
+    if (j.is_object()) {
+      if (j.contains("launch_started_at") && j["launch_started_at"].is_string())
+        report.launch_started_at = j["launch_started_at"].get<std::string>();
+      if (j.contains("launch_db") && j["launch_db"].is_string()) report.launch_db = j["launch_db"].get<std::string>();
+    }
   }
   for (int c : opts.concurrency) {
     const int64_t n = opts.num_prompts > 0 ? opts.num_prompts : std::max<int64_t>(8, 4 * int64_t(c));
@@ -311,6 +317,15 @@ Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose) {
     report.levels.push_back(std::move(L));
   }
   return report;
+}
+
+Status check_bench_launch(const BenchReport& report, const LaunchRecord& record, const std::string& db_path) {
+  // A server from before these fields: the id alone, as before.
+  if (report.launch_started_at.empty() || record.started_at == report.launch_started_at) return Status::ok();
+  return error("launch #", report.launch_id, " in ", db_path, " started at ", record.started_at,
+               ", but the server's launch #", report.launch_id, " started at ", report.launch_started_at,
+               report.launch_db.empty() ? std::string() : " and is recorded in " + report.launch_db,
+               ": another database (pass the server's --state-dir, or run bench where the server runs)");
 }
 
 std::string bench_table(const BenchReport& rep) {

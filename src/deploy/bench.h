@@ -60,8 +60,14 @@ struct LevelResult {
 struct BenchReport {
   std::string url, model, started_at;
   int64_t launch_id = 0;  // from /v1/server_info
+  std::string launch_started_at, launch_db;  // the same: which launch, in which database
   std::vector<LevelResult> levels;
 };
+
+// Whether `record` (launch_id in this machine's database at `db_path`) is the launch the server
+// reported: ids repeat across databases (another user's, another host's), so the start time must
+// agree too. An error says which database the server records in.
+Status check_bench_launch(const BenchReport& report, const LaunchRecord& record, const std::string& db_path);
 
 // Prompts for one level: from the dataset (cycled) or synthetic text of about input_len words.
 Result<std::vector<BenchPrompt>> make_bench_prompts(const BenchOptions& opts, int64_t n);

@@ -341,6 +341,26 @@ Status LaunchDb::set_stopped(int64_t id, const std::string& stopped_at, const st
   return Status::ok();
 }
 
+Status LaunchDb::set_derived(int64_t id, const std::string& key, const std::string& value) {
+  KeyValues derived;
+  {
+    Stmt q(db_, "SELECT derived_json FROM launches WHERE id = ?");
+    if (!q.ok()) return error("launch database: ", q.error());
+    q.bind(1, id);
+    if (q.step() != SQLITE_ROW) return error("launch #", id, " is not in ", path_.string());
+    derived = kv_from_json(q.text(0));
+  }
+  auto it = std::find_if(derived.begin(), derived.end(), [&](const auto& kv) { return kv.first == key; });
+  if (it != derived.end()) it->second = value;
+  else derived.emplace_back(key, value);
+  Stmt s(db_, "UPDATE launches SET derived_json = ? WHERE id = ?");
+  if (!s.ok()) return error("launch database: ", s.error());
+  s.bind(1, kv_to_json(derived));
+  s.bind(2, id);
+  if (s.step() != SQLITE_DONE) return error("launch database: ", s.error());
+  return Status::ok();
+}
+
 Status LaunchDb::add_measurement(const Measurement& m) {
   {
     Stmt q(db_, "SELECT COUNT(*) FROM launches WHERE id = ?");
@@ -458,7 +478,7 @@ KeyValues recorded_environment(const LaunchRecord& record) {
 KeyValues resolved_launch_values(const LaunchRecord& r) {
   KeyValues out;
   for (const char* k : {"device", "plan.context_length", "plan.max_running_requests", "plan.kv_tokens",
-                        "plan.state_slots", "plan.mem_fraction_static"})
+                        "plan.state_slots", "plan.mem_fraction_static", "spec.num_steps"})
     for (const auto& [dk, dv] : r.derived)
       if (dk == k) out.emplace_back(dk, dv);
   out.emplace_back("version", r.version);
@@ -511,6 +531,7 @@ LaunchRecorder& LaunchRecorder::operator=(LaunchRecorder&& o) noexcept {
   if (this != &o) {
     db_ = std::move(o.db_);
     launch_id_ = o.launch_id_;
+    started_at_ = std::move(o.started_at_);
     warning_ = std::move(o.warning_);
     faster_warning_ = std::move(o.faster_warning_);
     stopped_ = o.stopped_;
@@ -569,6 +590,7 @@ LaunchRecorder LaunchRecorder::start(const ServeOptions& opts, const MemoryPlan*
     return rec;
   }
   rec.launch_id_ = *id;
+  rec.started_at_ = r.started_at;
   r.id = *id;
   if (auto all = rec.db_->list("", 1000)) rec.faster_warning_ = faster_launch_warning(r, *all);
   return rec;
@@ -579,6 +601,12 @@ void LaunchRecorder::record_measurement(Measurement m) {
   m.launch_id = launch_id_;
   if (m.source.empty()) m.source = "server";
   Status s = db_->add_measurement(m);
+  if (!s) warning_ = s.message();
+}
+
+void LaunchRecorder::record_derived(const std::string& key, const std::string& value) {
+  if (!db_ || launch_id_ == 0) return;
+  Status s = db_->set_derived(launch_id_, key, value);
   if (!s) warning_ = s.message();
 }
 

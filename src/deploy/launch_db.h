@@ -95,6 +95,8 @@ class LaunchDb {
 
   Result<int64_t> insert_launch(const LaunchRecord& record);
   Status set_stopped(int64_t launch_id, const std::string& stopped_at, const std::string& exit_status);
+  // Sets one derived value of a launch (added, or replacing the key's value).
+  Status set_derived(int64_t launch_id, const std::string& key, const std::string& value);
   Status add_measurement(const Measurement& m);
   // Newest first; model_filter matches a substring of the model path ("" = all).
   Result<std::vector<LaunchRecord>> list(const std::string& model_filter = "", int limit = 1000);
@@ -133,18 +135,26 @@ class LaunchRecorder {
   ~LaunchRecorder();
 
   int64_t launch_id() const { return launch_id_; }
+  // The recorded start time (with launch_id, what tells this launch from another database's) and
+  // the database it is in ("" when not recorded).
+  const std::string& started_at() const { return started_at_; }
+  std::string db_path() const { return db_ ? db_->path().string() : std::string(); }
   const std::string& warning() const { return warning_; }
   // When this model on this host has a recorded launch that measured faster than this
   // configuration did (or this configuration was never measured), a warning with the diff.
   std::optional<std::string> faster_config_warning() const { return faster_warning_; }
   // Server-side figures (e.g. average throughput at shutdown).
   void record_measurement(Measurement m);
+  // A value decided after the launch was recorded (e.g. "spec.num_steps", the MTP draft steps the
+  // start-up probe chose).
+  void record_derived(const std::string& key, const std::string& value);
   void stop(const std::string& exit_status = "stopped");
 
  private:
   LaunchRecorder() = default;
   std::unique_ptr<LaunchDb> db_;
   int64_t launch_id_ = 0;
+  std::string started_at_;
   std::string warning_;
   std::optional<std::string> faster_warning_;
   bool stopped_ = false;

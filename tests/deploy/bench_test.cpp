@@ -95,6 +95,7 @@ class FakeServer {
       reply(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})");
     } else if (req.rfind("GET /v1/server_info", 0) == 0) {
       reply(R"({"launch_id":)" + std::to_string(launch_id_) +
+            (started_at.empty() ? std::string() : R"(,"launch_started_at":")" + started_at + R"(","launch_db":"/srv/ds/launches.sqlite")") +
             R"(,"internal_states":[{"avg_spec_accept_length":2.75}]})");
     } else if (req.rfind("POST /v1/completions", 0) == 0) {
       auto body = nlohmann::json::parse(req.substr(he + 4));
@@ -125,6 +126,11 @@ class FakeServer {
   int fd_ = -1;
   int port_ = 0;
   int64_t launch_id_;
+
+ public:
+  std::string started_at;  // reported as launch_started_at when set (before the first request)
+
+ private:
   bool with_ids_ = false;
   std::atomic<bool> stop_{false};
   std::thread accept_thread_;
@@ -194,11 +200,53 @@ TEST(Bench, AgainstAFakeServerAttachesToItsLaunch) {
   EXPECT_EQ(j["launch_id"], *id);
   EXPECT_NE(bench_table(*rep).find("out tok/s"), std::string::npos);
 
-  for (const auto& m : bench_measurements(*rep)) ASSERT_TRUE((*db)->add_measurement(m));
   auto got = (*db)->get(*id);
+  ASSERT_TRUE(got);
+  EXPECT_TRUE(check_bench_launch(*rep, *got, (*db)->path().string()));  // no start time reported: the id
+  for (const auto& m : bench_measurements(*rep)) ASSERT_TRUE((*db)->add_measurement(m));
+  got = (*db)->get(*id);
   ASSERT_TRUE(got);
   EXPECT_EQ(got->n_measurements, 2);
   EXPECT_GT(got->best_output_tokens_per_s, 0);
+  std::filesystem::remove_all(dir);
+}
+
+// The server's launch id names a launch in the server's database: bench attaches to the local
+// record only when its start time is the one the server reports (an id repeats across databases:
+// another user's state dir, another host).
+TEST(Bench, AttachesOnlyToTheServersOwnLaunch) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ds-bench-own-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto db = LaunchDb::open(dir);
+  ASSERT_TRUE(db) << db.status().message();
+  LaunchRecord r;
+  r.model.path = "fake";
+  r.started_at = "2026-12-05T10:00:00Z";
+  auto id = (*db)->insert_launch(r);
+  ASSERT_TRUE(id);
+  for (const char* reported : {"2026-12-05T10:00:00Z", "2026-11-01T08:00:00Z"}) {
+    FakeServer server(*id);
+    server.started_at = reported;
+    BenchOptions opts;
+    opts.url = *parse_local_http_url("http://127.0.0.1:" + std::to_string(server.port()));
+    opts.concurrency = {1};
+    opts.num_prompts = 1;
+    opts.input_len = 4;
+    opts.output_len = 2;
+    auto rep = run_bench(opts, /*verbose=*/false);
+    ASSERT_TRUE(rep) << rep.status().message();
+    EXPECT_EQ(rep->launch_started_at, reported);
+    auto rec = (*db)->get(*id);
+    ASSERT_TRUE(rec);
+    Status s = check_bench_launch(*rep, *rec, (*db)->path().string());
+    if (std::string(reported) == r.started_at) {
+      EXPECT_TRUE(s) << s.message();
+    } else {
+      ASSERT_FALSE(s);
+      EXPECT_NE(s.message().find("another database"), std::string::npos) << s.message();
+      EXPECT_NE(s.message().find("/srv/ds/launches.sqlite"), std::string::npos) << s.message();
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -241,6 +241,28 @@ TEST_F(ServeProcessTest, SigtermDrainsAbortsAndRecordsStopped) {
   EXPECT_EQ(h[0]["exit_status"], "stopped");
 }
 
+// MTP with the number of steps left to auto: the launch record keeps what the start-up probe
+// chose (it once kept only the setting's 3, so `history` and `config diff` could not tell a launch
+// that ran with MTP off from one with 3 steps).
+TEST_F(ServeProcessTest, TheLaunchRecordKeepsTheMtpStepsTheProbeChose) {
+  std::vector<std::string> args = serve_args(free_port());
+  args.insert(args.end(), {"--speculative-algorithm", "NEXTN"});
+  auto p = spawn(args);
+  ASSERT_TRUE(wait_listening(*p)) << p->output();
+  const std::string out = p->output();
+  const std::size_t at = out.find("speculative decoding (--speculative-num-steps auto)");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string line = out.substr(at, out.find('\n', at) - at);
+  std::string chosen = "0";
+  if (const std::size_t on = line.find("MTP on, "); on != std::string::npos)
+    chosen = line.substr(on + 8, line.find(' ', on + 8) - on - 8);
+  auto h = history();
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0]["derived"].value("spec.num_steps", std::string("(none)")), chosen) << line;
+  ::kill(p->pid, SIGTERM);
+  EXPECT_EQ(p->wait(30), 0) << p->output();
+}
+
 // An idle server stops as soon as it is asked to: every stop used to wait 5 s in a second
 // stop_accepting() (its post to io threads that had already run out of work never ran) and up to
 // 1 s more for the watchdog's sleep. (A bound on a hang, not a speed figure: it now takes ~30 ms.)
@@ -301,7 +323,7 @@ TEST_F(ServeProcessTest, KilledServerShowsDiedAndFailedLoadShowsFailed) {
   const std::string table = t->output();
   EXPECT_NE(table.find(" " + resolved + "* "), std::string::npos) << table;
   EXPECT_NE(table.find("     4096 "), std::string::npos) << table;
-  EXPECT_NE(table.find("(* auto: the value the launch's memory plan chose)"), std::string::npos) << table;
+  EXPECT_NE(table.find("(* auto: the value the launch chose: its memory plan, or its MTP probe)"), std::string::npos) << table;
 }
 
 TEST_F(ServeProcessTest, NotifiesSystemdReadyWatchdogStopping) {
