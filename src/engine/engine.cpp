@@ -742,6 +742,8 @@ void Engine::emit_all(const std::vector<ScheduledItem>& items) {
     TokenEvent ev;
     ev.logprobs = std::move(o.logprobs);
     ev.tokens.assign(s.tokens.end() - o.n_emit, s.tokens.end());
+    ev.n_prompt_tokens = s.n_prompt;
+    ev.n_cached_tokens = s.n_cached;
     FinishReason reason = o.finish;
     if (const int at = s.constraint ? s.constraint->exhausted_at() : -1; at >= 0) {
       // The request's rules left no token to draw (TokenConstraint::exhausted_at): it ends with an

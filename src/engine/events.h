@@ -81,8 +81,9 @@ struct TokenEvent {
   FinishReason finish = FinishReason::None;
   std::string error;                     // when finish == Error
   EngineErrorKind error_kind = EngineErrorKind::None;  // when finish == Error
-  int n_prompt_tokens = 0;               // filled on the final event
-  int n_cached_tokens = 0;               // prompt tokens served from the prefix cache (final event)
+  int n_prompt_tokens = 0;               // filled on every token event and the final one
+  int n_cached_tokens = 0;               // prompt tokens served from the prefix cache (the same; a
+                                         // server that stops a request itself has no final event)
   int n_generated_tokens = 0;            // filled on the final event
   double accept_length = 0.0;            // mean tokens per verification step (spec decoding), final event
 };

@@ -80,24 +80,19 @@ ChoiceDelta ChoiceState::on_event(const TokenEvent& event) {
   // (not counted, returned or given logprobs), as when each event carries one token.
   ChoiceDelta out;
   for (std::size_t k = 0; k < n && !out.finished; ++k) out.append(on_tokens(event, k, k + 1));
-  if (event.finish != FinishReason::None) {  // the engine's final event, its tail cut by a stop
-    if (event.n_prompt_tokens > 0) n_prompt_ = event.n_prompt_tokens;
-    n_cached_ = event.n_cached_tokens;
-    accept_length_ = event.accept_length;
-  }
+  if (event.finish != FinishReason::None) accept_length_ = event.accept_length;  // its tail cut by a stop
   return out;
 }
 
 ChoiceDelta ChoiceState::on_tokens(const TokenEvent& event, std::size_t begin, std::size_t end) {
   ChoiceDelta out;
-  if (finished_) {
-    // Only the bookkeeping of the final event after our own cancel (stop string) matters.
-    if (event.finish != FinishReason::None && event.n_prompt_tokens > 0) {
-      n_prompt_ = event.n_prompt_tokens;
-      n_cached_ = event.n_cached_tokens;
-    }
-    return out;
+  // Every event carries the prompt's counts: the choice may end here (a stop string) and be answered
+  // before the engine's final event comes.
+  if (event.n_prompt_tokens > 0) {
+    n_prompt_ = event.n_prompt_tokens;
+    n_cached_ = event.n_cached_tokens;
   }
+  if (finished_) return out;
   // `early`: the text of the first min_tokens tokens, where no stop string may end.
   std::string early, text;
   for (std::size_t k = begin; k < end; ++k) {
@@ -105,8 +100,12 @@ ChoiceDelta ChoiceState::on_tokens(const TokenEvent& event, std::size_t begin, s
     ++n_generated_;
     last_token_ = id;
     if (options_.count_reasoning_tokens && !think_ended_) {
-      ++n_reasoning_;
-      if (options_.think_end_id && id == *options_.think_end_id) think_ended_ = true;
+      if (!options_.start_in_reasoning && n_generated_ == 1 && !(options_.think_start_id && id == *options_.think_start_id)) {
+        think_ended_ = true;  // neither the prompt nor the reply opened <think>: no reasoning
+      } else {
+        ++n_reasoning_;
+        if (options_.think_end_id && id == *options_.think_end_id) think_ended_ = true;
+      }
     }
     if (k < event.logprobs.size()) out.logprobs.push_back(event.logprobs[k]);
     acc_ids_.push_back(id);
@@ -118,8 +117,6 @@ ChoiceDelta ChoiceState::on_tokens(const TokenEvent& event, std::size_t begin, s
   const bool at_end = end == event.tokens.size() && event.finish != FinishReason::None;
   if (at_end) {
     (n_generated_ <= options_.min_tokens ? early : text) += detok_.flush();
-    if (event.n_prompt_tokens > 0) n_prompt_ = event.n_prompt_tokens;
-    n_cached_ = event.n_cached_tokens;
     accept_length_ = event.accept_length;
   }
   if (!early.empty()) early = stop_.push(early, /*match=*/false).text;

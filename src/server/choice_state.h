@@ -41,6 +41,9 @@ struct ChoiceOptions {
   std::vector<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> stop_regex;
   int max_tool_calls = -1;          // parallel_tool_calls false: 1 (later calls are dropped)
   std::optional<TokenId> think_end_id;     // counts reasoning tokens up to and including it
+  // Where the prompt did not open <think> (start_in_reasoning false), a reply that opens it with
+  // its first token reasons too: counted from that token.
+  std::optional<TokenId> think_start_id;
   bool count_reasoning_tokens = false;
   bool include_reasoning = true;    // false: reasoning is split off and dropped (vLLM)
   bool stream_reasoning = true;     // false: reasoning held back, sent in one delta when it ends

@@ -59,6 +59,26 @@ TEST_F(ApiValidationTest, CachedTokensAreReportedOnGenerateAndResponses) {
   EXPECT_EQ(r["usage"]["input_tokens_details"]["cached_tokens"], 2) << r.dump();
   json c = ok(post_json("/v1/chat/completions", chat()));
   EXPECT_EQ(c["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+  // A stop string ends the choice in the server, which answers before the engine's final event
+  // (the count once came only on that event: 0 was reported).
+  script("Hello world and more words after it");
+  engine_.tick = std::chrono::milliseconds(20);
+  for (bool stream : {false, true}) {
+    auto r = post_json("/v1/chat/completions",
+                       chat({{"stop", json::array({"world"})}, {"max_tokens", 30}, {"stream", stream},
+                             {"stream_options", stream ? json{{"include_usage", true}} : json(nullptr)}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    json usage;
+    if (stream) {
+      for (const auto& d : testing::sse_data(r.body))
+        if (d != "[DONE]" && json::parse(d).contains("usage") && !json::parse(d)["usage"].is_null()) usage = json::parse(d)["usage"];
+    } else {
+      usage = json::parse(r.body)["usage"];
+    }
+    EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 2) << r.body;
+  }
+  json m = ok(post_json("/generate", {{"text", "def hello_world():"}, {"sampling_params", {{"max_new_tokens", 30}, {"stop", "world"}}}}));
+  EXPECT_EQ(m["meta_info"]["cached_tokens"], 2) << m.dump();
   expect_idle();
 }
 

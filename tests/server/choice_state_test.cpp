@@ -233,6 +233,28 @@ TEST_F(ChoiceStateTest, IncludeReasoningFalseDropsReasoning) {
   }
 }
 
+// A prompt that did not open <think>: a reply whose first token opens it reasons up to </think>
+// and those tokens are counted (they were 0); a reply that starts otherwise has none.
+TEST_F(ChoiceStateTest, ReasoningTokensCountWhenTheReplyOpensThink) {
+  ChoiceOptions o = chat_reasoning_options();
+  o.start_in_reasoning = false;
+  o.count_reasoning_tokens = true;
+  o.think_start_id = tokenizer_->token_id("<think>");
+  o.think_end_id = tokenizer_->token_id("</think>");
+  std::vector<TokenId> tokens = ids("<think>Plan.</think>Answer");
+  ASSERT_EQ(tokens.front(), *o.think_start_id);
+  tokens.push_back(kImEnd);
+  ChoiceState s(*tokenizer_, o);
+  run(s, tokens, FinishReason::Stop);
+  EXPECT_EQ(s.reasoning(), "Plan.");
+  EXPECT_EQ(s.n_reasoning_tokens(), static_cast<int>(ids("<think>Plan.</think>").size()));
+  ChoiceState plain(*tokenizer_, o);
+  std::vector<TokenId> answer = ids("Answer </think> more");
+  answer.push_back(kImEnd);
+  run(plain, answer, FinishReason::Stop);
+  EXPECT_EQ(plain.n_reasoning_tokens(), 0);
+}
+
 // vLLM: stop strings are not checked in the text of the first min_tokens tokens.
 TEST_F(ChoiceStateTest, StopStringsWaitForMinTokens) {
   const std::vector<TokenId> toks = ids("a): b): c): d): e");

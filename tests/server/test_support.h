@@ -174,10 +174,11 @@ class FakeEngine final : public EngineService {
             ev.finish = FinishReason::Stop;
           }
         }
+        // As the engine: every event carries the prompt's counts.
+        ev.n_prompt_tokens = static_cast<int>(live.request.prompt.size());
+        ev.n_cached_tokens = std::min(cached, ev.n_prompt_tokens);
         if (ev.finish != FinishReason::None) {
-          ev.n_prompt_tokens = static_cast<int>(live.request.prompt.size());
           ev.n_generated_tokens = live.n_emitted;
-          ev.n_cached_tokens = std::min(cached, ev.n_prompt_tokens);
           done.push_back(id);
         }
         live.stream->events.push(std::move(ev));
