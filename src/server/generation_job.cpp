@@ -219,10 +219,11 @@ void GenerationJob::start() {
     choices_[i].stream = env_.engine->submit(std::move(g));
   }
   if (env_.registry) {
-    registry_handle_ = env_.registry->add(request_.rid.empty() ? response_id_ : request_.rid,
-                                          [weak] {
-                                            if (auto job = weak.lock()) job->abort();
-                                          });
+    auto abort = [weak] {
+      if (auto job = weak.lock()) job->abort();
+    };
+    if (registry_handle_) env_.registry->set_abort(registry_handle_, std::move(abort));
+    else registry_handle_ = env_.registry->add(response_id_, std::move(abort));
   }
   if (logging()) log_received();
   // Hooks after all submits: the first drain sees every choice's stream.

@@ -56,6 +56,9 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
                 Clock::time_point arrival);
   ~GenerationJob();
 
+  // The registry entry of the request's rid, reserved by the handler (RequestRegistry::reserve);
+  // the job removes it when it ends. Before start().
+  void adopt_registry_handle(uint64_t handle) { registry_handle_ = handle; }
   // Call on the exchange's strand (the HTTP handler). Submits the sequences.
   void start();
   // Any thread: cancels every unfinished sequence (POST /abort_request); the response ends with

@@ -27,6 +27,7 @@ OpenAiServer::OpenAiServer(ServerConfig config, EngineService& engine, Tokenizer
   created_ = std::chrono::duration_cast<std::chrono::seconds>(
                  std::chrono::system_clock::now().time_since_epoch())
                  .count();
+  think_start_id_ = tokenizer_.token_id("<think>");
   think_end_id_ = tokenizer_.token_id("</think>");
   if (auto eos = tokenizer_.eos_token_id()) {
     bool have = false;
@@ -610,7 +611,8 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
   // default and the request's kwargs both decided that), not from enable_thinking alone: a template
   // that defaults thinking off would otherwise put the whole answer in reasoning (SGLang #20786).
   options.start_in_reasoning = prompt_opens_think;
-  options.count_reasoning_tokens = options.chat && reasoning_parser_ && prompt_opens_think;
+  options.count_reasoning_tokens = options.chat && reasoning_parser_;
+  options.think_start_id = think_start_id_;
   // Without a reasoning parser these are accepted and have nothing to act on.
   options.include_reasoning = request.include_reasoning || !options.reasoning;
   options.stream_reasoning = request.stream_reasoning || !request.stream;
@@ -641,11 +643,20 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
   if (!request.no_stop_trim)
     for (TokenId id : request.sampling.stop_token_ids) options.hidden_ids.insert(id);
 
+  // A client's rid names one request in flight (/abort_request cancels by it).
+  std::optional<uint64_t> rid_handle;
+  if (!request.rid.empty()) {
+    rid_handle = registry_.reserve(request.rid);
+    if (!rid_handle)
+      return send_error(*exchange, route,
+                        ApiError::bad_request("rid '" + request.rid + "' is already used by a request in flight", "rid"));
+  }
   JobEnv env{&engine_, &tokenizer_, &metrics_, &active_jobs_, config_.served_model_name, &registry_,
              config_.stream_interval, &config_.request_log, std::move(on_response)};
   auto strand = exchange;
   auto job = std::make_shared<GenerationJob>(std::move(env), std::move(request), std::move(prompts),
                                              std::move(options), std::move(exchange), arrival);
+  if (rid_handle) job->adopt_registry_handle(*rid_handle);
   // Started on the connection's strand: its disconnect hook and drains run there too.
   strand->post([job] { job->start(); });
 }

@@ -134,7 +134,7 @@ class OpenAiServer {
   SamplingDefaults defaults_;
   ToolParserKind tool_parser_ = ToolParserKind::None;
   bool reasoning_parser_ = false;
-  std::optional<TokenId> think_end_id_;
+  std::optional<TokenId> think_start_id_, think_end_id_;
   ServerMetrics metrics_;
   std::unique_ptr<GrammarService> grammar_;
   RequestRegistry registry_;

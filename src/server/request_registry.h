@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace deltaserve {
@@ -12,8 +13,12 @@ namespace deltaserve {
 class RequestRegistry {
  public:
   using Abort = std::function<void()>;
-  // Returns a handle for remove(); an id already in use gets a unique suffix only internally.
+  // Returns a handle for remove(). Ids the server makes (response ids) are unique by themselves.
   uint64_t add(const std::string& rid, Abort abort);
+  // A client's rid: a handle, or nullopt while a request in flight has that rid (SGLang refuses a
+  // duplicate too: an abort by rid would cancel both). set_abort() gives it its abort later.
+  std::optional<uint64_t> reserve(const std::string& rid);
+  void set_abort(uint64_t handle, Abort abort);
   void remove(uint64_t handle);
   // Aborts the requests with this rid (or every request when `all`); returns how many.
   int abort(const std::string& rid, bool all);

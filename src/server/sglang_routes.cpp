@@ -231,7 +231,12 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
   if (!body.is_object()) return send_error(*exchange, path, ApiError::bad_request("the request body must be a JSON object")), true;
   if (path == "/abort_request") {
     for (auto it = body.begin(); it != body.end(); ++it) {
-      if (it.key() != "rid" && it.key() != "abort_all" && it.key() != "finished_reason" && it.key() != "abort_message")
+      if (it.key() == "finished_reason" || it.key() == "abort_message")
+        return send_error(*exchange, path,
+                          ApiError::bad_request("'" + it.key() + "' is not supported: an aborted request ends with "
+                                                "finish_reason abort (message \"aborted\")",
+                                                it.key())), true;
+      if (it.key() != "rid" && it.key() != "abort_all")
         return send_error(*exchange, path, ApiError::bad_request("unrecognized request field '" + it.key() + "'", it.key(),
                                                                  "unrecognized_field")), true;
     }
@@ -287,21 +292,28 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
       return true;
     }
     if (!body.contains("prompt")) return send_error(*exchange, path, ApiError::bad_request("'prompt' is required", "prompt")), true;
+    // The chat fields act on messages only.
+    for (const char* k : {"tools", "chat_template_kwargs", "add_generation_prompt"})
+      if (body.contains(k))
+        return send_error(*exchange, path, ApiError::bad_request("'" + std::string(k) + "' applies to 'messages', not to 'prompt'", k)), true;
     const json& p = body["prompt"];
     if (p.is_string()) {
       send_json(*exchange, path, one(p.get<std::string>()));
       return true;
     }
     if (p.is_array()) {
-      json tokens = json::array(), counts = json::array();
+      json tokens = json::array(), counts = json::array(), token_strs = json::array();
       for (const auto& x : p) {
         if (!x.is_string())
           return send_error(*exchange, path, ApiError::bad_request("'prompt' must be a string or a list of strings", "prompt")), true;
         json r = one(x.get<std::string>());
         tokens.push_back(r["tokens"]);
         counts.push_back(r["count"]);
+        if (strs) token_strs.push_back(r["token_strs"]);
       }
-      send_json(*exchange, path, {{"tokens", tokens}, {"count", counts}, {"max_model_len", engine_.context_length()}});
+      json out = {{"tokens", tokens}, {"count", counts}, {"max_model_len", engine_.context_length()}};
+      if (strs) out["token_strs"] = token_strs;
+      send_json(*exchange, path, out);
       return true;
     }
     return send_error(*exchange, path, ApiError::bad_request("'prompt' must be a string or a list of strings", "prompt")), true;

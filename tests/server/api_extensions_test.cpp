@@ -444,13 +444,21 @@ TEST_F(ApiTest, AbortByRid) {
   testing::HttpResult r;
   std::thread t([&] { r = post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 150}, {"rid", "job-7"}}); });
   ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+  // A second request with the rid in flight is refused (an abort by rid would cancel both).
+  json dup = error_of(post("/generate", {{"text", "q"}, {"rid", "job-7"}}));
+  EXPECT_EQ(dup["param"], "rid");
+  EXPECT_EQ(engine_.n_live(), 1);
   auto a = ok_json(post("/abort_request", {{"rid", "job-7"}}));
   EXPECT_EQ(a["aborted"], 1);
   t.join();
   json j = ok_json(r);
   EXPECT_EQ(j["choices"][0]["finish_reason"], "abort");
+  // Once it is over, the rid is free again.
+  engine_.tick = std::chrono::milliseconds(1);
+  ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 2}, {"rid", "job-7"}}));
   EXPECT_EQ(ok_json(post("/abort_request", {{"rid", "nobody"}}))["aborted"], 0);
   EXPECT_EQ(error_of(post("/abort_request", json::object()))["param"], "rid");
+  EXPECT_EQ(error_of(post("/abort_request", {{"rid", "x"}, {"abort_message", "maintenance"}}))["param"], "abort_message");
   expect_idle();
 }
 
@@ -570,6 +578,13 @@ TEST_F(ApiTest, TokenizeDetokenizeInfoLoadFlushHealth) {
   }
   json j = ok_json(post("/tokenize", {{"prompt", {"a", "bb"}}}));
   EXPECT_EQ(j["tokens"].size(), 2u);
+  EXPECT_FALSE(j.contains("token_strs"));
+  // A batch with return_token_strs: a list per prompt (it was dropped); chat fields without
+  // messages are refused, not ignored.
+  j = ok_json(post("/tokenize", {{"prompt", {"a", "bb"}}, {"return_token_strs", true}}));
+  ASSERT_EQ(j["token_strs"].size(), 2u);
+  EXPECT_EQ(j["token_strs"][1].size(), j["tokens"][1].size());
+  EXPECT_EQ(error_of(post("/tokenize", {{"prompt", "a"}, {"add_generation_prompt", false}}))["param"], "add_generation_prompt");
   j = ok_json(post("/tokenize", {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"return_token_strs", true}}));
   const json msgs = json::parse(R"([{"role":"user","content":"hi"}])");
   EXPECT_EQ(j["tokens"], tokenizer_->encode(*chatml(msgs, nullptr, json::object()), true));
