@@ -84,12 +84,18 @@ Status get_optional(const json& obj, const char* key, T& out, const std::string&
   return convert(*it, out, key, source);
 }
 
+// (An id beyond int32 becomes -1, which the vocabulary check refuses, rather than wrapping.)
 std::vector<int32_t> token_id_list(const json& v) {
   std::vector<int32_t> out;
-  if (v.is_number_integer()) out.push_back(v.get<int32_t>());
+  auto add = [&](const json& x) {
+    const bool fits = x.is_number_unsigned() ? x.get<uint64_t>() <= INT32_MAX
+                                             : x.get<int64_t>() >= INT32_MIN && x.get<int64_t>() <= INT32_MAX;
+    out.push_back(fits ? static_cast<int32_t>(x.get<int64_t>()) : -1);
+  };
+  if (v.is_number_integer()) add(v);
   if (v.is_array())
     for (const auto& x : v)
-      if (x.is_number_integer()) out.push_back(x.get<int32_t>());
+      if (x.is_number_integer()) add(x);
   return out;
 }
 
@@ -146,6 +152,8 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     DS_RETURN_IF_ERROR(get_optional(*rp, "rope_theta", c.rope_theta, source));
     DS_RETURN_IF_ERROR(get_optional(*rp, "partial_rotary_factor", c.partial_rotary_factor, source));
   }
+  if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1))
+    return error(source, ": partial_rotary_factor ", c.partial_rotary_factor, " must be in (0, 1]");
   c.rotary_dim = static_cast<int>(c.head_dim * c.partial_rotary_factor);
   if (c.rotary_dim % 2) return error(source, ": rotary dimension ", c.rotary_dim, " is odd");
 
@@ -201,6 +209,9 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.n_layers <= 0 || c.n_heads <= 0 ||
       c.n_kv_heads <= 0 || c.head_dim <= 0 || c.n_heads % c.n_kv_heads != 0)
     return error(source, ": inconsistent sizes (vocab, hidden, layers or heads)");
+  for (int32_t id : c.eos_token_ids)
+    if (id < 0 || id >= c.vocab_size)
+      return error(source, ": eos_token_id ", id, " is outside the vocabulary [0, ", c.vocab_size, ")");
   return c;
 }
 

@@ -27,7 +27,9 @@ Result<GenerationDefaults> load_generation_defaults(const std::filesystem::path&
     return it->get<float>();
   };
   // do_sample=false means greedy in HF; honour it.
-  const bool do_sample = j.value("do_sample", true);
+  if (j.contains("do_sample") && !j["do_sample"].is_null() && !j["do_sample"].is_boolean())
+    return error(path.string(), ": do_sample must be true or false");
+  const bool do_sample = !j.contains("do_sample") || j["do_sample"].is_null() || j["do_sample"].get<bool>();
   d.temperature = do_sample ? num("temperature") : std::optional<float>(0.0f);
   d.top_p = num("top_p");
   d.min_p = num("min_p");
@@ -39,6 +41,8 @@ Result<GenerationDefaults> load_generation_defaults(const std::filesystem::path&
       for (const auto& x : *it)
         if (x.is_number_integer()) d.eos_token_ids.push_back(x.get<int32_t>());
   }
+  for (int32_t id : d.eos_token_ids)
+    if (id < 0) return error(path.string(), ": eos_token_id ", id, " is negative");
   return d;
 }
 

@@ -62,10 +62,15 @@ Status Checkpoint::add_file(const std::filesystem::path& path) {
     } catch (const std::exception& ex) {
       return error(tensor_where, ": malformed header entry: ", ex.what());
     }
-    for (auto d : e.shape)
+    // The byte count by checked products: a shape such as [2^62] must not wrap around to the
+    // bytes the entry holds (0), or loading reads past the mapped file.
+    uint64_t want = dtype_size(e.dtype);
+    for (auto d : e.shape) {
       if (d < 0) return error(tensor_where, ": negative dimension");
-    if (static_cast<std::size_t>(e.numel()) * dtype_size(e.dtype) != e.nbytes)
-      return error(tensor_where, ": byte size does not match shape and dtype");
+      if (__builtin_mul_overflow(want, static_cast<uint64_t>(d), &want))
+        return error(tensor_where, ": shape overflows a 64-bit byte count");
+    }
+    if (want != e.nbytes) return error(tensor_where, ": byte size does not match shape and dtype");
     e.file_idx = file_idx;
     if (tensors_.count(e.name)) return error(tensor_where, ": tensor appears twice in the checkpoint");
     tensors_.emplace(e.name, std::move(e));

@@ -6,6 +6,12 @@
 
 namespace deltaserve {
 
+namespace {
+// An id that indexes a row of `vocab` logits. Ids from configs and requests are checked where they
+// are read; this keeps one that was not from writing outside the row.
+constexpr bool in_vocab(int64_t id, int64_t vocab) { return id >= 0 && id < vocab; }
+}  // namespace
+
 RequestConstraint::RequestConstraint(std::shared_ptr<const ConstraintPlan> plan) : plan_(std::move(plan)) {
   if (plan_->grammar) {
     matcher_.emplace(plan_->grammar);
@@ -28,7 +34,7 @@ void RequestConstraint::ban_bad_words(float* logits, int64_t vocab) const {
     const size_t k = word.size() - 1;
     if (history_.size() < k) continue;
     if (std::equal(word.begin(), word.begin() + static_cast<long>(k), history_.end() - static_cast<long>(k)) &&
-        word.back() < vocab)
+        in_vocab(word.back(), vocab))
       logits[word.back()] = -INFINITY;
   }
 }
@@ -36,11 +42,11 @@ void RequestConstraint::ban_bad_words(float* logits, int64_t vocab) const {
 void RequestConstraint::apply(float* logits, int64_t vocab, int n_generated) {
   const ConstraintPlan& p = *plan_;
   for (const auto& [id, bias] : p.logit_bias)
-    if (id < vocab) logits[id] += bias;
+    if (in_vocab(id, vocab)) logits[id] += bias;
   if (!p.allowed_ids.empty()) {
     saved_.clear();
     for (TokenId id : p.allowed_ids)
-      if (id < vocab) saved_.emplace_back(id, logits[id]);
+      if (in_vocab(id, vocab)) saved_.emplace_back(id, logits[id]);
     std::fill(logits, logits + vocab, -INFINITY);
     for (const auto& [id, v] : saved_) logits[id] = v;
   }
@@ -50,7 +56,7 @@ void RequestConstraint::apply(float* logits, int64_t vocab, int n_generated) {
   const bool ban_end = n_generated < p.min_tokens && !grammar_must_end;
   if (ban_end) {
     for (TokenId id : p.end_ids)
-      if (id < vocab) logits[id] = -INFINITY;
+      if (in_vocab(id, vocab)) logits[id] = -INFINITY;
   }
   if (!grammar_on) {
     check_exhausted(logits, vocab, n_generated, nullptr, ban_end);
@@ -61,7 +67,7 @@ void RequestConstraint::apply(float* logits, int64_t vocab, int n_generated) {
   saved_.clear();
   if (matcher_->can_end())
     for (TokenId id : p.end_ids)
-      if (id < vocab && !(id < mask.size() && mask.test(id))) saved_.emplace_back(id, logits[id]);
+      if (in_vocab(id, vocab) && !(id < mask.size() && mask.test(id))) saved_.emplace_back(id, logits[id]);
   const std::vector<uint64_t>& words = mask.words();
   const int64_t covered = std::min<int64_t>(vocab, mask.size());
   for (int64_t w = 0; w * 64 < covered; ++w) {
@@ -88,7 +94,7 @@ void RequestConstraint::check_exhausted(float* logits, int64_t vocab, int n_gene
   if (!mask) {
     // Without a grammar only allowed ids can empty the row (bad words and min_tokens remove a few).
     if (p.allowed_ids.empty()) return;
-    for (TokenId id : p.allowed_ids) any = any || (id < vocab && logits[id] > -INFINITY);
+    for (TokenId id : p.allowed_ids) any = any || (in_vocab(id, vocab) && logits[id] > -INFINITY);
   } else {
     // The grammar's mask always leaves a token or an end; only the other rules can take them all.
     if (p.allowed_ids.empty() && p.bad_words.empty() && !ban_end) return;
@@ -96,17 +102,17 @@ void RequestConstraint::check_exhausted(float* logits, int64_t vocab, int n_gene
     for (size_t w = 0; w < words.size() && !any; ++w) {
       for (uint64_t bits = words[w]; bits && !any; bits &= bits - 1) {
         const int64_t id = static_cast<int64_t>(w * 64) + std::countr_zero(bits);
-        any = id < vocab && logits[id] > -INFINITY;
+        any = in_vocab(id, vocab) && logits[id] > -INFINITY;
       }
     }
-    for (TokenId id : p.end_ids) any = any || (id < vocab && logits[id] > -INFINITY);
+    for (TokenId id : p.end_ids) any = any || (in_vocab(id, vocab) && logits[id] > -INFINITY);
   }
   if (any) {
     if (exhausted_row_ == n_generated) exhausted_row_ = -1;
     return;
   }
   exhausted_row_ = n_generated;
-  if (!p.end_ids.empty() && p.end_ids.front() < vocab) logits[p.end_ids.front()] = 0.0f;
+  if (!p.end_ids.empty() && in_vocab(p.end_ids.front(), vocab)) logits[p.end_ids.front()] = 0.0f;
 }
 
 namespace {
@@ -159,16 +165,16 @@ void RequestConstraint::apply_from(const float* src, float* dst, int64_t vocab, 
   // Request stop ids end a complete match like EOS does.
   if (matcher_->can_end())
     for (TokenId id : p.end_ids)
-      if (id < vocab) dst[id] = src[id];
+      if (in_vocab(id, vocab)) dst[id] = src[id];
   // 2. What apply() does before the mask; on -inf entries it changes nothing.
   for (const auto& [id, bias] : p.logit_bias)
-    if (id < vocab) dst[id] += bias;
+    if (in_vocab(id, vocab)) dst[id] += bias;
   ban_bad_words(dst, vocab);
   const bool grammar_must_end = matcher_->must_end() || matcher_->is_terminated();
   const bool ban_end = n_generated < p.min_tokens && !grammar_must_end;
   if (ban_end)
     for (TokenId id : p.end_ids)
-      if (id < vocab) dst[id] = -INFINITY;
+      if (in_vocab(id, vocab)) dst[id] = -INFINITY;
   // 3. Bad words and min_tokens may have removed every token the grammar allows.
   check_exhausted(dst, vocab, n_generated, &mask, ban_end);
 }

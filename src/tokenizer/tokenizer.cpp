@@ -123,7 +123,9 @@ Status parse_model(TokenizerJson& tj, Tokenizer::Impl& impl) {
   std::vector<std::string> token_bytes;
   std::string bytes;
   for (auto& [token, id] : tj.vocab) {
-    if (id < 0 || id > (1 << 30)) return error("vocab id ", id, " is out of range");
+    // Ids run 0..n-1 (a gap or two at most): one far past the entries would size tables to it.
+    if (id < 0 || id >= int64_t(tj.vocab.size()) + (int64_t(1) << 16))
+      return error("vocab id ", id, " is out of range (", tj.vocab.size(), " entries)");
     const auto idx = static_cast<std::size_t>(id);
     if (idx >= token_bytes.size()) token_bytes.resize(idx + 1);
     // Entries outside the byte-level alphabet are kept verbatim, as HF's decoder does.
@@ -188,8 +190,11 @@ Status build(TokenizerJson& tj, const json& config, Tokenizer::Impl& impl) {
   if (config.is_object() && config.contains("added_tokens_decoder")) {
     for (auto it = config["added_tokens_decoder"].begin();
          it != config["added_tokens_decoder"].end(); ++it) {
-      const AddedToken tok =
-          parse_added_token(it.value(), static_cast<TokenId>(std::stol(it.key())));
+      const std::string& key = it.key();
+      if (key.empty() || key.size() > 10 || key.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoll(key) > INT32_MAX)
+        return error("tokenizer_config.json: added_tokens_decoder key '", key, "' is not a token id");
+      const AddedToken tok = parse_added_token(it.value(), static_cast<TokenId>(std::stoll(key)));
       auto same = std::find_if(added.begin(), added.end(),
                                [&](const AddedToken& a) { return a.id == tok.id; });
       if (same != added.end()) {
@@ -199,6 +204,13 @@ Status build(TokenizerJson& tj, const json& config, Tokenizer::Impl& impl) {
       }
     }
   }
+  // Added tokens follow the base vocabulary, with room for gaps (reserved ids); an id far beyond
+  // would size every per-token table to it (2^31 - 1: an overflow; 2.5e8: a gigabyte).
+  const int64_t id_limit = int64_t(impl.bpe->size()) + int64_t(added.size()) + (int64_t(1) << 16);
+  for (const AddedToken& t : added)
+    if (t.id >= id_limit)
+      return error("added token '", t.content, "' has id ", t.id, ", beyond the ", impl.bpe->size(),
+                   " tokens of the vocabulary and its ", added.size(), " added ones");
   int vocab_size = impl.bpe->size();
   for (const AddedToken& t : added) vocab_size = std::max(vocab_size, t.id + 1);
   impl.vocab_size = vocab_size;

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "fixture.h"
+#include "model/generation_config.h"
 #include "model/model.h"
 #include "util/mmap_file.h"
 
@@ -173,6 +174,60 @@ TEST(BadConfig, NumbersOutsideAnIntegerFieldsRangeAreRefusedNamingTheKey) {
   auto c = parse_model_config(big.dump(), "config.json");
   ASSERT_FALSE(c.is_ok());
   EXPECT_NE(c.status().message().find("num_attention_heads"), std::string::npos) << c.status().message();
+}
+
+// Found by review (stop 52), each a crash or a write outside a buffer before:
+// partial_rotary_factor 2.0 made RoPE write past each head (heap corruption); an eos_token_id
+// outside the vocabulary was written to by the constraint's logit masks.
+TEST(BadConfig, RopeFactorAndEosIdsOutsideTheirRangeAreRefused) {
+  auto text = read_text_file(source_dir() / "tests/fixtures/qwen3-tiny/config.json");
+  ASSERT_TRUE(text.is_ok());
+  for (const char* factor : {"2.0", "0", "-0.5", "1e30"}) {
+    nlohmann::json j = nlohmann::json::parse(*text);
+    j["partial_rotary_factor"] = nlohmann::json::parse(factor);
+    auto c = parse_model_config(j.dump(), "config.json");
+    ASSERT_FALSE(c.is_ok()) << factor;
+    EXPECT_NE(c.status().message().find("partial_rotary_factor"), std::string::npos) << c.status().message();
+  }
+  for (const char* eos : {"-1", "[1, 99999999]", "4294967296"}) {
+    nlohmann::json j = nlohmann::json::parse(*text);
+    j["eos_token_id"] = nlohmann::json::parse(eos);
+    auto c = parse_model_config(j.dump(), "config.json");
+    ASSERT_FALSE(c.is_ok()) << eos;
+    EXPECT_NE(c.status().message().find("eos_token_id"), std::string::npos) << c.status().message();
+  }
+}
+
+// generation_config.json: a do_sample that is not a boolean (it threw out of main) or a negative
+// EOS id is an error naming the file.
+TEST(BadConfig, GenerationConfigFieldsAreChecked) {
+  const fs::path dir = fs::temp_directory_path() / ("ds_bad_gen_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* body : {R"({"do_sample": "false"})", R"({"eos_token_id": [2, -1]})"}) {
+    std::ofstream(dir / "generation_config.json") << body;
+    auto g = load_generation_defaults(dir);
+    ASSERT_FALSE(g.is_ok()) << body;
+    EXPECT_NE(g.status().message().find("generation_config.json"), std::string::npos) << g.status().message();
+  }
+  std::ofstream(dir / "generation_config.json") << R"({"do_sample": false, "temperature": 0.7})";
+  auto g = load_generation_defaults(dir);
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  EXPECT_EQ(g->temperature, 0.0f);  // do_sample false: greedy
+  fs::remove_all(dir);
+}
+
+// A safetensors shape whose byte count overflows 64 bits (here [2^62] of f32: 2^64 bytes, which
+// wrapped to the entry's 0) is refused; it once loaded and the read ran past the mapped file.
+TEST(BadConfig, SafetensorsShapeThatOverflowsIsRefused) {
+  const fs::path file = fs::temp_directory_path() / ("ds_overflow_" + std::to_string(::getpid()) + ".safetensors");
+  const std::string header = R"({"x":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  std::ofstream(file, std::ios::binary) << bytes << header;
+  auto ck = Checkpoint::open_file(file);
+  ASSERT_FALSE(ck.is_ok());
+  EXPECT_NE(ck.status().message().find("overflows"), std::string::npos) << ck.status().message();
+  fs::remove(file);
 }
 
 }  // namespace

@@ -2,6 +2,10 @@
 // AutoTokenizer) must match exactly, and decoding must give back the reference text.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
+#include <fstream>
+
 #include <thread>
 #include <vector>
 
@@ -126,6 +130,26 @@ TEST(TokenizerLoad, BadJsonIsAnError) {
   EXPECT_NE(tok.status().message().find("tokenizer.json"), std::string::npos);
   auto tok2 = Tokenizer::from_json(R"({"model": {"type": "Unigram"}})", "");
   EXPECT_FALSE(tok2.is_ok());
+}
+
+// An added token far beyond the vocabulary sized every per-token table to its id (2^31 - 1:
+// an overflow and a crash; 2.5e8: a gigabyte); a key that is not a number threw. Both are errors.
+TEST(TokenizerLoad, AddedTokenIdsFarBeyondTheVocabularyAreErrors) {
+  std::ifstream in(source_dir() / "tests/fixtures/tokenizer-qwen3/tokenizer.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string tok = ss.str();
+  for (const char* key : {"2147483647", "250000000", "x7", "-3"}) {
+    const std::string config = std::string(R"({"added_tokens_decoder":{")") + key + R"(":{"content":"<zz>","special":true}}})";
+    auto t = Tokenizer::from_json(tok, config);
+    ASSERT_FALSE(t.is_ok()) << key;
+    EXPECT_NE(t.status().message().find(key[0] == '2' ? "beyond" : "not a token id"), std::string::npos)
+        << t.status().message();
+  }
+  // An id just past the vocabulary's and its added tokens' is a plain new token.
+  auto ok = Tokenizer::from_json(tok, R"({"added_tokens_decoder":{"151700":{"content":"<zz>","special":true}}})");
+  ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+  EXPECT_EQ(ok->token_id("<zz>"), 151700);
 }
 
 }  // namespace
