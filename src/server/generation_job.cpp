@@ -178,7 +178,7 @@ GenerationJob::GenerationJob(JobEnv env, OpenAiRequest request, std::vector<JobP
 
 GenerationJob::~GenerationJob() {
   if (env_.active_jobs) env_.active_jobs->fetch_sub(1);
-  if (env_.registry && registry_handle_) env_.registry->remove(registry_handle_);
+  release_rid();
 }
 
 const std::string& GenerationJob::route() const {
@@ -510,6 +510,7 @@ void GenerationJob::send_error_response(EngineErrorKind kind, const std::string&
   status_ = status;
   HttpHeaders headers;
   if (status == 503) headers.emplace_back("Retry-After", "1");  // queue full: a retry soon may be admitted
+  release_rid();
   exchange_->respond(status, "application/json", e.to_json(), std::move(headers));
   responded_ = true;
   for (auto& c : choices_) {
@@ -538,8 +539,14 @@ void GenerationJob::on_disconnect() {
   for (auto& c : choices_) cancel_choice(c);
 }
 
+void GenerationJob::release_rid() {
+  if (env_.registry && registry_handle_) env_.registry->remove(registry_handle_);
+  registry_handle_ = 0;
+}
+
 void GenerationJob::finish() {
   if (released_) return;
+  release_rid();  // before the answer: a client may reuse its rid as soon as it has it
   if (!responded_ && !disconnected_) {
     if (request_.stream) {
       std::string out;

@@ -94,6 +94,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void on_disconnect();
   void cancel_choice(Choice& c);
   void finish();
+  void release_rid();  // leaves the request registry (once): the rid is free again
   bool all_finished() const;
   void send_error_response(EngineErrorKind kind, const std::string& message);
   bool logging() const { return env_.request_log && env_.request_log->on(); }

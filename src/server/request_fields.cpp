@@ -28,7 +28,7 @@ const std::vector<RequestField> kFields = {
   {"previous_response_id", R, YES, nullptr, nullptr, "Responses API: continue a stored response (the conversation is replayed)"},
   {"store", R, YES, nullptr, "false", "Responses API: keep the response for GET /v1/responses/{id} (default true; the store is bounded)"},
   {"sampling_params", G, YES, nullptr, R"({"max_new_tokens":4})", "SGLang sampling parameters (table rows marked sampling_params)"},
-  {"rid", C | P | G, YES, nullptr, R"("my-request-1")", "request id: POST /abort_request {\"rid\": ...} cancels it"},
+  {"rid", C | P | G, YES, nullptr, R"("my-request-1")", "request id, one request in flight each (a second is a 400): POST /abort_request {\"rid\": ...} cancels it"},
   {"request_id", C | P, YES, nullptr, R"("my-request-2")", "vLLM name of rid"},
   {"stream", C | P | G | R, YES, nullptr, "false", "server-sent events"},
   {"stream_options", C | P, YES, nullptr, R"({"include_usage":false})", "include_usage, continuous_usage_stats"},
