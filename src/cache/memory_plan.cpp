@@ -406,7 +406,7 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
                              std::to_string(room) + ": conversations beyond them have their prompts recomputed" +
                              " (raise --mamba-full-memory-ratio" +
                              (in.max_running_requests > 0 ? " or lower --max-running-requests)" : ")"));
-      else if (p.checkpoint_slots == 0)
+      else if (p.checkpoint_slots == 0 && in.max_state_slots > 0)
         p.warnings.push_back(mamba_flag + " leaves no prefix-cache checkpoint beside " + std::to_string(p.state_slots) +
                              " request slots: prompts are always recomputed (raise --max-mamba-cache-size)");
     }

@@ -122,6 +122,9 @@ ChoiceDelta ChoiceState::on_tokens(const TokenEvent& event, std::size_t begin, s
   if (!early.empty()) early = stop_.push(early, /*match=*/false).text;
   StopMatcher::Output s = stop_.push(text);
   s.text.insert(0, early);
+  // At the end, the stop matcher's held tail (what could have begun a stop string) is output too,
+  // so a stop regex may end in it.
+  if (at_end && !s.stopped) s.text += stop_.flush();
   if (s.stopped) {
     stop_matched_ = true;
     nlohmann::ordered_json matched = nullptr;
@@ -141,22 +144,7 @@ ChoiceDelta ChoiceState::on_tokens(const TokenEvent& event, std::size_t begin, s
     route_text(std::move(s.text), true, out);
     finish(out, "stop", options_.stop_regex[static_cast<std::size_t>(matched_regex_)].first);
   } else {
-    std::string safe = std::move(s.text);
-    if (at_end) {
-      // The stop matcher's held tail (what could have begun a stop string) is output too, so a
-      // stop regex may end in it.
-      std::string tail = stop_.flush();
-      if (std::size_t cut = stop_regex_end(tail, 0); cut != std::string::npos) {
-        stop_matched_ = true;
-        safe += tail.substr(0, cut);
-        route_text(std::move(safe), true, out);
-        finish(out, "stop", options_.stop_regex[static_cast<std::size_t>(matched_regex_)].first);
-        accumulate(out);
-        return out;
-      }
-      safe += tail;
-    }
-    route_text(std::move(safe), at_end, out);
+    route_text(std::move(s.text), at_end, out);
     if (at_end) {
       if (event.finish == FinishReason::Error) out.error = event.error;
       // The engine ends with Stop on an EOS or stop_token_ids token, and that token is the

@@ -223,9 +223,9 @@ TEST(MemoryPlan, MaxPrefillTokensWhoseActivationsExceedTheDeviceIsNamed) {
   EXPECT_EQ(p.status().message().find("--max-prefill-tokens"), std::string::npos) << p.status().message();
 }
 
-TEST(MemoryPlan, RelaunchWithDefaults) {
-  // --speculative-num-steps 1, everything else default, same GPUs (as `plan --gpu-memory 48GiB`).
-  ModelConfig c = qwen36_27b();
+// The relaunch of the story: --speculative-num-steps 1, everything else default, same GPUs (as
+// `plan --gpu-memory 48GiB`).
+MemoryPlanInput relaunch_input() {
   MemoryPlanInput in;
   in.device_memory_bytes = 48 * kGiB;
   in.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
@@ -233,7 +233,12 @@ TEST(MemoryPlan, RelaunchWithDefaults) {
   in.spec_num_steps = 1;
   in.chunked_prefill_size = 8192;
   in.max_prefill_tokens = 8192;
-  MemoryPlan p = plan_memory(c, in);
+  return in;
+}
+
+TEST(MemoryPlan, RelaunchWithDefaults) {
+  ModelConfig c = qwen36_27b();
+  MemoryPlan p = plan_memory(c, relaunch_input());
   ASSERT_TRUE(p.ok()) << p.status().message();
   for (auto& w : p.warnings) ADD_FAILURE() << w;
   // Running requests are auto: the most r whose step buffers (logits of 3r rows, a step of
@@ -262,17 +267,6 @@ TEST(MemoryPlan, RelaunchWithDefaults) {
 
 // The prefix cache needs a checkpoint (a GDN state) per conversation it keeps: the plan's own
 // choices and the flags' give request slots their checkpoints, and say so when they cannot.
-MemoryPlanInput relaunch_input() {
-  MemoryPlanInput in;
-  in.device_memory_bytes = 48 * kGiB;
-  in.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
-  in.tp_size = 2;
-  in.spec_num_steps = 1;
-  in.chunked_prefill_size = 8192;
-  in.max_prefill_tokens = 8192;
-  return in;
-}
-
 TEST(MemoryPlan, MambaCacheSizeCountsRequestSlotsAndCheckpoints) {
   // --max-mamba-cache-size 20 alone: 10 request slots and 10 checkpoints (it once gave the whole
   // budget to 98 request slots and left no checkpoint: every prompt recomputed).
