@@ -254,7 +254,8 @@ int cmd_serve(const Args& args) {
     setup->config.node_link = node_link.get();
   }
   // --dp-size N: N engines (replicas) behind one ReplicaSet; replica 0 answers for the capacity.
-  auto replicas = make_replicas(setup->config, std::move(setup->backend), static_cast<int>(opts.dp_size));
+  auto replicas = make_replicas(setup->config, std::move(setup->backend), static_cast<int>(opts.dp_size),
+                                {opts.is_explicit("context-length"), opts.is_explicit("max-running-requests")});
   if (!replicas) {
     launch.stop("failed: " + replicas.status().message());
     server.stop();
@@ -301,7 +302,10 @@ int cmd_serve(const Args& args) {
     info["max_mamba_cache_size"] = cap.state_slots + cap.checkpoint_slots;
     info["checkpoint_slots"] = cap.checkpoint_slots;
     info["prefix_cache"] = cap.prefix_cache;
-    if (spec_choice.measured) info["speculative_num_steps"] = cap.spec_num_steps;  // what auto chose
+    if (spec_choice.measured) {  // what auto chose (0: MTP off), with the tokens each step verifies
+      info["speculative_num_steps"] = cap.spec_num_steps;
+      info["speculative_num_draft_tokens"] = cap.spec_num_steps > 0 ? cap.spec_num_steps + 1 : 0;
+    }
     info["kv_cache_dtype"] = cap.kv_cache_dtype;
     info["context_length"] = cap.context_length;
     info["page_size"] = cap.kv_block_size;
@@ -330,7 +334,7 @@ int cmd_serve(const Args& args) {
   // The e2e tests and launchers wait for this line.
   std::fprintf(stderr, "deltaserve: listening on http://%s:%d (model %s, context %lld)\n",
                opts.host.empty() ? "127.0.0.1" : opts.host.c_str(), server.port(),
-               opts.model_path.c_str(), static_cast<long long>(plan.context_length));
+               opts.model_path.c_str(), static_cast<long long>(primary.capacity().context_length));
   std::fflush(stderr);
   notify_ready("serving on port " + std::to_string(server.port()));
 

@@ -1,9 +1,11 @@
 // `deltaserve systemd-unit [serve flags...]`: a unit file that runs `deltaserve serve` with these
 // settings.
+#include <pwd.h>
 #include <unistd.h>
 
 #include <climits>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "app/commands.h"
@@ -87,6 +89,31 @@ int cmd_systemd_unit(const Args& in_args) {
   unit.environment = *env;
   unit.notify = service_notify_supported();
   unit.watchdog_sec = opts->watchdog_timeout;
+  // The launch records go where the service's user can write: under --user NAME, that user's
+  // home, not the home of whoever writes the unit.
+  if (opts->state_dir.empty() && !unit.user.empty()) {
+    const passwd* pw = getpwnam(unit.user.c_str());
+    if (pw == nullptr || pw->pw_dir == nullptr || *pw->pw_dir == '\0') {
+      std::fprintf(stderr,
+                   "deltaserve systemd-unit: --user %s: no such user here, so the service's state folder is not "
+                   "known: pass --state-dir DIR (a folder that user can write)\n",
+                   unit.user.c_str());
+      return 2;
+    }
+    Status st = set_serve_option(*opts, "state-dir", (std::filesystem::path(pw->pw_dir) / ".local" / "state" / "deltaserve").string());
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "deltaserve systemd-unit: %s\n", st.message().c_str());
+      return 2;
+    }
+  }
+  // Values from --config (or anything the flags resolved to) are checked as the command line
+  // was: a line break would end the unit's line and start a stray directive.
+  for (const std::string& word : explicit_args(*opts))
+    if (word.find_first_of("\r\n") != std::string::npos) {
+      std::fprintf(stderr, "deltaserve systemd-unit: a value with a line break cannot go into a unit file: %s\n",
+                   word.substr(0, word.find_first_of("\r\n")).c_str());
+      return 2;
+    }
   const std::string text = make_systemd_unit(*opts, unit);
   if (output->has_value()) {
     std::ofstream out(**output, std::ios::binary);

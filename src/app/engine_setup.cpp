@@ -16,7 +16,7 @@
 namespace deltaserve {
 
 Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& config, std::unique_ptr<Backend> backend,
-                                                           int dp) {
+                                                           int dp, ReplicaLimitsGiven given) {
   std::vector<std::unique_ptr<Engine>> out;
   if (dp < 1) return error("--dp-size must be at least 1 (got ", dp, ")");
   if (dp > 1 && config.node_link) return error("--dp-size ", dp, " with --nnodes > 1 is not built");
@@ -32,10 +32,17 @@ Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& c
     // A request holds its whole context in its replica's KV: the context length the plan capped at
     // the process's KV is capped again at a replica's (the server reports replica 0's).
     if (c.context_length > c.kv_tokens) {
+      if (given.context_length)
+        return error("--context-length ", config.context_length, " with --dp-size ", dp, ": each replica holds ",
+                     c.kv_tokens, " KV tokens, and a request's whole context must fit its replica: give at most ",
+                     c.kv_tokens, " (or more --max-total-tokens / --max-memory)");
       log_warn("--dp-size ", dp, ": each replica holds ", c.kv_tokens, " KV tokens, so the context length is ",
                c.kv_tokens, " (not ", config.context_length, ")");
       c.context_length = c.kv_tokens;
     }
+    if (given.max_running_requests && config.max_running_requests < dp)
+      return error("--max-running-requests ", config.max_running_requests, " with --dp-size ", dp,
+                   ": each replica runs at least one request; give at least ", dp);
     c.max_running_requests = std::max(1, config.max_running_requests / dp);
     c.max_waiting_requests = std::max(1, config.max_waiting_requests / dp);
     c.checkpoint_slots = config.checkpoint_slots / dp;
@@ -46,7 +53,7 @@ Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& c
     c.dp_rank = i;
     // --random-seed N: each replica draws the seeds of unseeded requests from its own stream (one
     // stream in all would give the choices of an n > 1 request, spread over replicas, one seed).
-    if (config.random_seed != 0) c.random_seed = config.random_seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(i);
+    if (config.random_seed) c.random_seed = *config.random_seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(i);
     DS_ASSIGN_OR_RETURN(auto e, Engine::create(c, i == 0 ? std::move(backend) : nullptr));
     out.push_back(std::move(e));
   }
@@ -117,7 +124,7 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   ec.spec_token_map = std::move(token_map);
   ec.cuda_graph_max_bs = opts.disable_cuda_graph ? 0 : opts.cuda_graph_max_bs > 0 ? static_cast<int>(opts.cuda_graph_max_bs) : -1;
   ec.overlap_schedule = ec.device == Device::Cuda && !opts.disable_overlap_schedule;
-  ec.random_seed = static_cast<uint64_t>(opts.random_seed);
+  if (opts.is_explicit("random-seed")) ec.random_seed = static_cast<uint64_t>(opts.random_seed);
   ec.prefix_cache = s.plan_input.prefix_cache;
   ec.checkpoint_slots = static_cast<int>(s.plan.checkpoint_slots);
   // extra_buffer (auto): each running request keeps a checkpoint at its last block boundary, so

@@ -34,9 +34,14 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
 // given). dp > 1 on the CPU: the process's threads, KV tokens, running requests and checkpoint
 // slots (what the plan gave the process) are shared out between the replicas. GPUs: replica i
 // runs on GPUs i * tp_size .. with the whole per-GPU plan (too few GPUs: an error naming both
-// flags).
+// flags). A context length or running-request count the user gave (`given`) is honoured or refused
+// (a replica's share too small), never lowered; an auto one is capped at a replica's share.
+struct ReplicaLimitsGiven {
+  bool context_length = false;        // --context-length was given
+  bool max_running_requests = false;  // --max-running-requests was given
+};
 Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& config, std::unique_ptr<Backend> backend,
-                                                           int dp);
+                                                           int dp, ReplicaLimitsGiven given = {});
 // Refuses --dp-size > 1, --nnodes > 1 and the serve-only settings (explicit_serve_only_flags:
 // --port, --api-key, --chat-template, ...) for the commands that drive one engine (generate,
 // bench-offline).

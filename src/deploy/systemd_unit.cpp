@@ -31,7 +31,10 @@ std::string make_systemd_unit(const ServeOptions& opts, const UnitFileOptions& u
   out += "# Settings not listed are deltaserve defaults; `deltaserve config diff` compares this file\n";
   out += "# with a launch id, another unit file, a shell command or a TOML file.\n";
   out += "[Unit]\n";
-  out += "Description=" + (unit.description.empty() ? "deltaserve (" + o.model_path + ")" : unit.description) + "\n";
+  // (Description expands specifiers too: a % is written %%.)
+  std::string description = unit.description.empty() ? "deltaserve (" + o.model_path + ")" : unit.description;
+  for (std::size_t i = 0; (i = description.find('%', i)) != std::string::npos; i += 2) description.insert(i, "%");
+  out += "Description=" + description + "\n";
   out += "After=network-online.target\nWants=network-online.target\n\n";
   if (unit.notify) {
     out += "[Service]\nType=notify\nNotifyAccess=main\n";

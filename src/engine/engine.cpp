@@ -130,7 +130,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::
   e->run_items_.reserve(static_cast<size_t>(c.max_running_requests));
   e->outputs_.reserve(static_cast<size_t>(c.max_running_requests));
   for (Flight& f : e->flights_) f.items.reserve(static_cast<size_t>(c.max_running_requests));
-  e->seed_rng_.seed(c.random_seed != 0 ? c.random_seed : std::random_device{}());
+  e->seed_rng_.seed(c.random_seed ? *c.random_seed : std::random_device{}());
   e->update_stats();
   e->allocated_at_start_ = e->ranks_->backend(0).allocated_bytes();
   return e;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,9 +79,10 @@ struct EngineConfig {
   // Decode batches of up to this many sequences replay a CUDA graph per batch size (GPU only).
   // -1: auto (max running requests, at most 64); 0: off (--disable-cuda-graph).
   int cuda_graph_max_bs = -1;
-  // Seeds the generator that gives each request without a `seed` its own (--random-seed):
-  // 0 = from std::random_device, so unseeded requests differ between runs.
-  uint64_t random_seed = 0;
+  // Seeds the generator that gives each request without a `seed` its own (--random-seed; any
+  // value, 0 included, as SGLang): none = from std::random_device, so unseeded requests differ
+  // between runs.
+  std::optional<uint64_t> random_seed;
 
   std::vector<int32_t> extra_eos_token_ids;  // e.g. from generation_config.json
 

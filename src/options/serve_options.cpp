@@ -107,7 +107,7 @@ const std::vector<Row>& rows() {
     {{"log-requests", "", BOOL, "false", "", "log a line when each generation request starts and one when its response ends (INFO); what they hold: --log-requests-level", YES, NO_PERF, SERVE}, &ServeOptions::log_requests},
     {{"log-requests-level", "", I, "2", "", "with --log-requests (SGLang's levels): 0 metadata (id, route, token counts, status, finish reasons, times); 1 and the sampling parameters; 2 and the prompt and output text, 2,048 characters of each; 3 and the whole texts", YES, NO_PERF, SERVE}, &ServeOptions::log_requests_level},
     {{"enable-metrics", "", BOOL, "false", "", "Prometheus /metrics (served with or without this flag)", YES, NO_PERF, SERVE}, &ServeOptions::enable_metrics},
-    {{"random-seed", "", I, "0", "", "seed for sampling without a per-request seed (0: random)", YES, NO_PERF}, &ServeOptions::random_seed},
+    {{"random-seed", "", I, "auto", "", "seed for sampling without a per-request seed; any integer, 0 included, is a fixed seed, as in SGLang (auto: a random one each launch)", YES, NO_PERF}, &ServeOptions::random_seed},
     {{"skip-server-warmup", "", BOOL, "false", "", "skip the warm-up at start-up (CUDA: batches of 1-64 requests that capture graphs and time GEMM algorithms)", YES, NO_PERF, SERVE}, &ServeOptions::skip_server_warmup},
     {{"watchdog-timeout", "", F, "300", "", "seconds the engine may make no progress with requests pending before the server exits (1); under systemd it pings WatchdogSec only while the engine progresses (0: off)", YES, NO_PERF, SERVE}, &ServeOptions::watchdog_timeout},
     {{"help", "h", BOOL, "false", "", "print this help", YES, NO_PERF}, &ServeOptions::help},
@@ -241,7 +241,8 @@ std::string render(const Row& row, const ServeOptions& opts) {
         if constexpr (std::is_same_v<T, std::string>) {
           return v;
         } else if constexpr (std::is_same_v<T, int64_t>) {
-          if (v == 0 && default_is_auto(s)) return "auto";
+          // (0 given explicitly survives validation only where it is a value: --random-seed 0.)
+          if (v == 0 && default_is_auto(s) && !opts.is_explicit(s.name)) return "auto";
           return s.type == FlagType::Bytes ? format_byte_size(v) : std::to_string(v);
         } else if constexpr (std::is_same_v<T, double>) {
           if (v == 0 && default_is_auto(s)) return "auto";
@@ -343,7 +344,12 @@ Status set_serve_option(ServeOptions& opts, std::string_view name, std::string_v
   const Row* row = find_row(name);
   if (!row) return error("unknown flag --", normalize_name(name), " (see `deltaserve serve --help`)");
   DS_RETURN_IF_ERROR(apply_text(*row, opts, value));
-  opts.explicit_keys.insert(row->spec.name);
+  // "auto" for a flag whose default is auto is the default itself: not a choice the user made (so
+  // `--speculative-num-steps auto` keeps the start-up probe, and diffs see no difference).
+  if (default_is_auto(row->spec) && lower(value) == "auto")
+    opts.explicit_keys.erase(row->spec.name);
+  else
+    opts.explicit_keys.insert(row->spec.name);
   return Status::ok();
 }
 
@@ -450,8 +456,25 @@ void resolve_serve_defaults(ServeOptions& o) {
 }
 
 Status validate_serve_options(ServeOptions& o) {
+  // These hold 0 for auto: an explicit 0 is refused, never read as auto ("auto" itself is not
+  // explicit, set_serve_option); checked before the defaults resolve.
+  for (auto [flag, zero] : {std::pair{"context-length", o.context_length == 0},
+                            {"max-running-requests", o.max_running_requests == 0},
+                            {"max-total-tokens", o.max_total_tokens == 0},
+                            {"max-mamba-cache-size", o.max_mamba_cache_size == 0},
+                            {"chunked-prefill-size", o.chunked_prefill_size == 0},
+                            {"max-prefill-tokens", o.max_prefill_tokens == 0},
+                            {"mixed-prefill-tokens", o.mixed_prefill_tokens == 0},
+                            {"cuda-graph-max-bs", o.cuda_graph_max_bs == 0}, {"http-threads", o.http_threads == 0},
+                            {"mem-fraction-static", o.mem_fraction_static == 0}, {"max-memory", o.max_memory == 0},
+                            {"speculative-num-steps", o.speculative_num_steps == 0},
+                            {"speculative-num-draft-tokens", o.speculative_num_draft_tokens == 0},
+                            {"speculative-eagle-topk", o.speculative_eagle_topk == 0}})
+    if (zero && o.is_explicit(flag)) return error("--", flag, " 0: give a positive value, or auto");
   resolve_serve_defaults(o);
   if (o.port < 0 || o.port > 65535) return error("--port must be 0..65535 (got ", o.port, ")");
+  if (o.allowed_origins.find_first_not_of(", \t") == std::string::npos)
+    return error("--allowed-origins names no origin: give origins (comma-separated), or * for any");
   if (o.tp_size < 1) return error("--tp-size must be at least 1 (got ", o.tp_size, ")");
   if (o.dp_size < 1) return error("--dp-size must be at least 1 (got ", o.dp_size, ")");
   if (o.nnodes < 1) return error("--nnodes must be at least 1 (got ", o.nnodes, ")");
@@ -476,14 +499,15 @@ Status validate_serve_options(ServeOptions& o) {
   // The engine holds these as int: a larger value is refused here, never narrowed (plan and serve
   // then agree).
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
-  for (auto [flag, v] : {std::pair{"context-length", o.context_length}, {"max-running-requests", o.max_running_requests},
+  for (auto [flag, v] : {std::pair{"tp-size", o.tp_size}, {"dp-size", o.dp_size}, {"nnodes", o.nnodes},
+                         {"context-length", o.context_length}, {"max-running-requests", o.max_running_requests},
                          {"max-total-tokens", o.max_total_tokens}, {"max-mamba-cache-size", o.max_mamba_cache_size},
                          {"chunked-prefill-size", o.chunked_prefill_size}, {"max-prefill-tokens", o.max_prefill_tokens},
                          {"mixed-prefill-tokens", o.mixed_prefill_tokens}, {"cuda-graph-max-bs", o.cuda_graph_max_bs}})
     if (v > kIntMax) return error("--", flag, " must be at most ", kIntMax, " (got ", v, ")");
   if (o.cuda_graph_max_bs < 0) return error("--cuda-graph-max-bs must be positive, or auto (got ", o.cuda_graph_max_bs, ")");
-  if (!(o.watchdog_timeout >= 0))
-    return error("--watchdog-timeout must be >= 0 seconds (0: off) (got ", o.watchdog_timeout, ")");
+  if (!(o.watchdog_timeout >= 0) || o.watchdog_timeout > 604800)
+    return error("--watchdog-timeout must be 0..604800 seconds (0: off) (got ", o.watchdog_timeout, ")");
   if (!(o.shutdown_timeout >= 0) || o.shutdown_timeout > 86400)
     return error("--shutdown-timeout must be 0..86400 seconds (got ", o.shutdown_timeout, ")");
   if (o.http_threads < 0 || o.http_threads > 256)

@@ -142,7 +142,7 @@ struct ServeOptions {
   bool log_requests = false;
   int64_t log_requests_level = 2;    // what --log-requests logs: 0..3 (SGLang's levels)
   bool enable_metrics = false;
-  int64_t random_seed = 0;           // 0 = random
+  int64_t random_seed = 0;           // when explicit (any value); else random
   bool skip_server_warmup = false;
   double watchdog_timeout = 0;       // seconds without engine progress (requests pending) before exit; 0 = off
   bool help = false;                 // --help was given

@@ -508,9 +508,24 @@ Status HttpServer::start() {
   impl_->config = config_;
   impl_->handler = handler_;
   beast::error_code ec;
-  auto address = net::ip::make_address(config_.host, ec);
-  if (ec) return error("invalid --host '", config_.host, "': ", ec.message());
-  tcp::endpoint endpoint(address, static_cast<unsigned short>(config_.port));
+  // An IP address, or a host name (e.g. localhost) bound at its first IPv4 address (else its
+  // first address): localhost is 127.0.0.1 to clients, not ::1.
+  tcp::endpoint endpoint;
+  if (auto address = net::ip::make_address(config_.host, ec); !ec) {
+    endpoint = tcp::endpoint(address, static_cast<unsigned short>(config_.port));
+  } else {
+    tcp::resolver resolver(impl_->ioc);
+    auto found = resolver.resolve(config_.host, std::to_string(config_.port), tcp::resolver::passive, ec);
+    if (ec || found.empty())
+      return error("invalid --host '", config_.host, "': not an IP address, and the name does not resolve (",
+                   ec ? ec.message() : std::string("no address"), ")");
+    endpoint = found.begin()->endpoint();
+    for (const auto& f : found)
+      if (f.endpoint().address().is_v4()) {
+        endpoint = f.endpoint();
+        break;
+      }
+  }
   impl_->acceptor.emplace(impl_->ioc);
   impl_->acceptor->open(endpoint.protocol(), ec);
   if (!ec) impl_->acceptor->set_option(net::socket_base::reuse_address(true), ec);

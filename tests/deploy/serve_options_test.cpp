@@ -271,7 +271,7 @@ TEST(ServeOptions, BoolFlagWithSeparateValueAndTwoModelPathsAreRefused) {
 // an upper bound; all at parse time, so plan, generate and serve (before its port) agree.
 TEST(ServeOptions, LargeValuesAreRefusedNotNarrowed) {
   for (const char* flag : {"--max-prefill-tokens", "--chunked-prefill-size", "--context-length", "--max-running-requests",
-                           "--mixed-prefill-tokens", "--cuda-graph-max-bs"}) {
+                           "--mixed-prefill-tokens", "--cuda-graph-max-bs", "--tp-size", "--dp-size"}) {
     for (const char* v : {"99999999999", "4294967297"}) {
       auto r = parse_serve_options({flag, v});
       ASSERT_FALSE(r) << flag << " " << v;
@@ -286,6 +286,48 @@ TEST(ServeOptions, LargeValuesAreRefusedNotNarrowed) {
     ASSERT_FALSE(r) << v;
     EXPECT_NE(r.status().message().find("--threads must be 0..1024"), std::string::npos) << r.status().message();
   }
+}
+
+// "auto" is the default itself, not a choice: `--speculative-num-steps auto` keeps the start-up
+// probe (it used to count as given, and fixed 3 steps). An explicit 0 is refused where 0 stands
+// for auto (it read as auto, though the messages say "positive"). --random-seed is SGLang's:
+// every integer, 0 included, is a fixed seed; auto (the default) is random.
+TEST(ServeOptions, AutoIsTheDefaultAndZeroIsNotAuto) {
+  auto a = parse_serve_options({"--speculative-algorithm", "NEXTN", "--speculative-num-steps", "auto"});
+  ASSERT_TRUE(a) << a.status().message();
+  EXPECT_FALSE(a->is_explicit("speculative-num-steps"));
+  EXPECT_EQ(a->speculative_num_steps, 3);
+  auto given = parse_serve_options({"--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2"});
+  ASSERT_TRUE(given);
+  EXPECT_TRUE(given->is_explicit("speculative-num-steps"));
+  for (const char* flag : {"--context-length", "--max-running-requests", "--max-total-tokens", "--max-mamba-cache-size",
+                           "--chunked-prefill-size", "--max-prefill-tokens", "--mixed-prefill-tokens",
+                           "--cuda-graph-max-bs", "--http-threads", "--mem-fraction-static", "--max-memory"}) {
+    auto r = parse_serve_options({flag, "0"});
+    ASSERT_FALSE(r) << flag;
+    EXPECT_NE(r.status().message().find(std::string(flag) + " 0: give a positive value, or auto"), std::string::npos)
+        << r.status().message();
+    EXPECT_TRUE(parse_serve_options({flag, "auto"})) << flag;
+  }
+  auto z = parse_serve_options({"--speculative-algorithm", "NEXTN", "--speculative-num-steps", "0"});
+  ASSERT_FALSE(z);
+  EXPECT_NE(z.status().message().find("--speculative-num-steps 0"), std::string::npos) << z.status().message();
+  // --random-seed 0 is a seed, and renders as one (a TOML dump replays it).
+  auto seed0 = parse_serve_options({"--random-seed", "0"});
+  ASSERT_TRUE(seed0) << seed0.status().message();
+  EXPECT_TRUE(seed0->is_explicit("random-seed"));
+  EXPECT_EQ(as_map(*seed0)["random-seed"], "0");
+  auto unseeded = parse_serve_options({});
+  ASSERT_TRUE(unseeded);
+  EXPECT_FALSE(unseeded->is_explicit("random-seed"));
+  EXPECT_EQ(as_map(*unseeded)["random-seed"], "auto");
+  // Other limits the help states.
+  auto origins = parse_serve_options({"--allowed-origins", " , "});
+  ASSERT_FALSE(origins);
+  EXPECT_NE(origins.status().message().find("--allowed-origins names no origin"), std::string::npos);
+  auto dog = parse_serve_options({"--watchdog-timeout", "1e300"});
+  ASSERT_FALSE(dog);
+  EXPECT_NE(dog.status().message().find("--watchdog-timeout must be 0..604800"), std::string::npos);
 }
 
 TEST(ServeOptions, ReasoningParserListsEveryAcceptedValue) {

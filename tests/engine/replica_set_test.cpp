@@ -159,7 +159,29 @@ TEST(ReplicaSet, MakeReplicasCapsTheContextAndSeedsEachReplicaApart) {
   }
   EXPECT_NE(sampled[0], sampled[1]);
   // Replica 0 keeps the seed as given (one replica samples as before).
-  EXPECT_EQ((*r)[0]->config().random_seed, 7u);
+  EXPECT_EQ((*r)[0]->config().random_seed, std::optional<uint64_t>(7u));
+}
+
+// A context length or running-request count the user gave is honoured or refused, never lowered:
+// with two CPU replicas, --context-length 2048 over 1,024 KV tokens a replica, and
+// --max-running-requests 1, are errors naming the flag and what fits.
+TEST(ReplicaSet, MakeReplicasRefusesGivenLimitsThatAReplicaCannotHold) {
+  EngineConfig c = config();
+  c.context_length = 2048;
+  auto r = make_replicas(c, nullptr, 2, {.context_length = true});
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("--context-length 2048"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("at most 1024"), std::string::npos) << r.status().message();
+  c.context_length = 1024;
+  EXPECT_TRUE(make_replicas(c, nullptr, 2, {.context_length = true}).is_ok());
+  c.max_running_requests = 1;
+  auto m = make_replicas(c, nullptr, 2, {.max_running_requests = true});
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("--max-running-requests 1"), std::string::npos) << m.status().message();
+  // Left to auto, the same count is shared out (a replica runs at least one).
+  auto a = make_replicas(c, nullptr, 2);
+  ASSERT_TRUE(a.is_ok()) << a.status().message();
+  EXPECT_EQ((*a)[0]->config().max_running_requests, 1);
 }
 
 }  // namespace

@@ -301,6 +301,33 @@ TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
   }
 }
 
+// The unit file takes only what the command line would: a line break in a --config file's value
+// (it went in unchecked and started an ExecStartPre= line) is refused; a % in the Description is
+// written %%; under --user NAME the launch records go to NAME's home, not the writer's, and an
+// unknown user needs --state-dir.
+TEST(CliSystemdUnit, ConfigValuesPercentsAndTheServiceUsersStateFolder) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ds-cli-unit-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto toml = dir / "nl.toml";
+  std::ofstream(toml) << "model_path = \"/m\"\nserved_model_name = \"foo\\nExecStartPre=/bin/touch /tmp/x\"\n";
+  RunResult nl = run("systemd-unit --config " + toml.string());
+  EXPECT_EQ(nl.exit_code, 2) << nl.out;
+  EXPECT_NE(nl.out.find("a value with a line break cannot go into a unit file"), std::string::npos) << nl.out;
+  EXPECT_EQ(nl.out.find("ExecStartPre"), std::string::npos) << nl.out;
+  RunResult pct = run("systemd-unit --model-path /models/a%h");
+  ASSERT_EQ(pct.exit_code, 0) << pct.out;
+  EXPECT_NE(pct.out.find("Description=deltaserve (/models/a%%h)"), std::string::npos) << pct.out;
+  RunResult root = run("systemd-unit --model-path /m --user root");
+  ASSERT_EQ(root.exit_code, 0) << root.out;
+  EXPECT_NE(root.out.find("--state-dir /root/.local/state/deltaserve"), std::string::npos) << root.out;
+  RunResult nobody = run("systemd-unit --model-path /m --user no-such-user-ds");
+  EXPECT_EQ(nobody.exit_code, 2) << nobody.out;
+  EXPECT_NE(nobody.out.find("pass --state-dir"), std::string::npos) << nobody.out;
+  RunResult given = run("systemd-unit --model-path /m --user no-such-user-ds --state-dir /srv/ds");
+  EXPECT_EQ(given.exit_code, 0) << given.out;
+  std::filesystem::remove_all(dir);
+}
+
 // bench-offline refuses serve's flags and data parallelism before it prints its table: a refused
 // run leaves no header that reads like the start of results.
 TEST(CliErrors, BenchOfflineRefusesBeforeItsTable) {

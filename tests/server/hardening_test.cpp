@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "server/http_server.h"
 #include "server/openai_server.h"
 #include "server/server_metrics.h"
 #include "server_fixture.h"
@@ -456,6 +457,14 @@ TEST_F(HardeningTest, TinyTemperatureIsGreedy) {
   EXPECT_TRUE(p.greedy());
   p.temperature = 1e-5f;
   EXPECT_FALSE(p.greedy());
+  // A temperature (or repetition_penalty) past f32's useful range is a 400 naming it: 1e300 became
+  // inf as a float, 1/inf = 0, and the request silently decoded greedily.
+  for (const char* field : {"temperature", "repetition_penalty"}) {
+    auto r = post("/v1/completions", std::string(R"({"prompt":"a","max_tokens":1,")") + field + R"(":1e300})");
+    EXPECT_EQ(r.status, 400) << field;
+    EXPECT_EQ(error_of(r)["param"], field) << r.body;
+  }
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":1,"temperature":1e6})").status, 200);
 }
 
 TEST_F(HardeningTest, HeadHasNoBodyAnd405HasAllow) {
@@ -564,6 +573,26 @@ TEST_F(HardeningTest, StopEndsLiveRequestsBeforeReturning) {
   EXPECT_NE(streamed.find(R"("finish_reason":"abort")"), std::string::npos) << streamed;
   EXPECT_TRUE(wait_until([&] { return engine_.n_live() == 0; }));
   server_.reset();  // and the engine lives on (as the fixture's does): nothing refers back
+}
+
+// --host takes a host name as uvicorn does (localhost was "Invalid argument" at start, after
+// plan and systemd-unit had accepted it); a name that does not resolve is an error naming it.
+TEST(HttpServerHost, HostNamesResolveAndUnknownOnesAreErrors) {
+  HttpServerConfig cfg;
+  cfg.host = "localhost";
+  HttpServer server(cfg, [](HttpRequest&&, std::shared_ptr<HttpExchange> ex) { ex->respond(200, "text/plain", "hi"); });
+  Status st = server.start();
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  testing::HttpResult r = testing::http(server.port(), "GET", "/");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "hi");
+  server.stop();
+  HttpServerConfig bad;
+  bad.host = "no-such-host.invalid";
+  HttpServer other(bad, [](HttpRequest&&, std::shared_ptr<HttpExchange>) {});
+  Status e = other.start();
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.message().find("invalid --host 'no-such-host.invalid'"), std::string::npos) << e.message();
 }
 
 }  // namespace
