@@ -130,6 +130,10 @@ int32_t RowSampler::draw(const float* logits, int64_t vocab, const SampleRow& r)
     cum += c.first;
     if (u < cum) return c.second;
   }
+  // Rounding left u at or past the total: the last token that can be drawn. The kept set can hold
+  // tokens of probability 0 (masked: fewer allowed than top-k), which must never come out.
+  for (auto it = cand_.rbegin(); it != cand_.rend(); ++it)
+    if (it->first > 0.0f) return it->second;
   return cand_.back().second;
 }
 

@@ -13,7 +13,8 @@ SampleRow sample_row(const SamplingParams& p, double u) {
   r.top_k = p.top_k;
   r.top_p = p.top_p;
   r.min_p = p.min_p;
-  r.u = static_cast<float>(u);
+  // u in [0, 1) as a double can round to 1.0f; a draw must see u < 1 (no running total exceeds 1).
+  r.u = std::min(static_cast<float>(u), std::nextafter(1.0f, 0.0f));
   return r;
 }
 

@@ -69,31 +69,46 @@ json chat_logprobs(const TokenNames& name, const std::vector<TokenLogprob>& lps)
   return json{{"content", content}};
 }
 
-json completion_logprobs(const TokenNames& name, const std::vector<TokenLogprob>& lps,
-                         int64_t& text_offset, bool with_top) {
+}  // namespace
+
+int64_t TextOffset::take(const std::string& bytes) {
+  const int64_t at = chars - (pending > 0 ? 1 : 0);  // a token that ends a character starts with it
+  for (unsigned char b : bytes) {
+    if ((b & 0xC0) == 0x80 && pending > 0) {
+      --pending;
+    } else {
+      ++chars;
+      pending = b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : b >= 0xC0 ? 1 : 0;
+    }
+  }
+  return at;
+}
+
+namespace {
+
+// Completions logprobs. text_offset (OpenAI, vLLM): where each token's text starts in the choice's
+// text, in characters; `offset` runs over the whole choice (echo, then every chunk's tokens), also
+// across text the stop matcher still holds. The top alternatives always hold the sampled token
+// (vLLM: up to logprobs + 1 of them; with logprobs 0, the sampled token alone).
+json completion_logprobs(const TokenNames& name, const std::vector<TokenLogprob>& lps, TextOffset& offset,
+                         bool skip_special) {
   const Tokenizer& tok = name.tok;
-  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
-       offsets = json::array();
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+  std::string bytes;
   for (const auto& lp : lps) {
     tokens.push_back(name(lp.token));
     token_lps.push_back(clamp_logprob(lp.logprob));
-    offsets.push_back(text_offset);
-    // The offset counts the token's text, also when it is written as "token_id:N".
-    TokenId one[1] = {lp.token};
-    text_offset += static_cast<int64_t>(tok.decode(one, false).size());
-    if (with_top) {
-      json top = json::object();
-      for (const auto& [id, v] : lp.top) top[name(id)] = clamp_logprob(v);
-      // vLLM: the sampled token is always among the alternatives (up to logprobs + 1 of them).
-      if (!top.contains(tokens.back().get<std::string>()))
-        top[tokens.back().get<std::string>()] = clamp_logprob(lp.logprob);
-      tops.push_back(top);
-    }
+    // The offset counts the token's text as the choice's text holds it, also when the token is
+    // written as "token_id:N".
+    bytes.clear();
+    tok.append_token_bytes(lp.token, skip_special, bytes);
+    offsets.push_back(offset.take(bytes));
+    json top = json::object();
+    for (const auto& [id, v] : lp.top) top[name(id)] = clamp_logprob(v);
+    if (!top.contains(tokens.back().get<std::string>())) top[tokens.back().get<std::string>()] = clamp_logprob(lp.logprob);
+    tops.push_back(top);
   }
-  return json{{"tokens", tokens},
-              {"token_logprobs", token_lps},
-              {"top_logprobs", with_top ? tops : json(nullptr)},
-              {"text_offset", offsets}};
+  return json{{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
 json tool_calls_json(const std::vector<ToolCall>& calls) {
@@ -330,6 +345,7 @@ void GenerationJob::handle_delta(std::size_t i, const ChoiceDelta& d, std::strin
       for (std::size_t k = 0; k < choices_.size(); ++k) {
         ChoiceDelta echo;
         echo.text = prompts_[choices_[k].prompt].echo_text;
+        choices_[k].text_offset.take(echo.text);
         append_completion_chunk(k, echo, out);
       }
     }
@@ -389,12 +405,10 @@ void GenerationJob::append_completion_chunk(std::size_t i, const ChoiceDelta& d,
   // reach a client that asked for token ids: every chunk carries the ids of its step.
   const bool ids = request_.return_token_ids && !d.token_ids.empty();
   if (d.text.empty() && d.logprobs.empty() && !d.finished && !ids) return;
-  // text_offset runs over the whole choice: it starts where the text sent so far ends.
-  int64_t offset = choices_[i].text_sent;
   json lp = request_.logprobs && !d.logprobs.empty()
-                ? completion_logprobs(TokenNames{*env_.tokenizer, request_.tokens_as_ids}, d.logprobs, offset, request_.top_logprobs > 0)
+                ? completion_logprobs(TokenNames{*env_.tokenizer, request_.tokens_as_ids}, d.logprobs,
+                                      choices_[i].text_offset, request_.skip_special_tokens)
                 : json(nullptr);
-  choices_[i].text_sent += static_cast<int64_t>(d.text.size());
   json choice = {{"index", static_cast<int>(i)},
                  {"text", d.text},
                  {"logprobs", lp},
@@ -473,9 +487,10 @@ std::string GenerationJob::full_response() const {
       if (request_.return_token_ids) choices.back()["token_ids"] = s.token_ids();
     } else {
       const std::string& echo = prompts_[choices_[i].prompt].echo_text;
-      int64_t offset = request_.echo ? static_cast<int64_t>(echo.size()) : 0;
+      TextOffset offset;
+      if (request_.echo) offset.take(echo);
       json lp = request_.logprobs ? completion_logprobs(TokenNames{*env_.tokenizer, request_.tokens_as_ids}, s.logprobs(), offset,
-                                                        request_.top_logprobs > 0)
+                                                        request_.skip_special_tokens)
                                   : json(nullptr);
       choices.push_back({{"index", static_cast<int>(i)},
                          {"text", request_.echo ? echo + s.text() : s.text()},

@@ -27,6 +27,15 @@
 
 namespace deltaserve {
 
+// Completions logprobs' text_offset: characters (UTF-8 code points) of a choice's text so far.
+// take(bytes) gives where a token whose raw bytes are `bytes` starts (a token that completes a
+// character split over tokens starts with that character) and counts them.
+struct TextOffset {
+  int64_t chars = 0;
+  int pending = 0;  // continuation bytes the last character still lacks
+  int64_t take(const std::string& bytes);
+};
+
 struct JobEnv {
   EngineService* engine = nullptr;
   const Tokenizer* tokenizer = nullptr;
@@ -75,7 +84,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     bool engine_done = false;  // the engine's final event (or close) arrived
     bool cancelled = false;
     bool role_sent = false;
-    int64_t text_sent = 0;  // completions streaming: bytes of text sent (echo included), the next text_offset
+    TextOffset text_offset;  // completions streaming: the next token's text_offset (echo included)
     Clock::time_point last_token_time;
     bool got_token = false;
     // --stream-interval N > 1: what the choice's events gave since its last chunk, and their tokens.

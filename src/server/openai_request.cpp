@@ -17,7 +17,9 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::max();
+// Temperature and repetition_penalty scale logits in f32: past this the result is uniform (or the
+// penalty total) anyway, and 1/T or the product would round to 0 or inf (1e300 was greedy).
+constexpr double kMaxLogitScale = 1e6;
 
 // Fields shared by chat and completions: sampling, n, stream, stop, max_tokens.
 std::optional<ApiError> parse_common(const json& body, const SamplingDefaults& defaults,
@@ -31,7 +33,7 @@ std::optional<ApiError> parse_common(const json& body, const SamplingDefaults& d
   s.min_p = defaults.min_p.value_or(0.0f);
   s.repetition_penalty = defaults.repetition_penalty.value_or(1.0f);
 
-  if (auto v = f.number("temperature", 0.0, kInf)) s.temperature = static_cast<float>(*v);
+  if (auto v = f.number("temperature", 0.0, kMaxLogitScale)) s.temperature = static_cast<float>(*v);
   if (s.temperature < kGreedyTemperature) s.temperature = 0.0f;  // vLLM: below 1e-5 is greedy
   if (auto v = f.number("top_p", 0.0, 1.0)) {
     if (*v <= 0.0) return ApiError::bad_request("'top_p' must be in (0, 1], got 0", "top_p");
@@ -41,7 +43,7 @@ std::optional<ApiError> parse_common(const json& body, const SamplingDefaults& d
   if (auto v = f.number("min_p", 0.0, 1.0)) s.min_p = static_cast<float>(*v);
   if (auto v = f.number("presence_penalty", -2.0, 2.0)) s.presence_penalty = static_cast<float>(*v);
   if (auto v = f.number("frequency_penalty", -2.0, 2.0)) s.frequency_penalty = static_cast<float>(*v);
-  if (auto v = f.number("repetition_penalty", 0.0, kInf)) {
+  if (auto v = f.number("repetition_penalty", 0.0, kMaxLogitScale)) {
     if (*v <= 0.0)
       return ApiError::bad_request("'repetition_penalty' must be > 0", "repetition_penalty");
     s.repetition_penalty = static_cast<float>(*v);

@@ -639,7 +639,10 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
     }
     options.stop_regex.emplace_back(pattern, *compiled);
   }
-  for (TokenId id : defaults_.eos_token_ids) options.hidden_ids.insert(id);
+  // The EOS that ends a choice is not its text; with ignore_eos an EOS ends nothing and is text like
+  // any token (shown unless skip_special_tokens drops it, as vLLM).
+  if (!request.sampling.ignore_eos)
+    for (TokenId id : defaults_.eos_token_ids) options.hidden_ids.insert(id);
   if (!request.no_stop_trim)
     for (TokenId id : request.sampling.stop_token_ids) options.hidden_ids.insert(id);
 

@@ -333,5 +333,35 @@ TEST(Sampler, DrawsOnACdfBoundaryAgreeWithTheSampleRowsKernel) {
   std::printf("%d draws compared\n", compared);
 }
 
+// A uniform just below 1 (a double that rounds to 1.0f) never draws a masked token: with only
+// tokens 5, 7 and 9 allowed (the rest -inf, as a grammar or allowed_token_ids leaves them), the
+// kept set under top-k 20 (or with top-k off) also holds tokens of probability 0, and the draw
+// returned the last of them (19, or 999) when no running total passed u.
+TEST(Sampler, AUniformNearOneNeverDrawsAMaskedToken) {
+  const int64_t V = 1000;
+  std::vector<float> x(V, -INFINITY);
+  x[5] = 1.0f;
+  x[7] = 2.0f;
+  x[9] = 0.5f;
+  ThreadPool pool(1);
+  CpuKernels kernels(pool);
+  Sampler sampler(V);
+  for (int top_k : {20, -1}) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_k = top_k;
+    for (double u : {1.0 - 1e-8, 1.0 - 1e-12, std::nextafter(1.0, 0.0)}) {
+      EXPECT_EQ(sampler.sample_u(x.data(), p, {}, {}, u, nullptr), 9) << "top_k " << top_k << " u " << u;
+      SampleRow row = sample_row(p, u);
+      EXPECT_LT(row.u, 1.0f);
+      std::vector<float> in = x;
+      int32_t out = -1;
+      kernels.sample_rows(Tensor(in.data(), DType::F32, {1, V}), Tensor(&row, DType::I32, {6}),
+                          Tensor(nullptr, DType::I32, {0}), Tensor(&out, DType::I32, {1}));
+      EXPECT_EQ(out, 9) << "top_k " << top_k << " u " << u;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deltaserve

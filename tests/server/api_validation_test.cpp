@@ -218,6 +218,86 @@ TEST_F(ApiValidationTest, CompletionTextOffsets) {
   expect_idle();
 }
 
+// text_offset counts characters of the choice's text (OpenAI, vLLM), not bytes of each token
+// decoded alone (a token holding half of "中" decoded alone is U+FFFD, 3 bytes, and the offsets
+// ran past the text's end); a token that completes a character starts where the character does.
+// Streamed, the offsets run on across text the stop matcher holds back. logprobs 0 still gives
+// top_logprobs: the sampled token alone (vLLM), not null.
+TEST_F(ApiValidationTest, CompletionTextOffsetsCountCharacters) {
+  start();
+  const std::string want = "a\xc3\xa9" "b\xe4\xb8\xad" " c \xf0\x9f\x98\x80!";  // "aéb中 c 😀!"
+  script(want);
+  // The reference: complete characters in the raw bytes of the tokens before each one.
+  auto complete_chars = [](const std::string& bytes) {
+    int64_t n = 0;
+    for (std::size_t i = 0; i < bytes.size();) {
+      const unsigned char b = static_cast<unsigned char>(bytes[i]);
+      const std::size_t len = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
+      if (i + len > bytes.size()) break;
+      ++n;
+      i += len;
+    }
+    return n;
+  };
+  std::vector<int64_t> expected;
+  std::string prefix;
+  bool split = false;  // some character is split over tokens (else the test shows nothing)
+  for (TokenId t : engine_.script) {
+    expected.push_back(complete_chars(prefix));
+    const std::string b = tokenizer_->token_text(t);
+    split |= complete_chars(prefix + b) - complete_chars(prefix) != complete_chars(b) ||
+             (!b.empty() && (static_cast<unsigned char>(b[0]) & 0xC0) == 0x80);
+    prefix += b;
+  }
+  EXPECT_TRUE(split) << "tiny-coder's tokens no longer split a character: pick other text";
+  json j = ok(post("/v1/completions", R"({"prompt":"x","max_tokens":32,"logprobs":0})"));
+  const json& lp = j["choices"][0]["logprobs"];
+  EXPECT_EQ(j["choices"][0]["text"], want);
+  ASSERT_EQ(lp["text_offset"].size(), expected.size()) << j.dump();
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    EXPECT_EQ(lp["text_offset"][k], expected[k]) << k << " " << j.dump();
+    ASSERT_TRUE(lp["top_logprobs"][k].is_object()) << j.dump();
+    EXPECT_EQ(lp["top_logprobs"][k].size(), 1u);
+    EXPECT_TRUE(lp["top_logprobs"][k].contains(lp["tokens"][k].get<std::string>())) << j.dump();
+  }
+  // Streamed, with a stop string that holds text back while it might match: the same offsets.
+  auto r = post("/v1/completions", R"({"prompt":"x","max_tokens":32,"stream":true,"logprobs":1,"stop":["c zz"]})");
+  ASSERT_EQ(r.status, 200);
+  std::vector<int64_t> streamed;
+  for (const auto& ev : sse_data(r.body)) {
+    if (ev == "[DONE]") break;
+    const json chunk = json::parse(ev);
+    const json& l = chunk["choices"][0]["logprobs"];
+    if (!l.is_null())
+      for (const auto& o : l["text_offset"]) streamed.push_back(o.get<int64_t>());
+  }
+  EXPECT_EQ(streamed, expected);
+  expect_idle();
+}
+
+// With ignore_eos an EOS ends nothing, so it is text like any token: shown when
+// skip_special_tokens is false (vLLM), where it used to be hidden as the choice's stop token.
+TEST_F(ApiValidationTest, IgnoredEosIsTextWhenSpecialTokensAreKept) {
+  start();
+  const auto defaults = load_generation_defaults(testing::kTinyCoderDir);
+  ASSERT_TRUE(defaults.is_ok());
+  ASSERT_FALSE(defaults->eos_token_ids.empty());
+  const TokenId eos = defaults->eos_token_ids.front();
+  const std::string eos_text = tokenizer_->token_text(eos);
+  engine_.script = tokenizer_->encode("ab", false);
+  engine_.script.push_back(eos);
+  for (TokenId t : tokenizer_->encode("cd", false)) engine_.script.push_back(t);
+  const int n = static_cast<int>(engine_.script.size());
+  json shown = ok(post_json("/v1/completions", {{"prompt", "x"}, {"max_tokens", n}, {"ignore_eos", true},
+                                                {"skip_special_tokens", false}}));
+  EXPECT_EQ(shown["choices"][0]["text"], "ab" + eos_text + "cd");
+  json dropped = ok(post_json("/v1/completions", {{"prompt", "x"}, {"max_tokens", n}, {"ignore_eos", true}}));
+  EXPECT_EQ(dropped["choices"][0]["text"], "abcd");
+  json hidden = ok(post_json("/v1/completions", {{"prompt", "x"}, {"max_tokens", n}, {"skip_special_tokens", false}}));
+  EXPECT_EQ(hidden["choices"][0]["text"].get<std::string>().find(eos_text), std::string::npos) << hidden.dump();
+  expect_idle();
+}
+
 TEST_F(ApiValidationTest, SglangRouteBooleansAreTypedAndNamed) {
   start();
   script("ok");
