@@ -15,6 +15,9 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kGiB = int64_t{1} << 30;
 constexpr int64_t kMaxRunningCuda = 256;  // decode batch beyond which more requests rarely help
 constexpr int64_t kMaxRunningCpu = 64;
+// Prefix-cache checkpoints may take state memory from KV only while KV holds this many tokens for
+// each request asked for (or its context, if shorter).
+constexpr int64_t kCheckpointKvPerRequest = 2048;
 constexpr int64_t kCudaGraphReserve = 512 * kMiB;    // graph memory pool for decode buckets
 constexpr int64_t kTpCollectiveReserve = 384 * kMiB; // GPU tensor parallelism: NCCL's buffers + peer staging
 constexpr double kAutoFractionMargin = 0.02;
@@ -330,8 +333,19 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
       const int64_t kv_left = p.cache_bytes - state;
       return kv_left > 0 && kv_tokens_for(kv_left) >= std::max<int64_t>(min_kv_tokens, block);
     };
+    // Checkpoints raise the split only while the KV left still holds the requests asked for at a
+    // working length (kCheckpointKvPerRequest tokens each, or the context if shorter): the running
+    // requests come first (64 requests with 64 checkpoints on one 80 GB GPU left KV for 27k
+    // tokens, 424 a request, and a batch of 64 never ran at once).
+    const int64_t ckpt_kv_tokens = std::max(
+        min_kv_tokens, want * std::min<int64_t>(in.context_length > 0 ? in.context_length : kCheckpointKvPerRequest,
+                                                kCheckpointKvPerRequest));
+    auto kv_fits_with_checkpoints = [&](int64_t state) {
+      const int64_t kv_left = p.cache_bytes - state;
+      return kv_left > 0 && kv_tokens_for(kv_left) >= std::max<int64_t>(ckpt_kv_tokens, block);
+    };
     int64_t need_state = want * per_req + checkpoints_for(want) * per_ckpt;
-    if (!kv_fits(need_state) || in.mamba_full_memory_ratio_explicit) need_state = want * per_req;
+    if (!kv_fits_with_checkpoints(need_state) || in.mamba_full_memory_ratio_explicit) need_state = want * per_req;
     if (need_state > state_budget) {
       const int64_t kv_left = p.cache_bytes - need_state;
       const bool kv_ok = kv_fits(need_state);

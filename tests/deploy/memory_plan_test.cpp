@@ -328,6 +328,25 @@ TEST(MemoryPlan, RaisedStateSplitKeepsACheckpointPerRequest) {
   bool warned = false;
   for (auto& w : p.warnings) warned = warned || w.find("the prefix cache asks for 60 checkpoints") != std::string::npos;
   EXPECT_TRUE(warned);
+  // One 80 GB GPU (TP1), 64 requests of up to 8,208 tokens (bench-offline's batch 64): their slots
+  // and checkpoints would leave KV for ~27k tokens, 424 a request, so the batch never ran at once.
+  // The running requests come first: the split is raised for their slots alone, KV keeps at least
+  // 2,048 tokens a request, and the missing checkpoints are named.
+  MemoryPlanInput one;
+  one.device_memory_bytes = 80 * kGiB;
+  one.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
+  one.chunked_prefill_size = 8192;
+  one.max_prefill_tokens = 8192;
+  one.max_running_requests = 64;
+  one.context_length = 8208;
+  p = plan_memory(qwen36_27b(), one);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p.state_slots, 64);
+  EXPECT_GE(p.kv_tokens, 64 * 2048);
+  EXPECT_LT(p.checkpoint_slots, 64);
+  bool named = false;
+  for (auto& w : p.warnings) named = named || w.find("the prefix cache asks for 64 checkpoints") != std::string::npos;
+  EXPECT_TRUE(named);
 }
 
 TEST(MemoryPlan, ExplicitContextThatCannotFitNamesTheMax) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "engine/engine.h"
@@ -18,7 +19,7 @@ namespace {
 std::unique_ptr<Engine> make_engine(const std::string& dir, int spec_steps, int max_running = 8,
                                     int64_t kv_tokens = 0, uint64_t random_seed = 0) {
   EngineConfig c = small_engine_config(dir);
-  c.random_seed = random_seed;
+  if (random_seed != 0) c.random_seed = random_seed;
   c.spec_num_steps = spec_steps;
   c.max_running_requests = max_running;
   c.max_waiting_requests = 256;
@@ -207,6 +208,65 @@ TEST(Engine, SpeculativeAcceptLengthOnCodeIsAboveTwoAtK3) {
     sum += collect(*submit(*e, prompt, 48)).accept_length;
   }
   EXPECT_GT(sum / fx.cases().size(), 2.0);
+}
+
+// A request that finishes in its prefill step (max_tokens 1) leaves its prompt in the prefix cache;
+// the MTP layer's KV of those positions must be written then too (the catch-up skipped finished
+// sequences, so a later request with that prefix drafted from whatever an earlier request had left
+// in the blocks). The continuation's drafts and accept length are then the same whether the
+// prompt's request stopped after 1 token or 2.
+TEST(Engine, APrefixCachedByARequestThatEndsInItsPrefillKeepsItsMtpKv) {
+  EngineConfig c = small_engine_config("models/tiny-coder");
+  c.spec_num_steps = 3;
+  c.max_running_requests = 2;
+  c.max_waiting_requests = 16;
+  c.kv_tokens = 2048;
+  c.context_length = 1024;
+  c.chunked_prefill_size = 512;  // the prompt in one step: its request ends in that step
+  c.max_prefill_tokens = 512;
+  c.prefix_cache = true;
+  c.checkpoint_slots = 4;
+  auto made = Engine::create(c);
+  ASSERT_TRUE(made.is_ok()) << made.status().message();
+  Engine& e = **made;
+  e.start();
+  // The prompts: a fixture prompt and the model's own greedy continuation of it (code it drafts
+  // well), cut at 300 tokens, and the same with 100 more.
+  Fixture fx(source_dir() / "models/tiny-coder");
+  const auto& k0 = fx.cases().front();
+  std::vector<int32_t> text(k0.tokens.begin(), k0.tokens.begin() + k0.prompt_len);
+  const Output grown = collect(*submit(e, text, 400));
+  text.insert(text.end(), grown.tokens.begin(), grown.tokens.end());
+  ASSERT_GE(text.size(), 400u);
+  const std::vector<int32_t> prompt(text.begin(), text.begin() + 300), longer(text.begin(), text.begin() + 400);
+  std::mt19937 rng(11);
+  std::vector<int32_t> junk(600);
+  for (auto& t : junk) t = static_cast<int32_t>(rng() % 8000);
+  auto scenario = [&](int first_max_tokens) {
+    EXPECT_TRUE(e.flush_cache());
+    const Output j = collect(*submit(e, junk, 64, 1.0f, 1));  // blocks full of another request's KV
+    EXPECT_EQ(j.tokens.size(), 64u) << j.error;
+    EXPECT_TRUE(e.flush_cache());
+    (void)collect(*submit(e, prompt, first_max_tokens));
+    auto stream = submit(e, longer, 96);
+    int cached = 0;
+    Output o;
+    while (auto ev = stream->events.pop()) {
+      cached = std::max(cached, ev->n_cached_tokens);
+      o.tokens.insert(o.tokens.end(), ev->tokens.begin(), ev->tokens.end());
+      if (ev->finish != FinishReason::None) {
+        o.accept_length = ev->accept_length;
+        break;
+      }
+    }
+    EXPECT_GE(cached, 256) << "the prompt's prefix was not reused";
+    return std::pair{o.tokens, o.accept_length};
+  };
+  const auto two = scenario(2), one = scenario(1);
+  EXPECT_EQ(one.first, two.first);
+  EXPECT_EQ(one.second, two.second) << "accept length after a 1-token request " << one.second << ", after 2 tokens "
+                                    << two.second;
+  e.stop();
 }
 
 // --speculative-token-map: the drafts are chosen among the map's tokens only. Verification still

@@ -90,6 +90,17 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
                                !it.sample, false});
       for (int j = 0; j < valid; ++j) rows_.push_back(hidden_row + j);
       if (it.sample) drafting_.push_back(&s);
+    } else if (scheduler.prefix_cache() != nullptr && !outputs[i].dropped && !s.blocks.empty() && s.n_computed >= valid &&
+               s.n_computed < static_cast<int>(s.tokens.size())) {
+      // Finished in this step, with its blocks still held: the prefix cache may keep the positions
+      // it computed (its prompt, up to a checkpoint), so their MTP KV is written as for a running
+      // sequence (else a later request with this prefix drafts from another request's stale KV).
+      // No drafts. (n_computed past the last token: update() cut accepted drafts after the finish,
+      // so the rows are not known; no checkpoint covers them.)
+      const int n0 = s.n_computed - valid;
+      items_.push_back(RunItem{std::span<const int32_t>(s.tokens).subspan(n0 + 1, valid), n0, s.blocks, s.slot, false,
+                               true, false});
+      for (int j = 0; j < valid; ++j) rows_.push_back(hidden_row + j);
     }
     hidden_row += fed;
   }
