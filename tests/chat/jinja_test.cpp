@@ -183,6 +183,11 @@ const ErrorCase kErrors[] = {
     {"{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", "{}", "takes not more than 1"},
     {"{% macro r(n) %}{{ r(n) }}{% endmacro %}{{ r(1) }}", "{}", "recursion depth"},
     {"{{ 'x' * 1000000000 }}", "{}", "too large"},
+    // A call block's `caller` kept past the block read a scope that was gone (a use after free).
+    {"{% set ns = namespace() %}{% macro m() %}{% set ns.c = caller %}{% endmacro %}"
+     "{% macro outer(a) %}{% set q = a %}{% call m() %}[{{ q }}]{% endcall %}{% endmacro %}{{ outer(5) }}"
+     "{{ [1, 2, 3] | map('string') | join }}{{ ns.c() }}",
+     "{}", "'caller' of a call block used after the block ended"},
 };
 
 TEST(Jinja, RenderErrorsAreStatuses) {
@@ -229,6 +234,51 @@ TEST(Jinja, DeepNestingIsAnErrorNotACrash) {
   std::string ifs;
   for (int i = 0; i < 5000; ++i) ifs += "{% if true %}";
   EXPECT_FALSE(Template::parse(ifs).is_ok());
+}
+
+// Found by review (stop 53), each a crash or a hang before: a slice step near INT64_MAX wrapped
+// its index negative (SIGSEGV, or garbage from a string); INT64_MIN // -1 and % -1 trapped
+// (SIGFPE); 1 ** 9e18 multiplied 9e18 times; "" * 10**18 looped 10**18 times; chains of 30,000
+// links (1+1+..., x|trim|trim...) overflowed the stack when evaluated or freed. Python's
+// answers where it has one; an error where the result leaves int64.
+TEST(Jinja, ArithmeticAndSliceEdgesAreAnswersOrErrorsNotCrashes) {
+  const std::pair<const char*, const char*> answers[] = {
+      {"{{ [1, 2, 3][1::9223372036854775807] }}", "[2]"},
+      {"{{ 'abc'[1::9223372036854775807] }}", "b"},
+      {"{{ 'abc'[-1::-9223372036854775807] }}", "c"},
+      {"{{ (-9223372036854775807 - 1) % -1 }}|{{ 7 // -1 }}|{{ -7 % -1 }}", "0|-7|0"},
+      {"{{ (-9223372036854775807 - 1) is divisibleby(-1) }}", "True"},
+      {"{{ 1 ** 9000000000000000000 }}|{{ (-1) ** 9000000000000000001 }}|{{ 0 ** 9000000000000000000 }}", "1|-1|0"},
+      {"{{ 2 ** 62 }}|{{ 3 ** 5 }}|{{ (-2) ** 63 }}|{{ 7 ** 0 }}", "4611686018427387904|243|-9223372036854775808|1"},
+      {"{{ '' * 1000000000000000000 }}|{{ [] * 1000000000000000000 }}", "|[]"},
+  };
+  for (const auto& [src, want] : answers) {
+    auto r = render(src);
+    ASSERT_TRUE(r.is_ok()) << src << ": " << r.status().message();
+    EXPECT_EQ(*r, want) << src;
+  }
+  for (const char* src : {"{{ (-9223372036854775807 - 1) // -1 }}", "{{ 2 ** 63 }}", "{{ 10 ** 19 }}"}) {
+    auto r = render(src);
+    ASSERT_FALSE(r.is_ok()) << src << " rendered " << *r;
+    EXPECT_NE(r.status().message().find("integer overflow"), std::string::npos) << r.status().message();
+  }
+  auto chain = [](const char* head, const char* link, int n) {
+    std::string s = std::string("{% if false %}{{ ") + head;
+    for (int i = 0; i < n; ++i) s += link;
+    return s + " }}{% endif %}x";
+  };
+  for (const std::string& src : {chain("1", "+1", 30000), chain("x", "|trim", 30000), chain("x", ".a", 30000),
+                                  chain("x", "(1)", 30000), chain("x", "[0]", 30000), chain("1", "~1", 30000)}) {
+    auto t = Template::parse(src);
+    ASSERT_FALSE(t.is_ok()) << src.substr(0, 40);
+    EXPECT_NE(t.status().message().find("expression nested too deeply"), std::string::npos) << t.status().message();
+  }
+  // A long chain within the bound still renders.
+  std::string sum = "{{ 0";
+  for (int i = 0; i < 900; ++i) sum += "+1";
+  auto r = render(sum + " }}");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(*r, "900");
 }
 
 TEST(Jinja, FloatRepr) {

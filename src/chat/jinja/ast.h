@@ -36,6 +36,7 @@ struct Expr {
   };
   Kind kind;
   int line = 0;
+  int depth = 1;               // of the tree below (Parser::seal): bounded, so evaluating and freeing it cannot overflow the stack
   Value value;                 // Literal
   std::string name;            // Name, GetAttr, Filter, Test, Unary/Binary op
   ExprPtr a, b, c;             // operands

@@ -10,6 +10,9 @@ namespace deltaserve::jinja {
 namespace {
 
 constexpr int kMaxNesting = 200;  // fuzz guard: "((((((..." must not overflow the stack
+// An expression tree's depth: chains (1+1+...+1, x|trim|trim..., x.a.a...) nest one node per link
+// without nesting the parser, and evaluating or freeing 30,000 links overflowed the stack.
+constexpr int kMaxExprDepth = 1000;
 
 using T = Token::Type;
 
@@ -78,6 +81,22 @@ class Parser {
   };
 
   ExprPtr make(Expr::Kind k, int line) { return std::make_unique<Expr>(k, line); }
+  // The node's depth from its children's (each sealed when it was built); too deep is an error
+  // while the tree is still shallow enough to free.
+  ExprPtr seal(ExprPtr e) {
+    int d = 0;
+    for (const ExprPtr* c : {&e->a, &e->b, &e->c})
+      if (*c) d = std::max(d, (*c)->depth);
+    for (const auto& c : e->args)
+      if (c) d = std::max(d, c->depth);
+    for (const auto& c : e->values)
+      if (c) d = std::max(d, c->depth);
+    for (const auto& [k, c] : e->kwargs)
+      if (c) d = std::max(d, c->depth);
+    e->depth = d + 1;
+    if (e->depth > kMaxExprDepth) fail("expression nested too deeply (over " + std::to_string(kMaxExprDepth) + " levels)");
+    return e;
+  }
 
   // ---- statements ----
   // Parses until a block tag named in `enders` (left unconsumed after its name; *end = name) or
@@ -300,7 +319,7 @@ class Parser {
       if (cur().type == T::VarEnd || cur().type == T::BlockEnd || is_name("if")) break;
       list->args.push_back(parse_expression(with_condexpr));
     }
-    return list;
+    return seal(std::move(list));
   }
 
   ExprPtr parse_expression(bool with_condexpr = true) {
@@ -314,7 +333,7 @@ class Parser {
       c->a = parse_or();   // condition
       c->b = std::move(e); // value if true
       if (skip_name("else")) c->c = parse_expression();
-      e = std::move(c);
+      e = seal(std::move(c));
     }
     return e;
   }
@@ -325,7 +344,7 @@ class Parser {
     e->op = op == "//" ? 'f' : op == "**" ? 'p' : op == "and" ? '&' : op == "or" ? '|' : op[0];
     e->a = std::move(l);
     e->b = std::move(r);
-    return e;
+    return seal(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -350,7 +369,7 @@ class Parser {
       e->name = "not";
       e->op = '!';
       e->a = parse_not();
-      return e;
+      return seal(std::move(e));
     }
     return parse_compare();
   }
@@ -384,7 +403,7 @@ class Parser {
                               op == "in" ? 'i' : op == "notin" ? 'x' : op[0]);
       cmp->args.push_back(parse_math1());
     }
-    return cmp ? std::move(cmp) : std::move(first);
+    return cmp ? seal(std::move(cmp)) : std::move(first);
   }
 
   ExprPtr parse_math1() {
@@ -434,6 +453,7 @@ class Parser {
       e->name = op;
       e->op = op[0];
       e->a = parse_unary(false);
+      e = seal(std::move(e));
     } else {
       e = parse_primary();
     }
@@ -495,7 +515,7 @@ class Parser {
             list->args.push_back(parse_expression());
           }
           expect_op(")");
-          return list;
+          return seal(std::move(list));
         }
         if (tk.text == "[") {
           advance();
@@ -505,7 +525,7 @@ class Parser {
             if (!skip_op(",")) break;
           }
           expect_op("]");
-          return list;
+          return seal(std::move(list));
         }
         if (tk.text == "{") {
           advance();
@@ -517,7 +537,7 @@ class Parser {
             if (!skip_op(",")) break;
           }
           expect_op("}");
-          return dict;
+          return seal(std::move(dict));
         }
         break;
       default:
@@ -536,12 +556,12 @@ class Parser {
           g->b = make(Expr::Kind::Literal, line);
           g->b->value = Value(cur().int_value);
           advance();
-          e = std::move(g);
+          e = seal(std::move(g));
         } else {
           auto g = make(Expr::Kind::GetAttr, line);
           g->a = std::move(e);
           g->name = expect_name();
-          e = std::move(g);
+          e = seal(std::move(g));
         }
       } else if (skip_op("[")) {
         e = parse_subscript(std::move(e), line);
@@ -567,14 +587,14 @@ class Parser {
       auto g = make(Expr::Kind::GetItem, line);
       g->a = std::move(obj);
       g->b = std::move(parts[0]);
-      return g;
+      return seal(std::move(g));
     }
     auto s = make(Expr::Kind::Slice, line);
     s->a = std::move(obj);
     s->b = std::move(parts[0]);
     s->c = std::move(parts[1]);
     if (parts[2]) s->args.push_back(std::move(parts[2]));
-    return s;
+    return seal(std::move(s));
   }
 
   void parse_args(Expr* e) {
@@ -598,7 +618,7 @@ class Parser {
     auto c = make(Expr::Kind::Call, cur().line);
     c->a = std::move(callee);
     parse_args(c.get());
-    return c;
+    return seal(std::move(c));
   }
 
   ExprPtr parse_filter_expr(ExprPtr e) {
@@ -626,7 +646,7 @@ class Parser {
       while (skip_op(".")) f->name += "." + expect_name();
       if (is_op("(")) parse_args(f.get());
       f->a = std::move(base);
-      base = std::move(f);
+      base = seal(std::move(f));
     }
     return base;
   }
@@ -648,7 +668,7 @@ class Parser {
       // `is divisibleby 3`, `is sameas false`: one bare argument.
       t->args.push_back(parse_postfix(parse_primary()));
     }
-    return t;
+    return seal(std::move(t));
   }
 
   const std::vector<Token>& t_;

@@ -261,7 +261,15 @@ class Interpreter {
   void exec_call_block(const Stmt& s) {
     const Stmt* def = &s;
     Scope* defining = scope_;
-    Value caller = Value::callable("caller", [this, def, defining](const CallArgs& a) -> Value {
+    // `caller` reads the scope of its call block: kept past the block (`set ns.c = caller`), it
+    // would read a scope that is gone, so it is an error there (jinja2's closure keeps it alive).
+    auto alive = std::make_shared<bool>(true);
+    struct Ends {
+      std::shared_ptr<bool> alive;
+      ~Ends() { *alive = false; }
+    } ends{alive};
+    Value caller = Value::callable("caller", [this, def, defining, alive](const CallArgs& a) -> Value {
+      if (!*alive) fail("'caller' of a call block used after the block ended");
       Scope scope;
       scope.parent = defining;
       for (std::size_t i = 0; i < def->params.size(); ++i) {
@@ -398,7 +406,11 @@ class Interpreter {
     auto pick = [&](std::int64_t n, auto&& take) {
       std::int64_t b, en;
       slice_bounds(n, start, stop, step, &b, &en);
-      for (std::int64_t i = b; step > 0 ? i < en : i > en; i += step) take(static_cast<std::size_t>(i));
+      // (i += step is checked: a step near INT64_MAX wrapped i around to a negative index.)
+      for (std::int64_t i = b; step > 0 ? i < en : i > en;) {
+        take(static_cast<std::size_t>(i));
+        if (__builtin_add_overflow(i, step, &i)) break;
+      }
     };
     if (obj.is_array()) {
       Array out;
@@ -435,15 +447,23 @@ class Interpreter {
         if (op == "*") { if (__builtin_mul_overflow(a, b, &out)) fail("integer overflow"); return Value(out); }
         if (op == "//" || op == "%") {
           if (b == 0) fail("integer division or modulo by zero");
+          if (b == -1) {  // (INT64_MIN / -1 traps)
+            if (op == "%") return Value(std::int64_t{0});
+            if (__builtin_sub_overflow(std::int64_t{0}, a, &out)) fail("integer overflow");
+            return Value(out);
+          }
           std::int64_t q = a / b, m = a % b;
           if (m != 0 && ((m < 0) != (b < 0))) { --q; m += b; }  // Python floors
           return Value(op == "//" ? q : m);
         }
         if (op == "**") {
           if (b < 0) return Value(std::pow(static_cast<double>(a), static_cast<double>(b)));
-          std::int64_t acc = 1;
-          for (std::int64_t i = 0; i < b; ++i)
-            if (__builtin_mul_overflow(acc, a, &acc)) fail("integer overflow");
+          // By squaring: a loop of b multiplications never ended for 1 ** 9e18 (0, -1 as well).
+          std::int64_t acc = 1, base = a;
+          for (std::int64_t e = b; e > 0; e >>= 1) {
+            if ((e & 1) && __builtin_mul_overflow(acc, base, &acc)) fail("integer overflow");
+            if (e > 1 && __builtin_mul_overflow(base, base, &base)) fail("integer overflow");
+          }
           return Value(acc);
         }
       } else {
@@ -477,7 +497,8 @@ class Interpreter {
     if (op == "*" && ((l.is_string() || l.is_array()) && (r.is_int() || r.is_bool()))) {
       std::int64_t n = std::max<std::int64_t>(0, r.as_int());
       std::size_t unit = l.is_string() ? l.str().size() : l.arr().size();
-      if (unit != 0 && static_cast<std::uint64_t>(n) > limits_.max_output_bytes / unit) fail("repetition too large");
+      if (unit == 0) return l.is_string() ? Value(std::string()) : Value::array({});  // ("" * 10**18 looped 10**18 times)
+      if (static_cast<std::uint64_t>(n) > limits_.max_output_bytes / unit) fail("repetition too large");
       if (l.is_string()) {
         std::string s;
         for (std::int64_t i = 0; i < n; ++i) s += l.str();
