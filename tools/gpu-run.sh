@@ -13,7 +13,8 @@
 #         32k / 128k, 16 x 8k, 16 and 64 x 1k (after an 8k prefill: the 8k TTFT), Qwen's sampling at 128
 #         (batch 16 / 64, f32 and bf16 GDN state), the MTP k=3 step, and 16 HTTP streams of 1k prompts;
 #         then tools/issue14_table.py prints them beside the targets (logs in $OUT/i14); llama.cpp beside
-#         them in a second call: tools/gpu-llama-pack.sh (its header has the command)
+#         them in a second call: tools/gpu-llama-pack.sh (its header has the command); I14_RUNS="b16_64_1k
+#         sampled_f32 ..." runs only those (names: ctx b16_8k b16_64_1k sampled_f32 sampled_bf16 mtp http)
 # longctx: bench-offline decode at long contexts (issue #14): batch 1 at 1k / 8k / 32k, batch 16
 #         at 8k, batch 1 at 128k, with the split-KV decode kernel and (OLD_ATTN=1) with the tiled
 #         kernel it replaced (DELTASERVE_CUDA_DECODE_ATTN=0); VARIANTS adds runs with other knobs
@@ -114,9 +115,10 @@ fi
 if has issue14; then
   d=$OUT/i14
   mkdir -p "$d"
-  i14() {  # name, bench-offline flags
+  i14() {  # name, bench-offline flags (I14_RUNS: the names to run, default all)
     local name=$1
     shift
+    [ -n "${I14_RUNS:-}" ] && [[ " $I14_RUNS " != *" $name "* ]] && return 0
     timeout 300 "$B/deltaserve" bench-offline --device cuda --model-path $M --load-format dummy --threads 1 "$@" \
       >"$d/$name.log" 2>&1
     echo "issue14 $name rc=$?" | tee -a "$OUT/summary.txt"
@@ -130,11 +132,13 @@ if has issue14; then
   i14 sampled_bf16 "${sampling[@]}" --mamba-ssm-dtype bfloat16
   i14 mtp --speculative-algorithm NEXTN --speculative-num-steps 3 --batch 1 --prompt-len 1024 --gen-len 128 \
     --prefill-len 1024
+  if [ -z "${I14_RUNS:-}" ] || [[ " $I14_RUNS " == *" http "* ]]; then
   serve_27b i14 30560 --context-length 8192 --max-running-requests 16
   timeout 300 "$B/deltaserve" bench --url http://127.0.0.1:30560 --concurrency 16 --input-len 1024 --output-len 128 \
     --num-prompts 64 --temperature 0 --no-record --output "$d/http.json" >"$d/http.txt" 2>&1
   echo "issue14 http rc=$?" | tee -a "$OUT/summary.txt"
   kill $SERVER_PID; wait $SERVER_PID 2>/dev/null
+  fi
   python3 tools/issue14_table.py "$d" | tee -a "$OUT/summary.txt"
 fi
 
