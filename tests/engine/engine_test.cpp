@@ -269,6 +269,43 @@ TEST(Engine, APrefixCachedByARequestThatEndsInItsPrefillKeepsItsMtpKv) {
   e.stop();
 }
 
+// A seeded sampled request gives the same tokens whatever ran before it: the draft chain feeds its
+// j-th draft at position (last token) + j - 1, the next position after the catch-up's last row
+// (it fed it one position further, so every chain step attended to a position nothing had written
+// this request: another request's leftover KV, and the seeded samples followed it).
+TEST(Engine, SeededSpeculativeSamplingDoesNotDependOnWhatRanBefore) {
+  EngineConfig c = small_engine_config("models/tiny-coder");
+  c.spec_num_steps = 3;
+  c.max_running_requests = 2;
+  c.kv_tokens = 2048;
+  c.context_length = 1024;
+  c.prefix_cache = true;
+  c.checkpoint_slots = 4;
+  auto made = Engine::create(c);
+  ASSERT_TRUE(made.is_ok()) << made.status().message();
+  Engine& e = **made;
+  e.start();
+  Fixture fx(source_dir() / "models/tiny-coder");
+  const auto& k0 = fx.cases().front();
+  const std::vector<int32_t> prompt(k0.tokens.begin(), k0.tokens.begin() + k0.prompt_len);
+  std::mt19937 rng(5);
+  std::vector<std::vector<int32_t>> outs;
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_TRUE(e.flush_cache());
+    if (round > 0) {  // another request's KV in the blocks this one will take
+      std::vector<int32_t> other(40 + 100 * round);
+      for (auto& t : other) t = static_cast<int32_t>(rng() % 8000);
+      (void)collect(*submit(e, other, 48, 1.0f, 3));
+      EXPECT_TRUE(e.flush_cache());
+    }
+    outs.push_back(collect(*submit(e, prompt, 96, 0.8f, 7)).tokens);
+    ASSERT_EQ(outs.back().size(), 96u);
+  }
+  EXPECT_EQ(outs[1], outs[0]);
+  EXPECT_EQ(outs[2], outs[0]);
+  e.stop();
+}
+
 // --speculative-token-map: the drafts are chosen among the map's tokens only. Verification still
 // scores every token, so the output is plain decoding's with any map: one holding every token the
 // plain decode emits (drafts accepted as without a map), and a map of one token (nearly every draft

@@ -143,7 +143,7 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
     for (int j = 1; j <= steps; ++j) {
       items_.clear();
       for (Sequence* s : chain_) {
-        const int32_t pos = static_cast<int32_t>(s->tokens.size()) - 1 + j;  // after j drafts
+        const int32_t pos = static_cast<int32_t>(s->tokens.size()) - 2 + j;  // after j drafts
         items_.push_back(RunItem{std::span<const int32_t>(&kPlaceholder, 1), pos, s->blocks, s->slot, false, false,
                                  false});
       }
@@ -174,7 +174,7 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
     items_.clear();
     for (Sequence* s : chain_) {
       const auto drafts = store_.drafts(*s);
-      const int32_t pos = static_cast<int32_t>(s->tokens.size()) - 1 + s->n_drafts;
+      const int32_t pos = static_cast<int32_t>(s->tokens.size()) - 2 + s->n_drafts;
       items_.push_back(RunItem{drafts.subspan(drafts.size() - 1, 1), pos, s->blocks, s->slot, false, false, false});
     }
     runner_.run_mtp(items_, ModelRunner::HiddenFrom::Mtp, chain_rows_, fetch);
