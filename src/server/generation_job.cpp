@@ -595,7 +595,7 @@ void GenerationJob::finish() {
   if (logging()) log_finished();
   env_.metrics->observe_e2e(std::chrono::duration<double>(Clock::now() - arrival_).count());
   if (request_.stream) env_.metrics->stream_closed();
-  if (request_.kind == ApiKind::Responses && env_.on_response && !disconnected_) env_.on_response(responses_object(""));
+  if (request_.kind == ApiKind::Responses && env_.on_response && !disconnected_) env_.on_response(responses_final());
   released_ = true;
   for (auto& c : choices_) c.stream->events.set_notify(nullptr);
   exchange_->post([job = std::move(self_)] {});  // drop the self-reference outside our frame

@@ -124,6 +124,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::string generate_response() const;
   // Responses API output (responses_api.cpp).
   nlohmann::ordered_json responses_object(const std::string& status) const;
+  // The finished response as the client got it (streamed: the streamed items) and as it is stored.
+  nlohmann::ordered_json responses_final() const;
   void append_responses_events(const ChoiceDelta& d, std::string& out);
   void append_responses_end(std::string& out);
   void responses_event(const std::string& type, nlohmann::ordered_json payload, std::string& out);
@@ -156,6 +158,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     std::string item_id, text;   // the open item
     int call_index = -1;         // the open function call's tool-call index
     std::string call_id, call_name;
+    int n_messages = 0, n_reasoning = 0;  // items of each kind opened (each gets its own id)
   };
   ResponsesStream rs_;
   nlohmann::ordered_json rs_items_ = nlohmann::ordered_json::array();  // finished output items

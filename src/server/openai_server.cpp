@@ -9,6 +9,7 @@
 #include "server/generation_job.h"
 #include "server/json_util.h"
 #include "server/request_constraint.h"
+#include "server/responses_request.h"
 #include "util/json_parse.h"
 #include "util/task_queue.h"
 #include "util/log.h"
@@ -149,7 +150,9 @@ bool OpenAiServer::authorized(const HttpRequest& request) const {
 }
 
 void OpenAiServer::send_error(HttpExchange& exchange, const std::string& route,
-                              const ApiError& error) {
+                              const ApiError& error_in) {
+  // /v1/responses runs as a chat request: its later checks' errors name the Responses fields too.
+  const ApiError error = route == "/v1/responses" ? as_responses_error(error_in) : error_in;
   metrics_.count_request(route, error.status);
   HttpHeaders headers;
   if (error.status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
@@ -591,11 +594,15 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
   plan->allowed_ids = request.allowed_token_ids;
   std::sort(plan->allowed_ids.begin(), plan->allowed_ids.end());
   plan->allowed_ids.erase(std::unique(plan->allowed_ids.begin(), plan->allowed_ids.end()), plan->allowed_ids.end());
+  // vLLM's bad_words: the word without its leading blanks, and with one space before it when that
+  // spells a different first token in as many tokens (" Hello" is one token, "Hello" another);
+  // special tokens are read as such (tokenizer.encode(add_special_tokens=False) parses them).
   for (const auto& word : request.bad_words) {
-    for (const std::string& variant : {word, " " + word}) {
-      std::vector<TokenId> ids = tokenizer_.encode(variant, false);
-      if (!ids.empty()) plan->bad_words.push_back(std::move(ids));
-    }
+    const std::string bare = word.substr(std::min(word.size(), word.find_first_not_of(" \t\n\r\f\v")));
+    std::vector<TokenId> plain = tokenizer_.encode(bare, true), spaced = tokenizer_.encode(" " + bare, true);
+    if (!plain.empty()) plan->bad_words.push_back(plain);
+    if (!spaced.empty() && !plain.empty() && spaced.size() == plain.size() && spaced[0] != plain[0])
+      plan->bad_words.push_back(std::move(spaced));
   }
   plan->min_tokens = request.min_tokens;
   plan->end_ids = defaults_.eos_token_ids;

@@ -191,8 +191,8 @@ void GenerationJob::append_responses_events(const ChoiceDelta& d, std::string& o
   };
   if (!d.reasoning.empty() && options_.include_reasoning) {
     if (rs_.open != "reasoning")
-      open("reasoning", {{"type", "reasoning"}, {"id", "rs_" + base}, {"summary", json::array()}, {"content", json::array()},
-                         {"status", "in_progress"}});
+      open("reasoning", {{"type", "reasoning"}, {"id", "rs_" + base + (rs_.n_reasoning++ ? "_" + std::to_string(rs_.n_reasoning - 1) : "")},
+                         {"summary", json::array()}, {"content", json::array()}, {"status", "in_progress"}});
     rs_.text += d.reasoning;
     responses_event("response.reasoning_text.delta",
                     {{"item_id", rs_.item_id}, {"output_index", rs_.output_index}, {"content_index", 0}, {"delta", d.reasoning}},
@@ -200,8 +200,9 @@ void GenerationJob::append_responses_events(const ChoiceDelta& d, std::string& o
   }
   if (!d.text.empty()) {
     if (rs_.open != "message") {
-      open("message", {{"type", "message"}, {"id", "msg_" + base}, {"status", "in_progress"}, {"role", "assistant"},
-                       {"content", json::array()}});
+      // (Text after a tool call opens a second message item: ids are unique within the response.)
+      open("message", {{"type", "message"}, {"id", "msg_" + base + (rs_.n_messages++ ? "_" + std::to_string(rs_.n_messages - 1) : "")},
+                       {"status", "in_progress"}, {"role", "assistant"}, {"content", json::array()}});
       responses_event("response.content_part.added",
                       {{"item_id", rs_.item_id}, {"output_index", rs_.output_index}, {"content_index", 0},
                        {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}},
@@ -227,10 +228,16 @@ void GenerationJob::append_responses_events(const ChoiceDelta& d, std::string& o
   if (d.finished) close();
 }
 
-void GenerationJob::append_responses_end(std::string& out) {
+json GenerationJob::responses_final() const {
   json final_obj = responses_object("");
-  // The streamed items (same ids) are the output; a response without any gets an empty message.
-  if (!rs_items_.empty()) final_obj["output"] = rs_items_;
+  // Streamed: the items the stream gave (their ids and order) are the output, for the client and
+  // the store alike; a response without any gets output_items' (an empty message).
+  if (request_.stream && !rs_items_.empty()) final_obj["output"] = rs_items_;
+  return final_obj;
+}
+
+void GenerationJob::append_responses_end(std::string& out) {
+  json final_obj = responses_final();
   const std::string status = final_obj["status"];
   const std::string type = status == "completed" ? "response.completed"
                            : status == "incomplete" ? "response.incomplete"
@@ -250,6 +257,11 @@ bool OpenAiServer::handle_responses(const HttpRequest& req, std::shared_ptr<Http
   }
   if (path != route) {
     const std::string id = path.substr(route.size() + 1);
+    if (id.find('/') != std::string::npos)  // e.g. /v1/responses/{id}/input_items
+      return send_error(*exchange, route,
+                        ApiError::not_found("GET/DELETE /v1/responses/{id} are served; '" + path.substr(route.size()) +
+                                            "' is not (input_items and cancel are not built)")),
+             true;
     if (req.method == "GET") {
       auto e = responses_->get(id);
       if (!e) return send_error(*exchange, route, ApiError::not_found("response '" + id + "' not found (or no longer stored)")), true;
@@ -281,10 +293,14 @@ bool OpenAiServer::handle_responses(const HttpRequest& req, std::shared_ptr<Http
   std::function<void(const json&)> on_response;
   if (store) {
     std::weak_ptr<ResponsesStore> weak = responses_;
-    on_response = [weak, messages](const json& response) {
+    // The conversation is kept without this request's instructions (the first message): a later
+    // request's instructions replace them, and the input's own system messages stay.
+    const bool instructions = body.contains("instructions") && !body["instructions"].is_null();
+    on_response = [weak, messages, instructions](const json& response) {
       auto s = weak.lock();
       if (!s) return;
       json conversation = messages;
+      if (instructions && !conversation.empty()) conversation.erase(conversation.begin());
       // The assistant turn, as a chat message, for previous_response_id.
       json m = {{"role", "assistant"}, {"content", ""}};
       for (const auto& item : response["output"]) {

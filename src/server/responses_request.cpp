@@ -72,8 +72,10 @@ std::optional<ApiError> input_to_messages(const json& input, json& messages) {
           return ApiError::bad_request(p + "." + k + " must be a string", p + "." + k);
       json call = {{"id", it["call_id"]}, {"type", "function"},
                    {"function", {{"name", it["name"]}, {"arguments", it["arguments"]}}}};
-      // Consecutive calls belong to one assistant turn.
-      if (!messages.empty() && messages.back().value("role", "") == "assistant" && messages.back().contains("tool_calls")) {
+      // Calls after an assistant message (its text, or calls before them) belong to its turn, as
+      // previous_response_id replays a response's message and calls as one turn.
+      if (!messages.empty() && messages.back().value("role", "") == "assistant" && reasoning.empty()) {
+        if (!messages.back().contains("tool_calls")) messages.back()["tool_calls"] = json::array();
         messages.back()["tool_calls"].push_back(call);
       } else {
         json m = {{"role", "assistant"}, {"content", ""}, {"tool_calls", json::array({call})}};
@@ -87,8 +89,11 @@ std::optional<ApiError> input_to_messages(const json& input, json& messages) {
       if (!it.contains("call_id") || !it["call_id"].is_string())
         return ApiError::bad_request(p + ".call_id must be a string", p + ".call_id");
       if (!it.contains("output")) return ApiError::bad_request(p + ".output is required", p + ".output");
-      const json& out = it["output"];
-      messages.push_back({{"role", "tool"}, {"tool_call_id", it["call_id"]}, {"content", out.is_string() ? out.get<std::string>() : out.dump()}});
+      // A string, or a list of text parts (joined); other parts are refused by name.
+      std::optional<ApiError> err;
+      std::string text = text_of_parts(it["output"], p + ".output", err);
+      if (err) return err;
+      messages.push_back({{"role", "tool"}, {"tool_call_id", it["call_id"]}, {"content", text}});
     } else if (type == "reasoning") {
       for (const char* k : {"content", "summary"}) {
         if (!it.contains(k) || !it[k].is_array()) continue;
@@ -123,8 +128,9 @@ std::optional<ApiError> parse_responses_request(const json& body, const Sampling
       return ApiError::bad_request("previous response '" + body["previous_response_id"].get<std::string>() +
                                        "' is not stored",
                                    "previous_response_id");
-    for (const auto& m : *prev)
-      if (m.value("role", "") != "system") messages.push_back(m);
+    // The stored conversation holds the input's own system messages, not the earlier instructions
+    // (handle_responses stores it without them): these instructions replace those.
+    for (const auto& m : *prev) messages.push_back(m);
   }
   if (body.contains("instructions") && !body["instructions"].is_null()) {
     if (!body["instructions"].is_string())
@@ -175,36 +181,36 @@ std::optional<ApiError> parse_responses_request(const json& body, const Sampling
   }
   if (body.contains("store") && !body["store"].is_null() && !body["store"].is_boolean())
     return ApiError::bad_request("'store' must be a boolean", "store");
-  if (auto e = parse_chat_request(chat, defaults, out)) {
-    // Errors name the Responses fields, not the chat ones they were mapped to.
-    ApiError err = *e;
-    auto rename = [&](const std::string& from, const std::string& to) {
-      if (err.param != from && err.param.rfind(from + ".", 0) != 0 && err.param.rfind(from + "[", 0) != 0) return;
-      err.param = to + err.param.substr(from.size());
-      for (size_t at = err.message.find(from); at != std::string::npos; at = err.message.find(from, at + to.size()))
-        err.message.replace(at, from.size(), to);
-    };
-    rename("response_format", "text.format");
-    rename("max_tokens", "max_output_tokens");
-    // tools[i].function.X of the chat request is tools[i].X here.
-    if (err.param.rfind("tools[", 0) == 0) {
-      const std::size_t at = err.param.find("].function");
-      if (at != std::string::npos) {
-        const std::string from = err.param.substr(0, at + 10), to = err.param.substr(0, at + 1);
-        rename(from, to);
-      }
-    }
-    if (err.param.rfind("messages", 0) == 0) {
-      // A message's index differs from its input item's (instructions, previous_response_id).
-      err.param = "input";
-      err.message = "input: " + err.message;
-    }
-    return err;
-  }
+  if (auto e = parse_chat_request(chat, defaults, out)) return as_responses_error(*e);
   out.kind = ApiKind::Responses;
   out.n = 1;
   out.extra = body;
   return std::nullopt;
+}
+
+ApiError as_responses_error(ApiError err) {
+  auto rename = [&](const std::string& from, const std::string& to) {
+    if (err.param != from && err.param.rfind(from + ".", 0) != 0 && err.param.rfind(from + "[", 0) != 0) return;
+    err.param = to + err.param.substr(from.size());
+    for (size_t at = err.message.find(from); at != std::string::npos; at = err.message.find(from, at + to.size()))
+      err.message.replace(at, from.size(), to);
+  };
+  rename("response_format", "text.format");
+  rename("max_tokens", "max_output_tokens");
+  // tools[i].function.X of the chat request is tools[i].X here.
+  if (err.param.rfind("tools[", 0) == 0) {
+    const std::size_t at = err.param.find("].function");
+    if (at != std::string::npos) {
+      const std::string from = err.param.substr(0, at + 10), to = err.param.substr(0, at + 1);
+      rename(from, to);
+    }
+  }
+  if (err.param.rfind("messages", 0) == 0) {
+    // A message's index differs from its input item's (instructions, previous_response_id).
+    err.param = "input";
+    err.message = "input: " + err.message;
+  }
+  return err;
 }
 
 bool responses_store(const json& body) {

@@ -25,6 +25,10 @@ std::optional<ApiError> parse_responses_request(const nlohmann::ordered_json& bo
                                                 const PreviousConversation& previous, OpenAiRequest& out,
                                                 nlohmann::ordered_json& messages);
 
+// An error about the equivalent chat request, naming the Responses fields (max_output_tokens,
+// text.format, tools[i].X, input), whether parsing or a later check found it.
+ApiError as_responses_error(ApiError err);
+
 // "store" of a parsed request: true unless false (absent or null: the default).
 bool responses_store(const nlohmann::ordered_json& body);
 

@@ -264,15 +264,18 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
     JsonFields f{body, std::nullopt};
     f.string("model");
     const bool strs = f.boolean("return_token_strs").value_or(false);
-    const bool special = f.boolean("add_special_tokens").value_or(true);
+    // vLLM: add_special_tokens adds the tokenizer's BOS/EOS (its post-processor); the supported
+    // tokenizers (byte-level BPE, Qwen's) add none, so both values encode alike. Special tokens in
+    // the text are read as such either way (it once turned that off).
+    (void)f.boolean("add_special_tokens");
     const bool gen_prompt = f.boolean("add_generation_prompt").value_or(true);
     if (f.err) return send_error(*exchange, path, *f.err), true;
     auto one = [&](const std::string& text) {
-      std::vector<TokenId> ids = tokenizer_.encode(text, special);
+      std::vector<TokenId> ids = tokenizer_.encode(text, true);
       json r = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_.context_length()}};
       if (strs) {
         json s = json::array();
-        for (TokenId id : ids) s.push_back(sanitize_utf8(tokenizer_.token_text(id)));
+        for (TokenId id : ids) s.push_back(tokenizer_.token_string(id));  // convert_ids_to_tokens
         r["token_strs"] = s;
       }
       return r;
@@ -346,6 +349,9 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
   if (!t.empty() && t[0].is_array()) {
     json texts = json::array();
     for (const auto& list : t) {
+      if (!list.is_array())
+        return send_error(*exchange, path, ApiError::bad_request("'tokens' must be a list of token ids, or a list of such lists",
+                                                                 "tokens")), true;
       std::string text;
       if (auto e = decode(list, text)) return send_error(*exchange, path, *e), true;
       texts.push_back(text);

@@ -342,6 +342,16 @@ void Tokenizer::append_token_bytes(TokenId id, bool skip_special, std::string& o
   out.append(impl.bpe->token_bytes(id));
 }
 
+std::string Tokenizer::token_string(TokenId id) const {
+  const Impl& impl = *impl_;
+  std::string out;
+  if (id < 0 || id >= impl.vocab_size) return out;
+  const std::int32_t added = impl.added_index[static_cast<std::size_t>(id)];
+  if (added >= 0) return impl.added_tokens[static_cast<std::size_t>(added)].content;
+  for (unsigned char b : impl.bpe->token_bytes(id)) append_utf8(out, byte_to_unicode()[b]);
+  return out;
+}
+
 std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special) const {
   std::string bytes;
   bytes.reserve(ids.size() * 4);

@@ -41,6 +41,9 @@ class Tokenizer {
 
   // Raw bytes of one token (may be a fragment of a UTF-8 character); empty for an unknown id.
   std::string token_text(TokenId id) const;
+  // HF `convert_ids_to_tokens`: an added token's content, or the vocab entry in the byte-level
+  // alphabet ("Ġworld" for " world"; a piece of a character is its own string); "" if unknown.
+  std::string token_string(TokenId id) const;
   // Appends the raw bytes of `id` to `out`, unless it is unknown or (skip_special) special.
   void append_token_bytes(TokenId id, bool skip_special, std::string& out) const;
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -568,6 +569,45 @@ TEST_F(ApiTest, StreamedCompletionTokenIdsIncludeStepsWithHeldBackText) {
   expect_idle();
 }
 
+// Found by review (stop 53), as vLLM does them: /tokenize reads special tokens whatever
+// add_special_tokens says (it adds BOS/EOS, none here) and token_strs are convert_ids_to_tokens'
+// strings ("Ġworld"), not decoded text (pieces of a character came back as U+FFFD); a batch
+// /detokenize takes lists only; bad_words drops leading blanks, reads special tokens, and bans the
+// word with and without a space before it.
+TEST_F(ApiTest, TokenizeStringsAndBadWordsAsVllm) {
+  start();
+  const TokenId im_start = *tokenizer_->token_id("<|im_start|>");
+  json j = ok_json(post("/tokenize", {{"prompt", "<|im_start|>user"}, {"add_special_tokens", false}}));
+  EXPECT_EQ(j["tokens"][0], im_start) << j.dump();
+  j = ok_json(post("/tokenize", {{"prompt", " world \xf0\x9f\x9a\x80"}, {"return_token_strs", true}}));
+  std::string joined;
+  for (const auto& t : j["tokens"]) {
+    const std::string str = tokenizer_->token_string(t.get<TokenId>());
+    EXPECT_EQ(tokenizer_->token_id(str), t.get<TokenId>()) << str;  // each string names its token
+    joined += str;
+  }
+  std::string want;
+  for (const auto& t : j["token_strs"]) want += t.get<std::string>();
+  EXPECT_EQ(want, joined);
+  EXPECT_EQ(j["token_strs"][0].get<std::string>().rfind("\xc4\xa0", 0), 0u) << j.dump();  // "Ġ..."
+  EXPECT_EQ(error_of(post("/detokenize", {{"tokens", json::array({json::array({1}), json::object({{"a", 1}})})}}))["param"],
+            "tokens");
+  EXPECT_EQ(error_of(post("/detokenize", {{"tokens", json::array({json::array({1}), 11})}}))["param"], "tokens");
+  // bad_words: " return" also bans "return"; "<|im_end|>" is the special token.
+  const auto ret = tokenizer_->encode("return", false), sp_ret = tokenizer_->encode(" return", false);
+  ASSERT_EQ(ret.size(), 1u);
+  ASSERT_EQ(sp_ret.size(), 1u);
+  engine_.script = {ret[0], sp_ret[0], kImEnd, ret[0]};
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 4}, {"bad_words", {" return", "<|im_end|>"}},
+                                       {"return_token_ids", true}, {"ignore_eos", true}}));
+  for (const auto& t : j["choices"][0]["token_ids"]) {
+    EXPECT_NE(t, ret[0]) << j.dump();
+    EXPECT_NE(t, sp_ret[0]) << j.dump();
+    EXPECT_NE(t, kImEnd) << j.dump();
+  }
+  expect_idle();
+}
+
 TEST_F(ApiTest, TokenizeDetokenizeInfoLoadFlushHealth) {
   start();
   for (const char* path : {"/tokenize", "/v1/tokenize"}) {
@@ -755,6 +795,64 @@ TEST_F(ApiTest, ResponsesWithForcedToolCall) {
   script("It is noon.");
   j = ok_json(post("/v1/responses", {{"input", input}, {"tools", tools}}));
   EXPECT_EQ(j["output"][0]["content"][0]["text"], "It is noon.");
+  expect_idle();
+}
+
+// Found by review (stop 53). A streamed response is stored as streamed (the store rebuilt it and
+// dropped a blank message); text after a tool call is a second message with its own id; a
+// function_call_output given as text parts reaches the model as text, not JSON; an assistant
+// message and the calls after it are one turn; previous_response_id keeps the input's system
+// messages (only the earlier instructions go); errors of later checks name max_output_tokens;
+// /v1/responses/{id}/input_items is refused by name.
+TEST_F(ApiTest, ResponsesStoredAsStreamedAndInputItemsAsChatTurns) {
+  ServerConfig cfg;
+  cfg.tool_call_parser = "qwen3_coder";
+  start(cfg);
+  json tools = json::parse(R"([{"type":"function","name":"f","parameters":{"type":"object","properties":{"d":{"type":"string"}},"required":["d"]}}])");
+  script("Let me see. <tool_call>\n<function=f>\n<parameter=d>\nx\n</parameter>\n</function>\n</tool_call> and more");
+  auto r = post("/v1/responses", {{"input", "go"}, {"tools", tools}, {"stream", true}, {"max_output_tokens", 80}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json completed;
+  for (const auto& d : sse_data(r.body)) {
+    json e = json::parse(d);
+    if (e["type"] == "response.completed") completed = e["response"];
+  }
+  ASSERT_TRUE(completed.is_object()) << r.body;
+  std::set<std::string> ids;
+  for (const auto& item : completed["output"]) EXPECT_TRUE(ids.insert(item["id"].get<std::string>()).second) << completed.dump();
+  json stored = ok_json(http(port_, "GET", "/v1/responses/" + completed["id"].get<std::string>()));
+  EXPECT_EQ(stored["output"], completed["output"]);
+  // An assistant message, its call and the call's output (as text parts): one assistant turn with
+  // the call, and the output's text.
+  script("ok");
+  json input = json::array({{{"role", "user"}, {"content", "weather?"}},
+                            {{"type", "message"}, {"role", "assistant"}, {"content", "Let me check."}},
+                            {{"type", "function_call"}, {"call_id", "c1"}, {"name", "f"}, {"arguments", "{\"d\": \"x\"}"}},
+                            {{"type", "function_call_output"}, {"call_id", "c1"},
+                             {"output", json::array({{{"type", "input_text"}, {"text", "sunny"}}})}}});
+  ok_json(post("/v1/responses", {{"input", input}, {"tools", tools}}));
+  const std::string prompt = tokenizer_->decode(engine_.submitted().back().prompt, false);
+  EXPECT_NE(prompt.find("sunny"), std::string::npos) << prompt;
+  EXPECT_EQ(prompt.find("input_text"), std::string::npos) << prompt;
+  const std::size_t first = prompt.find("<|im_start|>assistant");
+  ASSERT_NE(first, std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("Let me check.", first), std::string::npos) << prompt;
+  EXPECT_EQ(prompt.find("<|im_start|>assistant", first + 1), prompt.rfind("<|im_start|>assistant")) << prompt;
+  // previous_response_id: the input's system message stays, the instructions go.
+  json turn1 = ok_json(post("/v1/responses", {{"instructions", "OLD RULES"},
+                                              {"input", json::array({{{"role", "system"}, {"content", "Answer in French."}},
+                                                                     {{"role", "user"}, {"content", "hi"}}})}}));
+  ok_json(post("/v1/responses", {{"input", "again"}, {"previous_response_id", turn1["id"]}}));
+  const std::string prompt2 = tokenizer_->decode(engine_.submitted().back().prompt, false);
+  EXPECT_NE(prompt2.find("Answer in French."), std::string::npos) << prompt2;
+  EXPECT_EQ(prompt2.find("OLD RULES"), std::string::npos) << prompt2;
+  // A later check's error names the Responses field.
+  json e = error_of(post("/v1/responses", {{"input", "x"}, {"max_output_tokens", 1000000}}));
+  EXPECT_EQ(e["param"], "max_output_tokens") << e.dump();
+  EXPECT_EQ(e["message"].get<std::string>().find("max_tokens"), std::string::npos) << e.dump();
+  auto items = http(port_, "GET", "/v1/responses/" + turn1["id"].get<std::string>() + "/input_items");
+  EXPECT_EQ(items.status, 404);
+  EXPECT_NE(items.body.find("input_items and cancel are not built"), std::string::npos) << items.body;
   expect_idle();
 }
 
