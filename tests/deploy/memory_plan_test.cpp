@@ -332,11 +332,10 @@ TEST(MemoryPlan, RaisedStateSplitKeepsACheckpointPerRequest) {
   // and checkpoints would leave KV for ~27k tokens, 424 a request, so the batch never ran at once.
   // The running requests come first: the split is raised for their slots alone, KV keeps at least
   // 2,048 tokens a request, and the missing checkpoints are named.
-  MemoryPlanInput one;
+  MemoryPlanInput one = relaunch_input();
   one.device_memory_bytes = 80 * kGiB;
-  one.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
-  one.chunked_prefill_size = 8192;
-  one.max_prefill_tokens = 8192;
+  one.tp_size = 1;
+  one.spec_num_steps = 0;
   one.max_running_requests = 64;
   one.context_length = 8208;
   p = plan_memory(qwen36_27b(), one);

@@ -210,26 +210,34 @@ TEST(Engine, SpeculativeAcceptLengthOnCodeIsAboveTwoAtK3) {
   EXPECT_GT(sum / fx.cases().size(), 2.0);
 }
 
+// tiny-coder with MTP k = 3 and the prefix cache (4 checkpoints), 2 running requests, contexts of
+// up to 1,024 tokens and 512-token prefill chunks; started.
+std::unique_ptr<Engine> spec_cache_engine() {
+  EngineConfig c = small_engine_config("models/tiny-coder");
+  c.spec_num_steps = 3;
+  c.max_running_requests = 2;
+  c.kv_tokens = 2048;
+  c.context_length = 1024;
+  c.chunked_prefill_size = 512;
+  c.max_prefill_tokens = 512;
+  c.prefix_cache = true;
+  c.checkpoint_slots = 4;
+  auto made = Engine::create(c);
+  EXPECT_TRUE(made.is_ok()) << made.status().message();
+  if (!made.is_ok()) return nullptr;
+  (*made)->start();
+  return std::move(*made);
+}
+
 // A request that finishes in its prefill step (max_tokens 1) leaves its prompt in the prefix cache;
 // the MTP layer's KV of those positions must be written then too (the catch-up skipped finished
 // sequences, so a later request with that prefix drafted from whatever an earlier request had left
 // in the blocks). The continuation's drafts and accept length are then the same whether the
 // prompt's request stopped after 1 token or 2.
 TEST(Engine, APrefixCachedByARequestThatEndsInItsPrefillKeepsItsMtpKv) {
-  EngineConfig c = small_engine_config("models/tiny-coder");
-  c.spec_num_steps = 3;
-  c.max_running_requests = 2;
-  c.max_waiting_requests = 16;
-  c.kv_tokens = 2048;
-  c.context_length = 1024;
-  c.chunked_prefill_size = 512;  // the prompt in one step: its request ends in that step
-  c.max_prefill_tokens = 512;
-  c.prefix_cache = true;
-  c.checkpoint_slots = 4;
-  auto made = Engine::create(c);
-  ASSERT_TRUE(made.is_ok()) << made.status().message();
-  Engine& e = **made;
-  e.start();
+  auto engine = spec_cache_engine();  // (512-token chunks: the prompt in one step, its request ends in it)
+  ASSERT_TRUE(engine);
+  Engine& e = *engine;
   // The prompts: a fixture prompt and the model's own greedy continuation of it (code it drafts
   // well), cut at 300 tokens, and the same with 100 more.
   Fixture fx(source_dir() / "models/tiny-coder");
@@ -274,17 +282,9 @@ TEST(Engine, APrefixCachedByARequestThatEndsInItsPrefillKeepsItsMtpKv) {
 // (it fed it one position further, so every chain step attended to a position nothing had written
 // this request: another request's leftover KV, and the seeded samples followed it).
 TEST(Engine, SeededSpeculativeSamplingDoesNotDependOnWhatRanBefore) {
-  EngineConfig c = small_engine_config("models/tiny-coder");
-  c.spec_num_steps = 3;
-  c.max_running_requests = 2;
-  c.kv_tokens = 2048;
-  c.context_length = 1024;
-  c.prefix_cache = true;
-  c.checkpoint_slots = 4;
-  auto made = Engine::create(c);
-  ASSERT_TRUE(made.is_ok()) << made.status().message();
-  Engine& e = **made;
-  e.start();
+  auto engine = spec_cache_engine();
+  ASSERT_TRUE(engine);
+  Engine& e = *engine;
   Fixture fx(source_dir() / "models/tiny-coder");
   const auto& k0 = fx.cases().front();
   const std::vector<int32_t> prompt(k0.tokens.begin(), k0.tokens.begin() + k0.prompt_len);
