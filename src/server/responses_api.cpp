@@ -181,6 +181,12 @@ void GenerationJob::append_responses_events(const ChoiceDelta& d, std::string& o
     rs_items_.push_back(item);
     rs_.open.clear();
   };
+  // An item's id: prefix + the response's, and _N for the kind's N-th item after the first (text
+  // after a tool call opens a second message item; ids are unique within the response).
+  auto item_id = [&](const char* prefix, int& n) {
+    const int k = n++;
+    return prefix + base + (k > 0 ? "_" + std::to_string(k) : "");
+  };
   auto open = [&](const std::string& kind, json item) {
     close();
     rs_.open = kind;
@@ -191,8 +197,8 @@ void GenerationJob::append_responses_events(const ChoiceDelta& d, std::string& o
   };
   if (!d.reasoning.empty() && options_.include_reasoning) {
     if (rs_.open != "reasoning")
-      open("reasoning", {{"type", "reasoning"}, {"id", "rs_" + base + (rs_.n_reasoning++ ? "_" + std::to_string(rs_.n_reasoning - 1) : "")},
-                         {"summary", json::array()}, {"content", json::array()}, {"status", "in_progress"}});
+      open("reasoning", {{"type", "reasoning"}, {"id", item_id("rs_", rs_.n_reasoning)}, {"summary", json::array()},
+                         {"content", json::array()}, {"status", "in_progress"}});
     rs_.text += d.reasoning;
     responses_event("response.reasoning_text.delta",
                     {{"item_id", rs_.item_id}, {"output_index", rs_.output_index}, {"content_index", 0}, {"delta", d.reasoning}},
@@ -200,9 +206,8 @@ void GenerationJob::append_responses_events(const ChoiceDelta& d, std::string& o
   }
   if (!d.text.empty()) {
     if (rs_.open != "message") {
-      // (Text after a tool call opens a second message item: ids are unique within the response.)
-      open("message", {{"type", "message"}, {"id", "msg_" + base + (rs_.n_messages++ ? "_" + std::to_string(rs_.n_messages - 1) : "")},
-                       {"status", "in_progress"}, {"role", "assistant"}, {"content", json::array()}});
+      open("message", {{"type", "message"}, {"id", item_id("msg_", rs_.n_messages)}, {"status", "in_progress"},
+                       {"role", "assistant"}, {"content", json::array()}});
       responses_event("response.content_part.added",
                       {{"item_id", rs_.item_id}, {"output_index", rs_.output_index}, {"content_index", 0},
                        {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}},

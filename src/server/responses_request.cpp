@@ -181,7 +181,8 @@ std::optional<ApiError> parse_responses_request(const json& body, const Sampling
   }
   if (body.contains("store") && !body["store"].is_null() && !body["store"].is_boolean())
     return ApiError::bad_request("'store' must be a boolean", "store");
-  if (auto e = parse_chat_request(chat, defaults, out)) return as_responses_error(*e);
+  // (Its errors name chat fields; send_error names the Responses ones: as_responses_error.)
+  if (auto e = parse_chat_request(chat, defaults, out)) return *e;
   out.kind = ApiKind::Responses;
   out.n = 1;
   out.extra = body;

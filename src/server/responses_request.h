@@ -26,7 +26,8 @@ std::optional<ApiError> parse_responses_request(const nlohmann::ordered_json& bo
                                                 nlohmann::ordered_json& messages);
 
 // An error about the equivalent chat request, naming the Responses fields (max_output_tokens,
-// text.format, tools[i].X, input), whether parsing or a later check found it.
+// text.format, tools[i].X, input): OpenAiServer::send_error applies it to every /v1/responses
+// error, whether parsing or a later check found it.
 ApiError as_responses_error(ApiError err);
 
 // "store" of a parsed request: true unless false (absent or null: the default).

@@ -83,24 +83,21 @@ void MtpDrafter::propose(std::span<const ScheduledItem> items, std::span<const S
     Sequence& s = *it.seq;
     const int fed = it.n_tokens;
     const int valid = it.sample && outputs[i].n_accepted >= 0 ? outputs[i].n_accepted + 1 : fed;
-    if (s.status != SeqStatus::Finished) {
+    // A sequence that finished in this step, with its blocks still held, is caught up too (no
+    // drafts): the prefix cache may keep the positions it computed (its prompt, up to a checkpoint),
+    // and a later request with that prefix would draft from another request's stale MTP KV. (Not
+    // when n_computed reaches the last token: update() cut accepted drafts after the finish, so the
+    // rows are not known; no checkpoint covers them.)
+    const bool finished = s.status == SeqStatus::Finished;
+    const bool cached_rows = finished && scheduler.prefix_cache() != nullptr && !outputs[i].dropped && !s.blocks.empty() &&
+                             s.n_computed >= valid && s.n_computed < static_cast<int>(s.tokens.size());
+    if (!finished || cached_rows) {
       const int n0 = s.n_computed - valid;
       DS_CHECK(n0 >= 0 && size_t(n0 + 1 + valid) <= s.tokens.size(), "MTP catch-up past the known tokens");
       items_.push_back(RunItem{std::span<const int32_t>(s.tokens).subspan(n0 + 1, valid), n0, s.blocks, s.slot, false,
-                               !it.sample, false});
+                               !it.sample || finished, false});
       for (int j = 0; j < valid; ++j) rows_.push_back(hidden_row + j);
-      if (it.sample) drafting_.push_back(&s);
-    } else if (scheduler.prefix_cache() != nullptr && !outputs[i].dropped && !s.blocks.empty() && s.n_computed >= valid &&
-               s.n_computed < static_cast<int>(s.tokens.size())) {
-      // Finished in this step, with its blocks still held: the prefix cache may keep the positions
-      // it computed (its prompt, up to a checkpoint), so their MTP KV is written as for a running
-      // sequence (else a later request with this prefix drafts from another request's stale KV).
-      // No drafts. (n_computed past the last token: update() cut accepted drafts after the finish,
-      // so the rows are not known; no checkpoint covers them.)
-      const int n0 = s.n_computed - valid;
-      items_.push_back(RunItem{std::span<const int32_t>(s.tokens).subspan(n0 + 1, valid), n0, s.blocks, s.slot, false,
-                               true, false});
-      for (int j = 0; j < valid; ++j) rows_.push_back(hidden_row + j);
+      if (it.sample && !finished) drafting_.push_back(&s);
     }
     hidden_row += fed;
   }
