@@ -100,7 +100,8 @@ int cmd_bench(const Args& args) {
     auto t = parse_double("timeout", *v);
     if (!t) return fail(t.status());
     // 0 would mean no socket timeout at all (a hang), a negative one fails every connect.
-    if (!(*t > 0) || *t > 86400) return fail(error("--timeout must be > 0 and at most 86400 seconds (got ", *v, ")"));
+    if (!(*t >= 0.001) || *t > 86400)
+      return fail(error("--timeout must be at least 0.001 and at most 86400 seconds (got ", *v, ")"));
     opts.timeout_s = *t;
   }
   if (auto v = cli.get("request-rate")) {
@@ -130,8 +131,12 @@ int cmd_bench(const Args& args) {
     mt.turns = static_cast<int>(vals[1]);
     mt.system_words = vals[2];
     mt.turn_words = vals[3];
-    for (const char* not_here : {"concurrency", "num-prompts", "input-len", "svg", "request-rate"})
+    // (Multi-turn runs are not recorded against a launch.)
+    for (const char* not_here : {"concurrency", "num-prompts", "input-len", "svg", "request-rate", "state-dir", "no-record"})
       if (cli.has(not_here)) return fail(error("--", not_here, " does not apply to --multi-turn"));
+    if (!mt.dataset.empty())
+      for (const char* from_dataset : {"conversations", "turns", "system-len", "turn-len"})
+        if (cli.has(from_dataset)) return fail(error("--", from_dataset, " does not apply with --dataset (the dataset gives the conversations)"));
     if (!mt.dataset.empty())
       if (auto ds = make_conversations(opts, mt); !ds) return fail(ds.status());
     auto report = run_multi_turn(opts, mt);
@@ -151,6 +156,8 @@ int cmd_bench(const Args& args) {
   }
   for (const char* only_mt : {"conversations", "turns", "system-len", "turn-len"})
     if (cli.has(only_mt)) return fail(error("--", only_mt, " needs --multi-turn"));
+  if (!opts.dataset.empty() && cli.has("input-len"))
+    return fail(error("--input-len does not apply with --dataset (the dataset gives the prompts)"));
   if (!opts.dataset.empty()) {  // fail early on a bad dataset
     auto ds = load_bench_dataset(opts.dataset, opts.output_len);
     if (!ds) return fail(ds.status());
@@ -183,7 +190,7 @@ int cmd_bench(const Args& args) {
     std::printf("wrote %s\n", svg_path.c_str());
   }
   for (const LevelResult& l : report->levels)
-    if (l.n_requests > 0 && l.n_failed >= l.n_requests) {
+    if (l.n_requests == 0 && l.n_failed > 0) {  // (n_requests counts the successful ones)
       std::fprintf(stderr, "deltaserve bench: every request at concurrency %d failed; first error: %s\n", l.concurrency,
                    l.first_error.c_str());
       rc = 1;
@@ -195,6 +202,12 @@ int cmd_bench(const Args& args) {
     return rc;
   }
   const std::filesystem::path dir = cli.has("state-dir") ? std::filesystem::path(*cli.get("state-dir")) : default_state_dir();
+  // An existing database only: a mistyped --state-dir is not created.
+  if (!std::filesystem::exists(LaunchDb::file_in(dir))) {
+    std::fprintf(stderr, "deltaserve bench: results not attached: no launch database at %s\n",
+                 LaunchDb::file_in(dir).c_str());
+    return rc;
+  }
   auto db = LaunchDb::open(dir);
   if (!db) {
     std::fprintf(stderr, "deltaserve bench: results not attached: %s\n", db.status().message().c_str());
@@ -218,6 +231,10 @@ int cmd_bench(const Args& args) {
     }
   }
   std::printf("attached to launch #%lld in %s\n", static_cast<long long>(report->launch_id), (*db)->path().c_str());
+  for (const LevelResult& l : report->levels)
+    if (l.n_failed > 0)
+      std::printf("not recorded: concurrency %d (%lld of its requests failed)\n", l.concurrency,
+                  static_cast<long long>(l.n_failed));
   return rc;
 }
 

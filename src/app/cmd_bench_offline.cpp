@@ -26,6 +26,7 @@
 #include "options/serve_options.h"
 #include "util/log.h"
 #include "util/timer.h"
+#include "util/json_parse.h"
 
 namespace deltaserve {
 
@@ -358,7 +359,7 @@ int cmd_bench_offline(const Args& args) {
     }
     e.stop();
   }
-  if (cli.flag("json")) std::printf("%s\n", results.dump(2).c_str());
+  if (cli.flag("json")) std::printf("%s\n", dump_lossy(results, 2).c_str());
   return 0;
 }
 

@@ -58,7 +58,7 @@ int cmd_generate(const Args& args) {
   if (!setup) return fail(setup.status().message(), 1);
   const EngineConfig& ec = setup->config;
 
-  auto gen = load_generation_defaults(ec.model_dir);
+  auto gen = load_generation_defaults(ec.model_dir, model_config->vocab_size);
   if (!gen) return fail(gen.status().message(), 1);
 
   SamplingParams sp;

@@ -10,6 +10,7 @@
 #include "options/serve_options.h"
 #include "deploy/cli_split.h"
 #include "deploy/launch_db.h"
+#include "util/json_parse.h"
 
 namespace deltaserve {
 
@@ -76,7 +77,7 @@ int cmd_history(const Args& in_args) {
                      {"best_concurrency", l.best_concurrency}, {"measurements", l.n_measurements},
                      {"args", l.args}, {"config", cfg}, {"derived", derived}});
     }
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", dump_lossy(out, 2).c_str());
     return 0;
   }
   if (launches->empty()) {

@@ -1,6 +1,9 @@
 // deltaserve serve --model-path DIR [--host H] [--port P] [SGLang flags...]
 // The OpenAI-compatible server: flags (serve_options) → memory plan → Engine thread, tokenizer,
 // chat template → OpenAiServer (HTTP threads). Runs until SIGINT/SIGTERM.
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -148,7 +151,7 @@ int cmd_serve(const Args& args) {
 
   auto model_config = load_model_config(opts.model_path);
   if (!model_config) return fail(model_config.status().message(), 1);
-  auto generation_defaults = load_generation_defaults(opts.model_path);
+  auto generation_defaults = load_generation_defaults(opts.model_path, model_config->vocab_size);
   if (!generation_defaults) return fail(generation_defaults.status().message(), 1);
   auto tokenizer = Tokenizer::load(opts.tokenizer_path.empty() ? opts.model_path : opts.tokenizer_path);
   if (!tokenizer)
@@ -251,6 +254,7 @@ int cmd_serve(const Args& args) {
       return fail(link.status().message(), 1);
     }
     node_link = std::move(*link);
+    node_link->watch_nodes();
     setup->config.node_link = node_link.get();
   }
   // --dp-size N: N engines (replicas) behind one ReplicaSet; replica 0 answers for the capacity.
@@ -267,7 +271,10 @@ int cmd_serve(const Args& args) {
     std::fprintf(stderr, "deltaserve: tensor parallel over %d ranks: %s\n", primary.tp_size(), primary.tp_transport().c_str());
   const SpeculationChoice spec_choice = choose_speculation(primary, opts);
   if (spec_choice.measured) log_info(spec_choice.summary());
-  if (opts.speculative_enabled()) launch.record_derived("spec.num_steps", std::to_string(primary.speculative_steps()));
+  if (opts.speculative_enabled()) {
+    launch.record_derived("spec.num_steps", std::to_string(primary.speculative_steps()));
+    if (!launch.warning().empty()) log_warn(launch.warning());
+  }
   for (int i = 1; i < engines.size(); ++i) engines.replica(i).set_speculative_steps(primary.speculative_steps());
   engines.start();
   std::fprintf(stderr, "%s\n", primary.plan_summary().c_str());
@@ -294,7 +301,21 @@ int cmd_serve(const Args& args) {
       if (is_secret_serve_flag(name)) continue;
       std::string key = name;
       for (char& ch : key) ch = ch == '-' ? '_' : ch;
-      info[key] = value;
+      // JSON types as SGLang's server_args: booleans, numbers, and null for "auto" or unset (the
+      // string "false" reads as true in Python).
+      const FlagType type = serve_flag_type(name);
+      nlohmann::ordered_json v = value;
+      if (type == FlagType::Bool) {
+        v = value == "true";
+      } else if (type == FlagType::Int || type == FlagType::Float) {
+        char* end = nullptr;
+        errno = 0;
+        const double d = std::strtod(value.c_str(), &end);
+        if (value.empty() || value == "auto") v = nullptr;
+        else if (end && *end == '\0' && errno == 0 && std::isfinite(d))
+          v = type == FlagType::Int && std::fabs(d) < 9e15 ? nlohmann::ordered_json(static_cast<int64_t>(d)) : nlohmann::ordered_json(d);
+      }
+      info[key] = std::move(v);
     }
     const EngineCapacity cap = primary.capacity();
     info["max_total_num_tokens"] = cap.kv_tokens;
@@ -420,7 +441,9 @@ int cmd_serve(const Args& args) {
   if (watchdog.joinable()) watchdog.join();
   server.stop();
   engines.stop();
+  if (node_link) node_link->stop_nodes();
   launch.stop("stopped");
+  if (!launch.warning().empty()) log_warn(launch.warning());
   log_info("deltaserve: stopped");
   return 0;
 }

@@ -131,7 +131,7 @@ Result<EngineSetup> setup_engine(const ServeOptions& opts, const ModelConfig& mo
   // a finished request's prompt + output is cached; no_buffer: prompt and chunk ends only.
   ec.decode_checkpoints = opts.mamba_scheduler_strategy != "no_buffer";
   ec.schedule_lpm = opts.schedule_policy == "lpm";
-  DS_ASSIGN_OR_RETURN(GenerationDefaults gen, load_generation_defaults(opts.model_path));  // a missing file: none
+  DS_ASSIGN_OR_RETURN(GenerationDefaults gen, load_generation_defaults(opts.model_path, model_config.vocab_size));  // a missing file: none
   ec.extra_eos_token_ids = gen.eos_token_ids;
   return s;
 }

@@ -2,6 +2,7 @@
 // its implementation (src/app/cmd_*.cpp).
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,15 @@ int main(int argc, char** argv) {
   setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
   deltaserve::Args args(argv + 2, argv + argc);
   for (const auto& c : kCommands) {
-    if (std::strcmp(argv[1], c.name) == 0) return c.run(args);
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    // Bad input is refused by each command with a message; an exception that still escapes is a
+    // bug, but it ends with a message and status 1 rather than an abort.
+    try {
+      return c.run(args);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "deltaserve %s: internal error: %s\n", c.name, e.what());
+      return 1;
+    }
   }
   std::fprintf(stderr, "deltaserve: unknown command '%s' (see `deltaserve --help`)\n", argv[1]);
   return 2;

@@ -84,6 +84,8 @@ Result<ChatTemplate> ChatTemplate::parse(std::string source) {
 Result<ChatTemplate> ChatTemplate::load(const std::filesystem::path& model_dir,
                                         const std::optional<std::filesystem::path>& override_file) {
   auto from_file = [](const std::filesystem::path& path) -> Result<ChatTemplate> {
+    std::error_code dir_ec;
+    if (std::filesystem::is_directory(path, dir_ec)) return error(path.string(), ": is a directory, not a template file");
     auto text = read_text_file(path);
     if (!text) return text.status();
     auto ct = parse(std::move(text).value());
@@ -92,7 +94,7 @@ Result<ChatTemplate> ChatTemplate::load(const std::filesystem::path& model_dir,
   };
   if (override_file) return from_file(*override_file);
   std::error_code ec;
-  if (std::filesystem::exists(model_dir / "chat_template.jinja", ec)) return from_file(model_dir / "chat_template.jinja");
+  if (std::filesystem::exists(model_dir / "chat_template.jinja", ec)) return from_file(model_dir / "chat_template.jinja");  // (a directory: an error)
   const auto config_path = model_dir / "tokenizer_config.json";
   if (!std::filesystem::exists(config_path, ec))
     return error(model_dir.string(), ": no chat_template.jinja or tokenizer_config.json");
@@ -102,14 +104,15 @@ Result<ChatTemplate> ChatTemplate::load(const std::filesystem::path& model_dir,
   if (config.is_discarded() || !config.is_object()) return error(config_path.string(), ": not a JSON object");
   auto it = config.find("chat_template");
   if (it == config.end() || it->is_null()) return error(model_dir.string(), ": the model has no chat template");
-  std::string source;
+  std::string source, tool_use;
   if (it->is_string()) {
     source = it->get<std::string>();
   } else if (it->is_array()) {
     for (const auto& entry : *it) {
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
-          entry["template"].is_string())
-        source = entry["template"].get<std::string>();
+      if (!entry.is_object() || !entry.contains("template") || !entry["template"].is_string()) continue;
+      const ojson& name = entry.contains("name") ? entry["name"] : ojson();
+      if (name == "default") source = entry["template"].get<std::string>();
+      if (name == "tool_use") tool_use = entry["template"].get<std::string>();
     }
     if (source.empty()) return error(config_path.string(), ": chat_template list has no \"default\" entry");
   } else {
@@ -117,10 +120,16 @@ Result<ChatTemplate> ChatTemplate::load(const std::filesystem::path& model_dir,
   }
   auto ct = parse(std::move(source));
   if (!ct) return error(config_path.string(), ": ", ct.status().message());
+  if (!tool_use.empty()) {
+    auto tu = parse(std::move(tool_use));
+    if (!tu) return error(config_path.string(), ": the \"tool_use\" template: ", tu.status().message());
+    ct->tool_use_ = std::make_shared<const ChatTemplate>(std::move(*tu));
+  }
   return ct;
 }
 
 Result<std::string> ChatTemplate::render(const Input& input) const {
+  if (tool_use_ && !input.tools.is_null()) return tool_use_->render(input);
   jinja::Object ctx;
   if (needs_argument_normalization(input.messages)) {
     ojson messages = input.messages;

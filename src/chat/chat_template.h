@@ -9,6 +9,7 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -24,8 +25,8 @@ class ChatTemplate {
   static Result<ChatTemplate> parse(std::string source);
   // Template of a model dir. Order, as transformers loads it: chat_template.jinja if present
   // (it replaces the config's template), else `chat_template` in tokenizer_config.json (a string,
-  // or a list of {name, template} from which "default" is used). override_file (--chat-template)
-  // wins over both.
+  // or a list of {name, template}: "default", and "tool_use" for requests with tools, as
+  // transformers picks them). override_file (--chat-template) wins over both.
   static Result<ChatTemplate> load(const std::filesystem::path& model_dir,
                                    const std::optional<std::filesystem::path>& override_file = std::nullopt);
 
@@ -52,6 +53,7 @@ class ChatTemplate {
  private:
   std::string source_;
   jinja::Template template_;
+  std::shared_ptr<const ChatTemplate> tool_use_;  // a list's "tool_use" template, for requests with tools
 };
 
 // bos_token / eos_token of a tokenizer_config.json value: a string, an {"content": ...} object

@@ -1,4 +1,5 @@
 #include "deploy/bench.h"
+#include "util/json_parse.h"
 
 #include <algorithm>
 #include <atomic>
@@ -99,18 +100,24 @@ Result<std::vector<BenchPrompt>> load_bench_dataset(const std::string& path, int
     }
   }
   std::vector<BenchPrompt> out;
-  for (auto& x : items) {
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const nlohmann::json& x = items[i];
     BenchPrompt p;
     p.max_tokens = default_output_len;
     if (!x.is_object()) continue;
     if (x.contains("prompt") && x["prompt"].is_string()) {
       p.text = x["prompt"].get<std::string>();
     } else if (x.contains("conversations") && x["conversations"].is_array()) {  // ShareGPT
-      for (auto& turn : x["conversations"])
-        if (turn.is_object() && turn.value("from", "") == "human" && turn.contains("value")) {
+      for (auto& turn : x["conversations"]) {
+        if (!turn.is_object()) continue;
+        // (A number here threw out of the command: type_error.302.)
+        if ((turn.contains("from") && !turn["from"].is_string()) || (turn.contains("value") && !turn["value"].is_string()))
+          return error(path, ": record ", i + 1, ": a conversation turn's \"from\" and \"value\" must be strings");
+        if (turn.value("from", "") == "human" && turn.contains("value")) {
           p.text = turn["value"].get<std::string>();
           break;
         }
+      }
     }
     for (const char* k : {"output_len", "max_tokens"})
       if (x.contains(k) && x[k].is_number_integer()) p.max_tokens = x[k].get<int64_t>();
@@ -163,7 +170,7 @@ RequestResult run_completion(const BenchOptions& opts, const std::string& model,
     auto j = nlohmann::json::parse(data, nullptr, false);
     if (j.is_discarded()) return;
     if (j.contains("error")) {
-      server_error = j["error"].is_object() ? j["error"].value("message", j["error"].dump()) : j["error"].dump();
+      server_error = j["error"].is_object() ? j["error"].value("message", dump_lossy(j["error"])) : dump_lossy(j["error"]);
       return;
     }
     if (j.contains("usage") && j["usage"].is_object()) {
@@ -203,7 +210,7 @@ RequestResult run_completion(const BenchOptions& opts, const std::string& model,
   std::string error_body;
   int status = 0;
   auto resp = http_request(
-      opts.url, "POST", "/v1/completions", body.dump(),
+      opts.url, "POST", "/v1/completions", dump_lossy(body),
       [&](std::string_view piece) {
         if (status == 0) status = 200;  // callback only runs after headers; status checked below
         sse.feed(piece);
@@ -234,9 +241,9 @@ RequestResult run_completion(const BenchOptions& opts, const std::string& model,
   return r;
 }
 
-Result<std::string> resolve_bench_model(const HttpUrl& url, const std::string& model) {
+Result<std::string> resolve_bench_model(const HttpUrl& url, const std::string& model, double timeout_s) {
   if (!model.empty()) return model;
-  auto models = http_request(url, "GET", "/v1/models", "", nullptr, 30);
+  auto models = http_request(url, "GET", "/v1/models", "", nullptr, std::min(30.0, timeout_s));
   if (!models) return models.status();
   auto j = nlohmann::json::parse(models->body, nullptr, false);
   if (models->status != 200 || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
@@ -248,8 +255,8 @@ Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose) {
   BenchReport report;
   report.url = opts.url.to_string();
   report.started_at = utc_now_iso();
-  DS_ASSIGN_OR_RETURN(report.model, resolve_bench_model(opts.url, opts.model));
-  auto info_before = http_request(opts.url, "GET", "/v1/server_info", "", nullptr, 30);
+  DS_ASSIGN_OR_RETURN(report.model, resolve_bench_model(opts.url, opts.model, opts.timeout_s));
+  auto info_before = http_request(opts.url, "GET", "/v1/server_info", "", nullptr, std::min(30.0, opts.timeout_s));
   if (info_before && info_before->status == 200) {
     double ignored = 0;
     parse_server_info(info_before->body, &report.launch_id, &ignored);
@@ -304,7 +311,7 @@ Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose) {
     L.ttft_p50 = percentile(ttft, 50), L.ttft_p90 = percentile(ttft, 90), L.ttft_p99 = percentile(ttft, 99);
     L.itl_p50 = percentile(itl, 50), L.itl_p90 = percentile(itl, 90), L.itl_p99 = percentile(itl, 99);
     L.e2e_p50 = percentile(e2e, 50), L.e2e_p90 = percentile(e2e, 90), L.e2e_p99 = percentile(e2e, 99);
-    auto info = http_request(opts.url, "GET", "/v1/server_info", "", nullptr, 30);
+    auto info = http_request(opts.url, "GET", "/v1/server_info", "", nullptr, std::min(30.0, opts.timeout_s));
     if (info && info->status == 200) {
       int64_t id = 0;
       parse_server_info(info->body, &id, &L.accept_length);
@@ -321,6 +328,16 @@ Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose) {
 
 Status check_bench_launch(const BenchReport& report, const LaunchRecord& record, const std::string& db_path) {
   // A server from before these fields: the id alone, as before.
+  // Two servers started in the same second with their own databases both have a launch #1 at that
+  // time: the database the server named must be this one.
+  if (!report.launch_db.empty()) {
+    std::error_code e1, e2;
+    const auto theirs = std::filesystem::weakly_canonical(report.launch_db, e1);
+    const auto ours = std::filesystem::weakly_canonical(db_path, e2);
+    if (!e1 && !e2 && theirs != ours)
+      return error("the server's launch #", report.launch_id, " is recorded in ", report.launch_db, ", not in ", db_path,
+                   " (pass the server's --state-dir)");
+  }
   if (report.launch_started_at.empty() || record.started_at == report.launch_started_at) return Status::ok();
   return error("launch #", report.launch_id, " in ", db_path, " started at ", record.started_at,
                ", but the server's launch #", report.launch_id, " started at ", report.launch_started_at,
@@ -368,7 +385,7 @@ std::string bench_json(const BenchReport& rep) {
                       {"accept_length", L.accept_length},
                       {"first_error", L.first_error}});
   j["levels"] = levels;
-  return j.dump(2);
+  return dump_lossy(j, 2);
 }
 
 namespace {
@@ -469,6 +486,7 @@ std::string bench_svg(const BenchReport& rep) {
 std::vector<Measurement> bench_measurements(const BenchReport& rep) {
   std::vector<Measurement> out;
   for (const auto& L : rep.levels) {
+    if (L.n_failed > 0) continue;  // a level with failed requests measures less than the server does
     Measurement m;
     m.launch_id = rep.launch_id;
     m.source = "bench";
@@ -486,7 +504,7 @@ std::vector<Measurement> bench_measurements(const BenchReport& rep) {
     nlohmann::json d = {{"url", rep.url}, {"model", rep.model}, {"failed", L.n_failed},
                         {"input_tokens", L.input_tokens}, {"output_tokens", L.output_tokens},
                         {"duration_s", L.duration_s}};
-    m.details_json = d.dump();
+    m.details_json = dump_lossy(d);
     out.push_back(std::move(m));
   }
   return out;

@@ -74,7 +74,7 @@ Result<std::vector<BenchPrompt>> make_bench_prompts(const BenchOptions& opts, in
 Result<std::vector<BenchPrompt>> load_bench_dataset(const std::string& path, int64_t default_output_len);
 
 // The model to ask for: `model` when given, else the first id the server lists at /v1/models.
-Result<std::string> resolve_bench_model(const HttpUrl& url, const std::string& model);
+Result<std::string> resolve_bench_model(const HttpUrl& url, const std::string& model, double timeout_s);
 
 // One streaming request against /v1/completions.
 RequestResult run_completion(const BenchOptions& opts, const std::string& model, const BenchPrompt& prompt);
@@ -92,7 +92,7 @@ double percentile(std::vector<double> values, double p);
 std::string bench_table(const BenchReport& report);
 std::string bench_json(const BenchReport& report);
 std::string bench_svg(const BenchReport& report);
-// One Measurement per level, for LaunchDb::add_measurement.
+// One Measurement per level without failed requests, for LaunchDb::add_measurement.
 std::vector<Measurement> bench_measurements(const BenchReport& report);
 
 // Looks for the launch id and an accept length in /v1/server_info JSON text.

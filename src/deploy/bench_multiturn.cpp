@@ -1,4 +1,5 @@
 #include "deploy/bench_multiturn.h"
+#include "util/json_parse.h"
 
 #include <chrono>
 #include <cstdio>
@@ -59,6 +60,8 @@ Result<std::vector<Conversation>> make_conversations(const BenchOptions& base, c
       if (j.is_discarded() || !j.is_object() || !j.contains("turns") || !j["turns"].is_array() || j["turns"].empty())
         return error(mt.dataset, ":", line_no, ": expected {\"system\": \"...\", \"turns\": [\"...\", ...]}");
       Conversation c;
+      if (j.contains("system") && !j["system"].is_string())
+        return error(mt.dataset, ":", line_no, ": \"system\" must be a string");
       c.opening = j.value("system", "");
       for (const auto& t : j["turns"]) {
         if (!t.is_string()) return error(mt.dataset, ":", line_no, ": every turn must be a string");
@@ -84,7 +87,7 @@ Result<std::vector<Conversation>> make_conversations(const BenchOptions& base, c
 Result<MultiTurnReport> run_multi_turn(const BenchOptions& base, const MultiTurnOptions& mt, bool verbose) {
   MultiTurnReport report;
   report.url = base.url.to_string();
-  DS_ASSIGN_OR_RETURN(report.model, resolve_bench_model(base.url, base.model));
+  DS_ASSIGN_OR_RETURN(report.model, resolve_bench_model(base.url, base.model, base.timeout_s));
   DS_ASSIGN_OR_RETURN(std::vector<Conversation> convs, make_conversations(base, mt));
   int n_turns = 0;
   for (const auto& c : convs) n_turns = std::max<int>(n_turns, static_cast<int>(c.messages.size()));
@@ -178,7 +181,7 @@ std::string multi_turn_json(const MultiTurnReport& r) {
                      {"ttft_ms_p90", percentile(t.ttft_ms, 90)}});
   j["turns"] = turns;
   if (!r.first_error.empty()) j["first_error"] = r.first_error;
-  return j.dump(2);
+  return dump_lossy(j, 2);
 }
 
 }  // namespace deltaserve

@@ -11,6 +11,7 @@
 
 #include "deploy/launch_db.h"
 #include "deploy/unit_file.h"
+#include "util/json_parse.h"
 
 namespace deltaserve {
 namespace fs = std::filesystem;
@@ -142,7 +143,21 @@ Result<std::vector<std::string>> split_command_words(const std::string& text,
       }
     return false;
   };
-  auto expand = [&](size_t& i) {  // text[i] == '$'
+  bool skip_next_word = false;  // the target of a redirection
+  auto finish = [&]() {
+    if (!in_word) return;
+    if (skip_next_word) {
+      skip_next_word = false;
+    } else {
+      words.push_back(cur);
+    }
+    cur.clear();
+    in_word = false;
+    quoted = false;
+  };
+  // `split`: unquoted in a shell text, where the value splits into words at blanks (ARGS="--a 1"
+  // then $ARGS is two words; an empty one, none).
+  auto expand = [&](size_t& i, bool split) {  // text[i] == '$'
     std::string name;
     size_t j = i + 1;
     if (j < text.size() && text[j] == '{') {
@@ -155,22 +170,21 @@ Result<std::vector<std::string>> split_command_words(const std::string& text,
     }
     std::string value;
     if (name.empty() || !lookup(name, &value)) return false;
-    cur += value;
-    in_word = true;
     i = j - 1;
-    return true;
-  };
-  bool skip_next_word = false;  // the target of a redirection
-  auto finish = [&]() {
-    if (!in_word) return;
-    if (skip_next_word) {
-      skip_next_word = false;
-    } else {
-      words.push_back(cur);
+    if (!split) {
+      cur += value;
+      in_word = true;
+      return true;
     }
-    cur.clear();
-    in_word = false;
-    quoted = false;
+    for (char ch : value) {
+      if (ch == ' ' || ch == '\t' || ch == '\n') {
+        finish();
+      } else {
+        cur += ch;
+        in_word = true;
+      }
+    }
+    return true;
   };
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
@@ -198,7 +212,7 @@ Result<std::vector<std::string>> split_command_words(const std::string& text,
           if (text[j + 1] != '\n') cur += text[j + 1];
           ++j;
         } else if (text[j] == '$') {
-          if (!expand(j)) cur += '$';
+          if (!expand(j, false)) cur += '$';
         } else {
           cur += text[j];
         }
@@ -208,7 +222,7 @@ Result<std::vector<std::string>> split_command_words(const std::string& text,
       continue;
     }
     if (c == '$') {
-      if (!expand(i)) { cur += '$'; in_word = true; }
+      if (!expand(i, shell)) { cur += '$'; in_word = true; }
       continue;
     }
     if (!shell) {
@@ -471,7 +485,10 @@ Result<ConfigSource> load_config_source_unredacted(const std::string& spec, cons
 
 Result<ConfigSource> load_config_source(const std::string& spec, const fs::path& state_dir) {
   auto src = load_config_source_unredacted(spec, state_dir);
-  if (src) src->settings = redact_secret_settings(std::move(src->settings));  // printed by show / diff
+  if (!src) return src;
+  for (const auto& [k, v] : src->settings)
+    if (!v.empty() && is_secret_serve_flag(k) && v != kRedactedValue) src->secrets.emplace_back(k, v);
+  src->settings = redact_secret_settings(std::move(src->settings));  // printed by show / diff
   return src;
 }
 
@@ -568,6 +585,24 @@ std::vector<DiffRow> diff_sources(const ConfigSource& a, const ConfigSource& b) 
                     "given, the memory plan keeps it; left to its default, the plan raises it to fit "
                     "--max-running-requests"});
   }
+  // Secrets are redacted on both sides; where both sides still have their values (not launches),
+  // two different keys are a difference, shown without either value.
+  if (a.kind != "launch" && b.kind != "launch") {
+    auto raw = [](const KeyValues& kv, const std::string& key) {
+      for (const auto& [k, v] : kv)
+        if (k == key) return v;
+      return std::string();
+    };
+    KeyValues keys = a.secrets;
+    keys.insert(keys.end(), b.secrets.begin(), b.secrets.end());
+    for (const auto& [key, unused] : keys) {
+      bool listed = false;
+      for (const auto& r : rows) listed = listed || r.key == key;
+      if (listed || raw(a.secrets, key) == raw(b.secrets, key)) continue;
+      rows.push_back({key, std::string(kRedactedValue), std::string(kRedactedValue) + " (another value)", false,
+                      "the values differ (not shown)"});
+    }
+  }
   for (auto& r : diff_environment(a.environment, b.environment)) rows.push_back(std::move(r));
   // Only launches have resolved values; a unit file or script is not compared with "(unset)".
   if (!a.resolved.empty() && !b.resolved.empty())
@@ -606,7 +641,7 @@ std::string diff_json(const std::vector<DiffRow>& rows, const ConfigSource& a, c
   for (const auto& r : rows)
     arr.push_back({{"setting", r.key}, {"a", r.a}, {"b", r.b}, {"affects_performance", r.affects_performance}, {"note", r.note}});
   j["differences"] = arr;
-  return j.dump(2);
+  return dump_lossy(j, 2);
 }
 
 }  // namespace deltaserve

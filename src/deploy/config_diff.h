@@ -25,6 +25,9 @@ struct ConfigSource {
   KeyValues environment;           // Environment= / VAR=value assignments, "env:NAME"
   KeyValues resolved;              // a launch's resolved_launch_values (launch_db.h); empty otherwise
   std::vector<std::string> notes;  // e.g. a validation problem of that configuration
+  // The secret settings' own values (--api-key; `settings` has them redacted), so that a diff can
+  // tell two keys apart without printing them. Empty for a launch: its record keeps none.
+  KeyValues secrets;
 };
 
 // `spec`: digits = launch id (read from <state_dir>/launches.sqlite); an existing file = unit,

@@ -65,6 +65,7 @@ Result<HttpResponse> http_request(const HttpUrl& url, const std::string& method,
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(timeout_s);
   tv.tv_usec = static_cast<suseconds_t>((timeout_s - double(tv.tv_sec)) * 1e6);
+  if (tv.tv_sec == 0 && tv.tv_usec == 0) tv.tv_usec = 1;  // {0, 0} means no timeout at all
   setsockopt(s.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(s.fd(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   int one = 1;

@@ -17,6 +17,7 @@
 #include "backend/cuda_option_env.h"
 #include "deploy/config_diff.h"
 #include "deploy/hardware.h"
+#include "util/json_parse.h"
 
 namespace deltaserve {
 namespace fs = std::filesystem;
@@ -91,14 +92,14 @@ class Stmt {
 std::string kv_to_json(const KeyValues& kv) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (const auto& [k, v] : kv) j[k] = v;
-  return j.dump();
+  return dump_lossy(j);
 }
 
 KeyValues kv_from_json(const std::string& text) {
   KeyValues out;
   auto j = nlohmann::ordered_json::parse(text, nullptr, false);
   if (!j.is_object()) return out;
-  for (auto& [k, v] : j.items()) out.emplace_back(k, v.is_string() ? v.get<std::string>() : v.dump());
+  for (auto& [k, v] : j.items()) out.emplace_back(k, v.is_string() ? v.get<std::string>() : dump_lossy(v));
   return out;
 }
 
@@ -322,7 +323,7 @@ Result<int64_t> LaunchDb::insert_launch(const LaunchRecord& r) {
   s.bind(10, r.model.config_hash);
   s.bind(11, r.model.weight_index_hash);
   s.bind(12, kv_to_json(r.config));
-  s.bind(13, nlohmann::json(r.args).dump());
+  s.bind(13, dump_lossy(nlohmann::json(r.args)));
   s.bind(14, kv_to_json(r.derived));
   s.bind(15, r.pid);
   s.bind(16, r.boot_id);
@@ -605,6 +606,7 @@ void LaunchRecorder::record_measurement(Measurement m) {
 }
 
 void LaunchRecorder::record_derived(const std::string& key, const std::string& value) {
+  warning_.clear();  // (the caller logs what this call left)
   if (!db_ || launch_id_ == 0) return;
   Status s = db_->set_derived(launch_id_, key, value);
   if (!s) warning_ = s.message();
@@ -612,10 +614,14 @@ void LaunchRecorder::record_derived(const std::string& key, const std::string& v
 
 void LaunchRecorder::stop(const std::string& exit_status) {
   if (stopped_) return;
+  warning_.clear();
   stopped_ = true;
   if (db_ && launch_id_ > 0) {
+    // A database busy past its 5 s timeout (another process holding a write lock) is tried once
+    // more: a lost stop reads as "died" in history.
     Status s = db_->set_stopped(launch_id_, utc_now_iso(), exit_status);
-    if (!s) warning_ = s.message();
+    if (!s) s = db_->set_stopped(launch_id_, utc_now_iso(), exit_status);
+    if (!s) warning_ = "the launch's stop was not recorded: " + s.message();
   }
 }
 
@@ -651,7 +657,7 @@ Result<std::string> recent_launches_json(LaunchDb& db, int limit, int measuremen
                    {"best_output_tokens_per_s", l.best_output_tokens_per_s}, {"best_concurrency", l.best_concurrency},
                    {"n_measurements", l.n_measurements}, {"measurements", ms}});
   }
-  return out.dump();
+  return dump_lossy(out);
 }
 
 }  // namespace deltaserve

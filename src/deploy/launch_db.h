@@ -139,6 +139,7 @@ class LaunchRecorder {
   // the database it is in ("" when not recorded).
   const std::string& started_at() const { return started_at_; }
   std::string db_path() const { return db_ ? db_->path().string() : std::string(); }
+  // The database trouble the last start / record_derived / stop call met ("" if none).
   const std::string& warning() const { return warning_; }
   // When this model on this host has a recorded launch that measured faster than this
   // configuration did (or this configuration was never measured), a warning with the diff.

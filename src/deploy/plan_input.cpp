@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/token_map.h"
+#include "util/json_parse.h"
 
 namespace deltaserve {
 
@@ -138,7 +139,7 @@ std::string memory_plan_json(const MemoryPlan& p, const MemoryPlanInput& in) {
   j["rows"] = rows;
   j["warnings"] = p.warnings;
   j["errors"] = p.errors;
-  return j.dump(2);
+  return dump_lossy(j, 2);
 }
 
 }  // namespace deltaserve

@@ -231,7 +231,9 @@ Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name
     if (eq == std::string::npos) continue;
     std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
     if (key == "Environment" || key == "ExecStart") value = resolve_specifiers(value, &unit.notes);
-    if (key == "Environment") {
+    if (key == "Environment" && value.empty()) {
+      unit.environment.clear();  // an empty assignment resets the list (systemd.exec(5))
+    } else if (key == "Environment") {
       auto words = split_command_words(value, {}, WordSyntax::Systemd);
       if (!words) return error(name, ": Environment=: ", words.status().message());
       for (const auto& w : *words) {
@@ -239,6 +241,8 @@ Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name
         if (e == std::string::npos) continue;
         unit.environment.emplace_back(w.substr(0, e), w.substr(e + 1));
       }
+    } else if (key == "EnvironmentFile" && value.empty()) {
+      env_files.clear();
     } else if (key == "EnvironmentFile") {
       const bool optional = !value.empty() && value[0] == '-';
       env_files.emplace_back(optional ? value.substr(1) : value, optional);
@@ -258,9 +262,14 @@ Result<UnitExec> read_unit_exec(const std::string& text, const std::string& name
       unit.notes.push_back("EnvironmentFile=" + path + " cannot be read here: its settings are not included");
     }
   }
-  while (!exec.empty() && std::string("-@+!:").find(exec.front()) != std::string::npos) exec.erase(0, 1);
+  bool own_argv0 = false;  // "@": the second word is argv[0], not an argument (systemd.service(5))
+  while (!exec.empty() && std::string("-@+!:").find(exec.front()) != std::string::npos) {
+    own_argv0 = own_argv0 || exec.front() == '@';
+    exec.erase(0, 1);
+  }
   auto words = split_command_words(exec, {}, WordSyntax::Systemd);  // systemd's variables are expanded below
   if (!words) return error(name, ": ExecStart=: ", words.status().message());
+  if (own_argv0 && words->size() > 1) words->erase(words->begin() + 1);
   auto expanded = expand_exec_words(*words, unit.environment, unread_files, &unit.notes);
   if (!expanded) return error(name, ": ExecStart=: ", expanded.status().message());
   unit.words = std::move(*expanded);

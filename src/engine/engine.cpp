@@ -380,7 +380,7 @@ bool Engine::flush_cache() {
   return flush_ok_;
 }
 
-void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent& ev) {
+void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent& ev, bool defer) {
   ev.finish = reason;
   ev.n_prompt_tokens = seq.n_prompt;
   ev.n_cached_tokens = seq.n_cached;
@@ -388,8 +388,20 @@ void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent& ev) {
   ev.n_generated_tokens = seq.n_generated();
   ev.accept_length = seq.spec_steps ? double(seq.spec_accepted) / double(seq.spec_steps) : 0.0;
   seq.status = SeqStatus::Finished;
+  if (defer) {
+    finals_.emplace_back(seq.stream, std::move(ev));
+    return;
+  }
   seq.stream->events.push(std::move(ev));
   seq.stream->events.close();
+}
+
+void Engine::push_finals() {
+  for (auto& [stream, ev] : finals_) {
+    stream->events.push(std::move(ev));
+    stream->events.close();
+  }
+  finals_.clear();
 }
 
 void Engine::loop() {
@@ -586,9 +598,13 @@ void Engine::collect(Flight& f, bool release_finished) {
     drf = now_seconds() - t_draft;
     draft_s_ += drf;
   }
-  // 6. Events out, finished sequences' memory back.
+  // 6. Events out, finished sequences' memory back. A finished request's last event goes out after
+  // the counts are published without it: a client that has its whole reply and then reads /metrics
+  // (or a dp dispatcher reading load()) sees it gone.
   emit_all(items);
   if (release_finished) scheduler_->take_finished();
+  update_stats();
+  push_finals();
   if (config_.check_integrity_every_step) scheduler_->check_integrity();
   ++steps_total_;
   last_collect_ = now_seconds();
@@ -760,7 +776,7 @@ void Engine::emit_all(const std::vector<ScheduledItem>& items) {
       reason = FinishReason::Error;
     }
     generated_tokens_total_ += ev.tokens.size();
-    if (reason != FinishReason::None) finish(s, reason, ev);
+    if (reason != FinishReason::None) finish(s, reason, ev, /*defer=*/true);
     else s.stream->events.push(std::move(ev));
   }
 }

@@ -150,7 +150,9 @@ class Engine final : public EngineService {
   void take_tokens(const std::vector<ScheduledItem>& items);
   // Sends each item's new tokens (and the final event of a finished sequence).
   void emit_all(const std::vector<ScheduledItem>& items);
-  void finish(Sequence& seq, FinishReason reason, TokenEvent& ev);
+  // Ends `seq` with `ev` (its finish set here); `defer`: the event waits in finals_ for push_finals.
+  void finish(Sequence& seq, FinishReason reason, TokenEvent& ev, bool defer = false);
+  void push_finals();
   void update_stats();
   void maybe_log_progress();
 
@@ -172,6 +174,7 @@ class Engine final : public EngineService {
   double last_collect_ = 0;                   // when the last collect() ended
   double launch_s_ = 0;                       // seconds in ModelRunner::launch since then
   std::vector<StepOutput> outputs_;           // per scheduled item
+  std::vector<std::pair<std::shared_ptr<RequestStream>, TokenEvent>> finals_;  // last events held for push_finals
   std::vector<int> row_of_;                   // per scheduled item: its first logits row
   // Fetch::Sample of this step: per output row, its penalties (gathered from each item's), and
   // the uniform drawn per scheduled item (empty when this step's uniforms were not drawn ahead).

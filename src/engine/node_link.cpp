@@ -99,9 +99,10 @@ Result<std::unique_ptr<NodeLink>> NodeLink::lead(const NodeLinkOptions& o, const
     ByteReader r(hello->body);
     const int node = r.get<int32_t>(), nnodes = r.get<int32_t>(), tp = r.get<int32_t>();
     const std::string device = r.get_string(), model = r.get_string();
+    // A stranger that knows the magic but not the rest is skipped, as any other stranger is.
+    if (!r.ok()) continue;
     std::string why;
-    if (!r.ok()) why = "a malformed introduction";
-    else if (nnodes != o.nnodes) why = str_cat("node ", node, " was started with --nnodes ", nnodes, ", node 0 with ", o.nnodes);
+    if (nnodes != o.nnodes) why = str_cat("node ", node, " was started with --nnodes ", nnodes, ", node 0 with ", o.nnodes);
     else if (node < 1 || node >= o.nnodes) why = str_cat("--node-rank ", node, " is not in 1..", o.nnodes - 1);
     else if (nodes[node - 1].valid()) why = str_cat("two nodes say --node-rank ", node);
     else if (tp != o.tp_size) why = str_cat("node ", node, " was started with --tp-size ", tp, ", node 0 with ", o.tp_size);
@@ -112,14 +113,17 @@ Result<std::unique_ptr<NodeLink>> NodeLink::lead(const NodeLinkOptions& o, const
       (void)s->send_frame(refusal(why));
       return error("multi-node launch at ", where, ": ", why);
     }
-    ByteWriter w;
-    w.put<uint8_t>(1);
-    w.put_array(l->nccl_id_.data(), l->nccl_id_.size());
-    w.put_array(welcome.data(), welcome.size());
-    DS_RETURN_IF_ERROR(s->send_frame(w.bytes));
     nodes[node - 1] = std::move(*s);
     ++arrived;
   }
+  // The welcomes go out once every node is in: a welcomed node connects its ranks at once, and
+  // their introductions would reach the loop above, which skips them, while later nodes are
+  // still awaited (--nnodes 3 never started).
+  ByteWriter w;
+  w.put<uint8_t>(1);
+  w.put_array(l->nccl_id_.data(), l->nccl_id_.size());
+  w.put_array(welcome.data(), welcome.size());
+  for (auto& s : nodes) DS_RETURN_IF_ERROR(s.send_frame(w.bytes));
   l->nodes_ = std::move(nodes);
   return l;
 }
@@ -151,12 +155,17 @@ Result<std::unique_ptr<NodeLink>> NodeLink::join(const NodeLinkOptions& o) {
 NodeLink::~NodeLink() {
   stop_watch_ = true;
   if (watch_.joinable()) watch_.join();
-  // Node 0 stopping: an empty command tells the other nodes to stop too (exit 0).
-  if (o_.node_rank == 0) {
-    std::lock_guard<std::mutex> lk(send_mu_);
-    for (auto& s : nodes_)
-      if (s.valid()) (void)s.send_frame({});
-  }
+  // (No stop command here: a node 0 that fails closes the connections, and the other nodes exit 1
+  // naming it; stop_nodes() is the clean stop.)
+}
+
+void NodeLink::stop_nodes() {
+  if (o_.node_rank != 0) return;
+  stop_watch_ = true;  // (the nodes close their connections once stopped: not a death)
+  if (watch_.joinable()) watch_.join();
+  std::lock_guard<std::mutex> lk(send_mu_);
+  for (auto& s : nodes_)
+    if (s.valid()) (void)s.send_frame({});
 }
 
 Result<std::vector<std::vector<TcpStream>>> NodeLink::rank_streams() {
@@ -207,6 +216,22 @@ void NodeLink::watch_node_zero(double grace_s) {
         std::fprintf(stderr, "deltaserve: fatal: node 0 at %s closed its connection %.0f s ago and node %d is still "
                      "in a step (stuck in a collective with it?); exiting\n", o_.addr.str().c_str(), grace_s,
                      o_.node_rank);
+        std::fflush(stderr);
+        std::_Exit(1);
+      }
+    }
+  });
+}
+
+void NodeLink::watch_nodes() {
+  if (o_.node_rank != 0 || watch_.joinable()) return;
+  watch_ = std::thread([this] {
+    while (!stop_watch_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      for (std::size_t i = 0; i < nodes_.size() && !stop_watch_.load(); ++i) {
+        if (!nodes_[i].peer_hung_up()) continue;
+        std::fprintf(stderr, "deltaserve: fatal: node %zu of %d closed its connection; node 0 cannot run a step "
+                     "without its ranks; exiting\n", i + 1, o_.nnodes);
         std::fflush(stderr);
         std::_Exit(1);
       }

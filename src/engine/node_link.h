@@ -59,6 +59,13 @@ class NodeLink {
   // Node 0: a command to every other node. A node that is gone ends this process naming it (a
   // step cannot go on without its ranks).
   void send(const std::vector<uint8_t>& command);
+  // Node 0: a thread that ends this process (exit 1, naming the node) once another node's
+  // connection closes, so that an idle node 0 does not report healthy with a node gone (a step
+  // would find it only when it is sent). stop_nodes() ends the watch first.
+  void watch_nodes();
+  // Node 0, stopping cleanly: an empty command tells the other nodes to stop too (exit 0). Without
+  // it (node 0 failed) they see the connection close and exit 1.
+  void stop_nodes();
   // Nodes 1..N-1: the next command from node 0 into `out` (empty: node 0 stopped); an error when
   // node 0 went away.
   Status receive(std::vector<uint8_t>& out);

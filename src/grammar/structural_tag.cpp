@@ -8,6 +8,10 @@ Result<Grammar> grammar_from_structural_tag(const json& spec, const JsonSchemaOp
   if (!spec.is_object()) return error("structural_tag: must be an object");
   if (spec.contains("format"))
     return error("structural_tag: the 'format' form is not supported; use 'structures' and 'triggers'");
+  // Keys other than these are refused by name (a misspelt "schemas" meant any JSON value).
+  for (const auto& [key, unused] : spec.items())
+    if (key != "type" && key != "structures" && key != "triggers")
+      return error("structural_tag: unknown key '", key, "' (expected 'structures' and 'triggers')");
   if (!spec.contains("structures") || !spec["structures"].is_array() || spec["structures"].empty())
     return error("structural_tag: 'structures' must be a non-empty list");
   if (!spec.contains("triggers") || !spec["triggers"].is_array() || spec["triggers"].empty())
@@ -28,6 +32,9 @@ Result<Grammar> grammar_from_structural_tag(const json& spec, const JsonSchemaOp
     const json& s = list[i];
     if (!s.is_object() || !s.contains("begin") || !s["begin"].is_string() || !s.contains("end") || !s["end"].is_string())
       return error("structural_tag: ", where, " needs string 'begin' and 'end'");
+    for (const auto& [key, unused] : s.items())
+      if (key != "begin" && key != "schema" && key != "parameters" && key != "end")
+        return error("structural_tag: unknown key '", key, "' in ", where, " (expected 'begin', 'schema', 'end')");
     const std::string begin = s["begin"].get<std::string>();
     bool triggered = false;
     for (const auto& t : triggers) triggered = triggered || begin.compare(0, t.size(), t) == 0;

@@ -84,22 +84,26 @@ Status get_optional(const json& obj, const char* key, T& out, const std::string&
   return convert(*it, out, key, source);
 }
 
-// (An id beyond int32 becomes -1, which the vocabulary check refuses, rather than wrapping.)
-std::vector<int32_t> token_id_list(const json& v) {
+}  // namespace
+
+Result<std::vector<int32_t>> parse_token_id_list(const json& v, const char* key, const std::string& source) {
   std::vector<int32_t> out;
-  auto add = [&](const json& x) {
-    const bool fits = x.is_number_unsigned() ? x.get<uint64_t>() <= INT32_MAX
-                                             : x.get<int64_t>() >= INT32_MIN && x.get<int64_t>() <= INT32_MAX;
-    out.push_back(fits ? static_cast<int32_t>(x.get<int64_t>()) : -1);
-  };
-  if (v.is_number_integer()) add(v);
-  if (v.is_array())
-    for (const auto& x : v)
-      if (x.is_number_integer()) add(x);
+  if (v.is_null()) return out;
+  if (!v.is_array()) {
+    int32_t id = 0;
+    DS_RETURN_IF_ERROR(convert(v, id, key, source));
+    out.push_back(id);
+  } else {
+    for (const auto& x : v) {
+      int32_t id = 0;
+      DS_RETURN_IF_ERROR(convert(x, id, key, source));
+      out.push_back(id);
+    }
+  }
+  for (int32_t id : out)
+    if (id < 0) return error(source, ": ", key, " ", id, " is negative");
   return out;
 }
-
-}  // namespace
 
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source) {
   json root;
@@ -152,10 +156,39 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     DS_RETURN_IF_ERROR(get_optional(*rp, "rope_theta", c.rope_theta, source));
     DS_RETURN_IF_ERROR(get_optional(*rp, "partial_rotary_factor", c.partial_rotary_factor, source));
   }
+  // Only plain RoPE is implemented: a scaled one (yarn, linear, dynamic, ...) is refused by name
+  // rather than run unscaled. (Qwen3.6's mrope sections are plain RoPE for text positions.)
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    auto rs = t.find(key);
+    if (rs == t.end() || rs->is_null()) continue;
+    if (!rs->is_object()) return error(source, ": '", key, "' must be an object");
+    for (const char* type_key : {"rope_type", "type"}) {
+      auto rt = rs->find(type_key);
+      if (rt == rs->end() || rt->is_null()) continue;
+      if (!rt->is_string() || rt->get<std::string>() != "default")
+        return error(source, ": ", key, ".", type_key, " ", rt->dump(),
+                     " is not supported (only plain RoPE, \"default\", is implemented)");
+    }
+    if (std::string(key) == "rope_scaling" && rs->contains("factor"))
+      return error(source, ": rope_scaling.factor is not supported (only plain RoPE is implemented)");
+  }
+  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
+    return error(source, ": rope_theta ", c.rope_theta, " must be a positive number");
+  if (!(c.rms_norm_eps >= 0) || !std::isfinite(c.rms_norm_eps))
+    return error(source, ": rms_norm_eps ", c.rms_norm_eps, " must be a non-negative number");
+  if (c.max_position_embeddings < 0)
+    return error(source, ": max_position_embeddings ", c.max_position_embeddings, " is negative");
   if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1))
     return error(source, ": partial_rotary_factor ", c.partial_rotary_factor, " must be in (0, 1]");
   c.rotary_dim = static_cast<int>(c.head_dim * c.partial_rotary_factor);
   if (c.rotary_dim % 2) return error(source, ": rotary dimension ", c.rotary_dim, " is odd");
+  if (c.head_dim > 0 && c.rotary_dim <= 0)
+    return error(source, ": rotary dimension ", c.rotary_dim, " (head_dim x partial_rotary_factor) must be positive");
+  // Sizes past these are not a model this engine can hold; refusing them here keeps a typo from
+  // allocating per-layer tables for hours (num_hidden_layers 2e9).
+  constexpr int kMaxLayers = 100000;
+  if (c.n_layers > kMaxLayers) return error(source, ": num_hidden_layers ", c.n_layers, " is above ", kMaxLayers);
+  if (c.intermediate_size <= 0) return error(source, ": intermediate_size ", c.intermediate_size, " must be positive");
 
   if (c.family == ModelFamily::Qwen3_5) {
     c.attn_output_gate = true;
@@ -167,15 +200,22 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     DS_RETURN_IF_ERROR(get_required(t, "linear_conv_kernel_dim", c.linear_conv_kernel, source));
     DS_RETURN_IF_ERROR(get_optional(t, "mtp_num_hidden_layers", c.mtp_n_layers, source));
     DS_RETURN_IF_ERROR(get_optional(t, "mamba_ssm_dtype", c.mamba_ssm_dtype, source));
-    if (c.linear_n_key_heads <= 0 || c.linear_n_value_heads % c.linear_n_key_heads != 0)
-      return error(source, ": linear_num_value_heads must be a multiple of linear_num_key_heads");
+    if (c.linear_n_key_heads <= 0 || c.linear_n_value_heads <= 0 ||
+        c.linear_n_value_heads % c.linear_n_key_heads != 0)
+      return error(source, ": linear_num_value_heads must be a positive multiple of linear_num_key_heads");
+    if (c.linear_key_head_dim <= 0 || c.linear_value_head_dim <= 0)
+      return error(source, ": linear_key_head_dim and linear_value_head_dim must be positive");
+    if (c.linear_conv_kernel <= 0) return error(source, ": linear_conv_kernel_dim must be positive");
+    if (c.mtp_n_layers < 0) return error(source, ": mtp_num_hidden_layers ", c.mtp_n_layers, " is negative");
   }
 
   // Layer types: explicit list, else every full_attention_interval-th layer is full attention.
   if (auto lt = t.find("layer_types"); lt != t.end() && lt->is_array()) {
     for (const auto& v : *lt) {
       std::string s = v.is_string() ? v.get<std::string>() : "";
-      if (s == "full_attention" || s == "sliding_attention") c.layer_types.push_back(LayerType::FullAttention);
+      if (s == "full_attention") c.layer_types.push_back(LayerType::FullAttention);
+      else if (s == "sliding_attention")
+        return error(source, ": layer type 'sliding_attention' (sliding-window attention) is not supported");
       else if (s == "linear_attention") c.layer_types.push_back(LayerType::LinearAttention);
       else return error(source, ": unknown layer type '", s, "' in layer_types");
     }
@@ -199,11 +239,14 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
 
   for (const json* obj : std::initializer_list<const json*>{&root, text}) {
     if (auto e = obj->find("eos_token_id"); e != obj->end()) {
-      auto ids = token_id_list(*e);
+      DS_ASSIGN_OR_RETURN(auto ids, parse_token_id_list(*e, "eos_token_id", source));
       if (!ids.empty()) c.eos_token_ids = ids;
     }
-    if (auto b = obj->find("bos_token_id"); b != obj->end() && b->is_number_integer())
-      c.bos_token_id = b->get<int32_t>();
+    if (auto b = obj->find("bos_token_id"); b != obj->end() && !b->is_null()) {
+      int32_t id = 0;
+      DS_RETURN_IF_ERROR(convert(*b, id, "bos_token_id", source));
+      c.bos_token_id = id;
+    }
   }
 
   if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.n_layers <= 0 || c.n_heads <= 0 ||

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "util/status.h"
 
 namespace deltaserve {
@@ -59,6 +61,10 @@ struct ModelConfig {
   int n_attention_layers() const;
   int n_linear_layers() const;
 };
+
+// A token id or a list of them (eos_token_id): integers (or integral floats) in [0, INT32_MAX];
+// any other element is an error naming `key` and `source`.
+Result<std::vector<int32_t>> parse_token_id_list(const nlohmann::json& v, const char* key, const std::string& source);
 
 // Parse config.json text; `source` names the file in errors.
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source);

@@ -17,8 +17,9 @@ struct GenerationDefaults {
   std::vector<int32_t> eos_token_ids;
 };
 
-// A missing file gives empty defaults; a malformed one is an error naming it.
-Result<GenerationDefaults> load_generation_defaults(const std::filesystem::path& model_dir);
+// A missing file gives empty defaults; a malformed one, a value a request could not set (top_p 5)
+// or an EOS id outside [0, vocab_size) (vocab_size 0: unchecked) is an error naming the file and key.
+Result<GenerationDefaults> load_generation_defaults(const std::filesystem::path& model_dir, int64_t vocab_size);
 
 // The ids that end a reply, without repeats: generation_config.json's eos_token_id, then
 // config.json's (`config_eos`), then the tokenizer's EOS (SGLang stops on all three). The engine

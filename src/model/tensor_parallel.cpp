@@ -19,6 +19,9 @@ Status check_tp_split(const ModelConfig& c, int tp, const std::string& source) {
                    c.n_kv_heads, ")");
   }
   if (c.mtp_n_layers > 0) DS_RETURN_IF_ERROR(divides("2 x hidden_size (the MTP fc's inputs)", 2 * c.hidden_size));
+  // Vocabulary rows go in shares of ceil(V/P): the last rank's must not be empty (an empty lm_head).
+  if (const int64_t per = (c.vocab_size + tp - 1) / tp; per * (tp - 1) >= c.vocab_size)
+    return error(source, ": --tp-size ", tp, " leaves the last rank no rows of vocab_size (", c.vocab_size, ")");
   if (c.n_linear_layers() > 0) {
     DS_RETURN_IF_ERROR(divides("linear_num_key_heads", c.linear_n_key_heads));
     DS_RETURN_IF_ERROR(divides("linear_num_value_heads", c.linear_n_value_heads));

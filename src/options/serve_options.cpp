@@ -12,6 +12,9 @@
 #include <sstream>
 #include <variant>
 
+#include <pwd.h>
+#include <unistd.h>
+
 #include <toml.hpp>
 
 #include "util/tcp.h"
@@ -623,6 +626,11 @@ std::string serve_option_text(const ServeOptions& opts, std::string_view canonic
   return r ? render(*r, opts) : std::string();
 }
 
+FlagType serve_flag_type(std::string_view canonical_name) {
+  const Row* r = find_row(canonical_name);
+  return r ? r->spec.type : FlagType::String;
+}
+
 std::vector<std::string> explicit_args(const ServeOptions& opts) {
   std::vector<std::string> out;
   for (const Row& r : rows()) {
@@ -789,11 +797,15 @@ std::string default_model_dir() {
 }
 
 std::filesystem::path default_state_dir() {
-  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x)
-    return std::filesystem::path(x) / "deltaserve";
-  if (const char* h = std::getenv("HOME"); h && *h)
-    return std::filesystem::path(h) / ".local" / "state" / "deltaserve";
-  return std::filesystem::path(".deltaserve-state");
+  // A relative XDG_STATE_HOME is to be ignored (XDG Base Directory spec); without HOME, the user's
+  // home from the password database; only then a folder of the working directory, made absolute,
+  // so that serve and history run from elsewhere still name the same database.
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x == '/') return std::filesystem::path(x) / "deltaserve";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::filesystem::path(h) / ".local" / "state" / "deltaserve";
+  if (const passwd* pw = getpwuid(geteuid()); pw && pw->pw_dir && *pw->pw_dir == '/')
+    return std::filesystem::path(pw->pw_dir) / ".local" / "state" / "deltaserve";
+  std::error_code ec;
+  return std::filesystem::absolute(".deltaserve-state", ec);
 }
 
 }  // namespace deltaserve

@@ -203,6 +203,8 @@ std::vector<std::string> explicit_gpu_only_flags(const ServeOptions& opts);
 std::vector<std::pair<std::string, std::string>> effective_config(const ServeOptions& opts);
 // The text of one setting as effective_config renders it ("" if unknown).
 std::string serve_option_text(const ServeOptions& opts, std::string_view canonical_name);
+// The type of a flag of the table (String for a name it does not have).
+FlagType serve_flag_type(std::string_view canonical_name);
 // A command line (`--name value ...`) for the explicit settings, in table order.
 std::vector<std::string> explicit_args(const ServeOptions& opts);
 // TOML text for the explicit settings (or all settings with all=true). Secret settings
@@ -231,7 +233,8 @@ std::string format_byte_size(int64_t bytes);
 // models/tiny-coder of the source tree the binary was built from.
 std::string default_model_dir();
 
-// $XDG_STATE_HOME/deltaserve, else $HOME/.local/state/deltaserve, else ./.deltaserve-state.
+// $XDG_STATE_HOME/deltaserve (an absolute one), else $HOME/.local/state/deltaserve, else the
+// password database's home/.local/state/deltaserve, else an absolute ./.deltaserve-state.
 std::filesystem::path default_state_dir();
 
 }  // namespace deltaserve

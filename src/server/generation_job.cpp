@@ -44,7 +44,6 @@ struct TokenNames {
   }
 };
 
-bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
 double clamp_logprob(float lp) {
   // JSON has no -inf; OpenAI clients expect a number.
@@ -476,8 +475,6 @@ std::string GenerationJob::full_response() const {
         message["reasoning_content"] = s.reasoning().empty() ? json(nullptr) : json(s.reasoning());
       auto calls = merge_tool_call_deltas(s.tool_call_deltas());
       if (!calls.empty()) message["tool_calls"] = tool_calls_json(calls);
-      // Only blanks before the calls: empty content (vLLM and SGLang strip it; "" as with no text).
-      if (!calls.empty() && is_blank(s.text())) message["content"] = "";
       json lp = request_.logprobs ? chat_logprobs(TokenNames{*env_.tokenizer, request_.tokens_as_ids}, s.logprobs()) : json(nullptr);
       choices.push_back({{"index", static_cast<int>(i)},
                          {"message", message},

@@ -30,6 +30,8 @@ HttpRejection rejection_for_parse_error(beast::error_code ec, std::size_t max_bo
     return {413, "request body exceeds the limit of " + std::to_string(max_body_bytes) + " bytes"};
   }
   if (ec == http::error::header_limit) return {431, "request headers too large"};
+  if (ec == http::error::buffer_overflow)  // a chunk header or trailer past the read buffer
+    return {431, "request headers, chunk header or trailer too large"};
   return {400, "malformed HTTP request: " + ec.message()};
 }
 
@@ -37,6 +39,13 @@ HttpRequest http_request_head(const BeastRequest& msg) {
   HttpRequest req;
   req.method = std::string(msg.method_string());
   req.target = std::string(msg.target());
+  // The absolute form (GET http://host/health, which a server must accept: RFC 9112 3.2.2) is
+  // routed by its path, as the origin form.
+  if (const auto scheme = req.target.find("://"); scheme != std::string::npos && req.target.front() != '/') {
+    const auto slash = req.target.find_first_of("/?", scheme + 3);
+    req.target = slash == std::string::npos ? "/" : req.target[slash] == '?' ? "/" + req.target.substr(slash)
+                                                                             : req.target.substr(slash);
+  }
   req.path = req.target.substr(0, req.target.find('?'));
   for (const auto& field : msg) {
     std::string name(field.name_string());

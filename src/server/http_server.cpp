@@ -1,5 +1,6 @@
 // Beast is used only to parse requests; responses are formatted by hand (status line, headers,
 // chunked framing), which keeps the write path a plain byte queue per connection.
+#include <poll.h>
 #include <sys/socket.h>
 #include <cerrno>
 #include "server/http_server.h"
@@ -74,8 +75,11 @@ struct HttpServer::Impl {
 // One TCP connection. Lives while an async operation or an exchange refers to it.
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  public:
+  // The read buffer holds a request head (and a chunk header or trailer) plus one read ahead: a
+  // trailer or chunk extension past that fails the read (buffer_overflow, a 431) instead of
+  // growing it without bound (Beast's header_limit covers the head only).
   HttpConnection(tcp::socket socket, HttpServer::Impl& server)
-      : stream_(std::move(socket)), server_(server) {
+      : stream_(std::move(socket)), server_(server), buffer_(server.config.max_header_bytes + (64u << 10)) {
     server_.n_connections.fetch_add(1);
   }
   ~HttpConnection() {
@@ -100,7 +104,12 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     head += "HTTP/1.1 " + std::to_string(status) + " " + http_status_text(status) + "\r\n";
     head += "Content-Type: " + content_type + "\r\n";
     for (const auto& [k, v] : headers) head += k + ": " + v + "\r\n";
-    if (chunked) {
+    if (chunked && http10_) {
+      // HTTP/1.0 has no chunked coding (RFC 9112 6.1): the body is sent as is and ends when the
+      // connection closes.
+      keep_alive_ = false;
+      head += "Cache-Control: no-cache\r\n";
+    } else if (chunked) {
       head += "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";
     } else {
       head += "Content-Length: " + std::to_string(content_length) + "\r\n";
@@ -112,6 +121,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   }
   void send_chunk(const std::string& data) {
     if (closed_ || data.empty() || head_request_) return;
+    if (http10_) return queue_write(data);
     char size[32];
     std::snprintf(size, sizeof size, "%zx\r\n", data.size());
     std::string framed;
@@ -123,12 +133,13 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   }
   void complete_response(bool chunked) {
     if (closed_ || response_complete_) return;
-    if (chunked && !head_request_) queue_write("0\r\n\r\n");
+    if (chunked && !head_request_ && !http10_) queue_write("0\r\n\r\n");
     response_complete_ = true;
     maybe_finish_exchange();
   }
 
   HttpServer::Impl& server() { return server_; }
+  void set_close_after_response() { keep_alive_ = false; }
   bool is_current(const HttpExchange* exchange) const {
     return !closed_ && !response_complete_ && exchange_.get() == exchange;
   }
@@ -136,6 +147,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  private:
   void do_read_header() {
     if (closed_) return;
+    head_request_ = false;  // (until this request's head says otherwise: an error before it has a body)
+    http10_ = false;
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(server_.config.max_header_bytes));
     parser_->body_limit(server_.config.max_body_bytes);
@@ -150,19 +163,24 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     if (closed_) return;
     if (ec) return fail_read(ec);
     auto& req = parser_->get();
+    head_request_ = req.method() == http::verb::head;
+    http10_ = req.version() < 11;
+    // The head as it came: trailer fields of a chunked body are not merged into it (RFC 9110
+    // 6.5.1; a trailer "Authorization" overrode the header's), and the body is added in on_body.
+    head_ = request_head(req);
+    keep_alive_ = req.keep_alive();
     // Framing: only "chunked" is a transfer coding we read; with Content-Length as well the
     // length is ambiguous (request smuggling), so both are refused and the connection closed.
     if (auto r = check_request_framing(req)) return reject(r->status, r->message);
     if (server_.config.screen) {
-      HttpRequest head = request_head(req);
-      if (auto early = server_.config.screen(head)) return send_early(std::move(*early));
+      if (auto early = server_.config.screen(head_)) return send_early(std::move(*early));
     }
     if (auto cl = parser_->content_length(); cl && *cl > server_.config.max_body_bytes) {
       return reject(413, "request body of " + std::to_string(*cl) + " bytes exceeds the limit of " +
                              std::to_string(server_.config.max_body_bytes) + " bytes");
     }
     auto expect = req[http::field::expect];
-    if (!expect.empty() && beast::iequals(expect, "100-continue")) {
+    if (!expect.empty() && beast::iequals(expect, "100-continue") && !http10_) {  // (ignored from 1.0: RFC 9110 10.1.1)
       write_raw_now("HTTP/1.1 100 Continue\r\n\r\n");
     }
     stream_.expires_after(std::chrono::seconds(300));
@@ -192,7 +210,6 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void send_early(HttpEarlyResponse r) {
     head_sent_ = false;
     keep_alive_ = false;
-    head_request_ = false;
     const std::size_t length = r.body.size();
     send_head(r.status, r.content_type, r.headers, false, length, std::move(r.body));
     response_complete_ = true;
@@ -206,10 +223,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     if (ec) return fail_read(ec);
     stream_.expires_never();
     auto req_msg = parser_->release();
-    HttpRequest req = request_head(req_msg);
+    HttpRequest req = std::move(head_);
     req.body = std::move(req_msg.body());
-    keep_alive_ = req_msg.keep_alive();
-    head_request_ = req.method == "HEAD";
     head_sent_ = false;
     response_complete_ = false;
     exchange_ = std::make_shared<HttpExchange>(shared_from_this());
@@ -250,7 +265,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     // (a failing write still detects a hang-up).
     const int fd = stream_.socket().native_handle();
     for (;;) {
-      if (buffer_.size() >= server_.config.max_header_bytes) return;
+      if (buffer_.size() >= server_.config.max_header_bytes) return watch_hangup_by_polling();
       auto space = buffer_.prepare(4096);
       const ssize_t n = ::recv(fd, space.data(), space.size(), MSG_DONTWAIT);
       if (n == 0) return close();
@@ -264,6 +279,21 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     watch_peer();
   }
 
+  // The buffer is full (the client pipelined more than a request head's worth): the socket stays
+  // readable, so its readiness tells nothing more. Poll for the peer's FIN or reset instead, every
+  // 200 ms while the exchange lasts (a non-streamed reply writes nothing until it ends, so no write
+  // would notice the hang-up). One loop at a time: re-arming the timer cancels the earlier wait.
+  void watch_hangup_by_polling() {
+    if (!hangup_timer_) hangup_timer_.emplace(stream_.get_executor());
+    hangup_timer_->expires_after(std::chrono::milliseconds(200));
+    hangup_timer_->async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || self->closed_ || !self->exchange_) return;
+      pollfd p{self->stream_.socket().native_handle(), POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return self->close();
+      self->watch_hangup_by_polling();
+    });
+  }
+
   void reject(int status, const std::string& message) {
     keep_alive_ = false;
     send_error_now(status, message);
@@ -271,7 +301,6 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void send_error_now(int status, const std::string& message) {
     head_sent_ = false;
-    head_request_ = false;
     keep_alive_ = false;
     std::string body = server_.config.error_body ? server_.config.error_body(status, message)
                                                  : message + "\n";
@@ -374,6 +403,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   HttpServer::Impl& server_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  HttpRequest head_;  // the current request's head, from on_header
+  std::optional<net::steady_timer> hangup_timer_;
   std::shared_ptr<HttpExchange> exchange_;  // the pending exchange (cycle broken when complete)
   std::string pending_, in_flight_;
   std::vector<char> drain_buffer_;
@@ -389,6 +420,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   bool watching_ = false;
   bool lingering_close_ = false;
   bool head_request_ = false;  // the current request is HEAD: responses carry no body
+  bool http10_ = false;        // the current request is HTTP/1.0: no chunked coding, no 100 Continue
 };
 
 // --- HttpExchange ---
@@ -407,6 +439,7 @@ void HttpExchange::respond(int status, std::string content_type, std::string bod
     HttpConnection& c = *self->connection_;
     if (!c.is_current(self.get())) return;
     std::size_t length = b.size();  // before the move below (argument order is unspecified)
+    if (self->close_after_) c.set_close_after_response();
     c.send_head(status, ct, h, false, length, std::move(b));  // one write: head + body
     c.complete_response(false);
   });
@@ -417,7 +450,9 @@ void HttpExchange::begin_stream(int status, std::string content_type, HttpHeader
   connection_->post([self = shared_from_this(), status, ct = std::move(content_type),
                      h = std::move(headers)]() {
     HttpConnection& c = *self->connection_;
-    if (c.is_current(self.get())) c.send_head(status, ct, h, true, 0);
+    if (!c.is_current(self.get())) return;
+    if (self->close_after_) c.set_close_after_response();
+    c.send_head(status, ct, h, true, 0);
   });
 }
 

@@ -54,6 +54,9 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   // A header every response of this exchange carries (e.g. CORS). Call from the handler, before
   // answering.
   void add_header(std::string name, std::string value) { extra_headers_.emplace_back(std::move(name), std::move(value)); }
+  // The connection closes after this response (Connection: close), as while the server drains.
+  // Call before respond / begin_stream.
+  void close_after_response() { close_after_ = true; }
   // Sends the status line and headers with Transfer-Encoding: chunked; write() sends one chunk.
   void begin_stream(int status, std::string content_type, HttpHeaders headers = {});
   void write(std::string data);
@@ -76,6 +79,7 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   std::function<void()> on_disconnect_;  // touched only on the strand
   bool disconnect_fired_ = false;
   HttpHeaders extra_headers_;
+  bool close_after_ = false;  // set before respond / begin_stream post their work
 };
 
 using HttpHandler = std::function<void(HttpRequest&&, std::shared_ptr<HttpExchange>)>;

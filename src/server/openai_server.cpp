@@ -212,6 +212,9 @@ void OpenAiServer::handle(HttpRequest&& req, std::shared_ptr<HttpExchange> excha
     ApiError e(503, loading ? "the model is loading; retry shortly" : "the server is shutting down",
                "server_unavailable", {}, loading ? "loading" : "shutting_down");
     metrics_.count_request(req.path, 503);
+    // A draining server's keep-alive connections close after this answer, so that clients
+    // reconnect (to another instance) rather than reuse a connection that can only get 503s.
+    if (!loading) exchange->close_after_response();
     if (req.path == "/health" || req.path == "/v1/health") {
       return exchange->respond(503, "application/json",
                                json{{"status", loading ? "loading" : "shutting_down"}}.dump(),

@@ -11,12 +11,31 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
+// The tags that end a qwen3_coder parameter value (tool_call_parser.cpp, step_in_param).
+constexpr const char* kCoderTags[] = {"</parameter>", "<parameter=", "</function>", "</tool_call>"};
+
+// A function or parameter name is written inside "<function=NAME>" / "<parameter=NAME>" and read
+// back up to the first '>': one holding '<', '>' or a blank cannot be read back as itself.
+Status check_coder_name(const std::string& name, const std::string& what) {
+  for (unsigned char c : name)
+    if (c == '<' || c == '>' || c <= ' ' || c == 0x7f)
+      return error(what, " '", name, "' holds '<', '>', a blank or a control character, which the qwen3_coder format cannot carry");
+  return Status::ok();
+}
+
 Result<Expr> coder_value(const json& schema, const json& document, const std::string& path, JsonSchemaConverter& conv) {
   if (!tool_param_is_text(tool_param_type(schema))) return conv.value(schema, document, path);
   // Raw text, as the parser keeps it.
   if (schema.contains("enum") && schema["enum"].is_array()) {
     std::vector<Expr> alts;
-    for (const auto& v : schema["enum"]) alts.push_back(Expr::literal(v.is_string() ? v.get<std::string>() : v.dump()));
+    for (const auto& v : schema["enum"]) {
+      std::string text = v.is_string() ? v.get<std::string>() : v.dump();
+      for (const char* tag : kCoderTags)
+        if (text.find(tag) != std::string::npos)
+          return error("tool parameter ", path, ": enum value ", v.dump(), " contains '", tag,
+                       "', which would end the parameter in the qwen3_coder format");
+      alts.push_back(Expr::literal(text));
+    }
     return Expr::alt(std::move(alts));
   }
   if (schema.contains("pattern") && schema["pattern"].is_string()) {
@@ -35,11 +54,13 @@ Result<Expr> coder_value(const json& schema, const json& document, const std::st
     return Expr::repeat(Expr::codepoints({{'<', '<'}}, /*negate=*/true), static_cast<int>(bounds.min.value_or(0)),
                         bounds.max ? static_cast<int>(*bounds.max) : -1);
   }
-  return Expr::exclude({"</parameter>"});
+  // The parser ends a value at the first of these tags: none may occur inside one.
+  return Expr::exclude(std::vector<std::string>(std::begin(kCoderTags), std::end(kCoderTags)));
 }
 
 Result<Expr> coder_call(const json& fn, JsonSchemaConverter& conv) {
   const std::string name = fn["name"].get<std::string>();
+  DS_RETURN_IF_ERROR(check_coder_name(name, "tool name"));
   std::vector<Expr> seq = {Expr::literal("<tool_call>\n<function=" + name + ">\n")};
   const json params = fn.contains("parameters") && fn["parameters"].is_object() ? fn["parameters"] : json::object();
   if (params.contains("properties") && params["properties"].is_object()) {
@@ -49,6 +70,7 @@ Result<Expr> coder_call(const json& fn, JsonSchemaConverter& conv) {
         if (r.is_string()) required.push_back(r.get<std::string>());
     const json& props = params["properties"];
     for (auto it = props.begin(); it != props.end(); ++it) {
+      DS_RETURN_IF_ERROR(check_coder_name(it.key(), "tool '" + name + "' parameter"));
       auto v = coder_value(it.value(), params, "'" + name + "." + it.key() + "'", conv);
       if (!v) return v;
       Expr p = Expr::seq({Expr::literal("<parameter=" + it.key() + ">\n"), std::move(*v), Expr::literal("\n</parameter>\n")});

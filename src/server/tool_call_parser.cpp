@@ -92,6 +92,10 @@ std::string tool_param_type(const json& schema) {
   if (schema.contains("type") && schema["type"].is_string()) {
     return lower(schema["type"].get<std::string>());
   }
+  if (schema.contains("type") && schema["type"].is_array()) {  // ["boolean", "null"]: its first non-null type
+    for (const auto& t : schema["type"])
+      if (t.is_string() && t != "null") return lower(t.get<std::string>());
+  }
   for (const char* key : {"anyOf", "oneOf"}) {
     if (schema.contains(key) && schema[key].is_array()) {
       for (const auto& member : schema[key]) {
@@ -153,6 +157,10 @@ json convert_tool_param(const json& tools, const std::string& function_name,
     if (auto p = parse_python_literal(raw)) return *p;
     return raw;
   }
+  // Types the parser does not name ($ref, allOf): the value as JSON (what a forced call's grammar
+  // writes for them), else as a Python literal, else the text.
+  json v = json::parse(raw, nullptr, false);
+  if (!v.is_discarded()) return v;
   if (auto p = parse_python_literal(raw)) return *p;
   return raw;
 }
@@ -388,6 +396,13 @@ class HermesParser final : public ToolCallParser {
         in_tool_ = false;
         break;
       }
+      // A JSON string of the arguments may hold "</tool_call>" itself: the call ends at the first
+      // close before which the body is a call; until one comes, wait (at the end: the first close,
+      // whose text is then kept as content).
+      std::size_t end = close;
+      while (end != std::string::npos && !is_call(buf_.substr(0, end))) end = buf_.find(kToolCallClose, end + 1);
+      if (end == std::string::npos && !at_end) break;
+      if (end != std::string::npos) close = end;
       std::string body = buf_.substr(0, close);
       emit_call(body, std::string(kToolCallOpen) + body + std::string(kToolCallClose), out);
       buf_.erase(0, close + kToolCallClose.size());
@@ -395,6 +410,11 @@ class HermesParser final : public ToolCallParser {
     }
     if (at_end) buf_.clear();
     return out;
+  }
+
+  static bool is_call(const std::string& body) {
+    json call = json::parse(trim(body), nullptr, false);
+    return !call.is_discarded() && call.is_object() && call.contains("name") && call["name"].is_string();
   }
 
   void emit_call(const std::string& body, const std::string& raw, ToolParseDelta& out) {

@@ -26,4 +26,12 @@ inline constexpr int kMaxJsonParseDepth = 64;
 bool parse_ordered_json(std::string_view text, nlohmann::ordered_json& out, std::string* error = nullptr,
                         int max_depth = kMaxJsonParseDepth);
 
+// `value` as JSON text, with any bytes of its strings that are not UTF-8 written as U+FFFD:
+// nlohmann's dump() throws on them, and a model path or a flag value with such bytes aborted serve
+// while it recorded the launch.
+template <typename Json>
+std::string dump_lossy(const Json& value, int indent = -1) {
+  return value.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
 }  // namespace deltaserve

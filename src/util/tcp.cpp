@@ -62,6 +62,7 @@ Result<HostPort> parse_host_port(std::string_view s) {
     if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':')
       return error("'", s, "' is not HOST:PORT (an IPv6 address as [ADDR]:PORT)");
     hp.host = std::string(s.substr(1, close - 1));
+    if (hp.host.empty()) return error("'", s, "': the address in [] is empty");  // ([]:P bound every interface)
     port = s.substr(close + 2);
   } else {
     const auto colon = s.rfind(':');

@@ -134,6 +134,15 @@ TEST_F(ChatTemplateLoad, NamedListUsesDefault) {
   write("tokenizer_config.json",
         R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
   EXPECT_EQ(render_with(ChatTemplate::load(dir_)), "D");
+  // Stop 54: with tools, transformers renders the "tool_use" entry (it was ignored).
+  auto ct = ChatTemplate::load(dir_);
+  ASSERT_TRUE(ct.is_ok()) << ct.status().message();
+  ChatTemplate::Input in;
+  in.messages = ojson::parse(R"([{"role": "user", "content": "x"}])");
+  in.tools = ojson::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  auto r = ct->render(in);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(*r, "T");
 }
 
 TEST_F(ChatTemplateLoad, JinjaFileReplacesConfigAndOverrideWinsOverBoth) {
@@ -158,6 +167,11 @@ TEST_F(ChatTemplateLoad, Errors) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("line 2"), std::string::npos) << r.status().message();
   EXPECT_FALSE(ChatTemplate::load(dir_, dir_ / "missing.jinja").is_ok());
+  // Stop 54: a directory where the template file should be rendered an empty template.
+  fs::create_directories(dir_ / "chat_template.jinja");
+  r = ChatTemplate::load(dir_);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("directory"), std::string::npos) << r.status().message();
 }
 
 TEST(ChatTemplate, SpecialTokenForms) {

@@ -1,6 +1,7 @@
 // The bench client against a fake local OpenAI server (chunked SSE), percentiles, SVG, and
 // attaching results to the launch the server reports.
 #include "deploy/bench.h"
+#include "deploy/bench_multiturn.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -95,7 +96,7 @@ class FakeServer {
       reply(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})");
     } else if (req.rfind("GET /v1/server_info", 0) == 0) {
       reply(R"({"launch_id":)" + std::to_string(launch_id_) +
-            (started_at.empty() ? std::string() : R"(,"launch_started_at":")" + started_at + R"(","launch_db":"/srv/ds/launches.sqlite")") +
+            (started_at.empty() ? std::string() : R"(,"launch_started_at":")" + started_at + R"(","launch_db":")" + launch_db + R"(")") +
             R"(,"internal_states":[{"avg_spec_accept_length":2.75}]})");
     } else if (req.rfind("POST /v1/completions", 0) == 0) {
       auto body = nlohmann::json::parse(req.substr(he + 4));
@@ -129,6 +130,7 @@ class FakeServer {
 
  public:
   std::string started_at;  // reported as launch_started_at when set (before the first request)
+  std::string launch_db = "/srv/ds/launches.sqlite";  // reported with it
 
  private:
   bool with_ids_ = false;
@@ -224,9 +226,13 @@ TEST(Bench, AttachesOnlyToTheServersOwnLaunch) {
   r.started_at = "2026-12-05T10:00:00Z";
   auto id = (*db)->insert_launch(r);
   ASSERT_TRUE(id);
-  for (const char* reported : {"2026-12-05T10:00:00Z", "2026-11-01T08:00:00Z"}) {
+  // The server's own database and time; another time; (stop 54) the same id and time in another
+  // database, as two servers started in the same second with their own --state-dir report.
+  for (const int round : {0, 1, 2}) {
+    const std::string reported = round == 1 ? "2026-11-01T08:00:00Z" : "2026-12-05T10:00:00Z";
     FakeServer server(*id);
     server.started_at = reported;
+    if (round < 2) server.launch_db = (*db)->path().string();
     BenchOptions opts;
     opts.url = *parse_local_http_url("http://127.0.0.1:" + std::to_string(server.port()));
     opts.concurrency = {1};
@@ -239,12 +245,14 @@ TEST(Bench, AttachesOnlyToTheServersOwnLaunch) {
     auto rec = (*db)->get(*id);
     ASSERT_TRUE(rec);
     Status s = check_bench_launch(*rep, *rec, (*db)->path().string());
-    if (std::string(reported) == r.started_at) {
+    if (round == 0) {
       EXPECT_TRUE(s) << s.message();
     } else {
       ASSERT_FALSE(s);
-      EXPECT_NE(s.message().find("another database"), std::string::npos) << s.message();
-      EXPECT_NE(s.message().find("/srv/ds/launches.sqlite"), std::string::npos) << s.message();
+      EXPECT_NE(s.message().find(round == 1 ? "another database" : "not in"), std::string::npos) << s.message();
+      if (round == 2) {
+        EXPECT_NE(s.message().find("/srv/ds/launches.sqlite"), std::string::npos) << s.message();
+      }
     }
   }
   std::filesystem::remove_all(dir);
@@ -298,6 +306,19 @@ TEST(Bench, DatasetsAndErrors) {
   EXPECT_EQ((*sg)[0].text, "Hello?");
   std::ofstream(dir / "bad.jsonl") << "{\"prompt\": 1\nnot json\n";
   EXPECT_FALSE(load_bench_dataset((dir / "bad.jsonl").string(), 16));
+  // Stop 54: a turn's value or role of another type threw out of the command (type_error.302).
+  for (const char* turn : {R"({"from":"human","value":5})", R"({"from":1,"value":"x"})"}) {
+    std::ofstream(dir / "types.jsonl") << R"({"conversations":[)" << turn << "]}\n";
+    auto t = load_bench_dataset((dir / "types.jsonl").string(), 16);
+    ASSERT_FALSE(t) << turn;
+    EXPECT_NE(t.status().message().find("must be strings"), std::string::npos) << t.status().message();
+  }
+  std::ofstream(dir / "mt.jsonl") << R"({"system":5,"turns":["hi"]})" << "\n";
+  MultiTurnOptions mt;
+  mt.dataset = (dir / "mt.jsonl").string();
+  auto conv = make_conversations(BenchOptions{}, mt);
+  ASSERT_FALSE(conv);
+  EXPECT_NE(conv.status().message().find("\"system\" must be a string"), std::string::npos) << conv.status().message();
   EXPECT_FALSE(load_bench_dataset((dir / "missing.jsonl").string(), 16));
   std::filesystem::remove_all(dir);
 

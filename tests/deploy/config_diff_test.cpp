@@ -62,6 +62,11 @@ TEST(ShellWords, QuotesContinuationsVariablesRedirections) {
   ASSERT_EQ(env.size(), 1u);
   EXPECT_EQ(env[0].first, "env:CUDA_VISIBLE_DEVICES");
   EXPECT_FALSE(split_command_words("python -m x --a \"unterminated"));
+  // Stop 54: an unquoted $ARGS splits into words at blanks (it was one word), an empty unquoted one
+  // gives none (it was an empty argument), a quoted one stays one word.
+  auto s = split_command_words("x $ARGS $EXTRA \"$ARGS\" a$EXTRA", {{"ARGS", "--tp 2  --context-length 8192"}, {"EXTRA", ""}});
+  ASSERT_TRUE(s) << s.status().message();
+  EXPECT_EQ(*s, (std::vector<std::string>{"x", "--tp", "2", "--context-length", "8192", "--tp 2  --context-length 8192", "a"}));
 }
 
 TEST(ConfigSources, LaunchersAreRecognised) {
@@ -387,6 +392,32 @@ TEST_F(TempDir, UnitDropInsOverrideTheUnit) {
   auto cleared = load_config_source(unit_path.string(), dir_);
   ASSERT_FALSE(cleared);
   EXPECT_NE(cleared.status().message().find("no ExecStart="), std::string::npos) << cleared.status().message();
+}
+
+// Stop 54: an empty Environment= (or EnvironmentFile=) resets the list, as systemd.exec(5) says;
+// ExecStart=@ takes the word after the program as argv[0], not as an argument; two API keys differ
+// without either being shown.
+TEST_F(TempDir, UnitEnvironmentResetArgv0AndSecretsThatDiffer) {
+  const auto unit_path = dir_ / "x.service";
+  std::ofstream(unit_path) << "[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=0,1 CTX=4096\n"
+                              "ExecStart=@/usr/bin/deltaserve deltaserve-main serve --model-path /m --context-length ${CTX}\n";
+  std::filesystem::create_directories(dir_ / "x.service.d");
+  std::ofstream(dir_ / "x.service.d" / "override.conf") << "[Service]\nEnvironment=\nEnvironment=CTX=8192\n";
+  auto src = load_config_source(unit_path.string(), dir_);
+  ASSERT_TRUE(src) << src.status().message();
+  EXPECT_EQ(setting(*src, "context-length"), "8192");
+  for (const auto& [k, v] : src->environment) EXPECT_NE(k, "env:CUDA_VISIBLE_DEVICES") << v;
+
+  auto a = load_config_source("deltaserve serve --api-key aaa", dir_);
+  auto b = load_config_source("deltaserve serve --api-key bbb", dir_);
+  auto c = load_config_source("deltaserve serve --api-key aaa", dir_);
+  ASSERT_TRUE(a && b && c);
+  auto rows = by_key(diff_sources(*a, *b));
+  ASSERT_TRUE(rows.count("api-key")) << render_diff(diff_sources(*a, *b), "a", "b");
+  const std::string shown = render_diff(diff_sources(*a, *b), "a", "b");
+  EXPECT_EQ(shown.find("aaa"), std::string::npos) << shown;
+  EXPECT_EQ(shown.find("bbb"), std::string::npos) << shown;
+  EXPECT_TRUE(diff_sources(*a, *c).empty());
 }
 
 // A unit in one of systemd's directories has its drop-ins read from all of them, as systemd does:

@@ -462,6 +462,28 @@ TEST_F(LaunchDbTest, ConfigOfALaunchKeepsItsBooleanFlags) {
   EXPECT_NE(toml.find("tp_size = 2"), std::string::npos) << toml;
 }
 
+// Stop 54: a model path or flag value with bytes that are not UTF-8 threw out of the JSON writer
+// while the launch was recorded (serve aborted after its plan); the record keeps them as U+FFFD.
+TEST_F(LaunchDbTest, SettingsThatAreNotUtf8AreRecorded) {
+  auto opts = parse_serve_args_raw({"--model-path", "/srv/m\xff", "--served-model-name", "a\xfe", "--state-dir", dir_.string()});
+  ASSERT_TRUE(opts) << opts.status().message();
+  {
+    LaunchRecorder rec = LaunchRecorder::start(*opts, nullptr, {{"note", "x\xff"}}, "0.1.0");
+    ASSERT_GT(rec.launch_id(), 0) << rec.warning();
+    rec.stop();
+    EXPECT_EQ(rec.warning(), "");
+  }
+  auto db = LaunchDb::open(dir_);
+  ASSERT_TRUE(db);
+  auto all = (*db)->list();
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_NE((*all)[0].config_value("served-model-name").find("a\xef\xbf\xbd"), std::string::npos)
+      << (*all)[0].config_value("served-model-name");
+  auto page = recent_launches_json(**db, 5, 5);
+  ASSERT_TRUE(page) << page.status().message();
+}
+
 TEST_F(LaunchDbTest, LaunchStateFromPidBootIdAndStartTime) {
   auto db = LaunchDb::open(dir_);
   ASSERT_TRUE(db);

@@ -41,6 +41,25 @@ TEST(ServeOptions, DefaultsComeFromTheTable) {
   EXPECT_EQ(effective_config(o).size(), serve_flag_specs().size() - 1);
 }
 
+// Stop 54: without HOME the launch database went to a folder of the working directory, so serve
+// and history run from two places named two databases; a relative XDG_STATE_HOME is ignored (the
+// XDG spec). The folder is always absolute.
+TEST(ServeOptions, DefaultStateDirIsAbsolute) {
+  const char* home = std::getenv("HOME");
+  const char* xdg = std::getenv("XDG_STATE_HOME");
+  const std::string saved_home = home ? home : "", saved_xdg = xdg ? xdg : "";
+  ::setenv("XDG_STATE_HOME", "relative/state", 1);
+  ::setenv("HOME", "/home/someone", 1);
+  EXPECT_EQ(default_state_dir(), std::filesystem::path("/home/someone/.local/state/deltaserve"));
+  ::setenv("XDG_STATE_HOME", "/var/xdg", 1);
+  EXPECT_EQ(default_state_dir(), std::filesystem::path("/var/xdg/deltaserve"));
+  ::unsetenv("XDG_STATE_HOME");
+  ::unsetenv("HOME");
+  EXPECT_TRUE(default_state_dir().is_absolute()) << default_state_dir();
+  if (home) ::setenv("HOME", saved_home.c_str(), 1);
+  if (xdg) ::setenv("XDG_STATE_HOME", saved_xdg.c_str(), 1);
+}
+
 TEST(ServeOptions, ParsesSpaceEqualsAndBooleans) {
   auto r = parse_serve_options({"--model-path", "/m", "--port=8080", "--tp", "2",
                                 "--mem-fraction-static", "0.88", "--trust-remote-code",

@@ -521,6 +521,13 @@ test('get_server_info equals plan for the same flags (CPU, --max-memory 1GiB)', 
       assert.equal(info[key], p[key], `${key}: server ${info[key]}, plan ${p[key]}`);
     }
     assert.ok(info.max_total_num_tokens > 0 && info.max_running_requests > 0 && info.max_mamba_cache_size > 0);
+    // Stop 54: the arguments as JSON types, as SGLang's server_args (every value was a string,
+    // and "false" reads as true in Python); "auto" is null.
+    assert.strictEqual(info.disable_radix_cache, false);
+    assert.strictEqual(typeof info.port, 'number');
+    assert.strictEqual(info.chunked_prefill_size, null);
+    assert.strictEqual(typeof info.mem_fraction_static === 'number' || info.mem_fraction_static === null, true);
+    assert.strictEqual(typeof info.model_path, 'string');
     // /v1/server_info carries the same figures.
     const v1 = JSON.parse((await curl([`${srv.base}/v1/server_info`])).body);
     assert.equal(v1.max_total_num_tokens, info.max_total_num_tokens);

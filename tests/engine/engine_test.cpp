@@ -93,6 +93,23 @@ TEST(Engine, DecodeStepsAreCountedApartFromPrefillSteps) {
   (*e)->stop();
 }
 
+// Stop 54: the last event of a request went out before the engine published its counts without
+// it, so a client that had its whole reply and read /metrics at once saw it still running (25 of
+// 50 tries), and dp's least-loaded dispatch read the same stale load.
+TEST(Engine, AFinishedRequestIsGoneFromTheCountsWhenItsLastEventArrives) {
+  auto e = Engine::create(small_engine_config());
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  (*e)->start();
+  for (int round = 0; round < 20; ++round) {
+    const auto out = greedy_continuations(**e, {{1, 2, 3, 4, 5 + round}}, 3);
+    ASSERT_EQ(out[0].size(), 3u);
+    const EngineStats st = (*e)->stats();
+    EXPECT_EQ(st.requests_running, 0) << "round " << round;
+    EXPECT_EQ(st.kv_tokens_used, 0) << "round " << round;
+  }
+  (*e)->stop();
+}
+
 // A prompt that arrives while another request decodes is prefilled mixed_prefill_tokens a step
 // (here 16: 13 steps for 200 tokens, against 4 in chunks of 64), and both outputs are what each
 // request gives alone. With auto (0) the engine sets the budget from the steps it timed: whole

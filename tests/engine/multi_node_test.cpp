@@ -41,7 +41,8 @@ TEST(HostPort, ParsesSglangsFormAndRefusesTheRest) {
   ASSERT_TRUE(v6.is_ok()) << v6.status().message();
   EXPECT_EQ(v6->host, "::1");
   EXPECT_EQ(v6->str(), "[::1]:8080");
-  for (const char* bad : {"node0", "node0:", ":5000", "node0:0", "node0:65536", "node0:50x", "a:b:1", "[::1]5000"}) {
+  // ("[]:P" bound every interface: stop 54.)
+  for (const char* bad : {"node0", "node0:", ":5000", "node0:0", "node0:65536", "node0:50x", "a:b:1", "[::1]5000", "[]:5000"}) {
     auto r = parse_host_port(bad);
     EXPECT_FALSE(r.is_ok()) << bad;
     if (!r.is_ok()) EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status().message();
@@ -182,6 +183,7 @@ TEST(NodeLink, EveryNodeGetsTheWelcomeAndItsRanks) {
     ASSERT_TRUE((*l)->receive(cmd).is_ok());
     EXPECT_EQ(cmd, (std::vector<uint8_t>{7}));
   }
+  (*lead)->stop_nodes();
   lead->reset();
   ASSERT_TRUE((*l1)->receive(cmd).is_ok());
   EXPECT_TRUE(cmd.empty());
@@ -189,6 +191,36 @@ TEST(NodeLink, EveryNodeGetsTheWelcomeAndItsRanks) {
   EXPECT_TRUE(cmd.empty());
   // After the stop, the connection is gone: an error, not a hang.
   EXPECT_FALSE((*l1)->receive(cmd).is_ok());
+}
+
+// Stop 54: as serve does, each node connects its ranks as soon as it is welcomed. Node 0 welcomed
+// node 1 while it still waited for node 2, so node 1's rank introductions reached the wait for
+// nodes (which skipped them) and --nnodes 3 never started. And a node 0 that goes away without
+// stop_nodes() (it failed) ends the others with an error, not a clean stop.
+TEST(NodeLink, ThreeNodesThatConnectTheirRanksAtOnceStart) {
+  const int port = free_port();
+  auto joined = [&](int node) {
+    return std::async(std::launch::async, [&, node]() -> Result<std::unique_ptr<NodeLink>> {
+      if (node == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      DS_ASSIGN_OR_RETURN(auto l, NodeLink::join(link_options(port, 3, node, 3)));
+      DS_ASSIGN_OR_RETURN(auto streams, l->rank_streams());
+      if (streams.size() != 1 || streams[0].size() != 1) return error("node ", node, ": wrong rank streams");
+      return l;
+    });
+  };
+  auto n1 = joined(1), n2 = joined(2);
+  auto lead = NodeLink::lead(link_options(port, 3, 0, 3), {});
+  ASSERT_TRUE(lead.is_ok()) << lead.status().message();
+  auto s0 = (*lead)->rank_streams();
+  ASSERT_TRUE(s0.is_ok()) << s0.status().message();
+  EXPECT_EQ((*s0)[0].size(), 2u);
+  auto l1 = n1.get(), l2 = n2.get();
+  ASSERT_TRUE(l1.is_ok()) << l1.status().message();
+  ASSERT_TRUE(l2.is_ok()) << l2.status().message();
+  lead->reset();  // node 0 failed: no stop command
+  std::vector<uint8_t> cmd;
+  EXPECT_FALSE((*l1)->receive(cmd).is_ok());
+  EXPECT_FALSE((*l2)->receive(cmd).is_ok());
 }
 
 TEST(NodeLink, AMismatchedLaunchIsRefusedOnBothSidesNamingTheFlag) {
@@ -231,7 +263,7 @@ TEST(NodeLink, ANodeThatNeverComesIsAnErrorAfterTheTimeout) {
   EXPECT_NE(lead.status().message().find("node(s) 1 of --nnodes 3"), std::string::npos) << lead.status().message();
   EXPECT_NE(lead.status().message().find("--dist-timeout"), std::string::npos) << lead.status().message();
   EXPECT_LT(took, 10.0);
-  (void)n2.get();  // node 2 was welcomed; node 0 then failed: its link is gone
+  EXPECT_FALSE(n2.get().is_ok());  // node 2 is never welcomed: node 0 failed before all came
   // Nobody listening: the joining node gives up after its timeout, naming the address.
   NodeLinkOptions j = link_options(free_port(), 2, 1, 2);
   j.timeout_s = 1;
@@ -368,8 +400,9 @@ std::vector<std::vector<int32_t>> two_node_run(const EngineConfig& base, int tp,
         out.push_back(greedy_continuations(**e, {prompts[0]}, n)[0]);  // a prefix-cache hit
         (*e)->stop();
       }
+      (*link)->stop_nodes();  // a clean stop: the follower is told to stop (exit 0)
     }
-  }  // the link goes: the follower is told to stop
+  }
   auto done = follower_done.get_future();
   follower.join();
   const Status s = done.get();

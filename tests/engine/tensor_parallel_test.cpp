@@ -65,6 +65,12 @@ TEST(TpShard, ShapesThatDoNotSplitAreRefusedNamingTheField) {
     EXPECT_NE(s.message().find(c.field), std::string::npos) << s.message();
     EXPECT_NE(s.message().find("--tp-size " + std::to_string(c.tp)), std::string::npos) << s.message();
   }
+  // Stop 54: a vocabulary so small that the last rank's share is empty aborted the load.
+  ModelConfig tiny_vocab = *cfg;
+  tiny_vocab.vocab_size = 1;
+  Status v = check_tp_split(tiny_vocab, 2, "x");
+  ASSERT_FALSE(v.is_ok());
+  EXPECT_NE(v.message().find("vocab_size"), std::string::npos) << v.message();
   // Through the loader: an error, not a crash.
   SetupOptions o;
   o.model_dir = (source_dir() / "tests/fixtures/qwen35-tiny").string();

@@ -271,6 +271,13 @@ TEST(StructuralTag, FreeTextThenStructures) {
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("does not start with any trigger"), std::string::npos);
   EXPECT_FALSE(grammar_from_structural_tag(json::parse(R"({"type":"structural_tag","format":{}})")).is_ok());
+  // Stop 54: unknown keys were ignored, and a misspelt "schemas" meant any JSON value.
+  for (const char* text : {R"({"structures":[{"begin":"<a>","schemas":{"type":"integer"},"end":"</a>"}],"triggers":["<a>"]})",
+                           R"({"structures":[{"begin":"<a>","schema":{},"end":"</a>"}],"triggers":["<a>"],"bogus":true})"}) {
+    auto r = grammar_from_structural_tag(json::parse(text));
+    ASSERT_FALSE(r.is_ok()) << text;
+    EXPECT_NE(r.status().message().find("unknown key"), std::string::npos) << r.status().message();
+  }
 }
 
 // Two structures whose schemas define the same "$ref" differently: each resolves it in its own

@@ -203,17 +203,99 @@ TEST(BadConfig, RopeFactorAndEosIdsOutsideTheirRangeAreRefused) {
 TEST(BadConfig, GenerationConfigFieldsAreChecked) {
   const fs::path dir = fs::temp_directory_path() / ("ds_bad_gen_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  for (const char* body : {R"({"do_sample": "false"})", R"({"eos_token_id": [2, -1]})"}) {
+  // Stop 54: defaults a request could not set (they bypassed the request's checks), ids of the
+  // wrong type (dropped silently: the model no longer stopped), ids past int32 (wrapped to a valid
+  // id) or past the vocabulary.
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"do_sample": "false"})", "do_sample"},       {R"({"eos_token_id": [2, -1]})", "eos_token_id"},
+      {R"({"temperature": -1})", "temperature"},        {R"({"temperature": 1e39})", "temperature"},
+      {R"({"temperature": "0.6"})", "temperature"},     {R"({"top_p": 5})", "top_p"},
+      {R"({"top_p": 0})", "top_p"},                     {R"({"min_p": 1.5})", "min_p"},
+      {R"({"repetition_penalty": 0.0})", "repetition_penalty"},
+      {R"({"top_k": 1099511627776})", "top_k"},         {R"({"top_k": "20"})", "top_k"},
+      {R"({"top_k": 2.5})", "top_k"},                   {R"({"eos_token_id": "8185"})", "eos_token_id"},
+      {R"({"eos_token_id": ["8185"]})", "eos_token_id"}, {R"({"eos_token_id": {"a": 1}})", "eos_token_id"},
+      {R"({"eos_token_id": 2147483648})", "eos_token_id"}, {R"({"eos_token_id": 4294975481})", "eos_token_id"},
+      {R"({"eos_token_id": 9000})", "eos_token_id"}};
+  for (const auto& [body, key] : bad) {
     std::ofstream(dir / "generation_config.json") << body;
-    auto g = load_generation_defaults(dir);
+    auto g = load_generation_defaults(dir, 8192);
     ASSERT_FALSE(g.is_ok()) << body;
     EXPECT_NE(g.status().message().find("generation_config.json"), std::string::npos) << g.status().message();
+    EXPECT_NE(g.status().message().find(key), std::string::npos) << g.status().message();
   }
   std::ofstream(dir / "generation_config.json") << R"({"do_sample": false, "temperature": 0.7})";
-  auto g = load_generation_defaults(dir);
+  auto g = load_generation_defaults(dir, 8192);
   ASSERT_TRUE(g.is_ok()) << g.status().message();
   EXPECT_EQ(g->temperature, 0.0f);  // do_sample false: greedy
+  std::ofstream(dir / "generation_config.json")
+      << R"({"temperature": 0.6, "top_k": 20.0, "top_p": 0.95, "eos_token_id": [8185, 8184.0], "min_p": null})";
+  g = load_generation_defaults(dir, 8192);
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  EXPECT_FLOAT_EQ(*g->temperature, 0.6f);
+  EXPECT_EQ(g->top_k, 20);
+  EXPECT_EQ(g->eos_token_ids, (std::vector<int32_t>{8185, 8184}));
+  EXPECT_FALSE(g->min_p.has_value());
   fs::remove_all(dir);
+}
+
+// Stop 54: sizes that aborted the load (std::length_error, a CpuWeight check) or produced NaN
+// logits, a RoPE scaling that was silently not applied, sliding-window layers run as full
+// attention, and a layer count that took 43 s and 2 GB before any check: each is refused with its
+// key named.
+TEST(BadConfig, SizesRopeScalingAndLayerKindsAreChecked) {
+  auto text = read_text_file(source_dir() / "models/tiny-coder/config.json");
+  ASSERT_TRUE(text.is_ok());
+  ASSERT_TRUE(parse_model_config(*text, "config.json").is_ok());
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"linear_num_value_heads": -2})", "linear_num_value_heads"},
+      {R"({"linear_num_value_heads": 0})", "linear_num_value_heads"},
+      {R"({"intermediate_size": 0})", "intermediate_size"},
+      {R"({"intermediate_size": -768})", "intermediate_size"},
+      {R"({"linear_conv_kernel_dim": 0})", "linear_conv_kernel_dim"},
+      {R"({"linear_value_head_dim": -64})", "linear_value_head_dim"},
+      {R"({"linear_key_head_dim": 0})", "linear_key_head_dim"},
+      {R"({"mtp_num_hidden_layers": -1})", "mtp_num_hidden_layers"},
+      {R"({"rms_norm_eps": -1})", "rms_norm_eps"},
+      {R"({"rope_parameters": {"rope_type": "default", "rope_theta": 0}})", "rope_theta"},
+      {R"({"rope_parameters": {"rope_theta": -1e7}})", "rope_theta"},
+      {R"({"max_position_embeddings": -5})", "max_position_embeddings"},
+      {R"({"head_dim": 2})", "rotary"},
+      {R"({"num_hidden_layers": 2000000000, "layer_types": null})", "num_hidden_layers"},
+      {R"({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}})", "yarn"},
+      {R"({"rope_scaling": {"type": "linear", "factor": 8}})", "linear"},
+      {R"({"rope_scaling": {"factor": 8}})", "rope_scaling.factor"},
+      {R"({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e7}})", "yarn"},
+      {R"({"bos_token_id": "1"})", "bos_token_id"},
+      {R"({"eos_token_id": ["8185"]})", "eos_token_id"}};
+  for (const auto& [patch, key] : bad) {
+    nlohmann::json j = nlohmann::json::parse(*text);
+    nlohmann::json& t = j.contains("text_config") ? j["text_config"] : j;
+    const nlohmann::json fields = nlohmann::json::parse(patch);
+    for (auto& [k, v] : fields.items()) {
+      if (v.is_null()) t.erase(k);
+      else t[k] = v;
+    }
+    auto c = parse_model_config(j.dump(), "config.json");
+    ASSERT_FALSE(c.is_ok()) << patch;
+    EXPECT_NE(c.status().message().find(key), std::string::npos) << patch << ": " << c.status().message();
+  }
+  // Plain RoPE spelt out, as Qwen3.6's config does, is fine; so are sliding layers nowhere.
+  nlohmann::json j = nlohmann::json::parse(*text);
+  nlohmann::json& t = j.contains("text_config") ? j["text_config"] : j;
+  t["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e7}, {"mrope_section", {11, 11, 10}}};
+  auto c = parse_model_config(j.dump(), "config.json");
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->rope_theta, 1e7f);
+  auto q3 = read_text_file(source_dir() / "tests/fixtures/qwen3-tiny/config.json");
+  ASSERT_TRUE(q3.is_ok());
+  nlohmann::json k = nlohmann::json::parse(*q3);
+  const int n = k["num_hidden_layers"].get<int>();
+  k["layer_types"] = nlohmann::json::array();
+  for (int i = 0; i < n; ++i) k["layer_types"].push_back(i == 0 ? "sliding_attention" : "full_attention");
+  auto s = parse_model_config(k.dump(), "config.json");
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.status().message().find("sliding_attention"), std::string::npos) << s.status().message();
 }
 
 // A safetensors shape whose byte count overflows 64 bits (here [2^62] of f32: 2^64 bytes, which

@@ -290,8 +290,13 @@ TEST(CliErrors, BadInputGivesOneLineErrorAndNonZeroExit) {
       {"systemd-unit --model-path /m --description \"$(printf 'x\\nExecStartPre=/bin/true')\"",
        "--description: a value with a line break cannot go into a unit file"},
       {"systemd-unit --model-path /m \"--env=A=$(printf 'x\\ny')\"", "--env: a value with a line break"},
-      {"bench --timeout 0", "--timeout must be > 0"},
-      {"bench --timeout -5", "--timeout must be > 0"},
+      {"bench --timeout 0", "--timeout must be at least 0.001"},
+      {"bench --timeout -5", "--timeout must be at least 0.001"},
+      {"bench --timeout 0.0000001", "--timeout must be at least 0.001"},  // (below 1 us it meant no timeout: a hang)
+      // Stop 54: flags that did nothing in these combinations.
+      {"bench --dataset /nonexistent.jsonl --input-len 5000", "--input-len does not apply with --dataset"},
+      {"bench --multi-turn --state-dir /tmp/x", "--state-dir does not apply to --multi-turn"},
+      {"bench --multi-turn --dataset /nonexistent.jsonl --turns 2", "--turns does not apply with --dataset"},
   };
   for (const auto& c : cases) {
     RunResult r = run(c.args);

@@ -55,7 +55,7 @@ class ApiTest : public ::testing::Test {
     if (cfg.served_model_name == "default") cfg.served_model_name = "tiny";
     engine_.vocab = tokenizer_->vocab_size();
     engine_.eos = {8183, kImEnd};
-    server_ = std::make_unique<OpenAiServer>(cfg, engine_, *tokenizer_, std::move(render), *load_generation_defaults(kModelDir));
+    server_ = std::make_unique<OpenAiServer>(cfg, engine_, *tokenizer_, std::move(render), *load_generation_defaults(kModelDir, 0));
     auto st = server_->start();
     ASSERT_TRUE(st.is_ok()) << st.message();
     port_ = server_->port();

@@ -279,7 +279,7 @@ TEST_F(ApiValidationTest, CompletionTextOffsetsCountCharacters) {
 // skip_special_tokens is false (vLLM), where it used to be hidden as the choice's stop token.
 TEST_F(ApiValidationTest, IgnoredEosIsTextWhenSpecialTokensAreKept) {
   start();
-  const auto defaults = load_generation_defaults(testing::kTinyCoderDir);
+  const auto defaults = load_generation_defaults(testing::kTinyCoderDir, 0);
   ASSERT_TRUE(defaults.is_ok());
   ASSERT_FALSE(defaults->eos_token_ids.empty());
   const TokenId eos = defaults->eos_token_ids.front();

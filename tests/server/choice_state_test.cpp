@@ -156,6 +156,36 @@ TEST_F(ChoiceStateTest, MatchedStopIsNullForLengthAbortAndToolCalls) {
   EXPECT_TRUE(tools.matched_stop().is_null());
 }
 
+// Stop 54: blanks around tool calls were streamed as content deltas ("    \n "), while the whole
+// response's content was "": the stream must add up to the response. Blanks before other text
+// still come, in order, and blanks alone (no call) are content.
+TEST_F(ChoiceStateTest, BlankContentAroundToolCallsIsDroppedStreamedOrNot) {
+  ChoiceOptions t;
+  t.chat = true;
+  t.tool_parser = ToolParserKind::Hermes;
+  t.tools = nlohmann::ordered_json::parse(
+      R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])");
+  t.hidden_ids = {kImEnd};
+  auto streamed = [&](const std::string& text, ChoiceState& state) {
+    std::vector<TokenId> tokens = ids(text);
+    tokens.push_back(kImEnd);
+    std::string content;
+    for (const ChoiceDelta& d : run(state, tokens, FinishReason::Stop)) content += d.text;
+    return content;
+  };
+  const std::string call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+  ChoiceState blanks(*tokenizer_, t);
+  EXPECT_EQ(streamed("    \n " + call + "\n ", blanks), "");
+  EXPECT_EQ(blanks.text(), "");
+  EXPECT_EQ(blanks.finish_reason(), "tool_calls");
+  ChoiceState words(*tokenizer_, t);
+  EXPECT_EQ(streamed("\n Sure.\n\n" + call, words), "\n Sure.\n\n");
+  EXPECT_EQ(words.text(), "\n Sure.\n\n");
+  ChoiceState no_call(*tokenizer_, t);
+  EXPECT_EQ(streamed("  \n ", no_call), "  \n ");
+  EXPECT_EQ(no_call.text(), "  \n ");
+}
+
 TEST_F(ChoiceStateTest, StreamReasoningFalseSendsReasoningInOneDeltaWhenItEnds) {
   const std::string reasoning = "Let me think about this carefully.\n";
   std::vector<TokenId> tokens = ids(reasoning + "</think>\n\nThe answer is 4.");

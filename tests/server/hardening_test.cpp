@@ -493,6 +493,132 @@ TEST_F(HardeningTest, HeadHasNoBodyAnd405HasAllow) {
   EXPECT_EQ(r.headers["allow"], "GET, HEAD, DELETE");
 }
 
+// Stop 54 (a review of the transport): a chunked body's trailer and a chunk extension were read
+// into a buffer without bound (400 MB of trailer grew the server by 400 MB, then got a 200), and
+// the trailer's fields were merged into the headers (a trailer "Authorization" overrode the
+// header's key). Now both end in a 431 once past the header limit, and trailers are dropped.
+TEST_F(HardeningTest, ChunkedTrailersAndExtensionsAreBoundedAndNeverHeaders) {
+  ServerConfig cfg;
+  cfg.api_key = "sekret";
+  start(cfg);
+  engine_.script = tokenizer_->encode(" a", false);
+  const std::string body = R"({"prompt":"go","max_tokens":1})";
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", body.size());
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekret\r\n"
+      "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+  // A trailer that would override the key: answered as the headers say (200), not 401.
+  {
+    int fd = connect_local(port_);
+    ASSERT_GE(fd, 0);
+    send_all(fd, head + size + "\r\n" + body + "\r\n0\r\nAuthorization: Bearer nope\r\n\r\n");
+    const std::string raw = read_all(fd);
+    ::close(fd);
+    EXPECT_EQ(raw.rfind("HTTP/1.1 200", 0), 0u) << raw.substr(0, 200);
+  }
+  // 4 MB of trailer lines (the header limit is 64 KiB): a 431, well before the end.
+  for (const bool extension : {false, true}) {
+    int fd = connect_local(port_);
+    ASSERT_GE(fd, 0);
+    set_recv_timeout(fd, 10000);
+    send_all(fd, head + size + (extension ? ";x=" : "\r\n" + body + "\r\n0\r\n"));
+    const std::string line = extension ? std::string(60000, 'a') : "X-T: " + std::string(60000, 'a') + "\r\n";
+    bool refused_early = false;
+    for (int i = 0; i < 70; ++i) {
+      if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) < 0) {
+        refused_early = true;
+        break;
+      }
+    }
+    ::shutdown(fd, SHUT_WR);  // (ends the server's drain of what it did not read)
+    const std::string raw = read_all(fd);
+    ::close(fd);
+    EXPECT_EQ(raw.rfind("HTTP/1.1 431", 0), 0u) << (extension ? "extension: " : "trailer: ") << raw.substr(0, 200);
+    (void)refused_early;
+  }
+  expect_idle();
+}
+
+// Stop 54: a client that pipelined more than the read buffer takes (64 KiB) behind a running
+// non-streamed request, then hung up, was not noticed: the request ran to its end.
+TEST_F(HardeningTest, HangUpAfterALargePipelinedBodyCancels) {
+  start();
+  long_script(std::chrono::milliseconds(10));
+  int fd = connect_local(port_);
+  ASSERT_GE(fd, 0);
+  std::string req = testing::build_request("POST", "/v1/completions", R"({"prompt":"go","max_tokens":200})");
+  req.replace(req.find("Connection: close"), 17, "Connection: keep-alive");
+  send_all(fd, req);
+  ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
+  const std::string big = "{\"prompt\":\"" + std::string(100000, 'a') + "\"}";
+  send_all(fd, testing::build_request("POST", "/v1/completions", big));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto cancelled_before = engine_.cancelled().size();
+  ::close(fd);
+  EXPECT_TRUE(wait_until([&] { return engine_.cancelled().size() == cancelled_before + 1; },
+                         std::chrono::milliseconds(1500)))
+      << "hang-up behind 100 KB of pipelined bytes not detected";
+  expect_idle();
+}
+
+// Stop 54: HTTP/1.0 clients got chunked framing (which 1.0 does not have: the client could not
+// find the body's end on a kept-alive connection) and a "100 Continue"; a HEAD refused with a 401
+// carried the error body; a request in absolute form (GET http://host/path) was a 404; and a
+// draining server told keep-alive clients to keep the connection.
+TEST_F(HardeningTest, Http10StreamsHeadErrorsAbsoluteFormAndDrainingClose) {
+  ServerConfig cfg;
+  cfg.api_key = "sekret";
+  start(cfg);
+  engine_.script = tokenizer_->encode(" a b c", false);
+  {
+    const std::string body = R"({"prompt":"go","max_tokens":3,"stream":true})";
+    int fd = connect_local(port_);
+    ASSERT_GE(fd, 0);
+    send_all(fd, "POST /v1/completions HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer sekret\r\n"
+                 "Connection: keep-alive\r\nExpect: 100-continue\r\nContent-Type: application/json\r\n"
+                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+    const std::string raw = read_all(fd);  // ends: the server closes the connection
+    ::close(fd);
+    EXPECT_EQ(raw.rfind("HTTP/1.1 200", 0), 0u) << raw.substr(0, 300);
+    const std::string headers = raw.substr(0, raw.find("\r\n\r\n"));
+    EXPECT_EQ(headers.find("Transfer-Encoding"), std::string::npos) << headers;
+    EXPECT_NE(headers.find("Connection: close"), std::string::npos) << headers;
+    EXPECT_EQ(raw.find("100 Continue"), std::string::npos) << raw.substr(0, 300);
+    const std::string answer = raw.substr(raw.find("\r\n\r\n") + 4);
+    EXPECT_EQ(answer.rfind("data: {", 0), 0u) << answer.substr(0, 100);  // no chunk-size line first
+    EXPECT_NE(answer.find("data: [DONE]\n\n"), std::string::npos) << answer;
+    EXPECT_EQ(answer.find("\r\n0\r\n"), std::string::npos) << answer;
+  }
+  {
+    int fd = connect_local(port_);
+    ASSERT_GE(fd, 0);
+    send_all(fd, "HEAD /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    const std::string raw = read_all(fd);
+    ::close(fd);
+    EXPECT_EQ(raw.rfind("HTTP/1.1 401", 0), 0u) << raw;
+    EXPECT_EQ(raw.substr(raw.size() - 4), "\r\n\r\n") << raw;  // the headers only
+  }
+  {
+    int fd = connect_local(port_);
+    ASSERT_GE(fd, 0);
+    send_all(fd, "GET http://example.test:8000/health?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    const std::string raw = read_all(fd);
+    ::close(fd);
+    EXPECT_EQ(raw.rfind("HTTP/1.1 200", 0), 0u) << raw;
+  }
+  server_->set_state(ServeState::Draining);
+  {
+    int fd = connect_local(port_);
+    ASSERT_GE(fd, 0);
+    send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n");
+    const std::string raw = read_all(fd);  // returns: the server closes after its answer
+    ::close(fd);
+    EXPECT_EQ(raw.rfind("HTTP/1.1 503", 0), 0u) << raw;
+    EXPECT_NE(raw.find("Connection: close"), std::string::npos) << raw;
+  }
+}
+
 TEST_F(HardeningTest, QueueFull503HasRetryAfter) {
   start();
   engine_.reject_kind = EngineErrorKind::Overloaded;

@@ -344,6 +344,47 @@ TEST(HermesParser, InvalidJsonStaysContent) {
   EXPECT_TRUE(r.calls.empty());
 }
 
+// Stop 54: a JSON string in the arguments may hold "</tool_call>" (a forced call's grammar allows
+// it); the call ended at that first close, did not parse, and came back as content.
+TEST(HermesParser, CloseTagInsideAnArgumentStringDoesNotEndTheCall) {
+  const std::string text =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x</tool_call>y\", \"days\": 3}}\n"
+      "</tool_call>";
+  auto r = run_tools(ToolParserKind::Hermes, weather_tools(), {text});
+  EXPECT_EQ(r.content, "");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"city": "x</tool_call>y", "days": 3})");
+  expect_tool_split_invariant(ToolParserKind::Hermes, weather_tools(), text);
+  // Text that is no call at all still comes back as it was, at the end.
+  const std::string bad = "<tool_call>\nnot json\n</tool_call> and more </tool_call> tail";
+  auto b = run_tools(ToolParserKind::Hermes, json(), {bad});
+  EXPECT_EQ(b.content, bad);
+  EXPECT_TRUE(b.calls.empty());
+}
+
+// Stop 54: parameters typed by $ref, allOf or a list of types came back as strings (the value
+// converter only tried Python literals, which know True but not true).
+TEST(Qwen3CoderParser, RefAllOfAndTypeListValuesAreJson) {
+  const json tools = json::array({{{"type", "function"},
+                                   {"function",
+                                    {{"name", "f"},
+                                     {"parameters",
+                                      {{"type", "object"},
+                                       {"$defs", {{"Opt", {{"type", "object"}}}}},
+                                       {"properties",
+                                        {{"o", {{"$ref", "#/$defs/Opt"}}},
+                                         {"u", {{"type", {"boolean", "null"}}}},
+                                         {"w", {{"allOf", {{{"type", "boolean"}}}}}},
+                                         {"s", {{"type", {"string", "null"}}}}}}}}}}}});
+  const std::string text =
+      "<tool_call>\n<function=f>\n<parameter=o>\n{\"on\": false, \"n\": 0}\n</parameter>\n"
+      "<parameter=u>\ntrue\n</parameter>\n<parameter=w>\ntrue\n</parameter>\n<parameter=s>\ntrue\n</parameter>\n"
+      "</function>\n</tool_call>";
+  auto r = run_tools(ToolParserKind::Qwen3Coder, tools, {text});
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"o": {"on": false, "n": 0}, "u": true, "w": true, "s": "true"})");
+}
+
 // --- json helpers ---
 
 TEST(JsonUtil, NestingDepth) {

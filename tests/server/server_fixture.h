@@ -30,7 +30,7 @@ class ServerFixture : public ::testing::Test {
     cfg.port = 0;
     cfg.served_model_name = "tiny";
     server_ = std::make_unique<OpenAiServer>(cfg, engine_, *tokenizer_, std::move(render),
-                                             *load_generation_defaults(kTinyCoderDir));
+                                             *load_generation_defaults(kTinyCoderDir, 0));
     if (before_listen) before_listen(*server_);
     auto st = server_->start();
     ASSERT_TRUE(st.is_ok()) << st.message();

@@ -136,5 +136,35 @@ TEST(ToolCallGrammar, CoderUntypedParameterIsText) {
         << v;
 }
 
+// Stop 54: a text value could contain "</function>", "<parameter=" or "</tool_call>", at which the
+// parser ends the value (a sampled value lost its required neighbours, or gained an undeclared
+// key); an enum value holding one, and names holding '>' (read back up to the first '>') are
+// refused by name.
+TEST(ToolCallGrammar, CoderValuesCannotHoldTheTagsThatEndThem) {
+  const json tools = json::array({tool("f", {{"type", "object"}, {"properties", {{"a", {{"type", "string"}}}}},
+                                              {"required", {"a"}}})});
+  auto g = compile_or_die(tool_call_grammar(ToolParserKind::Qwen3Coder, tools, false), byte_vocab());
+  ASSERT_TRUE(g);
+  auto call = [](const std::string& v) {
+    return "<tool_call>\n<function=f>\n<parameter=a>\n" + v + "\n</parameter>\n</function>\n</tool_call>";
+  };
+  EXPECT_TRUE(matches(g, call("x < y and a <b> c")));
+  for (const char* tag : {"</parameter>", "<parameter=c>", "</function>", "</tool_call>"})
+    EXPECT_FALSE(matches(g, call(std::string("x") + tag + "y"))) << tag;
+
+  auto refused = [](const json& t, const std::string& what) {
+    auto r = tool_call_grammar(ToolParserKind::Qwen3Coder, json::array({t}), false);
+    ASSERT_FALSE(r.is_ok()) << what;
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().message();
+  };
+  refused(tool("f", {{"type", "object"}, {"properties", {{"a", {{"type", "string"}, {"enum", {"ok", "x</function>"}}}}}}}),
+          "</function>");
+  refused(tool("get>x", {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}}), "get>x");
+  refused(tool("f", {{"type", "object"}, {"properties", {{"a>b", {{"type", "integer"}}}}}}), "a>b");
+  refused(tool("f g", json()), "f g");
+  // Hermes writes names as JSON strings: any name is fine there.
+  EXPECT_TRUE(tool_call_grammar(ToolParserKind::Hermes, json::array({tool("get>x", json())}), false).is_ok());
+}
+
 }  // namespace
 }  // namespace deltaserve
