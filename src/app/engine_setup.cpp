@@ -144,6 +144,18 @@ NodeLinkOptions node_link_options(const ServeOptions& opts, PlanDevice device) {
   o.tp_size = static_cast<int>(opts.tp_size);
   o.device = device == PlanDevice::Cuda ? "cuda" : "cpu";
   o.timeout_s = static_cast<double>(opts.dist_timeout);
+  // Node 0 decides every setting but each node's own: where it listens and logs, its threads and
+  // timeouts, and paths that may differ between machines (the model is compared by identity
+  // below). Secrets never go over the wire.
+  static const char* const kPerNode[] = {"node-rank", "host", "port", "threads", "log-level", "state-dir",
+                                         "dist-timeout", "dist-init-addr", "config", "model-path", "tokenizer-path",
+                                         "chat-template", "watchdog-timeout", "help"};
+  for (const auto& [name, value] : effective_config(opts)) {
+    if (is_secret_serve_flag(name)) continue;
+    if (std::find(std::begin(kPerNode), std::end(kPerNode), name) != std::end(kPerNode)) continue;
+    if (o.node_rank > 0 && !opts.is_explicit(name)) continue;
+    o.settings.emplace_back(name, value);
+  }
   // The model: config.json's bytes (FNV-1a) and the load format.
   std::ifstream in(std::filesystem::path(opts.model_path) / "config.json", std::ios::binary);
   std::stringstream ss;
@@ -161,6 +173,8 @@ int follow_node_zero(const ServeOptions& opts) {
     std::fprintf(stderr, "deltaserve serve: %s\n", msg.c_str());
     return 1;
   };
+  // This node's own model first: a path that is not one is its error, not a mismatch with node 0.
+  if (auto mc = load_model_config(opts.model_path); !mc) return fail(mc.status().message());
   const bool cuda_built = cuda_available();
   const PlanDevice device = resolve_plan_device(opts, detect_host(cuda_built), cuda_built);
   const NodeLinkOptions lo = node_link_options(opts, device);

@@ -28,6 +28,11 @@ std::vector<uint8_t> node_hello(const NodeLinkOptions& o) {
   w.put<int32_t>(o.tp_size);
   w.put_string(o.device);
   w.put_string(o.model_identity);
+  w.put<int32_t>(static_cast<int32_t>(o.settings.size()));
+  for (const auto& [k, v] : o.settings) {
+    w.put_string(k);
+    w.put_string(v);
+  }
   return std::move(w.bytes);
 }
 
@@ -99,6 +104,12 @@ Result<std::unique_ptr<NodeLink>> NodeLink::lead(const NodeLinkOptions& o, const
     ByteReader r(hello->body);
     const int node = r.get<int32_t>(), nnodes = r.get<int32_t>(), tp = r.get<int32_t>();
     const std::string device = r.get_string(), model = r.get_string();
+    std::vector<std::pair<std::string, std::string>> given;
+    const int32_t n_given = r.get<int32_t>();
+    for (int32_t i = 0; r.ok() && i >= 0 && i < n_given && i < 4096; ++i) {
+      std::string k = r.get_string();
+      given.emplace_back(std::move(k), r.get_string());
+    }
     // A stranger that knows the magic but not the rest is skipped, as any other stranger is.
     if (!r.ok()) continue;
     std::string why;
@@ -109,6 +120,13 @@ Result<std::unique_ptr<NodeLink>> NodeLink::lead(const NodeLinkOptions& o, const
     else if (device != o.device) why = str_cat("node ", node, " runs on --device ", device, ", node 0 on ", o.device);
     else if (model != o.model_identity)
       why = str_cat("node ", node, " loads another model (", model, ") than node 0 (", o.model_identity, ")");
+    for (const auto& [k, v] : given) {
+      if (!why.empty()) break;
+      for (const auto& [k0, v0] : o.settings)
+        if (k0 == k && v0 != v)
+          why = str_cat("node ", node, " was started with --", k, " ", v, ", node 0 with ", v0.empty() ? "(unset)" : v0,
+                        " (node 0 sets it for every node)");
+    }
     if (!why.empty()) {
       (void)s->send_frame(refusal(why));
       return error("multi-node launch at ", where, ": ", why);

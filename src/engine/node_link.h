@@ -31,6 +31,11 @@ struct NodeLinkOptions {
   std::string device;          // "cpu" or "cuda": every node must say the same
   std::string model_identity;  // what must match between nodes (config.json's hash, the load format)
   double timeout_s = 300;      // --dist-timeout: how long a node waits for the others
+  // Node 0: its effective serve settings (flag name, value); nodes 1..N-1: the settings they were
+  // given explicitly, other than their own per-node ones. Node 0 decides every setting for the
+  // group, so a given one that differs from node 0's is refused naming the flag (it would be
+  // ignored on that node).
+  std::vector<std::pair<std::string, std::string>> settings;
 };
 
 class NodeLink {

@@ -248,6 +248,32 @@ TEST(NodeLink, AMismatchedLaunchIsRefusedOnBothSidesNamingTheFlag) {
   }
 }
 
+// Stop 54: a node's own settings were replaced by node 0's welcome without a word (--context-length
+// 100 on node 1 did nothing). A setting given to a node that differs from node 0's is refused on both
+// sides naming the flag; the same value, or one node 0 has and the node was not given, is fine.
+TEST(NodeLink, ASettingGivenToANodeThatDiffersFromNodeZerosIsRefused) {
+  for (const bool differs : {true, false}) {
+    const int port = free_port();
+    NodeLinkOptions mine = link_options(port, 2, 0, 2);
+    mine.settings = {{"context-length", "131072"}, {"max-running-requests", "16"}};
+    NodeLinkOptions theirs = link_options(port, 2, 1, 2);
+    theirs.settings = {{"context-length", differs ? "100" : "131072"}};
+    auto n1 = std::async(std::launch::async, [&] { return NodeLink::join(theirs); });
+    auto lead = NodeLink::lead(mine, {});
+    auto joined = n1.get();
+    if (!differs) {
+      EXPECT_TRUE(lead.is_ok()) << lead.status().message();
+      EXPECT_TRUE(joined.is_ok()) << joined.status().message();
+      continue;
+    }
+    ASSERT_FALSE(lead.is_ok());
+    ASSERT_FALSE(joined.is_ok());
+    EXPECT_NE(lead.status().message().find("--context-length 100, node 0 with 131072"), std::string::npos)
+        << lead.status().message();
+    EXPECT_NE(joined.status().message().find("--context-length 100"), std::string::npos) << joined.status().message();
+  }
+}
+
 TEST(NodeLink, ANodeThatNeverComesIsAnErrorAfterTheTimeout) {
   const int port = free_port();
   NodeLinkOptions o = link_options(port, 3, 0, 3);
