@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
@@ -189,6 +190,15 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   constexpr int kMaxLayers = 100000;
   if (c.n_layers > kMaxLayers) return error(source, ": num_hidden_layers ", c.n_layers, " is above ", kMaxLayers);
   if (c.intermediate_size <= 0) return error(source, ": intermediate_size ", c.intermediate_size, " must be positive");
+  // Bounds far past any real model, so that the plan's products (parameters, bytes) fit in 64 bits
+  // (hidden_size 2^62 gave a negative parameter count).
+  for (const auto& [key, value, bound] : {std::tuple<const char*, int64_t, int64_t>{"vocab_size", c.vocab_size, int64_t(1) << 24},
+                                          {"hidden_size", c.hidden_size, int64_t(1) << 18},
+                                          {"intermediate_size", c.intermediate_size, int64_t(1) << 21},
+                                          {"num_attention_heads", c.n_heads, int64_t(1) << 14},
+                                          {"num_key_value_heads", c.n_kv_heads, int64_t(1) << 14},
+                                          {"head_dim", c.head_dim, int64_t(1) << 14}})
+    if (value > bound) return error(source, ": ", key, " ", value, " is above ", bound);
 
   if (c.family == ModelFamily::Qwen3_5) {
     c.attn_output_gate = true;
@@ -206,6 +216,9 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     if (c.linear_key_head_dim <= 0 || c.linear_value_head_dim <= 0)
       return error(source, ": linear_key_head_dim and linear_value_head_dim must be positive");
     if (c.linear_conv_kernel <= 0) return error(source, ": linear_conv_kernel_dim must be positive");
+    if (c.linear_n_key_heads > (1 << 14) || c.linear_n_value_heads > (1 << 14) || c.linear_key_head_dim > (1 << 14) ||
+        c.linear_value_head_dim > (1 << 14) || c.linear_conv_kernel > 64 || c.mtp_n_layers > 64)
+      return error(source, ": a linear_* size or mtp_num_hidden_layers is far above any model's");
     if (c.mtp_n_layers < 0) return error(source, ": mtp_num_hidden_layers ", c.mtp_n_layers, " is negative");
   }
 
