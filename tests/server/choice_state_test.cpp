@@ -36,6 +36,17 @@ class ChoiceStateTest : public ::testing::Test {
     return out;
   }
 
+  // Chat with the hermes tool parser and one tool, f.
+  static ChoiceOptions chat_hermes_options() {
+    ChoiceOptions t;
+    t.chat = true;
+    t.tool_parser = ToolParserKind::Hermes;
+    t.tools = nlohmann::ordered_json::parse(
+        R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])");
+    t.hidden_ids = {kImEnd};
+    return t;
+  }
+
   static ChoiceOptions chat_reasoning_options() {
     ChoiceOptions o;
     o.chat = true;
@@ -142,12 +153,7 @@ TEST_F(ChoiceStateTest, MatchedStopIsNullForLengthAbortAndToolCalls) {
   EXPECT_TRUE(closed.matched_stop().is_null());
 
   // A stop that ends in tool calls reports finish_reason tool_calls and no matched stop (SGLang).
-  ChoiceOptions t;
-  t.chat = true;
-  t.tool_parser = ToolParserKind::Hermes;
-  t.tools = nlohmann::ordered_json::parse(
-      R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])");
-  t.hidden_ids = {kImEnd};
+  const ChoiceOptions t = chat_hermes_options();
   ChoiceState tools(*tokenizer_, t);
   std::vector<TokenId> call = ids("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>");
   call.push_back(kImEnd);
@@ -160,12 +166,7 @@ TEST_F(ChoiceStateTest, MatchedStopIsNullForLengthAbortAndToolCalls) {
 // response's content was "": the stream must add up to the response. Blanks before other text
 // still come, in order, and blanks alone (no call) are content.
 TEST_F(ChoiceStateTest, BlankContentAroundToolCallsIsDroppedStreamedOrNot) {
-  ChoiceOptions t;
-  t.chat = true;
-  t.tool_parser = ToolParserKind::Hermes;
-  t.tools = nlohmann::ordered_json::parse(
-      R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])");
-  t.hidden_ids = {kImEnd};
+  const ChoiceOptions t = chat_hermes_options();
   auto streamed = [&](const std::string& text, ChoiceState& state) {
     std::vector<TokenId> tokens = ids(text);
     tokens.push_back(kImEnd);

@@ -54,6 +54,18 @@ class HardeningTest : public testing::ServerFixture {
     for (int i = 0; i < 300; ++i) words += " x";
     engine_.script = tokenizer_->encode(words, false);
   }
+  // A non-streamed completion of up to 200 tokens on a kept-alive connection: its socket, once the
+  // engine runs it (-1 if the engine never did).
+  int send_keep_alive_completion() {
+    int fd = connect_local(port_);
+    if (fd < 0) return fd;
+    std::string req = testing::build_request("POST", "/v1/completions", R"({"prompt":"go","max_tokens":200})");
+    req.replace(req.find("Connection: close"), 17, "Connection: keep-alive");
+    send_all(fd, req);
+    if (wait_until([&] { return engine_.n_live() == 1; })) return fd;
+    ::close(fd);
+    return -1;
+  }
   // A streamed completion of up to 200 tokens on its own thread, its body into *out; returns once
   // the engine runs it.
   std::thread stream_long_completion(std::string* out) {
@@ -215,12 +227,8 @@ TEST_F(HardeningTest, HangUpAfterStrayBytesCancels) {
   ASSERT_GE(engine_.script.size(), 200u);
   for (const std::string& extra : {std::string("\r\n"), std::string("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")}) {
     const auto cancelled_before = engine_.cancelled().size();
-    int fd = connect_local(port_);
+    const int fd = send_keep_alive_completion();  // nothing is written until it ends
     ASSERT_GE(fd, 0);
-    std::string req = testing::build_request("POST", "/v1/completions", R"({"prompt":"go","max_tokens":200})");
-    req.replace(req.find("Connection: close"), 17, "Connection: keep-alive");
-    send_all(fd, req);  // a non-streaming request: nothing is written until it ends
-    ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
     // The extra bytes arrive after the request was read (so they sit in the socket, not in the
     // parser's buffer), then the client hangs up.
     send_all(fd, extra);
@@ -545,12 +553,8 @@ TEST_F(HardeningTest, ChunkedTrailersAndExtensionsAreBoundedAndNeverHeaders) {
 TEST_F(HardeningTest, HangUpAfterALargePipelinedBodyCancels) {
   start();
   long_script(std::chrono::milliseconds(10));
-  int fd = connect_local(port_);
+  const int fd = send_keep_alive_completion();
   ASSERT_GE(fd, 0);
-  std::string req = testing::build_request("POST", "/v1/completions", R"({"prompt":"go","max_tokens":200})");
-  req.replace(req.find("Connection: close"), 17, "Connection: keep-alive");
-  send_all(fd, req);
-  ASSERT_TRUE(wait_until([&] { return engine_.n_live() == 1; }));
   const std::string big = "{\"prompt\":\"" + std::string(100000, 'a') + "\"}";
   send_all(fd, testing::build_request("POST", "/v1/completions", big));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
