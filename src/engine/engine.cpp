@@ -600,7 +600,8 @@ void Engine::collect(Flight& f, bool release_finished) {
   }
   // 6. Events out, finished sequences' memory back. A finished request's last event goes out after
   // the counts are published without it: a client that has its whole reply and then reads /metrics
-  // (or a dp dispatcher reading load()) sees it gone.
+  // (or a dp dispatcher reading load()) sees it gone. (With the next step already chained, its
+  // memory is held until that step is collected, and it still counts until then.)
   emit_all(items);
   if (release_finished) scheduler_->take_finished();
   update_stats();
