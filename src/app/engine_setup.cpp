@@ -146,10 +146,10 @@ NodeLinkOptions node_link_options(const ServeOptions& opts, PlanDevice device) {
   o.timeout_s = static_cast<double>(opts.dist_timeout);
   // Node 0 decides every setting but each node's own: where it listens and logs, its threads and
   // timeouts, and paths that may differ between machines (the model is compared by identity
-  // below). Secrets never go over the wire.
+  // below, the resolved device and the group's shape apart). Secrets never go over the wire.
   static const char* const kPerNode[] = {"node-rank", "host", "port", "threads", "log-level", "state-dir",
                                          "dist-timeout", "dist-init-addr", "config", "model-path", "tokenizer-path",
-                                         "chat-template", "watchdog-timeout", "help"};
+                                         "chat-template", "watchdog-timeout", "help", "device", "nnodes", "tp-size"};
   for (const auto& [name, value] : effective_config(opts)) {
     if (is_secret_serve_flag(name)) continue;
     if (std::find(std::begin(kPerNode), std::end(kPerNode), name) != std::end(kPerNode)) continue;
