@@ -134,11 +134,11 @@ int cmd_bench(const Args& args) {
     // (Multi-turn runs are not recorded against a launch.)
     for (const char* not_here : {"concurrency", "num-prompts", "input-len", "svg", "request-rate", "state-dir", "no-record"})
       if (cli.has(not_here)) return fail(error("--", not_here, " does not apply to --multi-turn"));
-    if (!mt.dataset.empty())
+    if (!mt.dataset.empty()) {
       for (const char* from_dataset : {"conversations", "turns", "system-len", "turn-len"})
         if (cli.has(from_dataset)) return fail(error("--", from_dataset, " does not apply with --dataset (the dataset gives the conversations)"));
-    if (!mt.dataset.empty())
       if (auto ds = make_conversations(opts, mt); !ds) return fail(ds.status());
+    }
     auto report = run_multi_turn(opts, mt);
     if (!report) {
       std::fprintf(stderr, "deltaserve bench: %s\n", report.status().message().c_str());

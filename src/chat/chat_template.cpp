@@ -94,7 +94,7 @@ Result<ChatTemplate> ChatTemplate::load(const std::filesystem::path& model_dir,
   };
   if (override_file) return from_file(*override_file);
   std::error_code ec;
-  if (std::filesystem::exists(model_dir / "chat_template.jinja", ec)) return from_file(model_dir / "chat_template.jinja");  // (a directory: an error)
+  if (std::filesystem::exists(model_dir / "chat_template.jinja", ec)) return from_file(model_dir / "chat_template.jinja");
   const auto config_path = model_dir / "tokenizer_config.json";
   if (!std::filesystem::exists(config_path, ec))
     return error(model_dir.string(), ": no chat_template.jinja or tokenizer_config.json");

@@ -327,7 +327,6 @@ Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose) {
 }
 
 Status check_bench_launch(const BenchReport& report, const LaunchRecord& record, const std::string& db_path) {
-  // A server from before these fields: the id alone, as before.
   // Two servers started in the same second with their own databases both have a launch #1 at that
   // time: the database the server named must be this one.
   if (!report.launch_db.empty()) {
@@ -338,6 +337,7 @@ Status check_bench_launch(const BenchReport& report, const LaunchRecord& record,
       return error("the server's launch #", report.launch_id, " is recorded in ", report.launch_db, ", not in ", db_path,
                    " (pass the server's --state-dir)");
   }
+  // A server from before these fields: the id alone, as before.
   if (report.launch_started_at.empty() || record.started_at == report.launch_started_at) return Status::ok();
   return error("launch #", report.launch_id, " in ", db_path, " started at ", record.started_at,
                ", but the server's launch #", report.launch_id, " started at ", report.launch_started_at,

@@ -185,14 +185,12 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   if (c.rotary_dim % 2) return error(source, ": rotary dimension ", c.rotary_dim, " is odd");
   if (c.head_dim > 0 && c.rotary_dim <= 0)
     return error(source, ": rotary dimension ", c.rotary_dim, " (head_dim x partial_rotary_factor) must be positive");
-  // Sizes past these are not a model this engine can hold; refusing them here keeps a typo from
-  // allocating per-layer tables for hours (num_hidden_layers 2e9).
-  constexpr int kMaxLayers = 100000;
-  if (c.n_layers > kMaxLayers) return error(source, ": num_hidden_layers ", c.n_layers, " is above ", kMaxLayers);
   if (c.intermediate_size <= 0) return error(source, ": intermediate_size ", c.intermediate_size, " must be positive");
-  // Bounds far past any real model, so that the plan's products (parameters, bytes) fit in 64 bits
-  // (hidden_size 2^62 gave a negative parameter count).
-  for (const auto& [key, value, bound] : {std::tuple<const char*, int64_t, int64_t>{"vocab_size", c.vocab_size, int64_t(1) << 24},
+  // Bounds far past any real model: the plan's products (parameters, bytes) fit in 64 bits
+  // (hidden_size 2^62 gave a negative parameter count), and a typo does not allocate per-layer
+  // tables for a minute before any other check (num_hidden_layers 2e9).
+  for (const auto& [key, value, bound] : {std::tuple<const char*, int64_t, int64_t>{"num_hidden_layers", c.n_layers, 100000},
+                                          {"vocab_size", c.vocab_size, int64_t(1) << 24},
                                           {"hidden_size", c.hidden_size, int64_t(1) << 18},
                                           {"intermediate_size", c.intermediate_size, int64_t(1) << 21},
                                           {"num_attention_heads", c.n_heads, int64_t(1) << 14},

@@ -27,7 +27,6 @@ Result<GenerationDefaults> load_generation_defaults(const std::filesystem::path&
   if (!j.is_object()) return error(source, ": expected an object");
   // The request's ranges (server/openai_request.cpp): a default the request parser would refuse is
   // refused here, with the file and key named, rather than applied to every request.
-  constexpr double kMaxLogitScale = 1e6;
   auto num = [&](const char* key, double lo, double hi, bool lo_open) -> Result<std::optional<float>> {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return std::optional<float>();

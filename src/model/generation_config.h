@@ -11,6 +11,11 @@
 
 namespace deltaserve {
 
+// Temperature and repetition_penalty scale logits in f32: past this the result is uniform (or the
+// penalty total) anyway, and 1/T or the product would round to 0 or inf (1e300 was greedy). The
+// bound of a request's value (server/openai_request.cpp) and of a default here.
+inline constexpr double kMaxLogitScale = 1e6;
+
 struct GenerationDefaults {
   std::optional<float> temperature, top_p, min_p, repetition_penalty;
   std::optional<int> top_k;

@@ -56,15 +56,14 @@ void ChoiceState::route_text(std::string text, bool at_end, ChoiceDelta& out) {
       if (options_.max_tool_calls < 0 || c.index < options_.max_tool_calls) out.tool_calls.push_back(std::move(c));
     // Content that has been only blanks so far is held while it stays so: a reply whose content is
     // blanks around its tool calls has content "" (as vLLM and SGLang strip it), streamed or not.
-    // Once other text comes, the held blanks go out before it.
-    if (content_started_) {
+    // Once other text comes, the held blanks go out before it (and content has started: acc_text_).
+    if (!acc_text_.empty()) {
       out.text += t.content;
     } else {
       held_blank_ += t.content;
       if (held_blank_.find_first_not_of(" \t\r\n") != std::string::npos) {
         out.text += held_blank_;
         held_blank_.clear();
-        content_started_ = true;
       } else if (at_end) {
         if (acc_calls_.empty() && out.tool_calls.empty()) out.text += held_blank_;
         held_blank_.clear();

@@ -138,7 +138,6 @@ class ChoiceState {
   std::optional<TokenId> last_token_;  // the last generated token id (a stop token at Stop)
   std::string held_reasoning_;         // stream_reasoning=false: reasoning not sent yet
   std::string held_blank_;             // with a tool parser: content of blanks only, not sent yet
-  bool content_started_ = false;       // with a tool parser: content other than blanks was sent
 
   std::string acc_text_, acc_reasoning_;
   std::vector<ToolCallDelta> acc_calls_;

@@ -17,10 +17,6 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-// Temperature and repetition_penalty scale logits in f32: past this the result is uniform (or the
-// penalty total) anyway, and 1/T or the product would round to 0 or inf (1e300 was greedy).
-constexpr double kMaxLogitScale = 1e6;
-
 // Fields shared by chat and completions: sampling, n, stream, stop, max_tokens.
 std::optional<ApiError> parse_common(const json& body, const SamplingDefaults& defaults,
                                      OpenAiRequest& out) {

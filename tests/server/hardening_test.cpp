@@ -26,6 +26,7 @@ using testing::connect_local;
 using testing::FakeEngine;
 using testing::http;
 using testing::send_all;
+using testing::raw_exchange;
 using testing::read_all;
 using testing::set_recv_timeout;
 using testing::wait_until;
@@ -594,33 +595,18 @@ TEST_F(HardeningTest, Http10StreamsHeadErrorsAbsoluteFormAndDrainingClose) {
     EXPECT_NE(answer.find("data: [DONE]\n\n"), std::string::npos) << answer;
     EXPECT_EQ(answer.find("\r\n0\r\n"), std::string::npos) << answer;
   }
-  {
-    int fd = connect_local(port_);
-    ASSERT_GE(fd, 0);
-    send_all(fd, "HEAD /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    const std::string raw = read_all(fd);
-    ::close(fd);
-    EXPECT_EQ(raw.rfind("HTTP/1.1 401", 0), 0u) << raw;
-    EXPECT_EQ(raw.substr(raw.size() - 4), "\r\n\r\n") << raw;  // the headers only
-  }
-  {
-    int fd = connect_local(port_);
-    ASSERT_GE(fd, 0);
-    send_all(fd, "GET http://example.test:8000/health?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    const std::string raw = read_all(fd);
-    ::close(fd);
-    EXPECT_EQ(raw.rfind("HTTP/1.1 200", 0), 0u) << raw;
-  }
+  const std::string head = raw_exchange(port_, "HEAD /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(head.rfind("HTTP/1.1 401", 0), 0u) << head;
+  ASSERT_GE(head.size(), 4u);
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n") << head;  // the headers only
+  const std::string absolute =
+      raw_exchange(port_, "GET http://example.test:8000/health?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(absolute.rfind("HTTP/1.1 200", 0), 0u) << absolute;
   server_->set_state(ServeState::Draining);
-  {
-    int fd = connect_local(port_);
-    ASSERT_GE(fd, 0);
-    send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n");
-    const std::string raw = read_all(fd);  // returns: the server closes after its answer
-    ::close(fd);
-    EXPECT_EQ(raw.rfind("HTTP/1.1 503", 0), 0u) << raw;
-    EXPECT_NE(raw.find("Connection: close"), std::string::npos) << raw;
-  }
+  // Returns: the server closes after its answer.
+  const std::string draining = raw_exchange(port_, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n");
+  EXPECT_EQ(draining.rfind("HTTP/1.1 503", 0), 0u) << draining;
+  EXPECT_NE(draining.find("Connection: close"), std::string::npos) << draining;
 }
 
 TEST_F(HardeningTest, QueueFull503HasRetryAfter) {

@@ -302,15 +302,20 @@ inline void set_recv_timeout(int fd, int ms) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
+// `request` (raw bytes) on a new connection: everything the server sends until it closes.
+inline std::string raw_exchange(int port, const std::string& request) {
+  int fd = connect_local(port);
+  if (fd < 0) return {};
+  send_all(fd, request);
+  std::string raw = read_all(fd);
+  ::close(fd);
+  return raw;
+}
+
 inline HttpResult http(int port, const std::string& method, const std::string& path,
                        const std::string& body = "",
                        const std::vector<std::string>& extra_headers = {}) {
-  int fd = connect_local(port);
-  if (fd < 0) return {};
-  send_all(fd, build_request(method, path, body, extra_headers));
-  const std::string raw = read_all(fd);
-  ::close(fd);
-  return parse_response(raw);
+  return parse_response(raw_exchange(port, build_request(method, path, body, extra_headers)));
 }
 
 // "data: ..." payloads of an SSE body, in order.
