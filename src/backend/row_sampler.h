@@ -35,8 +35,16 @@ class RowSampler {
   // The token: the argmax when r.inv_temperature == 0, else the inverse CDF of the kept set in
   // token-id order at r.u.
   int32_t draw(const float* logits, int64_t vocab, const SampleRow& r);
+  // The greedy pick, as Kernels::argmax_rows makes it: the first largest, NaNs skipped.
+  static int32_t argmax(const float* logits, int64_t vocab);
+  // The distribution draw() samples from (non-greedy r) as probabilities over the vocabulary.
+  void probabilities(const float* logits, int64_t vocab, const SampleRow& r, float* probs);
+  // Neither top-k, top-p nor min-p cuts anything: the whole vocabulary under the temperature.
+  static bool untruncated(const SampleRow& r, int64_t vocab);
 
  private:
+  // draw() with no top-k, top-p or min-p: one pass in token-id order, nothing sorted.
+  int32_t draw_untruncated(const float* logits, int64_t vocab, const SampleRow& r);
   // Fills cand_ with the tokens whose scaled logit is within a delta of mx that provably holds
   // the top-k / top-p / min-p result (unsorted, unnormalised).
   void window(const float* logits, int64_t vocab, const SampleRow& r, int64_t k, float mx, double z_all);

@@ -83,8 +83,7 @@ int32_t Sampler::sample_u(const float* logits, const SamplingParams& p, std::spa
     src = work_.data();
   }
   // Kernels::sample_rows draws the same way (RowSampler), given the uniform as the same float.
-  token = p.greedy() ? static_cast<int32_t>(std::max_element(src, src + vocab_) - src)
-                     : row_.draw(src, vocab_, sample_row(p, u));
+  token = p.greedy() ? RowSampler::argmax(src, vocab_) : row_.draw(src, vocab_, sample_row(p, u));
   if (lp) fill_logprobs(logits, token, p.top_logprobs, lp);
   return token;
 }
@@ -144,10 +143,10 @@ void Sampler::distribution(const float* logits, const SamplingParams& p, std::sp
   }
   probs.assign(vocab_, 0.0f);
   if (p.greedy()) {
-    probs[std::max_element(src, src + vocab_) - src] = 1.0f;
+    probs[RowSampler::argmax(src, vocab_)] = 1.0f;
     return;
   }
-  for (const auto& c : row_.kept(src, vocab_, sample_row(p, 0.0))) probs[c.second] = c.first;
+  row_.probabilities(src, vocab_, sample_row(p, 0.0), probs.data());
 }
 
 }  // namespace deltaserve

@@ -54,6 +54,9 @@ std::unique_ptr<Sequence> Scheduler::remove(RequestId id) {
     if ((*it)->id == id) {
       auto s = std::move(*it);
       running_.erase(it);
+      // Cancelled (a stop string the server matched, a client gone): what it computed is cached
+      // as a finished sequence's is, for the next turn that repeats its text.
+      cache_computed(*s);
       release(*s);
       return s;
     }
@@ -383,21 +386,24 @@ void Scheduler::update(std::span<const ScheduledItem> items, std::span<StepOutpu
   }
 }
 
+void Scheduler::cache_computed(Sequence& s) {
+  if (!tree_) return;
+  // What it computed stays for the next request with this prefix: up to its last checkpoint
+  // (models with state) or every full block (without).
+  if (!cache_.has_state()) {
+    cache_prefix(s, s.n_computed, -1);
+  } else if (s.rolling_slot >= 0 && s.rolling_pos <= s.n_computed) {
+    cache_prefix(s, s.rolling_pos, s.rolling_slot);
+    s.rolling_slot = -1;
+  }
+}
+
 std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
   std::vector<std::unique_ptr<Sequence>> done;
   for (auto it = running_.begin(); it != running_.end();) {
     if ((*it)->status == SeqStatus::Finished) {
       Sequence& s = **it;
-      if (tree_) {
-        // What it computed stays for the next request with this prefix: up to its last
-        // checkpoint (models with state) or every full block (without).
-        if (!cache_.has_state()) {
-          cache_prefix(s, s.n_computed, -1);
-        } else if (s.rolling_slot >= 0 && s.rolling_pos <= s.n_computed) {
-          cache_prefix(s, s.rolling_pos, s.rolling_slot);
-          s.rolling_slot = -1;
-        }
-      }
+      cache_computed(s);
       release(s);
       done.push_back(std::move(*it));
       it = running_.erase(it);

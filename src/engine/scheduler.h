@@ -89,7 +89,8 @@ class Scheduler {
   Scheduler(const SchedulerConfig& config, CacheAllocator& cache);
 
   void add(std::unique_ptr<Sequence> seq);
-  // Removes a sequence (waiting or running), releasing its memory. nullptr if unknown.
+  // Removes a sequence (waiting or running), releasing its memory (a running one's computed prefix
+  // cached first). nullptr if unknown.
   std::unique_ptr<Sequence> remove(RequestId id);
   // Removes every sequence (shutdown), releasing its memory.
   std::vector<std::unique_ptr<Sequence>> remove_all();
@@ -139,6 +140,9 @@ class Scheduler {
 
  private:
   void release(Sequence& seq);
+  // A sequence leaving (finished or cancelled): its computed prefix into the prefix cache, up to
+  // its rolling checkpoint (models with state) or every full block (without).
+  void cache_computed(Sequence& seq);
   void preempt(Sequence& seq);
   // Matches the prefix cache for a sequence with nothing computed: shares the blocks, copies the
   // checkpoint into its slot. Returns the tokens it starts after.

@@ -136,9 +136,15 @@ ChoiceDelta ChoiceState::on_tokens(const TokenEvent& event, std::size_t begin, s
   if (!early.empty()) early = stop_.push(early, /*match=*/false).text;
   StopMatcher::Output s = stop_.push(text);
   s.text.insert(0, early);
+  // No stop regex may end in the first min_tokens tokens' text: what this call's early text was,
+  // and what the stop matcher held back of earlier early text (it comes out first).
+  std::size_t from = early.size() + s.n_unchecked;
   // At the end, the stop matcher's held tail (what could have begun a stop string) is output too,
   // so a stop regex may end in it.
-  if (at_end && !s.stopped) s.text += stop_.flush();
+  if (at_end && !s.stopped) {
+    if (stop_.n_unchecked_held() > 0) from = s.text.size() + stop_.n_unchecked_held();
+    s.text += stop_.flush();
+  }
   if (s.stopped) {
     stop_matched_ = true;
     nlohmann::ordered_json matched = nullptr;
@@ -146,13 +152,13 @@ ChoiceDelta ChoiceState::on_tokens(const TokenEvent& event, std::size_t begin, s
       matched = options_.stop[static_cast<std::size_t>(s.stop_idx)];
       if (options_.no_stop_trim) s.text += options_.stop[static_cast<std::size_t>(s.stop_idx)];
     }
-    if (std::size_t cut = stop_regex_end(s.text, early.size()); cut != std::string::npos) {
+    if (std::size_t cut = stop_regex_end(s.text, from); cut != std::string::npos) {
       s.text.resize(cut);
       matched = options_.stop_regex[static_cast<std::size_t>(matched_regex_)].first;
     }
     route_text(std::move(s.text), true, out);
     finish(out, "stop", std::move(matched));
-  } else if (std::size_t cut = stop_regex_end(s.text, early.size()); cut != std::string::npos) {
+  } else if (std::size_t cut = stop_regex_end(s.text, from); cut != std::string::npos) {
     stop_matched_ = true;
     s.text.resize(cut);
     route_text(std::move(s.text), true, out);

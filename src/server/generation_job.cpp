@@ -71,13 +71,31 @@ json chat_logprobs(const TokenNames& name, const std::vector<TokenLogprob>& lps)
 }  // namespace
 
 int64_t TextOffset::take(const std::string& bytes) {
-  const int64_t at = chars - (pending > 0 ? 1 : 0);  // a token that ends a character starts with it
+  // A token whose first byte continues the last character starts with that character.
+  const bool continues = pending > 0 && !bytes.empty() && static_cast<unsigned char>(bytes[0]) >= lo &&
+                         static_cast<unsigned char>(bytes[0]) <= hi;
+  const int64_t at = chars - (continues ? 1 : 0);
   for (unsigned char b : bytes) {
-    if ((b & 0xC0) == 0x80 && pending > 0) {
+    if (pending > 0 && b >= lo && b <= hi) {
       --pending;
+      lo = 0x80, hi = 0xBF;
+      continue;
+    }
+    // A new character (a byte that does not continue the last one ends it: one U+FFFD).
+    ++chars;
+    lo = 0x80, hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) {
+      pending = 1;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      pending = 2;
+      if (b == 0xE0) lo = 0xA0;
+      if (b == 0xED) hi = 0x9F;  // no surrogates
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      pending = 3;
+      if (b == 0xF0) lo = 0x90;
+      if (b == 0xF4) hi = 0x8F;  // nothing past U+10FFFF
     } else {
-      ++chars;
-      pending = b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : b >= 0xC0 ? 1 : 0;
+      pending = 0;  // ASCII, or a byte no character starts with (U+FFFD)
     }
   }
   return at;
@@ -332,6 +350,11 @@ void GenerationJob::stream_delta(std::size_t i, ChoiceDelta d, int n_tokens, std
 
 void GenerationJob::handle_delta(std::size_t i, const ChoiceDelta& d, std::string& out) {
   if (d.finished) env_.metrics->count_finish(d.finish_reason);
+  if (request_.kind == ApiKind::Responses && !request_.stream && !responded_) {
+    std::string unsent;  // the output items, built as a stream builds them (responses_final)
+    append_responses_events(d, unsent);
+    return;
+  }
   if (!request_.stream || responded_) return;
   if (!head_sent_) {
     head_sent_ = true;
@@ -461,7 +484,7 @@ void GenerationJob::append_usage_chunk(std::string& out) {
 
 std::string GenerationJob::full_response() const {
   if (request_.kind == ApiKind::Generate) return generate_response();
-  if (request_.kind == ApiKind::Responses) return safe_dump(responses_object(""));
+  if (request_.kind == ApiKind::Responses) return safe_dump(responses_final());
   json choices = json::array();
   int completion = 0, reasoning = 0;
   for (std::size_t i = 0; i < choices_.size(); ++i) {

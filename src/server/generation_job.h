@@ -30,9 +30,12 @@ namespace deltaserve {
 // Completions logprobs' text_offset: characters (UTF-8 code points) of a choice's text so far.
 // take(bytes) gives where a token whose raw bytes are `bytes` starts (a token that completes a
 // character split over tokens starts with that character) and counts them.
+// Characters of a choice's text so far, as the text decodes its bytes (ill-formed sequences as
+// U+FFFD each maximal subpart, Python's errors="replace"): where the next token's text starts.
 struct TextOffset {
   int64_t chars = 0;
-  int pending = 0;  // continuation bytes the last character still lacks
+  int pending = 0;            // continuation bytes the last character still lacks
+  unsigned char lo = 0x80, hi = 0xBF;  // the range its next byte must be in
   int64_t take(const std::string& bytes);
 };
 

@@ -71,6 +71,8 @@ std::optional<ApiError> parse_common(const json& body, const SamplingDefaults& d
       g.err->param = "stream_options." + g.err->param;
       return g.err;
     }
+    // Usage on every chunk only with the final usage chunk asked for too (vLLM's rule).
+    out.continuous_usage_stats = out.continuous_usage_stats && out.include_usage;
   }
 
   if (f.has("stop")) {

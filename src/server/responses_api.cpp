@@ -74,28 +74,15 @@ std::shared_ptr<OpenAiServer::ResponsesStore> OpenAiServer::make_responses_store
 
 namespace {
 
-// The output items of a finished choice.
-json output_items(const std::string& rid, const ChoiceState& s, bool include_reasoning) {
-  json items = json::array();
+// The output items of a finished choice that streamed none (no reasoning, text or call: the
+// response still holds a message, empty). A choice that streamed anything has its items from
+// append_responses_events, streamed or not (responses_final), so both give the same items.
+json output_items(const std::string& rid, const ChoiceState& s) {
   const std::string base = rid.size() > 5 ? rid.substr(5) : rid;  // after "resp_"
-  if (include_reasoning && !s.reasoning().empty()) {
-    items.push_back({{"type", "reasoning"}, {"id", "rs_" + base}, {"summary", json::array()},
-                     {"content", json::array({{{"type", "reasoning_text"}, {"text", s.reasoning()}}})},
-                     {"status", "completed"}});
-  }
-  const auto calls = merge_tool_call_deltas(s.tool_call_deltas());
-  // Only blanks before the calls: no message item (vLLM, SGLang give no content).
-  if (s.text().find_first_not_of(" \t\r\n") != std::string::npos || calls.empty()) {
-    // Cut off by max_output_tokens: the message is incomplete, as the response.
-    const char* status = s.finish_reason() == "length" ? "incomplete" : "completed";
-    items.push_back({{"type", "message"}, {"id", "msg_" + base}, {"status", status}, {"role", "assistant"},
-                     {"content", json::array({{{"type", "output_text"}, {"text", s.text()}, {"annotations", json::array()}}})}});
-  }
-  for (size_t k = 0; k < calls.size(); ++k) {
-    items.push_back({{"type", "function_call"}, {"id", "fc_" + base + "_" + std::to_string(k)}, {"call_id", calls[k].id},
-                     {"name", calls[k].name}, {"arguments", calls[k].arguments}, {"status", "completed"}});
-  }
-  return items;
+  // Cut off by max_output_tokens: the message is incomplete, as the response.
+  const char* status = s.finish_reason() == "length" ? "incomplete" : "completed";
+  return json::array({{{"type", "message"}, {"id", "msg_" + base}, {"status", status}, {"role", "assistant"},
+                       {"content", json::array({{{"type", "output_text"}, {"text", s.text()}, {"annotations", json::array()}}})}}});
 }
 
 }  // namespace
@@ -113,7 +100,7 @@ json GenerationJob::responses_object(const std::string& status_in) const {
     if (r == "length") incomplete = {{"reason", "max_output_tokens"}};
   }
   json out = json::array();
-  if (s && status_in.empty()) out = output_items(response_id_, *s, options_.include_reasoning);
+  if (s && status_in.empty()) out = output_items(response_id_, *s);
   const int reasoning = s ? s->n_reasoning_tokens() : 0, generated = s ? s->n_generated() : 0;
   json body = {{"id", response_id_},
                {"object", "response"},
@@ -156,26 +143,27 @@ void GenerationJob::append_responses_events(const ChoiceDelta& d, std::string& o
   const std::string base = response_id_.substr(5);
   auto close = [&] {
     if (rs_.open.empty()) return;
+    // The item open when max_output_tokens cuts the choice off is incomplete, whatever its kind.
+    const char* status = d.finished && d.finish_reason == "length" ? "incomplete" : "completed";
     json item;
     if (rs_.open == "reasoning") {
       responses_event("response.reasoning_text.done",
                       {{"item_id", rs_.item_id}, {"output_index", rs_.output_index}, {"content_index", 0}, {"text", rs_.text}}, out);
       item = {{"type", "reasoning"}, {"id", rs_.item_id}, {"summary", json::array()},
-              {"content", json::array({{{"type", "reasoning_text"}, {"text", rs_.text}}})}, {"status", "completed"}};
+              {"content", json::array({{{"type", "reasoning_text"}, {"text", rs_.text}}})}, {"status", status}};
     } else if (rs_.open == "message") {
       json part = {{"type", "output_text"}, {"text", rs_.text}, {"annotations", json::array()}};
       responses_event("response.output_text.done",
                       {{"item_id", rs_.item_id}, {"output_index", rs_.output_index}, {"content_index", 0}, {"text", rs_.text}}, out);
       responses_event("response.content_part.done",
                       {{"item_id", rs_.item_id}, {"output_index", rs_.output_index}, {"content_index", 0}, {"part", part}}, out);
-      item = {{"type", "message"}, {"id", rs_.item_id},
-              {"status", d.finished && d.finish_reason == "length" ? "incomplete" : "completed"}, {"role", "assistant"},
+      item = {{"type", "message"}, {"id", rs_.item_id}, {"status", status}, {"role", "assistant"},
               {"content", json::array({part})}};
     } else {
       responses_event("response.function_call_arguments.done",
                       {{"item_id", rs_.item_id}, {"output_index", rs_.output_index}, {"arguments", rs_.text}}, out);
       item = {{"type", "function_call"}, {"id", rs_.item_id}, {"call_id", rs_.call_id}, {"name", rs_.call_name},
-              {"arguments", rs_.text}, {"status", "completed"}};
+              {"arguments", rs_.text}, {"status", status}};
     }
     responses_event("response.output_item.done", {{"output_index", rs_.output_index}, {"item", item}}, out);
     rs_items_.push_back(item);
@@ -235,9 +223,9 @@ void GenerationJob::append_responses_events(const ChoiceDelta& d, std::string& o
 
 json GenerationJob::responses_final() const {
   json final_obj = responses_object("");
-  // Streamed: the items the stream gave (their ids and order) are the output, for the client and
-  // the store alike; a response without any gets output_items' (an empty message).
-  if (request_.stream && !rs_items_.empty()) final_obj["output"] = rs_items_;
+  // The items append_responses_events built (their ids and order, streamed or not) are the output,
+  // for the client and the store alike; a response without any keeps output_items' empty message.
+  if (!rs_items_.empty()) final_obj["output"] = rs_items_;
   return final_obj;
 }
 

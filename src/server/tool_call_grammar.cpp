@@ -1,6 +1,8 @@
 #include "server/tool_call_grammar.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "grammar/regex.h"
 #include "server/tool_call_parser.h"
@@ -23,8 +25,48 @@ Status check_coder_name(const std::string& name, const std::string& what) {
   return Status::ok();
 }
 
+// A union whose first type is not text but which admits a string (type ["integer", "string"],
+// anyOf [{integer}, {string}]): the schema without the string, and the string's own schema. The
+// parser reads such a value by its first type and keeps any other text raw, so the string is
+// written raw, as a text parameter's is; as a JSON string its quotes would stay in the value.
+std::optional<std::pair<json, json>> split_string_alternative(const json& schema) {
+  if (schema.contains("type") && schema["type"].is_array()) {
+    json rest = json::array();
+    bool has_string = false;
+    for (const auto& t : schema["type"]) {
+      if (t == "string") has_string = true;
+      else rest.push_back(t);
+    }
+    if (!has_string) return std::nullopt;
+    json other = schema, text = schema;
+    other["type"] = rest;
+    text["type"] = "string";
+    return std::pair{other, text};
+  }
+  for (const char* key : {"anyOf", "oneOf"}) {
+    if (!schema.contains(key) || !schema[key].is_array()) continue;
+    json rest = json::array(), text;
+    for (const auto& m : schema[key]) {
+      if (text.is_null() && m.is_object() && m.value("type", json()) == "string") text = m;
+      else rest.push_back(m);
+    }
+    if (text.is_null()) return std::nullopt;
+    json other = schema;
+    other[key] = rest;
+    return std::pair{other, text};
+  }
+  return std::nullopt;
+}
+
 Result<Expr> coder_value(const json& schema, const json& document, const std::string& path, JsonSchemaConverter& conv) {
-  if (!tool_param_is_text(tool_param_type(schema))) return conv.value(schema, document, path);
+  if (!tool_param_is_text(tool_param_type(schema))) {
+    if (auto split = split_string_alternative(schema)) {
+      DS_ASSIGN_OR_RETURN(Expr other, conv.value(split->first, document, path));
+      DS_ASSIGN_OR_RETURN(Expr text, coder_value(split->second, document, path, conv));
+      return Expr::alt({std::move(other), std::move(text)});
+    }
+    return conv.value(schema, document, path);
+  }
   // Raw text, as the parser keeps it.
   if (schema.contains("enum") && schema["enum"].is_array()) {
     std::vector<Expr> alts;

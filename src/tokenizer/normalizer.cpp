@@ -2,6 +2,7 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -98,15 +99,42 @@ std::size_t first_unstable(std::string_view text, std::size_t from) {
 bool is_nfc_quick(std::string_view text) { return first_unstable(text, 0) == text.size(); }
 
 std::string nfc(std::string_view text) {
-  utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                   static_cast<utf8proc_ssize_t>(text.size()), &out,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (n < 0) return std::string(text);  // only on invalid input, which callers never pass
-  std::string result(reinterpret_cast<const char*>(out), static_cast<std::size_t>(n));
-  std::free(out);
-  return result;
+  // Canonical decomposition a code point at a time, canonical ordering by a stable sort of each run
+  // of non-starters, then composition (utf8proc_reencode). utf8proc_map would order the marks by a
+  // gnome sort, quadratic in a run of marks out of order: 50k alternating U+0301 U+0323 took 8 s.
+  std::vector<utf8proc_int32_t> cps;
+  cps.reserve(text.size() + 8);
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  const auto len = static_cast<utf8proc_ssize_t>(text.size());
+  utf8proc_int32_t seq[32];
+  for (utf8proc_ssize_t i = 0; i < len;) {
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t n = utf8proc_iterate(p + i, len - i, &cp);
+    if (n <= 0) return std::string(text);  // only on invalid input, which callers never pass
+    i += n;
+    int boundclass = 0;
+    const utf8proc_ssize_t m = utf8proc_decompose_char(cp, seq, 32, UTF8PROC_DECOMPOSE, &boundclass);
+    if (m < 0 || m > 32) return std::string(text);
+    cps.insert(cps.end(), seq, seq + m);
+  }
+  auto ccc = [](utf8proc_int32_t cp) { return utf8proc_get_property(cp)->combining_class; };
+  for (std::size_t i = 0; i < cps.size();) {
+    if (ccc(cps[i]) == 0) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i + 1;
+    while (j < cps.size() && ccc(cps[j]) != 0) ++j;
+    if (j - i > 1)
+      std::stable_sort(cps.begin() + static_cast<std::ptrdiff_t>(i), cps.begin() + static_cast<std::ptrdiff_t>(j),
+                       [&](utf8proc_int32_t a, utf8proc_int32_t b) { return ccc(a) < ccc(b); });
+    i = j;
+  }
+  // Composes in place and writes UTF-8 over the buffer (at most 4 bytes a code point: it fits).
+  const utf8proc_ssize_t n = utf8proc_reencode(cps.data(), static_cast<utf8proc_ssize_t>(cps.size()),
+                                               static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) return std::string(text);
+  return std::string(reinterpret_cast<const char*>(cps.data()), static_cast<std::size_t>(n));
 }
 
 Normalizer::Normalizer(NormalizerKind kind) : kind_(kind) {

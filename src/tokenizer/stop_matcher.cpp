@@ -33,6 +33,7 @@ StopMatcher::Output StopMatcher::push(std::string_view text, bool match) {
   }
   if (best_pos != std::string::npos) {
     out.text = held_.substr(0, best_pos);
+    out.n_unchecked = std::min(unchecked_, best_pos);
     out.stopped = stopped_ = true;
     held_.clear();
     return out;
@@ -52,6 +53,7 @@ StopMatcher::Output StopMatcher::push(std::string_view text, bool match) {
   }
   const std::size_t emitted = held_.size() - keep;
   out.text = held_.substr(0, emitted);
+  out.n_unchecked = std::min(unchecked_, emitted);
   held_.erase(0, emitted);
   unchecked_ = unchecked_ > emitted ? unchecked_ - emitted : 0;
   return out;

@@ -16,6 +16,7 @@ class StopMatcher {
     std::string text;      // safe to emit now
     bool stopped = false;  // a stop string matched; further input is ignored
     int stop_idx = -1;     // which stop string (index into the constructor's list)
+    std::size_t n_unchecked = 0;  // text's leading bytes that were pushed with match=false
   };
 
   // Empty stop strings are ignored.
@@ -29,6 +30,8 @@ class StopMatcher {
   std::string flush();
   bool stopped() const { return stopped_; }
   std::size_t n_held_bytes() const { return held_.size(); }
+  // The held bytes' leading ones that were pushed with match=false (flush() returns them first).
+  std::size_t n_unchecked_held() const { return unchecked_; }
 
  private:
   std::vector<std::string> stops_;

@@ -225,5 +225,68 @@ TEST(PrefixCache, UnderEvictionPressureNoRequestFailsAndOutputsStayExact) {
   }
 }
 
+// Found by review (stop 55). A request cancelled while it decodes (a stop string the server
+// matched, a client gone) keeps its computed prefix in the cache, up to its rolling checkpoint, as
+// a finished one does: the next turn that repeats its reply resumes there. And with MTP, the
+// verification that finishes a request still saves the checkpoint of a block its kept tokens
+// completed: a follow-up resumes as far as after plain decoding.
+TEST(PrefixCache, CancelledAndSpeculativeLastStepsKeepTheirCheckpoint) {
+  Fixture fx(source_dir() / "models/tiny-coder");
+  const auto p = prompt_of(fx, 40, 3);
+  auto reference = make("models/tiny-coder", CacheSetup{0, false});
+  auto e = make("models/tiny-coder", CacheSetup{});
+  ASSERT_NE(e, nullptr);
+  GenerateRequest r;
+  r.id = e->next_request_id();
+  r.prompt = p;
+  r.sampling.temperature = 0;
+  r.sampling.max_tokens = 300;
+  r.sampling.ignore_eos = true;
+  const RequestId id = r.id;
+  auto stream = e->submit(std::move(r));
+  std::vector<int32_t> got;
+  FinishReason finish = FinishReason::None;
+  bool cancelled = false;
+  while (auto ev = stream->events.pop()) {
+    got.insert(got.end(), ev->tokens.begin(), ev->tokens.end());
+    if (!cancelled && got.size() >= 30) {
+      e->cancel(id);
+      cancelled = true;
+    }
+    if (ev->finish != FinishReason::None) {
+      finish = ev->finish;
+      break;
+    }
+  }
+  ASSERT_EQ(finish, FinishReason::Abort);
+  ASSERT_LT(got.size(), 300u);
+  // Computed: the prompt and every token but the last; the rolling checkpoint at the last block
+  // boundary within them.
+  const int computed = static_cast<int>(p.size() + got.size()) - 1;
+  std::vector<int32_t> next = p;
+  next.insert(next.end(), got.begin(), got.end());
+  for (int i = 0; i < 8; ++i) next.push_back(1 + (i * 53) % 509);
+  const Result turn = run(*e, next, 6);
+  EXPECT_EQ(turn.cached, computed / 16 * 16) << got.size() << " tokens before the cancel";
+  EXPECT_EQ(turn.tokens, run(*reference, next, 6).tokens);
+  // MTP: whatever step finishes the request, the follow-up resumes at the last block boundary of
+  // what it computed (the finishing verification may cross one).
+  auto spec = make("models/tiny-coder", CacheSetup{3});
+  ASSERT_NE(spec, nullptr);
+  for (int n = 20; n < 36; ++n) {
+    // An empty cache each time: a rolling checkpoint takes only a free slot, and the 8 fill up.
+    ASSERT_TRUE(spec->flush_cache());
+    const auto q = prompt_of(fx, 40, 100 + n);
+    const Result first = run(*spec, q, n);
+    ASSERT_EQ(first.tokens.size(), static_cast<size_t>(n));
+    std::vector<int32_t> follow = q;
+    follow.insert(follow.end(), first.tokens.begin(), first.tokens.end());
+    for (int i = 0; i < 8; ++i) follow.push_back(1 + (i * 53 + n) % 509);
+    const Result again = run(*spec, follow, 4);
+    EXPECT_GE(again.cached, (40 + n - 1) / 16 * 16) << "max_tokens " << n;
+    EXPECT_EQ(again.tokens, run(*reference, follow, 4).tokens) << "max_tokens " << n;
+  }
+}
+
 }  // namespace
 }  // namespace deltaserve::test

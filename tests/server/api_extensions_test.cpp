@@ -356,6 +356,29 @@ TEST_F(ApiTest, StopTrimStopRegexSkipSpecialTokenIds) {
   j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stop", "abc"}, {"stop_regex", "a"}}));
   EXPECT_EQ(j["choices"][0]["text"], "xa");
   EXPECT_EQ(j["choices"][0]["matched_stop"], "a");
+  // Found by review (stop 55): with min_tokens, the first token's "x", held back by the stop
+  // matcher ("xyz" could follow), came out later and the regex matched it there.
+  ASSERT_EQ(tokenizer_->decode(std::vector<TokenId>{87, 64}, false), "xa");
+  for (bool stream : {false, true}) {
+    engine_.script = {87, 64, 87, 64};  // x a x a
+    auto r = post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stop", "xyz"}, {"stop_regex", "x"},
+                                      {"min_tokens", 1}, {"stream", stream}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::string text;
+    json last;
+    if (stream) {
+      for (const auto& d : sse_data(r.body)) {
+        if (d == "[DONE]") continue;
+        last = json::parse(d);
+        text += last["choices"][0]["text"].get<std::string>();
+      }
+    } else {
+      last = json::parse(r.body);
+      text = last["choices"][0]["text"];
+    }
+    EXPECT_EQ(text, "xax") << stream;
+    EXPECT_EQ(last["choices"][0]["matched_stop"], "x") << stream;
+  }
   EXPECT_EQ(error_of(post("/v1/completions", {{"prompt", "p"}, {"stop_regex", "a(?=b)"}}))["param"], "stop_regex");
   // A special token in the middle of the output: hidden by default, visible with false.
   engine_.script = tokenizer_->encode("ab", true);
@@ -853,6 +876,71 @@ TEST_F(ApiTest, ResponsesStoredAsStreamedAndInputItemsAsChatTurns) {
   auto items = http(port_, "GET", "/v1/responses/" + turn1["id"].get<std::string>() + "/input_items");
   EXPECT_EQ(items.status, 404);
   EXPECT_NE(items.body.find("input_items and cancel are not built"), std::string::npos) << items.body;
+  expect_idle();
+}
+
+// Found by review (stop 55). A response gives the same output items streamed or not: the order of
+// text and calls as generated, no empty message beside a reasoning item, and the item that
+// max_output_tokens cuts off (reasoning included) marked incomplete.
+TEST_F(ApiTest, ResponsesGiveTheSameItemsStreamedOrNot) {
+  ServerConfig cfg;
+  cfg.reasoning_parser = "qwen3";
+  cfg.tool_call_parser = "qwen3_coder";
+  start(cfg);
+  json tools = json::parse(R"([{"type":"function","name":"f","parameters":{"type":"object","properties":{"d":{"type":"string"}},"required":["d"]}}])");
+  // Items without their ids (which name the response) and call ids (random).
+  auto items_of = [](json output) {
+    for (auto& item : output) {
+      item.erase("id");
+      item.erase("call_id");
+    }
+    return output;
+  };
+  auto streamed_output = [&](json body) {
+    body["stream"] = true;
+    auto r = post("/v1/responses", body);
+    EXPECT_EQ(r.status, 200) << r.body;
+    json final_obj;
+    for (const auto& d : sse_data(r.body)) {
+      json e = json::parse(d);
+      if (e.contains("response") && e["response"]["status"] != "in_progress") final_obj = e["response"];
+    }
+    return final_obj;
+  };
+  auto script_tokens = [&](const std::string& thoughts, const std::string& rest) {
+    engine_.script = tokenizer_->encode(thoughts, true);
+    engine_.script.push_back(*tokenizer_->token_id("</think>"));
+    for (TokenId id : tokenizer_->encode(rest, true)) engine_.script.push_back(id);
+  };
+  // Reasoning, a call, then text: reasoning, function_call, message, in that order either way.
+  script_tokens("plan it", "<tool_call>\n<function=f>\n<parameter=d>\nx\n</parameter>\n</function>\n</tool_call> done");
+  json body = {{"input", "go"}, {"tools", tools}, {"max_output_tokens", 80}};
+  json whole = ok_json(post("/v1/responses", body));
+  ASSERT_EQ(whole["output"].size(), 3u) << whole.dump();
+  EXPECT_EQ(whole["output"][0]["type"], "reasoning");
+  EXPECT_EQ(whole["output"][1]["type"], "function_call");
+  EXPECT_EQ(whole["output"][2]["type"], "message");
+  json streamed = streamed_output(body);
+  EXPECT_EQ(items_of(streamed["output"]), items_of(whole["output"])) << streamed.dump() << "\n" << whole.dump();
+  // Cut off while reasoning: one reasoning item, incomplete, and no empty message.
+  engine_.script = tokenizer_->encode("a long plan that goes on and on", true);
+  body = {{"input", "go"}, {"max_output_tokens", 3}};
+  whole = ok_json(post("/v1/responses", body));
+  EXPECT_EQ(whole["status"], "incomplete");
+  ASSERT_EQ(whole["output"].size(), 1u) << whole.dump();
+  EXPECT_EQ(whole["output"][0]["type"], "reasoning");
+  EXPECT_EQ(whole["output"][0]["status"], "incomplete");
+  streamed = streamed_output(body);
+  EXPECT_EQ(streamed["status"], "incomplete");
+  EXPECT_EQ(items_of(streamed["output"]), items_of(whole["output"])) << streamed.dump();
+  // Nothing generated but the end: one empty message either way.
+  engine_.script = {kImEnd};
+  whole = ok_json(post("/v1/responses", {{"input", "go"}}));
+  ASSERT_EQ(whole["output"].size(), 1u) << whole.dump();
+  EXPECT_EQ(whole["output"][0]["type"], "message");
+  EXPECT_EQ(whole["output"][0]["content"][0]["text"], "");
+  streamed = streamed_output({{"input", "go"}});
+  EXPECT_EQ(items_of(streamed["output"]), items_of(whole["output"])) << streamed.dump();
   expect_idle();
 }
 

@@ -260,6 +260,24 @@ TEST_F(ApiValidationTest, CompletionTextOffsetsCountCharacters) {
     EXPECT_EQ(lp["top_logprobs"][k].size(), 1u);
     EXPECT_TRUE(lp["top_logprobs"][k].contains(lp["tokens"][k].get<std::string>())) << j.dump();
   }
+  // Found by review (stop 55). Ill-formed bytes: E0 80 is two U+FFFD in the text (E0 needs A0-BF
+  // next), so each of these one-byte tokens starts its own character.
+  {
+    auto byte_token = [&](const std::string& b) -> std::optional<TokenId> {
+      for (TokenId id = 0; id < 512; ++id)
+        if (tokenizer_->token_text(id) == b) return id;
+      return std::nullopt;
+    };
+    const auto e0 = byte_token("\xe0"), b80 = byte_token("\x80");
+    ASSERT_TRUE(e0 && b80);
+    engine_.script = {*e0, *b80, *b80, *e0, *b80, *b80, *e0, *b80};
+    json bad = ok(post("/v1/completions", R"({"prompt":"x","max_tokens":8,"logprobs":0})"));
+    std::string replacement;
+    for (int k = 0; k < 8; ++k) replacement += "\xef\xbf\xbd";
+    EXPECT_EQ(bad["choices"][0]["text"], replacement);
+    EXPECT_EQ(bad["choices"][0]["logprobs"]["text_offset"], json({0, 1, 2, 3, 4, 5, 6, 7})) << bad.dump();
+    script(want);
+  }
   // Streamed, with a stop string that holds text back while it might match: the same offsets.
   auto r = post("/v1/completions", R"({"prompt":"x","max_tokens":32,"stream":true,"logprobs":1,"stop":["c zz"]})");
   ASSERT_EQ(r.status, 200);

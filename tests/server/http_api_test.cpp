@@ -468,6 +468,13 @@ TEST_F(HttpApiTest, ContinuousUsageAndEcho) {
   }
   EXPECT_EQ(text, "Say:one two");
   EXPECT_EQ(last_completion, static_cast<int>(engine_.script.size()));
+  // continuous_usage_stats alone does nothing: usage on every chunk needs include_usage too (vLLM).
+  r = post("/v1/completions", R"({"prompt":"Say:","stream":true,"stream_options":{"continuous_usage_stats":true}})");
+  ASSERT_EQ(r.status, 200);
+  for (const auto& e : sse_data(r.body)) {
+    if (e == "[DONE]") break;
+    EXPECT_FALSE(json::parse(e).contains("usage")) << e;
+  }
   expect_idle();
 }
 

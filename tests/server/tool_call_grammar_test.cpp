@@ -166,5 +166,33 @@ TEST(ToolCallGrammar, CoderValuesCannotHoldTheTagsThatEndThem) {
   EXPECT_TRUE(tool_call_grammar(ToolParserKind::Hermes, json::array({tool("get>x", json())}), false).is_ok());
 }
 
+// Found by review (stop 55). A parameter typed ["integer", "string"] (or anyOf integer / string):
+// the parser reads the value as an integer and keeps other text raw, so the forced grammar writes
+// the string raw too; as a JSON string the quotes stayed in the arguments ("\"abc\"").
+TEST(ToolCallGrammar, CoderUnionWithAStringWritesTheStringRaw) {
+  for (const json& p : {json{{"type", {"integer", "string"}}},
+                        json{{"anyOf", {{{"type", "integer"}}, {{"type", "string"}, {"maxLength", 5}}}}}}) {
+    const json tools = json::array({tool("f", {{"type", "object"}, {"properties", {{"p", p}}}, {"required", {"p"}}})});
+    auto g = compile_or_die(tool_call_grammar(ToolParserKind::Qwen3Coder, tools, false), byte_vocab());
+    ASSERT_TRUE(g) << p.dump();
+    auto call = [](const std::string& v) {
+      return "<tool_call>\n<function=f>\n<parameter=p>\n" + v + "\n</parameter>\n</function>\n</tool_call>";
+    };
+    EXPECT_TRUE(matches(g, call("42"))) << p.dump();
+    EXPECT_TRUE(matches(g, call("abc"))) << p.dump();
+    EXPECT_FALSE(matches(g, call("a</parameter>b"))) << p.dump();
+    // What the parser makes of the raw forms: the integer, and the text without quotes.
+    EXPECT_EQ(convert_tool_param(tools, "f", "p", "42"), json(42));
+    EXPECT_EQ(convert_tool_param(tools, "f", "p", "abc"), json("abc"));
+  }
+  // The string's own keywords hold: maxLength 5 in the anyOf member.
+  const json tools = json::array({tool("f", {{"type", "object"},
+                                              {"properties", {{"p", {{"anyOf", {{{"type", "integer"}}, {{"type", "string"}, {"maxLength", 5}}}}}}}},
+                                              {"required", {"p"}}})});
+  auto g = compile_or_die(tool_call_grammar(ToolParserKind::Qwen3Coder, tools, false), byte_vocab());
+  ASSERT_TRUE(g);
+  EXPECT_FALSE(matches(g, "<tool_call>\n<function=f>\n<parameter=p>\nabcdefgh\n</parameter>\n</function>\n</tool_call>"));
+}
+
 }  // namespace
 }  // namespace deltaserve
