@@ -15,6 +15,7 @@ constexpr double kMinGain = 0.03;
 constexpr double kProbeSeconds = 0.1;
 constexpr int kMaxProbeTokens = 1024;
 constexpr int kProbePromptTokens = 32;
+constexpr int kMinProbeTokens = 16;
 
 struct ProbeRun {
   double tok_s = 0;
@@ -60,7 +61,8 @@ ProbeRun probe(Engine& e, int n) {
 }  // namespace
 
 std::string SpeculationChoice::summary() const {
-  if (!measured) return str_cat("speculative decoding: ", steps, " draft steps");
+  if (!measured)
+    return str_cat("speculative decoding: ", steps, " draft steps", note.empty() ? "" : str_cat(" (not probed: ", note, ")"));
   std::string figures;
   for (const SpeculationProbe& p : probes) {
     if (p.steps == 0) continue;
@@ -80,6 +82,15 @@ SpeculationChoice choose_speculation(Engine& engine, const ServeOptions& opts, i
   if (!opts.speculative_enabled() || opts.is_explicit("speculative-num-steps") ||
       opts.is_explicit("speculative-num-draft-tokens") || c.steps == 0)
     return c;
+  // The probe's prompt and a few tokens must fit in the context; else the configured steps stand
+  // (a probe cut off by the context timed nothing: 0 tok/s everywhere turned MTP off).
+  const int64_t fit = engine.context_length() - kProbePromptTokens - 1;
+  if (fit < kMinProbeTokens) {
+    c.note = str_cat("the context (", engine.context_length(), " tokens) is too short to time a probe of ",
+                     kProbePromptTokens, " + ", kMinProbeTokens, " tokens");
+    return c;
+  }
+  probe_tokens = static_cast<int>(std::min<int64_t>(probe_tokens, fit));
   c.measured = true;
   const int max_k = c.steps;
   // Warm-up of every path (buffers, CUDA graphs), then the measured runs.
@@ -92,9 +103,8 @@ SpeculationChoice choose_speculation(Engine& engine, const ServeOptions& opts, i
   engine.set_speculative_steps(0);
   const ProbeRun first = probe(engine, probe_tokens);
   if (first.tok_s > 0) {
-    const int64_t fit = engine.context_length() - kProbePromptTokens - 1;
     const double want = std::clamp(first.tok_s * kProbeSeconds, double(probe_tokens), double(kMaxProbeTokens));
-    probe_tokens = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(want), std::max<int64_t>(fit, probe_tokens)));
+    probe_tokens = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(want), fit));
   }
   c.probes.push_back(SpeculationProbe{0, 0, 0});
   for (int k = max_k; k >= 1; --k) c.probes.push_back(SpeculationProbe{k, 0, 0});

@@ -26,6 +26,7 @@ struct SpeculationChoice {
   bool measured = false;    // false: nothing to choose (off, or the steps were given explicitly)
   int steps = 0;            // the draft steps the engine now runs (0: plain decoding)
   std::vector<SpeculationProbe> probes;  // plain first, then k = the config's steps .. 1
+  std::string note;         // why auto did not measure (a context too short for the probe)
   std::string summary() const;
 };
 

@@ -312,6 +312,7 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
   // With the prefix cache, --max-mamba-cache-size counts request slots and checkpoints together
   // (SGLang's mamba cache); without it, request slots alone.
   const bool cache_on = hybrid && in.prefix_cache;
+  std::string slots_bound_name;  // what bound the request slots (step 7 names it)
   const int64_t max_live_slots = cache_on ? 0 : in.max_state_slots;
   // Prefix-cache checkpoints (a GDN state each, no speculative rows) wanted beside `slots` request
   // slots: one per request slot (SGLang's extra_buffer), or what --max-mamba-cache-size leaves.
@@ -344,6 +345,13 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
       const int64_t kv_left = p.cache_bytes - state;
       return kv_left > 0 && kv_tokens_for(kv_left) >= std::max<int64_t>(ckpt_kv_tokens, block);
     };
+    // What asked for the state, for the messages: the flag and its count. With the prefix cache,
+    // --max-mamba-cache-size alone asks for request slots and checkpoints together (want 0: the
+    // slots are the plan's).
+    std::string want_label = want_flag + " " + std::to_string(want);
+    if (want == 0 && cache_on && in.max_state_slots > 0)
+      want_flag = "--max-mamba-cache-size",
+      want_label = want_flag + " " + std::to_string(in.max_state_slots) + " (request slots and checkpoints)";
     int64_t need_state = want * per_req + checkpoints_for(want) * per_ckpt;
     if (!kv_fits_with_checkpoints(need_state) || in.mamba_full_memory_ratio_explicit) need_state = want * per_req;
     if (need_state > state_budget) {
@@ -352,17 +360,17 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
       const double r_need = kv_left > 0 ? double(need_state) / double(kv_left) : 0;
       if (kv_ok && !in.mamba_full_memory_ratio_explicit) {
         state_budget = need_state;
-        split_note = "raised to fit " + want_flag + " " + std::to_string(want) +
+        split_note = "raised to fit " + want_label +
                      " (as --mamba-full-memory-ratio " + fixed(r_need, 2) + "; the default " + fixed(r, 2) +
                      " fits " + std::to_string(fit_slots) + ")";
-        p.warnings.push_back(want_flag + " " + std::to_string(want) +
-                             (need_state > want * per_req ? " with their prefix-cache checkpoints" : "") +
+        p.warnings.push_back(want_label +
+                             (want > 0 && need_state > want * per_req ? " with their prefix-cache checkpoints" : "") +
                              " needs more state memory than the default split (" +
                              std::to_string(fit_slots) + " fit at --mamba-full-memory-ratio " + fixed(r, 2) +
                              "): the plan uses --mamba-full-memory-ratio " + fixed(r_need, 2) + ", leaving KV for " +
                              commas(kv_tokens_for(kv_left)) + " tokens");
       } else {
-        std::string msg = want_flag + " " + std::to_string(want) + " does not fit: each request needs " +
+        std::string msg = want_label + " does not fit: each request needs " +
                           human_bytes(per_req) + " of GDN state " + PER + ", and --mamba-full-memory-ratio " +
                           fixed(r, 2) + " gives state " + human_bytes(state_budget) + ", room for " +
                           std::to_string(fit_slots) + ". Set " + want_flag + " " + std::to_string(std::max<int64_t>(fit_slots, 0));
@@ -398,6 +406,7 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
       slots_bound = in.max_running_requests > 0 ? "--max-running-requests" : cap_name;
     }
     p.state_slots = std::max<int64_t>(slots, 0);
+    slots_bound_name = slots_bound;
     std::string ckpt_note = "prefix cache off (--disable-radix-cache): none";
     if (cache_on) {
       const int64_t want_ckpt = checkpoints_for(p.state_slots);
@@ -448,8 +457,11 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
     // otherwise take the whole budget): cap at running x context.
     const int64_t model_ctx = in.context_length > 0 ? in.context_length : c.max_position_embeddings;
     const int64_t running_est = hybrid ? p.state_slots : (in.max_running_requests > 0 ? in.max_running_requests : running_cap);
-    if (in.max_total_tokens <= 0 && model_ctx > 0 && running_est > 0 && running_est * model_ctx < fit) {
-      p.kv_tokens = ceil_div(running_est * model_ctx, block) * block;
+    // (Whole blocks per request: a context shorter than a block still takes one, and rounding the
+    // total instead left room for one request of a 1,000-token context in blocks of 4,096.)
+    const int64_t per_request_kv = ceil_div(model_ctx, block) * block;
+    if (in.max_total_tokens <= 0 && model_ctx > 0 && running_est > 0 && running_est * per_request_kv < fit) {
+      p.kv_tokens = running_est * per_request_kv;
       bound = "running requests x context length";
     }
     if (in.max_total_tokens > 0) {
@@ -485,6 +497,12 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
                          std::to_string(running) + " requests; set --max-running-requests " + std::to_string(running));
     }
     if (running > by_kv) running = by_kv, bound = "KV tokens (one block each)";
+    // A hybrid model's request slots may hold fewer than asked (--max-mamba-cache-size, the KV's
+    // blocks): SGLang runs with the fewer too, so it is a warning naming the bound, never silent.
+    if (in.max_running_requests > running && p.errors.empty())
+      p.warnings.push_back("--max-running-requests " + std::to_string(in.max_running_requests) + " is lowered to " +
+                           std::to_string(std::max<int64_t>(running, 0)) + ", bound by " +
+                           (hybrid && bound == "state slots" ? slots_bound_name : bound));
     p.max_running_requests = std::max<int64_t>(running, 0);
     x.row("max running requests", commas(p.max_running_requests),
           hybrid ? "one state slot each" : "one KV block each at least", bound,
@@ -542,8 +560,11 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInput& in) {
   // Auto: the most requests r (up to the cap) whose step buffers (the runner's logits and decode
   // rows grow with r) leave room for r requests' state and KV. What fits shrinks as r grows, so
   // the largest r that still fits is found by bisection.
+  // A cap plan that fails may fit fewer requests (with MTP, 256 requests' step buffers lowered the
+  // automatic fraction until the weights no longer fit on 2 x 32 GB): bisect all the same, and
+  // report the cap plan's error only when not even one request fits.
   MemoryPlan best = plan_for(c, in, cap);
-  if (!best.ok() || best.max_running_requests >= cap) return best;
+  if (best.ok() && best.max_running_requests >= cap) return best;
   int64_t lo = 0, hi = cap;  // plan_for(lo) fits lo requests (0 trivially); plan_for(hi) does not fit hi
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;

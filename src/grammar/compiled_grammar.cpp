@@ -610,7 +610,7 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
   GrammarCompiler compiler(grammar, limits);
   DS_RETURN_IF_ERROR(compiler.run(*g));
   g->chunks_ = std::make_unique<std::unique_ptr<Frame[]>[]>(kMaxChunks);
-  g->masks_ = std::make_unique<GrammarMaskCache>(*g);
+  g->masks_ = std::make_unique<GrammarMaskCache>(*g, limits.max_local_mask_bytes);
   return std::shared_ptr<const CompiledGrammar>(std::move(g));
 }
 
@@ -626,7 +626,7 @@ int32_t CompiledGrammar::intern(const Frame& f) const {
   if (it != frame_ids_.end()) return it->second;
   const int32_t id = n_frames_.load(std::memory_order_relaxed);
   const int32_t chunk = id >> kChunkBits;
-  DS_CHECK(chunk < kMaxChunks, "grammar frame arena full");
+  if (chunk >= kMaxChunks) return -1;  // full: the caller drops the call (compiled_grammar.h)
   if (!chunks_[static_cast<size_t>(chunk)]) chunks_[static_cast<size_t>(chunk)] = std::make_unique<Frame[]>(size_t{1} << kChunkBits);
   chunks_[static_cast<size_t>(chunk)][static_cast<size_t>(id & ((1 << kChunkBits) - 1))] = f;
   n_frames_.store(id + 1, std::memory_order_release);

@@ -58,6 +58,9 @@ struct GrammarLimits {
   // all rules together: nested counted repetitions such as (a{1,200}){1,200} stay small as NFAs
   // but cost n^4 steps to determinize (minutes), on a thread that serves requests.
   int64_t max_subset_steps = 30'000'000;
+  // Bytes of token masks cached per rule node (GrammarMaskCache::store_local) over the grammar's
+  // life; past it, masks are computed for each use and not kept.
+  int64_t max_local_mask_bytes = int64_t{256} << 20;
 };
 
 struct CompiledGrammarStats {
@@ -85,9 +88,14 @@ class CompiledGrammar {
   int32_t n_nodes_total() const { return n_nodes_total_; }
   CompiledGrammarStats stats() const;
 
-  // Interned stack frames (thread-safe). intern() returns a stable id; frame(id) reads it.
+  // Interned stack frames (thread-safe). intern() returns a stable id; frame(id) reads it. They
+  // are never freed: a recursive grammar gains frames for every new stack shape it meets. With
+  // the arena full (kMaxFrames), intern() returns -1 and the stepper drops that call: the text
+  // can no longer go deeper there, and a matcher left no token ends its request.
   int32_t intern(const Frame& f) const;
   Frame frame(int32_t id) const;
+  int32_t n_frames() const { return n_frames_.load(std::memory_order_acquire); }
+  static constexpr int32_t kMaxFrames = int32_t{1} << 26;  // 64M frames: chunks of 4096
 
   GrammarMaskCache& masks() const { return *masks_; }
 
@@ -104,7 +112,7 @@ class CompiledGrammar {
 
   // Frame arena: chunks never move, so reads need no lock once an id has been handed out.
   static constexpr int kChunkBits = 12;
-  static constexpr int kMaxChunks = 1 << 14;  // 64M frames
+  static constexpr int kMaxChunks = kMaxFrames >> kChunkBits;
   mutable std::mutex frames_mutex_;
   mutable std::unique_ptr<std::unique_ptr<Frame[]>[]> chunks_;
   mutable std::atomic<int32_t> n_frames_{0};

@@ -212,8 +212,27 @@ class EbnfParser {
         case 'b': return uint32_t{'\b'};
         case '0': return uint32_t{0};
         case 'x': return hex(2);
-        case 'u': return hex(4);
-        case 'U': return hex(8);
+        case 'u': {
+          // A surrogate pair written as two escapes (JSON's way) is one character; a lone
+          // surrogate is none (its UTF-8 would be invalid).
+          auto v = hex(4);
+          if (!v) return v;
+          if (*v >= 0xD800 && *v <= 0xDBFF && peek() == '\\' && peek(1) == 'u') {
+            const size_t at = pos_;
+            pos_ += 2;
+            auto lo = hex(4);
+            if (!lo) return lo;
+            if (*lo >= 0xDC00 && *lo <= 0xDFFF) return 0x10000 + ((*v - 0xD800) << 10) + (*lo - 0xDC00);
+            pos_ = at;
+          }
+          if (*v >= 0xD800 && *v <= 0xDFFF) return fail("lone surrogate escape: \\uD800-\\uDFFF only as a high-low pair");
+          return v;
+        }
+        case 'U': {
+          auto v = hex(8);
+          if (v && *v >= 0xD800 && *v <= 0xDFFF) return fail("surrogate code point escape: not a character");
+          return v;
+        }
         case '\0': return fail("unterminated escape");
         default: return static_cast<uint32_t>(static_cast<unsigned char>(e));
       }

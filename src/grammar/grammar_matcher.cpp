@@ -20,6 +20,7 @@ void GrammarStepper::closure(const Frame& arrived, std::vector<Frame>& out, Matc
     for (int32_t k = a.call_begin[n]; k < a.call_begin[n + 1]; ++k) {
       const auto& [callee, cont] = a.calls[static_cast<size_t>(k)];
       const int32_t parent = g_.intern(Frame{f.rule, cont, f.parent});
+      if (parent < 0) continue;  // the frame arena is full: this call is not followed
       stack_.push_back(Frame{callee, g_.rule(callee).start, parent});
     }
     if (a.final[n]) {
@@ -77,16 +78,20 @@ size_t GrammarMaskCache::KeyHash::operator()(const std::vector<int32_t>& v) cons
   return static_cast<size_t>(h ^ (h >> 31));
 }
 
-GrammarMaskCache::GrammarMaskCache(const CompiledGrammar& g)
-    : local_(std::make_unique<std::atomic<const Local*>[]>(static_cast<size_t>(g.n_nodes_total()))) {
+GrammarMaskCache::GrammarMaskCache(const CompiledGrammar& g, int64_t max_bytes)
+    : local_(std::make_unique<std::atomic<const Local*>[]>(static_cast<size_t>(g.n_nodes_total()))), max_bytes_(max_bytes) {
   for (int32_t i = 0; i < g.n_nodes_total(); ++i) local_[static_cast<size_t>(i)].store(nullptr);
 }
 
 GrammarMaskCache::~GrammarMaskCache() = default;
 
-const GrammarMaskCache::Local* GrammarMaskCache::store_local(int32_t global_node, std::unique_ptr<Local> local) {
+const GrammarMaskCache::Local* GrammarMaskCache::store_local(int32_t global_node, std::unique_ptr<Local>& local) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (const Local* have = local_[static_cast<size_t>(global_node)].load(std::memory_order_acquire)) return have;
+  const int64_t bytes = static_cast<int64_t>(sizeof(Local) + local->accepted.words().size() * 8 +
+                                             (local->ids.size() + local->pops.size()) * 4);
+  if (owned_bytes_ + bytes > max_bytes_) return nullptr;
+  owned_bytes_ += bytes;
   const Local* p = local.get();
   owned_.push_back(std::move(local));
   local_[static_cast<size_t>(global_node)].store(p, std::memory_order_release);
@@ -113,7 +118,7 @@ void GrammarMaskCache::store_state(const std::vector<int32_t>& key, std::shared_
 
 GrammarMaskCache::Stats GrammarMaskCache::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return Stats{static_cast<int64_t>(owned_.size()), static_cast<int64_t>(states_.size()), hits_, misses_};
+  return Stats{static_cast<int64_t>(owned_.size()), static_cast<int64_t>(states_.size()), hits_, misses_, owned_bytes_};
 }
 
 // --- GrammarMatcher ---
@@ -234,7 +239,9 @@ const GrammarMaskCache::Local& GrammarMatcher::local(const Frame& f) {
     local->accepted = TokenBitset();
     local->sparse = true;
   }
-  return *cache.store_local(global, std::move(local));
+  if (const auto* stored = cache.store_local(global, local)) return *stored;
+  uncached_.push_back(std::move(local));
+  return *uncached_.back();
 }
 
 const TokenBitset& GrammarMatcher::next_token_mask() {
@@ -279,6 +286,7 @@ const TokenBitset& GrammarMatcher::next_token_mask() {
     }
     if (accept)
       for (int32_t id : v.eos_ids()) built->set(id);
+    uncached_.clear();
     m = built;
     cache.store_state(key_, m);
   }

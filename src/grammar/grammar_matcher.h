@@ -67,18 +67,23 @@ class GrammarMaskCache {
       for (int32_t id : ids) mask.set(id);
     }
   };
-  explicit GrammarMaskCache(const CompiledGrammar& g);
+  GrammarMaskCache(const CompiledGrammar& g, int64_t max_bytes);
   ~GrammarMaskCache();
 
   const Local* find_local(int32_t global_node) const {
     return local_[static_cast<size_t>(global_node)].load(std::memory_order_acquire);
   }
-  const Local* store_local(int32_t global_node, std::unique_ptr<Local> local);
+  // Caches `local` for the node and returns the cached one (its own, or one another thread stored
+  // first). Past max_bytes of cached masks it caches nothing more and returns nullptr, leaving
+  // `local` with the caller: a long grammar (regex [\s\S]{20000}) visits a node per token, each
+  // a mask of the vocabulary (31 KB at 248k tokens), and the cache lives as long as the grammar.
+  const Local* store_local(int32_t global_node, std::unique_ptr<Local>& local);
   std::shared_ptr<const TokenBitset> find_state(const std::vector<int32_t>& key);
   void store_state(const std::vector<int32_t>& key, std::shared_ptr<const TokenBitset> mask);
 
   struct Stats {
     int64_t local_masks = 0, state_masks = 0, state_hits = 0, state_misses = 0;
+    int64_t local_bytes = 0;
   };
   Stats stats() const;
 
@@ -89,6 +94,7 @@ class GrammarMaskCache {
   std::unique_ptr<std::atomic<const Local*>[]> local_;
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Local>> owned_;
+  int64_t owned_bytes_ = 0, max_bytes_ = 0;
   std::unordered_map<std::vector<int32_t>, std::shared_ptr<const TokenBitset>, KeyHash> states_;
   int64_t hits_ = 0, misses_ = 0;
 };
@@ -135,6 +141,8 @@ class GrammarMatcher {
   // Scratch.
   std::vector<std::vector<Frame>> levels_;
   std::vector<Frame> tmp_a_, tmp_b_;
+  // Local masks the cache had no room for, kept while next_token_mask() uses them.
+  std::vector<std::unique_ptr<GrammarMaskCache::Local>> uncached_;
   std::vector<int32_t> key_;
 };
 

@@ -682,8 +682,24 @@ Result<Expr> JsonSchemaConverter::convert_object(const json& s, Ctx& ctx, const 
                                  Expr::literal(":"), ws, std::move(*v)}));
   }
   const size_t n = members.size();
-  // After(i): members i.. once something has been written (each preceded by a comma).
+  // After(i): members i.. once something has been written (each preceded by a comma). Written out
+  // in place, each possible first member copies all those after it: n^2 in size (100 optional
+  // properties were refused as too complex; 800 took 55 s and 4.9 GB). Past a few properties it is
+  // a chain of shared rules instead, after(i) = [sep member_i] after(i + 1): linear.
+  constexpr size_t kInlineProperties = 8;
+  std::vector<Expr> after_rule;  // [n + 1] references to after(i), when chained
+  if (n > kInlineProperties) {
+    after_rule.resize(n + 1);
+    after_rule[n] = Expr::ref(g_.add_rule("json_object_rest", extra ? Expr::star(Expr::seq({sep, *extra})) : Expr::empty(),
+                                          /*shared=*/true));
+    for (size_t j = n; j-- > 1;) {
+      Expr m = Expr::seq({sep, members[j]});
+      Expr item = required.count(names[j]) ? std::move(m) : Expr::opt(std::move(m));
+      after_rule[j] = Expr::ref(g_.add_rule("json_object_rest", Expr::seq({std::move(item), after_rule[j + 1]}), true));
+    }
+  }
   auto after = [&](size_t i) {
+    if (!after_rule.empty()) return after_rule[i];
     std::vector<Expr> seq;
     for (size_t j = i; j < n; ++j) {
       Expr m = Expr::seq({sep, members[j]});
@@ -844,15 +860,18 @@ Result<Expr> JsonSchemaConverter::convert_number(const json& s, bool integer, co
   };
   const bool draft4_excl_min = s.contains("exclusiveMinimum") && s["exclusiveMinimum"].is_boolean();
   const bool draft4_excl_max = s.contains("exclusiveMaximum") && s["exclusiveMaximum"].is_boolean();
+  // Draft 4's boolean exclusive bounds: an integer's fractional bound, rounded inwards, already
+  // excludes it (minimum 1.5 exclusive: 2 and up), so only a whole bound is made exclusive.
+  auto whole = [](const json& v) { return v.is_number_integer() || (v.is_number() && std::floor(v.get<double>()) == v.get<double>()); };
   if (s.contains("minimum")) {
     auto v = whole_bound(s["minimum"], "minimum", path, integer, true);
     if (!v) return v.status();
-    tighten_lower(Bound{*v, draft4_excl_min && s["exclusiveMinimum"].get<bool>()});
+    tighten_lower(Bound{*v, draft4_excl_min && s["exclusiveMinimum"].get<bool>() && whole(s["minimum"])});
   }
   if (s.contains("maximum")) {
     auto v = whole_bound(s["maximum"], "maximum", path, integer, false);
     if (!v) return v.status();
-    tighten_upper(Bound{*v, draft4_excl_max && s["exclusiveMaximum"].get<bool>()});
+    tighten_upper(Bound{*v, draft4_excl_max && s["exclusiveMaximum"].get<bool>() && whole(s["maximum"])});
   }
   if (s.contains("exclusiveMinimum") && !draft4_excl_min) {
     const json& x = s["exclusiveMinimum"];

@@ -16,11 +16,18 @@ Result<Grammar> grammar_from_structural_tag(const json& spec, const JsonSchemaOp
     return error("structural_tag: 'structures' must be a non-empty list");
   if (!spec.contains("triggers") || !spec["triggers"].is_array() || spec["triggers"].empty())
     return error("structural_tag: 'triggers' must be a non-empty list of strings");
+  // The free text excludes every trigger through an automaton of ~2 KB a trigger byte, built
+  // before the grammar's own limits apply: 40,000 triggers of 20 bytes took 2.2 GB. Real ones are
+  // a few tags.
+  constexpr size_t kMaxTriggerBytes = 16 * 1024;
   std::vector<std::string> triggers;
+  size_t trigger_bytes = 0;
   for (const auto& t : spec["triggers"]) {
     if (!t.is_string() || t.get<std::string>().empty())
       return error("structural_tag: 'triggers' must be a non-empty list of non-empty strings");
     triggers.push_back(t.get<std::string>());
+    if ((trigger_bytes += triggers.back().size()) > kMaxTriggerBytes)
+      return error("structural_tag: 'triggers' hold more than ", kMaxTriggerBytes, " bytes in all");
   }
   Grammar g;
   const int root = g.add_rule("root");

@@ -61,6 +61,13 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarService::compile(const Con
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = index_.find(key);
+    // A grammar whose frame arena has grown past kRetireFrames (a recursive one, long in use) is
+    // compiled afresh for new requests; those still using it keep it until they end.
+    if (it != index_.end() && it->second->second->n_frames() > kRetireFrames) {
+      lru_.erase(it->second);
+      index_.erase(it);
+      it = index_.end();
+    }
     if (it != index_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
       ++stats_.hits;

@@ -40,6 +40,10 @@ class GrammarService {
   };
   Stats stats() const;
 
+  // A cached grammar with more interned stack frames than this (~50 MB of them) is not handed out
+  // again: compile() makes a fresh one (CompiledGrammar::intern never frees a frame).
+  static constexpr int32_t kRetireFrames = int32_t{1} << 20;
+
  private:
   Result<Grammar> build(const ConstraintSpec& spec) const;
 

@@ -407,6 +407,11 @@ std::optional<ApiError> parse_response_format(const json& rf, const std::string&
     if (js.contains("strict") && !js["strict"].is_null() && !js["strict"].is_boolean())
       return ApiError::bad_request("'" + where + ".strict' must be a boolean", where + ".strict");
     const char* key = js.contains("schema") ? "schema" : js.contains("schema_") ? "schema_" : nullptr;
+    // Chat's form nests it: {"type": "json_schema", "json_schema": {"schema": ...}} (the Responses
+    // API's flat form: as_responses_error names text.format.schema).
+    if (!key && !nested_schema && param == "response_format")
+      return ApiError::bad_request("'response_format.json_schema' is required with type 'json_schema' (an object holding "
+                                   "'schema')", "response_format.json_schema", "missing_required_field");
     if (!key) return ApiError::bad_request("'" + where + ".schema' is required", where + ".schema", "missing_required_field");
     if (auto e = json_or_text(js[key], where + ".schema", spec.json)) return e;
     spec.kind = ConstraintSpec::Kind::JsonSchema;

@@ -677,10 +677,18 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
 Result<std::shared_ptr<const CompiledGrammar>> OpenAiServer::compile_stop_regex(const std::string& pattern) {
   auto e = regex_to_expr(pattern);
   if (!e) return e.status();
-  // Anything, then the pattern: the scan's state accepts exactly where a match ends.
+  // Anything, then the pattern: the scan's state accepts exactly where a match ends. The scan
+  // asks at the end of the output so far, so a final '$' says nothing more and is dropped, and a
+  // leading '^' anchors the match at the output's start (no "anything" before it).
+  std::string body = pattern;
+  const bool at_start = !body.empty() && body.front() == '^';
+  if (at_start) body.erase(0, 1);
+  std::size_t slashes = 0;
+  while (body.size() >= 2 + slashes && body[body.size() - 2 - slashes] == '\\') ++slashes;
+  if (!body.empty() && body.back() == '$' && slashes % 2 == 0) body.pop_back();
   ConstraintSpec spec;
   spec.kind = ConstraintSpec::Kind::Regex;
-  spec.text = "[\\s\\S]*(" + pattern + ")";
+  spec.text = (at_start ? "(" : "[\\s\\S]*(") + body + ")";
   return grammar_->compile(spec);
 }
 

@@ -31,7 +31,7 @@ const std::vector<RequestField> kFields = {
   {"rid", C | P | G, YES, nullptr, R"("my-request-1")", "request id, one request in flight each (a second is a 400): POST /abort_request {\"rid\": ...} cancels it"},
   {"request_id", C | P, YES, nullptr, R"("my-request-2")", "vLLM name of rid"},
   {"stream", C | P | G | R, YES, nullptr, "false", "server-sent events"},
-  {"stream_options", C | P, YES, nullptr, R"({"include_usage":false})", "include_usage, continuous_usage_stats"},
+  {"stream_options", C | P, YES, nullptr, R"({"include_usage":false})", "include_usage, continuous_usage_stats (with include_usage, as vLLM)"},
   {"stream_options", G, NOOP, nullptr, R"({"include_usage":true})", "every /generate chunk's meta_info carries the token counts already"},
   {"n", C | P | S, YES, nullptr, "1", "choices per prompt"},
   {"echo", P, YES, nullptr, "true", "completions: the prompt (as truncate_prompt_tokens left it) before each choice's text; not with logprobs (prompt logprobs are not computed)"},
@@ -67,7 +67,7 @@ const std::vector<RequestField> kFields = {
   // --- stopping ---
   {"stop", C | P | S, YES, nullptr, R"(["\n\n"])", "up to 16 stop strings"},
   {"stop_token_ids", C | P | S, YES, nullptr, "[11]", "token ids of the vocabulary"},
-  {"stop_regex", C | P | S, YES, nullptr, R"(["[0-9]{3}"])", "SGLang: stop when the output contains a match (the match stays in the output)"},
+  {"stop_regex", C | P | S, YES, nullptr, R"(["[0-9]{3}"])", "SGLang: stop when the output contains a match (the match stays in the output); a leading ^ anchors it at the output's start"},
   {"no_stop_trim", C | P | S, YES, nullptr, "true", "SGLang: keep the matched stop string in the output"},
   {"include_stop_str_in_output", C | P, YES, nullptr, "true", "vLLM name of no_stop_trim"},
   {"skip_special_tokens", C | P | S, YES, nullptr, "false", "false: special tokens (e.g. <|im_start|>) appear in the text"},

@@ -196,6 +196,12 @@ ApiError as_responses_error(ApiError err) {
     for (size_t at = err.message.find(from); at != std::string::npos; at = err.message.find(from, at + to.size()))
       err.message.replace(at, from.size(), to);
   };
+  // Chat nests a json_schema format's schema (response_format.json_schema.schema); the Responses
+  // API puts it beside the type, so a missing one is text.format.schema.
+  if (err.param == "response_format.json_schema" && err.code == "missing_required_field") {
+    err.param = "text.format.schema";
+    err.message = "'text.format.schema' is required";
+  }
   rename("response_format", "text.format");
   rename("max_tokens", "max_output_tokens");
   // tools[i].function.X of the chat request is tools[i].X here.

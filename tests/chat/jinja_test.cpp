@@ -144,6 +144,14 @@ x)J"},
   {R"J({{ not x is defined }} {{ x is defined and x.y is defined }})J", "{}", "True False"},
   // --- globals ---
   {R"J({{ range(3) | list }} {{ range(1, 7, 2) | join(',') }} {{ dict(a=1, b=2) }})J", "{}", "[0, 1, 2] 1,3,5 {'a': 1, 'b': 2}"},
+  // --- found by review (stop 55) ---
+  // dictsort, min, max and unique compare strings case-insensitively unless told otherwise.
+  {R"J({% for k, v in x|dictsort %}{{ k }}{% endfor %} {% for k, v in x|dictsort(true) %}{{ k }}{% endfor %})J", R"J({"x": {"b": 2, "a": 1, "C": 3}})J", "abC Cab"},
+  {R"J({{ ['b','a','C']|max }} {{ ['b','a','C']|min }} {{ ['b','B','a']|unique|list }} {{ ['b','a','C']|max(true) }})J", "{}", "C a ['b', 'a'] b"},
+  // round is Python's: half to even on the exact value, ints stay ints.
+  {R"J({{ 2.5|round }} {{ 0.5|round }} {{ 3|round }} {{ 2.675|round(2) }} {{ 3.5|round }} {{ 2.5|round(0, 'ceil') }})J", "{}", "2.0 0.0 3 2.67 4.0 3.0"},
+  // split / rsplit on whitespace with a limit keep the rest as it is.
+  {R"J({{ ' a b  c  '.split(none, 1) }} {{ '  a b c'.rsplit(none, 1) }} {{ ' a b '.split(none, 0) }})J", "{}", "['a', 'b  c  '] ['  a b', 'c'] ['a b ']"},
 };
 // clang-format on
 
@@ -261,6 +269,16 @@ TEST(Jinja, ArithmeticAndSliceEdgesAreAnswersOrErrorsNotCrashes) {
     auto r = render(src);
     ASSERT_FALSE(r.is_ok()) << src << " rendered " << *r;
     EXPECT_NE(r.status().message().find("integer overflow"), std::string::npos) << r.status().message();
+  }
+  // A list's repetition counts its elements' memory against the output limit (stop 55: [0] *
+  // 50,000,000 took 2.1 GB, counted as 50 MB).
+  {
+    auto big = render("{% set x = [0] * 50000000 %}x");
+    ASSERT_FALSE(big.is_ok());
+    EXPECT_NE(big.status().message().find("repetition too large"), std::string::npos) << big.status().message();
+    auto ok = render("{{ ([0] * 1000)|length }}");
+    ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+    EXPECT_EQ(*ok, "1000");
   }
   auto chain = [](const char* head, const char* link, int n) {
     std::string s = std::string("{% if false %}{{ ") + head;

@@ -506,6 +506,53 @@ TEST(MemoryPlan, FromServeFlagsAndJson) {
   EXPECT_EQ(j["context_length"], 131072);
 }
 
+// Found by review (stop 55). (1) Auto running requests: the plan for the cap (256) failed on 2 x
+// 32 GB with MTP (its step buffers lowered the automatic fraction below the weights), and that
+// error was returned although 4 requests fit. (2) A context shorter than a block: KV was capped at
+// running x context rounded once, so only 1 request fit, with 20 GiB unused. (3) An explicit
+// --max-running-requests bound lower by --max-mamba-cache-size was lowered silently.
+TEST(MemoryPlan, ReviewOfTheAutomaticChoices) {
+  auto plan = [](const std::vector<std::string>& flags, int64_t gpu) {
+    std::vector<std::string> args = {"--model-path", "x"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto opts = parse_serve_options(args);
+    EXPECT_TRUE(opts) << opts.status().message();
+    HostInfo host;
+    MemoryPlanInput in = memory_plan_input(*opts, PlanDevice::Cuda, gpu, host);
+    in.device_memory_used_bytes = MemoryPlanInput::kCudaContextBytes;
+    return plan_memory(qwen36_27b(), in);
+  };
+  MemoryPlan a = plan({"--tp-size", "2", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3"}, 32 * kGiB);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_GE(a.max_running_requests, 2) << render_memory_plan(a);  // 3: the default state split's slots
+  // Still an error when not one request fits: the weights alone.
+  EXPECT_FALSE(plan({}, 24 * kGiB).ok());
+
+  MemoryPlan b = plan({"--context-length", "1000", "--page-size", "4096"}, 80 * kGiB);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  const MemoryPlan same = plan({"--context-length", "1000"}, 80 * kGiB);
+  EXPECT_GT(b.max_running_requests, 1);
+  EXPECT_EQ(b.max_running_requests, same.max_running_requests);
+  EXPECT_GE(b.kv_tokens, b.max_running_requests * 4096);
+
+  MemoryPlan c = plan({"--max-mamba-cache-size", "10", "--max-running-requests", "20"}, 80 * kGiB);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c.max_running_requests, 10);
+  bool named = false;
+  for (const auto& w : c.warnings) named |= w.find("--max-running-requests 20 is lowered to 10") != std::string::npos &&
+                                            w.find("--max-mamba-cache-size") != std::string::npos;
+  EXPECT_TRUE(named) << render_memory_plan(c);
+  // --max-mamba-cache-size alone, larger than the default split holds: the warning names it (it
+  // read "warning:  0 with their prefix-cache checkpoints ...").
+  MemoryPlan d = plan({"--max-mamba-cache-size", "100"}, 80 * kGiB);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  ASSERT_FALSE(d.warnings.empty());
+  for (const auto& w : d.warnings) {
+    EXPECT_EQ(w.find(" 0 "), std::string::npos) << w;
+    EXPECT_NE(w.find("--max-mamba-cache-size 100"), std::string::npos) << w;
+  }
+}
+
 TEST(Hardware, ParsesNvidiaSmiAndMeminfo) {
   auto gpus = parse_nvidia_smi_csv("NVIDIA RTX A6000, 49140\nNVIDIA RTX A6000, 49140\n");
   ASSERT_EQ(gpus.size(), 2u);

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "grammar/grammar_matcher.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 #include "server/grammar_service.h"
@@ -129,6 +130,38 @@ std::pair<std::string, bool> check(const std::shared_ptr<const CompiledGrammar>&
     if (t != kEndOfText && t != kImEnd) text_ids.push_back(t);
   }
   return {tokenizer().decode(text_ids, false), ok && (m.is_terminated() || m.can_end())};
+}
+
+// Found by review (stop 55). A recursive grammar's interned stack frames are never freed, and a
+// cached one long in use aborted the server when its arena filled (64M frames). Past
+// GrammarService::kRetireFrames the next request gets a fresh compile; the old grammar keeps
+// working for those still using it.
+TEST(EngineConstraint, AGrammarWithManyFramesIsCompiledAfresh) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::Ebnf;
+  spec.param = "ebnf";
+  spec.text = R"(root ::= "a" root "x" | "b" root "y" | "c")";
+  auto first = grammars().compile(spec);
+  ASSERT_TRUE(first.is_ok()) << first.status().message();
+  const std::shared_ptr<const CompiledGrammar> g = *first;
+  GrammarStepper stepper(*g);
+  std::vector<Frame> cur, next;
+  MatchFlags flags;
+  stepper.initial(cur, flags);
+  std::mt19937 rng(1);
+  // Every new nesting (a random path of a/b) is a stack shape not seen before: a new frame.
+  for (int i = 0; g->n_frames() <= GrammarService::kRetireFrames; ++i) {
+    ASSERT_LT(i, 4 * GrammarService::kRetireFrames);
+    stepper.step(cur, rng() % 2 ? 'a' : 'b', next, flags);
+    ASSERT_FALSE(next.empty());
+    cur.swap(next);
+  }
+  auto again = grammars().compile(spec);
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_NE(again->get(), g.get());
+  EXPECT_LT((*again)->n_frames(), 100);
+  stepper.step(cur, 'c', next, flags);
+  EXPECT_FALSE(next.empty());
 }
 
 TEST(EngineConstraint, GreedyRegexIsTheSameWithAndWithoutMtp) {

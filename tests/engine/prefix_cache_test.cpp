@@ -52,14 +52,20 @@ struct Result {
   FinishReason finish = FinishReason::None;
 };
 
-Result run(Engine& e, const std::vector<int32_t>& prompt, int n, const std::string& cache_namespace = "") {
+// A greedy request for n tokens (EOS ignored).
+GenerateRequest greedy(Engine& e, const std::vector<int32_t>& prompt, int n) {
   GenerateRequest r;
   r.id = e.next_request_id();
   r.prompt = prompt;
-  r.cache_namespace = cache_namespace;
   r.sampling.temperature = 0;
   r.sampling.max_tokens = n;
   r.sampling.ignore_eos = true;
+  return r;
+}
+
+Result run(Engine& e, const std::vector<int32_t>& prompt, int n, const std::string& cache_namespace = "") {
+  GenerateRequest r = greedy(e, prompt, n);
+  r.cache_namespace = cache_namespace;
   auto s = e.submit(std::move(r));
   Result out;
   while (auto ev = s->events.pop()) {
@@ -200,15 +206,7 @@ TEST(PrefixCache, UnderEvictionPressureNoRequestFailsAndOutputsStayExact) {
     // 320 KV tokens: two or three sequences at a time, the cache squeezed in between; 3 checkpoints.
     auto e = make("models/tiny-coder", CacheSetup{k, true, 320, 3, 3});
     std::vector<std::shared_ptr<RequestStream>> streams;
-    for (auto& p : prompts) {
-      GenerateRequest r;
-      r.id = e->next_request_id();
-      r.prompt = p;
-      r.sampling.temperature = 0;
-      r.sampling.max_tokens = 20;
-      r.sampling.ignore_eos = true;
-      streams.push_back(e->submit(std::move(r)));
-    }
+    for (auto& p : prompts) streams.push_back(e->submit(greedy(*e, p, 20)));
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::vector<int32_t> got;
       FinishReason finish = FinishReason::None;
@@ -236,12 +234,7 @@ TEST(PrefixCache, CancelledAndSpeculativeLastStepsKeepTheirCheckpoint) {
   auto reference = make("models/tiny-coder", CacheSetup{0, false});
   auto e = make("models/tiny-coder", CacheSetup{});
   ASSERT_NE(e, nullptr);
-  GenerateRequest r;
-  r.id = e->next_request_id();
-  r.prompt = p;
-  r.sampling.temperature = 0;
-  r.sampling.max_tokens = 300;
-  r.sampling.ignore_eos = true;
+  GenerateRequest r = greedy(*e, p, 300);
   const RequestId id = r.id;
   auto stream = e->submit(std::move(r));
   std::vector<int32_t> got;

@@ -113,6 +113,29 @@ TEST(SpeculationChoice, AutoMeasuresEveryStepCountAndKeepsTheFastest) {
   e->stop();
 }
 
+// Found by review (stop 55): with a context too short for the probe's prompt and tokens, every
+// probe timed 0 tok/s (or ran past the context) and auto turned MTP off. The steps stand, and the
+// summary says why nothing was measured.
+TEST(SpeculationChoice, AContextTooShortForTheProbeKeepsTheSteps) {
+  EngineConfig cfg = small_engine_config();
+  cfg.spec_num_steps = 3;
+  cfg.context_length = 40;
+  auto e = Engine::create(cfg);
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  const SpeculationChoice c = choose_speculation(**e, flags({"--speculative-algorithm", "NEXTN"}), 32);
+  EXPECT_FALSE(c.measured);
+  EXPECT_EQ(c.steps, 3);
+  EXPECT_EQ((*e)->speculative_steps(), 3);
+  EXPECT_NE(c.summary().find("too short to time a probe"), std::string::npos) << c.summary();
+  // A context with room for a few probe tokens: measured, within it.
+  cfg.context_length = 60;
+  auto f = Engine::create(cfg);
+  ASSERT_TRUE(f.is_ok()) << f.status().message();
+  const SpeculationChoice d = choose_speculation(**f, flags({"--speculative-algorithm", "NEXTN"}), 32);
+  EXPECT_TRUE(d.measured);
+  for (const SpeculationProbe& p : d.probes) EXPECT_GT(p.tok_s, 0) << p.steps;
+}
+
 TEST(SpeculationChoice, ExplicitStepsAndNoSpeculationAreLeftAlone) {
   auto e = make_engine(3);
   const SpeculationChoice c =

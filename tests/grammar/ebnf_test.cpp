@@ -48,6 +48,16 @@ TEST(Ebnf, AcceptsAndRejects) {
   }
 }
 
+// Found by review (stop 55): a surrogate pair escape gave the model CESU-8 bytes (invalid UTF-8)
+// to write. Two escapes of a pair are one character.
+TEST(Ebnf, SurrogatePairEscapesAreOneCharacter) {
+  auto g = compile_or_die(grammar_from_ebnf(R"G(root ::= "\ud83d\ude00" [\ud83d\ude01-\ud83d\ude02])G"), byte_vocab());
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(matches(g, "\xf0\x9f\x98\x80\xf0\x9f\x98\x81"));
+  EXPECT_TRUE(matches(g, "\xf0\x9f\x98\x80\xf0\x9f\x98\x82"));
+  EXPECT_FALSE(matches(g, "\xed\xa0\xbd\xed\xb8\x80\xf0\x9f\x98\x81"));
+}
+
 TEST(Ebnf, ErrorsNameTheProblem) {
   const std::vector<std::pair<const char*, const char*>> parse_errors = {
       {R"G(start ::= "a")G", "no 'root' rule"},
@@ -60,6 +70,9 @@ TEST(Ebnf, ErrorsNameTheProblem) {
       {R"G(root := "a")G", "expected '::='"},
       {R"G(root ::= "a"{3,1})G", "m < n"},
       {R"G(root ::= [z-a])G", "out of order"},
+      {R"G(root ::= "\ud83d")G", "lone surrogate"},
+      {R"G(root ::= "\ude00\ud83d")G", "lone surrogate"},
+      {R"G(root ::= "\U0000D800")G", "surrogate"},
   };
   for (const auto& [text, what] : parse_errors) {
     auto g = grammar_from_ebnf(text);

@@ -81,6 +81,15 @@ b")"}},
       {"number exclusive", R"({"type":"number","exclusiveMinimum":0,"exclusiveMaximum":1})", {"0.5", "0.001"}, {"0", "0.0", "1", "1.5", "-0.1"}},
       {"number negative range", R"({"type":"number","minimum":-2,"maximum":-1})", {"-1", "-1.5", "-2", "-2.0"}, {"-2.5", "-0.5", "0"}},
       {"draft4 exclusive", R"({"type":"number","minimum":5,"exclusiveMinimum":true})", {"5.5", "6"}, {"5", "4"}},
+      // Stop 55: a fractional draft-4 bound of an integer was rounded inwards and then excluded too.
+      {"draft4 fractional exclusive min", R"({"type":"integer","minimum":1.5,"exclusiveMinimum":true,"maximum":2})", {"2"}, {"1", "3"}},
+      {"draft4 fractional exclusive max", R"({"type":"integer","minimum":1,"maximum":1.5,"exclusiveMaximum":true})", {"1"}, {"0", "2"}},
+      // Past 8 properties the members after the first are a chain of rules (stop 55): the same language.
+      {"many optional", R"({"type":"object","properties":{"p0":{"type":"integer"},"p1":{"type":"integer"},"p2":{"type":"integer"},"p3":{"type":"integer"},"p4":{"type":"integer"},"p5":{"type":"integer"},"p6":{"type":"integer"},"p7":{"type":"integer"},"p8":{"type":"integer"},"p9":{"type":"integer"}},"required":["p5"]})",
+       {R"({"p5":1})", R"({"p0":1,"p5":2})", R"({"p5":1,"p9":2})", R"({"p0":0,"p1":1,"p2":2,"p3":3,"p4":4,"p5":5,"p6":6,"p7":7,"p8":8,"p9":9})", R"({ "p4" : 1 , "p5" : 2 })"},
+       {"{}", R"({"p0":1})", R"({"p6":1,"p5":2})", R"({"p5":1,"p5":2})", R"({"p5":1,})", R"({"p5":1,"x":2})", R"({,"p5":1})"}},
+      {"many optional, extra", R"({"type":"object","properties":{"a0":{"type":"null"},"a1":{"type":"null"},"a2":{"type":"null"},"a3":{"type":"null"},"a4":{"type":"null"},"a5":{"type":"null"},"a6":{"type":"null"},"a7":{"type":"null"},"a8":{"type":"null"}},"additionalProperties":{"type":"integer"}})",
+       {"{}", R"({"a8":null})", R"({"x":1})", R"({"a2":null,"a7":null,"x":1,"y":2})"}, {R"({"x":1,"a2":null})", R"({"a1":null,"a1":null})", R"({"x":null})"}},
       {"nullable", R"({"type":"string","nullable":true})", {"null", R"("x")"}, {"1"}},
       {"empty schema", R"({})", {"1", R"({"a":[1,2,{"b":null}]})", R"("s")"}, {"nul", "[1,]"}},
       {"true schema", "true", {"[]", "false"}, {"{"}},
@@ -199,6 +208,21 @@ TEST(JsonSchema, IntegerRangesExhaustive) {
     }
 }
 
+// Found by review (stop 55): each possible first property copied every property after it, so 100
+// optional properties were refused as too complex and 800 took 55 s and 4.9 GB. Now linear.
+TEST(JsonSchema, ManyOptionalPropertiesCompile) {
+  json props = json::object();
+  for (int i = 0; i < 400; ++i) props["property_number_" + std::to_string(i)] = {{"type", "integer"}};
+  const json schema = {{"type", "object"}, {"properties", props}};
+  auto g = compile_or_die(grammar_from_json_schema_text(schema.dump()), byte_vocab());
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(matches(g, "{}"));
+  EXPECT_TRUE(matches(g, R"({"property_number_399":1})"));
+  EXPECT_TRUE(matches(g, R"({"property_number_0":1,"property_number_200":2,"property_number_399":3})"));
+  EXPECT_FALSE(matches(g, R"({"property_number_200":2,"property_number_0":1})"));
+  EXPECT_FALSE(matches(g, R"({"property_number_400":1})"));
+}
+
 TEST(JsonSchema, JsonObjectGrammar) {
   auto g = compile_or_die(json_object_grammar(), byte_vocab());
   ASSERT_TRUE(g);
@@ -278,6 +302,13 @@ TEST(StructuralTag, FreeTextThenStructures) {
     ASSERT_FALSE(r.is_ok()) << text;
     EXPECT_NE(r.status().message().find("unknown key"), std::string::npos) << r.status().message();
   }
+  // Stop 55: triggers past 16 KB in all are refused before their automaton is built (40,000 of
+  // 20 bytes took 2.2 GB to refuse).
+  json many = json::parse(R"({"structures":[{"begin":"<f>","schema":{},"end":"</f>"}],"triggers":["<f"]})");
+  for (int i = 0; i < 1000; ++i) many["triggers"].push_back("<trigger-number-" + std::to_string(i) + ">");
+  auto r = grammar_from_structural_tag(many);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("bytes in all"), std::string::npos) << r.status().message();
 }
 
 // Two structures whose schemas define the same "$ref" differently: each resolves it in its own

@@ -155,6 +155,27 @@ TEST(GrammarMatcher, StateMaskCacheIsReused) {
   EXPECT_GE(st.local_masks, 1);
 }
 
+// Found by review (stop 55): a long grammar cached a vocabulary-sized mask for every node it
+// visited, for the grammar's life (15 MB per 4,000 tokens at 8k tokens of vocabulary; 31 KB a mask
+// at 248k). Past GrammarLimits::max_local_mask_bytes, masks are computed and dropped: the same
+// masks, within the budget.
+TEST(GrammarMatcher, LocalMaskCacheStaysWithinItsBudget) {
+  auto g = grammar_from_regex("[\\s\\S]{300}b");
+  ASSERT_TRUE(g.is_ok());
+  GrammarLimits limits;
+  limits.max_local_mask_bytes = 8 * 1024;
+  auto c = CompiledGrammar::compile(*g, tiny_coder_vocab(), limits);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  GrammarMatcher m(*c);
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_EQ(m.next_token_mask().ids(), testing::brute_mask(m)) << "step " << i;
+    ASSERT_TRUE(m.accept_string("x")) << "step " << i;
+  }
+  const auto st = (*c)->masks().stats();
+  EXPECT_LE(st.local_bytes, 8 * 1024);
+  EXPECT_GE(st.local_masks, 1);
+}
+
 TEST(CompiledGrammar, SizeLimitIsAnError) {
   GrammarLimits limits;
   limits.max_nfa_states = 1000;

@@ -163,6 +163,9 @@ TEST_F(ApiTest, ResponseFormatErrors) {
   e = error_of(post("/v1/chat/completions",
                     chat({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "a"}}}}}})));
   EXPECT_EQ(e["param"], "response_format.json_schema.schema");
+  // Chat's form without its json_schema object: the error names that object (stop 55).
+  e = error_of(post("/v1/chat/completions", chat({{"response_format", {{"type", "json_schema"}}}})));
+  EXPECT_EQ(e["param"], "response_format.json_schema") << e.dump();
   e = error_of(post("/v1/chat/completions",
                     chat({{"response_format", {{"type", "json_schema"},
                                                {"json_schema", {{"name", "a"}, {"schema", {{"type", "array"}, {"uniqueItems", true}}}}}}}})));
@@ -331,22 +334,26 @@ TEST_F(ApiTest, StopTrimStopRegexSkipSpecialTokenIds) {
   // The output ends while the stop matcher holds its tail back ("2" could begin "2 end"): the
   // regex still sees it, streamed or not.
   script("abc 12", false);
+  // A completion's text (put together when streamed) and its last body or chunk.
+  auto text_and_last = [](const testing::HttpResult& r, bool stream) {
+    std::pair<std::string, json> out;
+    if (!stream) {
+      out.second = json::parse(r.body);
+      out.first = out.second["choices"][0]["text"];
+      return out;
+    }
+    for (const auto& d : sse_data(r.body)) {
+      if (d == "[DONE]") continue;
+      out.second = json::parse(d);
+      out.first += out.second["choices"][0]["text"].get<std::string>();
+    }
+    return out;
+  };
   for (bool stream : {false, true}) {
     auto r = post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stop", "2 end"}, {"stop_regex", "[0-9]{2}"},
                                       {"stream", stream}});
     ASSERT_EQ(r.status, 200) << r.body;
-    json last;
-    std::string text;
-    if (stream) {
-      for (const auto& d : sse_data(r.body)) {
-        if (d == "[DONE]") continue;
-        last = json::parse(d);
-        text += last["choices"][0]["text"].get<std::string>();
-      }
-    } else {
-      last = json::parse(r.body);
-      text = last["choices"][0]["text"];
-    }
+    const auto [text, last] = text_and_last(r, stream);
     EXPECT_EQ(text, "abc 12") << stream;
     EXPECT_EQ(last["choices"][0]["finish_reason"], "stop") << stream;
     EXPECT_EQ(last["choices"][0]["matched_stop"], "[0-9]{2}") << stream;
@@ -364,22 +371,22 @@ TEST_F(ApiTest, StopTrimStopRegexSkipSpecialTokenIds) {
     auto r = post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stop", "xyz"}, {"stop_regex", "x"},
                                       {"min_tokens", 1}, {"stream", stream}});
     ASSERT_EQ(r.status, 200) << r.body;
-    std::string text;
-    json last;
-    if (stream) {
-      for (const auto& d : sse_data(r.body)) {
-        if (d == "[DONE]") continue;
-        last = json::parse(d);
-        text += last["choices"][0]["text"].get<std::string>();
-      }
-    } else {
-      last = json::parse(r.body);
-      text = last["choices"][0]["text"];
-    }
+    const auto [text, last] = text_and_last(r, stream);
     EXPECT_EQ(text, "xax") << stream;
     EXPECT_EQ(last["choices"][0]["matched_stop"], "x") << stream;
   }
   EXPECT_EQ(error_of(post("/v1/completions", {{"prompt", "p"}, {"stop_regex", "a(?=b)"}}))["param"], "stop_regex");
+  // Anchors (stop 55; they were refused with the position in a pattern the user never wrote): '$'
+  // is where the output ends so far, as any match; '^' anchors at the output's start.
+  script("xab ab", false);
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stop_regex", "b$"}}));
+  EXPECT_EQ(j["choices"][0]["text"], "xab");
+  EXPECT_EQ(j["choices"][0]["matched_stop"], "b$");
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stop_regex", "^ab"}}));
+  EXPECT_EQ(j["choices"][0]["text"], "xab ab");  // "ab" occurs, but not at the start
+  EXPECT_NE(j["choices"][0]["matched_stop"], "^ab") << j.dump();
+  j = ok_json(post("/v1/completions", {{"prompt", "p"}, {"max_tokens", 20}, {"stop_regex", "^xa"}}));
+  EXPECT_EQ(j["choices"][0]["text"], "xa");
   // A special token in the middle of the output: hidden by default, visible with false.
   engine_.script = tokenizer_->encode("ab", true);
   engine_.script.push_back(kImStart);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <unordered_map>
@@ -229,17 +230,20 @@ Value filter_select(const Value& v, const CallArgs& a, bool attr_mode, bool want
   return Value::array(std::move(out));
 }
 
+// jinja2's comparison key of sort, dictsort, min, max and unique: strings compared lowercased
+// unless case_sensitive (its default is False in all five).
+Value fold_case(const Value& k, bool case_sensitive) {
+  if (!case_sensitive && k.is_string()) return Value(ascii_lower(k.str()));
+  return k;
+}
+
 Value filter_sort(const Value& v, const CallArgs& a) {
   Array items = iterate(v);
   bool reverse = opt_bool(a, "reverse", 0, false);
   bool case_sensitive = opt_bool(a, "case_sensitive", 1, false);
   std::optional<std::string> attr;
   if (const Value* av = arg(a, "attribute", 2); av && !av->is_none()) attr = av->to_str();
-  auto key = [&](const Value& x) {
-    Value k = attr ? get_attribute(x, *attr) : x;
-    if (!case_sensitive && k.is_string()) return Value(ascii_lower(k.str()));
-    return k;
-  };
+  auto key = [&](const Value& x) { return fold_case(attr ? get_attribute(x, *attr) : x, case_sensitive); };
   std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
     int c = key(x).compare(key(y));
     return reverse ? c > 0 : c < 0;
@@ -407,9 +411,20 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       {"round", [](const Value& v, const CallArgs& a) -> Value {
          std::int64_t prec = opt_int(a, "precision", 0, 0);
          std::string method = arg(a, "method", 1) ? arg(a, "method", 1)->to_str() : "common";
+         if (v.is_undefined()) throw_undefined(v);
          double m = std::pow(10.0, static_cast<double>(prec)), x = v.as_double() * m;
-         double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
-         return Value(r / m);
+         if (method == "ceil" || method == "floor") return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / m);
+         // "common" is Python's round(): an int stays an int; a float rounds half to even on its
+         // exact value (2.5 -> 2.0, 2.675 at 2 digits -> 2.67, since 2.675 is 2.67499...).
+         if (v.is_int() || v.is_bool()) return Value(v.as_int());
+         const double d = v.as_double();
+         if (!std::isfinite(d)) return Value(d);
+         if (prec >= 0 && prec <= 30) {
+           char buf[400];
+           std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(prec), d);  // exact, ties to even
+           return Value(std::strtod(buf, nullptr));
+         }
+         return Value(std::nearbyint(x) / m);
        }},
       {"sum", [](const Value& v, const CallArgs& a) -> Value {
          std::optional<std::string> attr;
@@ -423,21 +438,27 @@ const std::unordered_map<std::string, FilterFn>& filters() {
          }
          return total;
        }},
-      {"min", [](const Value& v, const CallArgs&) -> Value {
+      {"min", [](const Value& v, const CallArgs& a) -> Value {
          Array items = iterate(v);
          if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
-         return *std::min_element(items.begin(), items.end(), [](const Value& x, const Value& y) { return x.compare(y) < 0; });
+         const bool cs = opt_bool(a, "case_sensitive", 0, false);
+         return *std::min_element(items.begin(), items.end(),
+                                  [&](const Value& x, const Value& y) { return fold_case(x, cs).compare(fold_case(y, cs)) < 0; });
        }},
-      {"max", [](const Value& v, const CallArgs&) -> Value {
+      {"max", [](const Value& v, const CallArgs& a) -> Value {
          Array items = iterate(v);
          if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
-         return *std::max_element(items.begin(), items.end(), [](const Value& x, const Value& y) { return x.compare(y) < 0; });
+         const bool cs = opt_bool(a, "case_sensitive", 0, false);
+         return *std::max_element(items.begin(), items.end(),
+                                  [&](const Value& x, const Value& y) { return fold_case(x, cs).compare(fold_case(y, cs)) < 0; });
        }},
-      {"unique", [](const Value& v, const CallArgs&) -> Value {
-         Array out;
+      {"unique", [](const Value& v, const CallArgs& a) -> Value {
+         const bool cs = opt_bool(a, "case_sensitive", 0, false);
+         Array out, keys;
          for (const Value& x : iterate(v)) {
-           bool seen = std::any_of(out.begin(), out.end(), [&](const Value& y) { return y.equals(x); });
-           if (!seen) out.push_back(x);
+           const Value k = fold_case(x, cs);
+           bool seen = std::any_of(keys.begin(), keys.end(), [&](const Value& y) { return y.equals(k); });
+           if (!seen) out.push_back(x), keys.push_back(k);
          }
          return Value::array(std::move(out));
        }},
@@ -456,10 +477,11 @@ const std::unordered_map<std::string, FilterFn>& filters() {
          if (!v.is_object()) fail("dictsort expects a mapping");
          Array out;
          for (const auto& [k, x] : v.obj().items) out.push_back(Value::array({Value(k), x}));
+         const bool cs = opt_bool(a, "case_sensitive", 0, false);
          bool by_value = arg(a, "by", 1) && arg(a, "by", 1)->to_str() == "value";
          bool reverse = opt_bool(a, "reverse", 2, false);
          std::stable_sort(out.begin(), out.end(), [&](const Value& x, const Value& y) {
-           int c = x.arr()[by_value ? 1 : 0].compare(y.arr()[by_value ? 1 : 0]);
+           int c = fold_case(x.arr()[by_value ? 1 : 0], cs).compare(fold_case(y.arr()[by_value ? 1 : 0], cs));
            return reverse ? c > 0 : c < 0;
          });
          return Value::array(std::move(out));

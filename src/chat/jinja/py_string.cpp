@@ -118,9 +118,7 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
     while (i < u.size() && py_isspace(u[i])) ++i;
     if (i >= u.size()) break;
     if (maxsplit >= 0 && static_cast<std::int64_t>(out.size()) >= maxsplit) {
-      std::size_t e = u.size();
-      while (e > i && py_isspace(u[e - 1])) --e;
-      out.push_back(utf8_encode(std::u32string_view(u).substr(i, e - i)));
+      out.push_back(utf8_encode(std::u32string_view(u).substr(i)));  // the rest as it is (Python)
       return out;
     }
     std::size_t j = i;
@@ -143,9 +141,7 @@ std::vector<std::string> py_rsplit(std::string_view s, const std::optional<std::
         while (e > 0 && py_isspace(u[e - 1])) --e;
         if (e == 0) break;
         if (static_cast<std::int64_t>(rev.size()) >= maxsplit) {
-          std::size_t b = 0;
-          while (b < e && py_isspace(u[b])) ++b;
-          rev.push_back(utf8_encode(std::u32string_view(u).substr(b, e - b)));
+          rev.push_back(utf8_encode(std::u32string_view(u).substr(0, e)));  // the rest as it is (Python)
           e = 0;
           break;
         }

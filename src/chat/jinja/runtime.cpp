@@ -496,7 +496,9 @@ class Interpreter {
     }
     if (op == "*" && ((l.is_string() || l.is_array()) && (r.is_int() || r.is_bool()))) {
       std::int64_t n = std::max<std::int64_t>(0, r.as_int());
-      std::size_t unit = l.is_string() ? l.str().size() : l.arr().size();
+      // A list's unit is its elements' size in memory (a Value each): [0] * 50,000,000 passed as
+      // 50M "bytes" and took 2.1 GB.
+      std::size_t unit = l.is_string() ? l.str().size() : l.arr().size() * sizeof(Value);
       if (unit == 0) return l.is_string() ? Value(std::string()) : Value::array({});  // ("" * 10**18 looped 10**18 times)
       if (static_cast<std::uint64_t>(n) > limits_.max_output_bytes / unit) fail("repetition too large");
       if (l.is_string()) {
