@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "model/tensor_parallel.h"
+
 namespace deltaserve {
 namespace {
 
@@ -242,20 +244,29 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
             (tp > 1 ? " / TP " + std::to_string(tp) : "") + ", " + PER,
         "", x.cuda() ? "raise --tp-size to split them" : "");
 
-  // 3. What is left for caches.
-  p.cache_bytes = p.budget_bytes - p.weights_bytes_per_gpu - (x.cuda() ? 0 : p.activation_reserve_bytes);
+  // 3. What is left for caches. (CPU --dp-size: each replica loads the weights and its own step
+  // buffers in the one process; KV and state are shared out between them.)
+  const int64_t replicas = x.cuda() ? 1 : std::max(1, in.dp_size);
+  if (replicas > 1)
+    x.row("data-parallel replicas", std::to_string(replicas),
+          "each with its own weights and step buffers in this process (--dp-size)", "--dp-size", "");
+  p.cache_bytes = p.budget_bytes - replicas * (p.weights_bytes_per_gpu + (x.cuda() ? 0 : p.activation_reserve_bytes));
   if (p.cache_bytes <= 0) {
     std::string fix;
     if (x.cuda()) {
-      int need_tp = tp;
-      while (need_tp < 64) {
-        need_tp *= 2;
-        const int64_t w = ((p.n_params - replicated + need_tp - 1) / need_tp + replicated) * in.weight_bytes_per_param;
-        if (w < p.budget_bytes * 0.8) break;
+      // The next tensor-parallel size the model's shapes split into whose weights leave room
+      // (suggesting 16 for 24 attention heads sent users to a size serve refuses).
+      int need_tp = 0;
+      for (int t = tp + 1; t <= 64 && need_tp == 0; ++t) {
+        const int64_t w = ((p.n_params - replicated + t - 1) / t + replicated) * in.weight_bytes_per_param;
+        if (w < p.budget_bytes * 0.8 && check_tp_split(c, t, "the model's config").is_ok()) need_tp = t;
       }
-      fix = "use --tp-size " + std::to_string(need_tp) + " or GPUs with more memory";
+      fix = need_tp > 0 ? "use --tp-size " + std::to_string(need_tp) + " or GPUs with more memory"
+                        : std::string("use GPUs with more memory");
+      if (in.mem_fraction_static > 0) fix += ", or raise --mem-fraction-static " + fixed(in.mem_fraction_static, 2);
     } else {
-      fix = "raise --max-memory above " + human_bytes(p.weights_bytes_per_gpu + p.activation_reserve_bytes);
+      fix = "raise --max-memory above " + human_bytes(replicas * (p.weights_bytes_per_gpu + p.activation_reserve_bytes)) +
+            (replicas > 1 ? " (" + std::to_string(replicas) + " replicas, --dp-size)" : "");
     }
     p.errors.push_back("the weights (" + human_bytes(p.weights_bytes_per_gpu) + " " + PER +
                        ") do not fit in the budget (" + human_bytes(p.budget_bytes) + "): " + fix);
@@ -269,6 +280,12 @@ MemoryPlan plan_for(const ModelConfig& c, const MemoryPlanInput& in, int64_t run
   // 4. Per-token and per-request sizes (model/memory_spec.h: the formulas CacheMemory allocates by).
   const MemorySpec mspec = memory_spec_of(c, spec, tp);
   p.kv_bytes_per_token_per_gpu = kv_bytes_per_token(mspec, in.kv_bytes_per_elem);
+  // CPU ranks hold their shards in one process: past num_key_value_heads ranks, each keeps a
+  // replicated head (CacheMemory allocates per rank), so the process holds ranks x one rank's KV.
+  if (!x.cuda() && in.tp_size > 1)
+    p.kv_bytes_per_token_per_gpu =
+        std::max(p.kv_bytes_per_token_per_gpu,
+                 in.tp_size * kv_bytes_per_token(memory_spec_of(c, spec, in.tp_size), in.kv_bytes_per_elem));
   x.row("KV bytes per token", human_bytes(p.kv_bytes_per_token_per_gpu),
         std::to_string(c.n_attention_layers()) + " attention layers" +
             (spec ? " + " + std::to_string(c.mtp_n_layers) + " MTP layer" : "") + " x " +

@@ -38,6 +38,8 @@ struct MemoryPlanInput {
   // assumes kCudaContextBytes. As SGLang does, it comes out of the static budget.
   int64_t device_memory_used_bytes = 0;
   int tp_size = 1;                  // GPUs the model is split over (Cpu: ranks share the process memory)
+  int dp_size = 1;                  // Cpu: replicas in the process, each with its own weights and step
+                                    // buffers; they share the budget's KV and state (Cuda: per GPU as is)
 
   // Budget. Cuda: device_memory_bytes * mem_fraction_static (0 = auto) - device_memory_used_bytes.
   // Cpu: max_memory_bytes (0 = auto: kCpuAutoShare of device_memory_bytes).

@@ -50,6 +50,7 @@ MemoryPlanInput memory_plan_input(const ServeOptions& o, PlanDevice device, int6
   MemoryPlanInput in;
   in.device = device;
   in.tp_size = static_cast<int>(o.tp_size);
+  in.dp_size = static_cast<int>(std::max<int64_t>(1, o.dp_size));
   if (device_memory_bytes <= 0) {
     if (device == PlanDevice::Cuda) {
       int64_t smallest = 0;

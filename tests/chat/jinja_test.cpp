@@ -150,6 +150,9 @@ x)J"},
   {R"J({{ ['b','a','C']|max }} {{ ['b','a','C']|min }} {{ ['b','B','a']|unique|list }} {{ ['b','a','C']|max(true) }})J", "{}", "C a ['b', 'a'] b"},
   // round is Python's: half to even on the exact value, ints stay ints.
   {R"J({{ 2.5|round }} {{ 0.5|round }} {{ 3|round }} {{ 2.675|round(2) }} {{ 3.5|round }} {{ 2.5|round(0, 'ceil') }})J", "{}", "2.0 0.0 3 2.67 4.0 3.0"},
+  // A macro reads the scope it is defined in: a loop's variable, an enclosing macro's parameter.
+  {R"J({% for m in [1, 2] %}{% macro f() %}{{ m }}{% endmacro %}{{ f() }}{% endfor %})J", "{}", "12"},
+  {R"J({% macro outer(x) %}{% macro inner() %}[{{ x }}]{% endmacro %}{{ inner() }}{% endmacro %}{{ outer(5) }})J", "{}", "[5]"},
   // split / rsplit on whitespace with a limit keep the rest as it is.
   {R"J({{ ' a b  c  '.split(none, 1) }} {{ '  a b c'.rsplit(none, 1) }} {{ ' a b '.split(none, 0) }})J", "{}", "['a', 'b  c  '] ['  a b', 'c'] ['a b ']"},
 };
@@ -297,6 +300,16 @@ TEST(Jinja, ArithmeticAndSliceEdgesAreAnswersOrErrorsNotCrashes) {
   auto r = render(sum + " }}");
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(*r, "900");
+}
+
+// A macro reads the scope that defines it (stop 55); kept past that scope and called, it is an
+// error, not a read of a scope that is gone (jinja2's closure would keep it alive).
+TEST(Jinja, AMacroKeptPastItsScopeIsAnError) {
+  auto r = render("{% set ns = namespace(f=none) %}{% for i in [1] %}{% macro f() %}{{ i }}{% endmacro %}"
+                  "{% set ns.f = f %}{{ ns.f() }}{% endfor %}|{{ ns.f() }}");
+  ASSERT_FALSE(r.is_ok()) << *r;
+  EXPECT_NE(r.status().message().find("used after the block that defined it ended"), std::string::npos)
+      << r.status().message();
 }
 
 TEST(Jinja, FloatRepr) {

@@ -371,6 +371,12 @@ TEST(MemoryPlan, WeightsThatDoNotFitSayWhichTp) {
   MemoryPlan p = plan_memory(qwen36_27b(), in);
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("use --tp-size 4"), std::string::npos) << p.status().message();
+  // Only sizes the model splits into (stop 55: 12 GiB suggested 16, which 24 heads refuse; 8 fits).
+  in.device_memory_bytes = 12 * kGiB;
+  in.tp_size = 2;
+  p = plan_memory(qwen36_27b(), in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("use --tp-size 8"), std::string::npos) << p.status().message();
 }
 
 TEST(MemoryPlan, CpuBudgetAndDenseModel) {
@@ -542,6 +548,34 @@ TEST(MemoryPlan, ReviewOfTheAutomaticChoices) {
   for (const auto& w : c.warnings) named |= w.find("--max-running-requests 20 is lowered to 10") != std::string::npos &&
                                             w.find("--max-mamba-cache-size") != std::string::npos;
   EXPECT_TRUE(named) << render_memory_plan(c);
+  // CPU ranks past num_key_value_heads (4) each keep a replicated KV head in the one process:
+  // 8 ranks hold 8 heads' KV a token, twice what 4 ranks (or one) hold.
+  auto cpu_kv = [](int tp) {
+    MemoryPlanInput in;
+    in.device = PlanDevice::Cpu;
+    in.device_memory_bytes = 512 * kGiB;
+    in.max_memory_bytes = 200 * kGiB;
+    in.tp_size = tp;
+    in.kv_bytes_per_elem = 4;
+    return plan_memory(qwen36_27b(), in).kv_bytes_per_token_per_gpu;
+  };
+  EXPECT_EQ(cpu_kv(1), 16 * 2 * 4 * 256 * 4);
+  EXPECT_EQ(cpu_kv(4), cpu_kv(1));
+  EXPECT_EQ(cpu_kv(8), 2 * cpu_kv(1));
+  // CPU --dp-size: every replica loads the weights and its step buffers in the one process.
+  auto cpu_plan = [](int dp) {
+    MemoryPlanInput in;
+    in.device = PlanDevice::Cpu;
+    in.device_memory_bytes = 512 * kGiB;
+    in.max_memory_bytes = 200 * kGiB;
+    in.dp_size = dp;
+    in.max_running_requests = 4;
+    return plan_memory(qwen36_27b(), in);
+  };
+  const MemoryPlan one = cpu_plan(1), two = cpu_plan(2);
+  ASSERT_TRUE(one.ok() && two.ok()) << one.status().message() << two.status().message();
+  EXPECT_EQ(two.cache_bytes, one.cache_bytes - one.weights_bytes_per_gpu - one.activation_reserve_bytes);
+  EXPECT_NE(render_memory_plan(two).find("data-parallel replicas"), std::string::npos);
   // --max-mamba-cache-size alone, larger than the default split holds: the warning names it (it
   // read "warning:  0 with their prefix-cache checkpoints ...").
   MemoryPlan d = plan({"--max-mamba-cache-size", "100"}, 80 * kGiB);

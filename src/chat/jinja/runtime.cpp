@@ -16,11 +16,26 @@ struct Scope {
   Object vars;
   Scope* parent = nullptr;
 
+  Scope() = default;
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+  ~Scope() {
+    if (alive_) *alive_ = false;
+  }
+  // A flag that turns false when this scope ends: a macro defined in it reads it while it lasts.
+  std::shared_ptr<bool> alive() {
+    if (!alive_) alive_ = std::make_shared<bool>(true);
+    return alive_;
+  }
+
   const Value* lookup(std::string_view name) const {
     for (const Scope* s = this; s; s = s->parent)
       if (const Value* v = s->vars.find(name)) return v;
     return nullptr;
   }
+
+ private:
+  std::shared_ptr<bool> alive_;
 };
 
 enum class Flow { Normal, Break, Continue };
@@ -106,9 +121,14 @@ class Interpreter {
       case Stmt::Kind::For: return exec_for(s);
       case Stmt::Kind::Set: exec_set(s); return Flow::Normal;
       case Stmt::Kind::Macro: {
+        // A macro reads the scope it is defined in (a loop's variables, an enclosing macro's
+        // parameters), as jinja2's closures do; one kept past that scope is an error when called.
         const Stmt* def = &s;
-        scope_->vars.set(s.text, Value::callable(s.text, [this, def](const CallArgs& a) {
-                           return call_macro(*def, a);
+        Scope* defining = scope_;
+        std::shared_ptr<bool> alive = defining == &root_ ? nullptr : defining->alive();
+        scope_->vars.set(s.text, Value::callable(s.text, [this, def, defining, alive](const CallArgs& a) {
+                           if (alive && !*alive) fail("macro '" + def->text + "' used after the block that defined it ended");
+                           return call_macro(*def, a, nullptr, defining);
                          }));
         return Flow::Normal;
       }
@@ -226,7 +246,7 @@ class Interpreter {
     bind_targets(*scope_, s.targets, v);
   }
 
-  Value call_macro(const Stmt& def, const CallArgs& a, const Value* caller = nullptr) {
+  Value call_macro(const Stmt& def, const CallArgs& a, const Value* caller = nullptr, Scope* defining = nullptr) {
     if (++call_depth_ > limits_.max_call_depth) {
       --call_depth_;
       fail("maximum macro recursion depth exceeded");
@@ -236,7 +256,7 @@ class Interpreter {
       ~DepthDown() { --*d; }
     } down{&call_depth_};
     Scope scope;
-    scope.parent = &root_;
+    scope.parent = defining ? defining : &root_;
     if (a.positional.size() > def.params.size())
       fail("macro '" + def.text + "' takes not more than " + std::to_string(def.params.size()) + " argument(s)");
     for (const auto& [k, v] : a.keyword) {
