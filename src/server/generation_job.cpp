@@ -634,7 +634,8 @@ void GenerationJob::log_received() const {
     texts += str_cat(p ? ", " : "", log.text(env_.tokenizer->decode(ids.first(shown))),
                      shown < ids.size() ? str_cat(" (+", ids.size() - shown, " tokens)") : "");
   }
-  log.write(str_cat("request ", response_id_, " ", route(), request_.rid.empty() ? "" : " rid " + request_.rid, ": ",
+  // (The rid is the client's: JSON-quoted, so a line break in it cannot start a forged log line.)
+  log.write(str_cat("request ", response_id_, " ", route(), request_.rid.empty() ? "" : " rid " + safe_dump(json(request_.rid)), ": ",
                     prompts_.size(), prompts_.size() == 1 ? " prompt, " : " prompts, ", n_prompt_tokens_,
                     " prompt tokens, n ", request_.n, ", max_tokens ", max_tokens,
                     request_.stream ? ", stream" : "", log.sampling(request_.sampling, request_.stop),

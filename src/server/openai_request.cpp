@@ -616,6 +616,25 @@ std::optional<ApiError> parse_cache_namespace(const json& body, OpenAiRequest& o
   return std::nullopt;
 }
 
+ApiError as_generate_error(ApiError err) {
+  auto rename = [&](const std::string& from, const std::string& param, const std::string& word) {
+    if (err.param != from) return;
+    err.param = param;
+    for (size_t at = err.message.find(from); at != std::string::npos; at = err.message.find(from, at + word.size()))
+      err.message.replace(at, from.size(), word);
+  };
+  rename("max_tokens", "sampling_params.max_new_tokens", "max_new_tokens");
+  rename("min_new_tokens", "sampling_params.min_new_tokens", "min_new_tokens");
+  rename("logit_bias", "sampling_params.logit_bias", "logit_bias");
+  // (min_tokens > max_tokens names min_new_tokens; its message names both.)
+  if (err.param == "sampling_params.min_new_tokens") {
+    for (auto [from, to] : {std::pair<std::string, std::string>{"min_tokens", "min_new_tokens"}, {"max_tokens", "max_new_tokens"}})
+      for (size_t at = err.message.find(from); at != std::string::npos; at = err.message.find(from, at + to.size()))
+        err.message.replace(at, from.size(), to);
+  }
+  return err;
+}
+
 std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefaults& defaults,
                                            OpenAiRequest& out) {
   out = OpenAiRequest{};

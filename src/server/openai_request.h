@@ -105,6 +105,9 @@ std::optional<ApiError> parse_completion_request(const nlohmann::ordered_json& b
 // SGLang's /generate body ({"text" | "input_ids", "sampling_params", ...}) -> OpenAiRequest (kind Generate).
 std::optional<ApiError> parse_generate_request(const nlohmann::ordered_json& body,
                                                const SamplingDefaults& defaults, OpenAiRequest& out);
+// A later check's error (the context, min_tokens, logit_bias) in /generate's names:
+// sampling_params.max_new_tokens, sampling_params.min_new_tokens, sampling_params.logit_bias.
+ApiError as_generate_error(ApiError err);
 
 // The logits-processing and structured-output fields shared by chat, completions and /generate
 // sampling_params (min_tokens, logit_bias, regex, ...). `api` picks the field names.

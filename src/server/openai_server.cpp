@@ -152,7 +152,9 @@ bool OpenAiServer::authorized(const HttpRequest& request) const {
 void OpenAiServer::send_error(HttpExchange& exchange, const std::string& route,
                               const ApiError& error_in) {
   // /v1/responses runs as a chat request: its later checks' errors name the Responses fields too.
-  const ApiError error = route == "/v1/responses" ? as_responses_error(error_in) : error_in;
+  const ApiError error = route == "/v1/responses" ? as_responses_error(error_in)
+                         : route == "/generate"   ? as_generate_error(error_in)
+                                                  : error_in;
   metrics_.count_request(route, error.status);
   HttpHeaders headers;
   if (error.status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
@@ -295,8 +297,14 @@ void OpenAiServer::route(HttpRequest&& req, std::shared_ptr<HttpExchange> exchan
     info["speculative_num_steps"] = config_.speculative_num_steps;
     info["requests_running"] = st.requests_running;
     info["requests_waiting"] = st.requests_waiting;
+    json accept = nullptr;
     if (st.spec_verify_steps_total > 0)
-      info["accept_length"] = 1.0 + double(st.spec_accepted_tokens_total) / double(st.spec_verify_steps_total);
+      info["accept_length"] = accept = 1.0 + double(st.spec_accepted_tokens_total) / double(st.spec_verify_steps_total);
+    // SGLang's per-scheduler states: its bench_serving reads internal_states[0].avg_spec_accept_length
+    // after every run (a KeyError without them).
+    info["internal_states"] = json::array({{{"avg_spec_accept_length", accept}}});
+    if (!info.contains("served_model_name") || info["served_model_name"] == "")
+      info["served_model_name"] = config_.served_model_name;
     metrics_.count_request(path == "/get_server_info" ? "/get_server_info" : "/v1/server_info", 200);
     return exchange->respond(200, "application/json", info.dump());
   }

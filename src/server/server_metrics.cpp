@@ -1,5 +1,7 @@
 #include "server/server_metrics.h"
 
+#include <charconv>
+
 #include <chrono>
 #include <cstdio>
 
@@ -11,6 +13,16 @@ std::string num(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
+}
+
+// A bucket's bound as Prometheus's Python client writes it (shortest round trip, ".0" on whole
+// numbers): le is matched as a string, so le="0.1" must not be "0.10000000000000001".
+std::string bound_label(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
 }
 
 void add_count(std::vector<std::pair<std::string, uint64_t>>& counts, const std::string& key) {
@@ -52,7 +64,7 @@ void Histogram::render(const std::string& name, const std::string& help, std::st
   uint64_t cumulative = 0;
   for (std::size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += counts_[i];
-    out += name + "_bucket{" + lead + "le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+    out += name + "_bucket{" + lead + "le=\"" + bound_label(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
   }
   cumulative += counts_.back();
   out += name + "_bucket{" + lead + "le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
@@ -100,12 +112,14 @@ std::string escape_label_value(const std::string& value) {
 
 void ServerMetrics::count_request(const std::string& route, int status) {
   std::lock_guard<std::mutex> lock(mutex_);
-  ++n_requests_;
   add_count(requests_, "route=\"" + metric_route_label(route) + "\",code=\"" + std::to_string(status) + "\"");
 }
 
 void ServerMetrics::count_finish(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // SGLang's num_requests_total: generations finished (a choice each, as the aborted count), not
+  // HTTP requests (a /metrics scrape counted itself).
+  ++n_requests_;
   if (reason == "abort") ++n_aborted_;
   add_count(finishes_, "reason=\"" + escape_label_value(reason) + "\"");
 }

@@ -280,6 +280,8 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
       }
       return r;
     };
+    if (body.contains("messages") && body.contains("prompt"))
+      return send_error(*exchange, path, ApiError::bad_request("give 'prompt' or 'messages', not both", "prompt")), true;
     if (body.contains("messages")) {
       // vLLM: the chat template applied to messages.
       json chat_body = {{"messages", body["messages"]}};

@@ -531,6 +531,14 @@ TEST_F(ApiTest, GenerateNative) {
             "sampling_params.max_new_tokens");
   EXPECT_EQ(error_of(post("/generate", {{"text", "x"}, {"sampling_params", {{"bogus", 1}}}}))["param"], "sampling_params.bogus");
   EXPECT_EQ(error_of(post("/generate", {{"text", "x"}, {"lora_path", "a"}}))["param"], "lora_path");
+  // Later checks name /generate's fields too (stop 55: they named max_tokens, min_new_tokens and
+  // logit_bias without their sampling_params).
+  json e = error_of(post("/generate", {{"text", "x"}, {"sampling_params", {{"max_new_tokens", 1000000}}}}));
+  EXPECT_EQ(e["param"], "sampling_params.max_new_tokens") << e.dump();
+  EXPECT_NE(e["message"].get<std::string>().find("max_new_tokens is 1000000"), std::string::npos) << e.dump();
+  e = error_of(post("/generate", {{"text", "x"}, {"sampling_params", {{"max_new_tokens", 2}, {"min_new_tokens", 5}}}}));
+  EXPECT_EQ(e["param"], "sampling_params.min_new_tokens") << e.dump();
+  EXPECT_EQ(e["message"].get<std::string>().find("max_tokens"), std::string::npos) << e.dump();
   expect_idle();
 }
 
@@ -655,6 +663,9 @@ TEST_F(ApiTest, TokenizeDetokenizeInfoLoadFlushHealth) {
   ASSERT_EQ(j["token_strs"].size(), 2u);
   EXPECT_EQ(j["token_strs"][1].size(), j["tokens"][1].size());
   EXPECT_EQ(error_of(post("/tokenize", {{"prompt", "a"}, {"add_generation_prompt", false}}))["param"], "add_generation_prompt");
+  // Both prompt and messages: refused (the prompt was ignored).
+  EXPECT_EQ(error_of(post("/tokenize", {{"prompt", "a"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}}))["param"],
+            "prompt");
   j = ok_json(post("/tokenize", {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"return_token_strs", true}}));
   const json msgs = json::parse(R"([{"role":"user","content":"hi"}])");
   EXPECT_EQ(j["tokens"], tokenizer_->encode(*chatml(msgs, nullptr, json::object()), true));
@@ -736,6 +747,28 @@ TEST_F(ApiTest, SglangMetricNames) {
                            "sglang:inter_token_latency_seconds_sum{", "deltaserve_requests_running"}) {
     EXPECT_NE(m.body.find(name), std::string::npos) << name;
   }
+  // Found by review (stop 55). Bucket bounds as Prometheus's Python client writes them (le is
+  // matched as a string: "0.10000000000000001" matched no le="0.1" selector).
+  EXPECT_NE(m.body.find("sglang:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"0.1\"}"), std::string::npos);
+  EXPECT_NE(m.body.find("sglang:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"1.0\"}"), std::string::npos);
+  EXPECT_EQ(m.body.find("0000000000"), std::string::npos);
+  // num_requests_total counts finished generations, not HTTP requests (a scrape counted itself).
+  auto total = [&] {
+    const std::string body = http(port_, "GET", "/metrics").body;
+    const std::string key = "sglang:num_requests_total{model_name=\"tiny\"} ";
+    const std::size_t at = body.find(key);
+    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + key.size()));
+  };
+  EXPECT_EQ(total(), 1.0);
+  EXPECT_EQ(total(), 1.0);
+  ok_json(post("/v1/completions", {{"prompt", "p"}, {"n", 2}}));
+  EXPECT_TRUE(wait_until([&] { return total() == 3.0; })) << total();
+  // /get_server_info carries SGLang's internal_states (its bench_serving reads
+  // internal_states[0].avg_spec_accept_length after every run).
+  const json info = ok_json(http(port_, "GET", "/get_server_info"));
+  ASSERT_TRUE(info.contains("internal_states")) << info.dump();
+  ASSERT_EQ(info["internal_states"].size(), 1u);
+  EXPECT_TRUE(info["internal_states"][0].contains("avg_spec_accept_length"));
 }
 
 // --- the Responses API ---
@@ -1160,6 +1193,15 @@ TEST_F(ApiTest, LogRequestsWritesALineWhenARequestStartsAndOneWhenItsResponseEnd
   ASSERT_GT(n_prompt, 2048);
   EXPECT_TRUE(has(lines[0], str_cat(" bytes) (+", n_prompt - 2048, " tokens)]"))) << lines[0].substr(lines[0].size() - 80);
   EXPECT_TRUE(has(lines[0], " prompt [\" w0 w1 w2")) << lines[0].substr(0, 200);
+
+  // A client's rid is quoted: a line break in it cannot start a line of its own (stop 55: a forged
+  // "INFO response ..." line).
+  script("ok");
+  ok_json(post("/generate", {{"text", "def"}, {"rid", "x\nINFO response cmpl-fake"}, {"sampling_params", {{"max_new_tokens", 2}}}}));
+  ASSERT_TRUE(wait_until([&] { return log.size() == 2; })) << log.size();
+  lines = log.take();
+  for (const std::string& line : lines) EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+  EXPECT_TRUE(has(lines[0], " rid \"x\\nINFO response cmpl-fake\": ")) << lines[0];
 
   // Level 0: metadata only.
   server_->stop();
