@@ -548,31 +548,26 @@ TEST(MemoryPlan, ReviewOfTheAutomaticChoices) {
   for (const auto& w : c.warnings) named |= w.find("--max-running-requests 20 is lowered to 10") != std::string::npos &&
                                             w.find("--max-mamba-cache-size") != std::string::npos;
   EXPECT_TRUE(named) << render_memory_plan(c);
-  // CPU ranks past num_key_value_heads (4) each keep a replicated KV head in the one process:
-  // 8 ranks hold 8 heads' KV a token, twice what 4 ranks (or one) hold.
-  auto cpu_kv = [](int tp) {
+  // The 27B on a 200 GiB CPU budget, f32 KV, 4 running requests, over tp ranks and dp replicas.
+  auto cpu_plan = [](int tp, int dp) {
     MemoryPlanInput in;
     in.device = PlanDevice::Cpu;
     in.device_memory_bytes = 512 * kGiB;
     in.max_memory_bytes = 200 * kGiB;
     in.tp_size = tp;
+    in.dp_size = dp;
     in.kv_bytes_per_elem = 4;
-    return plan_memory(qwen36_27b(), in).kv_bytes_per_token_per_gpu;
+    in.max_running_requests = 4;
+    return plan_memory(qwen36_27b(), in);
   };
+  // CPU ranks past num_key_value_heads (4) each keep a replicated KV head in the one process:
+  // 8 ranks hold 8 heads' KV a token, twice what 4 ranks (or one) hold.
+  auto cpu_kv = [&](int tp) { return cpu_plan(tp, 1).kv_bytes_per_token_per_gpu; };
   EXPECT_EQ(cpu_kv(1), 16 * 2 * 4 * 256 * 4);
   EXPECT_EQ(cpu_kv(4), cpu_kv(1));
   EXPECT_EQ(cpu_kv(8), 2 * cpu_kv(1));
   // CPU --dp-size: every replica loads the weights and its step buffers in the one process.
-  auto cpu_plan = [](int dp) {
-    MemoryPlanInput in;
-    in.device = PlanDevice::Cpu;
-    in.device_memory_bytes = 512 * kGiB;
-    in.max_memory_bytes = 200 * kGiB;
-    in.dp_size = dp;
-    in.max_running_requests = 4;
-    return plan_memory(qwen36_27b(), in);
-  };
-  const MemoryPlan one = cpu_plan(1), two = cpu_plan(2);
+  const MemoryPlan one = cpu_plan(1, 1), two = cpu_plan(1, 2);
   ASSERT_TRUE(one.ok() && two.ok()) << one.status().message() << two.status().message();
   EXPECT_EQ(two.cache_bytes, one.cache_bytes - one.weights_bytes_per_gpu - one.activation_reserve_bytes);
   EXPECT_NE(render_memory_plan(two).find("data-parallel replicas"), std::string::npos);
