@@ -123,14 +123,24 @@ const std::vector<std::pair<float, int32_t>>& RowSampler::kept(const float* logi
 
 int32_t RowSampler::argmax(const float* logits, int64_t vocab) { return static_cast<int32_t>(vec::argmax(logits, vocab)); }
 
-int32_t RowSampler::draw_untruncated(const float* logits, int64_t vocab, const SampleRow& r) {
-  // Temperature alone: the inverse CDF in token-id order over the whole vocabulary, in one pass
-  // after the max and the normaliser (kept() would sort all of it: ~100 ms a row at 248k).
-  const float inv_t = r.inv_temperature;
+namespace {
+
+// The largest scaled logit and the softmax normaliser over the whole vocabulary.
+std::pair<float, double> max_and_normaliser(const float* logits, int64_t vocab, float inv_t) {
   float mx = -INFINITY;
   for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, logits[i] * inv_t);
   double z = 0;
   for (int64_t i = 0; i < vocab; ++i) z += std::exp(logits[i] * inv_t - mx);
+  return {mx, z};
+}
+
+}  // namespace
+
+int32_t RowSampler::draw_untruncated(const float* logits, int64_t vocab, const SampleRow& r) {
+  // Temperature alone: the inverse CDF in token-id order over the whole vocabulary, after the max
+  // and the normaliser; nothing sorted (kept() would sort all of it: ~100 ms a row at 248k).
+  const float inv_t = r.inv_temperature;
+  const auto [mx, z] = max_and_normaliser(logits, vocab, inv_t);
   const double target = double(r.u) * z;
   double cum = 0;
   int64_t last = -1;  // the last token of probability above 0: where rounding leaves u past the total
@@ -155,10 +165,7 @@ void RowSampler::probabilities(const float* logits, int64_t vocab, const SampleR
     return;
   }
   const float inv_t = r.inv_temperature;
-  float mx = -INFINITY;
-  for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, logits[i] * inv_t);
-  double z = 0;
-  for (int64_t i = 0; i < vocab; ++i) z += std::exp(logits[i] * inv_t - mx);
+  const auto [mx, z] = max_and_normaliser(logits, vocab, inv_t);
   for (int64_t i = 0; i < vocab; ++i) probs[i] = static_cast<float>(std::exp(logits[i] * inv_t - mx) / z);
 }
 

@@ -43,7 +43,7 @@ class RowSampler {
   static bool untruncated(const SampleRow& r, int64_t vocab);
 
  private:
-  // draw() with no top-k, top-p or min-p: one pass in token-id order, nothing sorted.
+  // draw() with no top-k, top-p or min-p: in token-id order, nothing sorted.
   int32_t draw_untruncated(const float* logits, int64_t vocab, const SampleRow& r);
   // Fills cand_ with the tokens whose scaled logit is within a delta of mx that provably holds
   // the top-k / top-p / min-p result (unsorted, unnormalised).

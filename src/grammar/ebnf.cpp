@@ -217,20 +217,20 @@ class EbnfParser {
           // surrogate is none (its UTF-8 would be invalid).
           auto v = hex(4);
           if (!v) return v;
-          if (*v >= 0xD800 && *v <= 0xDBFF && peek() == '\\' && peek(1) == 'u') {
+          if (is_high_surrogate(*v) && peek() == '\\' && peek(1) == 'u') {
             const size_t at = pos_;
             pos_ += 2;
             auto lo = hex(4);
             if (!lo) return lo;
-            if (*lo >= 0xDC00 && *lo <= 0xDFFF) return 0x10000 + ((*v - 0xD800) << 10) + (*lo - 0xDC00);
+            if (is_low_surrogate(*lo)) return from_surrogates(*v, *lo);
             pos_ = at;
           }
-          if (*v >= 0xD800 && *v <= 0xDFFF) return fail("lone surrogate escape: \\uD800-\\uDFFF only as a high-low pair");
+          if (is_surrogate(*v)) return fail("lone surrogate escape: \\uD800-\\uDFFF only as a high-low pair");
           return v;
         }
         case 'U': {
           auto v = hex(8);
-          if (v && *v >= 0xD800 && *v <= 0xDFFF) return fail("surrogate code point escape: not a character");
+          if (v && is_surrogate(*v)) return fail("surrogate code point escape: not a character");
           return v;
         }
         case '\0': return fail("unterminated escape");

@@ -98,6 +98,11 @@ std::string expr_to_string(const Expr& e, const Grammar* g = nullptr);
 
 // Appends the UTF-8 encoding of `cp` (assumed a valid scalar value).
 void append_utf8(uint32_t cp, std::string& out);
+// UTF-16 surrogates, as \uD83D\uDE00 escapes write a character past U+FFFF (EBNF, regex).
+inline bool is_surrogate(uint32_t u) { return u >= 0xD800 && u <= 0xDFFF; }
+inline bool is_high_surrogate(uint32_t u) { return u >= 0xD800 && u <= 0xDBFF; }
+inline bool is_low_surrogate(uint32_t u) { return u >= 0xDC00 && u <= 0xDFFF; }
+inline uint32_t from_surrogates(uint32_t high, uint32_t low) { return 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00); }
 // Normalizes ranges: sorted, merged, clipped to [0, 0x10FFFF].
 CodepointRanges normalize_ranges(CodepointRanges ranges);
 

@@ -312,16 +312,16 @@ class RegexParser {
         } else {
           DS_RETURN_IF_ERROR(hex_digits(4, v));
           // A surrogate pair as two escapes (ECMAScript, JSON Schema's patterns) is one character.
-          if (v >= 0xD800 && v <= 0xDBFF && peek() == '\\' && peek(1) == 'u') {
+          if (is_high_surrogate(v) && peek() == '\\' && peek(1) == 'u') {
             const size_t at = pos_;
             pos_ += 2;
             uint32_t lo = 0;
-            if (hex_digits(4, lo).is_ok() && lo >= 0xDC00 && lo <= 0xDFFF) v = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
+            if (hex_digits(4, lo).is_ok() && is_low_surrogate(lo)) v = from_surrogates(v, lo);
             else pos_ = at;
           }
         }
         if (v > 0x10FFFF) return fail("code point above U+10FFFF");
-        if (v >= 0xD800 && v <= 0xDFFF) return fail("lone surrogate escape: \\uD800-\\uDFFF only as a high-low pair");
+        if (is_surrogate(v)) return fail("lone surrogate escape: \\uD800-\\uDFFF only as a high-low pair");
         set.push_back({v, v});
         return Status::ok();
       }

@@ -351,8 +351,8 @@ void GenerationJob::stream_delta(std::size_t i, ChoiceDelta d, int n_tokens, std
 void GenerationJob::handle_delta(std::size_t i, const ChoiceDelta& d, std::string& out) {
   if (d.finished) env_.metrics->count_finish(d.finish_reason);
   if (request_.kind == ApiKind::Responses && !request_.stream && !responded_) {
-    std::string unsent;  // the output items, built as a stream builds them (responses_final)
-    append_responses_events(d, unsent);
+    std::string none;  // the output items, built as a stream builds them (responses_final); no events
+    append_responses_events(d, none);
     return;
   }
   if (!request_.stream || responded_) return;

@@ -617,21 +617,15 @@ std::optional<ApiError> parse_cache_namespace(const json& body, OpenAiRequest& o
 }
 
 ApiError as_generate_error(ApiError err) {
-  auto rename = [&](const std::string& from, const std::string& param, const std::string& word) {
-    if (err.param != from) return;
-    err.param = param;
-    for (size_t at = err.message.find(from); at != std::string::npos; at = err.message.find(from, at + word.size()))
-      err.message.replace(at, from.size(), word);
-  };
-  rename("max_tokens", "sampling_params.max_new_tokens", "max_new_tokens");
-  rename("min_new_tokens", "sampling_params.min_new_tokens", "min_new_tokens");
-  rename("logit_bias", "sampling_params.logit_bias", "logit_bias");
-  // (min_tokens > max_tokens names min_new_tokens; its message names both.)
-  if (err.param == "sampling_params.min_new_tokens") {
-    for (auto [from, to] : {std::pair<std::string, std::string>{"min_tokens", "min_new_tokens"}, {"max_tokens", "max_new_tokens"}})
-      for (size_t at = err.message.find(from); at != std::string::npos; at = err.message.find(from, at + to.size()))
-        err.message.replace(at, from.size(), to);
-  }
+  // Chat's name (or the bare /generate one) -> sampling_params.<SGLang's>; the message's words too.
+  static const std::pair<std::string, std::string> kNames[] = {
+      {"max_tokens", "max_new_tokens"}, {"min_tokens", "min_new_tokens"}, {"logit_bias", "logit_bias"}};
+  for (const auto& [chat, sglang] : kNames)
+    if (err.param == chat || err.param == sglang) err.param = "sampling_params." + sglang;
+  if (err.param.rfind("sampling_params.", 0) != 0) return err;
+  for (const auto& [chat, sglang] : kNames)
+    for (size_t at = err.message.find(chat); chat != sglang && at != std::string::npos; at = err.message.find(chat, at + sglang.size()))
+      err.message.replace(at, chat.size(), sglang);
   return err;
 }
 

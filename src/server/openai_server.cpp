@@ -563,7 +563,7 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
       return send_error(*exchange, route,
                         ApiError::bad_request("min_tokens (" + std::to_string(request.min_tokens) +
                                                   ") is larger than max_tokens (" + std::to_string(jp.max_tokens) + ")",
-                                              kind == ApiKind::Generate ? "min_new_tokens" : "min_tokens"));
+                                              "min_tokens"));  // (/generate's name: as_generate_error)
     }
   }
   request.sampling.max_tokens = prompts.front().max_tokens;  // per prompt: JobPrompt::max_tokens

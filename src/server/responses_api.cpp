@@ -134,6 +134,7 @@ json GenerationJob::responses_object(const std::string& status_in) const {
 }
 
 void GenerationJob::responses_event(const std::string& type, json payload, std::string& out) {
+  if (!request_.stream) return;  // a whole response builds its items from the same deltas, sends no event
   json e = {{"type", type}, {"sequence_number", rs_.seq++}};
   for (auto it = payload.begin(); it != payload.end(); ++it) e[it.key()] = it.value();
   out += "event: " + type + "\ndata: " + safe_dump(e) + "\n\n";

@@ -59,18 +59,16 @@ void SpeculativeDecoder::finish_step(std::span<const ScheduledItem> items, std::
   for (size_t i = 0; i < items.size(); ++i) {
     Sequence& s = *items[i].seq;
     if (outputs[i].n_accepted < 0) continue;
-    int n = outputs[i].n_accepted + 1;
-    if (s.status == SeqStatus::Finished) {
-      // Its state is done with, but a block that the kept tokens completed gets its checkpoint for
-      // the prefix cache, as a plain decode step saves it. Kept: the tokens of this step up to the
-      // finishing one (update() cut n_computed there); the step began after n_computed - n of them.
-      n = s.n_computed - (static_cast<int>(s.tokens.size()) - outputs[i].n_emit - 1);
-      if (n <= 0) continue;
-      const CommitCheckpoint ck = scheduler.commit_checkpoint(s, n);
-      if (ck.slot >= 0) commits_.push_back(StateCommit{s.slot, n, ck.at, ck.slot});
-      continue;
-    }
+    // A finished sequence's state is done with, but a block its kept tokens completed still gets
+    // its checkpoint for the prefix cache, as a plain decode step saves it. Kept: this step's tokens
+    // up to the finishing one (update() cut n_computed there; the step began n_emit + 1 tokens
+    // before the end of s.tokens).
+    const bool finished = s.status == SeqStatus::Finished;
+    const int n = finished ? s.n_computed - (static_cast<int>(s.tokens.size()) - outputs[i].n_emit - 1)
+                           : outputs[i].n_accepted + 1;
+    if (n <= 0) continue;
     const CommitCheckpoint ck = scheduler.commit_checkpoint(s, n);  // prefix cache: the rolling checkpoint
+    if (finished && ck.slot < 0) continue;
     commits_.push_back(StateCommit{s.slot, n, ck.at, ck.slot});
   }
   runner_.commit_state(commits_);
