@@ -247,6 +247,24 @@ TEST(Jinja, DeepNestingIsAnErrorNotACrash) {
   EXPECT_FALSE(Template::parse(ifs).is_ok());
 }
 
+// A namespace attribute wrapped in a list on every turn of a loop nests 100k deep: freeing it
+// recursed once per level and overflowed the stack (SIGSEGV, stop 56); comparing two such values
+// recursed the same way (Python: RecursionError).
+TEST(Jinja, ValuesNestedDeepByALoopAreFreedAndComparedWithoutCrashing) {
+  auto r = render(
+      "{% set ns = namespace(x=[], y={}) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+      "{% set ns.y = {'a': ns.y} %}{% endfor %}{{ ns.x | length }}{{ ns.y | length }}{{ ns.x == ns.x }}");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(*r, "11True");
+  const char* unequal[] = {"{{ ns.x == ns.y }}", "{{ ns.x < ns.y }}", "{{ ns.x in [ns.y] }}"};
+  for (const char* tail : unequal) {
+    auto c = render(std::string("{% set ns = namespace(x=[], y=[]) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}"
+                                "{% set ns.y = [ns.y] %}{% endfor %}") + tail);
+    ASSERT_FALSE(c.is_ok()) << tail << " rendered " << *c;
+    EXPECT_NE(c.status().message().find("nested too deeply to compare"), std::string::npos) << c.status().message();
+  }
+}
+
 // Found by review (stop 53), each a crash or a hang before: a slice step near INT64_MAX wrapped
 // its index negative (SIGSEGV, or garbage from a string); INT64_MIN // -1 and % -1 trapped
 // (SIGFPE); 1 ** 9e18 multiplied 9e18 times; "" * 10**18 looped 10**18 times; chains of 30,000

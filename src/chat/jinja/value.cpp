@@ -311,7 +311,30 @@ void Value::append_json(std::string& out, int indent, std::string_view item_sep,
   }
 }
 
-bool Value::equals(const Value& o) const {
+void Value::release_nested() {
+  // Children this value alone owns move to a work list and are freed one at a time, each after its
+  // own children moved out: the destructors below never recurse more than one level.
+  std::vector<Value> work;
+  auto take_children = [&work](Value& v) {
+    auto take = [&work](Value& c) {
+      if (c.p_ && (c.kind_ == Kind::Array || c.kind_ == Kind::Object) && c.p_.use_count() == 1) work.push_back(std::move(c));
+    };
+    if (v.kind_ == Kind::Array) {
+      for (Value& c : *static_cast<Array*>(v.p_.get())) take(c);
+    } else {
+      for (auto& kv : static_cast<Object*>(v.p_.get())->items) take(kv.second);
+    }
+  };
+  take_children(*this);
+  while (!work.empty()) {
+    Value v = std::move(work.back());
+    work.pop_back();
+    take_children(v);
+  }
+}
+
+bool Value::equals_at(const Value& o, int depth) const {
+  if (depth > kMaxDepth) throw JinjaError("value nested too deeply to compare");
   if (is_number() && o.is_number()) {
     if ((is_int() || is_bool()) && (o.is_int() || o.is_bool())) return as_int() == o.as_int();
     return as_double() == o.as_double();
@@ -322,9 +345,10 @@ bool Value::equals(const Value& o) const {
     case Kind::None: return true;
     case Kind::String: return str() == o.str();
     case Kind::Array: {
+      if (p_ == o.p_) return true;  // Python's identity shortcut
       if (arr().size() != o.arr().size()) return false;
       for (std::size_t i = 0; i < arr().size(); ++i)
-        if (!(arr())[i].equals(o.arr()[i])) return false;
+        if (!(arr())[i].equals_at(o.arr()[i], depth + 1)) return false;
       return true;
     }
     case Kind::Object: {
@@ -333,7 +357,7 @@ bool Value::equals(const Value& o) const {
       if (obj().items.size() != o.obj().items.size()) return false;
       for (const auto& [k, v] : obj().items) {
         const Value* other = o.obj().find(k);
-        if (!other || !v.equals(*other)) return false;
+        if (!other || !v.equals_at(*other, depth + 1)) return false;
       }
       return true;
     }
@@ -342,7 +366,8 @@ bool Value::equals(const Value& o) const {
   }
 }
 
-int Value::compare(const Value& o) const {
+int Value::compare_at(const Value& o, int depth) const {
+  if (depth > kMaxDepth) throw JinjaError("value nested too deeply to compare");
   if (is_number() && o.is_number()) {
     if ((is_int() || is_bool()) && (o.is_int() || o.is_bool()))
       return as_int() < o.as_int() ? -1 : (as_int() > o.as_int() ? 1 : 0);
@@ -357,8 +382,8 @@ int Value::compare(const Value& o) const {
   if (is_array() && o.is_array()) {
     std::size_t n = std::min(arr().size(), o.arr().size());
     for (std::size_t i = 0; i < n; ++i) {
-      if ((arr())[i].equals(o.arr()[i])) continue;
-      return (arr())[i].compare(o.arr()[i]);
+      if ((arr())[i].equals_at(o.arr()[i], depth + 1)) continue;
+      return (arr())[i].compare_at(o.arr()[i], depth + 1);
     }
     return arr().size() < o.arr().size() ? -1 : (arr().size() > o.arr().size() ? 1 : 0);
   }

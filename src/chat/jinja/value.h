@@ -50,6 +50,15 @@ class Value {
   enum class Kind : std::uint8_t { Undefined, None, Bool, Int, Float, String, Array, Object, Callable };
 
   Value() = default;  // Undefined
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) noexcept = default;
+  // The last owner of a list or dict frees it level by level (release_nested), so a value nested
+  // 100k deep (a namespace attribute wrapped in a loop) does not overflow the stack as it goes.
+  ~Value() {
+    if (p_ && (kind_ == Kind::Array || kind_ == Kind::Object) && p_.use_count() == 1) release_nested();
+  }
   static Value undefined(std::string hint);  // hint: the jinja2-style message used when misused
   static Value none() { return Value(Kind::None); }
   Value(bool b) : kind_(Kind::Bool) { n_.b = b; }                     // NOLINT
@@ -97,12 +106,16 @@ class Value {
   void append_json(std::string& out, int indent, std::string_view item_sep,
                    std::string_view key_sep, bool sort_keys, int depth = 0) const;
 
-  // Python ==, and <, <= ... (throws JinjaError on unorderable types).
-  bool equals(const Value& other) const;
-  int compare(const Value& other) const;
+  // Python ==, and <, <= ... (throws JinjaError on unorderable types, and on lists or dicts nested
+  // too deeply to walk).
+  bool equals(const Value& other) const { return equals_at(other, 0); }
+  int compare(const Value& other) const { return compare_at(other, 0); }
 
  private:
   explicit Value(Kind k) : kind_(k) {}
+  void release_nested();
+  bool equals_at(const Value& other, int depth) const;
+  int compare_at(const Value& other, int depth) const;
   // 32 bytes: copies are one refcount bump, which matters for loops over long message lists.
   Kind kind_ = Kind::Undefined;
   union {
