@@ -199,8 +199,11 @@ GenerationJob::GenerationJob(JobEnv env, OpenAiRequest request, std::vector<JobP
       options_(std::move(options)),
       exchange_(std::move(exchange)),
       arrival_(arrival) {
+  // A client's request_id (or rid) names a chat or completion response, as in vLLM ("chatcmpl-" +
+  // request_id); Responses ids stay the server's: previous_response_id looks them up.
+  const bool client_id = !request_.rid.empty() && (request_.kind == ApiKind::Chat || request_.kind == ApiKind::Completion);
   response_id_ = (request_.kind == ApiKind::Chat ? "chatcmpl-" : request_.kind == ApiKind::Responses ? "resp_" : "cmpl-") +
-                 random_hex(32);
+                 (client_id ? request_.rid : random_hex(32));
   created_ = std::chrono::duration_cast<std::chrono::seconds>(
                  std::chrono::system_clock::now().time_since_epoch())
                  .count();

@@ -49,7 +49,9 @@ Result<Grammar> GrammarService::build(const ConstraintSpec& spec) const {
     case ConstraintSpec::Kind::ToolCall: {
       auto kind = tool_parser_kind_from_name(spec.json.value("format", ""));
       if (!kind) return kind.status();
-      return tool_call_grammar(*kind, spec.json["tools"], spec.json.value("parallel", true), options_);
+      return tool_call_grammar(*kind, spec.json["tools"], spec.json.value("parallel", true), options_,
+                               spec.json.value("after_text", false) ? ToolCallMode::AfterText : ToolCallMode::Forced,
+                               spec.json.value("answer_schema", nlohmann::ordered_json()));
     }
     case ConstraintSpec::Kind::None: break;
   }

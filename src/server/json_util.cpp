@@ -292,14 +292,17 @@ class PyLiteralParser {
     }
     std::string text(s_.substr(start, pos_ - start));
     if (text.empty() || text == "-" || text == "+") return std::nullopt;
+    // Out of int64 or double range: not read (the caller keeps the raw text), where strtoll would
+    // clamp to INT64_MAX and strtod give inf, which JSON writes as null.
     char* end = nullptr;
+    errno = 0;
     if (!is_float) {
       long long v = std::strtoll(text.c_str(), &end, 10);
-      if (*end == '\0') return json(v);
+      if (*end == '\0' && errno != ERANGE) return json(v);
       return std::nullopt;
     }
     double d = std::strtod(text.c_str(), &end);
-    if (*end != '\0') return std::nullopt;
+    if (*end != '\0' || !std::isfinite(d)) return std::nullopt;
     return json(d);
   }
 

@@ -50,6 +50,7 @@ std::optional<ApiError> parse_common(const json& body, const SamplingDefaults& d
   if (auto v = f.integer("max_tokens", 1, INT32_MAX)) out.max_tokens = static_cast<int>(*v);
   if (auto v = f.integer("max_completion_tokens", 1, INT32_MAX)) {
     out.max_tokens = static_cast<int>(*v);
+    out.max_tokens_param = "max_completion_tokens";
   }
   if (auto v = f.boolean("stream")) out.stream = *v;
   if (auto v = f.boolean("ignore_eos")) s.ignore_eos = *v;
@@ -588,6 +589,7 @@ std::optional<ApiError> parse_output_fields(const json& body, OpenAiRequest& out
   // No-effect fields still have OpenAI's types.
   f.string("user");
   f.string("safety_identifier");
+  f.string("prompt_cache_key");
   if (f.err) return f.err;
   if (auto e = parse_cache_namespace(body, out)) return e;
   if (f.has("metadata")) {
@@ -692,13 +694,22 @@ std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefau
   // reasoning_effort "none" turns thinking off unless the kwargs say otherwise.
   std::string effort;
   std::string effort_param;
+  // reasoning_effort (chat) and reasoning.effort (Responses): each is checked whenever it is given,
+  // and both given must agree.
+  auto check_effort = [](const std::string& e, const std::string& param) -> std::optional<ApiError> {
+    if (e != "none" && e != "minimal" && e != "low" && e != "medium" && e != "high")
+      return ApiError::bad_request("'" + param + "' must be one of none, minimal, low, medium, high; got '" + e + "'",
+                                   param);
+    return std::nullopt;
+  };
   if (body.contains("reasoning_effort") && !body["reasoning_effort"].is_null()) {
     effort_param = "reasoning_effort";
     if (!body["reasoning_effort"].is_string())
       return ApiError::bad_request("'reasoning_effort' must be a string", effort_param);
     effort = body["reasoning_effort"];
-  } else if (body.contains("reasoning") && !body["reasoning"].is_null()) {
-    effort_param = "reasoning.effort";
+    if (auto e = check_effort(effort, effort_param)) return e;
+  }
+  if (body.contains("reasoning") && !body["reasoning"].is_null()) {
     const json& r = body["reasoning"];
     if (!r.is_object()) return ApiError::bad_request("'reasoning' must be an object", "reasoning");
     if (auto e = check_nested_fields(r, "reasoning", "reasoning")) return e;
@@ -706,15 +717,16 @@ std::optional<ApiError> parse_chat_request(const json& body, const SamplingDefau
       return ApiError::bad_request("'reasoning.summary' is not supported (reasoning is returned as it is)",
                                    "reasoning.summary", "unsupported_field");
     if (r.contains("effort") && !r["effort"].is_null()) {
-      if (!r["effort"].is_string()) return ApiError::bad_request("'reasoning.effort' must be a string", effort_param);
-      effort = r["effort"];
+      if (!r["effort"].is_string()) return ApiError::bad_request("'reasoning.effort' must be a string", "reasoning.effort");
+      const std::string e = r["effort"];
+      if (auto err = check_effort(e, "reasoning.effort")) return err;
+      if (!effort_param.empty() && e != effort)
+        return ApiError::bad_request("'reasoning_effort' is '" + effort + "' but 'reasoning.effort' is '" + e +
+                                         "'; give one, or the same value",
+                                     "reasoning.effort");
+      effort = e;
+      effort_param = "reasoning.effort";
     }
-  }
-  if (!effort_param.empty() && !effort.empty() && effort != "none" && effort != "minimal" && effort != "low" &&
-      effort != "medium" && effort != "high") {
-    return ApiError::bad_request("'" + effort_param + "' must be one of none, minimal, low, medium, high; got '" +
-                                     effort + "'",
-                                 effort_param);
   }
   if (!effort.empty() && !out.template_kwargs.contains("enable_thinking")) {
     out.template_kwargs["enable_thinking"] = effort != "none";
@@ -894,6 +906,21 @@ std::optional<ApiError> parse_generate_request(const json& body, const SamplingD
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > kMaxTopLogprobs)
       return ApiError::bad_request("'top_logprobs_num' must be an integer in [0, 20]", "top_logprobs_num");
     top = t.get<int>();
+  }
+  if (top > 0 && !want_lp)
+    return ApiError::bad_request("'top_logprobs_num' needs 'return_logprob': true", "top_logprobs_num");
+  // stream_options has no effect here (every chunk's meta_info has the counts) but keeps its types.
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    const json& so = body["stream_options"];
+    if (!so.is_object()) return ApiError::bad_request("'stream_options' must be an object", "stream_options");
+    if (auto e = check_nested_fields(so, "stream_options", "stream_options")) return e;
+    JsonFields g{so, std::nullopt};
+    g.boolean("include_usage");
+    g.boolean("continuous_usage_stats");
+    if (g.err) {
+      g.err->param = "stream_options." + g.err->param;
+      return g.err;
+    }
   }
   if (want_lp) {
     out.logprobs = true;

@@ -65,6 +65,7 @@ struct OpenAiRequest {
   int top_logprobs = 0;
   bool skip_special_tokens = true;
   std::optional<int> max_tokens;   // absent: chat up to the context length, completions 16
+  std::string max_tokens_param = "max_tokens";  // the field that set it, for errors (max_completion_tokens)
   SamplingParams sampling;         // max_tokens filled in later, once the prompt length is known
 
   // Structured output: at most one of response_format / regex / ebnf / json_schema /

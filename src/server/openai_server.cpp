@@ -10,6 +10,7 @@
 #include "server/json_util.h"
 #include "server/request_constraint.h"
 #include "server/responses_request.h"
+#include "server/tool_call_grammar.h"
 #include "util/json_parse.h"
 #include "util/task_queue.h"
 #include "util/log.h"
@@ -450,12 +451,48 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
                                {"parallel", request.parallel_tool_calls && request.tool_choice == "required"}};
   }
 
+  // Tools the model may call ("auto"): without a parser the calls would come back as plain text
+  // (vLLM refuses the same: "auto" tool choice requires --tool-call-parser).
+  const bool auto_tools = chat && !forced_call && request.tools.is_array() && !request.tools.empty();
+  if (auto_tools && tool_parser_ == ToolParserKind::None) {
+    return send_error(*exchange, route,
+                      ApiError::bad_request("'tools' needs the server started with --tool-call-parser (qwen3_coder or "
+                                            "hermes): without it the model's calls would come back as text",
+                                            "tools"));
+  }
+  // Strict tools under "auto" (OpenAI's `function.strict`): text, then optionally calls whose
+  // arguments follow the strict tools' schemas (tool_call_grammar.h, ToolCallMode::AfterText).
+  // With a JSON response_format the output is that answer or the calls.
+  if (auto_tools && any_strict_tool(request.tools)) {
+    json answer;  // null: free text before the calls
+    if (request.constraint.kind == ConstraintSpec::Kind::JsonSchema) answer = request.constraint.json;
+    else if (request.constraint.kind == ConstraintSpec::Kind::JsonObject) answer = {{"type", "object"}};
+    else if (!request.constraint.empty()) {
+      return send_error(*exchange, route,
+                        ApiError::bad_request("tools with 'strict': true and '" + request.constraint.param +
+                                                  "' both constrain the output; give only one",
+                                              "tools"));
+    }
+    request.constraint.kind = ConstraintSpec::Kind::ToolCall;
+    request.constraint.param = "tools";
+    request.constraint.json = {{"format", config_.tool_call_parser},
+                               {"tools", request.tools},
+                               {"parallel", request.parallel_tool_calls},
+                               {"after_text", true},
+                               {"answer_schema", answer}};
+  }
+
   // Prompt(s) → token ids. Chat has one prompt; /v1/completions may have a batch.
   std::vector<JobPrompt> prompts;
   const char* prompt_param = chat ? "messages" : kind == ApiKind::Generate ? "text" : "prompt";
   bool prompt_opens_think = false;
   if (chat) {
-    if (!render_chat_) return send_error(*exchange, route, ApiError::internal("no chat template"));
+    if (!render_chat_) {
+      return send_error(*exchange, route,
+                        ApiError::bad_request("the model has no chat template: start the server with --chat-template "
+                                              "FILE, or send the prompt to /v1/completions",
+                                              "messages"));
+    }
     if (!request.add_generation_prompt) request.template_kwargs["add_generation_prompt"] = false;
     // Tools are rendered whenever the request has them (tool_choice "none" already dropped them).
     Result<std::string> text =
@@ -474,7 +511,25 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
       const size_t first = final_text.find_first_not_of(kSpace);
       const std::string lstripped = first == std::string::npos ? std::string() : final_text.substr(first);
       const std::string stripped = lstripped.substr(0, lstripped.find_last_not_of(kSpace) + 1);
-      const size_t at = stripped.empty() ? std::string::npos : text->rfind(stripped);
+      // Where the final message's text ends: the template's text after it, rendered with a marker in
+      // its place, is what follows it here. (A plain rfind matched inside that closing text: "m" in
+      // "<|im_end|>".) A template whose closing text depends on the message falls back to rfind.
+      size_t end = std::string::npos;
+      if (!stripped.empty()) {
+        static constexpr std::string_view kMarker = "\x1f" "deltaserve:final-message" "\x1f";
+        json marked = request.messages;
+        marked.back()["content"] = std::string(kMarker);
+        Result<std::string> m = render_chat_(marked, request.tools, request.template_kwargs);
+        const size_t mark = m ? m->rfind(kMarker) : std::string::npos;
+        if (mark != std::string::npos) {
+          const std::string_view after = std::string_view(*m).substr(mark + kMarker.size());
+          if (std::string_view(*text).ends_with(after)) end = text->size() - after.size();
+        }
+      }
+      const size_t at = stripped.empty() ? std::string::npos
+                        : end == std::string::npos ? text->rfind(stripped)
+                        : end < stripped.size()    ? std::string::npos
+                                                   : text->rfind(stripped, end - stripped.size());
       if (at == std::string::npos) {
         return send_error(*exchange, route,
                           ApiError::bad_request("continue_final_message: the final assistant message must have text "
@@ -543,12 +598,12 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
       if (context > 0 && n_prompt + *request.max_tokens > context) {
         return send_error(
             *exchange, route,
-            ApiError::bad_request("max_tokens is " + std::to_string(*request.max_tokens) +
+            ApiError::bad_request(request.max_tokens_param + " is " + std::to_string(*request.max_tokens) +
                                       " but " + which + " has " + std::to_string(n_prompt) +
                                       " tokens and the context length is " +
                                       std::to_string(context) + " (at most " +
                                       std::to_string(context - n_prompt) + " new tokens)",
-                                  "max_tokens", "context_length_exceeded"));
+                                  request.max_tokens_param, "context_length_exceeded"));
       }
       jp.max_tokens = *request.max_tokens;
     } else {
@@ -562,7 +617,8 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
     if (request.min_tokens > jp.max_tokens) {
       return send_error(*exchange, route,
                         ApiError::bad_request("min_tokens (" + std::to_string(request.min_tokens) +
-                                                  ") is larger than max_tokens (" + std::to_string(jp.max_tokens) + ")",
+                                                  ") is larger than " + request.max_tokens_param + " (" +
+                                                  std::to_string(jp.max_tokens) + ")",
                                               "min_tokens"));  // (/generate's name: as_generate_error)
     }
   }

@@ -87,7 +87,7 @@ const std::vector<RequestField> kFields = {
   {"guided_decoding_backend", C | P, ONLY, R"([null, "auto", "xgrammar"])", R"("outlines")", "the built-in grammar engine is the only backend"},
   {"guided_whitespace_pattern", C | P, ONLY, "[null]", R"("[ ]?")", "JSON whitespace is fixed (at most 16 blanks between tokens)"},
   // --- chat template, reasoning, tools ---
-  {"tools", C | R, YES, nullptr, R"([{"type":"function","function":{"name":"f"}}])", ""},
+  {"tools", C | R, YES, nullptr, R"([{"type":"function","function":{"name":"f"}}])", "needs --tool-call-parser; a function with strict: true gets arguments valid under its parameters, also under tool_choice auto"},
   {"tool_choice", C | R, YES, nullptr, R"("auto")", "none, auto, required (a call is forced), or {\"type\":\"function\",\"function\":{\"name\":...}}"},
   {"parallel_tool_calls", C | R, YES, nullptr, "false", "false: at most one call (exactly one when a call is forced)"},
   {"chat_template_kwargs", C, YES, nullptr, R"({"enable_thinking":false})", "passed to the chat template; may not set messages, tools, documents, add_generation_prompt, continue_final_message, bos_token or eos_token"},

@@ -124,6 +124,18 @@ Result<Expr> coder_call(const json& fn, JsonSchemaConverter& conv) {
   return Expr::seq(std::move(seq));
 }
 
+// A qwen3_coder call to `name` with any parameters (a tool that is not strict, in AfterText mode).
+Result<Expr> coder_call_any(const json& fn) {
+  const std::string name = fn["name"].get<std::string>();
+  DS_RETURN_IF_ERROR(check_coder_name(name, "tool name"));
+  Expr param_name = Expr::plus(Expr::codepoints({{0, ' '}, {'<', '<'}, {'>', '>'}, {0x7f, 0x7f}}, /*negate=*/true));
+  Expr value = Expr::exclude(std::vector<std::string>(std::begin(kCoderTags), std::end(kCoderTags)));
+  Expr param = Expr::seq({Expr::literal("<parameter="), std::move(param_name), Expr::literal(">\n"), std::move(value),
+                          Expr::literal("\n</parameter>\n")});
+  return Expr::seq({Expr::literal("<tool_call>\n<function=" + name + ">\n"), Expr::star(std::move(param)),
+                    Expr::literal("</function>\n</tool_call>")});
+}
+
 Result<Expr> hermes_call(const json& fn, JsonSchemaConverter& conv) {
   const std::string name = fn["name"].get<std::string>();
   Expr ws = conv.whitespace();
@@ -147,17 +159,30 @@ Result<Expr> hermes_call(const json& fn, JsonSchemaConverter& conv) {
 
 }  // namespace
 
-Result<Grammar> tool_call_grammar(ToolParserKind format, const json& tools, bool parallel, const JsonSchemaOptions& options) {
+bool any_strict_tool(const json& tools) {
+  if (!tools.is_array()) return false;
+  return std::any_of(tools.begin(), tools.end(), [](const json& t) {
+    const json& fn = t.contains("function") ? t["function"] : t;
+    return fn.is_object() && fn.value("strict", json()) == true;
+  });
+}
+
+Result<Grammar> tool_call_grammar(ToolParserKind format, const json& tools, bool parallel, const JsonSchemaOptions& options,
+                                  ToolCallMode mode, const json& answer_schema) {
   if (format == ToolParserKind::None)
     return error("forcing a tool call needs a tool-call parser (start the server with --tool-call-parser)");
   if (!tools.is_array() || tools.empty()) return error("forcing a tool call needs at least one tool");
+  const bool after_text = mode == ToolCallMode::AfterText;
   Grammar g;
   const int root = g.add_rule("root");
   JsonSchemaConverter conv(g, options);
   std::vector<Expr> calls;
   for (const auto& t : tools) {
     const json& fn = t.contains("function") ? t["function"] : t;
-    auto c = format == ToolParserKind::Qwen3Coder ? coder_call(fn, conv) : hermes_call(fn, conv);
+    const bool loose = after_text && fn.value("strict", json()) != true;
+    Result<Expr> c = format == ToolParserKind::Qwen3Coder
+                         ? (loose ? coder_call_any(fn) : coder_call(fn, conv))
+                         : hermes_call(loose ? json{{"name", fn["name"]}} : fn, conv);
     if (!c) return c.status();
     calls.push_back(std::move(*c));
   }
@@ -167,7 +192,16 @@ Result<Grammar> tool_call_grammar(ToolParserKind format, const json& tools, bool
   blank.set('\n');
   Expr lead = Expr::repeat(Expr::byte_set(blank), 0, 4);
   Expr body = parallel ? Expr::seq({call, Expr::star(Expr::seq({Expr::repeat(Expr::byte_set(blank), 1, 2), call}))}) : call;
-  g.set_body(root, Expr::seq({lead, std::move(body), Expr::repeat(Expr::byte_set(blank), 0, 2)}));
+  Expr tail = Expr::repeat(Expr::byte_set(blank), 0, 2);
+  if (after_text && !answer_schema.is_null()) {
+    auto answer = conv.value(answer_schema, answer_schema, "#");
+    if (!answer) return error("response_format: ", answer.status().message());
+    g.set_body(root, Expr::alt({std::move(*answer), Expr::seq({lead, std::move(body), std::move(tail)})}));
+  } else if (after_text) {
+    g.set_body(root, Expr::seq({Expr::exclude({"<tool_call>"}), Expr::opt(Expr::seq({std::move(body), std::move(tail)}))}));
+  } else {
+    g.set_body(root, Expr::seq({lead, std::move(body), std::move(tail)}));
+  }
   g.root = root;
   return g;
 }

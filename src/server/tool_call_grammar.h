@@ -11,6 +11,13 @@
 //
 // `tools` is the OpenAI tools array to choose from; `parallel` allows several calls (separated
 // by a newline), otherwise exactly one. Leading and trailing blank space is allowed.
+//
+// ToolCallMode::AfterText (tool_choice "auto" with `strict` tools): any text without the call tag
+// ("<tool_call>"), then optionally the calls, nothing after them. A tool whose `function.strict`
+// is not true keeps its name but takes any arguments (qwen3_coder: any parameters; hermes: any
+// object); strict tools' arguments are held to their schemas as in a forced call. With
+// `answer_schema` (the request's response_format schema, not null) the text is instead a JSON
+// value under it: the output is that answer or the calls.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -22,7 +29,13 @@
 
 namespace deltaserve {
 
+enum class ToolCallMode { Forced, AfterText };
+
 Result<Grammar> tool_call_grammar(ToolParserKind format, const nlohmann::ordered_json& tools, bool parallel,
-                                  const JsonSchemaOptions& options = {});
+                                  const JsonSchemaOptions& options = {}, ToolCallMode mode = ToolCallMode::Forced,
+                                  const nlohmann::ordered_json& answer_schema = nullptr);
+
+// Whether any tool of an OpenAI tools array has "function": {"strict": true}.
+bool any_strict_tool(const nlohmann::ordered_json& tools);
 
 }  // namespace deltaserve

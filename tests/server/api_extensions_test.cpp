@@ -425,7 +425,8 @@ TEST_F(ApiTest, ContinueFinalMessageThroughATrimmingTemplate) {
     return t.render(in);
   });
   script("lo");
-  for (const char* content : {"Hel ", "```python\n", "  Indented", "Hel"}) {
+  // "m", "e", "end", "|": also inside the closing "<|im_end|>", where a plain rfind cut (stop 56).
+  for (const char* content : {"Hel ", "```python\n", "  Indented", "Hel", "m", "e", "end", "|"}) {
     ok_json(post("/v1/chat/completions",
                  {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", content}}})},
                   {"continue_final_message", true}, {"add_generation_prompt", false}, {"max_tokens", 4}}));

@@ -83,7 +83,9 @@ TEST_F(ApiValidationTest, CachedTokensAreReportedOnGenerateAndResponses) {
 }
 
 TEST_F(ApiValidationTest, UnknownNestedKeysAreRefusedByPath) {
-  start();
+  ServerConfig cfg;
+  cfg.tool_call_parser = "qwen3_coder";  // tools under "auto" are served only with a parser
+  start(cfg);
   script("ok");
   const std::string C = "/v1/chat/completions";
   refused(C, {{"messages", json::array({{{"role", "user"}, {"content", "hi"}, {"foo", 1}}})}}, "messages[0].foo");
@@ -371,7 +373,9 @@ TEST_F(ApiValidationTest, SmallerFieldChecks) {
 // A function's arguments are a JSON object: a parameters schema of another type is refused, as
 // OpenAI refuses it (a forced call would otherwise write a bare string or number as arguments).
 TEST_F(ApiValidationTest, ToolParametersMustBeAnObjectSchema) {
-  start();
+  ServerConfig cfg;
+  cfg.tool_call_parser = "qwen3_coder";
+  start(cfg);
   script("ok");
   const std::string C = "/v1/chat/completions";
   auto tool = [](json params) {
@@ -512,6 +516,121 @@ TEST_F(ThinkingDefaultTest, ReasoningStartsWhereThePromptOpensThink) {
   default_on = true;  // a template that defaults on, asked for nothing: reasoning first
   json dflt = ask(json::object());
   EXPECT_EQ(dflt["reasoning_content"], "Add them.\n") << dflt.dump();
+}
+
+}  // namespace
+}  // namespace deltaserve
+
+namespace deltaserve {
+namespace {
+
+// Found by review (stop 56), each accepted and then not (or wrongly) applied before.
+TEST_F(ApiValidationTest, ToolsUnderAutoNeedAParserAndStrictToolsAreEnforced) {
+  start();  // no --tool-call-parser
+  script("ok");
+  const std::string C = "/v1/chat/completions";
+  auto tool = [](bool strict) {
+    json fn = {{"name", "get"},
+               {"parameters", {{"type", "object"}, {"properties", {{"n", {{"type", "integer"}}}}}, {"required", {"n"}}}}};
+    if (strict) fn["strict"] = true;
+    return json::array({{{"type", "function"}, {"function", fn}}});
+  };
+  // The calls would come back as text: refused, as vLLM refuses "auto" without a parser.
+  json e = refused(C, chat({{"tools", tool(false)}}), "tools");
+  EXPECT_NE(e["message"].get<std::string>().find("--tool-call-parser"), std::string::npos) << e.dump();
+  refused(C, chat({{"tools", tool(false)}, {"tool_choice", "auto"}}), "tools");
+  refused("/v1/responses", {{"input", "x"}, {"tools", json::array({{{"type", "function"}, {"name", "f"}}})}}, "tools");
+  ok(post_json(C, chat({{"tools", tool(false)}, {"tool_choice", "none"}})));  // not rendered, nothing to parse
+  ok(post_json(C, chat({{"tools", json::array()}})));
+  expect_idle();
+}
+
+TEST_F(ApiValidationTest, StrictToolsUnderAutoHoldTheArgumentsToTheSchema) {
+  ServerConfig cfg;
+  cfg.tool_call_parser = "qwen3_coder";
+  start(cfg);
+  engine_.vocab = tokenizer_->vocab_size();
+  engine_.eos = {8183, 8185};
+  const std::string C = "/v1/chat/completions";
+  const json tools = json::array(
+      {{{"type", "function"},
+        {"function", {{"name", "get"}, {"strict", true},
+                      {"parameters", {{"type", "object"}, {"properties", {{"n", {{"type", "integer"}}}}}, {"required", {"n"}}}}}}}});
+  const std::string call = "<tool_call>\n<function=get>\n<parameter=n>\n5\n</parameter>\n</function>\n</tool_call>";
+  // A valid call after some text: taken as it is, and parsed.
+  engine_.script = tokenizer_->encode("Sure.\n\n" + call, true);
+  engine_.script.push_back(8185);
+  json j = ok(post_json(C, chat({{"tools", tools}, {"max_tokens", 60}})));
+  ASSERT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"n": 5})") << j.dump();
+  EXPECT_EQ(engine_.constraint_rejects.load(), 0);
+  // An argument outside the schema (text where the schema says integer) is not written.
+  engine_.script = tokenizer_->encode("<tool_call>\n<function=get>\n<parameter=n>\nfive\n</parameter>\n</function>\n</tool_call>", true);
+  engine_.script.push_back(8185);
+  j = ok(post_json(C, chat({{"tools", tools}, {"max_tokens", 60}})));
+  EXPECT_EQ(j.dump().find("five"), std::string::npos) << j.dump();
+  EXPECT_EQ(engine_.constraint_rejects.load(), 0);
+  // With a JSON response_format the output is that answer or the calls: the same call is taken...
+  engine_.script = tokenizer_->encode(call, true);
+  engine_.script.push_back(8185);
+  j = ok(post_json(C, chat({{"tools", tools}, {"max_tokens", 60}, {"response_format", {{"type", "json_object"}}}})));
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u) << j.dump();
+  // ...and so is an answer under the schema, but not text outside it.
+  engine_.script = tokenizer_->encode(R"({"a": 1})", true);
+  engine_.script.push_back(8185);
+  j = ok(post_json(C, chat({{"tools", tools}, {"max_tokens", 60}, {"response_format", {{"type", "json_object"}}}})));
+  EXPECT_EQ(j["choices"][0]["message"]["content"], R"({"a": 1})") << j.dump();
+  engine_.script = tokenizer_->encode("Sure.", true);
+  j = ok(post_json(C, chat({{"tools", tools}, {"max_tokens", 8}, {"response_format", {{"type", "json_object"}}}})));
+  EXPECT_EQ(j["choices"][0]["message"]["content"].get<std::string>().rfind("Sure", 0), std::string::npos) << j.dump();
+  EXPECT_EQ(engine_.constraint_rejects.load(), 0);
+  // Strict tools and a constraint that is not JSON: refused, naming both.
+  json e = refused(C, chat({{"tools", tools}, {"regex", "[a-z]+"}}), "tools");
+  EXPECT_NE(e["message"].get<std::string>().find("regex"), std::string::npos) << e.dump();
+  expect_idle();
+}
+
+TEST_F(ApiValidationTest, ReviewOfStop56RequestFields) {
+  start();
+  script("ok");
+  const std::string C = "/v1/chat/completions";
+  // reasoning_effort and reasoning.effort: each checked, and they must agree.
+  refused(C, chat({{"reasoning_effort", "high"}, {"reasoning", {{"effort", "none"}}}}), "reasoning.effort");
+  refused(C, chat({{"reasoning_effort", "high"}, {"reasoning", 5}}), "reasoning");
+  refused(C, chat({{"reasoning_effort", "high"}, {"reasoning", {{"bogus", 1}}}}), "reasoning.bogus");
+  refused(C, chat({{"reasoning_effort", ""}}), "reasoning_effort");
+  ok(post_json(C, chat({{"reasoning_effort", "low"}, {"reasoning", {{"effort", "low"}}}})));
+  // A client's request_id names the response, as in vLLM.
+  json j = ok(post_json(C, chat({{"request_id", "my-req-1"}})));
+  EXPECT_EQ(j["id"], "chatcmpl-my-req-1");
+  j = ok(post_json("/v1/completions", {{"prompt", "p"}, {"max_tokens", 2}, {"request_id", "abc"}}));
+  EXPECT_EQ(j["id"], "cmpl-abc");
+  j = ok(post_json(C, chat()));
+  EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_GT(j["id"].get<std::string>().size(), 20u);
+  // The context error names the field the client sent.
+  json e = refused(C, chat({{"max_tokens", nullptr}, {"max_completion_tokens", 100000}}), "max_completion_tokens");
+  EXPECT_EQ(e["message"].get<std::string>().rfind("max_completion_tokens is 100000", 0), 0u) << e.dump();
+  refused(C, chat({{"max_tokens", nullptr}, {"max_completion_tokens", 2}, {"min_tokens", 3}}), "min_tokens");
+  // No-effect fields keep their types; /generate's stream_options too, and top logprobs need return_logprob.
+  refused(C, chat({{"prompt_cache_key", 5}}), "prompt_cache_key");
+  ok(post_json(C, chat({{"prompt_cache_key", "k"}})));
+  refused("/generate", {{"text", "def f("}, {"sampling_params", {{"max_new_tokens", 2}}}, {"stream_options", 5}}, "stream_options");
+  refused("/generate", {{"text", "def f("}, {"sampling_params", {{"max_new_tokens", 2}}}, {"stream_options", {{"foo", 1}}}},
+          "stream_options.foo");
+  refused("/generate", {{"text", "def f("}, {"sampling_params", {{"max_new_tokens", 2}}}, {"top_logprobs_num", 3}}, "top_logprobs_num");
+  ok(post_json("/generate", {{"text", "def f("}, {"sampling_params", {{"max_new_tokens", 2}}}, {"top_logprobs_num", 3}, {"return_logprob", true}}));
+  expect_idle();
+}
+
+// Without a chat template the chat routes answer 400 (the server starts: completions need none).
+TEST_F(ApiValidationTest, NoChatTemplateIsARequestError) {
+  start_server(ServerConfig{}, nullptr);
+  script("ok");
+  json e = refused("/v1/chat/completions", chat(), "messages");
+  EXPECT_NE(e["message"].get<std::string>().find("chat template"), std::string::npos) << e.dump();
+  ok(post_json("/v1/completions", {{"prompt", "p"}, {"max_tokens", 2}}));
+  expect_idle();
 }
 
 }  // namespace

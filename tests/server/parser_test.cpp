@@ -414,5 +414,15 @@ TEST(JsonUtil, SanitizeUtf8) {
   EXPECT_EQ(utf8_complete_prefix("ab\xE4\xB8\xAD"), 5u);
 }
 
+// Numbers past int64 or double range are not read (stop 56): strtoll clamped 10**20 to INT64_MAX
+// and strtod made 1e999 inf (written as null); the caller keeps the raw text instead.
+TEST(PythonLiteral, NumbersOutOfRangeAreNotReadAsOtherNumbers) {
+  auto ok = parse_python_literal("{'n': 5, 'x': [1.5, None, True], 'big': 9223372036854775807}");
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->dump(), R"({"n":5,"x":[1.5,null,true],"big":9223372036854775807})");
+  for (const char* text : {"{'n': 99999999999999999999}", "{'n': -99999999999999999999}", "{'n': 1e999}", "[-1e999]"})
+    EXPECT_FALSE(parse_python_literal(text).has_value()) << text;
+}
+
 }  // namespace
 }  // namespace deltaserve

@@ -94,6 +94,7 @@ class RequestFieldsTest : public ::testing::Test {
     ServerConfig cfg;
     cfg.port = 0;
     cfg.served_model_name = "tiny";
+    cfg.tool_call_parser = "qwen3_coder";  // the tools rows: served only with a parser
     server_ = std::make_unique<OpenAiServer>(cfg, engine_, *tokenizer_, chatml, *load_generation_defaults(kModelDir, 0));
     ASSERT_TRUE(server_->start().is_ok());
   }

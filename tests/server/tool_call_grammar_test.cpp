@@ -194,5 +194,42 @@ TEST(ToolCallGrammar, CoderUnionWithAStringWritesTheStringRaw) {
   EXPECT_FALSE(matches(g, "<tool_call>\n<function=f>\n<parameter=p>\nabcdefgh\n</parameter>\n</function>\n</tool_call>"));
 }
 
+// tool_choice "auto" with strict tools (stop 56): text without the call tag, then optionally the
+// calls; a strict tool's arguments follow its schema, a tool that is not strict takes any.
+TEST(ToolCallGrammar, AfterTextModeHoldsStrictToolsAndLeavesTheOthersFree) {
+  json strict = tool("get", {{"type", "object"}, {"properties", {{"n", {{"type", "integer"}}}}}, {"required", {"n"}}});
+  strict["function"]["strict"] = true;
+  const json tools = json::array({strict, tool("free", {{"type", "object"}, {"properties", {{"q", {{"type", "integer"}}}}}})});
+  EXPECT_TRUE(any_strict_tool(tools));
+  EXPECT_FALSE(any_strict_tool(json::array({tool("free", json::object())})));
+  auto coder = [](const std::string& name, const std::string& params) {
+    return "<tool_call>\n<function=" + name + ">\n" + params + "</function>\n</tool_call>";
+  };
+  auto param = [](const std::string& k, const std::string& v) { return "<parameter=" + k + ">\n" + v + "\n</parameter>\n"; };
+  auto g = compile_or_die(tool_call_grammar(ToolParserKind::Qwen3Coder, tools, /*parallel=*/true, {}, ToolCallMode::AfterText),
+                          byte_vocab());
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(matches(g, "Just an answer, no call."));
+  EXPECT_TRUE(matches(g, ""));
+  EXPECT_TRUE(matches(g, "Sure.\n\n" + coder("get", param("n", "5"))));
+  EXPECT_TRUE(matches(g, coder("get", param("n", "5")) + "\n" + coder("free", param("anything", "text <b"))));
+  EXPECT_FALSE(matches(g, coder("get", param("n", "five"))));       // strict: n is an integer
+  EXPECT_FALSE(matches(g, coder("get", "")));                       // strict: n is required
+  EXPECT_FALSE(matches(g, coder("get", param("n", "5")) + "more"));  // nothing after the calls
+  EXPECT_FALSE(matches(g, coder("other", "")));                     // only the tools given
+  EXPECT_FALSE(matches(g, "text <tool_call>\nnot a call"));
+  // One call only without parallel; hermes: a free tool takes any object.
+  auto one = compile_or_die(tool_call_grammar(ToolParserKind::Qwen3Coder, tools, /*parallel=*/false, {}, ToolCallMode::AfterText),
+                            byte_vocab());
+  ASSERT_TRUE(one);
+  EXPECT_FALSE(matches(one, coder("get", param("n", "5")) + "\n" + coder("get", param("n", "6"))));
+  auto h = compile_or_die(tool_call_grammar(ToolParserKind::Hermes, tools, /*parallel=*/false, {}, ToolCallMode::AfterText),
+                          byte_vocab());
+  ASSERT_TRUE(h);
+  EXPECT_TRUE(matches(h, "ok " + hermes("free", R"({"q": "not an integer"})")));
+  EXPECT_FALSE(matches(h, hermes("get", R"({"n": "5"})")));
+  EXPECT_TRUE(matches(h, hermes("get", R"({"n": 5})")));
+}
+
 }  // namespace
 }  // namespace deltaserve
