@@ -762,9 +762,10 @@ void Engine::emit_all(const std::vector<ScheduledItem>& items) {
     ev.n_prompt_tokens = s.n_prompt;
     ev.n_cached_tokens = s.n_cached;
     FinishReason reason = o.finish;
-    if (const int at = s.constraint ? s.constraint->exhausted_at() : -1; at >= 0) {
-      // The request's rules left no token to draw (TokenConstraint::exhausted_at): it ends with an
-      // error before the token drawn there.
+    // The request's rules left no token to draw (TokenConstraint::exhausted_at): it ends with an
+    // error before the token drawn there. A row past the tokens kept (a verification's bonus row
+    // beyond max_tokens, or after an accepted stop, which Scheduler::update cut) was never emitted.
+    if (const int at = s.constraint ? s.constraint->exhausted_at() : -1; at >= 0 && at < s.n_generated()) {
       const int first = s.n_generated() - o.n_emit;  // generated index of ev.tokens[0]
       const size_t keep = static_cast<size_t>(std::clamp(at - first, 0, o.n_emit));
       ev.tokens.resize(keep);

@@ -195,7 +195,11 @@ bool RequestConstraint::accept(int32_t token) {
       // After the end only ends follow (speculative drafts past an EOS).
       if (!vocab_eos && !is_end(token)) return false;
     } else if (!vocab_eos && is_end(token)) {
-      if (!matcher_->can_end()) return false;  // a stop id ends a complete match only
+      // A stop id the grammar also allows as text (':' given as a stop id under a JSON schema; apply
+      // leaves it in the row) is fed as that text: the engine stops on it all the same, and MTP
+      // drafts after it see the grammar where it is. Any other stop id ends a complete match only.
+      if (matcher_->accept_token(token)) fed = 1;
+      else if (!matcher_->can_end()) return false;
     } else {
       if (!matcher_->accept_token(token)) return false;
       fed = 1;

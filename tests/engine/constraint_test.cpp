@@ -90,13 +90,14 @@ struct Generation {
 };
 
 Generation generate(Engine& e, const std::string& prompt, std::shared_ptr<const ConstraintPlan> plan, int max_tokens,
-             float temperature, uint64_t seed) {
+             float temperature, uint64_t seed, std::vector<int32_t> stop_token_ids = {}) {
   GenerateRequest r;
   r.id = e.next_request_id();
   r.prompt = tokenizer().encode(prompt, true);
   r.sampling.temperature = temperature;
   r.sampling.max_tokens = max_tokens;
   r.sampling.seed = seed;
+  r.sampling.stop_token_ids = std::move(stop_token_ids);
   Generation out;
   out.counts = std::make_shared<Counting>(make_constraint(plan));
   r.constraint = out.counts;
@@ -321,6 +322,62 @@ TEST(EngineConstraint, FusedApplyFromEqualsCopyThenApply) {
     ASSERT_GT(d1[tok], -INFINITY);
     ASSERT_TRUE(a->accept(tok));
     ASSERT_TRUE(b->accept(tok));
+  }
+}
+
+}  // namespace
+}  // namespace deltaserve::test
+
+namespace deltaserve::test {
+namespace {
+
+// Found by review (stop 56). A stop id the grammar also allows as text (':' under a JSON schema)
+// stayed in the row but the constraint refused it unless the match was complete, so an MTP draft
+// of it left the grammar a token behind: the rollback then unwound an accepted token, and the
+// output broke the grammar (and differed from plain decoding). Now the stop id is fed as text.
+TEST(EngineConstraint, AStopIdTheGrammarAllowsAsTextKeepsMtpExact) {
+  const int32_t colon = tokenizer().encode(":", false).front();
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::JsonObject;
+  auto plan = grammar_plan(spec);
+  plan->end_ids.push_back(colon);
+  auto plain = make_engine(0);
+  Generation a = generate(*plain, "Return JSON:\n", plan, 60, 0.0f, 1, {colon});
+  plain->stop();
+  auto spec_engine = make_engine(3);
+  Generation b = generate(*spec_engine, "Return JSON:\n", plan, 60, 0.0f, 1, {colon});
+  spec_engine->stop();
+  EXPECT_EQ(a.tokens, b.tokens) << tokenizer().decode(a.tokens, false) << " | " << tokenizer().decode(b.tokens, false);
+  EXPECT_EQ(a.counts->refused.load(), 0);
+  EXPECT_EQ(b.counts->refused.load(), 0);
+  // The colon is fed as text: the grammar reads everything drawn, up to and with the stop id.
+  GrammarMatcher m(plan->grammar);
+  for (int32_t t : b.tokens) EXPECT_TRUE(m.accept_token(t)) << tokenizer().decode(b.tokens, false);
+  // A stop id the grammar cannot read (an end id) still ends a complete match only.
+  auto c = make_constraint(plan);
+  EXPECT_FALSE(c->accept(kImEnd));
+}
+
+// Found by review (stop 56). A verification's bonus row past max_tokens (cut by the scheduler,
+// never emitted) that the rules left empty ended the request with an error; plain decoding never
+// samples that row and finished by length.
+TEST(EngineConstraint, AnEmptyRowPastMaxTokensIsNotAnError) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::JsonSchema;
+  spec.json = nlohmann::ordered_json::parse(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})");
+  auto plan = grammar_plan(spec);
+  const int32_t brace = tokenizer().encode("{", false).front(), quote = tokenizer().encode("\"", false).front();
+  plan->allowed_ids = {brace, quote};  // `{"` then nothing the grammar allows: the third row is empty
+  for (int k : {0, 3}) {
+    auto e = make_engine(k);
+    for (float temperature : {0.0f, 0.8f}) {
+      Generation r = generate(*e, "def quicksort(xs):", plan, 2, temperature, 1);
+      EXPECT_EQ(r.finish, FinishReason::Length) << "k " << k << " T " << temperature;
+      EXPECT_EQ(r.tokens, (std::vector<int32_t>{brace, quote})) << "k " << k << " T " << temperature;
+      Generation longer = generate(*e, "def quicksort(xs):", plan, 3, temperature, 1);
+      EXPECT_EQ(longer.finish, FinishReason::Error) << "k " << k << " T " << temperature;
+    }
+    e->stop();
   }
 }
 

@@ -44,8 +44,11 @@ bool MtpDrafter::add_draft(Sequence& s, const float* logits_in, Sampler& sampler
     sampler.distribution(logits, s.params, s.prompt(), s.generated(), q);
     draft = sampler.draw(q, s.rng);
   }
+  // The constraint takes the draft before it counts: propose() rolls the constraint back by the
+  // drafts counted, so one it refused (none should be) ends the chain rather than unwinding a
+  // token it never took.
+  if (s.constraint && !s.constraint->accept(draft)) return false;
   store_.push(s, draft);
-  s.constraint_took(draft);
   return true;
 }
 
