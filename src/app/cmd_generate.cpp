@@ -3,6 +3,7 @@
 // Runs prefill then decode through the same Engine the server uses, configured the way serve is
 // (app/engine_setup.h: the flag table and the memory plan).
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "app/cli_args.h"
@@ -101,7 +102,11 @@ int cmd_generate(const Args& args) {
     auto t = Tokenizer::load(opts->tokenizer_path);
     if (!t) return fail(str_cat("--tokenizer-path: ", t.status().message()), 1);
     tokenizer = std::move(*t);
-  } else if (auto t = Tokenizer::load(ec.model_dir); t) {
+  } else if (std::error_code fs_ec; std::filesystem::exists(ec.model_dir / "tokenizer.json", fs_ec)) {
+    // The model's tokenizer is optional, but one that is there and broken is an error with its
+    // reason, not "needs a tokenizer" (or EOS ids and text silently missing with --prompt-ids).
+    auto t = Tokenizer::load(ec.model_dir);
+    if (!t) return fail(t.status().message(), 1);
     tokenizer = std::move(*t);
   }
   std::vector<int32_t> prompt;

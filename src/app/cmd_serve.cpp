@@ -9,9 +9,13 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
+#include <optional>
 #include <pthread.h>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "app/commands.h"
 #include "app/engine_setup.h"
@@ -33,6 +37,7 @@
 #include "server/openai_server.h"
 #include "tokenizer/tokenizer.h"
 #include "util/log.h"
+#include "util/mmap_file.h"
 
 namespace deltaserve {
 
@@ -41,6 +46,43 @@ namespace {
 int fail(const std::string& msg, int code) {
   std::fprintf(stderr, "deltaserve serve: %s\n", msg.c_str());
   return code;
+}
+
+// The chat template, or nullopt when the model has none: /v1/completions needs no template, so
+// the server starts and the chat routes refuse per request. Places, in transformers' order:
+// --chat-template, chat_template.jinja, tokenizer_config.json's chat_template (ChatTemplate::load),
+// then chat_template.json, which only transformers' processors read (as vLLM falls back to).
+// A template that is there but broken is an error.
+Result<std::optional<ChatTemplate>> load_chat_template(const ServeOptions& opts) {
+  namespace fs = std::filesystem;
+  const fs::path dir = opts.model_path;
+  std::error_code ec;
+  bool in_tokenizer_config = false;
+  if (fs::exists(dir / "tokenizer_config.json", ec)) {
+    auto text = read_text_file(dir / "tokenizer_config.json");
+    const nlohmann::json config = text ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
+    // Unreadable or not an object: ChatTemplate::load reports it.
+    in_tokenizer_config = !text || !config.is_object() ||
+                          (config.contains("chat_template") && !config["chat_template"].is_null());
+  }
+  if (!opts.chat_template.empty() || fs::exists(dir / "chat_template.jinja", ec) || in_tokenizer_config) {
+    std::optional<fs::path> override_file;
+    if (!opts.chat_template.empty()) override_file = fs::path(opts.chat_template);
+    auto t = ChatTemplate::load(dir, override_file);
+    if (!t) return error(opts.chat_template.empty() ? "" : "--chat-template: ", t.status().message());
+    return std::optional<ChatTemplate>(std::move(*t));
+  }
+  const fs::path legacy = dir / "chat_template.json";
+  if (fs::exists(legacy, ec)) {
+    DS_ASSIGN_OR_RETURN(std::string text, read_text_file(legacy));
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (!j.is_object() || !j.contains("chat_template") || !j["chat_template"].is_string())
+      return error(legacy.string(), ": expected an object with a string \"chat_template\"");
+    auto t = ChatTemplate::parse(j["chat_template"].get<std::string>());
+    if (!t) return error(legacy.string(), ": ", t.status().message());
+    return std::optional<ChatTemplate>(std::move(*t));
+  }
+  return std::optional<ChatTemplate>();
 }
 
 // The server's view of the flags.
@@ -158,18 +200,21 @@ int cmd_serve(const Args& args) {
     return fail(str_cat(opts.tokenizer_path.empty() ? "" : "--tokenizer-path: ", tokenizer.status().message()), 1);
   SamplingDefaults defaults = *generation_defaults;
   defaults.eos_token_ids = end_token_ids(model_config->eos_token_ids, *generation_defaults, tokenizer->eos_token_id());
-  std::optional<std::filesystem::path> template_override;
-  if (!opts.chat_template.empty()) template_override = opts.chat_template;
-  auto chat_template = ChatTemplate::load(opts.model_path, template_override);
-  if (!chat_template)
-    return fail(str_cat(opts.chat_template.empty() ? "" : "--chat-template: ", chat_template.status().message()), 1);
+  auto chat_template = load_chat_template(opts);
+  if (!chat_template) return fail(chat_template.status().message(), 1);
+  if (!chat_template->has_value())
+    log_warn("deltaserve: ", opts.model_path, " has no chat template (chat_template.jinja, tokenizer_config.json's "
+             "chat_template or chat_template.json): serving without one; chat requests are refused, "
+             "/v1/completions works (or give --chat-template FILE)");
   std::optional<std::string> bos, eos;
   if (!tokenizer->bos_token().empty()) bos = tokenizer->bos_token();
   if (!tokenizer->eos_token().empty()) eos = tokenizer->eos_token();
-  const ChatTemplate& tmpl = *chat_template;
-  ChatRenderFn render = [&tmpl, bos, eos](const nlohmann::ordered_json& messages,
-                                          const nlohmann::ordered_json& tools,
-                                          const nlohmann::ordered_json& kwargs) -> Result<std::string> {
+  // An empty render function: the server answers chat requests "no chat template".
+  ChatRenderFn render;
+  if (chat_template->has_value())
+    render = [&tmpl = **chat_template, bos, eos](const nlohmann::ordered_json& messages,
+                                                 const nlohmann::ordered_json& tools,
+                                                 const nlohmann::ordered_json& kwargs) -> Result<std::string> {
     ChatTemplate::Input in;
     in.messages = messages;
     in.tools = tools;

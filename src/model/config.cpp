@@ -2,6 +2,7 @@
 
 #include "model/memory_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <tuple>
@@ -87,6 +88,16 @@ Status get_optional(const json& obj, const char* key, T& out, const std::string&
 
 }  // namespace
 
+std::string json_value_for_message(const nlohmann::json& v) {
+  // Arrays and objects are named by type: dumping one is recursive (200k nested arrays overflowed
+  // the stack) and a long one would bury the message. Scalars are shown, long strings cut.
+  if (v.is_structured()) return v.type_name();
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  constexpr std::size_t kMax = 80;
+  if (s.size() > kMax) s = s.substr(0, kMax) + "...";
+  return s;
+}
+
 Result<std::vector<int32_t>> parse_token_id_list(const json& v, const char* key, const std::string& source) {
   std::vector<int32_t> out;
   if (v.is_null()) return out;
@@ -167,7 +178,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
       auto rt = rs->find(type_key);
       if (rt == rs->end() || rt->is_null()) continue;
       if (!rt->is_string() || rt->get<std::string>() != "default")
-        return error(source, ": ", key, ".", type_key, " ", rt->dump(),
+        return error(source, ": ", key, ".", type_key, " ", json_value_for_message(*rt),
                      " is not supported (only plain RoPE, \"default\", is implemented)");
     }
     if (std::string(key) == "rope_scaling" && rs->contains("factor"))
@@ -195,8 +206,20 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
                                           {"intermediate_size", c.intermediate_size, int64_t(1) << 21},
                                           {"num_attention_heads", c.n_heads, int64_t(1) << 14},
                                           {"num_key_value_heads", c.n_kv_heads, int64_t(1) << 14},
-                                          {"head_dim", c.head_dim, int64_t(1) << 14}})
+                                          {"head_dim", c.head_dim, int64_t(1) << 14},
+                                          // 1e15 positions: the RoPE tables and context plans are sized by it.
+                                          {"max_position_embeddings", c.max_position_embeddings, int64_t(1) << 27}})
     if (value > bound) return error(source, ": ", key, " ", value, " is above ", bound);
+
+  // Only SiLU (SwiGLU) MLPs are implemented; another activation would run as SiLU, silently
+  // wrong. ("swish" is HF's other name for the same function.)
+  if (auto act = t.find("hidden_act"); act != t.end() && !act->is_null()) {
+    if (!act->is_string())
+      return error(source, ": hidden_act must be a string, got ", act->type_name());
+    const std::string name = act->get<std::string>();
+    if (name != "silu" && name != "swish")
+      return error(source, ": hidden_act '", name, "' is not supported (only silu is implemented)");
+  }
 
   if (c.family == ModelFamily::Qwen3_5) {
     c.attn_output_gate = true;
@@ -221,9 +244,16 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   }
 
   // Layer types: explicit list, else every full_attention_interval-th layer is full attention.
-  if (auto lt = t.find("layer_types"); lt != t.end() && lt->is_array()) {
+  auto lt = t.find("layer_types");
+  // A layer_types that is not a list (a string, say) must not fall back to the default layout.
+  if (lt != t.end() && !lt->is_null() && !lt->is_array())
+    return error(source, ": layer_types must be an array of strings, got ", lt->type_name());
+  if (lt != t.end() && lt->is_array()) {
     for (const auto& v : *lt) {
-      std::string s = v.is_string() ? v.get<std::string>() : "";
+      if (!v.is_string())
+        return error(source, ": layer_types must be an array of strings, has an element of type ",
+                     v.type_name());
+      const std::string s = v.get<std::string>();
       if (s == "full_attention") c.layer_types.push_back(LayerType::FullAttention);
       else if (s == "sliding_attention")
         return error(source, ": layer type 'sliding_attention' (sliding-window attention) is not supported");
@@ -241,6 +271,18 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
       c.layer_types.push_back((i + 1) % interval == 0 ? LayerType::FullAttention
                                                       : LayerType::LinearAttention);
   } else {
+    // Without layer_types, transformers' Qwen3Config derives them: with use_sliding_window and a
+    // sliding_window, layers from max_window_layers (default 28) on are sliding-window attention,
+    // which is not implemented; running them as full attention would be silently wrong.
+    bool use_sliding = false;
+    int64_t max_window_layers = 28;
+    DS_RETURN_IF_ERROR(get_optional(t, "use_sliding_window", use_sliding, source));
+    DS_RETURN_IF_ERROR(get_optional(t, "max_window_layers", max_window_layers, source));
+    auto sw = t.find("sliding_window");
+    if (use_sliding && sw != t.end() && !sw->is_null() && max_window_layers < c.n_layers)
+      return error(source, ": use_sliding_window with sliding_window ", json_value_for_message(*sw),
+                   " makes layers ", std::max<int64_t>(max_window_layers, 0), "..", c.n_layers - 1,
+                   " sliding-window attention (layer type 'sliding_attention'), which is not supported");
     c.layer_types.assign(c.n_layers, LayerType::FullAttention);
   }
   if (c.family == ModelFamily::Qwen3) {

@@ -66,6 +66,10 @@ struct ModelConfig {
 // any other element is an error naming `key` and `source`.
 Result<std::vector<int32_t>> parse_token_id_list(const nlohmann::json& v, const char* key, const std::string& source);
 
+// A JSON value for an error message: a scalar as JSON (a long string cut), an array or object
+// by its type name only (dumping a deeply nested one overflows the stack).
+std::string json_value_for_message(const nlohmann::json& v);
+
 // Parse config.json text; `source` names the file in errors.
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source);
 // Read <dir>/config.json (or a config file path directly).

@@ -33,7 +33,7 @@ Result<GenerationDefaults> load_generation_defaults(const std::filesystem::path&
     if (!it->is_number()) return error(source, ": '", key, "' must be a number, got ", it->type_name());
     const double v = it->get<double>();
     if (!std::isfinite(v) || v < lo || v > hi || (lo_open && v == lo))
-      return error(source, ": '", key, "' must be in ", lo_open ? "(" : "[", lo, ", ", hi, "], got ", it->dump());
+      return error(source, ": '", key, "' must be in ", lo_open ? "(" : "[", lo, ", ", hi, "], got ", json_value_for_message(*it));
     return std::optional<float>(static_cast<float>(v));
   };
   // do_sample=false means greedy in HF; honour it.
@@ -48,7 +48,7 @@ Result<GenerationDefaults> load_generation_defaults(const std::filesystem::path&
   if (auto it = j.find("top_k"); it != j.end() && !it->is_null()) {
     const double v = it->is_number() ? it->get<double>() : -2.0;
     if (!it->is_number() || v != std::floor(v) || v < -1 || v > INT32_MAX)
-      return error(source, ": 'top_k' must be an integer in [-1, ", INT32_MAX, "], got ", it->dump());
+      return error(source, ": 'top_k' must be an integer in [-1, ", INT32_MAX, "], got ", json_value_for_message(*it));
     d.top_k = static_cast<int>(v);
   }
   if (auto it = j.find("eos_token_id"); it != j.end()) {

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
+#include <vector>
 
 namespace deltaserve {
 
@@ -33,15 +35,33 @@ Status Checkpoint::add_file(const std::filesystem::path& path) {
   if (header_len > file.size() - 8 || header_len > (100u << 20))
     return error(where, ": truncated or corrupt safetensors header (length ", header_len, ")");
   json header;
+  // A key given twice would be silently collapsed by the parser (the last wins), while the
+  // reference library refuses the file: note the first repeated top-level key and refuse it.
+  std::set<std::string> keys;
+  std::string duplicate;
+  auto note_keys = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1 && parsed.is_string() &&
+        !keys.insert(parsed.get<std::string>()).second && duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = json::parse(std::string_view(reinterpret_cast<const char*>(file.data()) + 8, header_len));
+    header = json::parse(std::string_view(reinterpret_cast<const char*>(file.data()) + 8, header_len),
+                         note_keys);
   } catch (const std::exception& e) {
     return error(where, ": corrupt safetensors header: ", e.what());
   }
+  if (!duplicate.empty())
+    return error(where, ": corrupt safetensors header: tensor '", duplicate, "' appears twice");
   if (!header.is_object()) return error(where, ": safetensors header is not an object");
   const std::size_t data_start = 8 + header_len;
   const std::size_t data_size = file.size() - data_start;
   const int file_idx = static_cast<int>(files_.size());
+  struct Span {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     const std::string tensor_where = where + ": tensor '" + it.key() + "'";
@@ -57,6 +77,7 @@ Status Checkpoint::add_file(const std::filesystem::path& path) {
       if (off.size() != 2 || off[0] > off[1]) return error(tensor_where, ": bad data_offsets");
       if (off[1] > data_size)
         return error(tensor_where, ": data runs past the end of the file (truncated file?)");
+      spans.push_back({off[0], off[1], it.key()});
       e.nbytes = off[1] - off[0];
       e.data = file.data() + data_start + off[0];
     } catch (const std::exception& ex) {
@@ -75,6 +96,22 @@ Status Checkpoint::add_file(const std::filesystem::path& path) {
     if (tensors_.count(e.name)) return error(tensor_where, ": tensor appears twice in the checkpoint");
     tensors_.emplace(e.name, std::move(e));
   }
+  // The reference library's check (InvalidOffset): sorted by offset, the entries tile the data
+  // exactly, from 0 to its end. Overlapping entries would share bytes (one tensor's weights read
+  // as another's), a gap or a tail is bytes no tensor owns: both are a corrupt header.
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  uint64_t next = 0;
+  for (const Span& s : spans) {
+    if (s.begin != next)
+      return error(where, ": corrupt safetensors header: tensor '", s.name, "' data_offsets [", s.begin, ", ",
+                   s.end, "] should start at byte ", next,
+                   s.begin < next ? " (they overlap another tensor's)" : " (a gap that no tensor owns)");
+    next = s.end;
+  }
+  if (next != data_size)
+    return error(where, ": corrupt safetensors header: the tensors' data ends at byte ", next, " of ", data_size,
+                 spans.empty() ? "" : str_cat(" (last tensor '", spans.back().name, "')"));
   files_.push_back(std::move(file));
   return Status::ok();
 }

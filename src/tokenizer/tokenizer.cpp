@@ -52,27 +52,45 @@ bool empty_or_null(const json& obj, const char* key) {
   return it == obj.end() || it->is_null() || (it->is_string() && it->get<std::string>().empty());
 }
 
-Status parse_normalizer(const json& j, Normalizer& out) {
+// obj[key], or null when absent, by reference: copying a deeply nested value is recursive.
+const json& member_or_null(const json& obj, const char* key) {
+  static const json null_value;
+  auto it = obj.find(key);
+  return it == obj.end() ? null_value : *it;
+}
+
+// Sequence steps nest; the parsers below recurse on them. Real tokenizers nest one or two deep:
+// a limit keeps a crafted file (30,000 levels overflowed the stack) an error, not a crash.
+constexpr int kMaxNesting = 64;
+
+Status too_deep(const char* what) {
+  return error(what, " Sequence is nested too deeply (more than ", kMaxNesting, " levels)");
+}
+
+Status parse_normalizer(const json& j, Normalizer& out, int depth = 0) {
   if (j.is_null()) return Status::ok();
+  if (depth > kMaxNesting) return too_deep("normalizer");
   const std::string type = j.value("type", "");
   if (type == "NFC") {
     out = Normalizer(NormalizerKind::kNfc);
     return Status::ok();
   }
   if (type == "Sequence") {
-    for (const json& n : j.at("normalizers")) DS_RETURN_IF_ERROR(parse_normalizer(n, out));
+    for (const json& n : j.at("normalizers")) DS_RETURN_IF_ERROR(parse_normalizer(n, out, depth + 1));
     return Status::ok();
   }
   return error("normalizer type '", type, "' is not supported (only NFC)");
 }
 
 // Collects the regex split patterns of the pre-tokenizer, in application order.
-Status parse_pretokenizer(const json& j, std::vector<std::string>& patterns, bool& byte_level) {
+Status parse_pretokenizer(const json& j, std::vector<std::string>& patterns, bool& byte_level,
+                          int depth = 0) {
   if (j.is_null()) return Status::ok();
+  if (depth > kMaxNesting) return too_deep("pre-tokenizer");
   const std::string type = j.value("type", "");
   if (type == "Sequence") {
     for (const json& p : j.at("pretokenizers"))
-      DS_RETURN_IF_ERROR(parse_pretokenizer(p, patterns, byte_level));
+      DS_RETURN_IF_ERROR(parse_pretokenizer(p, patterns, byte_level, depth + 1));
     return Status::ok();
   }
   if (type == "ByteLevel") {
@@ -101,11 +119,48 @@ Status parse_pretokenizer(const json& j, std::vector<std::string>& patterns, boo
   return error("pre-tokenizer type '", type, "' is not supported");
 }
 
-Status parse_decoder(const json& j) {
+Status parse_decoder(const json& j, int depth = 0) {
+  if (depth > kMaxNesting) return too_deep("decoder");
   const std::string type = j.is_null() ? "" : j.value("type", "");
   if (type == "ByteLevel") return Status::ok();
-  if (type == "Sequence" && j.at("decoders").size() == 1) return parse_decoder(j["decoders"][0]);
+  if (type == "Sequence" && j.at("decoders").size() == 1)
+    return parse_decoder(j["decoders"][0], depth + 1);
   return error("decoder '", type, "' is not supported (only ByteLevel)");
+}
+
+// The post-processor adds tokens when encoding with special tokens (HF's add_special_tokens=True,
+// what a completion prompt gets). None is implemented, so only post-processors that add nothing
+// are accepted: ByteLevel (it only trims offsets) and a TemplateProcessing whose single-sequence
+// template is the sequence alone. Any other would be silently not applied.
+Status parse_post_processor(const json& j, int depth = 0) {
+  if (j.is_null()) return Status::ok();
+  if (depth > kMaxNesting) return too_deep("post-processor");
+  const std::string type = j.value("type", "");
+  if (type == "ByteLevel") return Status::ok();
+  if (type == "Sequence") {
+    for (const json& p : j.at("processors")) DS_RETURN_IF_ERROR(parse_post_processor(p, depth + 1));
+    return Status::ok();
+  }
+  if (type == "TemplateProcessing") {
+    // Pair templates are never used: only single sequences are encoded.
+    const json& single = member_or_null(j, "single");
+    if (single.is_array()) {
+      std::string added;
+      for (const json& piece : single) {
+        if (piece.is_object() && piece.contains("Sequence")) continue;
+        if (piece.is_object() && piece.contains("SpecialToken") && piece["SpecialToken"].is_object())
+          added += str_cat(added.empty() ? "" : ", ", piece["SpecialToken"].value("id", "?"));
+        else
+          added += added.empty() ? "?" : ", ?";
+      }
+      if (added.empty()) return Status::ok();
+      return error("post-processor TemplateProcessing adds special tokens (", added,
+                   ") to every sequence; this is not supported");
+    }
+    return error("post-processor TemplateProcessing has no single-sequence template");
+  }
+  return error("post-processor '", type, "' is not supported (only ByteLevel, or a TemplateProcessing "
+               "that adds no tokens)");
 }
 
 Status parse_model(TokenizerJson& tj, Tokenizer::Impl& impl) {
@@ -170,22 +225,32 @@ Status build(TokenizerJson& tj, const json& config, Tokenizer::Impl& impl) {
   const json& tok_json = tj.rest;
   if (!tok_json.is_object() || !tok_json.contains("model")) return error("no \"model\" object");
   DS_RETURN_IF_ERROR(parse_model(tj, impl));
-  DS_RETURN_IF_ERROR(parse_normalizer(tok_json.value("normalizer", json()), impl.normalizer));
+  DS_RETURN_IF_ERROR(parse_normalizer(member_or_null(tok_json, "normalizer"), impl.normalizer));
   std::vector<std::string> patterns;
   bool byte_level = false;
   DS_RETURN_IF_ERROR(
-      parse_pretokenizer(tok_json.value("pre_tokenizer", json()), patterns, byte_level));
+      parse_pretokenizer(member_or_null(tok_json, "pre_tokenizer"), patterns, byte_level));
   if (!byte_level)
     return error("pre-tokenizer has no ByteLevel step; only byte-level BPE is supported");
   DS_ASSIGN_OR_RETURN(impl.pretokenizer, PreTokenizer::create(patterns));
-  DS_RETURN_IF_ERROR(parse_decoder(tok_json.value("decoder", json())));
+  DS_RETURN_IF_ERROR(parse_decoder(member_or_null(tok_json, "decoder")));
+  DS_RETURN_IF_ERROR(parse_post_processor(member_or_null(tok_json, "post_processor")));
 
   // Added tokens; tokenizer_config.json's added_tokens_decoder overrides their flags (transformers
   // re-adds those entries, replacing the ones from tokenizer.json).
   std::vector<AddedToken> added;
   if (tok_json.contains("added_tokens")) {
-    for (const json& t : tok_json["added_tokens"])
-      added.push_back(parse_added_token(t, t.at("id").get<TokenId>()));
+    for (const json& t : tok_json["added_tokens"]) {
+      // get<TokenId> would truncate 5.5 and wrap 2^32 + 5 to 5, shadowing another token.
+      const json& id = member_or_null(t, "id");
+      const bool in_range = (id.is_number_unsigned() && id.get<uint64_t>() <= INT32_MAX) ||
+                            (id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX);
+      if (!in_range)
+        return error("added token '", t.is_object() ? t.value("content", "?") : "?",
+                     "' has id ", id.is_structured() ? id.type_name() : id.dump(), ", not an integer in [0, ",
+                     INT32_MAX, "]");
+      added.push_back(parse_added_token(t, id.get<TokenId>()));
+    }
   }
   if (config.is_object() && config.contains("added_tokens_decoder")) {
     for (auto it = config["added_tokens_decoder"].begin();

@@ -315,5 +315,161 @@ TEST(BadConfig, SafetensorsShapeThatOverflowsIsRefused) {
   fs::remove(file);
 }
 
+
+// Stop 56: tiny-coder's config.json with `patch` applied to its text_config (a null removes a key).
+Result<ModelConfig> tiny_coder_config_with(const std::string& patch, const char* file = "models/tiny-coder/config.json") {
+  auto text = read_text_file(source_dir() / file);
+  if (!text) return text.status();
+  nlohmann::json j = nlohmann::json::parse(*text);
+  nlohmann::json& t = j.contains("text_config") ? j["text_config"] : j;
+  const nlohmann::json fields = nlohmann::json::parse(patch);
+  for (auto& [k, v] : fields.items()) {
+    if (v.is_null()) t.erase(k);
+    else t[k] = v;
+  }
+  return parse_model_config(j.dump(), "config.json");
+}
+
+// `depth` arrays nested around 1, as JSON text.
+std::string nested_arrays(int depth) { return std::string(depth, '[') + "1" + std::string(depth, ']'); }
+
+// Stop 56: an error message dumped the offending value whole; a rope_type or top_k of 200k nested
+// arrays overflowed the stack in dump(), and a long one buried the message. Non-scalars are named
+// by type; the message stays short.
+TEST(BadConfig, NestedValuesInErrorsAreNamedByTheirType) {
+  auto c = tiny_coder_config_with(R"({"rope_parameters": {"rope_type": )" + nested_arrays(2000) + "}}");
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("rope_parameters.rope_type array is not supported"), std::string::npos)
+      << c.status().message().substr(0, 300);
+  EXPECT_LT(c.status().message().size(), 300u) << c.status().message().substr(0, 300);
+
+  const fs::path dir = fs::temp_directory_path() / ("ds_bad_gen_nested_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "generation_config.json") << R"({"top_k": )" + nested_arrays(2000) + "}";
+  auto g = load_generation_defaults(dir, 8192);
+  ASSERT_FALSE(g.is_ok());
+  EXPECT_NE(g.status().message().find("'top_k' must be an integer"), std::string::npos) << g.status().message().substr(0, 300);
+  EXPECT_NE(g.status().message().find("got array"), std::string::npos) << g.status().message().substr(0, 300);
+  EXPECT_LT(g.status().message().size(), 300u);
+  // A long string is cut, a short one shown whole.
+  std::ofstream(dir / "generation_config.json", std::ios::trunc) << R"({"top_k": ")" + std::string(5000, 'x') + "\"}";
+  g = load_generation_defaults(dir, 8192);
+  ASSERT_FALSE(g.is_ok());
+  EXPECT_LT(g.status().message().size(), 300u);
+  c = tiny_coder_config_with(R"({"rope_parameters": {"rope_type": "yarn"}})");
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("\"yarn\""), std::string::npos) << c.status().message();
+  fs::remove_all(dir);
+}
+
+// Stop 56: hidden_act was never read: a gelu model ran with SiLU, silently wrong.
+TEST(BadConfig, HiddenActOtherThanSiluIsRefused) {
+  for (const char* act : {R"("gelu")", R"("relu")", R"("gelu_pytorch_tanh")", "7"}) {
+    auto c = tiny_coder_config_with(std::string(R"({"hidden_act": )") + act + "}");
+    ASSERT_FALSE(c.is_ok()) << act;
+    EXPECT_NE(c.status().message().find("hidden_act"), std::string::npos) << c.status().message();
+  }
+  for (const char* act : {R"("silu")", R"("swish")", "null"}) {
+    auto c = tiny_coder_config_with(std::string(R"({"hidden_act": )") + act + "}");
+    EXPECT_TRUE(c.is_ok()) << act << ": " << c.status().message();
+  }
+  // The bundled models and fixtures (all "silu") still load.
+  for (const char* file : {"models/tiny-coder/config.json", "tests/fixtures/qwen3-tiny/config.json",
+                           "tests/fixtures/qwen35-tiny/config.json", "tests/fixtures/qwen3.6-27b-config.json"}) {
+    auto c = load_model_config(source_dir() / file);
+    EXPECT_TRUE(c.is_ok()) << file << ": " << c.status().message();
+  }
+}
+
+// Stop 56: Qwen3's use_sliding_window + sliding_window (transformers derives sliding_attention
+// layers from them when layer_types is absent) ran every layer as full attention.
+TEST(BadConfig, UseSlidingWindowWithoutLayerTypesIsRefused) {
+  const char* q3 = "tests/fixtures/qwen3-tiny/config.json";
+  auto c = tiny_coder_config_with(
+      R"({"layer_types": null, "use_sliding_window": true, "sliding_window": 2, "max_window_layers": 0})", q3);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("use_sliding_window"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("sliding_attention"), std::string::npos) << c.status().message();
+  // max_window_layers' default (28) is past qwen3-tiny's 4 layers only if given: from layer 2 on.
+  c = tiny_coder_config_with(R"({"layer_types": null, "use_sliding_window": true, "sliding_window": 2, "max_window_layers": 2})", q3);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("layers 2..3"), std::string::npos) << c.status().message();
+  // No sliding layer: off, no window, or every layer below max_window_layers.
+  for (const char* ok : {R"({"layer_types": null, "use_sliding_window": false, "sliding_window": 2, "max_window_layers": 0})",
+                         R"({"layer_types": null, "use_sliding_window": true, "sliding_window": null, "max_window_layers": 0})",
+                         R"({"layer_types": null, "use_sliding_window": true, "sliding_window": 2})"}) {
+    auto r = tiny_coder_config_with(ok, q3);
+    EXPECT_TRUE(r.is_ok()) << ok << ": " << r.status().message();
+  }
+}
+
+// Stop 56: max_position_embeddings had no upper bound (1e15 went on to size the plan).
+TEST(BadConfig, MaxPositionEmbeddingsHasABound) {
+  for (const char* v : {"1e15", "134217729"}) {
+    auto c = tiny_coder_config_with(std::string(R"({"max_position_embeddings": )") + v + "}");
+    ASSERT_FALSE(c.is_ok()) << v;
+    EXPECT_NE(c.status().message().find("max_position_embeddings"), std::string::npos) << c.status().message();
+  }
+  auto c = tiny_coder_config_with(R"({"max_position_embeddings": 134217728})");
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->max_position_embeddings, 134217728);
+}
+
+// Stop 56: a layer_types that was not a list was ignored and the default layout used.
+TEST(BadConfig, LayerTypesMustBeAnArrayOfStrings) {
+  for (const char* v : {R"("full_attention")", "{}", "4", R"(["linear_attention", 3])"}) {
+    auto c = tiny_coder_config_with(std::string(R"({"layer_types": )") + v + "}");
+    ASSERT_FALSE(c.is_ok()) << v;
+    EXPECT_NE(c.status().message().find("layer_types must be an array of strings"), std::string::npos)
+        << v << ": " << c.status().message();
+  }
+  auto c = tiny_coder_config_with(R"({"layer_types": null})");  // absent: every 4th layer is attention
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->n_attention_layers(), 2);
+}
+
+// A safetensors file from a raw header and `data_bytes` zero bytes of data.
+fs::path write_raw_safetensors(const std::string& name, std::string header, std::size_t data_bytes) {
+  const fs::path file = fs::temp_directory_path() / ("ds_" + name + "_" + std::to_string(::getpid()) + ".safetensors");
+  while ((header.size() + 8) % 8) header += ' ';
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  std::ofstream(file, std::ios::binary) << bytes << header << std::string(data_bytes, '\0');
+  return file;
+}
+
+// Stop 56: overlapping data_offsets (two tensors reading the same bytes) and a tensor listed twice
+// (the parser kept the last) loaded: a different model ran silently. The entries must tile the
+// data exactly, as the safetensors library checks, and each name appear once.
+TEST(BadConfig, SafetensorsOffsetsMustTileTheDataAndNamesBeUnique) {
+  const auto entry = [](const char* name, int begin, int end) {
+    return str_cat("\"", name, "\":{\"dtype\":\"F32\",\"shape\":[", (end - begin) / 4, "],\"data_offsets\":[", begin, ",", end, "]}");
+  };
+  struct Case { const char* what; std::string header; std::size_t data; const char* needle; };
+  const Case bad[] = {
+      {"overlap", "{" + entry("a", 0, 16) + "," + entry("b", 8, 24) + "}", 24, "'b'"},
+      {"same_bytes", "{" + entry("a", 0, 16) + "," + entry("b", 0, 16) + "}", 32, "'b'"},
+      {"gap", "{" + entry("a", 0, 16) + "," + entry("b", 24, 40) + "}", 40, "'b'"},
+      {"not_at_0", "{" + entry("a", 8, 24) + "}", 24, "'a'"},
+      {"tail", "{" + entry("a", 0, 16) + "}", 24, "'a'"},
+      {"duplicate", "{" + entry("a", 0, 16) + "," + entry("a", 16, 32) + "}", 32, "'a' appears twice"},
+  };
+  for (const auto& c : bad) {
+    const fs::path file = write_raw_safetensors(c.what, c.header, c.data);
+    auto ck = Checkpoint::open_file(file);
+    ASSERT_FALSE(ck.is_ok()) << c.what;
+    EXPECT_NE(ck.status().message().find("corrupt safetensors header"), std::string::npos) << c.what << ": " << ck.status().message();
+    EXPECT_NE(ck.status().message().find(c.needle), std::string::npos) << c.what << ": " << ck.status().message();
+    fs::remove(file);
+  }
+  // Tiled in any key order, with metadata and an empty tensor: fine.
+  const fs::path file = write_raw_safetensors(
+      "tiled", "{\"__metadata__\":{\"format\":\"pt\"}," + entry("b", 16, 32) + "," + entry("e", 16, 16) + "," + entry("a", 0, 16) + "}", 32);
+  auto ck = Checkpoint::open_file(file);
+  ASSERT_TRUE(ck.is_ok()) << ck.status().message();
+  EXPECT_EQ(ck->tensors().size(), 3u);
+  fs::remove(file);
+}
+
 }  // namespace
 }  // namespace deltaserve::test

@@ -2,6 +2,7 @@
 // AutoTokenizer) must match exactly, and decoding must give back the reference text.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <sstream>
 
 #include <fstream>
@@ -150,6 +151,91 @@ TEST(TokenizerLoad, AddedTokenIdsFarBeyondTheVocabularyAreErrors) {
   auto ok = Tokenizer::from_json(tok, R"({"added_tokens_decoder":{"151700":{"content":"<zz>","special":true}}})");
   ASSERT_TRUE(ok.is_ok()) << ok.status().message();
   EXPECT_EQ(ok->token_id("<zz>"), 151700);
+}
+
+
+// Stop 56: tiny-coder's tokenizer.json (small: fast to edit and reload) after `edit`.
+Result<Tokenizer> tiny_coder_with(const std::function<void(nlohmann::json&)>& edit) {
+  static const nlohmann::json base = read_json(tiny_coder_dir() / "tokenizer.json");
+  nlohmann::json j = base;
+  edit(j);
+  return Tokenizer::from_json(j.dump(), "");
+}
+
+// `inner` wrapped in `depth` single-step Sequences of `list_key`.
+nlohmann::json wrap_in_sequences(nlohmann::json inner, const char* list_key, int depth) {
+  for (int i = 0; i < depth; ++i) inner = {{"type", "Sequence"}, {list_key, nlohmann::json::array({inner})}};
+  return inner;
+}
+
+// Stop 56: Sequence steps nested 30,000 deep overflowed the stack in the recursive parsers (a
+// SIGSEGV). Past 64 levels they are an error; the shallow nesting real files use still loads.
+TEST(TokenizerLoad, DeeplyNestedSequencesAreErrors) {
+  struct Part { const char* key; const char* list_key; };
+  for (const Part& p : {Part{"normalizer", "normalizers"}, Part{"pre_tokenizer", "pretokenizers"},
+                        Part{"decoder", "decoders"}, Part{"post_processor", "processors"}}) {
+    for (int depth : {3, 200}) {
+      auto tok = tiny_coder_with([&](nlohmann::json& j) {
+        const nlohmann::json inner =
+            j[p.key].is_null() ? nlohmann::json{{"type", "ByteLevel"}, {"trim_offsets", false}} : j[p.key];
+        j[p.key] = wrap_in_sequences(inner, p.list_key, depth);
+      });
+      if (depth == 3) {
+        EXPECT_TRUE(tok.is_ok()) << p.key << ": " << tok.status().message();
+        continue;
+      }
+      ASSERT_FALSE(tok.is_ok()) << p.key;
+      EXPECT_NE(tok.status().message().find("nested too deeply"), std::string::npos) << tok.status().message();
+    }
+  }
+}
+
+// Stop 56: an added token's id was read with get<int32_t>: 5.5 became 5 and 2^32 + 5 wrapped to
+// 5, silently replacing vocab entry 5. Ids are integers in [0, INT32_MAX].
+TEST(TokenizerLoad, AddedTokenIdsMustBeInt32Integers) {
+  for (const char* id : {"5.5", "4294967301", "-1", "\"7\"", "null", "[5]", "2147483648"}) {
+    auto tok = tiny_coder_with([&](nlohmann::json& j) { j["added_tokens"][1]["id"] = nlohmann::json::parse(id); });
+    ASSERT_FALSE(tok.is_ok()) << id;
+    EXPECT_NE(tok.status().message().find("added token '<|im_start|>' has id"), std::string::npos)
+        << id << ": " << tok.status().message();
+  }
+  auto tok = tiny_coder_with([](nlohmann::json&) {});
+  ASSERT_TRUE(tok.is_ok()) << tok.status().message();
+  EXPECT_EQ(tok->token_id("<|im_start|>"), 8184);
+}
+
+// Stop 56: the post-processor was never read: a TemplateProcessing that adds a BOS was silently not
+// applied. Post-processors that add tokens (or are unknown) are refused by name; those that add
+// nothing to a single sequence (ByteLevel, as in Qwen3's file; a plain TemplateProcessing) load.
+TEST(TokenizerLoad, PostProcessorsThatAddTokensAreRefused) {
+  const auto with_post = [](const std::string& post) {
+    return tiny_coder_with([&](nlohmann::json& j) { j["post_processor"] = nlohmann::json::parse(post); });
+  };
+  const std::string bos_template = R"({"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+      "pair": [], "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [8183], "tokens": ["<|endoftext|>"]}}})";
+  const std::pair<std::string, const char*> bad[] = {
+      {bos_template, "TemplateProcessing adds special tokens (<|endoftext|>)"},
+      {R"({"type": "Sequence", "processors": [{"type": "ByteLevel"}, )" + bos_template + "]}", "<|endoftext|>"},
+      {R"({"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 0]})", "'RobertaProcessing'"},
+      {R"({"type": "BertProcessing", "sep": ["[SEP]", 102], "cls": ["[CLS]", 101]})", "'BertProcessing'"},
+  };
+  for (const auto& [post, needle] : bad) {
+    auto tok = with_post(post);
+    ASSERT_FALSE(tok.is_ok()) << post;
+    EXPECT_NE(tok.status().message().find(needle), std::string::npos) << tok.status().message();
+  }
+  for (const char* ok : {"null", R"({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false})",
+                         R"({"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}}],
+                             "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<|endoftext|>", "type_id": 1}},
+                                      {"Sequence": {"id": "B", "type_id": 1}}], "special_tokens": {}})"}) {
+    auto tok = with_post(ok);
+    ASSERT_TRUE(tok.is_ok()) << ok << ": " << tok.status().message();
+    EXPECT_EQ(tok->encode("def f(x):"), tiny_coder().encode("def f(x):"));
+  }
+  // The bundled tokenizers load (Qwen3's has a ByteLevel post-processor).
+  EXPECT_GT(qwen3().vocab_size(), 0);
+  EXPECT_GT(tiny_coder().vocab_size(), 0);
 }
 
 }  // namespace
