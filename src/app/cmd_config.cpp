@@ -14,7 +14,8 @@ constexpr const char* kUsage =
     "usage: deltaserve config diff A B [--json] [--state-dir DIR]\n"
     "       deltaserve config show A [--toml] [--state-dir DIR]\n"
     "A and B: a launch id (see `deltaserve history`), a systemd unit file, a shell script or command\n"
-    "line (python -m sglang.launch_server ..., sglang serve ..., deltaserve serve ...), or a TOML file.\n"
+    "line (python -m sglang.launch_server ..., sglang serve ..., deltaserve serve ...), or a config file\n"
+    "(.toml, or SGLang's --config .yaml).\n"
     "Defaults are resolved on both sides; settings marked * change speed or memory.\n";
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "app/commands.h"
+#include "backend/backend_factory.h"
 #include "options/serve_options.h"
 #include "deploy/cli_split.h"
 #include "deploy/hardware.h"
@@ -65,7 +66,11 @@ int cmd_plan(const Args& in_args) {
     std::fprintf(stderr, "deltaserve plan: %s\n", early.message().c_str());
     return 2;
   }
-  HostInfo host = detect_host();
+  // The device as serve's setup_engine resolves it (engine_setup.cpp): a GPU counts only where this
+  // build's CUDA backend sees one (cuda_available), not wherever nvidia-smi lists one, so a CPU-only
+  // build on a GPU host, or CUDA_VISIBLE_DEVICES="", plans for the CPU that serve then runs on.
+  const bool cuda_usable = cuda_available();
+  HostInfo host = detect_host(cuda_usable);
   PlanDevice device;
   int64_t device_memory = 0;
   if (gpu_memory->has_value() && opts.device != "cpu") {
@@ -85,9 +90,10 @@ int cmd_plan(const Args& in_args) {
     }
   } else {
     // No --gpu-memory: plan for the GPUs of this host when there are any (and --device allows).
-    device = opts.device == "cuda" ? PlanDevice::Cuda : resolve_plan_device(opts, host, true);
-    if (device == PlanDevice::Cuda && host.gpus.empty()) {
-      std::fprintf(stderr, "deltaserve plan: --device cuda: no GPU found (nvidia-smi); pass --gpu-memory SIZE\n");
+    device = resolve_plan_device(opts, host, cuda_usable);
+    if (device == PlanDevice::Cuda && (!cuda_usable || host.gpus.empty())) {
+      std::fprintf(stderr, "deltaserve plan: --device cuda: this build has no CUDA backend, or no CUDA device is "
+                           "visible; pass --gpu-memory SIZE to plan for a GPU\n");
       return 2;
     }
   }

@@ -129,13 +129,19 @@ std::vector<std::string> split_shell_commands(const std::string& text) {
 
 Result<std::vector<std::string>> split_command_words(const std::string& text,
                                                      const std::vector<std::pair<std::string, std::string>>& vars,
-                                                     WordSyntax syntax) {
+                                                     WordSyntax syntax, KeyValues* assigned) {
   const bool shell = syntax == WordSyntax::Shell;
   std::vector<std::string> words;
   std::string cur;
   bool in_word = false;
   bool quoted = false;  // the word has a quoted or escaped part (a quoted ";" is not a separator)
   auto lookup = [&](const std::string& name, std::string* out) {
+    if (assigned)
+      for (auto it = assigned->rbegin(); it != assigned->rend(); ++it)
+        if (it->first == name) {
+          *out = it->second;
+          return true;
+        }
     for (auto it = vars.rbegin(); it != vars.rend(); ++it)
       if (it->first == name) {
         *out = it->second;
@@ -157,19 +163,69 @@ Result<std::vector<std::string>> split_command_words(const std::string& text,
   };
   // `split`: unquoted in a shell text, where the value splits into words at blanks (ARGS="--a 1"
   // then $ARGS is two words; an empty one, none).
+  // $NAME and ${NAME} inside a ${NAME:-word} default (one level: what launch scripts use).
+  auto expand_word = [&](const std::string& word) {
+    std::string out;
+    for (size_t k = 0; k < word.size(); ++k) {
+      if (word[k] != '$' || k + 1 >= word.size()) { out += word[k]; continue; }
+      size_t j = k + 1;
+      std::string name;
+      const bool braced = word[j] == '{';
+      if (braced) {
+        const size_t close = word.find('}', j);
+        if (close == std::string::npos) { out += word[k]; continue; }
+        name = word.substr(j + 1, close - j - 1);
+        j = close + 1;
+      } else {
+        while (j < word.size() && (std::isalnum(static_cast<unsigned char>(word[j])) || word[j] == '_')) name += word[j++];
+      }
+      std::string value;
+      if (name.empty() || !lookup(name, &value)) { out += word[k]; continue; }
+      out += value;
+      k = j - 1;
+    }
+    return out;
+  };
   auto expand = [&](size_t& i, bool split) {  // text[i] == '$'
     std::string name;
     size_t j = i + 1;
+    std::string value;
     if (j < text.size() && text[j] == '{') {
-      size_t close = text.find('}', j);
-      if (close == std::string::npos) return false;
-      name = text.substr(j + 1, close - j - 1);
+      // The closing brace of this expansion (a default may hold ${OTHER}).
+      size_t close = j + 1;
+      for (int depth = 1; close < text.size(); ++close) {
+        if (text[close] == '{') ++depth;
+        if (text[close] == '}' && --depth == 0) break;
+      }
+      if (close >= text.size()) return false;
+      const std::string inner = text.substr(j + 1, close - j - 1);
+      size_t n = 0;
+      while (n < inner.size() && (std::isalnum(static_cast<unsigned char>(inner[n])) || inner[n] == '_')) ++n;
+      name = inner.substr(0, n);
+      if (name.empty()) return false;
+      if (n == inner.size()) {
+        if (!lookup(name, &value)) return false;
+      } else {
+        // ${NAME:-word} (unset or empty: word), ${NAME-word} (unset: word), and the := / = forms,
+        // which also assign NAME for what follows (`: ${PORT:=30000}` then $PORT). A variable
+        // this text does not set is taken as unset: its default is what the script runs with.
+        if (!shell) return false;  // (systemd expands ${NAME} only)
+        const bool colon = inner[n] == ':';
+        const size_t op = n + (colon ? 1 : 0);
+        if (op >= inner.size() || (inner[op] != '-' && inner[op] != '=')) return false;
+        const bool assign = inner[op] == '=';
+        const std::string word = expand_word(inner.substr(op + 1));
+        const bool set = lookup(name, &value);
+        if (!set || (colon && value.empty())) {
+          value = word;
+          if (assign && assigned) assigned->emplace_back(name, value);
+        }
+      }
       j = close + 1;
     } else {
       while (j < text.size() && (std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_')) name += text[j++];
+      if (name.empty() || !lookup(name, &value)) return false;
     }
-    std::string value;
-    if (name.empty() || !lookup(name, &value)) return false;
     i = j - 1;
     if (!split) {
       cur += value;
@@ -311,17 +367,35 @@ Result<ConfigSource> config_source_from_unit(const std::string& text, const std:
   std::vector<std::string> args;
   std::vector<std::string> words = unit.words;
   // ExecStart=/bin/sh -c 'SCRIPT' (for a pipe or a redirection): the script as that shell reads it,
-  // its $VARs from the unit's environment.
+  // its $VARs from the unit's environment. The shell's options come before the script, -c among
+  // them in any spelling: `bash -lc`, `-ec`, `-l -c`, `-euo pipefail -c`, `--login -c`.
   for (size_t i = 0; i + 2 < words.size(); ++i) {
     const std::string base = basename_of(words[i]);
-    if ((base == "sh" || base == "bash" || base == "dash" || base == "zsh") && words[i + 1] == "-c") {
+    if (base != "sh" && base != "bash" && base != "dash" && base != "zsh") continue;
+    bool dash_c = false;
+    size_t k = i + 1;
+    for (; k < words.size(); ++k) {
+      const std::string& w = words[k];
+      if (w == "--") { ++k; break; }
+      if (w.rfind("--", 0) == 0) continue;  // --login, --norc, --noprofile
+      if (w.size() < 2 || (w[0] != '-' && w[0] != '+')) break;
+      const std::string cluster = w.substr(1);
+      if (!std::all_of(cluster.begin(), cluster.end(), [](char ch) { return std::isalpha(static_cast<unsigned char>(ch)); }))
+        break;
+      if (w[0] == '-' && cluster.find('c') != std::string::npos) dash_c = true;
+      if (cluster.back() == 'o' || cluster.back() == 'O') ++k;  // -o OPTION / +O shopt: its argument
+    }
+    if (dash_c && k < words.size()) {
       // The script's commands in turn ("source venv/bin/activate && exec python3 -m ..."): the
       // first that runs the server.
-      const std::string script = words[i + 2];
+      const std::string script = words[k];
       words.clear();
+      std::vector<std::pair<std::string, std::string>> vars = unit.environment;
       for (const auto& command : split_shell_commands(script)) {
-        auto inner = split_command_words(command, unit.environment);
+        KeyValues assigned;  // ${NAME:=word}
+        auto inner = split_command_words(command, vars, WordSyntax::Shell, &assigned);
         if (!inner) return error(name, ": ExecStart= ", base, " -c: ", inner.status().message());
+        vars.insert(vars.end(), assigned.begin(), assigned.end());
         std::vector<std::string> probe;
         if (find_server_args(*inner, &probe)) {
           words = std::move(*inner);
@@ -376,8 +450,10 @@ Result<ConfigSource> config_source_from_script(const std::string& text, const st
       if (t.empty() || t[0] == '#') continue;
       bool is_export = t.rfind("export ", 0) == 0;
       if (is_export) t = trim(t.substr(7));
-      auto words = split_command_words(t, vars);
+      KeyValues assigned;  // ${NAME:=word}
+      auto words = split_command_words(t, vars, WordSyntax::Shell, &assigned);
       if (!words) return error(name, ": ", words.status().message());
+      vars.insert(vars.end(), assigned.begin(), assigned.end());
       if (words->empty()) continue;
       std::vector<std::string> args;
       KeyValues env;
@@ -397,10 +473,20 @@ Result<ConfigSource> config_source_from_script(const std::string& text, const st
 }
 
 Result<ConfigSource> config_source_from_toml(const std::string& text, const std::string& name) {
+  return config_source_from_config_file(text, name, "toml");
+}
+
+Result<ConfigSource> config_source_from_yaml(const std::string& text, const std::string& name) {
+  return config_source_from_config_file(text, name, "yaml");
+}
+
+Result<ConfigSource> config_source_from_config_file(const std::string& text, const std::string& name,
+                                                    const std::string& kind) {
   ConfigSource src;
   src.label = name;
-  src.kind = "toml";
-  Status s = parse_serve_config_toml_text(text, name, src.options);
+  src.kind = kind;
+  Status s = kind == "yaml" ? parse_serve_config_yaml_text(text, name, src.options)
+                            : parse_serve_config_toml_text(text, name, src.options);
   if (!s) return s;
   ServeOptions check = src.options;
   Status v = validate_serve_options(check);
@@ -432,7 +518,8 @@ ConfigSource config_source_from_settings(const KeyValues& settings, const std::v
       ignored = set_serve_option(src.options, f->name, args[++i]);
     (void)ignored;
   }
-  for (const auto& [k, v] : settings) {
+  src.settings = settings;  // exactly what that launch ran with
+  for (auto& [k, v] : src.settings) {
     const FlagSpec* f = find_serve_flag(k);
     if (!f) {
       src.notes.push_back("recorded setting '" + k + "' is unknown to this deltaserve");
@@ -443,9 +530,10 @@ ConfigSource config_source_from_settings(const KeyValues& settings, const std::v
       const bool was_explicit = src.options.is_explicit(f->name);
       src.options = std::move(probe);
       if (!was_explicit) src.options.explicit_keys.erase(f->name);
+      // A synonym an older record kept as typed (bfloat16, flashinfer) reads as its one value.
+      if (f->type == FlagType::Choice) v = serve_option_text(src.options, f->name);
     }
   }
-  src.settings = settings;  // exactly what that launch ran with
   return src;
 }
 
@@ -472,6 +560,7 @@ Result<ConfigSource> load_config_source_unredacted(const std::string& spec, cons
     const std::string label = fs::path(spec).filename().string();
     const std::string ext = fs::path(spec).extension().string();
     if (ext == ".toml") return config_source_from_toml(text, label);
+    if (is_yaml_config_path(spec)) return config_source_from_yaml(text, label);  // SGLang's --config
     if (ext == ".service" || text.find("[Service]") != std::string::npos) {
       DS_ASSIGN_OR_RETURN(std::vector<UnitDropIn> drop_ins, read_unit_drop_ins(spec, label));
       return config_source_from_unit(text, label, drop_ins);
@@ -489,6 +578,18 @@ Result<ConfigSource> load_config_source(const std::string& spec, const fs::path&
   for (const auto& [k, v] : src->settings)
     if (!v.empty() && is_secret_serve_flag(k) && v != kRedactedValue) src->secrets.emplace_back(k, v);
   src->settings = redact_secret_settings(std::move(src->settings));  // printed by show / diff
+  // A secret given as `--api-key $SGLANG_API_KEY` is also the value of that variable, which show
+  // and diff print with the environment: any variable that holds a secret's value (or contains it,
+  // ARGS="--api-key sk-...") is redacted too. Its own value joins `secrets`, so that a diff still
+  // tells two keys apart without printing either.
+  const size_t n_secrets = src->secrets.size();
+  for (auto& [k, v] : src->environment) {
+    bool secret = false;
+    for (size_t i = 0; i < n_secrets && !secret; ++i) secret = v.find(src->secrets[i].second) != std::string::npos;
+    if (!secret) continue;
+    src->secrets.emplace_back(k, v);
+    v = kRedactedValue;
+  }
   return src;
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -232,63 +233,146 @@ ModelIdentity identify_model(const std::string& model_path) {
   return id;
 }
 
+namespace {
+
+// A SQLite error of the launch database, as the user can act on it: a database that another process
+// holds locked past the busy timeout is fine (moving it aside would lose every record: wait); any
+// other failure ("file is not a database") makes it unusable here.
+Status db_error(sqlite3* db, const fs::path& path, const std::string& message) {
+  const int rc = sqlite3_errcode(db);
+  if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
+    return error("launch database ", path.string(), " is locked by another process (", message,
+                 "); try again once it has finished writing");
+  return error("launch database ", path.string(), " is unusable (", message, "); move it aside to start a new one");
+}
+
+// What a database file holds, read before anything is written to it.
+struct SchemaState {
+  bool meta = false, launches = false, measurements = false;
+  std::vector<std::string> other_tables;
+  std::string version;  // meta's schema_version ("" if none)
+  bool empty() const { return !meta && !launches && !measurements && other_tables.empty(); }
+};
+
+Result<SchemaState> inspect_schema(sqlite3* db, const fs::path& path) {
+  SchemaState st;
+  {
+    Stmt q(db, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
+    if (!q.ok()) return db_error(db, path, q.error());
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      const std::string name = q.text(0);
+      if (name == "meta") st.meta = true;
+      else if (name == "launches") st.launches = true;
+      else if (name == "measurements") st.measurements = true;
+      else if (name.rfind("sqlite_", 0) != 0) st.other_tables.push_back(name);
+    }
+    if (rc != SQLITE_DONE) return db_error(db, path, q.error());
+  }
+  if (st.meta) {
+    Stmt q(db, "SELECT value FROM meta WHERE key = 'schema_version'");
+    if (!q.ok()) return db_error(db, path, q.error());
+    if (q.step() == SQLITE_ROW) st.version = q.text(0);
+  }
+  return st;
+}
+
+// A file with tables that are not this schema's, or of another schema version, is refused before
+// anything is created or altered in it: it is someone else's database, or a newer deltaserve's.
+Status refuse_foreign_schema(const SchemaState& st, const fs::path& path) {
+  if (!st.empty() && (!st.meta || !st.launches)) {
+    std::string tables;
+    for (const auto& t : st.other_tables) tables += (tables.empty() ? "" : ", ") + t;
+    return error("launch database ", path.string(), " is not a deltaserve launch database (",
+                 tables.empty() ? std::string("no meta and launches tables") : "its tables: " + tables,
+                 "); it was left as it is: give --state-dir a folder of its own, or move the file aside");
+  }
+  if (!st.version.empty() && st.version != std::to_string(kSchemaVersion))
+    return error("launch database ", path.string(), " has schema version ", st.version, ", this deltaserve reads ",
+                 kSchemaVersion, " (it was left as it is)");
+  return Status::ok();
+}
+
+// Columns added after the first release of schema 1 (additive: older binaries still read it).
+constexpr const char* kAddedLaunchColumns[] = {"pid INTEGER NOT NULL DEFAULT 0", "boot_id TEXT NOT NULL DEFAULT ''",
+                                               "pid_start_ticks INTEGER NOT NULL DEFAULT 0"};
+
+std::string column_name(const char* column) { return std::string(column).substr(0, std::string(column).find(' ')); }
+
+Result<bool> has_launch_column(sqlite3* db, const fs::path& path, const std::string& name) {
+  Stmt q(db, "SELECT COUNT(*) FROM pragma_table_info('launches') WHERE name = ?");
+  if (!q.ok()) return error("launch database ", path.string(), ": ", q.error());
+  q.bind(1, name);
+  return q.step() == SQLITE_ROW && q.i64(0) > 0;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<LaunchDb>> LaunchDb::open(const fs::path& state_dir) {
   std::error_code ec;
   fs::create_directories(state_dir, ec);
   if (ec) return error("cannot create state folder ", state_dir.string(), ": ", ec.message());
   std::unique_ptr<LaunchDb> db(new LaunchDb());
   db->path_ = file_in(state_dir);
+  db->launch_columns_ = kLaunchColumns;
   // Owner-only (0600): the records hold command lines and paths. Created that way before SQLite
-  // opens it (its journals copy the mode), and tightened if an older file is wider.
+  // opens it (its journals copy the mode), and tightened below if an older file is wider.
   {
     const int fd = ::open(db->path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd >= 0) ::close(fd);
-    fs::permissions(db->path_, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace, ec);
   }
   if (sqlite3_open_v2(db->path_.c_str(), &db->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK)
     return error("cannot open launch database ", db->path_.string(), ": ",
                  db->db_ ? sqlite3_errmsg(db->db_) : "out of memory");
   sqlite3_busy_timeout(db->db_, 5000);
-  // A corrupt or foreign file fails here ("file is not a database"). So does a database that
-  // another process holds locked past the busy timeout: that one is fine, and moving it aside
-  // would lose every record, so the message says to wait instead.
-  Status s = db->exec(kSchema);
-  if (!s) {
-    const int rc = sqlite3_errcode(db->db_);
-    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
-      return error("launch database ", db->path_.string(), " is locked by another process (", s.message(),
-                   "); try again once it has finished writing");
-    return error("launch database ", db->path_.string(), " is unusable (", s.message(),
-                 "); move it aside to start a new one");
+  // A corrupt file fails here ("file is not a database"); a foreign or newer schema is refused
+  // before the schema below creates or alters anything in it, or its mode is changed.
+  DS_ASSIGN_OR_RETURN(SchemaState st, inspect_schema(db->db_, db->path_));
+  DS_RETURN_IF_ERROR(refuse_foreign_schema(st, db->path_));
+  fs::permissions(db->path_, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace, ec);
+  if (Status s = db->exec(kSchema); !s) return db_error(db->db_, db->path_, s.message());
+  for (const char* column : kAddedLaunchColumns) {
+    DS_ASSIGN_OR_RETURN(bool present, has_launch_column(db->db_, db->path_, column_name(column)));
+    if (!present) DS_RETURN_IF_ERROR(db->exec(("ALTER TABLE launches ADD COLUMN " + std::string(column)).c_str()));
   }
-  // Columns added after the first release of schema 1 (additive: older binaries still read it).
-  for (const char* column : {"pid INTEGER NOT NULL DEFAULT 0", "boot_id TEXT NOT NULL DEFAULT ''",
-                             "pid_start_ticks INTEGER NOT NULL DEFAULT 0"}) {
-    const std::string name = std::string(column).substr(0, std::string(column).find(' '));
-    Stmt q(db->db_, "SELECT COUNT(*) FROM pragma_table_info('launches') WHERE name = ?");
-    if (!q.ok()) return error("launch database ", db->path_.string(), ": ", q.error());
-    q.bind(1, name);
-    if (q.step() == SQLITE_ROW && q.i64(0) == 0)
-      DS_RETURN_IF_ERROR(db->exec(("ALTER TABLE launches ADD COLUMN " + std::string(column)).c_str()));
-  }
-  {
-    Stmt q(db->db_, "SELECT value FROM meta WHERE key = 'schema_version'");
-    if (!q.ok()) return error("launch database ", db->path_.string(), ": ", q.error());
-    if (q.step() == SQLITE_ROW) {
-      if (q.text(0) != std::to_string(kSchemaVersion))
-        return error("launch database ", db->path_.string(), " has schema version ", q.text(0),
-                     ", this deltaserve reads ", kSchemaVersion);
-    } else {
-      DS_RETURN_IF_ERROR(db->exec("INSERT INTO meta(key, value) VALUES('schema_version', '1')"));
-    }
-  }
+  if (st.version.empty())
+    DS_RETURN_IF_ERROR(db->exec("INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', '1')"));
   return db;
 }
 
 Result<std::unique_ptr<LaunchDb>> LaunchDb::open_for_reading(const fs::path& state_dir) {
+  // Read-only, in every sense: SQLITE_OPEN_READONLY, nothing created (no folder, file, table or
+  // schema version), no column added, no permission changed. The file may be another program's
+  // (a mistyped --state-dir): a foreign schema is an error that says so, and the file is as it was.
   std::error_code ec;
-  if (!fs::exists(file_in(state_dir), ec)) return std::unique_ptr<LaunchDb>();
-  return open(state_dir);
+  const fs::path path = file_in(state_dir);
+  if (!fs::exists(path, ec)) return std::unique_ptr<LaunchDb>();
+  std::unique_ptr<LaunchDb> db(new LaunchDb());
+  db->path_ = path;
+  db->launch_columns_ = kLaunchColumns;
+  if (sqlite3_open_v2(path.c_str(), &db->db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK)
+    return error("cannot open launch database ", path.string(), ": ", db->db_ ? sqlite3_errmsg(db->db_) : "out of memory");
+  sqlite3_busy_timeout(db->db_, 5000);
+  DS_ASSIGN_OR_RETURN(SchemaState st, inspect_schema(db->db_, path));
+  if (st.empty()) return std::unique_ptr<LaunchDb>();  // created, never written: no launches yet
+  DS_RETURN_IF_ERROR(refuse_foreign_schema(st, path));
+  if (!st.measurements)
+    return error("launch database ", path.string(), " is not a deltaserve launch database (no measurements table); "
+                 "it was left as it is");
+  // A schema-1 file written before the added columns: read as their defaults (open() adds them).
+  for (const char* column : kAddedLaunchColumns) {
+    const std::string name = column_name(column);
+    DS_ASSIGN_OR_RETURN(bool present, has_launch_column(db->db_, path, name));
+    if (present) continue;
+    const std::string from = "l." + name, to = name == "boot_id" ? "''" : "0";
+    std::string& cols = db->launch_columns_;
+    for (size_t at = cols.find(from); at != std::string::npos; at = cols.find(from, at + 1)) {
+      const size_t after = at + from.size();  // the whole name ("l.pid", not "l.pid_start_ticks")
+      if (after < cols.size() && (std::isalnum(static_cast<unsigned char>(cols[after])) || cols[after] == '_')) continue;
+      cols.replace(at, from.size(), to);
+    }
+  }
+  return db;
 }
 
 LaunchDb::~LaunchDb() {
@@ -395,7 +479,7 @@ Status LaunchDb::add_measurement(const Measurement& m) {
 }
 
 Result<std::vector<LaunchRecord>> LaunchDb::list(const std::string& model_filter, int limit) {
-  std::string sql = std::string("SELECT ") + kLaunchColumns +
+  std::string sql = "SELECT " + launch_columns_ +
                     " FROM launches l WHERE instr(l.model_path, ?) > 0 ORDER BY l.id DESC LIMIT ?";
   Stmt s(db_, sql.c_str());
   if (!s.ok()) return error("launch database: ", s.error());
@@ -409,7 +493,7 @@ Result<std::vector<LaunchRecord>> LaunchDb::list(const std::string& model_filter
 }
 
 Result<LaunchRecord> LaunchDb::get(int64_t id) {
-  std::string sql = std::string("SELECT ") + kLaunchColumns + " FROM launches l WHERE l.id = ?";
+  std::string sql = "SELECT " + launch_columns_ + " FROM launches l WHERE l.id = ?";
   Stmt s(db_, sql.c_str());
   if (!s.ok()) return error("launch database: ", s.error());
   s.bind(1, id);

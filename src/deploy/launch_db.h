@@ -83,9 +83,11 @@ class LaunchDb {
   // Opens (creating the folder and schema) <state_dir>/launches.sqlite. A file that is not a
   // SQLite database, or one with a foreign schema, is a clear error.
   static Result<std::unique_ptr<LaunchDb>> open(const std::filesystem::path& state_dir);
-  // For commands that only read (history, config show/diff): the same, except that a state folder
-  // without a launch database is left as it is (no folder or file is created) and gives nullptr,
-  // so that a mistyped --state-dir does not leave an empty database behind.
+  // For commands that only read (history, config show/diff): opened SQLITE_OPEN_READONLY; nothing
+  // is created or changed (no folder, file, table, column, schema version or permission), so a
+  // mistyped --state-dir leaves no empty database behind and another program's SQLite file is left
+  // as it was. No database there (or an empty file) gives nullptr; a foreign schema or another
+  // schema version is an error that says so.
   static Result<std::unique_ptr<LaunchDb>> open_for_reading(const std::filesystem::path& state_dir);
   // Where the database of a state folder is.
   static std::filesystem::path file_in(const std::filesystem::path& state_dir) { return state_dir / "launches.sqlite"; }
@@ -110,6 +112,9 @@ class LaunchDb {
   Status exec(const char* sql);
   sqlite3* db_ = nullptr;
   std::filesystem::path path_;
+  // The launch columns list() and get() select: kLaunchColumns, with the columns a read-only open
+  // found missing (added after schema 1's first release) replaced by their defaults.
+  std::string launch_columns_;
 };
 
 // UTC now as "2026-11-30T01:02:03Z".

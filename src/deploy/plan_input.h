@@ -13,8 +13,10 @@
 
 namespace deltaserve {
 
-// --device auto: cuda when the host has GPUs (and the build has CUDA: `cuda_built`), else cpu.
-PlanDevice resolve_plan_device(const ServeOptions& opts, const HostInfo& host, bool cuda_built = true);
+// --device auto: cuda when the host has GPUs and this build's CUDA backend sees one (`cuda_built`:
+// backend_factory.h cuda_available(), as serve's setup_engine passes it), else cpu. No default, so
+// that `plan` and `serve` cannot resolve it differently.
+PlanDevice resolve_plan_device(const ServeOptions& opts, const HostInfo& host, bool cuda_built);
 
 // --chunked-prefill-size and --max-prefill-tokens with "auto" resolved (8192 on a GPU, 512 on the
 // CPU; the step budget one chunk). The one place these defaults are decided.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -48,9 +49,9 @@ const std::vector<Row>& rows() {
     {{"chat-template", "", S, "", "", "Jinja chat template file (default: the model's own)", YES, NO_PERF, SERVE}, &ServeOptions::chat_template},
     {{"reasoning-parser", "", C, "", "qwen3,qwen3-thinking,deepseek-r1", "split <think> reasoning into reasoning_content", YES, NO_PERF, SERVE}, &ServeOptions::reasoning_parser},
     {{"tool-call-parser", "", S, "", "", "parse tool calls from the output (qwen3_coder, qwen25)", YES, NO_PERF, SERVE}, &ServeOptions::tool_call_parser},
-    {{"load-format", "", C, "auto", "auto,dummy", "auto: read the safetensors; dummy: random weights shaped by config.json", YES, NO_PERF}, &ServeOptions::load_format},
-    {{"dtype", "", C, "auto", "auto,bfloat16,float16,float32", "the matmul weights' dtype (hidden states are float32 between kernels): auto keeps the checkpoint's (CPU: bfloat16 stays bfloat16, float16 and float32 load as float32; CUDA: bfloat16); bfloat16 rounds any checkpoint to it; float32 widens (CPU only); float16 is not built", YES, PERF}, &ServeOptions::dtype},
-    {{"kv-cache-dtype", "", C, "auto", "auto,bf16,bfloat16,fp8_e4m3,fp8_e5m2", "KV cache dtype; fp8 uses the checkpoint's k_scale/v_scale (1 without) (auto: bf16 on GPU, f32 on CPU)", YES, PERF}, &ServeOptions::kv_cache_dtype},
+    {{"load-format", "", C, "auto", "auto,dummy,safetensors=auto", "auto: read the safetensors; dummy: random weights shaped by config.json (SGLang's safetensors: auto, the only format read)", YES, NO_PERF}, &ServeOptions::load_format},
+    {{"dtype", "", C, "auto", "auto,bfloat16,float16,float32,half=float16,float=float32", "the matmul weights' dtype (hidden states are float32 between kernels): auto keeps the checkpoint's (CPU: bfloat16 stays bfloat16, float16 and float32 load as float32; CUDA: bfloat16); bfloat16 rounds any checkpoint to it; float32 widens (CPU only); float16 is not built", YES, PERF}, &ServeOptions::dtype},
+    {{"kv-cache-dtype", "", C, "auto", "auto,bf16,bfloat16=bf16,fp8_e4m3,fp8_e5m2", "KV cache dtype; fp8 uses the checkpoint's k_scale/v_scale (1 without) (auto: bf16 on GPU, f32 on CPU)", YES, PERF}, &ServeOptions::kv_cache_dtype},
     {{"mamba-ssm-dtype", "", C, "auto", "auto,float32,bfloat16", "GDN recurrent state dtype (auto: the config's mamba_ssm_dtype, float32 for Qwen3.5/3.6); bfloat16 halves the state's memory and what a decode step reads and writes of it", YES, PERF}, &ServeOptions::mamba_ssm_dtype},
     {{"quantization", "", S, "", "", "weight quantization method: none is built (checkpoints load in bf16 or f32); any value is refused", YES, PERF}, &ServeOptions::quantization},
     {{"trust-remote-code", "", BOOL, "false", "", "accepted for SGLang compatibility; no remote code is ever run", IGNORED, NO_PERF}, &ServeOptions::trust_remote_code},
@@ -69,8 +70,8 @@ const std::vector<Row>& rows() {
     {{"dp-size", "data-parallel-size,dp", I, "1", "", "data parallel: model replicas behind one server, least-loaded dispatch (serve; GPUs: each replica on --tp-size GPUs of its own; CPU: the cores and memory shared out)", YES, PERF}, &ServeOptions::dp_size},
     {{"nnodes", "", I, "1", "", "nodes of one deployment, --tp-size / --nnodes ranks each (SGLang's flag; serve only): node 0 schedules and serves HTTP, the others run their ranks", YES, PERF}, &ServeOptions::nnodes},
     {{"node-rank", "", I, "0", "", "this node's rank among --nnodes (0 serves HTTP)", YES, NO_PERF}, &ServeOptions::node_rank},
-    {{"dist-init-addr", "", S, "", "", "HOST:PORT where node 0 listens and the other nodes join it (SGLang's flag; needed with --nnodes > 1)", YES, NO_PERF}, &ServeOptions::dist_init_addr},
-    {{"dist-timeout", "", I, "300", "", "seconds a node waits for the others at --dist-init-addr before failing", YES, NO_PERF}, &ServeOptions::dist_timeout},
+    {{"dist-init-addr", "nccl-init-addr", S, "", "", "HOST:PORT where node 0 listens and the other nodes join it (SGLang's flag, also its older --nccl-init-addr; needed with --nnodes > 1; no effect with --nnodes 1)", YES, NO_PERF}, &ServeOptions::dist_init_addr},
+    {{"dist-timeout", "", I, "300", "", "seconds a node waits for the others at --dist-init-addr before failing (no effect with --nnodes 1)", YES, NO_PERF}, &ServeOptions::dist_timeout},
     {{"threads", "", I, "0", "", "CPU kernel threads, 0..1024 (0: all usable CPUs)", YES, PERF}, &ServeOptions::threads},
     {{"max-memory", "", B, "auto", "", "CPU: bytes for weights + KV + state (auto: 70% of available RAM)", YES, PERF}, &ServeOptions::max_memory},
     {{"mem-fraction-static", "", F, "auto", "", "GPU: fraction of GPU memory for weights + KV + state (auto: by GPU size)", YES, PERF, GPU}, &ServeOptions::mem_fraction_static},
@@ -88,7 +89,7 @@ const std::vector<Row>& rows() {
     {{"schedule-policy", "", C, "fcfs", "fcfs,lpm", "waiting-queue order: first come first served, or longest cached prefix first", YES, PERF}, &ServeOptions::schedule_policy},
     {{"disable-radix-cache", "", BOOL, "false", "", "turn prefix caching off", YES, PERF}, &ServeOptions::disable_radix_cache},
     // Speculative decoding.
-    {{"speculative-algorithm", "", C, "", "NEXTN,MTP,EAGLE", "speculative decoding with the model's MTP head (NEXTN; MTP and EAGLE are aliases)", YES, PERF}, &ServeOptions::speculative_algorithm},
+    {{"speculative-algorithm", "", C, "", "NEXTN,MTP=NEXTN,EAGLE=NEXTN", "speculative decoding with the model's MTP head (NEXTN; MTP and EAGLE are aliases)", YES, PERF}, &ServeOptions::speculative_algorithm},
     {{"speculative-num-steps", "", I, "auto", "", "draft steps per verification, 1..8 (auto: a start-up probe times plain decoding and 3, 2 and 1 steps and keeps the fastest, 0 unless some k beats plain decoding by 3%; the log gives every figure)", YES, PERF}, &ServeOptions::speculative_num_steps},
     {{"speculative-eagle-topk", "", I, "auto", "", "drafts per step; only 1 is supported (auto: 1)", YES, PERF}, &ServeOptions::speculative_eagle_topk},
     {{"speculative-token-map", "", S, "", "", "file of token ids (JSON array or whitespace-separated) the MTP drafts choose among; each draft step then scores these rows of the lm_head only, not the whole vocabulary (verification still scores all tokens: the output is unchanged)", YES, PERF}, &ServeOptions::speculative_token_map},
@@ -96,7 +97,7 @@ const std::vector<Row>& rows() {
     // GPU execution.
     {{"disable-cuda-graph", "", BOOL, "false", "", "run decode without CUDA graphs", YES, PERF}, &ServeOptions::disable_cuda_graph},
     {{"disable-overlap-schedule", "", BOOL, "false", "", "launch every step only after the last one's tokens are read (default on GPUs: a greedy decode step is launched while the one before it computes, hiding the host's work; one GPU per replica, without speculative decoding; the CPU never overlaps)", YES, PERF}, &ServeOptions::disable_overlap_schedule},
-    {{"sampling-backend", "", C, "auto", "auto,device,host,flashinfer,pytorch", "where non-greedy tokens are drawn: device (a GPU kernel per row; logits stay on the GPU) or host (the CPU sampler over fetched logits); rows with logprobs, grammars or speculative verification always use the host (auto: device on GPU, host on CPU; SGLang's flashinfer and pytorch mean auto)", YES, PERF}, &ServeOptions::sampling_backend},
+    {{"sampling-backend", "", C, "auto", "auto,device,host,flashinfer=auto,pytorch=auto", "where non-greedy tokens are drawn: device (a GPU kernel per row; logits stay on the GPU) or host (the CPU sampler over fetched logits); rows with logprobs, grammars or speculative verification always use the host (auto: device on GPU, host on CPU; SGLang's flashinfer and pytorch mean auto)", YES, PERF}, &ServeOptions::sampling_backend},
     {{"disable-custom-all-reduce", "", BOOL, "false", "", "GPU tensor parallelism: NCCL for every collective, no one-shot peer all-reduce (needs libnccl.so.2)", YES, PERF, GPU}, &ServeOptions::disable_custom_all_reduce},
     {{"cuda-graph-max-bs", "", I, "auto", "", "largest decode batch replayed as a CUDA graph (auto: max running requests, at most 64)", YES, PERF, GPU}, &ServeOptions::cuda_graph_max_bs},
     {{"attention-backend", "", S, "", "", "accepted for SGLang compatibility; no effect (one attention implementation is built in)", IGNORED, NO_PERF}, &ServeOptions::attention_backend},
@@ -104,9 +105,9 @@ const std::vector<Row>& rows() {
     {{"enable-deterministic-inference", "", BOOL, "false", "", "results that do not depend on what a request is batched with (SGLang): the CPU's kernels are batch invariant, so it holds there as is; the CUDA backend refuses it (cuBLAS picks its GEMM algorithms by row count)", YES, NO_PERF}, &ServeOptions::enable_deterministic_inference},
     // Operations.
     {{"state-dir", "", S, "", "", "launch records database folder (default: $XDG_STATE_HOME/deltaserve or ~/.local/state/deltaserve)", YES, NO_PERF, SERVE}, &ServeOptions::state_dir},
-    {{"config", "", S, "", "", "read settings from a TOML file (keys are these flag names); flags given on the command line win", YES, NO_PERF}, &ServeOptions::config},
+    {{"config", "", S, "", "", "read settings from a YAML file (SGLang's format: flat `flag-name: value` lines) or a .toml file (keys are these flag names); flags given on the command line win", YES, NO_PERF}, &ServeOptions::config},
     {{"shutdown-timeout", "", F, "30", "", "on SIGTERM/SIGINT: seconds running requests may take to finish before they are aborted", YES, NO_PERF, SERVE}, &ServeOptions::shutdown_timeout},
-    {{"log-level", "", C, "info", "debug,info,warning,error", "log verbosity", YES, NO_PERF}, &ServeOptions::log_level},
+    {{"log-level", "", C, "info", "debug,info,warning,error,critical=error", "log verbosity (SGLang's critical: error, the quietest level built)", YES, NO_PERF}, &ServeOptions::log_level},
     {{"log-requests", "", BOOL, "false", "", "log a line when each generation request starts and one when its response ends (INFO); what they hold: --log-requests-level", YES, NO_PERF, SERVE}, &ServeOptions::log_requests},
     {{"log-requests-level", "", I, "2", "", "with --log-requests (SGLang's levels): 0 metadata (id, route, token counts, status, finish reasons, times); 1 and the sampling parameters; 2 and the prompt and output text, 2,048 characters of each; 3 and the whole texts", YES, NO_PERF, SERVE}, &ServeOptions::log_requests_level},
     {{"enable-metrics", "", BOOL, "false", "", "Prometheus /metrics (served with or without this flag)", YES, NO_PERF, SERVE}, &ServeOptions::enable_metrics},
@@ -189,19 +190,41 @@ Result<bool> parse_bool_text(const FlagSpec& s, std::string_view text) {
   return error("--", s.name, ": '", std::string(text), "' is not a boolean (true or false)");
 }
 
+// A Choice's accepted spellings, each with the canonical value it stands for. The table writes a
+// synonym as "spelling=canonical" (SGLang's "half" is "float16"), so that a setting holds one value
+// whatever was typed: diffs, launch records and the engine compare one spelling, never two.
+std::vector<std::pair<std::string, std::string>> choice_spellings(const FlagSpec& s) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& c : split_commas(s.choices)) {
+    const std::size_t eq = c.find('=');
+    if (eq == std::string::npos) out.emplace_back(c, c);
+    else out.emplace_back(c.substr(0, eq), c.substr(eq + 1));
+  }
+  return out;
+}
+
+// "a,b,c" of every accepted spelling (help and error messages).
+std::string choice_list(const FlagSpec& s) {
+  std::string out;
+  for (const auto& [spelling, canonical] : choice_spellings(s)) out += (out.empty() ? "" : ",") + spelling;
+  return out;
+}
+
 Result<std::string> parse_choice_text(const FlagSpec& s, std::string_view text) {
   std::string t = lower(text);
   if (t.empty() && std::string_view(s.default_value).empty()) return std::string();
-  for (const auto& c : split_commas(s.choices))
-    if (lower(c) == t) return c;
-  return error("--", s.name, ": '", std::string(text), "' is not one of ", s.choices);
+  for (const auto& [spelling, canonical] : choice_spellings(s))
+    if (lower(spelling) == t) return canonical;
+  return error("--", s.name, ": '", std::string(text), "' is not one of ", choice_list(s));
 }
 
+// Shortest text that reads back as the same double (0.8812345 stays 0.8812345): a value written
+// out (systemd-unit, TOML, launch records, config diff) is the value that was given.
 std::string format_double(double v) {
-  std::ostringstream os;
-  os.precision(6);
-  os << v;
-  return os.str();
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  DS_CHECK(ec == std::errc(), "to_chars(double) failed");
+  return std::string(buf, end);
 }
 
 Status apply_text(const Row& row, ServeOptions& opts, std::string_view value) {
@@ -246,6 +269,14 @@ std::string render(const Row& row, const ServeOptions& opts) {
         } else if constexpr (std::is_same_v<T, int64_t>) {
           // (0 given explicitly survives validation only where it is a value: --random-seed 0.)
           if (v == 0 && default_is_auto(s) && !opts.is_explicit(s.name)) return "auto";
+          // Speculative decoding with neither count given: the start-up probe picks the draft steps
+          // (speculation_choice.h; it may turn MTP off), so the 3 (and 4) resolve_serve_defaults
+          // fills in are only where it starts. Shown as auto, a diff against a given 3 says so.
+          const std::string_view name = s.name;
+          if ((name == "speculative-num-steps" || name == "speculative-num-draft-tokens") &&
+              opts.speculative_enabled() && !opts.is_explicit("speculative-num-steps") &&
+              !opts.is_explicit("speculative-num-draft-tokens"))
+            return "auto";
           return s.type == FlagType::Bytes ? format_byte_size(v) : std::to_string(v);
         } else if constexpr (std::is_same_v<T, double>) {
           if (v == 0 && default_is_auto(s)) return "auto";
@@ -266,9 +297,10 @@ Status apply_args(const std::vector<std::string>& args, ServeOptions& opts) {
     const std::size_t eq = a.find('=');
     const Row* row = find_row(a.substr(0, eq));
     if (!row || std::string_view(row->spec.name) != "config") continue;
-    if (eq == std::string::npos && i + 1 >= args.size()) return error("option --config needs a value (a TOML file)");
+    if (eq == std::string::npos && i + 1 >= args.size())
+      return error("option --config needs a value (a .yaml or .toml file)");
     std::string file = eq == std::string::npos ? args[++i] : a.substr(eq + 1);
-    DS_RETURN_IF_ERROR(load_serve_config_toml(file, opts));
+    DS_RETURN_IF_ERROR(load_serve_config_file(file, opts));
     opts.config = file;
   }
   bool seen_positional = false, seen_model_flag = false;
@@ -375,6 +407,102 @@ Result<ServeOptions> parse_serve_options(const std::vector<std::string>& args,
   return opts;
 }
 
+namespace {
+
+// One key of a config file and its value as command-line text.
+struct ConfigItem {
+  std::string key;
+  std::string text;
+};
+
+// What TOML and YAML files share: keys are flag names (any spelling find_row accepts), each setting
+// named once, `config` and `help` refused, then each value set as its flag's text.
+Status apply_config_items(const std::vector<ConfigItem>& items, const std::string& source, ServeOptions& opts) {
+  // One key per setting: aliases (tp, tensor_parallel_size, tp-size) or the top level and [serve]
+  // naming one setting twice would leave the winner to the table's order.
+  std::map<std::string, std::string> key_of_setting;
+  for (const auto& item : items) {
+    const Row* row = find_row(item.key);
+    if (!row) continue;  // refused below
+    auto [it, fresh] = key_of_setting.emplace(row->spec.name, item.key);
+    if (!fresh)
+      return error(source, ": '", it->second, "' and '", item.key, "' both set --", row->spec.name, ": keep one");
+  }
+  for (const auto& item : items) {
+    const Row* row = find_row(item.key);
+    if (!row) return error(source, ": unknown setting '", item.key, "' (keys are serve flag names)");
+    if (std::string_view(row->spec.name) == "config" || std::string_view(row->spec.name) == "help")
+      return error(source, ": '", row->spec.name, "' cannot be set inside a config file");
+    Status s = set_serve_option(opts, row->spec.name, item.text);
+    if (!s) return error(source, ": ", s.message());
+  }
+  return Status::ok();
+}
+
+std::string trim_blanks(std::string_view s) {
+  std::size_t a = 0, b = s.size();
+  while (a < b && (s[a] == ' ' || s[a] == '\t' || s[a] == '\r')) ++a;
+  while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t' || s[b - 1] == '\r')) --b;
+  return std::string(s.substr(a, b - a));
+}
+
+// `s` up to a YAML comment: '#' at the start or after a blank, outside quotes.
+std::string strip_yaml_comment(std::string_view s) {
+  char quote = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (quote) {
+      if (c == '\\' && quote == '"') ++i;
+      else if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      if (i == 0 || s[i - 1] == ' ' || s[i - 1] == '\t' || s[i - 1] == '[' || s[i - 1] == ',' || s[i - 1] == ':')
+        quote = c;
+    } else if (c == '#' && (i == 0 || s[i - 1] == ' ' || s[i - 1] == '\t')) {
+      return std::string(s.substr(0, i));
+    }
+  }
+  return std::string(s);
+}
+
+// One YAML scalar as the text argparse would get (SGLang's parser passes str(value)): quotes
+// removed, YAML 1.1 booleans (what PyYAML reads) as true/false. `null` is refused: SGLang would
+// pass the word "None".
+Result<std::string> yaml_scalar(std::string_view raw, const std::string& where) {
+  const std::string t = trim_blanks(raw);
+  if (t.size() >= 2 && t.front() == '\'' && t.back() == '\'') {
+    std::string out;
+    for (std::size_t i = 1; i + 1 < t.size(); ++i) {
+      out += t[i];
+      if (t[i] == '\'' && i + 2 < t.size() && t[i + 1] == '\'') ++i;  // '' is a quote
+    }
+    return out;
+  }
+  if (t.size() >= 2 && t.front() == '"' && t.back() == '"') {
+    std::string out;
+    for (std::size_t i = 1; i + 1 < t.size(); ++i) {
+      if (t[i] != '\\' || i + 2 >= t.size()) {
+        out += t[i];
+        continue;
+      }
+      const char e = t[++i];
+      out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
+    }
+    return out;
+  }
+  if (!t.empty() && (t.front() == '"' || t.front() == '\'')) return error(where, ": unterminated quote");
+  if (!t.empty() && (t.front() == '{' || t.front() == '&' || t.front() == '*' || t.front() == '!' ||
+                     t.front() == '|' || t.front() == '>'))
+    return error(where, ": '", t, "' is not a plain value (mappings, anchors, tags and block text are not read; "
+                 "the file is a flat list of `flag-name: value` lines)");
+  const std::string l = lower(t);
+  if (l == "true" || l == "yes" || l == "on") return std::string("true");
+  if (l == "false" || l == "no" || l == "off") return std::string("false");
+  if (l == "null" || l == "~" || t.empty()) return error(where, ": no value (give one, or leave the key out)");
+  return t;
+}
+
+}  // namespace
+
 Status parse_serve_config_toml_text(const std::string& text, const std::string& source,
                                     ServeOptions& opts) {
   toml::value root;
@@ -386,30 +514,17 @@ Status parse_serve_config_toml_text(const std::string& text, const std::string& 
   }
   if (!root.is_table()) return error(source, ": expected key = value lines");
   // Accept flags at the top level, or under a [serve] table.
-  std::vector<std::pair<std::string, const toml::value*>> items;
+  std::vector<std::pair<std::string, const toml::value*>> entries;
   for (const auto& [key, value] : root.as_table()) {
     if (key == "serve" && value.is_table()) {
-      for (const auto& [k2, v2] : value.as_table()) items.emplace_back(k2, &v2);
+      for (const auto& [k2, v2] : value.as_table()) entries.emplace_back(k2, &v2);
     } else {
-      items.emplace_back(key, &value);
+      entries.emplace_back(key, &value);
     }
   }
-  // One key per setting: aliases (tp, tensor_parallel_size, tp-size) or the top level and [serve]
-  // naming one setting twice would leave the winner to the table's order.
-  std::map<std::string, std::string> key_of_setting;
-  for (const auto& [key, vp] : items) {
-    const Row* row = find_row(key);
-    if (!row) continue;  // refused below
-    auto [it, fresh] = key_of_setting.emplace(row->spec.name, key);
-    if (!fresh)
-      return error(source, ": '", it->second, "' and '", key, "' both set --", row->spec.name, ": keep one");
-  }
-  for (const auto& [key, vp] : items) {
+  std::vector<ConfigItem> items;
+  for (const auto& [key, vp] : entries) {
     const toml::value& v = *vp;
-    const Row* row = find_row(key);
-    if (!row) return error(source, ": unknown setting '", key, "' (keys are serve flag names)");
-    if (std::string_view(row->spec.name) == "config" || std::string_view(row->spec.name) == "help")
-      return error(source, ": '", row->spec.name, "' cannot be set inside a config file");
     std::string text;
     if (v.is_string()) {
       text = v.as_string().str;
@@ -420,12 +535,124 @@ Status parse_serve_config_toml_text(const std::string& text, const std::string& 
     } else if (v.is_boolean()) {
       text = v.as_boolean() ? "true" : "false";
     } else {
+      // (An unknown key is named as unknown, not as a bad value.)
+      if (!find_row(key)) return error(source, ": unknown setting '", key, "' (keys are serve flag names)");
       return error(source, ": setting '", key, "' must be a string, number or boolean");
     }
-    Status s = set_serve_option(opts, row->spec.name, text);
-    if (!s) return error(source, ": ", s.message());
+    items.push_back({key, std::move(text)});
   }
-  return Status::ok();
+  return apply_config_items(items, source, opts);
+}
+
+Status parse_serve_config_yaml_text(const std::string& text, const std::string& source, ServeOptions& opts) {
+  // SGLang's --config (server_args_config_parser.py) reads a YAML mapping of flag names to scalars
+  // or lists and turns it into `--key value` arguments placed before the command line's. That flat
+  // form is read here; anything nested is refused by line rather than misread.
+  std::vector<ConfigItem> items;
+  std::istringstream in(text);
+  std::string raw;
+  int line_no = 0;
+  // A key whose value is on the following `- item` lines.
+  std::string list_key;
+  int list_line = 0;
+  std::vector<std::string> list_items;
+  bool in_list = false;
+  auto add = [&](const std::string& key, std::vector<std::string> values, int at) -> Status {
+    const std::string where = str_cat(source, ":", at);
+    // SGLang skips an empty list and passes a list's items as separate words; every flag here takes
+    // one value.
+    if (values.empty()) return Status::ok();
+    if (values.size() > 1)
+      return error(where, ": '", key, "' has ", values.size(), " values; --", normalize_name(key), " takes one");
+    items.push_back({key, std::move(values[0])});
+    return Status::ok();
+  };
+  auto end_list = [&]() -> Status {
+    if (!in_list) return Status::ok();
+    in_list = false;
+    if (list_items.empty())
+      return error(source, ":", list_line, ": '", list_key, "' has no value (give one, or leave the key out)");
+    return add(list_key, std::move(list_items), list_line);
+  };
+  bool started = false;
+  while (std::getline(in, raw)) {
+    ++line_no;
+    const std::string where = str_cat(source, ":", line_no);
+    if (raw.find('\t') != std::string::npos && raw.find_first_not_of(" \t") < raw.size() &&
+        raw[raw.find_first_not_of(" ")] == '\t')
+      return error(where, ": a tab indents the line (YAML indents with spaces)");
+    const std::string line = strip_yaml_comment(raw);
+    const std::string t = trim_blanks(line);
+    if (t.empty()) continue;
+    if (t == "---" && !started) continue;
+    if (t == "...") break;
+    if (t == "---") return error(where, ": a second YAML document; give one mapping of settings");
+    started = true;
+    const bool indented = line[0] == ' ';
+    if (t.rfind("- ", 0) == 0 || t == "-") {
+      if (!in_list) return error(where, ": a list item outside a setting (the file is `flag-name: value` lines)");
+      const std::string item = trim_blanks(t.substr(1));
+      if (item.find(": ") != std::string::npos && item.front() != '"' && item.front() != '\'')
+        return error(where, ": a mapping in a list is not read; the file is a flat list of `flag-name: value` lines");
+      DS_ASSIGN_OR_RETURN(std::string v, yaml_scalar(item, where));
+      list_items.push_back(std::move(v));
+      continue;
+    }
+    if (indented)
+      return error(where, ": nested settings are not read; the file is a flat list of `flag-name: value` lines "
+                   "(as SGLang's --config)");
+    DS_RETURN_IF_ERROR(end_list());
+    const std::size_t colon = t.find(": ") != std::string::npos ? t.find(": ")
+                              : (t.back() == ':' ? t.size() - 1 : std::string::npos);
+    if (colon == std::string::npos || colon == 0)
+      return error(where, ": expected `flag-name: value` (a YAML mapping of serve flags)");
+    std::string key = trim_blanks(t.substr(0, colon));
+    if (key.size() >= 2 && (key.front() == '"' || key.front() == '\'') && key.back() == key.front())
+      key = key.substr(1, key.size() - 2);
+    const std::string value = trim_blanks(t.substr(colon + 1));
+    if (value.empty()) {  // `key:` then `- item` lines (or nothing: refused at the next key)
+      in_list = true;
+      list_key = key;
+      list_line = line_no;
+      list_items.clear();
+      continue;
+    }
+    if (value.front() == '[') {
+      if (value.back() != ']') return error(where, ": a [list] must close on its line");
+      std::vector<std::string> values;
+      const std::string inner = trim_blanks(value.substr(1, value.size() - 2));
+      if (!inner.empty()) {
+        // Split at commas outside quotes.
+        std::string cur;
+        char quote = 0;
+        for (char c : inner) {
+          if (quote) {
+            if (c == quote) quote = 0;
+          } else if (c == '"' || c == '\'') {
+            quote = c;
+          } else if (c == ',') {
+            DS_ASSIGN_OR_RETURN(std::string v, yaml_scalar(cur, where));
+            values.push_back(std::move(v));
+            cur.clear();
+            continue;
+          } else if (c == '[' || c == '{') {
+            return error(where, ": nested lists and mappings are not read");
+          }
+          cur += c;
+        }
+        DS_ASSIGN_OR_RETURN(std::string v, yaml_scalar(cur, where));
+        values.push_back(std::move(v));
+      }
+      DS_RETURN_IF_ERROR(add(key, std::move(values), line_no));
+      continue;
+    }
+    DS_ASSIGN_OR_RETURN(std::string v, yaml_scalar(value, where));
+    if (v.find(": ") != std::string::npos && value.front() != '"' && value.front() != '\'')
+      return error(where, ": nested settings are not read; the file is a flat list of `flag-name: value` lines");
+    DS_RETURN_IF_ERROR(add(key, {std::move(v)}, line_no));
+  }
+  DS_RETURN_IF_ERROR(end_list());
+  return apply_config_items(items, source, opts);
 }
 
 Status load_serve_config_toml(const std::filesystem::path& file, ServeOptions& opts) {
@@ -434,6 +661,20 @@ Status load_serve_config_toml(const std::filesystem::path& file, ServeOptions& o
   std::ostringstream os;
   os << in.rdbuf();
   return parse_serve_config_toml_text(os.str(), file.string(), opts);
+}
+
+bool is_yaml_config_path(const std::filesystem::path& file) {
+  const std::string ext = lower(file.extension().string());
+  return ext == ".yaml" || ext == ".yml";
+}
+
+Status load_serve_config_file(const std::filesystem::path& file, ServeOptions& opts) {
+  if (!is_yaml_config_path(file)) return load_serve_config_toml(file, opts);
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return error("cannot read config file ", file.string());
+  std::ostringstream os;
+  os << in.rdbuf();
+  return parse_serve_config_yaml_text(os.str(), file.string(), opts);
 }
 
 void resolve_serve_defaults(ServeOptions& o) {
@@ -445,8 +686,6 @@ void resolve_serve_defaults(ServeOptions& o) {
     // SGLang requires the algorithm; we infer it, since the MTP head is the only drafter.
     o.speculative_algorithm = "NEXTN";
   }
-  if (o.speculative_algorithm == "MTP" || o.speculative_algorithm == "EAGLE")
-    o.speculative_algorithm = "NEXTN";
   if (o.speculative_enabled()) {
     // Only the verified tokens given (SGLang reads them as steps + 1 with one draft per step).
     if (o.speculative_num_steps == 0 && o.speculative_num_draft_tokens > 1 && o.speculative_eagle_topk <= 1)
@@ -577,6 +816,14 @@ std::vector<std::string> unsupported_option_warnings(const ServeOptions& opts) {
     names += str_cat("--", r.spec.name);
   }
   if (!names.empty()) out.push_back("accepted for SGLang compatibility, no effect here: " + names);
+  // One node has nothing to join: SGLang ignores these too, but a unit file that sets them expects a
+  // multi-node group, so the start-up log says they did nothing.
+  if (opts.nnodes <= 1) {
+    std::string dist;
+    for (const char* flag : {"dist-init-addr", "dist-timeout"})
+      if (opts.is_explicit(flag)) dist += str_cat(dist.empty() ? "" : ", ", "--", flag);
+    if (!dist.empty()) out.push_back(str_cat(dist, ": no effect with --nnodes 1 (one node has no others to join)"));
+  }
   if (opts.chunked_prefill_size == -1)
     out.push_back("--chunked-prefill-size -1 (SGLang: no chunking) is not built: prefills are chunked at the auto "
                   "size (8192 tokens on GPU, 512 on CPU)");
@@ -709,14 +956,14 @@ std::string serve_options_to_toml(const ServeOptions& opts, bool all) {
 std::string serve_options_help() {
   std::string out =
       "usage: deltaserve serve --model-path DIR [flags]\n"
-      "Flags use SGLang's names; `--name value`, `--name=value`; `--config FILE.toml` holds the\n"
+      "Flags use SGLang's names; `--name value`, `--name=value`; `--config FILE.yaml` (or .toml) holds the\n"
       "same keys. (*) changes speed or memory; [no effect] is accepted for SGLang command lines and\n"
       "does nothing here (a start-up note names it). A value that is not built is refused.\n\n";
   for (const Row& r : rows()) {
     const FlagSpec& s = r.spec;
     std::string left = str_cat("  --", s.name);
     if (s.type != FlagType::Bool) {
-      left += s.type == FlagType::Choice ? str_cat(" {", s.choices, "}")
+      left += s.type == FlagType::Choice ? str_cat(" {", choice_list(s), "}")
               : s.type == FlagType::Int   ? " N"
               : s.type == FlagType::Float ? " X"
               : s.type == FlagType::Bytes ? " BYTES"
@@ -769,6 +1016,8 @@ Result<int64_t> parse_byte_size(std::string_view option, std::string_view text) 
 }
 
 std::string format_byte_size(int64_t bytes) {
+  // Exact: the largest binary unit that divides the size, else bytes. A rounded "976.56KiB" read
+  // back is another size (a unit file or a TOML dump must give serve what was typed).
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   if (bytes == 0) return "0";
   int u = 0;
@@ -777,18 +1026,7 @@ std::string format_byte_size(int64_t bytes) {
     v /= 1024;
     ++u;
   }
-  if (u > 0 || bytes < 1024) return std::to_string(v) + kUnits[u];
-  double d = static_cast<double>(bytes);
-  u = 0;
-  while (u < 4 && d >= 1024) {
-    d /= 1024;
-    ++u;
-  }
-  std::ostringstream os;
-  os.setf(std::ios::fixed);
-  os.precision(2);
-  os << d << kUnits[u];
-  return os.str();
+  return std::to_string(v) + kUnits[u];
 }
 
 std::string default_model_dir() {

@@ -136,7 +136,7 @@ struct ServeOptions {
 
   // Operations.
   std::string state_dir;             // launch records; "" = $XDG_STATE_HOME/deltaserve
-  std::string config;                // --config FILE.toml it was read from ("" = none)
+  std::string config;                // --config FILE (.yaml / .toml) it was read from ("" = none)
   std::string log_level;             // debug | info | warning | error
   double shutdown_timeout = 30;      // seconds running requests get to finish after SIGTERM/SIGINT
   bool log_requests = false;
@@ -172,6 +172,12 @@ Result<ServeOptions> parse_serve_args_raw(const std::vector<std::string>& args);
 Status load_serve_config_toml(const std::filesystem::path& file, ServeOptions& opts);
 Status parse_serve_config_toml_text(const std::string& text, const std::string& source,
                                     ServeOptions& opts);
+// SGLang's --config: a flat YAML mapping of flag names to scalars (plain, quoted, booleans) or
+// one-item lists (`- item` lines or `[item]`), comments allowed; anything nested is refused.
+Status parse_serve_config_yaml_text(const std::string& text, const std::string& source, ServeOptions& opts);
+// `--config FILE`: YAML for .yaml / .yml (as SGLang), TOML otherwise.
+bool is_yaml_config_path(const std::filesystem::path& file);
+Status load_serve_config_file(const std::filesystem::path& file, ServeOptions& opts);
 
 // Checks ranges and combinations, with messages that say what to set; fills derived values
 // (speculative defaults: steps 3, topk 1, draft tokens steps+1 when the algorithm is on).
@@ -179,8 +185,8 @@ Status validate_serve_options(ServeOptions& opts);
 // Fills derived values without rejecting anything (used by validate and by `config diff`).
 void resolve_serve_defaults(ServeOptions& opts);
 
-// Warnings for IGNORED flags that were given (they have no effect here) and for values that mean
-// something else here.
+// Warnings for IGNORED flags that were given (they have no effect here), for values that mean
+// something else here, and for multi-node flags given with --nnodes 1.
 std::vector<std::string> unsupported_option_warnings(const ServeOptions& opts);
 
 // Upper bound of --threads (and `logits --threads`): more kernel threads than this only fail to
@@ -226,7 +232,7 @@ std::string serve_options_help();
 
 // Parse "64GiB", "512MiB", "1.5GB", "4096", "auto" (0). `option` names the flag in errors.
 Result<int64_t> parse_byte_size(std::string_view option, std::string_view text);
-// 34359738368 -> "32GiB"; exact binary units when they divide, else one decimal.
+// 34359738368 -> "32GiB": the largest binary unit that divides it, else bytes ("1000000B"); always exact.
 std::string format_byte_size(int64_t bytes);
 
 // The model commands use when none is given: $DELTASERVE_MODEL, else the bundled

@@ -577,5 +577,159 @@ TEST_F(TempDir, BadInputsGiveClearErrors) {
   EXPECT_NE(invalid->notes[0].find("set --speculative-num-draft-tokens 4"), std::string::npos);
 }
 
+// An API key passed as `--api-key $SGLANG_API_KEY` is also the value of that variable: `config
+// show` / `config diff` printed it with the environment. Any variable holding a secret's value (or
+// containing it) is redacted; two different keys still differ, without either value shown.
+TEST_F(TempDir, SecretInTheEnvironmentIsRedacted) {
+  const auto unit_path = dir_ / "sglang.service";
+  std::ofstream(unit_path) << "[Service]\nEnvironment=SGLANG_API_KEY=sk-very-secret-123 HF_HOME=/hf\n"
+                              "ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m "
+                              "--api-key $SGLANG_API_KEY\n";
+  auto unit = load_config_source(unit_path.string(), dir_);
+  ASSERT_TRUE(unit) << unit.status().message();
+  EXPECT_EQ(setting(*unit, "api-key"), kRedactedValue);
+  bool saw_key = false, saw_hf = false;
+  for (const auto& [k, v] : unit->environment) {
+    EXPECT_EQ(v.find("sk-very-secret-123"), std::string::npos) << k;
+    saw_key |= k == "env:SGLANG_API_KEY" && v == kRedactedValue;
+    saw_hf |= k == "env:HF_HOME" && v == "/hf";  // the others are shown as they are
+  }
+  EXPECT_TRUE(saw_key);
+  EXPECT_TRUE(saw_hf);
+  // A script's exported variable that contains the key.
+  auto script = load_config_source(
+      "export ARGS=\"--api-key sk-other-456 --port 3\"\npython -m sglang.launch_server --model-path /m $ARGS", dir_);
+  ASSERT_TRUE(script) << script.status().message();
+  for (const auto& [k, v] : script->environment) EXPECT_EQ(v.find("sk-other-456"), std::string::npos) << k;
+  // The diff of two units whose keys differ says so, and prints neither key.
+  const auto other_path = dir_ / "other.service";
+  std::ofstream(other_path) << "[Service]\nEnvironment=SGLANG_API_KEY=sk-another-789 HF_HOME=/hf\n"
+                               "ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m "
+                               "--api-key $SGLANG_API_KEY\n";
+  auto other = load_config_source(other_path.string(), dir_);
+  ASSERT_TRUE(other) << other.status().message();
+  const std::vector<DiffRow> rows = diff_sources(*unit, *other);
+  const std::string shown = render_diff(rows, "a", "b") + diff_json(rows, *unit, *other);
+  EXPECT_EQ(shown.find("sk-very-secret-123"), std::string::npos) << shown;
+  EXPECT_EQ(shown.find("sk-another-789"), std::string::npos) << shown;
+  auto by = by_key(rows);
+  EXPECT_TRUE(by.count("api-key")) << shown;
+  EXPECT_TRUE(by.count("env:SGLANG_API_KEY")) << shown;
+  EXPECT_TRUE(diff_sources(*unit, *unit).empty());
+}
+
+// ExecStart=/bin/bash -lc '...' (and -ec, -xc, -l -c, -euo pipefail -c): the shell's options
+// come before the script in any spelling; only an exact "-c" was recognised.
+TEST(ConfigSources, ShellOptionsBeforeDashCAreRecognised) {
+  for (const char* shell : {"/bin/bash -lc", "/bin/bash -ec", "/bin/sh -xc", "/bin/bash -l -c", "/bin/bash --login -c",
+                            "/bin/bash -euo pipefail -c", "/bin/sh -c"}) {
+    const std::string unit = std::string("[Service]\nEnvironment=TP=2\nExecStart=") + shell +
+                             " 'source /opt/venv/bin/activate && exec python3 -m sglang.launch_server --model-path /m "
+                             "--tp-size $TP 2>&1 | tee /var/log/sglang.log'\n";
+    auto src = config_source_from_unit(unit, "x.service");
+    ASSERT_TRUE(src) << shell << ": " << src.status().message();
+    EXPECT_EQ(src->options.tp_size, 2) << shell;
+    EXPECT_EQ(src->options.model_path, "/m") << shell;
+  }
+  // A shell without -c runs a script file: not read as a command.
+  EXPECT_FALSE(config_source_from_unit("[Service]\nExecStart=/bin/bash -l /opt/run.sh\n", "x.service"));
+}
+
+// ${VAR:-default}, ${VAR-default}, ${VAR:=default} (and ${VAR=default}) in launch scripts: the
+// default where the variable is unset (or, with ':', empty); := also sets it for what follows.
+TEST(ConfigSources, ParameterExpansionDefaults) {
+  auto w = split_command_words("x ${A:-1} ${B:-2} ${C-3} ${B-4} ${D:-${A}0} \"${E:-a b}\"", {{"A", "7"}, {"B", ""}});
+  ASSERT_TRUE(w) << w.status().message();
+  // (${B-4}: B is set, to "", which unquoted gives no word.)
+  EXPECT_EQ(*w, (std::vector<std::string>{"x", "7", "2", "3", "70", "a b"}));
+  KeyValues assigned;
+  auto a = split_command_words(": ${PORT:=30001} ${PORT}", {}, WordSyntax::Shell, &assigned);
+  ASSERT_TRUE(a) << a.status().message();
+  EXPECT_EQ(*a, (std::vector<std::string>{":", "30001", "30001"}));
+  EXPECT_EQ(assigned, (KeyValues{{"PORT", "30001"}}));
+  auto script = config_source_from_script(
+      "#!/bin/sh\n"
+      "TP=${TP:-2}\n"
+      ": ${PORT:=31000}\n"
+      "CTX=\n"
+      "python -m sglang.launch_server --model-path ${MODEL:-/models/qwen} --tp-size $TP --port $PORT "
+      "--context-length ${CTX:-8192} --max-running-requests ${MRR-16}\n",
+      "run.sh");
+  ASSERT_TRUE(script) << script.status().message();
+  EXPECT_EQ(script->options.model_path, "/models/qwen");
+  EXPECT_EQ(script->options.tp_size, 2);
+  EXPECT_EQ(script->options.port, 31000);
+  EXPECT_EQ(script->options.context_length, 8192);
+  EXPECT_EQ(script->options.max_running_requests, 16);
+  // systemd itself expands ${NAME} only: the default form stays as written there.
+  auto unit = split_command_words("x ${A:-1}", {}, WordSyntax::Systemd);
+  ASSERT_TRUE(unit);
+  EXPECT_EQ(unit->back(), "${A:-1}");
+}
+
+// Speculative decoding with the steps left out is the start-up probe's choice (it may turn MTP off),
+// not the same configuration as --speculative-num-steps 3: the diff says auto vs 3.
+TEST(ConfigDiff, SpeculativeStepsLeftToTheProbeDifferFromGivenSteps) {
+  auto a = config_source_from_script("deltaserve serve --speculative-algorithm NEXTN", "a");
+  auto b = config_source_from_script("deltaserve serve --speculative-algorithm NEXTN --speculative-num-steps 3", "b");
+  ASSERT_TRUE(a && b);
+  auto rows = by_key(diff_sources(*a, *b));
+  ASSERT_TRUE(rows.count("speculative-num-steps")) << render_diff(diff_sources(*a, *b), "a", "b");
+  EXPECT_EQ(rows["speculative-num-steps"].a, "auto");
+  EXPECT_EQ(rows["speculative-num-steps"].b, "3");
+  EXPECT_TRUE(rows["speculative-num-steps"].affects_performance);
+  EXPECT_EQ(rows["speculative-num-draft-tokens"].b, "4");
+}
+
+// Synonyms are one value: SGLang's bfloat16 / bf16 KV cache, flashinfer / pytorch sampling (both
+// auto here), float / float32, half / float16, safetensors / auto are not differences.
+TEST(ConfigDiff, SynonymsAreNotDifferences) {
+  for (const auto& [x, y] : std::vector<std::pair<std::string, std::string>>{
+           {"--kv-cache-dtype bfloat16", "--kv-cache-dtype bf16"},
+           {"--sampling-backend flashinfer", "--sampling-backend auto"},
+           {"--sampling-backend pytorch", ""},
+           {"--dtype float", "--dtype float32"},
+           {"--dtype half", "--dtype float16"},
+           {"--load-format safetensors", ""},
+           {"--log-level critical", "--log-level error"},
+           {"--speculative-algorithm MTP --speculative-num-steps 2", "--speculative-algorithm NEXTN --speculative-num-steps 2"}}) {
+    auto a = config_source_from_script("python -m sglang.launch_server --model-path /m " + x, "a");
+    auto b = config_source_from_script("python -m sglang.launch_server --model-path /m " + y, "b");
+    ASSERT_TRUE(a && b) << x;
+    EXPECT_TRUE(diff_sources(*a, *b).empty()) << x << " vs " << y << "\n" << render_diff(diff_sources(*a, *b), "a", "b");
+  }
+  // A launch recorded before (settings as typed) reads as the one value too.
+  ConfigSource old = config_source_from_settings({{"kv-cache-dtype", "bfloat16"}, {"sampling-backend", "flashinfer"}},
+                                                 {"--kv-cache-dtype", "bfloat16"}, "launch #1");
+  EXPECT_EQ(setting(old, "kv-cache-dtype"), "bf16");
+  EXPECT_EQ(setting(old, "sampling-backend"), "auto");
+}
+
+// Sizes are compared exactly: 1000000 and 999999 bytes were both "976.56KiB".
+TEST(ConfigDiff, SizesThatDifferByAByteDiffer) {
+  auto a = config_source_from_script("deltaserve serve --max-request-bytes 1000000", "a");
+  auto b = config_source_from_script("deltaserve serve --max-request-bytes 999999", "b");
+  ASSERT_TRUE(a && b);
+  auto rows = by_key(diff_sources(*a, *b));
+  ASSERT_TRUE(rows.count("max-request-bytes"));
+  EXPECT_EQ(rows["max-request-bytes"].a, "1000000B");
+  EXPECT_EQ(rows["max-request-bytes"].b, "999999B");
+}
+
+// SGLang's --config FILE.yaml, as a source of its own and inside a command line.
+TEST_F(TempDir, YamlConfigFileIsASource) {
+  const auto yaml = dir_ / "sglang.yaml";
+  std::ofstream(yaml) << "model-path: /m  # comment\ntp-size: 2\nmem-fraction-static: 0.88\n";
+  auto a = load_config_source(yaml.string(), dir_);
+  ASSERT_TRUE(a) << a.status().message();
+  EXPECT_EQ(a->kind, "yaml");
+  EXPECT_EQ(setting(*a, "tp-size"), "2");
+  auto b = load_config_source("python -m sglang.launch_server --config " + yaml.string(), dir_);
+  ASSERT_TRUE(b) << b.status().message();
+  EXPECT_EQ(setting(*b, "mem-fraction-static"), "0.88");
+  auto rows = diff_sources(*a, *b);
+  EXPECT_TRUE(rows.empty()) << render_diff(rows, "a", "b");
+}
+
 }  // namespace
 }  // namespace deltaserve

@@ -215,6 +215,115 @@ TEST_F(LaunchDbTest, ReadingCreatesNothing) {
   EXPECT_NE(*some, nullptr);
 }
 
+// The read-only commands (history, config show/diff) open the database read-only: another
+// program's SQLite file got our tables and mode 0600, and a newer schema got ALTER TABLE before its
+// version was checked. Now each is a clear error and the file is as it was.
+TEST_F(LaunchDbTest, ReadingLeavesForeignAndNewerDatabasesAsTheyWere) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir_);
+  const fs::path file = dir_ / "launches.sqlite";
+  auto run = [&](const char* sql) {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(file.c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql;
+    sqlite3_close(raw);
+  };
+  auto tables = [&] {
+    std::string out;
+    sqlite3* raw = nullptr;
+    EXPECT_EQ(sqlite3_open_v2(file.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+    sqlite3_exec(
+        raw, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+        [](void* o, int, char** v, char**) {
+          *static_cast<std::string*>(o) += std::string(v[0]) + " ";
+          return 0;
+        },
+        &out, nullptr);
+    sqlite3_close(raw);
+    return out;
+  };
+  // Another program's database.
+  run("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)");
+  fs::permissions(file, fs::perms(0644), fs::perm_options::replace);
+  const auto foreign = LaunchDb::open_for_reading(dir_);
+  ASSERT_FALSE(foreign);
+  EXPECT_NE(foreign.status().message().find("not a deltaserve launch database"), std::string::npos)
+      << foreign.status().message();
+  EXPECT_NE(foreign.status().message().find("notes"), std::string::npos) << foreign.status().message();
+  EXPECT_EQ(tables(), "notes ");
+  EXPECT_EQ(fs::status(file).permissions(), fs::perms(0644));
+  auto by_id = load_config_source("1", dir_);
+  ASSERT_FALSE(by_id);
+  EXPECT_NE(by_id.status().message().find("not a deltaserve launch database"), std::string::npos);
+  EXPECT_EQ(tables(), "notes ");
+  // Serve's open() refuses it too, rather than adding its tables to it.
+  ASSERT_FALSE(LaunchDb::open(dir_));
+  EXPECT_EQ(tables(), "notes ");
+
+  // A newer deltaserve's database (schema version 2), whose launches table lacks the columns this
+  // one would add: refused by version before anything is altered.
+  fs::remove(file);
+  run("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+      "INSERT INTO meta VALUES('schema_version', '2');"
+      "CREATE TABLE launches (id INTEGER PRIMARY KEY, started_at TEXT);"
+      "CREATE TABLE measurements (id INTEGER PRIMARY KEY)");
+  for (bool reading : {true, false}) {
+    auto newer = reading ? LaunchDb::open_for_reading(dir_) : LaunchDb::open(dir_);
+    ASSERT_FALSE(newer) << reading;
+    EXPECT_NE(newer.status().message().find("schema version 2"), std::string::npos) << newer.status().message();
+  }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(file.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT COUNT(*) FROM pragma_table_info('launches')", -1, &q, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(q, 0), 2);  // id, started_at: no column added
+  sqlite3_finalize(q);
+  sqlite3_close(raw);
+}
+
+// A schema-1 database written before the pid columns were added is read without adding them
+// (reading changes nothing); open() for a launch adds them.
+TEST_F(LaunchDbTest, ReadingAnOlderSchemaOneDatabaseAltersNothing) {
+  {
+    auto db = LaunchDb::open(dir_);
+    ASSERT_TRUE(db) << db.status().message();
+    LaunchRecord r;
+    r.model = {"/m", "a", "b"};
+    r.config = {{"model-path", "/m"}};
+    ASSERT_TRUE((*db)->insert_launch(r));
+  }
+  const std::filesystem::path file = dir_ / "launches.sqlite";
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(file.c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw,
+                         "ALTER TABLE launches DROP COLUMN pid; ALTER TABLE launches DROP COLUMN boot_id; "
+                         "ALTER TABLE launches DROP COLUMN pid_start_ticks",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(raw);
+  const auto mtime = std::filesystem::last_write_time(file);
+  auto reading = LaunchDb::open_for_reading(dir_);
+  ASSERT_TRUE(reading) << reading.status().message();
+  ASSERT_NE(*reading, nullptr);
+  auto list = (*reading)->list();
+  ASSERT_TRUE(list) << list.status().message();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].pid, 0);
+  EXPECT_EQ((*list)[0].model.path, "/m");
+  reading->reset();
+  EXPECT_EQ(std::filesystem::last_write_time(file), mtime);
+  ASSERT_EQ(sqlite3_open_v2(file.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT COUNT(*) FROM pragma_table_info('launches') WHERE name = 'pid'", -1, &q,
+                               nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(q, 0), 0);
+  sqlite3_finalize(q);
+  sqlite3_close(raw);
+}
+
 // A row whose stored settings are not JSON is reported as damaged, never shown as an empty config.
 TEST_F(LaunchDbTest, DamagedRowIsReportedNotShownEmpty) {
   auto db = LaunchDb::open(dir_);

@@ -555,7 +555,176 @@ TEST(ByteSize, ParseAndFormat) {
   EXPECT_FALSE(parse_byte_size("x", "GiB"));
   EXPECT_EQ(format_byte_size(int64_t(32) << 20), "32MiB");
   EXPECT_EQ(format_byte_size(1000), "1000B");
-  EXPECT_EQ(format_byte_size(1500000000), "1.40GiB");
+  EXPECT_EQ(format_byte_size(1500000000), "1500000000B");
+}
+
+// Sizes and decimals are written exactly (systemd-unit, TOML, launch records, config diff): a
+// size no binary unit divides stays bytes (1000000 was "976.56KiB", 999,997 bytes read back), a
+// decimal keeps every digit it was given (0.8812345 was "0.881235").
+TEST(ServeOptions, SizesAndDecimalsAreWrittenExactly) {
+  auto o = parse_serve_options({"--max-request-bytes", "1000000", "--mem-fraction-static", "0.8812345",
+                                "--max-memory", "1.5GB", "--shutdown-timeout", "0.1"});
+  ASSERT_TRUE(o) << o.status().message();
+  EXPECT_EQ(serve_option_text(*o, "max-request-bytes"), "1000000B");
+  EXPECT_EQ(serve_option_text(*o, "mem-fraction-static"), "0.8812345");
+  EXPECT_EQ(serve_option_text(*o, "max-memory"), "1500000000B");
+  EXPECT_EQ(serve_option_text(*o, "shutdown-timeout"), "0.1");
+  EXPECT_EQ(format_byte_size(int64_t(3) << 30), "3GiB");  // a unit that divides is still used
+  // What is written reads back as the same values.
+  auto back = parse_serve_options(explicit_args(*o));
+  ASSERT_TRUE(back) << back.status().message();
+  EXPECT_EQ(back->max_request_bytes, 1000000);
+  EXPECT_EQ(back->mem_fraction_static, 0.8812345);
+  EXPECT_EQ(back->max_memory, 1500000000);
+  EXPECT_EQ(back->shutdown_timeout, 0.1);
+  auto other = parse_serve_options({"--max-request-bytes", "999999"});
+  ASSERT_TRUE(other);
+  EXPECT_NE(serve_option_text(*other, "max-request-bytes"), serve_option_text(*o, "max-request-bytes"));
+}
+
+// Speculative decoding with neither count given leaves the draft steps to the start-up probe (it
+// may turn MTP off): they show as auto, not as the 3 the probe starts from, and a full TOML dump
+// read back leaves them to the probe still.
+TEST(ServeOptions, SpeculativeStepsLeftToTheProbeShowAsAuto) {
+  auto probe = parse_serve_options({"--speculative-algorithm", "NEXTN"});
+  ASSERT_TRUE(probe) << probe.status().message();
+  EXPECT_EQ(probe->speculative_num_steps, 3);  // where the probe starts
+  EXPECT_EQ(serve_option_text(*probe, "speculative-num-steps"), "auto");
+  EXPECT_EQ(serve_option_text(*probe, "speculative-num-draft-tokens"), "auto");
+  auto given = parse_serve_options({"--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3"});
+  ASSERT_TRUE(given);
+  EXPECT_EQ(serve_option_text(*given, "speculative-num-steps"), "3");
+  EXPECT_EQ(serve_option_text(*given, "speculative-num-draft-tokens"), "4");
+  auto drafts = parse_serve_options({"--speculative-algorithm", "NEXTN", "--speculative-num-draft-tokens", "3"});
+  ASSERT_TRUE(drafts);
+  EXPECT_EQ(serve_option_text(*drafts, "speculative-num-steps"), "2");
+  auto back = parse_serve_options(Args{"--speculative-algorithm", "NEXTN"});
+  ASSERT_TRUE(back);
+  ServeOptions reread;
+  ASSERT_TRUE(parse_serve_config_toml_text(serve_options_to_toml(*back, /*all=*/true), "all.toml", reread));
+  EXPECT_FALSE(reread.is_explicit("speculative-num-steps"));
+  EXPECT_FALSE(reread.is_explicit("speculative-num-draft-tokens"));
+}
+
+// SGLang's spellings of a value are accepted (checked against SGLang's server_args.py) and stored
+// as the one value they mean, so diffs and records never see two spellings of one setting.
+TEST(ServeOptions, SglangSpellingsAreStoredAsOneValue) {
+  struct Case {
+    const char* flag;
+    const char* typed;
+    const char* stored;
+  };
+  for (const Case& c : {Case{"--dtype", "float", "float32"}, Case{"--dtype", "half", "float16"},
+                        Case{"--dtype", "FLOAT32", "float32"}, Case{"--load-format", "safetensors", "auto"},
+                        Case{"--kv-cache-dtype", "bfloat16", "bf16"}, Case{"--sampling-backend", "flashinfer", "auto"},
+                        Case{"--sampling-backend", "pytorch", "auto"}, Case{"--log-level", "critical", "error"},
+                        Case{"--speculative-algorithm", "EAGLE", "NEXTN"}, Case{"--speculative-algorithm", "mtp", "NEXTN"}}) {
+    auto r = parse_serve_args_raw({c.flag, c.typed});
+    ASSERT_TRUE(r) << c.flag << " " << c.typed << ": " << r.status().message();
+    EXPECT_EQ(serve_option_text(*r, std::string(c.flag).substr(2)), c.stored) << c.flag << " " << c.typed;
+  }
+  // float is the CPU's float32; half is float16, which is not built (refused by that name).
+  auto f = parse_serve_options({"--dtype", "float", "--device", "cpu"});
+  ASSERT_TRUE(f) << f.status().message();
+  EXPECT_EQ(f->dtype, "float32");
+  auto half = parse_serve_options({"--dtype", "half"});
+  ASSERT_FALSE(half);
+  EXPECT_NE(half.status().message().find("--dtype float16 is not built"), std::string::npos) << half.status().message();
+  // --log-level critical sets the quietest level built.
+  auto crit = parse_serve_options({"--log-level", "critical"});
+  ASSERT_TRUE(crit) << crit.status().message();
+  EXPECT_TRUE(set_log_level(crit->log_level));
+  EXPECT_EQ(log_level(), LogLevel::Error);
+  set_log_level(LogLevel::Info);
+  // --nccl-init-addr: SGLang's older name of --dist-init-addr.
+  auto nccl = parse_serve_options({"--nnodes", "2", "--tp-size", "2", "--nccl-init-addr", "10.0.0.1:5000"});
+  ASSERT_TRUE(nccl) << nccl.status().message();
+  EXPECT_EQ(nccl->dist_init_addr, "10.0.0.1:5000");
+  // The help lists every spelling; an unknown one is refused with them.
+  auto bad = parse_serve_args_raw({"--kv-cache-dtype", "int8"});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.status().message(), "--kv-cache-dtype: 'int8' is not one of auto,bf16,bfloat16,fp8_e4m3,fp8_e5m2");
+  EXPECT_NE(serve_options_help().find("{auto,bfloat16,float16,float32,half,float}"), std::string::npos);
+}
+
+// --dist-init-addr / --dist-timeout with one node have nothing to join: the start-up warnings
+// (and `plan`) name them instead of ignoring them silently.
+TEST(ServeOptions, DistFlagsWithOneNodeAreNamedInAWarning) {
+  std::vector<std::string> warnings;
+  ASSERT_TRUE(parse_serve_options({"--nnodes", "1", "--dist-init-addr", "10.0.0.1:5000", "--dist-timeout", "60"},
+                                  &warnings));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "--dist-init-addr, --dist-timeout: no effect with --nnodes 1 (one node has no others to join)");
+  warnings.clear();
+  ASSERT_TRUE(parse_serve_options({"--dist-init-addr", "10.0.0.1:5000"}, &warnings));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("--dist-init-addr"), std::string::npos);
+  warnings.clear();
+  ASSERT_TRUE(parse_serve_options({"--nnodes", "2", "--tp-size", "2", "--dist-init-addr", "10.0.0.1:5000",
+                                   "--dist-timeout", "60"},
+                                  &warnings));
+  EXPECT_TRUE(warnings.empty());
+}
+
+// SGLang's --config is YAML (server_args_config_parser.py): a flat mapping of flag names to
+// scalars or lists, under the command line. It was read as TOML ("not valid TOML").
+TEST_F(ServeOptionsToml, YamlConfigIsReadAsSglangWritesIt) {
+  auto file = write("serve.yaml",
+                    "# SGLang launch settings\n"
+                    "---\n"
+                    "model-path: /models/qwen3.6-27b   # the checkpoint\n"
+                    "tp-size: 2\n"
+                    "mem-fraction-static: 0.88\n"
+                    "served-model-name: \"qwen # 27b\"\n"
+                    "chat-template: 'it''s.jinja'\n"
+                    "trust-remote-code: true\n"
+                    "disable-radix-cache: false\n"
+                    "enable-metrics: yes\n"
+                    "speculative_algorithm: NEXTN\n"
+                    "speculative-num-steps:\n"
+                    "  - 3\n"
+                    "context-length: [65536]\n"
+                    "attention-backend: []\n"
+                    "\n");
+  auto r = parse_serve_options({"--config", file.string(), "--speculative-num-steps", "2"});
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->model_path, "/models/qwen3.6-27b");
+  EXPECT_EQ(r->tp_size, 2);
+  EXPECT_DOUBLE_EQ(r->mem_fraction_static, 0.88);
+  EXPECT_EQ(r->served_model_name, "qwen # 27b");
+  EXPECT_EQ(r->chat_template, "it's.jinja");
+  EXPECT_TRUE(r->trust_remote_code);
+  EXPECT_FALSE(r->disable_radix_cache);
+  EXPECT_TRUE(r->enable_metrics);
+  EXPECT_EQ(r->speculative_algorithm, "NEXTN");
+  EXPECT_EQ(r->speculative_num_steps, 2);  // the command line wins
+  EXPECT_EQ(r->context_length, 65536);
+  EXPECT_FALSE(r->is_explicit("attention-backend"));  // an empty list is skipped, as SGLang does
+  EXPECT_EQ(r->config, file.string());
+  // .yml too; .toml stays TOML.
+  auto yml = write("s.yml", "port: 31001\n");
+  auto y = parse_serve_options({"--config", yml.string()});
+  ASSERT_TRUE(y) << y.status().message();
+  EXPECT_EQ(y->port, 31001);
+  auto toml = write("s.toml", "port = 31002\n");
+  auto t = parse_serve_options({"--config", toml.string()});
+  ASSERT_TRUE(t) << t.status().message();
+  EXPECT_EQ(t->port, 31002);
+  // Anything nested is refused by line, never misread.
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {"serve:\n  port: 3\n", "s.yaml:2: nested settings are not read"},
+           {"port: {a: 1}\n", "s.yaml:1: '{a: 1}' is not a plain value"},
+           {"tp-size: [1, [2]]\n", "s.yaml:1: nested lists and mappings are not read"},
+           {"tp-size:\n  - a: 1\n", "s.yaml:2: a mapping in a list is not read"},
+           {"tp-size: [1, 2]\n", "s.yaml:1: 'tp-size' has 2 values; --tp-size takes one"},
+           {"port 3\n", "s.yaml:1: expected `flag-name: value`"},
+           {"warp-drive: on\n", "unknown setting 'warp-drive'"},
+           {"tp: 2\ntp-size: 4\n", "keep one"}}) {
+    auto f = write("s.yaml", text);
+    auto e = parse_serve_options({"--config", f.string()});
+    ASSERT_FALSE(e) << text;
+    EXPECT_NE(e.status().message().find(want), std::string::npos) << text << " -> " << e.status().message();
+  }
 }
 
 }  // namespace
