@@ -69,7 +69,7 @@ for rep in range(1, repeat + 1):
         http.setdefault(r["concurrency"], []).append((r.get("output_tokens_per_s", r.get("output_tok_s")), ttft))
     text = open(f"{out}/offline.{rep}.txt").read()
     for o in json.loads(text[text.index("\n[") + 1:]):
-        off.setdefault(o["batch"], []).append((o["workload_output_tokens_per_second"], o["decode_tokens_per_second"]))
+        off.setdefault(o["batch"], []).append((o["workload_output_tokens_per_second"], o.get("decode_only_tokens_per_second", o["decode_tokens_per_second"])))
 med = lambda xs: statistics.median(xs)
 print(f"medians of {repeat} alternating rounds")
 print(f"{'conc':>5} {'HTTP tok/s':>11} {'offline tok/s':>14} {'ratio':>6} {'HTTP TTFT p50 ms':>17}  offline decode-only tok/s")

@@ -20,12 +20,17 @@ constexpr const char* kUsage =
     "                        [--input-len 256 --output-len 128 | --dataset FILE] [--num-prompts N]\n"
     "                        [--model NAME] [--output bench.json] [--svg bench.svg] [--state-dir DIR]\n"
     "                        [--no-record] [--temperature 0] [--seed 1] [--timeout 600] [--request-rate R|inf]\n"
+    "                        [--warmup-requests 1] [--no-flush-cache]\n"
     "Streams /v1/completions at each concurrency (num-prompts per level; default max(8, 4 x level)),\n"
     "requests arriving at once or, with --request-rate, as a Poisson process of R per second (at most\n"
     "`concurrency` in flight); prints output tok/s, requests/s, TTFT, ITL (per output token: a chunk's\n"
     "gap over the token ids it carries) and E2E percentiles and the server's accept length, writes\n"
     "JSON and an SVG plot, and attaches the results to the launch the server reports at\n"
     "/v1/server_info (in the local launch database).\n"
+    "Synthetic prompts are --input-len tokens of random words (by the server's /tokenize; words where it\n"
+    "has none), different at each level. Before each level the server's prefix cache is flushed\n"
+    "(POST /flush_cache; --no-flush-cache keeps it), so that no level or rerun is served from an earlier\n"
+    "one's prompts; the table shows what was cached. --warmup-requests untimed requests go first.\n"
     "Dataset: JSON lines or a JSON array of {\"prompt\": ..., \"output_len\": N} or ShareGPT conversations.\n"
     "\n"
     "deltaserve bench --multi-turn [--conversations 4] [--turns 12] [--system-len 6000] [--turn-len 150]\n"
@@ -46,8 +51,9 @@ bool write_file(const std::string& path, const std::string& text) {
 
 int cmd_bench(const Args& args) {
   CliArgs cli({"url", "concurrency", "input-len", "output-len", "dataset", "num-prompts", "model", "output", "svg",
-               "state-dir", "temperature", "seed", "timeout", "request-rate", "conversations", "turns", "system-len", "turn-len"},
-              {"no-record", "help", "multi-turn"});
+               "state-dir", "temperature", "seed", "timeout", "request-rate", "conversations", "turns", "system-len", "turn-len",
+               "warmup-requests"},
+              {"no-record", "help", "multi-turn", "no-flush-cache"});
   if (Status s = cli.parse(args); !s) {
     std::fprintf(stderr, "deltaserve bench: %s\n", s.message().c_str());
     return 2;
@@ -85,6 +91,13 @@ int cmd_bench(const Args& args) {
       if (*n < o.min) return fail(error("--", o.name, " must be at least ", o.min));
       *o.dst = *n;
     }
+  }
+  opts.flush_cache = !cli.flag("no-flush-cache");
+  if (auto v = cli.get("warmup-requests")) {
+    auto n = parse_int("warmup-requests", *v);
+    if (!n) return fail(n.status());
+    if (*n < 0 || *n > 1000) return fail(error("--warmup-requests must be 0..1000"));
+    opts.warmup_requests = static_cast<int>(*n);
   }
   if (auto v = cli.get("temperature")) {
     auto t = parse_double("temperature", *v);
@@ -132,7 +145,8 @@ int cmd_bench(const Args& args) {
     mt.system_words = vals[2];
     mt.turn_words = vals[3];
     // (Multi-turn runs are not recorded against a launch.)
-    for (const char* not_here : {"concurrency", "num-prompts", "input-len", "svg", "request-rate", "state-dir", "no-record"})
+    for (const char* not_here : {"concurrency", "num-prompts", "input-len", "svg", "request-rate", "state-dir", "no-record",
+                                 "warmup-requests", "no-flush-cache"})
       if (cli.has(not_here)) return fail(error("--", not_here, " does not apply to --multi-turn"));
     if (!mt.dataset.empty()) {
       for (const char* from_dataset : {"conversations", "turns", "system-len", "turn-len"})

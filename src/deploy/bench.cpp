@@ -66,6 +66,16 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (idx - double(lo));
 }
 
+bool parse_spec_counters(const std::string& text, int64_t* verify_steps, int64_t* accepted_tokens) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("spec_verify_steps_total") || !j.contains("spec_accepted_tokens_total") ||
+      !j["spec_verify_steps_total"].is_number_integer() || !j["spec_accepted_tokens_total"].is_number_integer())
+    return false;
+  *verify_steps = j["spec_verify_steps_total"].get<int64_t>();
+  *accepted_tokens = j["spec_accepted_tokens_total"].get<int64_t>();
+  return true;
+}
+
 void parse_server_info(const std::string& text, int64_t* launch_id, double* accept_length) {
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded()) return;
@@ -127,15 +137,15 @@ Result<std::vector<BenchPrompt>> load_bench_dataset(const std::string& path, int
   return out;
 }
 
-Result<std::vector<BenchPrompt>> make_bench_prompts(const BenchOptions& opts, int64_t n) {
+Result<std::vector<BenchPrompt>> make_bench_prompts(const BenchOptions& opts, int64_t n, int level, int64_t first) {
   std::vector<BenchPrompt> out;
   if (!opts.dataset.empty()) {
     auto ds = load_bench_dataset(opts.dataset, opts.output_len);
     if (!ds) return ds.status();
-    for (int64_t i = 0; i < n; ++i) out.push_back((*ds)[static_cast<size_t>(i) % ds->size()]);
+    for (int64_t i = 0; i < n; ++i) out.push_back((*ds)[static_cast<size_t>(first + i) % ds->size()]);
     return out;
   }
-  std::mt19937_64 rng(opts.seed);
+  std::mt19937_64 rng(opts.seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(level));
   const size_t n_words = sizeof kWords / sizeof kWords[0];
   for (int64_t i = 0; i < n; ++i) {
     BenchPrompt p;
@@ -149,10 +159,33 @@ Result<std::vector<BenchPrompt>> make_bench_prompts(const BenchOptions& opts, in
   return out;
 }
 
+bool tokenize_bench_prompts(const BenchOptions& opts, const std::string& model, std::vector<BenchPrompt>& prompts) {
+  if (prompts.empty()) return true;
+  nlohmann::json texts = nlohmann::json::array();
+  for (const auto& p : prompts) texts.push_back(p.text);
+  const nlohmann::json body = {{"model", model}, {"prompt", texts}, {"add_special_tokens", false}};
+  auto r = http_request(opts.url, "POST", "/tokenize", dump_lossy(body), nullptr, std::min(60.0, opts.timeout_s));
+  if (!r || r->status != 200) return false;
+  auto j = nlohmann::json::parse(r->body, nullptr, false);
+  if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array() || j["tokens"].size() != prompts.size())
+    return false;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& ids = j["tokens"][i];
+    // Every word is a token or more: input_len words give at least input_len ids, cut to that.
+    if (!ids.is_array() || static_cast<int64_t>(ids.size()) < opts.input_len) return false;
+    prompts[i].ids.clear();
+    for (int64_t k = 0; k < opts.input_len; ++k) {
+      if (!ids[static_cast<size_t>(k)].is_number_integer()) return false;
+      prompts[i].ids.push_back(ids[static_cast<size_t>(k)].get<int64_t>());
+    }
+  }
+  return true;
+}
+
 RequestResult run_completion(const BenchOptions& opts, const std::string& model, const BenchPrompt& prompt) {
   RequestResult r;
   nlohmann::json body = {{"model", model},
-                         {"prompt", prompt.text},
+                         {"prompt", prompt.ids.empty() ? nlohmann::json(prompt.text) : nlohmann::json(prompt.ids)},
                          {"max_tokens", prompt.max_tokens},
                          {"temperature", opts.temperature},
                          {"stream", true},
@@ -170,15 +203,22 @@ RequestResult run_completion(const BenchOptions& opts, const std::string& model,
     auto j = nlohmann::json::parse(data, nullptr, false);
     if (j.is_discarded()) return;
     if (j.contains("error")) {
-      server_error = j["error"].is_object() ? j["error"].value("message", dump_lossy(j["error"])) : dump_lossy(j["error"]);
+      const auto& e = j["error"];
+      server_error = e.is_object() && e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>()
+                                                                                        : dump_lossy(e);
+      if (server_error.empty()) server_error = "(empty error)";
       return;
     }
+    // Counts are read where they are integers (a server may send null): never a throw on this thread.
+    auto count = [](const nlohmann::json& o, const char* key, int64_t fallback) {
+      return o.contains(key) && o[key].is_number_integer() ? o[key].get<int64_t>() : fallback;
+    };
     if (j.contains("usage") && j["usage"].is_object()) {
       const auto& u = j["usage"];
-      r.prompt_tokens = u.value("prompt_tokens", r.prompt_tokens);
-      r.output_tokens = u.value("completion_tokens", r.output_tokens);
+      r.prompt_tokens = count(u, "prompt_tokens", r.prompt_tokens);
+      r.output_tokens = count(u, "completion_tokens", r.output_tokens);
       if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
-        r.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", r.cached_tokens);
+        r.cached_tokens = count(u["prompt_tokens_details"], "cached_tokens", r.cached_tokens);
     }
     // Tokens in this chunk: its token ids when the server sends them, else one per chunk with text.
     int64_t n = 0;
@@ -267,10 +307,50 @@ Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose) {
       if (j.contains("launch_db") && j["launch_db"].is_string()) report.launch_db = j["launch_db"].get<std::string>();
     }
   }
-  for (int c : opts.concurrency) {
-    const int64_t n = opts.num_prompts > 0 ? opts.num_prompts : std::max<int64_t>(8, 4 * int64_t(c));
-    auto prompts = make_bench_prompts(opts, n);
+  // Synthetic prompts of exactly --input-len tokens where the server tokenizes (words otherwise).
+  bool warned_words = false, warned_flush = false;
+  auto make_level_prompts = [&](int64_t n, int level, int64_t first) -> Result<std::vector<BenchPrompt>> {
+    auto prompts = make_bench_prompts(opts, n, level, first);
     if (!prompts) return prompts.status();
+    if (opts.dataset.empty() && !tokenize_bench_prompts(opts, report.model, *prompts) && !warned_words && verbose) {
+      warned_words = true;
+      std::fprintf(stderr, "the server has no /tokenize: prompts are %lld words each, not tokens\n",
+                   static_cast<long long>(opts.input_len));
+    }
+    return prompts;
+  };
+  // Untimed requests first (a server's first requests may pay one-off costs).
+  if (opts.warmup_requests > 0) {
+    auto warm = make_level_prompts(opts.warmup_requests, -1, 0);
+    if (!warm) return warm.status();
+    for (auto& p : *warm) {
+      p.max_tokens = std::min<int64_t>(p.max_tokens, 16);
+      RequestResult r = run_completion(opts, report.model, p);
+      if (!r.ok && verbose) std::fprintf(stderr, "warm-up request failed: %s\n", r.error.c_str());
+    }
+  }
+  int64_t first_record = 0;
+  for (size_t level = 0; level < opts.concurrency.size(); ++level) {
+    const int c = opts.concurrency[level];
+    const int64_t n = opts.num_prompts > 0 ? opts.num_prompts : std::max<int64_t>(8, 4 * int64_t(c));
+    auto prompts = make_level_prompts(n, static_cast<int>(level), first_record);
+    if (!prompts) return prompts.status();
+    first_record += n;
+    if (opts.flush_cache) {
+      auto f = http_request(opts.url, "POST", "/flush_cache", "", nullptr, std::min(30.0, opts.timeout_s));
+      if ((!f || f->status != 200) && !warned_flush && verbose) {
+        warned_flush = true;
+        std::fprintf(stderr, "the server did not flush its prefix cache (%s): a level may be served from the prompts "
+                             "an earlier one left there (see its cached tokens)\n",
+                     f ? ("HTTP " + std::to_string(f->status)).c_str() : f.status().message().c_str());
+      }
+    }
+    int64_t steps_before = -1, accepted_before = -1;
+    {
+      auto info = http_request(opts.url, "GET", "/v1/server_info", "", nullptr, std::min(30.0, opts.timeout_s));
+      if (!info || info->status != 200 || !parse_spec_counters(info->body, &steps_before, &accepted_before))
+        steps_before = accepted_before = -1;
+    }
     std::vector<RequestResult> results(static_cast<size_t>(n));
     const std::vector<double> arrival_s = bench_arrivals(n, opts.request_rate, opts.seed);
     std::atomic<int64_t> next{0};
@@ -299,6 +379,7 @@ Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose) {
       }
       ++L.n_requests;
       L.input_tokens += r.prompt_tokens;
+      L.cached_tokens += r.cached_tokens;
       L.output_tokens += r.output_tokens;
       ttft.push_back(r.ttft_ms);
       e2e.push_back(r.e2e_ms);
@@ -314,8 +395,13 @@ Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose) {
     auto info = http_request(opts.url, "GET", "/v1/server_info", "", nullptr, std::min(30.0, opts.timeout_s));
     if (info && info->status == 200) {
       int64_t id = 0;
-      parse_server_info(info->body, &id, &L.accept_length);
+      parse_server_info(info->body, &id, &L.accept_length);  // the server's average since it started
       if (id > 0) report.launch_id = id;
+      // This level's own, from the counters' change (the average includes warm-up and earlier levels).
+      int64_t steps = 0, accepted = 0;
+      if (steps_before >= 0 && parse_spec_counters(info->body, &steps, &accepted)) {
+        L.accept_length = steps > steps_before ? 1.0 + double(accepted - accepted_before) / double(steps - steps_before) : 0;
+      }
     }
     if (verbose)
       std::fprintf(stderr, "concurrency %d: %lld ok, %lld failed, %.1f output tok/s%s%s\n", c,
@@ -349,17 +435,21 @@ std::string bench_table(const BenchReport& rep) {
   std::string out = "bench " + rep.url + " model " + rep.model +
                     (rep.launch_id > 0 ? " launch #" + std::to_string(rep.launch_id) : " (launch id not reported)") + "\n";
   char line[512];
-  std::snprintf(line, sizeof line, "%5s %6s %5s %10s %8s %9s %9s %9s %9s %9s %9s %7s\n", "conc", "ok", "fail",
-                "out tok/s", "req/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "E2E p50", "E2E p99", "accept");
+  std::snprintf(line, sizeof line, "%5s %6s %5s %8s %7s %10s %8s %9s %9s %9s %9s %9s %9s %7s\n", "conc", "ok", "fail",
+                "in/req", "cached", "out tok/s", "req/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "E2E p50",
+                "E2E p99", "accept");
   out += line;
   for (const auto& L : rep.levels) {
-    std::snprintf(line, sizeof line, "%5d %6lld %5lld %10.1f %8.2f %9.1f %9.1f %9.2f %9.2f %9.0f %9.0f %7s\n",
-                  L.concurrency, static_cast<long long>(L.n_requests), static_cast<long long>(L.n_failed),
-                  L.output_tokens_per_s, L.request_throughput, L.ttft_p50, L.ttft_p99, L.itl_p50, L.itl_p99, L.e2e_p50,
-                  L.e2e_p99, L.accept_length > 0 ? fmt(L.accept_length, 2).c_str() : "-");
+    const double in_per_req = L.n_requests > 0 ? double(L.input_tokens) / double(L.n_requests) : 0;
+    const double cached_pct = L.input_tokens > 0 ? 100.0 * double(L.cached_tokens) / double(L.input_tokens) : 0;
+    std::snprintf(line, sizeof line, "%5d %6lld %5lld %8.0f %6.1f%% %10.1f %8.2f %9.1f %9.1f %9.2f %9.2f %9.0f %9.0f %7s\n",
+                  L.concurrency, static_cast<long long>(L.n_requests), static_cast<long long>(L.n_failed), in_per_req,
+                  cached_pct, L.output_tokens_per_s, L.request_throughput, L.ttft_p50, L.ttft_p99, L.itl_p50, L.itl_p99,
+                  L.e2e_p50, L.e2e_p99, L.accept_length > 0 ? fmt(L.accept_length, 2).c_str() : "-");
     out += line;
   }
-  out += "(latencies in ms; ITL = time per output token after the first: a chunk's gap over the tokens it carries)\n";
+  out += "(latencies in ms; ITL = time per output token after the first: a chunk's gap over the tokens it carries;\n"
+         " in/req = prompt tokens a request, cached = of them served from the prefix cache)\n";
   return out;
 }
 
@@ -376,6 +466,7 @@ std::string bench_json(const BenchReport& rep) {
                       {"failed", L.n_failed},
                       {"duration_s", L.duration_s},
                       {"input_tokens", L.input_tokens},
+                      {"cached_tokens", L.cached_tokens},
                       {"output_tokens", L.output_tokens},
                       {"output_tokens_per_s", L.output_tokens_per_s},
                       {"request_throughput", L.request_throughput},

@@ -16,7 +16,8 @@ namespace deltaserve {
 
 struct BenchPrompt {
   std::string text;
-  int64_t max_tokens = 0;  // output length
+  int64_t max_tokens = 0;    // output length
+  std::vector<int64_t> ids;  // synthetic prompts: exactly --input-len token ids (sent instead of text)
 };
 
 struct BenchOptions {
@@ -31,6 +32,9 @@ struct BenchOptions {
   uint64_t seed = 1;
   double timeout_s = 600;
   double request_rate = 0;             // requests/s, Poisson arrivals (seeded); 0 = all at once
+  bool flush_cache = true;             // POST /flush_cache before each level: no level (or rerun) is
+                                       // served from the prompts an earlier one left in the prefix cache
+  int warmup_requests = 1;             // untimed requests before the first level (SGLang's bench_serving: 1)
 };
 
 struct RequestResult {
@@ -49,11 +53,12 @@ struct LevelResult {
   int64_t n_requests = 0, n_failed = 0;
   double duration_s = 0;
   int64_t input_tokens = 0, output_tokens = 0;
+  int64_t cached_tokens = 0;  // of input_tokens, served from the prefix cache (usage.prompt_tokens_details)
   double output_tokens_per_s = 0, request_throughput = 0;
   double ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0;
   double itl_p50 = 0, itl_p90 = 0, itl_p99 = 0;
   double e2e_p50 = 0, e2e_p90 = 0, e2e_p99 = 0;
-  double accept_length = 0;  // from /v1/server_info, 0 = not reported
+  double accept_length = 0;  // this level's, from /v1/server_info's counters (else its average); 0 = not reported
   std::string first_error;
 };
 
@@ -69,8 +74,12 @@ struct BenchReport {
 // agree too. An error says which database the server records in.
 Status check_bench_launch(const BenchReport& report, const LaunchRecord& record, const std::string& db_path);
 
-// Prompts for one level: from the dataset (cycled) or synthetic text of about input_len words.
-Result<std::vector<BenchPrompt>> make_bench_prompts(const BenchOptions& opts, int64_t n);
+// Prompts for one level: from the dataset (cycled, from record `first`) or synthetic text of
+// input_len random words from a generator seeded by (seed, level), so that levels differ.
+Result<std::vector<BenchPrompt>> make_bench_prompts(const BenchOptions& opts, int64_t n, int level = 0, int64_t first = 0);
+// Synthetic prompts as exactly input_len token ids, by the server's /tokenize (SGLang's random
+// dataset counts tokens, not words). False (the prompts stay text) where the server has no /tokenize.
+bool tokenize_bench_prompts(const BenchOptions& opts, const std::string& model, std::vector<BenchPrompt>& prompts);
 Result<std::vector<BenchPrompt>> load_bench_dataset(const std::string& path, int64_t default_output_len);
 
 // The model to ask for: `model` when given, else the first id the server lists at /v1/models.
@@ -97,5 +106,8 @@ std::vector<Measurement> bench_measurements(const BenchReport& report);
 
 // Looks for the launch id and an accept length in /v1/server_info JSON text.
 void parse_server_info(const std::string& json_text, int64_t* launch_id, double* accept_length);
+// The speculative counters /v1/server_info carries (spec_verify_steps_total,
+// spec_accepted_tokens_total); false when it has none (another server).
+bool parse_spec_counters(const std::string& json_text, int64_t* verify_steps, int64_t* accepted_tokens);
 
 }  // namespace deltaserve

@@ -93,6 +93,13 @@ Result<MultiTurnReport> run_multi_turn(const BenchOptions& base, const MultiTurn
   for (const auto& c : convs) n_turns = std::max<int>(n_turns, static_cast<int>(c.messages.size()));
   report.turns.resize(static_cast<size_t>(n_turns));
   for (int t = 0; t < n_turns; ++t) report.turns[t].turn = t + 1;
+  // The hits counted are this run's own turns', not a rerun's: the cache starts empty (a server
+  // without /flush_cache keeps it; the first turn's hits then show it).
+  if (base.flush_cache) {
+    auto f = http_request(base.url, "POST", "/flush_cache", "", nullptr, std::min(30.0, base.timeout_s));
+    if ((!f || f->status != 200) && verbose)
+      std::fprintf(stderr, "the server did not flush its prefix cache: the first turns may be served from an earlier run\n");
+  }
   std::mutex mu;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> clients;
@@ -101,7 +108,9 @@ Result<MultiTurnReport> run_multi_turn(const BenchOptions& base, const MultiTurn
       std::string prompt = conv.opening;
       for (size_t t = 0; t < conv.messages.size(); ++t) {
         prompt += conv.messages[t];
-        BenchPrompt p{prompt, base.output_len};
+        BenchPrompt p;
+        p.text = prompt;
+        p.max_tokens = base.output_len;
         RequestResult r = run_completion(base, report.model, p);
         {
           std::lock_guard<std::mutex> lock(mu);

@@ -298,6 +298,10 @@ void OpenAiServer::route(HttpRequest&& req, std::shared_ptr<HttpExchange> exchan
     info["speculative_num_steps"] = config_.speculative_num_steps;
     info["requests_running"] = st.requests_running;
     info["requests_waiting"] = st.requests_waiting;
+    // The counters too, so that a client (deltaserve bench) can take the accept length of its own
+    // requests from their change.
+    info["spec_verify_steps_total"] = st.spec_verify_steps_total;
+    info["spec_accepted_tokens_total"] = st.spec_accepted_tokens_total;
     json accept = nullptr;
     if (st.spec_verify_steps_total > 0)
       info["accept_length"] = accept = 1.0 + double(st.spec_accepted_tokens_total) / double(st.spec_verify_steps_total);

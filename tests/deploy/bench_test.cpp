@@ -16,6 +16,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <sstream>
 #include <thread>
 
 namespace deltaserve {
@@ -50,6 +52,14 @@ class FakeServer {
   }
   int port() const { return port_; }
   std::atomic<int> completions{0};
+  std::atomic<int> flushes{0};
+  // Options for the review tests (stop 56), set before the first request:
+  bool tokenize = false;          // answer /tokenize: two ids per word
+  bool spec_counters = false;     // server_info carries counters: 1000 earlier steps with none accepted,
+                                  // then each completion one step with two accepted (its accept length 3)
+  bool null_usage = false;        // usage.completion_tokens is null
+  std::mutex mu;
+  std::vector<nlohmann::json> prompts;  // every /v1/completions prompt, in arrival order
 
  private:
   void loop() {
@@ -94,6 +104,24 @@ class FakeServer {
     };
     if (req.rfind("GET /v1/models", 0) == 0) {
       reply(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})");
+    } else if (req.rfind("POST /flush_cache", 0) == 0) {
+      ++flushes;
+      reply("{}");
+    } else if (req.rfind("POST /tokenize", 0) == 0 && tokenize) {
+      auto body = nlohmann::json::parse(req.substr(he + 4));
+      nlohmann::json tokens = nlohmann::json::array();
+      for (const auto& text : body["prompt"]) {
+        nlohmann::json ids = nlohmann::json::array();
+        std::istringstream words(text.get<std::string>());
+        for (std::string w; words >> w;) ids.push_back(ids.size()), ids.push_back(ids.size());
+        tokens.push_back(ids);
+      }
+      reply(nlohmann::json{{"tokens", tokens}}.dump());
+    } else if (req.rfind("GET /v1/server_info", 0) == 0 && spec_counters) {
+      const int done = completions.load();
+      reply(nlohmann::json{{"launch_id", launch_id_}, {"accept_length", 1.0 + 2.0 * done / (1000 + done)},
+                           {"spec_verify_steps_total", 1000 + done}, {"spec_accepted_tokens_total", 2 * done}}
+                .dump());
     } else if (req.rfind("GET /v1/server_info", 0) == 0) {
       reply(R"({"launch_id":)" + std::to_string(launch_id_) +
             (started_at.empty() ? std::string() : R"(,"launch_started_at":")" + started_at + R"(","launch_db":")" + launch_db + R"(")") +
@@ -101,7 +129,10 @@ class FakeServer {
     } else if (req.rfind("POST /v1/completions", 0) == 0) {
       auto body = nlohmann::json::parse(req.substr(he + 4));
       const int n = body["max_tokens"].get<int>();
-      ++completions;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        prompts.push_back(body["prompt"]);
+      }
       send_all(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
                   "Connection: close\r\n\r\n");
       for (int i = 0; i < n; ++i) {
@@ -116,9 +147,10 @@ class FakeServer {
         // Split one event across two HTTP chunks to exercise the SSE reassembly.
         send_all(c, chunk(ev.substr(0, 10)) + chunk(ev.substr(10)));
       }
-      send_all(c, chunk(R"(data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":)" + std::to_string(n) +
-                        "}}\n\n") +
+      send_all(c, chunk(R"(data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":)" +
+                        (null_usage ? std::string("null") : std::to_string(n)) + "}}\n\n") +
                       chunk("data: [DONE]\n\n") + "0\r\n\r\n");
+      ++completions;  // (after the answer: server_info's counters then include it)
     } else {
       send_all(c, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     }
@@ -138,6 +170,56 @@ class FakeServer {
   std::thread accept_thread_;
   std::vector<std::thread> conns_;
 };
+
+// Found by review (stop 56): every level (and every rerun) sent the same prompts, served from the
+// prefix cache the level before filled; --input-len counted words (1.24 tokens each on tiny-coder);
+// the accept column was the server's average since it started; a null count in the usage chunk
+// threw on a worker thread (terminate).
+TEST(Bench, LevelsAreFreshPromptsOfExactTokensWithTheirOwnAcceptLength) {
+  FakeServer server(1);
+  server.tokenize = true;
+  server.spec_counters = true;
+  server.null_usage = true;
+  BenchOptions opts;
+  opts.url = *parse_local_http_url("http://127.0.0.1:" + std::to_string(server.port()));
+  opts.concurrency = {1, 2};
+  opts.num_prompts = 3;
+  opts.input_len = 5;
+  opts.output_len = 4;
+  auto rep = run_bench(opts, /*verbose=*/false);
+  ASSERT_TRUE(rep) << rep.status().message();
+  EXPECT_EQ(server.flushes.load(), 2);
+  ASSERT_EQ(server.prompts.size(), 7u);  // the warm-up, then 3 a level
+  std::vector<std::string> seen;
+  for (const auto& p : server.prompts) {
+    ASSERT_TRUE(p.is_array()) << p.dump();  // token ids
+    EXPECT_EQ(p.size(), 5u) << p.dump();
+    seen.push_back(p.dump());
+  }
+  // Each prompt is its own (the fake's ids number the words: compare the texts bench tokenized).
+  ASSERT_EQ(rep->levels.size(), 2u);
+  for (const auto& L : rep->levels) {
+    EXPECT_EQ(L.n_failed, 0) << L.first_error;
+    EXPECT_EQ(L.output_tokens, 3 * 4);  // usage's null count: the streamed tokens
+    EXPECT_DOUBLE_EQ(L.accept_length, 3.0);  // the level's own: two accepted a step
+  }
+  auto a = make_bench_prompts(opts, 3, 0), b = make_bench_prompts(opts, 3, 1), a2 = make_bench_prompts(opts, 3, 0);
+  ASSERT_TRUE(a && b && a2);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ((*a)[i].text, (*a2)[i].text);  // seeded
+    for (int j = 0; j < 3; ++j) EXPECT_NE((*a)[i].text, (*b)[j].text);
+  }
+  // Without /tokenize (another server) the prompts stay words; --no-flush-cache sends no flush.
+  FakeServer plain(1);
+  opts.url = *parse_local_http_url("http://127.0.0.1:" + std::to_string(plain.port()));
+  opts.flush_cache = false;
+  opts.warmup_requests = 0;
+  auto rep2 = run_bench(opts, /*verbose=*/false);
+  ASSERT_TRUE(rep2) << rep2.status().message();
+  EXPECT_EQ(plain.flushes.load(), 0);
+  ASSERT_EQ(plain.prompts.size(), 6u);
+  EXPECT_TRUE(plain.prompts[0].is_string());
+}
 
 TEST(Bench, Percentiles) {
   EXPECT_DOUBLE_EQ(percentile({}, 50), 0);
@@ -178,7 +260,8 @@ TEST(Bench, AgainstAFakeServerAttachesToItsLaunch) {
   opts.output_len = 6;
   auto rep = run_bench(opts, /*verbose=*/false);
   ASSERT_TRUE(rep) << rep.status().message();
-  EXPECT_EQ(server.completions.load(), 16);
+  EXPECT_EQ(server.completions.load(), 17);  // a warm-up request, then 8 a level
+  EXPECT_EQ(server.flushes.load(), 2);       // the prefix cache before each level
   EXPECT_EQ(rep->model, "fake-model");
   EXPECT_EQ(rep->launch_id, *id);
   ASSERT_EQ(rep->levels.size(), 2u);
@@ -266,7 +349,7 @@ TEST(Bench, InterTokenGapsCountTokenIdsNotTextChunks) {
   auto url = parse_local_http_url("http://127.0.0.1:" + std::to_string(server.port()));
   ASSERT_TRUE(url);
   opts.url = *url;
-  BenchPrompt p{"hello", 9};
+  BenchPrompt p{"hello", 9, {}};
   const RequestResult r = run_completion(opts, "fake-model", p);
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.streamed_tokens, 9);
