@@ -22,10 +22,14 @@ Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& c
   if (dp > 1 && config.node_link) return error("--dp-size ", dp, " with --nnodes > 1 is not built");
   EngineConfig c = config;
   c.dp_size = dp;
+  int run_base = config.max_running_requests, run_extra = 0;  // running requests a replica (CPU: shared out)
   if (dp > 1 && config.device == Device::Cpu) {
     // The CPU: the replicas share this process's cores and memory plan.
     const int threads = config.n_threads > 0 ? config.n_threads : hardware_threads();
     c.n_threads = std::max(1, threads / dp);
+    if (threads % dp != 0)
+      log_warn("--dp-size ", dp, ": ", threads, " CPU threads do not share out evenly: ", c.n_threads,
+               " a replica, ", c.n_threads * dp, " in all");
     const int64_t blocks = config.kv_tokens / config.kv_block_size / dp;
     if (blocks < 1) return error("--dp-size ", dp, ": ", config.kv_tokens, " KV tokens cannot be shared out");
     c.kv_tokens = blocks * config.kv_block_size;
@@ -43,7 +47,11 @@ Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& c
     if (given.max_running_requests && config.max_running_requests < dp)
       return error("--max-running-requests ", config.max_running_requests, " with --dp-size ", dp,
                    ": each replica runs at least one request; give at least ", dp);
-    c.max_running_requests = std::max(1, config.max_running_requests / dp);
+    // N running requests over dp replicas: N / dp each and one more for the first N % dp, so that
+    // together they run the N given (and the plan's N state slots), not dp * (N / dp).
+    run_base = config.max_running_requests / dp;
+    run_extra = config.max_running_requests % dp;
+    if (run_base == 0) run_base = 1, run_extra = 0;  // (automatic N below dp: a given one was refused)
     c.max_waiting_requests = std::max(1, config.max_waiting_requests / dp);
     c.checkpoint_slots = config.checkpoint_slots / dp;
   }
@@ -51,6 +59,7 @@ Result<std::vector<std::unique_ptr<Engine>>> make_replicas(const EngineConfig& c
   // gets the whole per-GPU plan.
   for (int i = 0; i < dp; ++i) {
     c.dp_rank = i;
+    c.max_running_requests = run_base + (i < run_extra ? 1 : 0);
     // --random-seed N: each replica draws the seeds of unseeded requests from its own stream (one
     // stream in all would give the choices of an n > 1 request, spread over replicas, one seed).
     if (config.random_seed) c.random_seed = *config.random_seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(i);

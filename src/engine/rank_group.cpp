@@ -9,6 +9,7 @@
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_communicator.h"
 #include "backend/cpu/socket_communicator.h"
+#include "util/log.h"
 #include "util/thread_pool.h"
 #include "backend/split_communicator.h"
 #ifdef DELTASERVE_WITH_CUDA
@@ -151,6 +152,10 @@ Status RankGroup::make_backends(const RankGroupOptions& o, const std::vector<int
   // CPU: the kernel threads are shared out between the ranks (each rank has its own pool).
   const int total = o.n_threads > 0 ? o.n_threads : hardware_threads();
   const int per_rank = n > 1 ? std::max(1, total / n) : o.n_threads;
+  // (Said, not silent: fewer threads than ranks still run one a rank; a remainder goes unused.)
+  if (n > 1 && o.device == "cpu" && total % n != 0)
+    log_warn("--tp-size ", n, ": ", total, " CPU threads do not share out evenly: ", per_rank, " a rank, ",
+             per_rank * n, " in all");
   for (int r = 0; r < n; ++r) {
     if (r == 0 && rank0_backend) {
       ranks_[r].backend = std::move(rank0_backend);

@@ -36,6 +36,13 @@ std::vector<EngineStats> ReplicaSet::replica_stats() const {
 EngineStats ReplicaSet::stats() const { return sum_stats(replica_stats()); }
 
 bool ReplicaSet::flush_cache() {
+  // All or none: a busy replica refuses, so the idle ones are not flushed either (they were, and
+  // the caller was told nothing was dropped). A request arriving between this check and the
+  // flushes below can still make one replica refuse after another has flushed.
+  for (const auto& r : replicas_) {
+    const EngineStats s = r->stats();
+    if (s.requests_running + s.requests_waiting > 0) return false;
+  }
   bool ok = true;
   for (auto& r : replicas_) ok = r->flush_cache() && ok;
   return ok;

@@ -184,5 +184,48 @@ TEST(ReplicaSet, MakeReplicasRefusesGivenLimitsThatAReplicaCannotHold) {
   EXPECT_EQ((*a)[0]->config().max_running_requests, 1);
 }
 
+// Found by review (stop 56). --max-running-requests 3 over two CPU replicas ran 1 + 1 (N / dp
+// each, silently); now the first N % dp replicas run one more, 2 + 1.
+TEST(ReplicaSet, RunningRequestsNotDividedByDpGoToTheFirstReplicas) {
+  EngineConfig c = config();
+  c.max_running_requests = 3;
+  auto r = make_replicas(c, nullptr, 2, {.max_running_requests = true});
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ((*r)[0]->config().max_running_requests, 2);
+  EXPECT_EQ((*r)[1]->config().max_running_requests, 1);
+}
+
+// Found by review (stop 56). /flush_cache with a request running on one replica answered "not
+// flushed" but had emptied the idle replica's cache; now it is all or none.
+TEST(ReplicaSet, AFlushRefusedByABusyReplicaFlushesNoReplica) {
+  EngineConfig c = config();
+  c.prefix_cache = true;
+  c.checkpoint_slots = 8;
+  auto r = make_replicas(c, nullptr, 2);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ReplicaSet set(std::move(*r));
+  set.start();
+  // Replica 0 caches a prompt.
+  greedy_continuations(set.replica(0), prompts(3), 4);
+  const int64_t cached = set.replica_stats()[0].cached_blocks;
+  ASSERT_GT(cached, 0);
+  // Replica 1 runs a long request.
+  GenerateRequest req;
+  req.id = set.next_request_id();
+  req.prompt = prompts(1)[0];
+  req.sampling.max_tokens = 100000;
+  req.sampling.ignore_eos = true;
+  auto stream = set.replica(1).submit(std::move(req));
+  ASSERT_TRUE(stream->events.pop().has_value());  // running
+  EXPECT_FALSE(set.flush_cache());
+  EXPECT_EQ(set.replica_stats()[0].cached_blocks, cached);
+  set.cancel(stream->id);
+  while (auto ev = stream->events.pop())
+    if (ev->finish != FinishReason::None) break;
+  EXPECT_TRUE(set.flush_cache());
+  EXPECT_EQ(set.replica_stats()[0].cached_blocks, 0);
+  set.stop();
+}
+
 }  // namespace
 }  // namespace deltaserve::test
