@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # HTTP vs offline throughput on the same workload (issue #4 benchmark; goal HTTP/offline >= 0.9).
 #   bench/serve/run.sh [MODEL_DIR] [extra serve flags...]
-# Env: BIN (default build/src/app/deltaserve), CONC (1,8,32), INPUT_LEN (16 words), GEN_LEN (128),
+# Env: BIN (default build/src/app/deltaserve), CONC (1,8,32), INPUT_LEN (16 tokens), GEN_LEN (128),
 #      PORT (free port), OUT (bench/serve/out), CLIENT (cpp | node), REPEAT (3), THREADS (nproc),
 #      OFFLINE_ARGS (extra bench-offline flags, e.g. "--device cuda --load-format dummy" to match
 #      serve flags "--device cuda --load-format dummy").

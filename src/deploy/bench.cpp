@@ -593,8 +593,8 @@ std::vector<Measurement> bench_measurements(const BenchReport& rep) {
     m.e2e_p99_ms = L.e2e_p99;
     m.accept_length = L.accept_length;
     nlohmann::json d = {{"url", rep.url}, {"model", rep.model}, {"failed", L.n_failed},
-                        {"input_tokens", L.input_tokens}, {"output_tokens", L.output_tokens},
-                        {"duration_s", L.duration_s}};
+                        {"input_tokens", L.input_tokens}, {"cached_tokens", L.cached_tokens},
+                        {"output_tokens", L.output_tokens}, {"duration_s", L.duration_s}};
     m.details_json = dump_lossy(d);
     out.push_back(std::move(m));
   }
