@@ -5,6 +5,20 @@
 
 namespace deltaserve {
 
+DrainedStream drain_stream(RequestStream& stream, std::size_t expected_events) {
+  DrainedStream d;
+  d.emitted.reserve(expected_events);
+  while (auto ev = stream.events.pop()) {
+    if (!ev->tokens.empty()) d.emitted.push_back(EmittedTokens{ev->emitted_at, static_cast<int>(ev->tokens.size())});
+    if (ev->finish != FinishReason::None) {
+      d.accept_length = ev->accept_length;
+      if (ev->finish == FinishReason::Error) d.error = ev->error.empty() ? "request failed" : ev->error;
+      break;
+    }
+  }
+  return d;
+}
+
 BatchRates batch_rates(double t0, int prompt_len, const std::vector<std::vector<EmittedTokens>>& events) {
   BatchRates r;
   const int batch = static_cast<int>(events.size());

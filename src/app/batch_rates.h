@@ -2,14 +2,28 @@
 // engine emitted each sequence's tokens (cmd_bench_offline.cpp).
 #pragma once
 
+#include <cstddef>
+#include <string>
 #include <vector>
+
+#include "engine/events.h"
 
 namespace deltaserve {
 
 struct EmittedTokens {  // one event of a stream that carried tokens
-  double time = 0;  // seconds
+  double time = 0;  // seconds: when the engine emitted it (TokenEvent::emitted_at, now_seconds())
   int tokens = 0;   // tokens in the event (several with speculative decoding)
 };
+
+// One request's stream popped until its final event. The times are the engine's (each event's
+// emitted_at), not when this reader popped it: with B readers on fewer cores a reader gets round
+// to its stream late, and pop times made decode rates vary 2x (once 3.2M tok/s on tiny-coder).
+struct DrainedStream {
+  std::vector<EmittedTokens> emitted;  // the events that carried tokens
+  double accept_length = 0;            // the final event's
+  std::string error;                   // "" unless it ended with FinishReason::Error
+};
+DrainedStream drain_stream(RequestStream& stream, std::size_t expected_events = 0);
 
 struct BatchRates {
   int generated = 0;             // tokens of all sequences

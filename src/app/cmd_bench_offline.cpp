@@ -53,7 +53,8 @@ GenerateRequest random_request(Engine& e, std::mt19937_64& rng, const SamplingPa
 }
 
 // B requests submitted at once, each drained by its own reader thread (event times are when the
-// engine emitted them, not when a single reader got round to a stream); figures: app/batch_rates.h.
+// engine emitted them, TokenEvent::emitted_at, not when a reader got round to a stream); figures:
+// app/batch_rates.h.
 RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int prompt_len, int gen_len, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<std::shared_ptr<RequestStream>> streams;
@@ -66,18 +67,10 @@ RunResult run_batch(Engine& e, const SamplingParams& sampling, int batch, int pr
   std::vector<std::thread> readers;
   for (int b = 0; b < batch; ++b) {
     readers.emplace_back([&, b] {
-      emitted[b].reserve(static_cast<std::size_t>(gen_len) + 1);
-      while (auto ev = streams[b]->events.pop()) {
-        const double now = now_seconds();
-        if (!ev->tokens.empty()) {
-          emitted[b].push_back(EmittedTokens{now, static_cast<int>(ev->tokens.size())});
-        }
-        if (ev->finish != FinishReason::None) {
-          accept[b] = ev->accept_length;
-          if (ev->finish == FinishReason::Error) errors[b] = ev->error.empty() ? "request failed" : ev->error;
-          break;
-        }
-      }
+      DrainedStream d = drain_stream(*streams[b], static_cast<std::size_t>(gen_len) + 1);
+      emitted[b] = std::move(d.emitted);
+      accept[b] = d.accept_length;
+      errors[b] = std::move(d.error);
     });
   }
   for (auto& r : readers) r.join();
@@ -139,6 +132,18 @@ WorkloadResult run_workload(Engine& e, const SamplingParams& sampling, int concu
   r.ttft_p50_ms = 1e3 * percentile(all, 50);
   r.ttft_p99_ms = 1e3 * percentile(all, 99);
   return r;
+}
+
+// What set the plan's running-request count, as its table names it ("--max-running-requests",
+// "--max-mamba-cache-size 2 (the model's state slots)", "KV tokens", ...).
+std::string running_cap_bound(const MemoryPlan& plan) {
+  std::string bound, slots_bound;
+  for (const PlanRow& r : plan.rows) {
+    if (r.item == "max running requests") bound = r.bound_by;
+    if (r.item == "state slots") slots_bound = r.bound_by;
+  }
+  if (bound == "state slots" && !slots_bound.empty()) bound = slots_bound + " (the model's state slots)";
+  return bound.empty() ? "the memory plan" : bound;
 }
 
 // Stats once the engine has published its last step (requests finish inside a step; the counters
@@ -258,6 +263,19 @@ int cmd_bench_offline(const Args& args) {
       std::fprintf(stderr, "deltaserve bench-offline: %s\n", setup.status().message().c_str());
       return 1;
     }
+    // A batch above what the engine runs at once would be measured as a queue (its last requests
+    // waiting for the first ones) and reported as that batch: refused, naming the bound.
+    const int max_running = setup->config.max_running_requests;
+    for (int b : *batches)
+      if (b > max_running) {
+        std::string bound = running_cap_bound(setup->plan);
+        if (bound == "--max-running-requests") bound += str_cat(" ", o.max_running_requests);
+        std::fprintf(stderr,
+                     "deltaserve bench-offline: --batch %d: the engine runs at most %d request(s) at once here (bound by "
+                     "%s): a larger batch would be measured as a queue; lower --batch or raise that bound\n",
+                     b, max_running, bound.c_str());
+        return 2;
+      }
     if (setup->device == PlanDevice::Cuda)
       std::fprintf(stderr, "device memory: %.2f GiB, in use before loading %.2f GiB (CUDA context); KV %s, %lld tokens\n",
                    double(setup->plan_input.device_memory_bytes) / double(1 << 30),

@@ -2,11 +2,13 @@
 // prompt exactly (no trailing newline added), for byte-for-byte comparison with HF
 // apply_chat_template(tokenize=False).
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "app/cli_args.h"
 #include "app/commands.h"
 #include "chat/chat_template.h"
+#include "util/json_parse.h"
 #include "util/mmap_file.h"
 
 namespace deltaserve {
@@ -19,12 +21,29 @@ void print_help() {
       "  --model DIR            model dir (chat_template.jinja or tokenizer_config.json; bos/eos tokens)\n"
       "  --input FILE.json      {\"messages\": [...], \"tools\": [...] or null,\n"
       "                          \"add_generation_prompt\": bool, \"kwargs\": {...}}\n"
-      "  --chat-template FILE   use this template instead of the model's\n");
+      "                         add_generation_prompt defaults to false, as in HF's\n"
+      "                         apply_chat_template (the server's chat requests default to true)\n"
+      "  --chat-template FILE   use this template instead of the model's\n"
+      "JSON nested deeper than 64 levels is refused.\n");
 }
 
 int fail(const std::string& message) {
   std::fprintf(stderr, "deltaserve chat-template: %s\n", message.c_str());
   return 1;
+}
+
+// A JSON object from `path`: parsed in linear time with a depth limit (deep nesting overflowed the
+// stack when the value was copied), and the reason it is not one named.
+Result<nlohmann::ordered_json> read_json_object(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return error(path.string(), ": is a directory");
+  auto text = read_text_file(path);
+  if (!text) return text.status();
+  nlohmann::ordered_json j;
+  std::string why;
+  if (!parse_ordered_json(*text, j, &why)) return error(path.string(), ": not valid JSON: ", why);
+  if (!j.is_object()) return error(path.string(), ": not a JSON object (", j.type_name(), ")");
+  return j;
 }
 
 }  // namespace
@@ -56,18 +75,19 @@ int cmd_chat_template(const Args& args) {
   const std::filesystem::path config_path = std::filesystem::path(*model) / "tokenizer_config.json";
   std::error_code ec;
   if (std::filesystem::exists(config_path, ec)) {
-    auto text = read_text_file(config_path);
-    if (!text) return fail(text.status().message());
-    ojson config = ojson::parse(*text, nullptr, false);
-    if (config.is_discarded() || !config.is_object()) return fail(config_path.string() + ": not a JSON object");
+    auto parsed = read_json_object(config_path);
+    if (!parsed) return fail(parsed.status().message());
+    const ojson& config = *parsed;
     in.bos_token = special_token_text(config, "bos_token");
     in.eos_token = special_token_text(config, "eos_token");
   }
 
-  auto text = read_text_file(*input_path);
-  if (!text) return fail(text.status().message());
-  ojson j = ojson::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(*input_path + ": not a JSON object");
+  auto parsed = read_json_object(*input_path);
+  if (!parsed) return fail(parsed.status().message());
+  ojson& j = *parsed;
+  // HF's apply_chat_template defaults add_generation_prompt to false; this command is compared
+  // with it byte for byte (ChatTemplate::Input's default, true, is the server's).
+  in.add_generation_prompt = false;
   if (!j.contains("messages") || !j["messages"].is_array()) return fail(*input_path + ": \"messages\" must be a list");
   in.messages = j["messages"];
   if (j.contains("tools")) in.tools = j["tools"];

@@ -1,6 +1,7 @@
 // deltaserve serve --model-path DIR [--host H] [--port P] [SGLang flags...]
 // The OpenAI-compatible server: flags (serve_options) → memory plan → Engine thread, tokenizer,
 // chat template → OpenAiServer (HTTP threads). Runs until SIGINT/SIGTERM.
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -110,29 +111,137 @@ ServerConfig server_config_from(const ServeOptions& opts) {
     pos = comma + 1;
   }
   if (sc.allowed_origins.empty()) sc.allowed_origins.push_back("*");
-  // The status page's recent launches: read from the launch database at most every 5 s (the page
-  // polls every second; a bench run adds measurements rarely).
-  struct HistoryCache {
-    std::mutex mutex;
-    std::chrono::steady_clock::time_point at{};
-    bool have = false;
-    Result<nlohmann::ordered_json> value = nlohmann::ordered_json::array();
-  };
-  auto cache = std::make_shared<HistoryCache>();
-  const std::filesystem::path state_dir = opts.state_dir.empty() ? default_state_dir() : std::filesystem::path(opts.state_dir);
-  sc.launch_history = [cache, state_dir]() -> Result<nlohmann::ordered_json> {
-    std::lock_guard<std::mutex> lock(cache->mutex);
-    const auto now = std::chrono::steady_clock::now();
-    if (cache->have && now - cache->at < std::chrono::seconds(5)) return cache->value;
-    cache->have = true;
-    cache->at = now;
-    auto db = LaunchDb::open(state_dir);
-    if (!db) return cache->value = db.status();
-    auto text = recent_launches_json(**db, 10, 5);
-    if (!text) return cache->value = text.status();
-    return cache->value = nlohmann::ordered_json::parse(*text);
-  };
   return sc;
+}
+
+// The status page's recent launches (/status.json "launches"), read from the launch database by a
+// thread of its own every 5 s (the page polls every second; a bench run adds measurements
+// rarely). The server's io thread only copies the last value: a database locked by another
+// process (a bench run writing, `sqlite3` holding a transaction) never holds up /health or the
+// page. Each read opens the file read-only and waits at most kBusyTimeoutMs for a lock; a failed
+// read keeps the last good value (or reports the error when there is none yet).
+class LaunchHistoryRefresher {
+ public:
+  static constexpr int kBusyTimeoutMs = 250;
+  static constexpr std::chrono::seconds kPeriod{5};
+  // The database file is looked at (a stat) this often, and read again as soon as it changed: a
+  // measurement `deltaserve bench` records shows on the page within this, not kPeriod.
+  static constexpr std::chrono::milliseconds kWatch{200};
+
+  explicit LaunchHistoryRefresher(std::filesystem::path state_dir) : state_dir_(std::move(state_dir)) {}
+  ~LaunchHistoryRefresher() { stop(); }
+  LaunchHistoryRefresher(const LaunchHistoryRefresher&) = delete;
+  LaunchHistoryRefresher& operator=(const LaunchHistoryRefresher&) = delete;
+
+  // What ServerConfig::launch_history calls (on an io thread): the cached value, never a read.
+  std::function<Result<nlohmann::ordered_json>()> reader() const {
+    return [cache = cache_]() -> Result<nlohmann::ordered_json> {
+      std::lock_guard<std::mutex> lock(cache->mutex);
+      return cache->value;
+    };
+  }
+  // Reads now, then whenever the database file changes and at least every kPeriod, until stop().
+  void start() {
+    if (thread_.joinable()) return;
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(stop_mutex_);
+      auto last_read = std::chrono::steady_clock::now();
+      std::string seen = signature();
+      lock.unlock();
+      refresh();
+      lock.lock();
+      while (!stop_cv_.wait_for(lock, kWatch, [this] { return stopping_; })) {
+        const std::string now_seen = signature();
+        const auto now = std::chrono::steady_clock::now();
+        if (now_seen == seen && now - last_read < kPeriod) continue;
+        seen = now_seen;
+        last_read = now;
+        lock.unlock();
+        refresh();
+        lock.lock();
+      }
+    });
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(stop_mutex_);
+      stopping_ = true;
+    }
+    stop_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Cache {
+    std::mutex mutex;
+    bool have_good = false;
+    Result<nlohmann::ordered_json> value = error("the launch history has not been read yet");
+  };
+  // The database file's modification time and size ("" while it does not exist).
+  std::string signature() const {
+    std::error_code ec;
+    const auto file = LaunchDb::file_in(state_dir_);
+    const auto t = std::filesystem::last_write_time(file, ec);
+    if (ec) return "";
+    const auto size = std::filesystem::file_size(file, ec);
+    return std::to_string(t.time_since_epoch().count()) + "/" + std::to_string(ec ? 0 : size);
+  }
+  void refresh() {
+    Result<nlohmann::ordered_json> fresh = nlohmann::ordered_json::array();
+    try {
+      auto db = LaunchDb::open_for_reading(state_dir_, kBusyTimeoutMs);
+      if (!db) {
+        fresh = db.status();
+      } else if (*db) {  // (nullptr: no database yet, no launches)
+        auto text = recent_launches_json(**db, 10, 5);
+        if (!text) fresh = text.status();
+        else fresh = nlohmann::ordered_json::parse(*text);
+      }
+    } catch (const std::exception& e) {
+      fresh = error("launch history: ", e.what());
+    }
+    std::lock_guard<std::mutex> lock(cache_->mutex);
+    if (fresh) {
+      cache_->value = std::move(fresh);
+      cache_->have_good = true;
+    } else if (!cache_->have_good) {
+      cache_->value = std::move(fresh);
+    }  // else: keep showing the last good read (the next one may succeed)
+  }
+
+  const std::filesystem::path state_dir_;
+  std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// A host as a URL or "host:port" shows it: an IPv6 address in brackets ("[::1]").
+std::string host_for_url(const std::string& host) {
+  if (host.find(':') != std::string::npos && (host.empty() || host.front() != '[')) return "[" + host + "]";
+  return host;
+}
+
+// An empty value given on the command line for one of `flags` ("--api-key ''", "--api-key="),
+// or "" if none was. (A full config dump writes served_model_name = "", which stays accepted.)
+std::string empty_flag_on_command_line(const Args& args, std::initializer_list<const char*> flags) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0) continue;
+    std::string name = a.substr(2);
+    std::optional<std::string> value;
+    if (const std::size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    } else if (i + 1 < args.size()) {
+      value = args[i + 1];
+    }
+    std::replace(name.begin(), name.end(), '_', '-');
+    for (const char* f : flags)
+      if (name == f && value && value->empty()) return f;
+  }
+  return "";
 }
 
 // The engine behind the HTTP server before the model has loaded: the server starts listening
@@ -181,6 +290,17 @@ int cmd_serve(const Args& args) {
     std::fputs(serve_options_help().c_str(), stdout);
     return 0;
   }
+  // Refused before anything starts: settings that would quietly do something else than asked.
+  if (std::string f = empty_flag_on_command_line(args, {"api-key", "served-model-name"}); !f.empty())
+    return fail(str_cat("--", f, " is empty: give a value, or leave the flag out",
+                        f == "api-key" ? " (an empty key would serve without authentication)"
+                                       : " (the default is the model path)"), 2);
+  if (opts.is_explicit("api-key") && opts.api_key.empty())  // (from --config: dumps never write the key)
+    return fail("--api-key is empty: give a value, or leave it out (an empty key would serve without authentication)", 2);
+  // --log-requests writes at INFO: a quieter --log-level would drop every line it asks for.
+  if (opts.log_requests && opts.log_level != "debug" && opts.log_level != "info")
+    return fail(str_cat("--log-requests writes its lines at INFO, which --log-level ", opts.log_level,
+                        " hides: use --log-level info (or debug) with it, or drop --log-requests"), 2);
   set_log_level(opts.log_level);  // (the table allows only its names)
   for (const auto& w : warnings) log_warn(w);
   // No model given: the bundled tiny model (models/tiny-coder), as `tools/serve.sh` promises.
@@ -190,6 +310,16 @@ int cmd_serve(const Args& args) {
 
   // Parsers are checked before the (slow) model load.
   if (auto k = tool_parser_kind_from_name(opts.tool_call_parser); !k) return fail(k.status().message(), 2);
+  // A --state-dir given explicitly must work: created and opened now, before the port opens (the
+  // default location only warns below when it cannot record the launch).
+  const std::filesystem::path state_dir =
+      opts.state_dir.empty() ? default_state_dir() : std::filesystem::path(opts.state_dir);
+  if (opts.is_explicit("state-dir")) {
+    auto db = LaunchDb::open(state_dir);
+    // (A database another process holds locked is usable: the launch record waits for it below.)
+    if (!db && db.status().message().find("locked") == std::string::npos)
+      return fail(str_cat("--state-dir ", state_dir.string(), " is not usable: ", db.status().message()), 2);
+  }
 
   auto model_config = load_model_config(opts.model_path);
   if (!model_config) return fail(model_config.status().message(), 1);
@@ -234,6 +364,16 @@ int cmd_serve(const Args& args) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   static std::atomic<bool> serving{false};
+  // The launch recorded during start-up (0: none yet), for the signal thread: a signal before the
+  // server is ready records it "failed: signal N during start-up" (the _Exit below skips the
+  // recorder's destructor, which would leave it "died").
+  static std::mutex startup_launch_mutex;
+  static int64_t startup_launch_id = 0;
+  static std::filesystem::path startup_state_dir;
+  {
+    std::lock_guard<std::mutex> lock(startup_launch_mutex);
+    startup_state_dir = state_dir;
+  }
   static std::mutex stop_mutex;
   static std::condition_variable stop_cv;
   static int stop_signal = 0;
@@ -244,6 +384,15 @@ int cmd_serve(const Args& args) {
       if (sigwait(&signals, &sig) != 0) continue;
       if (!serving.load()) {
         std::fprintf(stderr, "deltaserve serve: signal %d during start-up, exiting\n", sig);
+        {
+          // (Waits for a LaunchRecorder::start in progress, so that its record is found.)
+          std::lock_guard<std::mutex> lock(startup_launch_mutex);
+          if (startup_launch_id > 0)
+            if (auto db = LaunchDb::open(startup_state_dir))
+              Status ignored = (*db)->set_stopped(startup_launch_id, utc_now_iso(),
+                                                  str_cat("failed: signal ", sig, " during start-up"));
+        }
+        std::fflush(stderr);
         std::_Exit(128 + sig);
       }
       {
@@ -258,7 +407,9 @@ int cmd_serve(const Args& args) {
   // Listen before anything heavy: a busy port fails now, not after the model has loaded, and
   // /health answers 503 ("loading") meanwhile.
   LateEngine late_engine;
+  LaunchHistoryRefresher history_refresher(state_dir);  // (started once this launch is recorded)
   ServerConfig server_config = server_config_from(opts);
+  server_config.launch_history = history_refresher.reader();
   server_config.start_loading = true;
   // On the CPU the compute pool has a thread per core: more io threads only hand each token's
   // write from one to another (measured: bench/RESULTS.md, HTTP vs offline).
@@ -280,8 +431,13 @@ int cmd_serve(const Args& args) {
   // Remember this launch (effective config, model identity, hardware) for `history`/`config diff`.
   // Until stop(), the record says "running" while this process lives ("died" once it is gone);
   // a load that fails below is recorded as failed.
+  std::unique_lock<std::mutex> startup_launch_lock(startup_launch_mutex);
   LaunchRecorder launch = LaunchRecorder::start(
       opts, &plan, {{"device", device == PlanDevice::Cuda ? "cuda" : "cpu"}}, DELTASERVE_VERSION);
+  startup_launch_id = launch.launch_id();
+  startup_launch_lock.unlock();
+  // The status page's launch history, read off the io threads from now on.
+  history_refresher.start();
   if (!launch.warning().empty()) log_warn(launch.warning());
   if (auto w = launch.faster_config_warning()) log_warn(*w);
   if (launch.launch_id() > 0) log_info("launch ", launch.launch_id(), " recorded (deltaserve history)");
@@ -399,7 +555,7 @@ int cmd_serve(const Args& args) {
   server.set_state(ServeState::Ready);
   // The e2e tests and launchers wait for this line.
   std::fprintf(stderr, "deltaserve: listening on http://%s:%d (model %s, context %lld)\n",
-               opts.host.empty() ? "127.0.0.1" : opts.host.c_str(), server.port(),
+               host_for_url(opts.host.empty() ? "127.0.0.1" : opts.host).c_str(), server.port(),
                opts.model_path.c_str(), static_cast<long long>(primary.capacity().context_length));
   std::fflush(stderr);
   notify_ready("serving on port " + std::to_string(server.port()));
@@ -418,23 +574,21 @@ int cmd_serve(const Args& args) {
                                                std::chrono::duration_cast<std::chrono::milliseconds>(*systemd_interval) / 2,
                                                std::chrono::milliseconds(1000))
                                          : std::chrono::milliseconds(1000);
-    const std::string state_dir = opts.state_dir.empty() ? default_state_dir().string() : opts.state_dir;
     const int64_t launch_id = launch.launch_id();
     EngineService* svc = service;
-    watchdog = std::thread([&watchdog_stop, &watchdog_mutex, &watchdog_cv, svc, timeout, period, state_dir, launch_id] {
-      uint64_t last_steps = svc->stats().steps_total;
-      auto last_progress = std::chrono::steady_clock::now();
+    const bool several = engines.size() > 1;
+    watchdog = std::thread([&watchdog_stop, &watchdog_mutex, &watchdog_cv, svc, timeout, period, state_dir, launch_id,
+                            several] {
+      // Each replica on its own (--dp-size N): one that is stuck while the others make progress
+      // fires too (their summed steps would hide it).
+      EngineProgressWatch watch;
       while (!watchdog_stop.load()) {
-        const EngineStats st = svc->stats();
         const auto now = std::chrono::steady_clock::now();
-        if (st.steps_total != last_steps || st.requests_running + st.requests_waiting == 0) {
-          last_steps = st.steps_total;
-          last_progress = now;
-        }
-        if (timeout.count() > 0 && now - last_progress > timeout) {
-          const std::string why = str_cat("watchdog: the engine made no progress for ",
-                                          std::chrono::duration_cast<std::chrono::seconds>(now - last_progress).count(),
-                                          " s with ", st.requests_running + st.requests_waiting, " requests pending");
+        if (auto stuck = watch.update(engine_progress_snapshot(*svc), now, timeout)) {
+          const std::string why = str_cat("watchdog: ", several ? str_cat("replica ", stuck->replica, " of the engine") : std::string("the engine"),
+                                          " made no progress for ",
+                                          std::chrono::duration_cast<std::chrono::seconds>(stuck->stalled).count(),
+                                          " s with ", stuck->pending, " requests pending");
           log_error("deltaserve: ", why, "; exiting");
           if (launch_id > 0)
             if (auto db = LaunchDb::open(state_dir)) Status ignored = (*db)->set_stopped(launch_id, utc_now_iso(), "failed: " + why);
@@ -484,6 +638,7 @@ int cmd_serve(const Args& args) {
   }
   watchdog_cv.notify_all();
   if (watchdog.joinable()) watchdog.join();
+  history_refresher.stop();
   server.stop();
   engines.stop();
   if (node_link) node_link->stop_nodes();

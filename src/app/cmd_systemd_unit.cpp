@@ -24,7 +24,11 @@ constexpr const char* kUsage =
     "                               [--user-unit]\n"
     "Writes a systemd unit (stdout, or FILE) whose ExecStart runs `deltaserve serve` with the given\n"
     "serve flags (or --config FILE.toml's settings). Install: sudo cp FILE /etc/systemd/system/ &&\n"
-    "sudo systemctl daemon-reload && sudo systemctl enable --now NAME.\n";
+    "sudo systemctl daemon-reload && sudo systemctl enable --now NAME.\n"
+    "--executable and --working-directory must be absolute paths; relative --model-path,\n"
+    "--tokenizer-path, --chat-template, --speculative-token-map and --state-dir are made absolute\n"
+    "(the service does not run from this folder). --env names are [A-Za-z_][A-Za-z0-9_]*; --user\n"
+    "cannot go with --user-unit.\n";
 
 std::string self_exe() {
   char buf[PATH_MAX];
@@ -56,11 +60,6 @@ int cmd_systemd_unit(const Args& in_args) {
     std::fprintf(stderr, "deltaserve systemd-unit: %s\n", env.status().message().c_str());
     return 2;
   }
-  for (const auto& e : *env)
-    if (e.find('=') == std::string::npos || e.front() == '=') {
-      std::fprintf(stderr, "deltaserve systemd-unit: --env wants NAME=VALUE, got '%s'\n", e.c_str());
-      return 2;
-    }
   std::vector<std::string> warnings;
   auto opts = parse_serve_options(args, &warnings);
   if (!opts) {
@@ -89,6 +88,19 @@ int cmd_systemd_unit(const Args& in_args) {
   unit.environment = *env;
   unit.notify = service_notify_supported();
   unit.watchdog_sec = opts->watchdog_timeout;
+  if (Status st = check_unit_file_options(unit); !st.is_ok()) {
+    std::fprintf(stderr, "deltaserve systemd-unit: %s\n", st.message().c_str());
+    return 2;
+  }
+  // The service runs from / (or --working-directory): relative paths are resolved here, where the
+  // user meant them.
+  std::error_code cwd_error;
+  const std::filesystem::path cwd = std::filesystem::current_path(cwd_error);
+  if (Status st = cwd_error ? error("the current folder: ", cwd_error.message()) : make_serve_paths_absolute(*opts, cwd);
+      !st.is_ok()) {
+    std::fprintf(stderr, "deltaserve systemd-unit: %s (give absolute paths)\n", st.message().c_str());
+    return 2;
+  }
   // The launch records go where the service's user can write: under --user NAME, that user's
   // home, not the home of whoever writes the unit.
   if (opts->state_dir.empty() && !unit.user.empty()) {

@@ -340,7 +340,7 @@ Result<std::unique_ptr<LaunchDb>> LaunchDb::open(const fs::path& state_dir) {
   return db;
 }
 
-Result<std::unique_ptr<LaunchDb>> LaunchDb::open_for_reading(const fs::path& state_dir) {
+Result<std::unique_ptr<LaunchDb>> LaunchDb::open_for_reading(const fs::path& state_dir, int busy_timeout_ms) {
   // Read-only, in every sense: SQLITE_OPEN_READONLY, nothing created (no folder, file, table or
   // schema version), no column added, no permission changed. The file may be another program's
   // (a mistyped --state-dir): a foreign schema is an error that says so, and the file is as it was.
@@ -352,7 +352,7 @@ Result<std::unique_ptr<LaunchDb>> LaunchDb::open_for_reading(const fs::path& sta
   db->launch_columns_ = kLaunchColumns;
   if (sqlite3_open_v2(path.c_str(), &db->db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK)
     return error("cannot open launch database ", path.string(), ": ", db->db_ ? sqlite3_errmsg(db->db_) : "out of memory");
-  sqlite3_busy_timeout(db->db_, 5000);
+  sqlite3_busy_timeout(db->db_, busy_timeout_ms);
   DS_ASSIGN_OR_RETURN(SchemaState st, inspect_schema(db->db_, path));
   if (st.empty()) return std::unique_ptr<LaunchDb>();  // created, never written: no launches yet
   DS_RETURN_IF_ERROR(refuse_foreign_schema(st, path));

@@ -87,8 +87,11 @@ class LaunchDb {
   // is created or changed (no folder, file, table, column, schema version or permission), so a
   // mistyped --state-dir leaves no empty database behind and another program's SQLite file is left
   // as it was. No database there (or an empty file) gives nullptr; a foreign schema or another
-  // schema version is an error that says so.
-  static Result<std::unique_ptr<LaunchDb>> open_for_reading(const std::filesystem::path& state_dir);
+  // schema version is an error that says so. busy_timeout_ms: how long a read waits for another
+  // connection's write lock before it fails "database is locked" (the status page's background
+  // refresh waits briefly and keeps its last value).
+  static Result<std::unique_ptr<LaunchDb>> open_for_reading(const std::filesystem::path& state_dir,
+                                                            int busy_timeout_ms = 5000);
   // Where the database of a state folder is.
   static std::filesystem::path file_in(const std::filesystem::path& state_dir) { return state_dir / "launches.sqlite"; }
   ~LaunchDb();

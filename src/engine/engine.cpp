@@ -238,6 +238,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
     ev.error = std::move(msg);
     ev.error_kind = kind;
     ev.n_prompt_tokens = static_cast<int>(req.prompt.size());
+    ev.emitted_at = now_seconds();
     stream->events.push(std::move(ev));
     stream->events.close();
     return stream;
@@ -388,6 +389,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent& ev, bool def
   ev.n_generated_tokens = seq.n_generated();
   ev.accept_length = seq.spec_steps ? double(seq.spec_accepted) / double(seq.spec_steps) : 0.0;
   seq.status = SeqStatus::Finished;
+  if (ev.emitted_at == 0.0) ev.emitted_at = now_seconds();  // (a step's events carry its time already)
   if (defer) {
     finals_.emplace_back(seq.stream, std::move(ev));
     return;
@@ -747,6 +749,7 @@ void Engine::sample_all(const std::vector<ScheduledItem>& items) {
 }
 
 void Engine::emit_all(const std::vector<ScheduledItem>& items) {
+  const double emitted_at = now_seconds();  // one clock read for the step's events
   for (size_t i = 0; i < items.size(); ++i) {
     StepOutput& o = outputs_[i];
     if (!items[i].sample || o.dropped) continue;
@@ -757,6 +760,7 @@ void Engine::emit_all(const std::vector<ScheduledItem>& items) {
       spec_accepted_total_ += static_cast<uint64_t>(o.n_accepted);
     }
     TokenEvent ev;
+    ev.emitted_at = emitted_at;
     ev.logprobs = std::move(o.logprobs);
     ev.tokens.assign(s.tokens.end() - o.n_emit, s.tokens.end());
     ev.n_prompt_tokens = s.n_prompt;

@@ -86,6 +86,10 @@ struct TokenEvent {
                                          // server that stops a request itself has no final event)
   int n_generated_tokens = 0;            // filled on the final event
   double accept_length = 0.0;            // mean tokens per verification step (spec decoding), final event
+  // When the engine pushed the event: util/timer.h's now_seconds() (steady clock), taken once per
+  // step and shared by that step's events; 0 on an event the engine did not make. Readers time
+  // tokens by it, not by when they popped the event (bench-offline's decode rates).
+  double emitted_at = 0.0;
 };
 
 // The per-request handle returned by submit(): the owner pops events until one has finish != None.

@@ -567,7 +567,9 @@ Status HttpServer::start() {
   if (!ec) impl_->acceptor->bind(endpoint, ec);
   if (!ec) impl_->acceptor->listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
-    return error("cannot listen on ", config_.host, ":", config_.port, ": ", ec.message());
+    // An IPv6 address in brackets ("[::1]:8000"), as in a URL: "::1:8000" reads as another address.
+    const bool v6 = config_.host.find(':') != std::string::npos && config_.host.front() != '[';
+    return error("cannot listen on ", v6 ? "[" + config_.host + "]" : config_.host, ":", config_.port, ": ", ec.message());
   }
   bound_port_ = impl_->acceptor->local_endpoint().port();
   impl_->accept();

@@ -120,11 +120,14 @@ void OpenAiServer::stop_accepting() {
 }
 
 bool OpenAiServer::auth_exempt(const HttpRequest& request) {
-  // /health for liveness probes, /metrics for scrapers (aggregate counters; route labels come
-  // from the route table only), CORS preflights (browsers send them without credentials), and
-  // the status page itself (GET / is static HTML; its data, /status.json, needs the key).
+  // /health for liveness probes and GET /health_generate for readiness probes (SGLang's API-key
+  // middleware lets every /health* path through: an SGLang cluster's probes send no key),
+  // /metrics for scrapers (aggregate counters; route labels come from the route table only), CORS
+  // preflights (browsers send them without credentials), and the status page itself (GET / is
+  // static HTML; its data, /status.json, needs the key).
+  const bool get = request.method == "GET" || request.method == "HEAD";
   return request.method == "OPTIONS" || request.path == "/health" || request.path == "/v1/health" ||
-         request.path == "/metrics" || (request.path == "/" && (request.method == "GET" || request.method == "HEAD"));
+         (request.path == "/health_generate" && get) || request.path == "/metrics" || (request.path == "/" && get);
 }
 
 ApiError OpenAiServer::unauthorized_error() {
@@ -305,9 +308,17 @@ void OpenAiServer::route(HttpRequest&& req, std::shared_ptr<HttpExchange> exchan
     json accept = nullptr;
     if (st.spec_verify_steps_total > 0)
       info["accept_length"] = accept = 1.0 + double(st.spec_accepted_tokens_total) / double(st.spec_verify_steps_total);
-    // SGLang's per-scheduler states: its bench_serving reads internal_states[0].avg_spec_accept_length
-    // after every run (a KeyError without them).
-    info["internal_states"] = json::array({{{"avg_spec_accept_length", accept}}});
+    // SGLang's per-scheduler states, one per data-parallel replica: its bench_serving reads
+    // internal_states[0].avg_spec_accept_length after every run (a KeyError without them).
+    std::vector<EngineStats> replicas = engine_.replica_stats();
+    if (replicas.empty()) replicas.push_back(st);
+    json states = json::array();
+    for (const EngineStats& r : replicas)
+      states.push_back({{"avg_spec_accept_length",
+                         r.spec_verify_steps_total > 0
+                             ? json(1.0 + double(r.spec_accepted_tokens_total) / double(r.spec_verify_steps_total))
+                             : json(nullptr)}});
+    info["internal_states"] = std::move(states);
     if (!info.contains("served_model_name") || info["served_model_name"] == "")
       info["served_model_name"] = config_.served_model_name;
     metrics_.count_request(path == "/get_server_info" ? "/get_server_info" : "/v1/server_info", 200);

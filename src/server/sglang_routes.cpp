@@ -9,9 +9,18 @@
 //   POST|GET /flush_cache  empties the prefix cache when no request runs (else 400, nothing dropped)
 //   POST /tokenize, /v1/tokenize      {"prompt": text | [texts] | "messages": [...]} -> {"tokens", "count", "max_model_len"}
 //   POST /detokenize, /v1/detokenize  {"tokens": [ids] | [[ids]]} -> {"text"}
-//   GET  /health_generate  runs a one-token generation through the engine: 200, or 503 if it fails
-//   GET  /get_model_info, /get_load
+//   GET  /health_generate  as SGLang: submits a one-token generation and answers 200 as soon as the
+//                          engine shows progress (a step finished, on any replica) since the probe
+//                          began, or the probe's generation ends; 503 if it fails, or after
+//                          SGLANG_HEALTH_CHECK_TIMEOUT seconds (default 20) without progress. A busy
+//                          server answers at its next step, not after the requests queued before
+//                          the probe. No API key needed (SGLang lets every /health* path through).
+//   GET  /get_model_info
+//   GET  /get_load         one entry per data-parallel replica (dp_rank 0..N-1)
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include "server/generation_job.h"
 #include "server/json_fields.h"
@@ -98,30 +107,46 @@ void OpenAiServer::handle_sglang_generate(const HttpRequest& req, std::shared_pt
 
 namespace {
 
-// One-token generation for /health_generate: answers when the engine's stream ends.
+// SGLang's HEALTH_CHECK_TIMEOUT: SGLANG_HEALTH_CHECK_TIMEOUT seconds, 20 by default.
+std::chrono::milliseconds health_check_timeout() {
+  double s = 20;
+  if (const char* env = std::getenv("SGLANG_HEALTH_CHECK_TIMEOUT")) {
+    char* end = nullptr;
+    const double v = std::strtod(env, &end);
+    if (end != env && *end == '\0' && std::isfinite(v) && v > 0 && v < 86400) s = v;
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+// One-token generation for /health_generate. Answered once, on the connection's strand: by the
+// probe's own stream (it ended: 200, or 503 if it failed), or by the watcher thread (the engine
+// made progress since the probe began: 200; none within the timeout: 503).
 struct HealthProbe : std::enable_shared_from_this<HealthProbe> {
   std::shared_ptr<HttpExchange> exchange;
   std::shared_ptr<RequestStream> stream;
   ServerMetrics* metrics = nullptr;
-  bool done = false;
+  std::atomic<bool> done{false};
 
   void check() {
     if (done) return;
     while (auto ev = stream->events.try_pop()) {
       if (ev->finish == FinishReason::None) continue;
-      done = true;
       const bool ok = ev->finish != FinishReason::Error && ev->finish != FinishReason::Abort;
-      metrics->count_request("/health_generate", ok ? 200 : 503);
-      if (ok) {
-        exchange->respond(200, "application/json", "{}");
-      } else {
-        ApiError e{503, "health generation failed: " + (ev->error.empty() ? std::string(finish_reason_name(ev->finish)) : ev->error),
-                   "server_unavailable", "", "engine_unhealthy"};
-        exchange->respond(503, "application/json", e.to_json());
-      }
-      release();
+      if (ok) answer(200, "{}");
+      else
+        answer(503, ApiError{503, "health generation failed: " + (ev->error.empty() ? std::string(finish_reason_name(ev->finish)) : ev->error),
+                             "server_unavailable", "", "engine_unhealthy"}.to_json());
       return;
     }
+  }
+  // On the strand; the first answer wins.
+  void answer(int status, const std::string& body) {
+    if (done.exchange(true)) return;
+    metrics->count_request("/health_generate", status);
+    HttpHeaders h;
+    if (status == 503) h.emplace_back("Retry-After", "1");
+    exchange->respond(status, "application/json", body, std::move(h));
+    release();
   }
   // Answered (or the client left): drop the references that keep this probe, its exchange and
   // its connection alive (the stream's notify hook and the exchange's disconnect hook hold it;
@@ -149,6 +174,11 @@ void OpenAiServer::handle_health_generate(const HttpRequest& req, std::shared_pt
   g.sampling.max_tokens = 1;
   g.sampling.temperature = 0.0f;
   g.sampling.ignore_eos = true;
+  const RequestId id = g.id;
+  // Progress is counted from here: a step that finishes after this point (the probe's own, or one
+  // of the requests already running) shows the engine is alive.
+  const uint64_t steps_before = engine_.stats().steps_total;
+  const auto deadline = std::chrono::steady_clock::now() + health_check_timeout();
   probe->stream = engine_.submit(std::move(g));
   std::weak_ptr<HealthProbe> weak = probe;
   probe->stream->events.set_notify([weak] {
@@ -156,6 +186,38 @@ void OpenAiServer::handle_health_generate(const HttpRequest& req, std::shared_pt
   });
   exchange->on_disconnect([probe] { probe->release(); });
   exchange->post([probe] { probe->check(); });  // the events may have arrived before the hook
+  // The watcher: polls the engine's step counter off the io threads. It counts as a job, so that
+  // stop() waits for it (it reads engine_); it ends once the probe is answered, the client is
+  // gone, or the server stops serving.
+  active_jobs_.fetch_add(1);
+  std::thread([this, weak, id, steps_before, deadline] {
+    constexpr auto kPoll = std::chrono::milliseconds(20);
+    for (;;) {
+      std::this_thread::sleep_for(kPoll);
+      auto p = weak.lock();
+      if (!p || p->done.load()) break;
+      int status = 0;
+      std::string body;
+      if (stopped_.load() || state() != ServeState::Ready) {
+        status = 503;
+        body = ApiError{503, "the server is shutting down", "server_unavailable", "", "shutting_down"}.to_json();
+      } else if (engine_.stats().steps_total != steps_before) {
+        status = 200;
+        body = "{}";
+      } else if (std::chrono::steady_clock::now() >= deadline) {
+        status = 503;
+        char why[160];
+        std::snprintf(why, sizeof why, "health check timed out: the engine made no progress in %g s (SGLANG_HEALTH_CHECK_TIMEOUT)",
+                      static_cast<double>(health_check_timeout().count()) / 1000.0);
+        body = ApiError{503, why, "server_unavailable", "", "engine_unhealthy"}.to_json();
+      }
+      if (status == 0) continue;
+      engine_.cancel(id);  // the probe's own generation is not needed any more (no-op if it ended)
+      p->exchange->post([p, status, body] { p->answer(status, body); });
+      break;
+    }
+    active_jobs_.fetch_sub(1);  // (last: stop() may return and the server go once it is 0)
+  }).detach();
 }
 
 bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExchange>& exchange) {
@@ -206,13 +268,19 @@ bool OpenAiServer::handle_sglang(const HttpRequest& req, std::shared_ptr<HttpExc
   }
   if (path == "/get_load") {
     if (!get) return send_error(*exchange, path, method_not_allowed("GET")), true;
-    const EngineStats st = engine_.stats();
-    send_json(*exchange, path,
-              json::array({{{"dp_rank", 0},
-                            {"num_reqs", st.requests_running + st.requests_waiting},
-                            {"num_running_reqs", st.requests_running},
-                            {"num_waiting_reqs", st.requests_waiting},
-                            {"num_tokens", st.kv_tokens_used}}}));
+    // As SGLang: one entry per data-parallel replica (scheduler), each with its dp_rank.
+    std::vector<EngineStats> replicas = engine_.replica_stats();
+    if (replicas.empty()) replicas.push_back(engine_.stats());
+    json load = json::array();
+    for (std::size_t rank = 0; rank < replicas.size(); ++rank) {
+      const EngineStats& st = replicas[rank];
+      load.push_back({{"dp_rank", static_cast<int>(rank)},
+                      {"num_reqs", st.requests_running + st.requests_waiting},
+                      {"num_running_reqs", st.requests_running},
+                      {"num_waiting_reqs", st.requests_waiting},
+                      {"num_tokens", st.kv_tokens_used}});
+    }
+    send_json(*exchange, path, load);
     return true;
   }
   if (path == "/flush_cache") {

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -196,6 +197,31 @@ TEST_F(LaunchDbTest, LockedDatabaseIsNotCalledUnusable) {
   EXPECT_NE(locked.status().message().find("locked"), std::string::npos) << locked.status().message();
   EXPECT_EQ(locked.status().message().find("move it aside"), std::string::npos) << locked.status().message();
   EXPECT_TRUE(LaunchDb::open(dir_));  // and once the lock is gone, it opens
+}
+
+// The status page's background read (serve) waits briefly for a lock, not SQLite's 5 s: a reader
+// given a short busy timeout fails "locked" within about that long, and reads once the lock is gone.
+TEST_F(LaunchDbTest, ReadingALockedDatabaseWaitsOnlyItsBusyTimeout) {
+  {
+    auto db = LaunchDb::open(dir_);
+    ASSERT_TRUE(db) << db.status().message();
+  }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "launches.sqlite").c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "BEGIN EXCLUSIVE; INSERT INTO meta(key, value) VALUES('held', '1')", nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto locked = LaunchDb::open_for_reading(dir_, 100);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  sqlite3_exec(raw, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(raw);
+  ASSERT_FALSE(locked);
+  EXPECT_NE(locked.status().message().find("locked"), std::string::npos) << locked.status().message();
+  EXPECT_LT(took, 2.0);  // (it waited 5 s before the timeout was a parameter)
+  auto reading = LaunchDb::open_for_reading(dir_, 100);
+  ASSERT_TRUE(reading) << reading.status().message();
+  EXPECT_TRUE(*reading);
 }
 
 // Reading (history, config show/diff of a launch id) never creates a state folder or database: a
@@ -487,6 +513,116 @@ TEST_F(LaunchDbTest, SystemdUnitRoundTripAndVerify) {
   // Whatever the exit code, it must not complain about our unit's syntax.
   EXPECT_EQ(out.find("Unknown key"), std::string::npos) << out;
   EXPECT_EQ(out.find("Invalid"), std::string::npos) << out;
+}
+
+// ExecStart= tells flags from values by position: a value that starts with "--" is a quoted,
+// escaped value (it was written bare, as if a flag, and systemd expanded its "%b").
+TEST(SystemdUnit, ValuesThatStartWithDashesAreQuotedValues) {
+  auto opts = parse_serve_args_raw({"--model-path", "/srv/m", "--api-key", "--a%b", "--enable-metrics",
+                                    "--served-model-name", "--x y", "--state-dir", "/var/lib/ds"});
+  ASSERT_TRUE(opts) << opts.status().message();
+  UnitFileOptions u;
+  u.executable = "/usr/local/bin/deltaserve";
+  const std::string text = make_systemd_unit(*opts, u);
+  EXPECT_NE(text.find("    --api-key \"--a%%b\" \\\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("    --served-model-name \"--x y\" \\\n"), std::string::npos) << text;
+  // A switch: no value after it.
+  EXPECT_TRUE(text.find("\n    --enable-metrics \\\n") != std::string::npos ||
+              text.find("\n    --enable-metrics\n") != std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("--a%b"), std::string::npos) << text;
+  auto back = config_source_from_unit(text, "written.service");
+  ASSERT_TRUE(back) << back.status().message() << "\n" << text;
+  EXPECT_EQ(back->options.api_key, "--a%b");
+  EXPECT_EQ(back->options.served_model_name, "--x y");
+  EXPECT_EQ(back->options.state_dir, "/var/lib/ds");
+}
+
+// Description=, User= and WorkingDirectory= are written raw: "%" as "%%" (systemd expands
+// specifiers there), and what cannot be written raw is refused naming the option.
+TEST(SystemdUnit, RawValuesEscapeSpecifiersAndRefuseWhatSystemdMisreads) {
+  ServeOptions o;
+  ASSERT_TRUE(set_serve_option(o, "model-path", "/m"));
+  UnitFileOptions u;
+  u.executable = "/usr/local/bin/deltaserve";
+  u.description = "50% of %H";
+  u.user = "a%Z";
+  u.working_directory = "/tmp/a%q";
+  ASSERT_TRUE(check_unit_file_options(u).is_ok());
+  const std::string text = make_systemd_unit(o, u);
+  EXPECT_NE(text.find("\nDescription=50%% of %%H\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nUser=a%%Z\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nWorkingDirectory=/tmp/a%%q\n"), std::string::npos) << text;
+
+  const auto refused = [](UnitFileOptions x, const std::string& names) {
+    const Status s = check_unit_file_options(x);
+    EXPECT_FALSE(s.is_ok()) << names;
+    EXPECT_NE(s.message().find(names), std::string::npos) << s.message();
+  };
+  UnitFileOptions base;
+  base.executable = "/usr/local/bin/deltaserve";
+  EXPECT_TRUE(check_unit_file_options(base).is_ok());
+  UnitFileOptions x = base;
+  x.description = "my svc \\";  // would continue onto the next line (the unit lost ExecStart=)
+  refused(x, "--description");
+  x = base, x.working_directory = "/tmp/x\\";
+  refused(x, "--working-directory");
+  x = base, x.user = "llm\\";
+  refused(x, "--user");
+  x = base, x.description = "a\nExecStartPre=/bin/rm";
+  refused(x, "--description");
+  x = base, x.executable = "relative/ds";
+  refused(x, "--executable");
+  x = base, x.working_directory = "relative";
+  refused(x, "--working-directory");
+  x = base, x.environment = {"A B=x"};  // systemd ignores an invalid name
+  refused(x, "--env");
+  x = base, x.environment = {"1A=x"};
+  refused(x, "--env");
+  x = base, x.environment = {"=x"};
+  refused(x, "--env");
+  x = base, x.user = "llm", x.user_unit = true;
+  refused(x, "--user-unit");
+  x = base, x.environment = {"_A1=x y", "HF_HOME=/h"}, x.user_unit = true;
+  EXPECT_TRUE(check_unit_file_options(x).is_ok());
+}
+
+// The service does not run where the unit was written: relative path settings become absolute.
+TEST(SystemdUnit, RelativeServePathsAreMadeAbsolute) {
+  auto opts = parse_serve_args_raw({"--model-path", "models/tiny-coder", "--chat-template", "t.jinja",
+                                    "--tokenizer-path", "/abs/tok", "--state-dir", "state"});
+  ASSERT_TRUE(opts) << opts.status().message();
+  ASSERT_TRUE(make_serve_paths_absolute(*opts, "/home/u/work").is_ok());
+  EXPECT_EQ(opts->model_path, "/home/u/work/models/tiny-coder");
+  EXPECT_EQ(opts->chat_template, "/home/u/work/t.jinja");
+  EXPECT_EQ(opts->tokenizer_path, "/abs/tok");
+  EXPECT_EQ(opts->state_dir, "/home/u/work/state");
+  EXPECT_TRUE(opts->speculative_token_map.empty());
+  EXPECT_FALSE(opts->is_explicit("speculative-token-map"));
+}
+
+// The unit systemd verifies with specifiers in raw values (they failed verification unescaped).
+TEST_F(LaunchDbTest, SystemdUnitWithSpecifiersInRawValuesVerifies) {
+  if (std::system("command -v systemd-analyze >/dev/null 2>&1") != 0) GTEST_SKIP() << "systemd-analyze missing";
+  ServeOptions o;
+  ASSERT_TRUE(set_serve_option(o, "model-path", "/m"));
+  ASSERT_TRUE(set_serve_option(o, "api-key", "--x%Z"));  // written bare, "%Z" failed verification
+  std::filesystem::create_directories(dir_ / "a%Z");
+  UnitFileOptions u;
+  u.executable = "/bin/true";
+  u.description = "100% %Z";
+  u.working_directory = (dir_ / "a%Z").string();
+  const auto unit_path = dir_ / "deltaserve-spec.service";
+  std::ofstream(unit_path) << make_systemd_unit(o, u);
+  const std::string cmd = "systemd-analyze verify " + unit_path.string() + " > " + (dir_ / "verify.log").string() + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::ifstream log(dir_ / "verify.log");
+  std::string out((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  if (rc != 0 && (out.find("bus") != std::string::npos || out.find("Failed to initialize manager") != std::string::npos))
+    GTEST_SKIP() << "systemd-analyze cannot run here: " << out;
+  EXPECT_EQ(out.find("specifier"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Invalid"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Failed to resolve"), std::string::npos) << out;
 }
 
 TEST_F(LaunchDbTest, ApiKeyIsNeverStoredOrPrintedAndTheDbIsPrivate) {

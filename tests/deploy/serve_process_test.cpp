@@ -1,6 +1,7 @@
 // `deltaserve serve` as a process, with models/tiny-coder on the CPU: the port is checked before
 // the model loads, SIGTERM drains then aborts running requests and exits 0 with the launch
-// recorded "stopped", a killed server shows "died" in `history`, a failed load is "failed".
+// recorded "stopped", a killed server shows "died" in `history`, a failed load is "failed". Also
+// the other commands as processes: chat-template, systemd-unit and bench-offline.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -77,6 +78,42 @@ void send_all(int fd, const std::string& data) {
 std::string post_request(const std::string& path, const std::string& body) {
   return "POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n" +
          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// GET path over a fresh connection (Connection: close): the whole response, "" if it failed.
+std::string get_raw(int port, const std::string& path) {
+  const int fd = connect_to(port);
+  if (fd < 0) return "";
+  send_all(fd, "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  std::string raw;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    raw.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return raw;
+}
+
+// The body of a response (de-chunked when it is chunked).
+std::string body_of(const std::string& raw) {
+  const std::size_t at = raw.find("\r\n\r\n");
+  if (at == std::string::npos) return "";
+  std::string body = raw.substr(at + 4);
+  if (raw.substr(0, at).find("Transfer-Encoding: chunked") == std::string::npos &&
+      raw.substr(0, at).find("transfer-encoding: chunked") == std::string::npos)
+    return body;
+  std::string out;
+  for (std::size_t pos = 0; pos < body.size();) {
+    const std::size_t eol = body.find("\r\n", pos);
+    if (eol == std::string::npos) break;
+    const std::size_t size = std::stoul(body.substr(pos, eol - pos), nullptr, 16);
+    if (size == 0) break;
+    out += body.substr(eol + 2, size);
+    pos = eol + 2 + size + 2;
+  }
+  return out;
 }
 
 // A child process whose stdout+stderr go to a file.
@@ -326,6 +363,145 @@ TEST_F(ServeProcessTest, KilledServerShowsDiedAndFailedLoadShowsFailed) {
   EXPECT_NE(table.find("(* auto: the value the launch chose: its memory plan, or its MTP probe)"), std::string::npos) << table;
 }
 
+// Another process holding the launch database locked (a writer's exclusive transaction) holds up
+// neither /health nor the status page: the launch history is read off the io thread with a short
+// busy timeout and the last good value is served. (Each refresh used to open it read-write on the
+// io thread and wait out SQLite's 5 s busy timeout, /health behind it.)
+TEST_F(ServeProcessTest, ALockedLaunchDatabaseHoldsUpNeitherHealthNorTheStatusPage) {
+  const int port = free_port();
+  auto p = spawn(serve_args(port));
+  ASSERT_TRUE(wait_listening(*p)) << p->output();
+  nlohmann::json s;
+  for (auto t0 = Clock::now(); seconds_since(t0) < 15; std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
+    s = nlohmann::json::parse(body_of(get_raw(port, "/status.json")), nullptr, false);
+    if (s.is_object() && s["launches"].is_array()) break;
+  }
+  ASSERT_TRUE(s.is_object() && s["launches"].is_array()) << s.dump();
+  ASSERT_EQ(s["launches"].size(), 1u) << s.dump();
+  // SQLite's locks (rollback journal): a write lock on its lock bytes is what an EXCLUSIVE
+  // transaction holds; every reader gets SQLITE_BUSY meanwhile.
+  const int fd = ::open((dir_ / "state" / "launches.sqlite").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = 0x40000000;  // PENDING_BYTE .. the end of the SHARED range
+  lock.l_len = 512;
+  ASSERT_EQ(::fcntl(fd, F_SETLK, &lock), 0);
+  // Past the history's 5 s refresh period, so that reads meet the lock.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5500));
+  std::string status_raw;
+  double status_took = 0;
+  std::thread page([&] {
+    const auto t0 = Clock::now();
+    status_raw = get_raw(port, "/status.json");
+    status_took = seconds_since(t0);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t1 = Clock::now();
+  const std::string health = get_raw(port, "/health");
+  const double health_took = seconds_since(t1);
+  page.join();
+  lock.l_type = F_UNLCK;
+  ::fcntl(fd, F_SETLK, &lock);
+  ::close(fd);
+  EXPECT_EQ(health.rfind("HTTP/1.1 200", 0), 0u) << health;
+  EXPECT_LT(health_took, 1.5);
+  EXPECT_LT(status_took, 1.5);
+  s = nlohmann::json::parse(body_of(status_raw), nullptr, false);
+  ASSERT_TRUE(s.is_object()) << status_raw;
+  ASSERT_TRUE(s["launches"].is_array()) << s.dump();  // the last good read
+  EXPECT_EQ(s["launches"].size(), 1u);
+  ::kill(p->pid, SIGTERM);
+  EXPECT_EQ(p->wait(30), 0) << p->output();
+}
+
+// A signal during start-up (here while node 0 waits for its other node) exits 128 + signal and
+// records the launch "failed: signal N during start-up" (the _Exit skipped the recorder, so
+// `history` showed the launch "died", as if it had crashed).
+TEST_F(ServeProcessTest, ASignalDuringStartUpRecordsAFailedStart) {
+  std::vector<std::string> args = serve_args(free_port());
+  args.insert(args.end(), {"--nnodes", "2", "--node-rank", "0", "--dist-init-addr",
+                           "127.0.0.1:" + std::to_string(free_port()), "--tp-size", "2", "--dist-timeout", "60"});
+  auto p = spawn(args);
+  bool waiting = false;
+  for (auto t0 = Clock::now(); seconds_since(t0) < 60 && !waiting; std::this_thread::sleep_for(std::chrono::milliseconds(20)))
+    waiting = p->output().find("for the other nodes") != std::string::npos;
+  ASSERT_TRUE(waiting) << p->output();
+  ASSERT_EQ(::kill(p->pid, SIGTERM), 0);
+  EXPECT_EQ(p->wait(30), 128 + SIGTERM) << p->output();
+  auto h = history();
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0]["exit_status"], "failed: signal 15 during start-up") << h[0].dump();
+  EXPECT_EQ(h[0]["state"], "failed: signal 15 during start-up") << h[0].dump();
+}
+
+// Settings that would quietly serve something else than asked are refused at start with exit 2,
+// naming the flag: an explicit --state-dir that cannot be used (it served with launch_id 0), an
+// empty --api-key (it served unauthenticated) or --served-model-name, and --log-requests under a
+// --log-level that hides its INFO lines. The default state folder only warns.
+TEST_F(ServeProcessTest, UnusableSettingsAreRefusedAtStart) {
+  const fs::path file = dir_ / "a-file";
+  std::ofstream(file) << "x";
+  struct Case {
+    std::vector<std::string> extra;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases = {
+      {{"--state-dir", (file / "state").string()}, {"--state-dir " + (file / "state").string() + " is not usable"}},
+      {{"--log-requests", "--log-level", "warning"}, {"--log-requests", "--log-level warning"}},
+      {{"--log-requests", "--log-level", "error"}, {"--log-requests", "--log-level error"}},
+      {{"--api-key", ""}, {"--api-key is empty"}},
+      {{"--api-key="}, {"--api-key is empty"}},
+      {{"--served-model-name", ""}, {"--served-model-name is empty"}},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    std::vector<std::string> args = serve_args(free_port());
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    auto p = spawn(args, "refused-" + std::to_string(i++) + ".log");
+    EXPECT_EQ(p->wait(30), 2) << p->output();
+    for (const auto& s : c.says) EXPECT_NE(p->output().find(s), std::string::npos) << s << "\n" << p->output();
+    EXPECT_EQ(p->output().find("listening on"), std::string::npos) << p->output();
+  }
+  // The default location (no --state-dir) that cannot be used: a warning, and it serves.
+  std::vector<std::string> args = serve_args(free_port());
+  auto sd = std::find(args.begin(), args.end(), "--state-dir");
+  args.erase(sd, sd + 2);
+  auto p = spawn(args, "default-state.log", {{"XDG_STATE_HOME", (file / "xdg").string()}, {"HOME", (file / "home").string()}});
+  ASSERT_TRUE(wait_listening(*p)) << p->output();
+  EXPECT_NE(p->output().find("launch not recorded"), std::string::npos) << p->output();
+  ::kill(p->pid, SIGTERM);
+  EXPECT_EQ(p->wait(30), 0) << p->output();
+}
+
+// An IPv6 --host is bracketed where launchers and tests parse it: "listening on http://[::1]:PORT"
+// (it printed http://:::PORT) and "cannot listen on [::1]:PORT".
+TEST_F(ServeProcessTest, AnIpv6HostIsBracketed) {
+  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 a6{};
+  a6.sin6_family = AF_INET6;
+  a6.sin6_addr = in6addr_loopback;
+  const bool v6 = probe >= 0 && ::bind(probe, reinterpret_cast<sockaddr*>(&a6), sizeof a6) == 0;
+  socklen_t len = sizeof a6;
+  if (v6) ::getsockname(probe, reinterpret_cast<sockaddr*>(&a6), &len);
+  if (probe >= 0) ::close(probe);
+  if (!v6) GTEST_SKIP() << "no IPv6 loopback here";
+  const int port = ntohs(a6.sin6_port);
+  std::vector<std::string> args = serve_args(port);
+  args[4] = "::1";  // --host
+  auto p = spawn(args);
+  ASSERT_TRUE(wait_listening(*p)) << p->output();
+  EXPECT_NE(p->output().find("listening on http://[::1]:" + std::to_string(port) + " "), std::string::npos)
+      << p->output();
+  auto second = spawn(args, "second.log");
+  EXPECT_EQ(second->wait(30), 1) << second->output();
+  EXPECT_NE(second->output().find("cannot listen on [::1]:" + std::to_string(port) + ": "), std::string::npos)
+      << second->output();
+  ::kill(p->pid, SIGTERM);
+  EXPECT_EQ(p->wait(30), 0) << p->output();
+}
+
 TEST_F(ServeProcessTest, NotifiesSystemdReadyWatchdogStopping) {
 #if !DELTASERVE_WITH_SYSTEMD
   GTEST_SKIP() << "built without libsystemd";
@@ -540,6 +716,114 @@ TEST_F(ServeProcessTest, ReadmeQuickStartFromACleanClone) {
   EXPECT_GT(body["usage"]["completion_tokens"].get<int>(), 0);
   ASSERT_EQ(::kill(p->pid, SIGTERM), 0);
   EXPECT_EQ(p->wait(60), 0) << p->output();
+}
+
+// `chat-template` parses its input with the server's depth-limited, linear-time parser: JSON nested
+// 100,000 deep overflowed the stack (SIGSEGV) when it was copied, and the error names why.
+TEST_F(ServeProcessTest, ChatTemplateRefusesDeepOrBrokenInputNamingWhy) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::vector<std::pair<std::string, std::string>> inputs = {
+      {"kwargs", "{\"messages\": [], \"kwargs\": {\"a\": " + deep + "}}"},
+      {"messages", "{\"messages\": [" + deep + "]}"},
+  };
+  for (const auto& [name, text] : inputs) {
+    std::ofstream(dir_ / (name + ".json")) << text;
+    auto p = spawn({"chat-template", "--model", kModel, "--input", (dir_ / (name + ".json")).string()}, name + ".log");
+    EXPECT_EQ(p->wait(30), 1) << name << ": " << p->output();
+    EXPECT_NE(p->output().find("nested deeper than 64"), std::string::npos) << name << ": " << p->output();
+  }
+  // A folder, and bytes that are not UTF-8: the reason, not "not a JSON object".
+  auto folder = spawn({"chat-template", "--model", kModel, "--input", dir_.string()}, "folder.log");
+  EXPECT_EQ(folder->wait(30), 1) << folder->output();
+  EXPECT_NE(folder->output().find("is a directory"), std::string::npos) << folder->output();
+  std::ofstream(dir_ / "latin1.json") << "{\"messages\": [{\"role\": \"user\", \"content\": \"caf\xe9\"}]}";
+  auto latin1 = spawn({"chat-template", "--model", kModel, "--input", (dir_ / "latin1.json").string()}, "latin1.log");
+  EXPECT_EQ(latin1->wait(30), 1) << latin1->output();
+  EXPECT_NE(latin1->output().find("UTF-8"), std::string::npos) << latin1->output();
+  // 150,000 kwargs keys: linear (the DOM parser's duplicate search took ~30 s for these).
+  std::string keys = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"kwargs\": {";
+  for (int i = 0; i < 150000; ++i) keys += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+  std::ofstream(dir_ / "keys.json") << keys << "}}";
+  auto many = spawn({"chat-template", "--model", kModel, "--input", (dir_ / "keys.json").string()}, "keys.log");
+  EXPECT_EQ(many->wait(10), 0) << many->output();
+}
+
+// As HF's apply_chat_template, which the command is compared with byte for byte:
+// add_generation_prompt is false unless the input says true.
+TEST_F(ServeProcessTest, ChatTemplateAddsNoGenerationPromptUnlessAsked) {
+  std::ofstream(dir_ / "plain.json") << R"({"messages": [{"role": "user", "content": "hi"}]})";
+  std::ofstream(dir_ / "asked.json")
+      << R"({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true})";
+  auto plain = spawn({"chat-template", "--model", kModel, "--input", (dir_ / "plain.json").string()}, "plain.log");
+  ASSERT_EQ(plain->wait(30), 0) << plain->output();
+  EXPECT_EQ(plain->output(), "<|im_start|>user\nhi<|im_end|>\n");
+  auto asked = spawn({"chat-template", "--model", kModel, "--input", (dir_ / "asked.json").string()}, "asked.log");
+  ASSERT_EQ(asked->wait(30), 0) << asked->output();
+  EXPECT_EQ(asked->output(), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+  auto help = spawn({"chat-template", "--help"}, "help.log");
+  ASSERT_EQ(help->wait(30), 0);
+  EXPECT_NE(help->output().find("add_generation_prompt defaults to false"), std::string::npos) << help->output();
+}
+
+// `systemd-unit`: a value that starts with "--" is a quoted value, relative paths are made absolute
+// (the service runs from /), and what systemd would misread is refused naming the option.
+TEST_F(ServeProcessTest, SystemdUnitQuotesValuesAndRefusesWhatSystemdMisreads) {
+  auto u = spawn({"systemd-unit", "--model-path", "models/tiny-coder", "--api-key", "--a%b", "--executable",
+                  "/usr/local/bin/deltaserve", "--state-dir", "/var/lib/ds"},
+                 "unit.log", {}, {DELTASERVE_BIN}, DELTASERVE_SOURCE_DIR);
+  ASSERT_EQ(u->wait(30), 0) << u->output();
+  const std::string unit = u->output();
+  EXPECT_NE(unit.find("    --api-key \"--a%%b\" \\\n"), std::string::npos) << unit;
+  EXPECT_EQ(unit.find("--a%b"), std::string::npos) << unit;
+  EXPECT_NE(unit.find(fs::absolute(fs::path(DELTASERVE_SOURCE_DIR) / "models/tiny-coder").string()), std::string::npos)
+      << unit;
+  EXPECT_EQ(unit.find("--model-path models/tiny-coder"), std::string::npos) << unit;
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--user", "llm", "--user-unit"}, "--user-unit"},
+      {{"--env", "A B=x"}, "--env"},
+      {{"--executable", "relative/ds"}, "--executable"},
+      {{"--working-directory", "relative"}, "--working-directory"},
+      {{"--description", "my svc \\"}, "--description"},
+      {{"--working-directory", "/tmp/x\\"}, "--working-directory"},
+  };
+  for (const auto& [extra, names] : refused) {
+    std::vector<std::string> args = {"systemd-unit", "--model-path", kModel};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto p = spawn(args, "refused.log");
+    EXPECT_EQ(p->wait(30), 2) << names << ": " << p->output();
+    EXPECT_NE(p->output().find(names), std::string::npos) << p->output();
+    EXPECT_EQ(p->output().find("ExecStart="), std::string::npos) << p->output();
+  }
+}
+
+// `bench-offline` measures each batch as a batch: one above what the engine runs at once (an
+// explicit --max-running-requests, or the state slots --max-mamba-cache-size leaves) is refused
+// naming that bound, not reported as a "batch 4" row that ran one request at a time.
+TEST_F(ServeProcessTest, BenchOfflineRefusesABatchAboveTheEngineCap) {
+  const std::vector<std::string> base = {"bench-offline", "--model-path", kModel, "--threads", "1",
+                                         "--prompt-len", "16", "--prefill-len", "16", "--gen-len", "4"};
+  auto args = base;
+  args.insert(args.end(), {"--batch", "1,4", "--max-running-requests", "1"});
+  auto p = spawn(args, "cap.log");
+  EXPECT_EQ(p->wait(60), 2) << p->output();
+  EXPECT_NE(p->output().find("--batch 4"), std::string::npos) << p->output();
+  EXPECT_NE(p->output().find("bound by --max-running-requests 1"), std::string::npos) << p->output();
+  EXPECT_EQ(p->output().find("\n1        4 "), std::string::npos) << p->output();
+
+  args = base;
+  args.insert(args.end(), {"--batch", "4", "--max-mamba-cache-size", "2"});
+  auto mamba = spawn(args, "mamba.log");
+  EXPECT_EQ(mamba->wait(60), 2) << mamba->output();
+  EXPECT_NE(mamba->output().find("at most 2 request(s)"), std::string::npos) << mamba->output();
+  EXPECT_NE(mamba->output().find("--max-mamba-cache-size 2"), std::string::npos) << mamba->output();
+
+  // Within the cap it runs and reports the batch.
+  args = base;
+  args.insert(args.end(), {"--batch", "2", "--max-running-requests", "2"});
+  auto ok = spawn(args, "ok.log");
+  EXPECT_EQ(ok->wait(120), 0) << ok->output();
+  EXPECT_NE(ok->output().find("\n1        2 "), std::string::npos) << ok->output();
 }
 
 }  // namespace

@@ -694,6 +694,104 @@ TEST_F(ApiTest, TokenizeDetokenizeInfoLoadFlushHealth) {
   expect_idle();
 }
 
+// /health_generate as SGLang's: a busy engine (one running slot, taken by a long request) answers
+// 200 at its next step, not once the long request ends; the probe's own queued generation is
+// cancelled. (It used to wait behind every request queued before it.)
+TEST_F(ApiTest, HealthGenerateAnswersOnProgressBehindALongRequest) {
+  engine_.context = 8192;
+  start();
+  engine_.max_running = 1;
+  engine_.tick = std::chrono::milliseconds(5);
+  engine_.script = std::vector<TokenId>(3000, 42);  // ~15 s at 5 ms a token
+  int long_status = 0;
+  std::thread client([&] {
+    long_status = post("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 3000}, {"ignore_eos", true}}).status;
+  });
+  if (!wait_until([&] { return engine_.n_live() == 1; })) {
+    client.join();
+    FAIL() << "the long request did not start: " << long_status;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = http(port_, "GET", "/health_generate");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_LT(took, 3.0);
+  const auto probe = engine_.submitted().back();
+  EXPECT_EQ(probe.sampling.max_tokens, 1);
+  EXPECT_TRUE(wait_until([&] { return engine_.cancelled().count(probe.id) > 0; })) << "the probe's generation stays queued";
+  server_->abort_all();
+  client.join();
+  expect_idle();
+}
+
+// A hung engine (no step at all): 503 after SGLANG_HEALTH_CHECK_TIMEOUT (SGLang's 20 s by default),
+// not a probe that never answers (with --watchdog-timeout 0 nothing else would end it).
+TEST_F(ApiTest, HealthGenerateTimesOutOnAHungEngine) {
+  ::setenv("SGLANG_HEALTH_CHECK_TIMEOUT", "0.5", 1);
+  start();
+  engine_.hang = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = http(port_, "GET", "/health_generate");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::unsetenv("SGLANG_HEALTH_CHECK_TIMEOUT");
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_NE(r.body.find("engine_unhealthy"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("SGLANG_HEALTH_CHECK_TIMEOUT"), std::string::npos) << r.body;
+  EXPECT_GE(took, 0.45);
+  EXPECT_LT(took, 5.0);
+  const auto probe = engine_.submitted().back();
+  EXPECT_TRUE(wait_until([&] { return engine_.cancelled().count(probe.id) > 0; }));
+  engine_.hang = false;
+  expect_idle();
+}
+
+// SGLang's API-key middleware lets every /health* path through: GET /health_generate needs no key
+// (a cluster's readiness probe sends none); other methods and the other SGLang routes still do.
+TEST_F(ApiTest, HealthGenerateNeedsNoApiKey) {
+  ServerConfig cfg;
+  cfg.api_key = "sekret";
+  start(cfg);
+  EXPECT_EQ(http(port_, "GET", "/health_generate").status, 200);
+  EXPECT_EQ(http(port_, "HEAD", "/health_generate").status, 200);
+  EXPECT_EQ(http(port_, "POST", "/health_generate", "{}").status, 401);
+  EXPECT_EQ(http(port_, "GET", "/get_load").status, 401);
+  EXPECT_EQ(http(port_, "GET", "/get_load", "", {"Authorization: Bearer sekret"}).status, 200);
+}
+
+// --dp-size N: /get_load has one entry per replica with its dp_rank (it summed them under rank 0),
+// and /get_server_info's internal_states one per scheduler, as SGLang's.
+TEST_F(ApiTest, GetLoadAndInternalStatesArePerReplica) {
+  EngineStats a, b;
+  a.requests_running = 2;
+  a.requests_waiting = 1;
+  a.kv_tokens_used = 100;
+  a.spec_verify_steps_total = 10;
+  a.spec_accepted_tokens_total = 15;
+  b.requests_running = 0;
+  b.requests_waiting = 4;
+  b.kv_tokens_used = 7;
+  engine_.replicas = {a, b};
+  start();
+  const json load = ok_json(http(port_, "GET", "/get_load"));
+  ASSERT_EQ(load.size(), 2u) << load.dump();
+  EXPECT_EQ(load[0]["dp_rank"], 0);
+  EXPECT_EQ(load[0]["num_reqs"], 3);
+  EXPECT_EQ(load[0]["num_running_reqs"], 2);
+  EXPECT_EQ(load[0]["num_waiting_reqs"], 1);
+  EXPECT_EQ(load[0]["num_tokens"], 100);
+  EXPECT_EQ(load[1]["dp_rank"], 1);
+  EXPECT_EQ(load[1]["num_reqs"], 4);
+  EXPECT_EQ(load[1]["num_running_reqs"], 0);
+  EXPECT_EQ(load[1]["num_tokens"], 7);
+  const json info = ok_json(http(port_, "GET", "/get_server_info"));
+  ASSERT_EQ(info["internal_states"].size(), 2u) << info.dump();
+  EXPECT_DOUBLE_EQ(info["internal_states"][0]["avg_spec_accept_length"].get<double>(), 2.5);
+  EXPECT_TRUE(info["internal_states"][1]["avg_spec_accept_length"].is_null());
+  engine_.replicas.clear();
+  EXPECT_EQ(ok_json(http(port_, "GET", "/get_load")).size(), 1u);  // one engine: one entry, rank 0
+  EXPECT_EQ(ok_json(http(port_, "GET", "/get_server_info"))["internal_states"].size(), 1u);
+}
+
 TEST_F(ApiTest, ModelIdsWithSlashes) {
   ServerConfig cfg;
   cfg.served_model_name = "Qwen/Qwen3.6-27B";

@@ -8,10 +8,12 @@
 #include <sys/time.h>
 
 #include <chrono>
+#include <optional>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "app/server_warmup.h"
 #include "server/http_server.h"
 #include "server/openai_server.h"
 #include "server/server_metrics.h"
@@ -332,7 +334,7 @@ TEST_F(HardeningTest, ApiKeyGuardsEveryRouteButHealthAndMetrics) {
   cfg.api_key = "sekret";
   start(cfg);
   for (const char* path : {"/server_info", "/v1/server_info", "/get_server_info", "/v1/models", "/v1/models/tiny",
-                           "/get_model_info", "/get_load", "/health_generate", "/v1/responses/x", "/nope",
+                           "/get_model_info", "/get_load", "/v1/responses/x", "/nope",
                            "/v2/anything", "/status.json", "/index.html"}) {
     auto r = http(port_, "GET", path);
     EXPECT_EQ(r.status, 401) << path;
@@ -344,6 +346,8 @@ TEST_F(HardeningTest, ApiKeyGuardsEveryRouteButHealthAndMetrics) {
     EXPECT_EQ(post(path, "{}").status, 401) << path;
   EXPECT_EQ(http(port_, "GET", "/health").status, 200);
   EXPECT_EQ(http(port_, "GET", "/v1/health").status, 200);
+  EXPECT_EQ(http(port_, "GET", "/health_generate").status, 200);  // as SGLang's /health* (a probe sends no key)
+  EXPECT_EQ(post("/health_generate", "{}").status, 401);
   EXPECT_EQ(http(port_, "GET", "/metrics").status, 200);
   // The status page's HTML is static and open; its data (/status.json, above) is not.
   EXPECT_EQ(http(port_, "GET", "/").status, 200);
@@ -709,6 +713,62 @@ TEST(HttpServerHost, HostNamesResolveAndUnknownOnesAreErrors) {
   Status e = other.start();
   ASSERT_FALSE(e.is_ok());
   EXPECT_NE(e.message().find("invalid --host 'no-such-host.invalid'"), std::string::npos) << e.message();
+}
+
+// An IPv6 --host is bracketed in "cannot listen on [::1]:PORT" (launchers parse the address; it
+// read "::1:PORT").
+TEST(HttpServerHost, CannotListenNamesAnIpv6AddressInBrackets) {
+  HttpServerConfig cfg;
+  cfg.host = "::1";
+  HttpServer first(cfg, [](HttpRequest&&, std::shared_ptr<HttpExchange> ex) { ex->respond(200, "text/plain", "hi"); });
+  if (Status st = first.start(); !st.is_ok()) GTEST_SKIP() << "no IPv6 loopback here: " << st.message();
+  HttpServerConfig same = cfg;
+  same.port = first.port();
+  HttpServer second(same, [](HttpRequest&&, std::shared_ptr<HttpExchange>) {});
+  Status e = second.start();
+  first.stop();
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.message().find("cannot listen on [::1]:" + std::to_string(same.port) + ": "), std::string::npos)
+      << e.message();
+}
+
+// serve's watchdog (app/server_warmup.h): with --dp-size 2, a replica that has work but makes no
+// step is stuck even while the other replica steps on (the summed step counter it watched moved,
+// so it never fired); an idle replica is never stuck, and a step resets the clock.
+TEST(EngineProgressWatch, AStuckReplicaIsSeenWhileAnotherMakesProgress) {
+  using Clock = EngineProgressWatch::Clock;
+  const auto t0 = Clock::now();
+  const auto timeout = std::chrono::seconds(10);
+  EngineProgressWatch watch;
+  EngineStats busy, stuck, idle;
+  busy.requests_running = 3;
+  stuck.requests_waiting = 2;
+  stuck.steps_total = 7;
+  std::optional<EngineProgressWatch::Stuck> fired;
+  int fired_at = -1;
+  for (int s = 0; s <= 20 && !fired; ++s) {
+    busy.steps_total += 5;
+    fired = watch.update({busy, stuck, idle}, t0 + std::chrono::seconds(s), timeout);
+    if (fired) fired_at = s;
+  }
+  ASSERT_TRUE(fired) << "the stuck replica was not seen";
+  EXPECT_EQ(fired_at, 11);
+  EXPECT_EQ(fired->replica, 1);
+  EXPECT_EQ(fired->pending, 2);
+  EXPECT_GT(fired->stalled, timeout);
+
+  // A step (or no work) resets the replica's clock; an engine without replicas is watched whole.
+  EngineProgressWatch again;
+  for (int s = 0; s <= 30; ++s) {
+    busy.steps_total += 5;
+    if (s % 9 == 0) ++stuck.steps_total;
+    EXPECT_FALSE(again.update({busy, stuck, idle}, t0 + std::chrono::seconds(s), timeout)) << s;
+  }
+  EXPECT_FALSE(again.update({busy, stuck, idle}, t0 + std::chrono::hours(1), std::chrono::seconds(0)));  // 0: off
+  FakeEngine engine;
+  EXPECT_EQ(engine_progress_snapshot(engine).size(), 1u);
+  engine.replicas = {busy, stuck};
+  EXPECT_EQ(engine_progress_snapshot(engine).size(), 2u);
 }
 
 }  // namespace

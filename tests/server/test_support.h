@@ -43,6 +43,12 @@ class FakeEngine final : public EngineService {
   int cached = 0;                    // prompt tokens reported as served from the prefix cache
   bool top_skips_sampled = false;    // top logprobs are the ids after the sampled one
   std::atomic<int> constraint_rejects{0};  // accept() refusals (must stay 0)
+  // Scheduling: at most this many requests (the oldest ids) make progress per tick (0: all), as
+  // the engine's --max-running-requests; the rest wait. hang: no step runs at all (a stuck engine).
+  std::atomic<int> max_running{0};
+  std::atomic<bool> hang{false};
+  // Data parallelism: what replica_stats() reports (empty: one engine).
+  std::vector<EngineStats> replicas;
 
   FakeEngine() : thread_([this] { loop(); }) {}
   ~FakeEngine() override {
@@ -98,7 +104,16 @@ class FakeEngine final : public EngineService {
     s.state_slots_used = static_cast<int>(live_.size());
     s.generated_tokens_total = generated_;
     s.preemptions_total = 3;  // a figure the engine reports, passed on as it is
+    s.steps_total = steps_;
+    if (const int cap = max_running.load(); cap > 0 && s.requests_running > cap) {
+      s.requests_waiting = s.requests_running - cap;
+      s.requests_running = cap;
+    }
     return s;
+  }
+  std::vector<EngineStats> replica_stats() const override {
+    std::lock_guard<std::mutex> l(mutex_);
+    return replicas;
   }
   int64_t context_length() const override { return context; }
 
@@ -137,8 +152,12 @@ class FakeEngine final : public EngineService {
       l.unlock();
       std::this_thread::sleep_for(tick);
       l.lock();
+      if (hang.load()) continue;
+      ++steps_;
       std::vector<RequestId> done;
+      int served = 0;
       for (auto& [id, live] : live_) {
+        if (const int cap = max_running.load(); cap > 0 && served++ >= cap && !cancelled_.count(id)) continue;
         TokenEvent ev;
         if (cancelled_.count(id)) {
           ev.finish = FinishReason::Abort;
@@ -202,6 +221,7 @@ class FakeEngine final : public EngineService {
   std::set<RequestId> cancelled_;
   std::vector<GenerateRequest> submitted_;
   uint64_t generated_ = 0;
+  uint64_t steps_ = 0;
   bool stop_ = false;
   std::atomic<RequestId> next_id_{1};
   std::thread thread_;
