@@ -435,6 +435,16 @@ std::optional<ApiError> check_allowed_ids(const ConstraintPlan& plan, bool gener
 
 }  // namespace
 
+// The grammar of tool calls in the server's --tool-call-parser format (GrammarService::build,
+// tool_call_grammar.h); `param` is the field errors name.
+ConstraintSpec OpenAiServer::tool_call_constraint(const std::string& param, const json& tools, bool parallel) const {
+  ConstraintSpec c;
+  c.kind = ConstraintSpec::Kind::ToolCall;
+  c.param = param;
+  c.json = {{"format", config_.tool_call_parser}, {"tools", tools}, {"parallel", parallel}};
+  return c;
+}
+
 void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExchange> exchange,
                                  GenerationJob::Clock::time_point arrival, std::function<void(const json&)> on_response) {
   const ApiKind kind = request.kind;
@@ -459,11 +469,8 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
                                                   "' both constrain the output; give only one",
                                               "tool_choice"));
     }
-    request.constraint.kind = ConstraintSpec::Kind::ToolCall;
-    request.constraint.param = "tool_choice";
-    request.constraint.json = {{"format", config_.tool_call_parser},
-                               {"tools", request.tools},
-                               {"parallel", request.parallel_tool_calls && request.tool_choice == "required"}};
+    request.constraint = tool_call_constraint("tool_choice", request.tools,
+                                              request.parallel_tool_calls && request.tool_choice == "required");
   }
 
   // Tools the model may call ("auto"): without a parser the calls would come back as plain text
@@ -488,13 +495,9 @@ void OpenAiServer::start_request(OpenAiRequest request, std::shared_ptr<HttpExch
                                                   "' both constrain the output; give only one",
                                               "tools"));
     }
-    request.constraint.kind = ConstraintSpec::Kind::ToolCall;
-    request.constraint.param = "tools";
-    request.constraint.json = {{"format", config_.tool_call_parser},
-                               {"tools", request.tools},
-                               {"parallel", request.parallel_tool_calls},
-                               {"after_text", true},
-                               {"answer_schema", answer}};
+    request.constraint = tool_call_constraint("tools", request.tools, request.parallel_tool_calls);
+    request.constraint.json["after_text"] = true;
+    request.constraint.json["answer_schema"] = std::move(answer);
   }
 
   // Prompt(s) → token ids. Chat has one prompt; /v1/completions may have a batch.

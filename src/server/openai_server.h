@@ -109,6 +109,8 @@ class OpenAiServer {
                      GenerationJob::Clock::time_point arrival,
                      std::function<void(const nlohmann::ordered_json&)> on_response = nullptr);
   std::optional<ApiError> parse_body(const HttpRequest& request, nlohmann::ordered_json& body) const;
+  // A tool-call constraint in the server's --tool-call-parser format, named by `param` in errors.
+  ConstraintSpec tool_call_constraint(const std::string& param, const nlohmann::ordered_json& tools, bool parallel) const;
   void send_error(HttpExchange& exchange, const std::string& route, const ApiError& error);
   void send_json(HttpExchange& exchange, const std::string& route, const nlohmann::ordered_json& body);
   bool authorized(const HttpRequest& request) const;

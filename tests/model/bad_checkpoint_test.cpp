@@ -239,6 +239,20 @@ TEST(BadConfig, GenerationConfigFieldsAreChecked) {
   fs::remove_all(dir);
 }
 
+// tiny-coder's config.json (or `file`) with `patch` applied to its text_config (a null removes a key).
+Result<ModelConfig> tiny_coder_config_with(const std::string& patch, const char* file = "models/tiny-coder/config.json") {
+  auto text = read_text_file(source_dir() / file);
+  if (!text) return text.status();
+  nlohmann::json j = nlohmann::json::parse(*text);
+  nlohmann::json& t = j.contains("text_config") ? j["text_config"] : j;
+  const nlohmann::json fields = nlohmann::json::parse(patch);
+  for (auto& [k, v] : fields.items()) {
+    if (v.is_null()) t.erase(k);
+    else t[k] = v;
+  }
+  return parse_model_config(j.dump(), "config.json");
+}
+
 // Stop 54: sizes that aborted the load (std::length_error, a CpuWeight check) or produced NaN
 // logits, a RoPE scaling that was silently not applied, sliding-window layers run as full
 // attention, and a layer count that took 43 s and 2 GB before any check: each is refused with its
@@ -272,14 +286,7 @@ TEST(BadConfig, SizesRopeScalingAndLayerKindsAreChecked) {
       {R"({"bos_token_id": "1"})", "bos_token_id"},
       {R"({"eos_token_id": ["8185"]})", "eos_token_id"}};
   for (const auto& [patch, key] : bad) {
-    nlohmann::json j = nlohmann::json::parse(*text);
-    nlohmann::json& t = j.contains("text_config") ? j["text_config"] : j;
-    const nlohmann::json fields = nlohmann::json::parse(patch);
-    for (auto& [k, v] : fields.items()) {
-      if (v.is_null()) t.erase(k);
-      else t[k] = v;
-    }
-    auto c = parse_model_config(j.dump(), "config.json");
+    auto c = tiny_coder_config_with(patch);
     ASSERT_FALSE(c.is_ok()) << patch;
     EXPECT_NE(c.status().message().find(key), std::string::npos) << patch << ": " << c.status().message();
   }
@@ -316,19 +323,6 @@ TEST(BadConfig, SafetensorsShapeThatOverflowsIsRefused) {
 }
 
 
-// Stop 56: tiny-coder's config.json with `patch` applied to its text_config (a null removes a key).
-Result<ModelConfig> tiny_coder_config_with(const std::string& patch, const char* file = "models/tiny-coder/config.json") {
-  auto text = read_text_file(source_dir() / file);
-  if (!text) return text.status();
-  nlohmann::json j = nlohmann::json::parse(*text);
-  nlohmann::json& t = j.contains("text_config") ? j["text_config"] : j;
-  const nlohmann::json fields = nlohmann::json::parse(patch);
-  for (auto& [k, v] : fields.items()) {
-    if (v.is_null()) t.erase(k);
-    else t[k] = v;
-  }
-  return parse_model_config(j.dump(), "config.json");
-}
 
 // `depth` arrays nested around 1, as JSON text.
 std::string nested_arrays(int depth) { return std::string(depth, '[') + "1" + std::string(depth, ']'); }
