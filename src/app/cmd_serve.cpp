@@ -20,6 +20,7 @@
 
 #include "app/commands.h"
 #include "app/engine_setup.h"
+#include "app/launch_history_refresher.h"
 #include "app/server_warmup.h"
 #include "app/service_notify.h"
 #include "app/speculation_choice.h"
@@ -38,7 +39,6 @@
 #include "server/openai_server.h"
 #include "tokenizer/tokenizer.h"
 #include "util/log.h"
-#include "util/mmap_file.h"
 
 namespace deltaserve {
 
@@ -49,42 +49,6 @@ int fail(const std::string& msg, int code) {
   return code;
 }
 
-// The chat template, or nullopt when the model has none: /v1/completions needs no template, so
-// the server starts and the chat routes refuse per request. Places, in transformers' order:
-// --chat-template, chat_template.jinja, tokenizer_config.json's chat_template (ChatTemplate::load),
-// then chat_template.json, which only transformers' processors read (as vLLM falls back to).
-// A template that is there but broken is an error.
-Result<std::optional<ChatTemplate>> load_chat_template(const ServeOptions& opts) {
-  namespace fs = std::filesystem;
-  const fs::path dir = opts.model_path;
-  std::error_code ec;
-  bool in_tokenizer_config = false;
-  if (fs::exists(dir / "tokenizer_config.json", ec)) {
-    auto text = read_text_file(dir / "tokenizer_config.json");
-    const nlohmann::json config = text ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
-    // Unreadable or not an object: ChatTemplate::load reports it.
-    in_tokenizer_config = !text || !config.is_object() ||
-                          (config.contains("chat_template") && !config["chat_template"].is_null());
-  }
-  if (!opts.chat_template.empty() || fs::exists(dir / "chat_template.jinja", ec) || in_tokenizer_config) {
-    std::optional<fs::path> override_file;
-    if (!opts.chat_template.empty()) override_file = fs::path(opts.chat_template);
-    auto t = ChatTemplate::load(dir, override_file);
-    if (!t) return error(opts.chat_template.empty() ? "" : "--chat-template: ", t.status().message());
-    return std::optional<ChatTemplate>(std::move(*t));
-  }
-  const fs::path legacy = dir / "chat_template.json";
-  if (fs::exists(legacy, ec)) {
-    DS_ASSIGN_OR_RETURN(std::string text, read_text_file(legacy));
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (!j.is_object() || !j.contains("chat_template") || !j["chat_template"].is_string())
-      return error(legacy.string(), ": expected an object with a string \"chat_template\"");
-    auto t = ChatTemplate::parse(j["chat_template"].get<std::string>());
-    if (!t) return error(legacy.string(), ": ", t.status().message());
-    return std::optional<ChatTemplate>(std::move(*t));
-  }
-  return std::optional<ChatTemplate>();
-}
 
 // The server's view of the flags.
 ServerConfig server_config_from(const ServeOptions& opts) {
@@ -113,109 +77,6 @@ ServerConfig server_config_from(const ServeOptions& opts) {
   if (sc.allowed_origins.empty()) sc.allowed_origins.push_back("*");
   return sc;
 }
-
-// The status page's recent launches (/status.json "launches"), read from the launch database by a
-// thread of its own every 5 s (the page polls every second; a bench run adds measurements
-// rarely). The server's io thread only copies the last value: a database locked by another
-// process (a bench run writing, `sqlite3` holding a transaction) never holds up /health or the
-// page. Each read opens the file read-only and waits at most kBusyTimeoutMs for a lock; a failed
-// read keeps the last good value (or reports the error when there is none yet).
-class LaunchHistoryRefresher {
- public:
-  static constexpr int kBusyTimeoutMs = 250;
-  static constexpr std::chrono::seconds kPeriod{5};
-  // The database file is looked at (a stat) this often, and read again as soon as it changed: a
-  // measurement `deltaserve bench` records shows on the page within this, not kPeriod.
-  static constexpr std::chrono::milliseconds kWatch{200};
-
-  explicit LaunchHistoryRefresher(std::filesystem::path state_dir) : state_dir_(std::move(state_dir)) {}
-  ~LaunchHistoryRefresher() { stop(); }
-  LaunchHistoryRefresher(const LaunchHistoryRefresher&) = delete;
-  LaunchHistoryRefresher& operator=(const LaunchHistoryRefresher&) = delete;
-
-  // What ServerConfig::launch_history calls (on an io thread): the cached value, never a read.
-  std::function<Result<nlohmann::ordered_json>()> reader() const {
-    return [cache = cache_]() -> Result<nlohmann::ordered_json> {
-      std::lock_guard<std::mutex> lock(cache->mutex);
-      return cache->value;
-    };
-  }
-  // Reads now, then whenever the database file changes and at least every kPeriod, until stop().
-  void start() {
-    if (thread_.joinable()) return;
-    thread_ = std::thread([this] {
-      std::unique_lock<std::mutex> lock(stop_mutex_);
-      auto last_read = std::chrono::steady_clock::now();
-      std::string seen = signature();
-      lock.unlock();
-      refresh();
-      lock.lock();
-      while (!stop_cv_.wait_for(lock, kWatch, [this] { return stopping_; })) {
-        const std::string now_seen = signature();
-        const auto now = std::chrono::steady_clock::now();
-        if (now_seen == seen && now - last_read < kPeriod) continue;
-        seen = now_seen;
-        last_read = now;
-        lock.unlock();
-        refresh();
-        lock.lock();
-      }
-    });
-  }
-  void stop() {
-    {
-      std::lock_guard<std::mutex> lock(stop_mutex_);
-      stopping_ = true;
-    }
-    stop_cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  struct Cache {
-    std::mutex mutex;
-    bool have_good = false;
-    Result<nlohmann::ordered_json> value = error("the launch history has not been read yet");
-  };
-  // The database file's modification time and size ("" while it does not exist).
-  std::string signature() const {
-    std::error_code ec;
-    const auto file = LaunchDb::file_in(state_dir_);
-    const auto t = std::filesystem::last_write_time(file, ec);
-    if (ec) return "";
-    const auto size = std::filesystem::file_size(file, ec);
-    return std::to_string(t.time_since_epoch().count()) + "/" + std::to_string(ec ? 0 : size);
-  }
-  void refresh() {
-    Result<nlohmann::ordered_json> fresh = nlohmann::ordered_json::array();
-    try {
-      auto db = LaunchDb::open_for_reading(state_dir_, kBusyTimeoutMs);
-      if (!db) {
-        fresh = db.status();
-      } else if (*db) {  // (nullptr: no database yet, no launches)
-        auto text = recent_launches_json(**db, 10, 5);
-        if (!text) fresh = text.status();
-        else fresh = nlohmann::ordered_json::parse(*text);
-      }
-    } catch (const std::exception& e) {
-      fresh = error("launch history: ", e.what());
-    }
-    std::lock_guard<std::mutex> lock(cache_->mutex);
-    if (fresh) {
-      cache_->value = std::move(fresh);
-      cache_->have_good = true;
-    } else if (!cache_->have_good) {
-      cache_->value = std::move(fresh);
-    }  // else: keep showing the last good read (the next one may succeed)
-  }
-
-  const std::filesystem::path state_dir_;
-  std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
-  std::mutex stop_mutex_;
-  std::condition_variable stop_cv_;
-  bool stopping_ = false;
-  std::thread thread_;
-};
 
 // A host as a URL or "host:port" shows it: an IPv6 address in brackets ("[::1]").
 std::string host_for_url(const std::string& host) {
@@ -330,8 +191,13 @@ int cmd_serve(const Args& args) {
     return fail(str_cat(opts.tokenizer_path.empty() ? "" : "--tokenizer-path: ", tokenizer.status().message()), 1);
   SamplingDefaults defaults = *generation_defaults;
   defaults.eos_token_ids = end_token_ids(model_config->eos_token_ids, *generation_defaults, tokenizer->eos_token_id());
-  auto chat_template = load_chat_template(opts);
-  if (!chat_template) return fail(chat_template.status().message(), 1);
+  // None at all: /v1/completions needs no template, so the server starts and chat requests are
+  // refused; one that is there but broken is an error.
+  std::optional<std::filesystem::path> template_override;
+  if (!opts.chat_template.empty()) template_override = opts.chat_template;
+  auto chat_template = ChatTemplate::find(opts.model_path, template_override);
+  if (!chat_template)
+    return fail(str_cat(opts.chat_template.empty() ? "" : "--chat-template: ", chat_template.status().message()), 1);
   if (!chat_template->has_value())
     log_warn("deltaserve: ", opts.model_path, " has no chat template (chat_template.jinja, tokenizer_config.json's "
              "chat_template or chat_template.json): serving without one; chat requests are refused, "

@@ -83,6 +83,13 @@ Result<ChatTemplate> ChatTemplate::parse(std::string source) {
 
 Result<ChatTemplate> ChatTemplate::load(const std::filesystem::path& model_dir,
                                         const std::optional<std::filesystem::path>& override_file) {
+  DS_ASSIGN_OR_RETURN(std::optional<ChatTemplate> found, find(model_dir, override_file));
+  if (!found) return error(model_dir.string(), ": the model has no chat template");
+  return std::move(*found);
+}
+
+Result<std::optional<ChatTemplate>> ChatTemplate::find(const std::filesystem::path& model_dir,
+                                                       const std::optional<std::filesystem::path>& override_file) {
   auto from_file = [](const std::filesystem::path& path) -> Result<ChatTemplate> {
     std::error_code dir_ec;
     if (std::filesystem::is_directory(path, dir_ec)) return error(path.string(), ": is a directory, not a template file");
@@ -92,18 +99,36 @@ Result<ChatTemplate> ChatTemplate::load(const std::filesystem::path& model_dir,
     if (!ct) return error(path.string(), ": ", ct.status().message());
     return ct;
   };
-  if (override_file) return from_file(*override_file);
+  // chat_template.json: only where neither place below has a template.
+  auto from_json_file = [&model_dir]() -> Result<std::optional<ChatTemplate>> {
+    const auto path = model_dir / "chat_template.json";
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return std::optional<ChatTemplate>();
+    DS_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+    const ojson j = ojson::parse(text, nullptr, false);
+    if (!j.is_object() || !j.contains("chat_template") || !j["chat_template"].is_string())
+      return error(path.string(), ": expected an object with a string \"chat_template\"");
+    auto ct = parse(j["chat_template"].get<std::string>());
+    if (!ct) return error(path.string(), ": ", ct.status().message());
+    return std::optional<ChatTemplate>(std::move(*ct));
+  };
+  if (override_file) {
+    DS_ASSIGN_OR_RETURN(ChatTemplate ct, from_file(*override_file));
+    return std::optional<ChatTemplate>(std::move(ct));
+  }
   std::error_code ec;
-  if (std::filesystem::exists(model_dir / "chat_template.jinja", ec)) return from_file(model_dir / "chat_template.jinja");
+  if (std::filesystem::exists(model_dir / "chat_template.jinja", ec)) {
+    DS_ASSIGN_OR_RETURN(ChatTemplate ct, from_file(model_dir / "chat_template.jinja"));
+    return std::optional<ChatTemplate>(std::move(ct));
+  }
   const auto config_path = model_dir / "tokenizer_config.json";
-  if (!std::filesystem::exists(config_path, ec))
-    return error(model_dir.string(), ": no chat_template.jinja or tokenizer_config.json");
+  if (!std::filesystem::exists(config_path, ec)) return from_json_file();
   auto text = read_text_file(config_path);
   if (!text) return text.status();
   ojson config = ojson::parse(*text, nullptr, false);
   if (config.is_discarded() || !config.is_object()) return error(config_path.string(), ": not a JSON object");
   auto it = config.find("chat_template");
-  if (it == config.end() || it->is_null()) return error(model_dir.string(), ": the model has no chat template");
+  if (it == config.end() || it->is_null()) return from_json_file();
   std::string source, tool_use;
   if (it->is_string()) {
     source = it->get<std::string>();
@@ -125,7 +150,7 @@ Result<ChatTemplate> ChatTemplate::load(const std::filesystem::path& model_dir,
     if (!tu) return error(config_path.string(), ": the \"tool_use\" template: ", tu.status().message());
     ct->tool_use_ = std::make_shared<const ChatTemplate>(std::move(*tu));
   }
-  return ct;
+  return std::optional<ChatTemplate>(std::move(*ct));
 }
 
 Result<std::string> ChatTemplate::render(const Input& input) const {

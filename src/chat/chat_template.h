@@ -26,9 +26,14 @@ class ChatTemplate {
   // Template of a model dir. Order, as transformers loads it: chat_template.jinja if present
   // (it replaces the config's template), else `chat_template` in tokenizer_config.json (a string,
   // or a list of {name, template}: "default", and "tool_use" for requests with tools, as
-  // transformers picks them). override_file (--chat-template) wins over both.
+  // transformers picks them). override_file (--chat-template) wins over both. Without either,
+  // chat_template.json's "chat_template" (transformers' processors read it; vLLM falls back to it).
   static Result<ChatTemplate> load(const std::filesystem::path& model_dir,
                                    const std::optional<std::filesystem::path>& override_file = std::nullopt);
+  // The same, with nullopt where the model has no template at all (serve then answers only
+  // completions); one that is there but broken is still an error.
+  static Result<std::optional<ChatTemplate>> find(const std::filesystem::path& model_dir,
+                                                  const std::optional<std::filesystem::path>& override_file = std::nullopt);
 
   struct Input {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();

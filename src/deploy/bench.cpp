@@ -281,6 +281,13 @@ RequestResult run_completion(const BenchOptions& opts, const std::string& model,
   return r;
 }
 
+Status flush_prefix_cache(const HttpUrl& url, double timeout_s) {
+  auto r = http_request(url, "POST", "/flush_cache", "", nullptr, std::min(30.0, timeout_s));
+  if (!r) return r.status();
+  if (r->status != 200) return error("POST /flush_cache: HTTP ", r->status);
+  return Status::ok();
+}
+
 Result<std::string> resolve_bench_model(const HttpUrl& url, const std::string& model, double timeout_s) {
   if (!model.empty()) return model;
   auto models = http_request(url, "GET", "/v1/models", "", nullptr, std::min(30.0, timeout_s));
@@ -337,12 +344,12 @@ Result<BenchReport> run_bench(const BenchOptions& opts, bool verbose) {
     if (!prompts) return prompts.status();
     first_record += n;
     if (opts.flush_cache) {
-      auto f = http_request(opts.url, "POST", "/flush_cache", "", nullptr, std::min(30.0, opts.timeout_s));
-      if ((!f || f->status != 200) && !warned_flush && verbose) {
+      Status f = flush_prefix_cache(opts.url, opts.timeout_s);
+      if (!f && !warned_flush && verbose) {
         warned_flush = true;
         std::fprintf(stderr, "the server did not flush its prefix cache (%s): a level may be served from the prompts "
                              "an earlier one left there (see its cached tokens)\n",
-                     f ? ("HTTP " + std::to_string(f->status)).c_str() : f.status().message().c_str());
+                     f.message().c_str());
       }
     }
     int64_t steps_before = -1, accepted_before = -1;

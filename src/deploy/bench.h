@@ -82,6 +82,10 @@ Result<std::vector<BenchPrompt>> make_bench_prompts(const BenchOptions& opts, in
 bool tokenize_bench_prompts(const BenchOptions& opts, const std::string& model, std::vector<BenchPrompt>& prompts);
 Result<std::vector<BenchPrompt>> load_bench_dataset(const std::string& path, int64_t default_output_len);
 
+// POST /flush_cache (SGLang's route; deltaserve serves it): an error says why the server's prefix
+// cache was not emptied (a server without the route, or one with requests running).
+Status flush_prefix_cache(const HttpUrl& url, double timeout_s);
+
 // The model to ask for: `model` when given, else the first id the server lists at /v1/models.
 Result<std::string> resolve_bench_model(const HttpUrl& url, const std::string& model, double timeout_s);
 

@@ -96,9 +96,9 @@ Result<MultiTurnReport> run_multi_turn(const BenchOptions& base, const MultiTurn
   // The hits counted are this run's own turns', not a rerun's: the cache starts empty (a server
   // without /flush_cache keeps it; the first turn's hits then show it).
   if (base.flush_cache) {
-    auto f = http_request(base.url, "POST", "/flush_cache", "", nullptr, std::min(30.0, base.timeout_s));
-    if ((!f || f->status != 200) && verbose)
-      std::fprintf(stderr, "the server did not flush its prefix cache: the first turns may be served from an earlier run\n");
+    if (Status f = flush_prefix_cache(base.url, base.timeout_s); !f && verbose)
+      std::fprintf(stderr, "the server did not flush its prefix cache (%s): the first turns may be served from an earlier run\n",
+                   f.message().c_str());
   }
   std::mutex mu;
   const auto t0 = std::chrono::steady_clock::now();

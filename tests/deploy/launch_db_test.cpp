@@ -24,6 +24,20 @@
 namespace deltaserve {
 namespace {
 
+// One integer a query on `file` answers, read-only (-1: no row, or the query failed).
+int query_int(const std::filesystem::path& file, const char* sql) {
+  sqlite3* raw = nullptr;
+  int out = -1;
+  if (sqlite3_open_v2(file.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* q = nullptr;
+    if (sqlite3_prepare_v2(raw, sql, -1, &q, nullptr) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW)
+      out = sqlite3_column_int(q, 0);
+    sqlite3_finalize(q);
+  }
+  sqlite3_close(raw);
+  return out;
+}
+
 const std::string kFixtures = std::string(DELTASERVE_SOURCE_DIR) + "/tests/deploy/fixtures/";
 
 class LaunchDbTest : public ::testing::Test {
@@ -298,14 +312,7 @@ TEST_F(LaunchDbTest, ReadingLeavesForeignAndNewerDatabasesAsTheyWere) {
     ASSERT_FALSE(newer) << reading;
     EXPECT_NE(newer.status().message().find("schema version 2"), std::string::npos) << newer.status().message();
   }
-  sqlite3* raw = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(file.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
-  sqlite3_stmt* q = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT COUNT(*) FROM pragma_table_info('launches')", -1, &q, nullptr), SQLITE_OK);
-  ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(q, 0), 2);  // id, started_at: no column added
-  sqlite3_finalize(q);
-  sqlite3_close(raw);
+  EXPECT_EQ(query_int(file, "SELECT COUNT(*) FROM pragma_table_info('launches')"), 2);  // id, started_at: none added
 }
 
 // A schema-1 database written before the pid columns were added is read without adding them
@@ -339,15 +346,7 @@ TEST_F(LaunchDbTest, ReadingAnOlderSchemaOneDatabaseAltersNothing) {
   EXPECT_EQ((*list)[0].model.path, "/m");
   reading->reset();
   EXPECT_EQ(std::filesystem::last_write_time(file), mtime);
-  ASSERT_EQ(sqlite3_open_v2(file.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
-  sqlite3_stmt* q = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT COUNT(*) FROM pragma_table_info('launches') WHERE name = 'pid'", -1, &q,
-                               nullptr),
-            SQLITE_OK);
-  ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(q, 0), 0);
-  sqlite3_finalize(q);
-  sqlite3_close(raw);
+  EXPECT_EQ(query_int(file, "SELECT COUNT(*) FROM pragma_table_info('launches') WHERE name = 'pid'"), 0);
 }
 
 // A row whose stored settings are not JSON is reported as damaged, never shown as an empty config.
